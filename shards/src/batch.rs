@@ -1,0 +1,512 @@
+//! Kafka RecordBatch v2: reading and checking the 61-byte header, assigning offsets, and building batches.
+//!
+//! Layout (all big-endian), offsets into the batch:
+//! ```text
+//!  0 baseOffset i64        8 batchLength i32      12 partitionLeaderEpoch i32   16 magic i8
+//! 17 crc u32              21 attributes i16      23 lastOffsetDelta i32        27 baseTimestamp i64
+//! 35 maxTimestamp i64     43 producerId i64      51 producerEpoch i16          53 baseSequence i32
+//! 57 recordCount i32      61 records...
+//! ```
+//! The CRC-32C covers bytes 21.. (attributes to the end), so the base offset and the leader epoch can be
+//! rewritten without touching it; stamping LogAppendTime changes covered bytes and recomputes it.
+
+use crate::error::InvalidBatch;
+
+pub const HEADER_LEN: usize = 61;
+/// `baseOffset` + `batchLength`: the bytes not counted by `batchLength`.
+pub const LOG_OVERHEAD: usize = 12;
+const CRC_START: usize = 21;
+const ATTR_TIMESTAMP_TYPE: i16 = 0x08;
+const ATTR_TRANSACTIONAL: i16 = 0x10;
+const ATTR_CONTROL: i16 = 0x20;
+const ATTR_COMPRESSION: i16 = 0x07;
+
+fn be_i16(b: &[u8], at: usize) -> i16 {
+    i16::from_be_bytes([b[at], b[at + 1]])
+}
+fn be_i32(b: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes(b[at..at + 4].try_into().unwrap())
+}
+fn be_i64(b: &[u8], at: usize) -> i64 {
+    i64::from_be_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+/// The fields of a batch header that the log and its readers need.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchHeader {
+    pub base_offset: i64,
+    /// Bytes after the first 12 (`baseOffset` and `batchLength` themselves).
+    pub batch_length: i32,
+    pub magic: i8,
+    pub crc: u32,
+    pub attributes: i16,
+    pub last_offset_delta: i32,
+    pub base_timestamp: i64,
+    pub max_timestamp: i64,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+    pub record_count: i32,
+}
+
+impl BatchHeader {
+    /// Parses the header at the start of `b` without checking anything but that 61 bytes are there.
+    pub fn parse(b: &[u8]) -> Result<Self, InvalidBatch> {
+        if b.len() < HEADER_LEN {
+            return Err(InvalidBatch::Truncated { needed: HEADER_LEN, available: b.len() });
+        }
+        Ok(Self {
+            base_offset: be_i64(b, 0),
+            batch_length: be_i32(b, 8),
+            magic: b[16] as i8,
+            crc: u32::from_be_bytes(b[17..21].try_into().unwrap()),
+            attributes: be_i16(b, 21),
+            last_offset_delta: be_i32(b, 23),
+            base_timestamp: be_i64(b, 27),
+            max_timestamp: be_i64(b, 35),
+            producer_id: be_i64(b, 43),
+            producer_epoch: be_i16(b, 51),
+            base_sequence: be_i32(b, 53),
+            record_count: be_i32(b, 57),
+        })
+    }
+
+    /// Whole size of the batch on disk and on the wire.
+    pub fn total_len(&self) -> usize {
+        LOG_OVERHEAD + self.batch_length.max(0) as usize
+    }
+    pub fn last_offset(&self) -> i64 {
+        self.base_offset + self.last_offset_delta as i64
+    }
+    /// Offsets the batch occupies (`lastOffsetDelta + 1`; equals the record count for producer batches).
+    pub fn offset_count(&self) -> i64 {
+        self.last_offset_delta as i64 + 1
+    }
+    pub fn compression(&self) -> u8 {
+        (self.attributes & ATTR_COMPRESSION) as u8
+    }
+    pub fn is_log_append_time(&self) -> bool {
+        self.attributes & ATTR_TIMESTAMP_TYPE != 0
+    }
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & ATTR_TRANSACTIONAL != 0
+    }
+    pub fn is_control(&self) -> bool {
+        self.attributes & ATTR_CONTROL != 0
+    }
+}
+
+/// Reads the length of the batch starting at `b` from its first 12 bytes, if they are there.
+pub fn peek_total_len(b: &[u8]) -> Option<usize> {
+    (b.len() >= LOG_OVERHEAD).then(|| LOG_OVERHEAD + be_i32(b, 8).max(0) as usize)
+}
+
+/// Checks one whole batch at the start of `b` (which may hold more after it) and returns its header.
+/// Everything a producer could get wrong is checked: length, magic, CRC, counts, timestamps.
+pub fn validate(b: &[u8], max_batch_bytes: usize) -> Result<BatchHeader, InvalidBatch> {
+    if b.len() < LOG_OVERHEAD {
+        return Err(InvalidBatch::Truncated { needed: LOG_OVERHEAD, available: b.len() });
+    }
+    let batch_length = be_i32(b, 8);
+    if batch_length < (HEADER_LEN - LOG_OVERHEAD) as i32 {
+        return Err(InvalidBatch::LengthTooSmall(batch_length));
+    }
+    let total = LOG_OVERHEAD + batch_length as usize;
+    if total > max_batch_bytes {
+        return Err(InvalidBatch::TooLarge { size: total, limit: max_batch_bytes });
+    }
+    if b.len() < total {
+        return Err(InvalidBatch::Truncated { needed: total, available: b.len() });
+    }
+    let h = BatchHeader::parse(b)?;
+    if h.magic != 2 {
+        return Err(InvalidBatch::Magic(h.magic));
+    }
+    let computed = crc32c::crc32c(&b[CRC_START..total]);
+    if computed != h.crc {
+        return Err(InvalidBatch::Crc { stored: h.crc, computed });
+    }
+    if h.record_count < 1 {
+        return Err(InvalidBatch::RecordCount(h.record_count));
+    }
+    // Producers number records densely; a gap would also make offsets unbounded within a segment.
+    if h.last_offset_delta != h.record_count - 1 {
+        return Err(InvalidBatch::OffsetDelta {
+            last_offset_delta: h.last_offset_delta,
+            records: h.record_count,
+        });
+    }
+    let ts_ok = |t: i64| t >= -1;
+    if !ts_ok(h.base_timestamp)
+        || !ts_ok(h.max_timestamp)
+        || (h.base_timestamp >= 0 && h.max_timestamp >= 0 && h.max_timestamp < h.base_timestamp)
+    {
+        return Err(InvalidBatch::Timestamp { base: h.base_timestamp, max: h.max_timestamp });
+    }
+    Ok(h)
+}
+
+/// Checks a whole records blob (one or more batches back to back, as in a Produce request) and
+/// returns each batch's header. Either every batch is valid or the blob is refused.
+pub fn validate_all(blob: &[u8], max_batch_bytes: usize) -> Result<Vec<BatchHeader>, InvalidBatch> {
+    if blob.is_empty() {
+        return Err(InvalidBatch::Empty);
+    }
+    let mut headers = Vec::new();
+    let mut at = 0;
+    while at < blob.len() {
+        let h = validate(&blob[at..], max_batch_bytes)?;
+        if h.is_control() || h.is_transactional() {
+            return Err(InvalidBatch::Unsupported);
+        }
+        at += h.total_len();
+        headers.push(h);
+    }
+    Ok(headers)
+}
+
+/// Sets the base offset of the batch at the start of `b` (not covered by the CRC).
+pub fn set_base_offset(b: &mut [u8], base_offset: i64) {
+    b[0..8].copy_from_slice(&base_offset.to_be_bytes());
+}
+
+/// Marks the batch as LogAppendTime with `now_ms` as its max timestamp, and recomputes the CRC.
+pub fn stamp_log_append_time(b: &mut [u8], now_ms: i64) {
+    let total = peek_total_len(b).expect("validated batch");
+    let attrs = be_i16(b, 21) | ATTR_TIMESTAMP_TYPE;
+    b[21..23].copy_from_slice(&attrs.to_be_bytes());
+    b[35..43].copy_from_slice(&now_ms.to_be_bytes());
+    let crc = crc32c::crc32c(&b[CRC_START..total]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// Builds uncompressed RecordBatch v2 batches. Used by the view reader to encode shard batches, by the
+/// load generator's producers, and by tests.
+#[derive(Debug)]
+pub struct BatchBuilder {
+    buf: Vec<u8>,
+    base_timestamp: i64,
+    max_timestamp: i64,
+    count: i32,
+    last_offset_delta: i32,
+    producer_id: i64,
+    producer_epoch: i16,
+    base_sequence: i32,
+}
+
+/// A header of a record: key and value bytes.
+pub type RecordHeader<'a> = (&'a [u8], Option<&'a [u8]>);
+
+impl BatchBuilder {
+    /// A builder whose records' timestamps are relative to `base_timestamp` (milliseconds).
+    pub fn new(base_timestamp: i64) -> Self {
+        let mut buf = Vec::with_capacity(256);
+        buf.resize(HEADER_LEN, 0);
+        Self {
+            buf,
+            base_timestamp,
+            max_timestamp: base_timestamp,
+            count: 0,
+            last_offset_delta: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            base_sequence: -1,
+        }
+    }
+
+    /// Marks the batch as idempotent: the producer id, epoch and first sequence number.
+    pub fn producer(mut self, id: i64, epoch: i16, base_sequence: i32) -> Self {
+        self.producer_id = id;
+        self.producer_epoch = epoch;
+        self.base_sequence = base_sequence;
+        self
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+    /// Bytes the finished batch will have.
+    pub fn size(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Appends a record with the next offset delta.
+    pub fn push(&mut self, timestamp: i64, key: Option<&[u8]>, value: Option<&[u8]>, headers: &[RecordHeader<'_>]) {
+        let delta = self.count;
+        self.push_with_delta(delta, timestamp, key, value, headers);
+    }
+
+    /// Appends a record with an explicit offset delta (deltas must increase; gaps are allowed, as in a
+    /// compacted or filtered batch).
+    pub fn push_with_delta(
+        &mut self,
+        offset_delta: i32,
+        timestamp: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[RecordHeader<'_>],
+    ) {
+        let mut body = Vec::with_capacity(
+            16 + key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len),
+        );
+        body.push(0); // record attributes
+        put_varlong(&mut body, timestamp - self.base_timestamp);
+        put_varint(&mut body, offset_delta);
+        put_bytes(&mut body, key);
+        put_bytes(&mut body, value);
+        put_varint(&mut body, headers.len() as i32);
+        for (k, v) in headers {
+            put_bytes(&mut body, Some(k));
+            put_bytes(&mut body, *v);
+        }
+        put_varint(&mut self.buf, body.len() as i32);
+        self.buf.extend_from_slice(&body);
+        self.max_timestamp = self.max_timestamp.max(timestamp);
+        self.last_offset_delta = offset_delta;
+        self.count += 1;
+    }
+
+    /// Finishes the batch with the given base offset (the log rewrites it on append anyway).
+    pub fn finish(mut self, base_offset: i64) -> Vec<u8> {
+        assert!(self.count > 0, "a RecordBatch holds at least one record");
+        let b = &mut self.buf;
+        let batch_length = (b.len() - LOG_OVERHEAD) as i32;
+        b[0..8].copy_from_slice(&base_offset.to_be_bytes());
+        b[8..12].copy_from_slice(&batch_length.to_be_bytes());
+        b[12..16].copy_from_slice(&(-1i32).to_be_bytes()); // partition leader epoch
+        b[16] = 2;
+        b[21..23].copy_from_slice(&0i16.to_be_bytes());
+        b[23..27].copy_from_slice(&self.last_offset_delta.to_be_bytes());
+        b[27..35].copy_from_slice(&self.base_timestamp.to_be_bytes());
+        b[35..43].copy_from_slice(&self.max_timestamp.to_be_bytes());
+        b[43..51].copy_from_slice(&self.producer_id.to_be_bytes());
+        b[51..53].copy_from_slice(&self.producer_epoch.to_be_bytes());
+        b[53..57].copy_from_slice(&self.base_sequence.to_be_bytes());
+        b[57..61].copy_from_slice(&self.count.to_be_bytes());
+        let crc = crc32c::crc32c(&b[CRC_START..]);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        self.buf
+    }
+}
+
+fn put_varint(out: &mut Vec<u8>, v: i32) {
+    put_uvarint(out, ((v << 1) ^ (v >> 31)) as u32 as u64);
+}
+fn put_varlong(out: &mut Vec<u8>, v: i64) {
+    put_uvarint(out, ((v << 1) ^ (v >> 63)) as u64);
+}
+fn put_uvarint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+fn put_bytes(out: &mut Vec<u8>, b: Option<&[u8]>) {
+    match b {
+        None => put_varint(out, -1),
+        Some(b) => {
+            put_varint(out, b.len() as i32);
+            out.extend_from_slice(b);
+        }
+    }
+}
+
+/// One decoded record of an uncompressed batch, borrowing from the batch bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record<'a> {
+    pub offset: i64,
+    pub timestamp: i64,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    pub headers: Vec<RecordHeader<'a>>,
+}
+
+/// Decodes the records of one uncompressed batch (`b` is exactly the batch). Malformed record bytes end
+/// the iteration with an error instead of panicking: the bytes come from the wire or the disk.
+pub fn records(b: &[u8]) -> Result<Vec<Record<'_>>, InvalidBatch> {
+    let h = BatchHeader::parse(b)?;
+    if h.compression() != 0 {
+        return Err(InvalidBatch::Unsupported);
+    }
+    let total = h.total_len().min(b.len());
+    let mut r = Reader { b: &b[HEADER_LEN..total], at: 0 };
+    let malformed = || InvalidBatch::Truncated { needed: total, available: b.len() };
+    let mut out = Vec::with_capacity((h.record_count.max(0) as usize).min(total / 7));
+    for _ in 0..h.record_count {
+        let len = r.varint().ok_or_else(malformed)?;
+        let end = r.at.checked_add(usize::try_from(len).map_err(|_| malformed())?).ok_or_else(malformed)?;
+        if end > r.b.len() {
+            return Err(malformed());
+        }
+        let _attributes = r.take(1).ok_or_else(malformed)?;
+        let ts_delta = r.varlong().ok_or_else(malformed)?;
+        let off_delta = r.varint().ok_or_else(malformed)?;
+        let key = r.bytes().ok_or_else(malformed)?;
+        let value = r.bytes().ok_or_else(malformed)?;
+        let n_headers = r.varint().ok_or_else(malformed)?;
+        let mut headers = Vec::new();
+        for _ in 0..n_headers.max(0) {
+            let k = r.bytes().ok_or_else(malformed)?.ok_or_else(malformed)?;
+            let v = r.bytes().ok_or_else(malformed)?;
+            headers.push((k, v));
+        }
+        if r.at != end {
+            return Err(malformed());
+        }
+        out.push(Record {
+            offset: h.base_offset + off_delta as i64,
+            timestamp: if h.is_log_append_time() { h.max_timestamp } else { h.base_timestamp + ts_delta },
+            key,
+            value,
+            headers,
+        });
+    }
+    Ok(out)
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let s = self.b.get(self.at..self.at.checked_add(n)?)?;
+        self.at += n;
+        Some(s)
+    }
+    fn uvarint(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        for shift in (0..70).step_by(7) {
+            let byte = *self.b.get(self.at)?;
+            self.at += 1;
+            v |= ((byte & 0x7f) as u64) << shift;
+            if byte & 0x80 == 0 {
+                return Some(v);
+            }
+        }
+        None
+    }
+    fn varlong(&mut self) -> Option<i64> {
+        let u = self.uvarint()?;
+        Some((u >> 1) as i64 ^ -((u & 1) as i64))
+    }
+    fn varint(&mut self) -> Option<i32> {
+        i32::try_from(self.varlong()?).ok()
+    }
+    fn bytes(&mut self) -> Option<Option<&'a [u8]>> {
+        let len = self.varint()?;
+        if len < 0 {
+            return Some(None);
+        }
+        self.take(len as usize).map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<u8> {
+        let mut b = BatchBuilder::new(1_000);
+        b.push(1_000, Some(b"k1"), Some(b"v1"), &[(b"h", Some(b"x"))]);
+        b.push(1_005, None, Some(b"v2"), &[]);
+        b.push(1_003, Some(b""), None, &[]);
+        b.finish(0)
+    }
+
+    #[test]
+    fn built_batch_validates_and_decodes() {
+        let b = sample();
+        let h = validate(&b, usize::MAX).unwrap();
+        assert_eq!((h.record_count, h.last_offset_delta, h.max_timestamp), (3, 2, 1_005));
+        let recs = records(&b).unwrap();
+        assert_eq!(recs.len(), 3);
+        assert_eq!(recs[0].key, Some(&b"k1"[..]));
+        assert_eq!(recs[0].headers, vec![(&b"h"[..], Some(&b"x"[..]))]);
+        assert_eq!((recs[1].key, recs[1].offset, recs[1].timestamp), (None, 1, 1_005));
+        assert_eq!((recs[2].key, recs[2].value), (Some(&b""[..]), None));
+    }
+
+    #[test]
+    fn base_offset_is_outside_the_crc() {
+        let mut b = sample();
+        set_base_offset(&mut b, 12345);
+        let h = validate(&b, usize::MAX).unwrap();
+        assert_eq!(h.base_offset, 12345);
+        assert_eq!(records(&b).unwrap()[2].offset, 12347);
+    }
+
+    #[test]
+    fn log_append_time_recomputes_crc() {
+        let mut b = sample();
+        stamp_log_append_time(&mut b, 99_999);
+        let h = validate(&b, usize::MAX).unwrap();
+        assert!(h.is_log_append_time());
+        assert!(records(&b).unwrap().iter().all(|r| r.timestamp == 99_999));
+    }
+
+    #[test]
+    fn every_flipped_byte_from_magic_on_is_caught() {
+        let b = sample();
+        for i in 16..b.len() {
+            let mut c = b.clone();
+            c[i] ^= 0x40;
+            assert!(validate(&c, usize::MAX).is_err(), "flip at byte {i} went unnoticed");
+        }
+    }
+
+    #[test]
+    fn bad_shapes_are_refused() {
+        let b = sample();
+        assert!(matches!(validate(&b[..30], usize::MAX), Err(InvalidBatch::Truncated { .. })));
+        assert!(matches!(validate(&b[..b.len() - 1], usize::MAX), Err(InvalidBatch::Truncated { .. })));
+        assert!(matches!(validate(&b, 10), Err(InvalidBatch::TooLarge { .. })));
+        let mut short = b.clone();
+        short[8..12].copy_from_slice(&10i32.to_be_bytes());
+        assert_eq!(validate(&short, usize::MAX), Err(InvalidBatch::LengthTooSmall(10)));
+        let mut magic = b.clone();
+        magic[16] = 1;
+        assert_eq!(validate(&magic, usize::MAX), Err(InvalidBatch::Magic(1)));
+        assert_eq!(validate_all(&[], usize::MAX), Err(InvalidBatch::Empty));
+        let mut two = b.clone();
+        two.extend_from_slice(&b[..40]);
+        assert!(validate_all(&two, usize::MAX).is_err());
+        two.truncate(b.len());
+        two.extend_from_slice(&b);
+        assert_eq!(validate_all(&two, usize::MAX).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn count_and_timestamp_rules() {
+        let fix_crc = |b: &mut Vec<u8>| {
+            let crc = crc32c::crc32c(&b[CRC_START..]);
+            b[17..21].copy_from_slice(&crc.to_be_bytes());
+        };
+        let mut zero = sample();
+        zero[57..61].copy_from_slice(&0i32.to_be_bytes());
+        fix_crc(&mut zero);
+        assert_eq!(validate(&zero, usize::MAX), Err(InvalidBatch::RecordCount(0)));
+        let mut delta = sample();
+        delta[23..27].copy_from_slice(&1i32.to_be_bytes());
+        fix_crc(&mut delta);
+        assert!(matches!(validate(&delta, usize::MAX), Err(InvalidBatch::OffsetDelta { .. })));
+        let mut ts = sample();
+        ts[35..43].copy_from_slice(&5i64.to_be_bytes());
+        fix_crc(&mut ts);
+        assert!(matches!(validate(&ts, usize::MAX), Err(InvalidBatch::Timestamp { .. })));
+    }
+
+    #[test]
+    fn garbage_record_bytes_do_not_panic() {
+        let mut b = sample();
+        for i in HEADER_LEN..b.len() {
+            b[i] = 0xff;
+            let _ = records(&b);
+        }
+    }
+}

@@ -1,0 +1,56 @@
+//! Settings of one partition log. Every field is a `shoal serve` flag (and, where Kafka has one, a topic
+//! config); the defaults follow Kafka's where they make sense for a single-node broker.
+
+use std::time::Duration;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// Roll to a new segment when the active one would grow past this (Kafka `segment.bytes`).
+    pub segment_bytes: u64,
+    /// Roll when the active segment's first batch is older than this (Kafka `segment.ms`).
+    pub segment_age: Option<Duration>,
+    /// Bytes between entries of the sparse offset index (Kafka `index.interval.bytes`).
+    pub index_interval_bytes: u32,
+    /// Non-durable appends are fsynced at least this often (`None`: only by the OS or a durable append).
+    /// A crash of the machine loses at most this much of acknowledged `acks=1` data.
+    pub flush_interval: Option<Duration>,
+    /// Delete whole old segments while the log would stay at least this big (Kafka `retention.bytes`).
+    pub retention_bytes: Option<u64>,
+    /// Delete whole old segments whose newest record is older than this (Kafka `retention.ms`).
+    pub retention_age: Option<Duration>,
+    /// How often the log checks retention on its own.
+    pub retention_check_interval: Duration,
+    /// Largest batch accepted (Kafka `message.max.bytes`).
+    pub max_batch_bytes: usize,
+    /// Stamp every appended batch with the broker's clock (Kafka `message.timestamp.type=LogAppendTime`).
+    pub log_append_time: bool,
+}
+
+/// Kafka caps `segment.bytes` at `i32::MAX`; we need positions to fit the index's `u32`.
+pub const MAX_SEGMENT_BYTES: u64 = i32::MAX as u64;
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            segment_bytes: 256 << 20,
+            segment_age: Some(Duration::from_secs(7 * 24 * 3600)),
+            index_interval_bytes: 4096,
+            flush_interval: Some(Duration::from_secs(1)),
+            retention_bytes: None,
+            retention_age: Some(Duration::from_secs(7 * 24 * 3600)),
+            retention_check_interval: Duration::from_secs(300),
+            max_batch_bytes: 1_048_588,
+            log_append_time: false,
+        }
+    }
+}
+
+impl LogConfig {
+    /// Clamps values that would break the log's invariants.
+    pub(crate) fn sanitized(mut self) -> Self {
+        self.segment_bytes = self.segment_bytes.clamp(4096, MAX_SEGMENT_BYTES);
+        self.index_interval_bytes = self.index_interval_bytes.max(1);
+        self.max_batch_bytes = self.max_batch_bytes.min(self.segment_bytes as usize);
+        self
+    }
+}

@@ -1,0 +1,55 @@
+//! The shard layer's one error type. The Kafka front end maps each variant to a Kafka error code in
+//! one place; nothing here knows about the wire.
+
+use std::path::PathBuf;
+
+/// Why a batch handed to [`crate::Log::append`] was refused. Every variant means nothing was appended.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidBatch {
+    #[error("records blob is empty")]
+    Empty,
+    #[error("truncated batch: need {needed} bytes, {available} left")]
+    Truncated { needed: usize, available: usize },
+    #[error("batch length {0} is below the RecordBatch v2 header size")]
+    LengthTooSmall(i32),
+    #[error("unsupported magic byte {0} (only RecordBatch v2 is accepted)")]
+    Magic(i8),
+    #[error("CRC-32C mismatch: header says {stored:#010x}, bytes give {computed:#010x}")]
+    Crc { stored: u32, computed: u32 },
+    #[error("record count {0} must be at least 1")]
+    RecordCount(i32),
+    #[error("last offset delta {last_offset_delta} does not fit record count {records}")]
+    OffsetDelta { last_offset_delta: i32, records: i32 },
+    #[error("timestamps out of range: base {base}, max {max}")]
+    Timestamp { base: i64, max: i64 },
+    #[error("batch of {size} bytes exceeds the limit of {limit}")]
+    TooLarge { size: usize, limit: usize },
+    #[error("control or transactional batches are not supported")]
+    Unsupported,
+}
+
+/// Errors of the shard-local engine.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The batch was refused; nothing was appended (Kafka: `CORRUPT_MESSAGE`, or `MESSAGE_TOO_LARGE`).
+    #[error("invalid record batch: {0}")]
+    InvalidBatch(#[from] InvalidBatch),
+    /// The offset is outside `[log_start_offset, high_watermark]` (Kafka: `OFFSET_OUT_OF_RANGE`).
+    #[error("offset {offset} out of range [{log_start_offset}, {high_watermark}]")]
+    OffsetOutOfRange { offset: i64, log_start_offset: i64, high_watermark: i64 },
+    /// The disk refused a read, write or sync (Kafka: `KAFKA_STORAGE_ERROR`). After a failed sync the log
+    /// refuses appends until restart, since the kernel may have dropped the dirty pages.
+    #[error("storage error on {path}: {message}")]
+    Storage { path: PathBuf, message: String },
+    /// The log was closed or deleted while the operation waited.
+    #[error("log is closed")]
+    Closed,
+}
+
+impl Error {
+    pub(crate) fn storage(path: impl Into<PathBuf>, err: impl std::fmt::Display) -> Self {
+        Error::Storage { path: path.into(), message: err.to_string() }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,69 @@
+//! What a log read returns: whole batches as shared byte slices, with the counts a fetch response and
+//! its metrics need. Cloning a `Records` clones reference counts, never bytes.
+
+use bytes::Bytes;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Records {
+    /// Whole batches back to back, split only where the underlying memory is (tail-cache chunks,
+    /// segment files). Written to a socket in order, they are the `records` field of a fetch response.
+    pub parts: Vec<Bytes>,
+    /// Sum of the parts' lengths.
+    pub len: usize,
+    pub batches: u32,
+    pub records: u64,
+    /// Base offset of the first batch (may be below the offset asked for) and last offset of the last
+    /// batch; both `-1` when empty.
+    pub first_offset: i64,
+    pub last_offset: i64,
+}
+
+impl Records {
+    pub fn empty() -> Self {
+        Self { first_offset: -1, last_offset: -1, ..Default::default() }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.batches == 0
+    }
+    /// The offset a consumer fetches next after these records.
+    pub fn next_offset(&self) -> Option<i64> {
+        (!self.is_empty()).then_some(self.last_offset + 1)
+    }
+
+    /// Appends `other`, which must start right after `self`.
+    pub(crate) fn extend(&mut self, other: Records) {
+        if other.is_empty() {
+            return;
+        }
+        if self.is_empty() {
+            *self = other;
+            return;
+        }
+        debug_assert_eq!(other.first_offset, self.last_offset + 1);
+        self.parts.extend(other.parts);
+        self.len += other.len;
+        self.batches += other.batches;
+        self.records += other.records;
+        self.last_offset = other.last_offset;
+    }
+
+    /// All bytes in one buffer (tests and tools; the serving path writes `parts` directly).
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.len);
+        for p in &self.parts {
+            v.extend_from_slice(p);
+        }
+        v
+    }
+}
+
+/// The result of one log read: the records and the partition's state the read saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogRead {
+    pub records: Records,
+    /// The next offset to be assigned when the read ran.
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    /// Served from the tail cache, with no disk I/O.
+    pub from_cache: bool,
+}
