@@ -24,7 +24,11 @@ use crate::tail_cache::{LogId, TailCache};
 use bytes::Bytes;
 use glommio::sync::Semaphore;
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
 use std::rc::{Rc, Weak};
 use std::time::{Duration, Instant};
 
@@ -50,6 +54,8 @@ pub struct AppendResult {
 pub struct LogStats {
     pub appended_batches: u64,
     pub appended_bytes: u64,
+    /// Writes to disk; fewer than appends when concurrent appends were written together.
+    pub append_writes: u64,
     pub fsyncs: u64,
     pub cache_reads: u64,
     pub disk_reads: u64,
@@ -76,12 +82,64 @@ struct Inner {
     high_watermark: OffsetMonitor,
     /// Everything below is fsynced. Closed when the log fails or closes.
     durable: OffsetMonitor,
+    /// Held by whoever changes the segment list or writes: the writer task, retention, close.
     append_permit: Semaphore,
+    /// Validated appends waiting for the writer task, in arrival order.
+    queue: RefCell<VecDeque<PendingAppend>>,
+    writing: Cell<bool>,
     syncing: Cell<bool>,
     /// Set when an fsync failed: the page cache may have dropped data, so appends stop until restart.
     failure: RefCell<Option<String>>,
     closed: Cell<bool>,
     stats: Cell<LogStats>,
+}
+
+/// Most bytes written by one write of grouped appends.
+const MAX_GROUP_BYTES: u64 = 8 << 20;
+
+/// An append waiting for the writer task.
+#[derive(Debug)]
+struct PendingAppend {
+    blob: Bytes,
+    headers: Vec<BatchHeader>,
+    done: Rc<Slot<Result<AppendResult>>>,
+}
+
+/// A one-shot result the writer task fills in and the appender awaits.
+#[derive(Debug)]
+struct Slot<T> {
+    value: RefCell<Option<T>>,
+    waker: RefCell<Option<Waker>>,
+}
+
+impl<T> Default for Slot<T> {
+    fn default() -> Self {
+        Self { value: RefCell::new(None), waker: RefCell::new(None) }
+    }
+}
+
+impl<T> Slot<T> {
+    fn set(&self, value: T) {
+        *self.value.borrow_mut() = Some(value);
+        if let Some(w) = self.waker.borrow_mut().take() {
+            w.wake();
+        }
+    }
+}
+
+struct SlotWait<T>(Rc<Slot<T>>);
+
+impl<T> Future for SlotWait<T> {
+    type Output = T;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        match self.0.value.borrow_mut().take() {
+            Some(v) => Poll::Ready(v),
+            None => {
+                *self.0.waker.borrow_mut() = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
 }
 
 /// A segment file found at open.
@@ -116,6 +174,8 @@ impl Log {
             high_watermark: OffsetMonitor::new(next),
             durable: OffsetMonitor::new(next),
             append_permit: Semaphore::new(1),
+            queue: RefCell::new(VecDeque::new()),
+            writing: Cell::new(false),
             syncing: Cell::new(false),
             failure: RefCell::new(None),
             closed: Cell::new(false),
@@ -163,15 +223,17 @@ impl Log {
     }
 
     /// Validates and appends one or more batches (a Produce request's records for this partition).
-    /// All or nothing: a refused batch appends nothing. The append runs to completion even if the caller
-    /// stops waiting, so a disconnecting producer cannot leave a half-done append behind.
+    /// All or nothing: a refused batch appends nothing. The append is queued to the log's writer task
+    /// and runs to completion even if the caller stops waiting, so a disconnecting producer cannot leave
+    /// a half-done append behind. Appends queued while a write or fsync is in progress are written
+    /// together (one write, then one fsync for all of them: group commit).
     pub async fn append(&self, blob: Bytes, opts: AppendOptions) -> Result<AppendResult> {
         let headers = batch::validate_all(&blob, self.inner.config.borrow().max_batch_bytes)?;
-        let inner = self.inner.clone();
-        let res = glommio::spawn_local(async move { inner.append_in_order(blob, headers).await })
-            .detach()
-            .await
-            .unwrap_or(Err(Error::Closed))?;
+        self.inner.check_writable()?;
+        let done = Rc::new(Slot::default());
+        self.inner.queue.borrow_mut().push_back(PendingAppend { blob, headers, done: done.clone() });
+        self.inner.start_writer();
+        let res = SlotWait(done).await?;
         if opts.durable {
             self.inner.sync_to(res.high_watermark).await?;
         }
@@ -329,61 +391,146 @@ impl Inner {
         }
     }
 
-    async fn append_in_order(self: Rc<Self>, blob: Bytes, mut headers: Vec<BatchHeader>) -> Result<AppendResult> {
-        let _permit = self.append_permit.acquire_permit(1).await.map_err(|_| Error::Closed)?;
-        self.check_writable()?;
-        let (segment_bytes, segment_age, stamp) = {
-            let c = self.config.borrow();
-            (c.segment_bytes, c.segment_age, c.log_append_time)
+    /// Starts the writer task unless it runs: it drains the append queue in groups, in order.
+    fn start_writer(self: &Rc<Self>) {
+        if self.writing.replace(true) {
+            return;
+        }
+        let inner = self.clone();
+        glommio::spawn_local(async move {
+            let permit = inner.append_permit.acquire_permit(1).await;
+            loop {
+                let group = inner.next_group().await;
+                if group.is_empty() {
+                    break;
+                }
+                if permit.is_err() {
+                    group.into_iter().for_each(|p| p.done.set(Err(Error::Closed)));
+                    continue;
+                }
+                inner.write_group(group).await;
+            }
+            inner.writing.set(false);
+        })
+        .detach();
+    }
+
+    /// Takes the next appends to write together: as many as fit in the active segment (rolling it
+    /// first if the oldest does not) and in `MAX_GROUP_BYTES`.
+    async fn next_group(&self) -> Vec<PendingAppend> {
+        let stamp = self.config.borrow().log_append_time;
+        let Some((first_len, first_ts)) = self.queue.borrow().front().map(|p| {
+            let ts = if stamp { now_ms() } else { p.headers.iter().map(|h| h.max_timestamp).max().unwrap_or(-1) };
+            (p.blob.len() as u64, ts)
+        }) else {
+            return Vec::new();
         };
-        let now = now_ms();
+        if let Err(e) = self.roll_if_needed(first_len, first_ts).await {
+            let failed: Vec<_> = self.queue.borrow_mut().drain(..).collect();
+            let why = e.to_string();
+            failed.into_iter().for_each(|p| p.done.set(Err(Error::storage(&self.dir, &why))));
+            return Vec::new();
+        }
+        let active_size = self.active().size.get();
+        let segment_bytes = self.config.borrow().segment_bytes;
+        let room = segment_bytes.saturating_sub(active_size).min(MAX_GROUP_BYTES).max(first_len);
+        let mut queue = self.queue.borrow_mut();
+        let mut total = 0;
+        let mut group = Vec::new();
+        while let Some(p) = queue.front() {
+            let len = p.blob.len() as u64;
+            if !group.is_empty() && total + len > room {
+                break;
+            }
+            total += len;
+            group.push(queue.pop_front().unwrap());
+        }
+        group
+    }
+
+    async fn roll_if_needed(&self, next_len: u64, next_ts: i64) -> Result<()> {
+        self.check_writable()?;
+        let (segment_bytes, segment_age) = {
+            let c = self.config.borrow();
+            (c.segment_bytes, c.segment_age)
+        };
         let active = self.active();
-        let full = active.size.get() + blob.len() as u64 > segment_bytes;
-        let old = segment_age.is_some_and(|age| {
-            let first = active.first_timestamp.get();
-            first >= 0 && now - first >= age.as_millis() as i64
-        });
+        let full = active.size.get() + next_len > segment_bytes;
+        let old = segment_age.is_some_and(|age| active.is_older_than(age, next_ts));
         if active.size.get() > 0 && (full || old) {
             self.roll().await?;
         }
+        Ok(())
+    }
+
+    /// Assigns offsets to a group of appends, writes them with one write and completes each.
+    async fn write_group(&self, mut group: Vec<PendingAppend>) {
+        if let Err(e) = self.check_writable() {
+            let why = e.to_string();
+            group.into_iter().for_each(|p| p.done.set(Err(Error::storage(&self.dir, &why))));
+            return;
+        }
+        let stamp = self.config.borrow().log_append_time;
+        let now = now_ms();
         let base = self.high_watermark.value();
-        let mut data = blob.to_vec();
-        let (mut at, mut next) = (0, base);
-        for h in headers.iter_mut() {
-            batch::set_base_offset(&mut data[at..], next);
-            h.base_offset = next;
-            if stamp {
-                batch::stamp_log_append_time(&mut data[at..], now);
-                h.max_timestamp = now;
-            }
-            next += h.offset_count();
-            at += h.total_len();
-        }
-        self.active().append(data, &headers).await?;
-        let mut at = 0;
-        for h in &headers {
-            let len = h.total_len();
-            let fix = |b: &mut [u8]| {
-                batch::set_base_offset(b, h.base_offset);
+        let mut data = Vec::with_capacity(group.iter().map(|p| p.blob.len()).sum());
+        let mut next = base;
+        for p in &mut group {
+            let mut at = data.len();
+            data.extend_from_slice(&p.blob);
+            for h in p.headers.iter_mut() {
+                batch::set_base_offset(&mut data[at..], next);
                 if stamp {
-                    batch::stamp_log_append_time(b, now);
+                    batch::stamp_log_append_time(&mut data[at..], now);
+                    h.max_timestamp = now;
                 }
-            };
-            self.cache.insert(self.cache_id, &blob[at..at + len], fix, h.base_offset, h.last_offset(), h.record_count as u64);
-            at += len;
+                h.base_offset = next;
+                next += h.offset_count();
+                at += h.total_len();
+            }
         }
+        let headers: Vec<BatchHeader> = group.iter().flat_map(|p| p.headers.iter().copied()).collect();
+        if let Err(e) = self.active().append(data, &headers).await {
+            let why = e.to_string();
+            group.into_iter().for_each(|p| p.done.set(Err(Error::storage(&self.dir, &why))));
+            return;
+        }
+        let log_start_offset = self.segments.borrow()[0].base_offset;
+        // Nothing awaits from here on: readers see the new watermark and the cached batches together.
         self.high_watermark.advance(next);
+        let mut batches = 0;
+        let mut bytes = 0;
+        for p in group {
+            let mut at = 0;
+            for h in &p.headers {
+                let len = h.total_len();
+                let fix = |b: &mut [u8]| {
+                    batch::set_base_offset(b, h.base_offset);
+                    if stamp {
+                        batch::stamp_log_append_time(b, now);
+                    }
+                };
+                let (first, last) = (h.base_offset, h.last_offset());
+                self.cache.insert(self.cache_id, &p.blob[at..at + len], fix, first, last, h.record_count as u64);
+                at += len;
+            }
+            batches += p.headers.len() as u64;
+            bytes += p.blob.len() as u64;
+            let first = p.headers[0].base_offset;
+            let end = p.headers.last().unwrap().last_offset() + 1;
+            p.done.set(Ok(AppendResult {
+                base_offset: first,
+                last_offset: end - 1,
+                high_watermark: next,
+                log_append_time: if stamp { now } else { -1 },
+                log_start_offset,
+            }));
+        }
         self.bump(|s| {
-            s.appended_batches += headers.len() as u64;
-            s.appended_bytes += blob.len() as u64;
+            s.appended_batches += batches;
+            s.appended_bytes += bytes;
+            s.append_writes += 1;
         });
-        Ok(AppendResult {
-            base_offset: base,
-            last_offset: next - 1,
-            high_watermark: next,
-            log_append_time: if stamp { now } else { -1 },
-            log_start_offset: self.segments.borrow()[0].base_offset,
-        })
     }
 
     /// Seals the active segment (fsync, index file) and starts a new one at the high watermark.

@@ -39,6 +39,9 @@ pub(crate) struct Segment {
     /// Wall-clock ms of the last append (or the file's mtime at start-up): the age of a segment whose
     /// records carry no timestamps.
     pub last_modified_ms: Cell<i64>,
+    /// Wall-clock ms the segment was created (or its file's mtime at start-up): the age of a segment
+    /// whose records carry no timestamps, for rolling.
+    pub created_ms: i64,
     pub index: RefCell<SparseIndex>,
     /// Its index file is on disk and matches it: the segment is clean and immutable.
     pub sealed: Cell<bool>,
@@ -96,6 +99,7 @@ impl Segment {
             max_timestamp: Cell::new(meta.max_timestamp),
             first_timestamp: Cell::new(meta.first_timestamp),
             last_modified_ms: Cell::new(last_modified_ms),
+            created_ms: last_modified_ms,
             index: RefCell::new(index),
             sealed: Cell::new(false),
         }
@@ -153,6 +157,19 @@ impl Segment {
         self.size.set(at);
         self.last_modified_ms.set(now_ms());
         Ok(())
+    }
+
+    /// Whether a batch with max timestamp `incoming_ts` should go to a new segment because this one is
+    /// older than `age`. As in Kafka, time is measured between record timestamps when they exist (so a
+    /// producer replaying old data does not roll on every batch), else by the wall clock.
+    pub(crate) fn is_older_than(&self, age: std::time::Duration, incoming_ts: i64) -> bool {
+        let age = age.as_millis() as i64;
+        let first = self.first_timestamp.get();
+        if first >= 0 && incoming_ts >= 0 {
+            incoming_ts - first >= age
+        } else {
+            now_ms() - self.created_ms >= age
+        }
     }
 
     fn note_timestamps(&self, h: &BatchHeader) {

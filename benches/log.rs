@@ -1,0 +1,425 @@
+//! Benchmarks of the partition log (`shards::Log`), each checked against a baseline measured in the
+//! same run so the verdict does not depend on the machine:
+//!
+//! 1. durable appends with group commit vs plain `write` + `sync_data` at the same fsync cadence;
+//! 2. tail-cache reads of 1 MiB vs 1 KiB (a read shares memory, so its cost must not grow with size);
+//! 3. opening a cleanly closed log of 16 segments vs one of 1 segment (sealed segments are not scanned).
+//!
+//! `cargo bench --bench log` runs the full sizes (a few minutes, ~4.5 GiB of disk);
+//! `cargo bench --bench log -- --quick` shrinks them for a smoke run. Results are printed, one line per
+//! measurement ending in PASS or FAIL; the process does not fail on a missed target.
+//!
+//! Data lives under `target/` rather than the system temp dir, which may be tmpfs: fsync must reach a disk.
+
+use bytes::Bytes;
+use glommio::LocalExecutorBuilder;
+use shards::batch::BatchBuilder;
+use shards::{AppendOptions, Log, LogConfig, LogStats, TailCache};
+use std::future::Future;
+use std::io::Write;
+use std::path::Path;
+use std::rc::Rc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const KIB: usize = 1 << 10;
+const MIB: usize = 1 << 20;
+
+/// Sizes of one run; `--quick` shrinks the ones that cost time or disk.
+#[derive(Debug, Clone, Copy)]
+struct Scale {
+    append_total: usize,
+    append_tasks: usize,
+    cached_total: usize,
+    read_iters: usize,
+    read_rounds: usize,
+    segment_bytes: usize,
+    many_segments: usize,
+    open_repeats: usize,
+}
+
+impl Scale {
+    fn new(quick: bool) -> Self {
+        let full = Self {
+            append_total: 256 * MIB,
+            append_tasks: 16,
+            cached_total: 64 * MIB,
+            read_iters: 200_000,
+            read_rounds: 7,
+            segment_bytes: 256 * MIB,
+            many_segments: 16,
+            open_repeats: 3,
+        };
+        if quick {
+            Self { append_total: 16 * MIB, cached_total: 16 * MIB, read_iters: 20_000, segment_bytes: 16 * MIB, ..full }
+        } else {
+            full
+        }
+    }
+}
+
+fn main() {
+    // `cargo bench` also passes `--bench`; only `--quick` matters here.
+    let quick = std::env::args().any(|a| a == "--quick");
+    let scale = Scale::new(quick);
+    std::fs::create_dir_all("target").expect("create target/");
+    let scratch = tempfile::Builder::new().prefix("bench-log-").tempdir_in("target").expect("scratch dir in target/");
+    println!("log benchmarks ({}), data in {}", if quick { "quick" } else { "full" }, scratch.path().display());
+
+    durable_append(scratch.path(), &scale);
+    tail_cache_reads(scratch.path(), &scale);
+    startup_after_clean_close(scratch.path(), &scale);
+    // `scratch` removes whatever is left when dropped.
+}
+
+// ---------------------------------------------------------------------------------------------------
+// 1. Durable append throughput with group commit
+
+fn durable_append(scratch: &Path, scale: &Scale) {
+    let batch = batch_of_len(16 * KIB);
+    let batches = scale.append_total / batch.len();
+    let tasks = scale.append_tasks;
+    let dir = scratch.join("durable");
+
+    let (log_time, stats) = on_executor({
+        let dir = dir.clone();
+        let batch = batch.clone();
+        move || async move {
+            let log = Log::open(&dir, log_config(256 * MIB), Rc::new(TailCache::new(32 * MIB, MIB))).await.unwrap();
+            let start = Instant::now();
+            let writers: Vec<_> = (0..tasks)
+                .map(|t| {
+                    let (log, batch) = (log.clone(), batch.clone());
+                    // Spread the remainder so exactly `batches` are appended.
+                    let mine = batches / tasks + usize::from(t < batches % tasks);
+                    glommio::spawn_local(async move {
+                        for _ in 0..mine {
+                            log.append(batch.clone(), AppendOptions { durable: true }).await.unwrap();
+                        }
+                    })
+                })
+                .collect();
+            for w in writers {
+                w.await;
+            }
+            let elapsed = start.elapsed();
+            let stats = log.stats();
+            log.close().await.unwrap();
+            (elapsed, stats)
+        }
+    });
+    remove_dir(&dir);
+    assert_eq!(stats.appended_batches, batches as u64, "every append must have landed");
+    let fsyncs = stats.fsyncs.max(1) as usize;
+
+    // The baseline pays the same number of fsyncs for the same bytes, so the ratio isolates the log's
+    // own overhead (copies, cache inserts, task hops) from the disk's fsync latency.
+    let base_path = scratch.join("durable-baseline.dat");
+    let (base_time, base_fsyncs) = plain_writes_with_syncs(&base_path, &batch, batches, fsyncs);
+    let _ = std::fs::remove_file(&base_path);
+
+    let bytes = batches * batch.len();
+    let (log_mbs, base_mbs) = (mb_per_s(bytes, log_time), mb_per_s(bytes, base_time));
+    let ratio = log_mbs / base_mbs;
+    report(
+        "1/3 durable append",
+        &format!(
+            "{tasks} tasks x {} batches, {}: log {log_mbs:.1} MB/s ({fsyncs} fsyncs, {:.1} batches/fsync) vs \
+             std::fs write+sync_data {base_mbs:.1} MB/s ({base_fsyncs} fsyncs)",
+            size_label(batch.len()),
+            size_label(bytes),
+            batches as f64 / fsyncs as f64,
+        ),
+        ratio,
+        ">= 0.80",
+        ratio >= 0.8,
+    );
+}
+
+/// Writes `batch` `n` times to a new file, calling `sync_data` `syncs` times evenly spread (the last
+/// after the final write). Returns the time taken and the number of syncs done.
+fn plain_writes_with_syncs(path: &Path, batch: &[u8], n: usize, syncs: usize) -> (Duration, usize) {
+    let mut f = std::fs::File::create(path).expect("create baseline file");
+    let mut done = 0;
+    let start = Instant::now();
+    for i in 1..=n {
+        f.write_all(batch).expect("baseline write");
+        // Sync whenever i * syncs / n crosses an integer: exactly `syncs` of them, the last at i == n.
+        if i * syncs / n > (i - 1) * syncs / n {
+            f.sync_data().expect("baseline sync");
+            done += 1;
+        }
+    }
+    (start.elapsed(), done)
+}
+
+// ---------------------------------------------------------------------------------------------------
+// 2. Tail-cache read cost does not grow with the size read
+
+fn tail_cache_reads(scratch: &Path, scale: &Scale) {
+    const CHUNK: usize = MIB;
+    const BIG_READ: usize = MIB;
+    const SMALL_READ: usize = KIB;
+    let big = batch_of_len(16 * KIB);
+    let small = batch_of_len(SMALL_READ);
+    let big_count = scale.cached_total / big.len();
+    let small_count = MIB / small.len();
+    let (iters, rounds) = (scale.read_iters, scale.read_rounds);
+    let dir = scratch.join("cached");
+
+    let result = on_executor({
+        let dir = dir.clone();
+        move || async move {
+            // Large enough that nothing appended here is evicted.
+            let cache = Rc::new(TailCache::new(256 * MIB, CHUNK));
+            let log = Log::open(&dir, log_config(256 * MIB), cache.clone()).await.unwrap();
+            // One record per batch, so offset == batch index: the 16 KiB batches are offsets
+            // 0..big_count, the 1 KiB ones follow.
+            append_n(&log, &big, big_count).await;
+            append_n(&log, &small, small_count).await;
+            assert_eq!(cache.stats().evicted_chunks, 0, "the tail cache must hold everything appended");
+
+            // A chunk holds exactly CHUNK / 16 KiB batches, so reads starting at a multiple of that
+            // begin at a chunk boundary, as a consumer reading the tail in 1 MiB steps does.
+            let per_chunk = (CHUNK / big.len()) as i64;
+            let big_offsets: Vec<i64> = (0..big_count as i64 - per_chunk).step_by(per_chunk as usize).collect();
+            let small_offsets: Vec<i64> = (big_count as i64..(big_count + small_count) as i64).collect();
+
+            let (mut best_small, mut best_big) = (f64::MAX, f64::MAX);
+            let (mut small_shape, mut big_shape) = (ReadShape::default(), ReadShape::default());
+            // Alternate the two cases so drift (frequency scaling, noisy neighbours) hits both alike.
+            for _ in 0..rounds {
+                let (ns, shape) = time_reads(&log, &small_offsets, SMALL_READ, iters).await;
+                best_small = best_small.min(ns);
+                small_shape = shape;
+                let (ns, shape) = time_reads(&log, &big_offsets, BIG_READ, iters).await;
+                best_big = best_big.min(ns);
+                big_shape = shape;
+            }
+            log.close().await.unwrap();
+            (best_small, small_shape, best_big, big_shape)
+        }
+    });
+    remove_dir(&dir);
+    let (small_ns, small_shape, big_ns, big_shape) = result;
+
+    assert!(small_shape.all_cached && big_shape.all_cached, "every read must be served from the tail cache");
+    assert_eq!(small_shape.min_len, small.len(), "a 1 KiB read must return one 1 KiB batch");
+    assert!(big_shape.min_len >= BIG_READ - big.len(), "a 1 MiB read returned only {} bytes", big_shape.min_len);
+
+    let ratio = big_ns / small_ns;
+    report(
+        "2/3 tail-cache read",
+        &format!(
+            "best of {rounds} x {iters} reads: 1 MiB read {big_ns:.0} ns ({} batches, {} parts) vs \
+             1 KiB read {small_ns:.0} ns ({} batch, {} part)",
+            big_shape.batches, big_shape.parts, small_shape.batches, small_shape.parts,
+        ),
+        ratio,
+        "<= 2.00",
+        ratio <= 2.0,
+    );
+}
+
+/// What the reads of one timing loop returned (checked after timing, so the loop stays lean).
+#[derive(Debug, Clone, Copy, Default)]
+struct ReadShape {
+    all_cached: bool,
+    min_len: usize,
+    batches: u32,
+    parts: usize,
+}
+
+/// Reads `iters` times, cycling over `offsets`, and returns the mean ns per read.
+async fn time_reads(log: &Log, offsets: &[i64], max_bytes: usize, iters: usize) -> (f64, ReadShape) {
+    let mut shape = ReadShape { all_cached: true, min_len: usize::MAX, ..Default::default() };
+    let start = Instant::now();
+    for i in 0..iters {
+        let read = log.read(offsets[i % offsets.len()], max_bytes, false).await.unwrap();
+        shape.all_cached &= read.from_cache;
+        shape.min_len = shape.min_len.min(read.records.len);
+        if i == 0 {
+            (shape.batches, shape.parts) = (read.records.batches, read.records.parts.len());
+        }
+        // Dropping the records (their `Bytes` and part list) is part of the cost a fetch pays.
+        drop(std::hint::black_box(read));
+    }
+    (start.elapsed().as_nanos() as f64 / iters as f64, shape)
+}
+
+// ---------------------------------------------------------------------------------------------------
+// 3. Start-up after a clean shutdown does not scan old segments
+
+fn startup_after_clean_close(scratch: &Path, scale: &Scale) {
+    let batch = batch_of_len(64 * KIB);
+    let segment_bytes = scale.segment_bytes;
+    // Batches exactly divide a segment and a segment rolls only when the next batch would not fit, so
+    // every segment of both logs, the last included, ends exactly full: the one segment open scans
+    // (the last) is the same size in both.
+    let per_segment = segment_bytes / batch.len();
+    let many = scale.many_segments;
+    let needed = (1 + many) as u64 * segment_bytes as u64 + (512 * MIB) as u64;
+    match free_bytes(scratch) {
+        Some(free) if free < needed => {
+            println!(
+                "[3/3 start-up] SKIPPED: needs {} of free disk, {} available",
+                size_label(needed as usize),
+                size_label(free as usize)
+            );
+            return;
+        }
+        None => println!("[3/3 start-up] could not check free disk space (df); going ahead"),
+        Some(_) => {}
+    }
+
+    let (one, several) = (scratch.join("open-1"), scratch.join(format!("open-{many}")));
+    let config = log_config(segment_bytes);
+    let repeats = scale.open_repeats;
+    let (one_opens, several_opens) = on_executor({
+        let (one, several, config) = (one.clone(), several.clone(), config.clone());
+        move || async move {
+            for (dir, segments) in [(&one, 1), (&several, many)] {
+                let log = Log::open(dir, config.clone(), small_cache()).await.unwrap();
+                append_n(&log, &batch, segments * per_segment).await;
+                assert_eq!(log.stats().segments, segments, "batches per segment miscounted");
+                log.close().await.unwrap();
+            }
+            // Alternate the two logs so neither benefits from running second every time.
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            for _ in 0..repeats {
+                a.push(time_open(&one, &config).await);
+                b.push(time_open(&several, &config).await);
+            }
+            (a, b)
+        }
+    });
+    remove_dir(&one);
+    remove_dir(&several);
+
+    let describe = |opens: &[(Duration, LogStats)]| {
+        let s = opens[0].1;
+        let median = median(opens.iter().map(|o| o.0).collect());
+        (median, format!("{} segments ({})", s.segments, size_label(s.size_bytes as usize)))
+    };
+    let (a_time, a_desc) = describe(&one_opens);
+    let (b_time, b_desc) = describe(&several_opens);
+    let ratio = b_time.as_secs_f64() / a_time.as_secs_f64();
+    report(
+        "3/3 start-up",
+        &format!(
+            "median of {repeats} opens: {b_desc} {:.1} ms vs {a_desc} {:.1} ms",
+            ms(b_time),
+            ms(a_time)
+        ),
+        ratio,
+        "<= 1.50",
+        ratio <= 1.5,
+    );
+}
+
+/// Opens the log, timing only `Log::open`, and closes it cleanly again.
+async fn time_open(dir: &Path, config: &LogConfig) -> (Duration, LogStats) {
+    let cache = small_cache();
+    let start = Instant::now();
+    let log = Log::open(dir, config.clone(), cache).await.unwrap();
+    let elapsed = start.elapsed();
+    let stats = log.stats();
+    log.close().await.unwrap();
+    (elapsed, stats)
+}
+
+/// Bytes available to unprivileged users on the file system holding `path`, from `df`.
+fn free_bytes(path: &Path) -> Option<u64> {
+    let out = std::process::Command::new("df").arg("-Pk").arg(path).output().ok()?;
+    let text = String::from_utf8(out.stdout).ok()?;
+    let kib: u64 = text.lines().nth(1)?.split_whitespace().nth(3)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Shared helpers
+
+/// Default settings, but with no timed flush: only durable appends and rolls fsync, so the fsync count
+/// of part 1 is all group commit and the appends of parts 2 and 3 stay in the page cache.
+fn log_config(segment_bytes: usize) -> LogConfig {
+    LogConfig { flush_interval: None, segment_bytes: segment_bytes as u64, ..LogConfig::default() }
+}
+
+/// A cache for logs whose reads are not measured: appends still fill it, as in the broker.
+fn small_cache() -> Rc<TailCache> {
+    Rc::new(TailCache::new(32 * MIB, MIB))
+}
+
+/// A one-record RecordBatch v2 of exactly `len` bytes, stamped now: a zero timestamp would make the log
+/// think its segments are a week old and roll or delete them.
+fn batch_of_len(len: usize) -> Bytes {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
+    let build = |value_len: usize| {
+        let mut b = BatchBuilder::new(now);
+        b.push(now, None, Some(&vec![0x5a; value_len]), &[]);
+        b
+    };
+    // The record's varint lengths depend on the value's length; a couple of corrections settle it.
+    let mut value_len = len.saturating_sub(shards::batch::HEADER_LEN);
+    for _ in 0..8 {
+        let b = build(value_len);
+        if b.size() == len {
+            return Bytes::from(b.finish(0));
+        }
+        value_len = (value_len + len).checked_sub(b.size()).expect("batch length too small");
+    }
+    panic!("no one-record batch is exactly {len} bytes long");
+}
+
+/// Appends `batch` `n` times, one after the other, acknowledged from the page cache.
+async fn append_n(log: &Log, batch: &Bytes, n: usize) {
+    for _ in 0..n {
+        log.append(batch.clone(), AppendOptions { durable: false }).await.unwrap();
+    }
+}
+
+/// Runs `make()`'s future on a fresh glommio executor thread and returns its output.
+fn on_executor<T, F, G>(make: G) -> T
+where
+    G: FnOnce() -> F + Send + 'static,
+    F: Future<Output = T> + 'static,
+    T: Send + 'static,
+{
+    LocalExecutorBuilder::default()
+        .name("bench-log")
+        .spawn(make)
+        .expect("start a glommio executor (io_uring)")
+        .join()
+        .expect("the benchmark executor failed")
+}
+
+fn remove_dir(dir: &Path) {
+    if let Err(e) = std::fs::remove_dir_all(dir) {
+        eprintln!("could not remove {}: {e}", dir.display());
+    }
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn mb_per_s(bytes: usize, t: Duration) -> f64 {
+    bytes as f64 / 1e6 / t.as_secs_f64()
+}
+
+fn ms(t: Duration) -> f64 {
+    t.as_secs_f64() * 1e3
+}
+
+fn size_label(bytes: usize) -> String {
+    if bytes >= MIB {
+        format!("{:.0} MiB", bytes as f64 / MIB as f64)
+    } else {
+        format!("{:.0} KiB", bytes as f64 / KIB as f64)
+    }
+}
+
+/// One result line: the figures, the ratio against the same-run baseline, the target and the verdict.
+fn report(name: &str, figures: &str, ratio: f64, target: &str, pass: bool) {
+    println!("[{name}] {figures} -> ratio {ratio:.2} (target {target}) {}", if pass { "PASS" } else { "FAIL" });
+}

@@ -1,0 +1,68 @@
+//! Helpers shared by the log tests: an executor per test, batch builders, small configs.
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use shards::batch::BatchBuilder;
+use shards::{LogConfig, TailCache};
+use std::future::Future;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// Runs `fut` on a fresh glommio executor with a 60 s guard so a hang fails instead of stalling CI.
+pub fn run<F, Fut>(f: F)
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + 'static,
+{
+    let _ = env_logger::builder().is_test(true).try_init();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            glommio::LocalExecutor::default().run(f());
+        }));
+        let _ = tx.send(outcome);
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(Ok(())) => {}
+        Ok(Err(panic)) => std::panic::resume_unwind(panic),
+        Err(_) => panic!("test did not finish within 60 s"),
+    }
+}
+
+/// A batch of `records` records with `value_len`-byte values, keys and headers derived from `seed`.
+pub fn batch(records: usize, value_len: usize, seed: u64) -> Bytes {
+    let mut b = BatchBuilder::new(1_700_000_000_000 + seed as i64);
+    for i in 0..records {
+        let key = format!("key-{seed}-{i}");
+        let value: Vec<u8> = (0..value_len).map(|j| (seed as usize + i * 31 + j) as u8).collect();
+        b.push(1_700_000_000_000 + seed as i64 + i as i64, Some(key.as_bytes()), Some(&value), &[(b"h", Some(b"v"))]);
+    }
+    Bytes::from(b.finish(0))
+}
+
+/// Small segments and a dense index, so a few KiB exercise rolling and index lookups.
+pub fn small_config() -> LogConfig {
+    LogConfig {
+        segment_bytes: 8 << 10,
+        index_interval_bytes: 512,
+        flush_interval: None,
+        retention_age: None,
+        ..LogConfig::default()
+    }
+}
+
+pub fn cache() -> Rc<TailCache> {
+    Rc::new(TailCache::new(64 << 20, 64 << 10))
+}
+
+/// A cache that holds nothing, so every read goes to disk.
+pub fn no_cache() -> Rc<TailCache> {
+    Rc::new(TailCache::new(0, 4096))
+}
+
+/// The bytes the log should hold for `batch` appended at `base_offset`.
+pub fn with_offset(batch: &[u8], base_offset: i64) -> Vec<u8> {
+    let mut v = batch.to_vec();
+    shards::batch::set_base_offset(&mut v, base_offset);
+    v
+}
