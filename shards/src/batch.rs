@@ -53,7 +53,10 @@ impl BatchHeader {
     /// Parses the header at the start of `b` without checking anything but that 61 bytes are there.
     pub fn parse(b: &[u8]) -> Result<Self, InvalidBatch> {
         if b.len() < HEADER_LEN {
-            return Err(InvalidBatch::Truncated { needed: HEADER_LEN, available: b.len() });
+            return Err(InvalidBatch::Truncated {
+                needed: HEADER_LEN,
+                available: b.len(),
+            });
         }
         Ok(Self {
             base_offset: be_i64(b, 0),
@@ -105,7 +108,10 @@ pub fn peek_total_len(b: &[u8]) -> Option<usize> {
 /// Everything a producer could get wrong is checked: length, magic, CRC, counts, timestamps.
 pub fn validate(b: &[u8], max_batch_bytes: usize) -> Result<BatchHeader, InvalidBatch> {
     if b.len() < LOG_OVERHEAD {
-        return Err(InvalidBatch::Truncated { needed: LOG_OVERHEAD, available: b.len() });
+        return Err(InvalidBatch::Truncated {
+            needed: LOG_OVERHEAD,
+            available: b.len(),
+        });
     }
     let batch_length = be_i32(b, 8);
     if batch_length < (HEADER_LEN - LOG_OVERHEAD) as i32 {
@@ -113,10 +119,16 @@ pub fn validate(b: &[u8], max_batch_bytes: usize) -> Result<BatchHeader, Invalid
     }
     let total = LOG_OVERHEAD + batch_length as usize;
     if total > max_batch_bytes {
-        return Err(InvalidBatch::TooLarge { size: total, limit: max_batch_bytes });
+        return Err(InvalidBatch::TooLarge {
+            size: total,
+            limit: max_batch_bytes,
+        });
     }
     if b.len() < total {
-        return Err(InvalidBatch::Truncated { needed: total, available: b.len() });
+        return Err(InvalidBatch::Truncated {
+            needed: total,
+            available: b.len(),
+        });
     }
     let h = BatchHeader::parse(b)?;
     if h.magic != 2 {
@@ -124,7 +136,10 @@ pub fn validate(b: &[u8], max_batch_bytes: usize) -> Result<BatchHeader, Invalid
     }
     let computed = crc32c::crc32c(&b[CRC_START..total]);
     if computed != h.crc {
-        return Err(InvalidBatch::Crc { stored: h.crc, computed });
+        return Err(InvalidBatch::Crc {
+            stored: h.crc,
+            computed,
+        });
     }
     if h.record_count < 1 {
         return Err(InvalidBatch::RecordCount(h.record_count));
@@ -141,7 +156,10 @@ pub fn validate(b: &[u8], max_batch_bytes: usize) -> Result<BatchHeader, Invalid
         || !ts_ok(h.max_timestamp)
         || (h.base_timestamp >= 0 && h.max_timestamp >= 0 && h.max_timestamp < h.base_timestamp)
     {
-        return Err(InvalidBatch::Timestamp { base: h.base_timestamp, max: h.max_timestamp });
+        return Err(InvalidBatch::Timestamp {
+            base: h.base_timestamp,
+            max: h.max_timestamp,
+        });
     }
     Ok(h)
 }
@@ -234,7 +252,13 @@ impl BatchBuilder {
     }
 
     /// Appends a record with the next offset delta.
-    pub fn push(&mut self, timestamp: i64, key: Option<&[u8]>, value: Option<&[u8]>, headers: &[RecordHeader<'_>]) {
+    pub fn push(
+        &mut self,
+        timestamp: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[RecordHeader<'_>],
+    ) {
         let delta = self.count;
         self.push_with_delta(delta, timestamp, key, value, headers);
     }
@@ -249,9 +273,8 @@ impl BatchBuilder {
         value: Option<&[u8]>,
         headers: &[RecordHeader<'_>],
     ) {
-        let mut body = Vec::with_capacity(
-            16 + key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len),
-        );
+        let mut body =
+            Vec::with_capacity(16 + key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len));
         body.push(0); // record attributes
         put_varlong(&mut body, timestamp - self.base_timestamp);
         put_varint(&mut body, offset_delta);
@@ -333,12 +356,20 @@ pub fn records(b: &[u8]) -> Result<Vec<Record<'_>>, InvalidBatch> {
         return Err(InvalidBatch::Unsupported);
     }
     let total = h.total_len().min(b.len());
-    let mut r = Reader { b: &b[HEADER_LEN..total], at: 0 };
-    let malformed = || InvalidBatch::Truncated { needed: total, available: b.len() };
+    let mut r = Reader {
+        b: &b[HEADER_LEN..total],
+        at: 0,
+    };
+    let malformed = || InvalidBatch::Truncated {
+        needed: total,
+        available: b.len(),
+    };
     let mut out = Vec::with_capacity((h.record_count.max(0) as usize).min(total / 7));
     for _ in 0..h.record_count {
         let len = r.varint().ok_or_else(malformed)?;
-        let end = r.at.checked_add(usize::try_from(len).map_err(|_| malformed())?).ok_or_else(malformed)?;
+        let end =
+            r.at.checked_add(usize::try_from(len).map_err(|_| malformed())?)
+                .ok_or_else(malformed)?;
         if end > r.b.len() {
             return Err(malformed());
         }
@@ -359,7 +390,11 @@ pub fn records(b: &[u8]) -> Result<Vec<Record<'_>>, InvalidBatch> {
         }
         out.push(Record {
             offset: h.base_offset + off_delta as i64,
-            timestamp: if h.is_log_append_time() { h.max_timestamp } else { h.base_timestamp + ts_delta },
+            timestamp: if h.is_log_append_time() {
+                h.max_timestamp
+            } else {
+                h.base_timestamp + ts_delta
+            },
             key,
             value,
             headers,
@@ -423,12 +458,18 @@ mod tests {
     fn built_batch_validates_and_decodes() {
         let b = sample();
         let h = validate(&b, usize::MAX).unwrap();
-        assert_eq!((h.record_count, h.last_offset_delta, h.max_timestamp), (3, 2, 1_005));
+        assert_eq!(
+            (h.record_count, h.last_offset_delta, h.max_timestamp),
+            (3, 2, 1_005)
+        );
         let recs = records(&b).unwrap();
         assert_eq!(recs.len(), 3);
         assert_eq!(recs[0].key, Some(&b"k1"[..]));
         assert_eq!(recs[0].headers, vec![(&b"h"[..], Some(&b"x"[..]))]);
-        assert_eq!((recs[1].key, recs[1].offset, recs[1].timestamp), (None, 1, 1_005));
+        assert_eq!(
+            (recs[1].key, recs[1].offset, recs[1].timestamp),
+            (None, 1, 1_005)
+        );
         assert_eq!((recs[2].key, recs[2].value), (Some(&b""[..]), None));
     }
 
@@ -456,19 +497,34 @@ mod tests {
         for i in 16..b.len() {
             let mut c = b.clone();
             c[i] ^= 0x40;
-            assert!(validate(&c, usize::MAX).is_err(), "flip at byte {i} went unnoticed");
+            assert!(
+                validate(&c, usize::MAX).is_err(),
+                "flip at byte {i} went unnoticed"
+            );
         }
     }
 
     #[test]
     fn bad_shapes_are_refused() {
         let b = sample();
-        assert!(matches!(validate(&b[..30], usize::MAX), Err(InvalidBatch::Truncated { .. })));
-        assert!(matches!(validate(&b[..b.len() - 1], usize::MAX), Err(InvalidBatch::Truncated { .. })));
-        assert!(matches!(validate(&b, 10), Err(InvalidBatch::TooLarge { .. })));
+        assert!(matches!(
+            validate(&b[..30], usize::MAX),
+            Err(InvalidBatch::Truncated { .. })
+        ));
+        assert!(matches!(
+            validate(&b[..b.len() - 1], usize::MAX),
+            Err(InvalidBatch::Truncated { .. })
+        ));
+        assert!(matches!(
+            validate(&b, 10),
+            Err(InvalidBatch::TooLarge { .. })
+        ));
         let mut short = b.clone();
         short[8..12].copy_from_slice(&10i32.to_be_bytes());
-        assert_eq!(validate(&short, usize::MAX), Err(InvalidBatch::LengthTooSmall(10)));
+        assert_eq!(
+            validate(&short, usize::MAX),
+            Err(InvalidBatch::LengthTooSmall(10))
+        );
         let mut magic = b.clone();
         magic[16] = 1;
         assert_eq!(validate(&magic, usize::MAX), Err(InvalidBatch::Magic(1)));
@@ -490,15 +546,24 @@ mod tests {
         let mut zero = sample();
         zero[57..61].copy_from_slice(&0i32.to_be_bytes());
         fix_crc(&mut zero);
-        assert_eq!(validate(&zero, usize::MAX), Err(InvalidBatch::RecordCount(0)));
+        assert_eq!(
+            validate(&zero, usize::MAX),
+            Err(InvalidBatch::RecordCount(0))
+        );
         let mut delta = sample();
         delta[23..27].copy_from_slice(&1i32.to_be_bytes());
         fix_crc(&mut delta);
-        assert!(matches!(validate(&delta, usize::MAX), Err(InvalidBatch::OffsetDelta { .. })));
+        assert!(matches!(
+            validate(&delta, usize::MAX),
+            Err(InvalidBatch::OffsetDelta { .. })
+        ));
         let mut ts = sample();
         ts[35..43].copy_from_slice(&5i64.to_be_bytes());
         fix_crc(&mut ts);
-        assert!(matches!(validate(&ts, usize::MAX), Err(InvalidBatch::Timestamp { .. })));
+        assert!(matches!(
+            validate(&ts, usize::MAX),
+            Err(InvalidBatch::Timestamp { .. })
+        ));
     }
 
     #[test]

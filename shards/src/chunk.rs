@@ -33,7 +33,10 @@ pub(crate) struct ChunkWriter {
 
 impl std::fmt::Debug for ChunkWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ChunkWriter").field("len", &self.len).field("cap", &self.buf.cap).finish()
+        f.debug_struct("ChunkWriter")
+            .field("len", &self.len)
+            .field("cap", &self.buf.cap)
+            .finish()
     }
 }
 
@@ -42,7 +45,10 @@ impl ChunkWriter {
         let mut v = std::mem::ManuallyDrop::new(Vec::<u8>::with_capacity(cap.max(1)));
         let cap = v.capacity();
         let ptr = NonNull::new(v.as_mut_ptr()).expect("Vec pointer is never null");
-        Self { buf: Arc::new(Buf { ptr, cap }), len: 0 }
+        Self {
+            buf: Arc::new(Buf { ptr, cap }),
+            len: 0,
+        }
     }
 
     pub(crate) fn capacity(&self) -> usize {
@@ -73,18 +79,26 @@ impl ChunkWriter {
         let at = self.push(data);
         // SAFETY: `at..at + len` was just written and no view of it exists yet (views are only made by
         // `view`, which takes `&self`, and this method holds `&mut self`).
-        let fresh = unsafe { std::slice::from_raw_parts_mut(self.buf.ptr.as_ptr().add(at), data.len()) };
+        let fresh =
+            unsafe { std::slice::from_raw_parts_mut(self.buf.ptr.as_ptr().add(at), data.len()) };
         fix(fresh);
         at
     }
 
     /// Shares `start..end` of the written prefix.
     pub(crate) fn view(&self, start: usize, end: usize) -> Bytes {
-        assert!(start <= end && end <= self.len, "view past the written prefix");
+        assert!(
+            start <= end && end <= self.len,
+            "view past the written prefix"
+        );
         if start == end {
             return Bytes::new();
         }
-        Bytes::from_owner(ChunkView { buf: self.buf.clone(), start, end })
+        Bytes::from_owner(ChunkView {
+            buf: self.buf.clone(),
+            start,
+            end,
+        })
     }
 }
 
@@ -97,7 +111,9 @@ struct ChunkView {
 impl AsRef<[u8]> for ChunkView {
     fn as_ref(&self) -> &[u8] {
         // SAFETY: `start..end` was written before the view was made and is never written again.
-        unsafe { std::slice::from_raw_parts(self.buf.ptr.as_ptr().add(self.start), self.end - self.start) }
+        unsafe {
+            std::slice::from_raw_parts(self.buf.ptr.as_ptr().add(self.start), self.end - self.start)
+        }
     }
 }
 

@@ -19,7 +19,10 @@ pub enum InvalidBatch {
     #[error("record count {0} must be at least 1")]
     RecordCount(i32),
     #[error("last offset delta {last_offset_delta} does not fit record count {records}")]
-    OffsetDelta { last_offset_delta: i32, records: i32 },
+    OffsetDelta {
+        last_offset_delta: i32,
+        records: i32,
+    },
     #[error("timestamps out of range: base {base}, max {max}")]
     Timestamp { base: i64, max: i64 },
     #[error("batch of {size} bytes exceeds the limit of {limit}")]
@@ -36,7 +39,11 @@ pub enum Error {
     InvalidBatch(#[from] InvalidBatch),
     /// The offset is outside `[log_start_offset, high_watermark]` (Kafka: `OFFSET_OUT_OF_RANGE`).
     #[error("offset {offset} out of range [{log_start_offset}, {high_watermark}]")]
-    OffsetOutOfRange { offset: i64, log_start_offset: i64, high_watermark: i64 },
+    OffsetOutOfRange {
+        offset: i64,
+        log_start_offset: i64,
+        high_watermark: i64,
+    },
     /// The disk refused a read, write or sync (Kafka: `KAFKA_STORAGE_ERROR`). After a failed sync the log
     /// refuses appends until restart, since the kernel may have dropped the dirty pages.
     #[error("storage error on {path}: {message}")]
@@ -48,7 +55,10 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn storage(path: impl Into<PathBuf>, err: impl std::fmt::Display) -> Self {
-        Error::Storage { path: path.into(), message: err.to_string() }
+        Error::Storage {
+            path: path.into(),
+            message: err.to_string(),
+        }
     }
 }
 

@@ -27,7 +27,11 @@ const FIXED: usize = 4 + 2 + 2 + 8 + 8 + 8 + 8 + 4 + 4;
 
 impl SparseIndex {
     pub(crate) fn new(interval: u32) -> Self {
-        Self { entries: Vec::new(), interval: interval.max(1), last_pos: None }
+        Self {
+            entries: Vec::new(),
+            interval: interval.max(1),
+            last_pos: None,
+        }
     }
 
     /// Records the batch with relative offset `rel` at `pos` if it is far enough from the last entry.
@@ -99,13 +103,24 @@ impl SparseIndex {
         if body.len() != FIXED + 8 * n {
             return None;
         }
-        let entries: Vec<(u32, u32)> =
-            (0..n).map(|i| (u32_at(FIXED + 8 * i), u32_at(FIXED + 8 * i + 4))).collect();
-        if entries.windows(2).any(|w| w[0].0 >= w[1].0 || w[0].1 >= w[1].1) {
+        let entries: Vec<(u32, u32)> = (0..n)
+            .map(|i| (u32_at(FIXED + 8 * i), u32_at(FIXED + 8 * i + 4)))
+            .collect();
+        if entries
+            .windows(2)
+            .any(|w| w[0].0 >= w[1].0 || w[0].1 >= w[1].1)
+        {
             return None;
         }
         let last_pos = entries.last().map(|e| e.1);
-        Some((Self { entries, interval: interval.max(1), last_pos }, meta))
+        Some((
+            Self {
+                entries,
+                interval: interval.max(1),
+                last_pos,
+            },
+            meta,
+        ))
     }
 }
 
@@ -131,7 +146,12 @@ mod tests {
         let mut ix = SparseIndex::new(1);
         ix.maybe_add(0, 0);
         ix.maybe_add(7, 900);
-        let meta = SegmentMeta { size: 1234, next_offset: 42, max_timestamp: 5, first_timestamp: 1 };
+        let meta = SegmentMeta {
+            size: 1234,
+            next_offset: 42,
+            max_timestamp: 5,
+            first_timestamp: 1,
+        };
         let b = ix.encode(&meta);
         assert_eq!(SparseIndex::decode(&b), Some((ix, meta)));
         for i in 0..b.len() {

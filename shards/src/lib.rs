@@ -1,3 +1,24 @@
+//! # shards — shoal's shard-local engine
+//!
+//! Everything one core needs to store and serve its partitions, with no sockets, no Kafka request
+//! types and no CLI: those live in the `shoal` crate above, and this crate never depends on them.
+//! State here is `!Send` (`Rc`, `RefCell`, `Cell`): each core owns its own, and nothing takes a lock.
+//!
+//! ## Layout
+//! - [`batch`]      — Kafka RecordBatch v2: header parsing, validation (CRC-32C), offset assignment,
+//!   LogAppendTime stamping, and a builder/decoder for uncompressed batches.
+//! - [`log`]        — one partition's log: append (offsets, group commit), read, recovery, retention, delete.
+//! - `segment`      — one segment file (`<base_offset:020>.log`): writes, reads, the recovery scan.
+//! - `index`        — the sparse offset index and its file, which also marks a sealed segment clean.
+//! - [`tail_cache`] — the per-core cache of recent batches that makes tail reads copy-free and I/O-free.
+//! - `chunk`        — the append-only memory behind the tail cache, shared as `Bytes` without copying.
+//! - [`monitor`]    — the offset monitor: wait until a watermark reaches an offset (group commit,
+//!   long polling).
+//! - [`producers`]  — idempotent producer state per partition: duplicates, gaps, epochs, snapshots.
+//! - [`records`]    — what a read returns: whole batches as shared slices, plus counts.
+//! - [`config`]     — per-log settings (segment size, flush interval, retention, ...).
+//! - [`error`]      — the crate's one error type, mapped to Kafka error codes by the front end.
+
 pub mod batch;
 mod chunk;
 pub mod config;
@@ -5,6 +26,7 @@ pub mod error;
 mod index;
 pub mod log;
 pub mod monitor;
+pub mod producers;
 pub mod records;
 mod segment;
 pub mod tail_cache;

@@ -28,8 +28,8 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
 use std::rc::{Rc, Weak};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 /// How an append wants to be acknowledged.
@@ -114,7 +114,10 @@ struct Slot<T> {
 
 impl<T> Default for Slot<T> {
     fn default() -> Self {
-        Self { value: RefCell::new(None), waker: RefCell::new(None) }
+        Self {
+            value: RefCell::new(None),
+            waker: RefCell::new(None),
+        }
     }
 }
 
@@ -155,16 +158,26 @@ struct Found {
 impl Log {
     /// Opens (or creates) the log in `dir`, recovering it: sealed segments with an intact index are
     /// trusted, the last one and any other without are scanned and cut at the first bad batch.
-    pub async fn open(dir: impl Into<PathBuf>, config: LogConfig, cache: Rc<TailCache>) -> Result<Log> {
+    pub async fn open(
+        dir: impl Into<PathBuf>,
+        config: LogConfig,
+        cache: Rc<TailCache>,
+    ) -> Result<Log> {
         let dir = dir.into();
         let config = config.sanitized();
         let listing = {
             let dir = dir.clone();
-            glommio::executor().spawn_blocking(move || list_segments(&dir)).await
+            glommio::executor()
+                .spawn_blocking(move || list_segments(&dir))
+                .await
         }
         .map_err(|e| Error::storage(&dir, e))?;
         let segments = recover(&dir, &config, listing).await?;
-        let next = segments.last().expect("recover leaves a segment").next_offset.get();
+        let next = segments
+            .last()
+            .expect("recover leaves a segment")
+            .next_offset
+            .get();
         let inner = Rc::new(Inner {
             cache_id: cache.register(),
             cache,
@@ -219,7 +232,12 @@ impl Log {
     }
     /// Base offsets of the segments, oldest first.
     pub fn segment_base_offsets(&self) -> Vec<i64> {
-        self.inner.segments.borrow().iter().map(|s| s.base_offset).collect()
+        self.inner
+            .segments
+            .borrow()
+            .iter()
+            .map(|s| s.base_offset)
+            .collect()
     }
 
     /// Validates and appends one or more batches (a Produce request's records for this partition).
@@ -231,7 +249,11 @@ impl Log {
         let headers = batch::validate_all(&blob, self.inner.config.borrow().max_batch_bytes)?;
         self.inner.check_writable()?;
         let done = Rc::new(Slot::default());
-        self.inner.queue.borrow_mut().push_back(PendingAppend { blob, headers, done: done.clone() });
+        self.inner.queue.borrow_mut().push_back(PendingAppend {
+            blob,
+            headers,
+            done: done.clone(),
+        });
         self.inner.start_writer();
         let res = SlotWait(done).await?;
         if opts.durable {
@@ -248,19 +270,33 @@ impl Log {
         let high_watermark = inner.high_watermark.value();
         let log_start_offset = self.log_start_offset();
         if offset < log_start_offset || offset > high_watermark {
-            return Err(Error::OffsetOutOfRange { offset, log_start_offset, high_watermark });
+            return Err(Error::OffsetOutOfRange {
+                offset,
+                log_start_offset,
+                high_watermark,
+            });
         }
-        let done = |records, from_cache| LogRead { records, high_watermark, log_start_offset, from_cache };
+        let done = |records, from_cache| LogRead {
+            records,
+            high_watermark,
+            log_start_offset,
+            from_cache,
+        };
         if offset == high_watermark {
             return Ok(done(Records::empty(), true));
         }
-        if let Some(records) = inner.cache.read(inner.cache_id, offset, max_bytes, obligatory) {
+        if let Some(records) = inner
+            .cache
+            .read(inner.cache_id, offset, max_bytes, obligatory)
+        {
             inner.bump(|s| s.cache_reads += 1);
             return Ok(done(records, true));
         }
         let segments: Vec<Rc<Segment>> = {
             let segs = inner.segments.borrow();
-            let first = segs.partition_point(|s| s.base_offset <= offset).saturating_sub(1);
+            let first = segs
+                .partition_point(|s| s.base_offset <= offset)
+                .saturating_sub(1);
             segs[first..].to_vec()
         };
         let mut out = Records::empty();
@@ -281,17 +317,60 @@ impl Log {
             }
             let empty = part.is_empty();
             out.extend(part);
-            if !reached_end && !(empty && at >= seg.next_offset.get()) {
+            if !(reached_end || empty && at >= seg.next_offset.get()) {
                 break;
             }
         }
         Ok(done(out, false))
     }
 
+    /// The first offset whose record timestamp is at least `timestamp`, with that record's timestamp
+    /// (Kafka ListOffsets by time). `None` if every record is older. Segments are skipped by their
+    /// largest timestamp; within one, batches by theirs; within an uncompressed batch, records.
+    pub async fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<(i64, i64)>> {
+        let start = {
+            let segs = self.inner.segments.borrow();
+            match segs.iter().find(|s| s.max_timestamp.get() >= timestamp) {
+                Some(s) => s.base_offset.max(segs[0].base_offset),
+                None => return Ok(None),
+            }
+        };
+        let mut at = start;
+        while at < self.high_watermark() {
+            let read = self.read(at, 1 << 20, true).await?;
+            for (h, bytes) in read
+                .records
+                .batch_headers()
+                .zip(batch_slices(&read.records))
+            {
+                if h.max_timestamp < timestamp {
+                    continue;
+                }
+                if h.compression() == 0 && !h.is_log_append_time() {
+                    if let Ok(records) = batch::records(&bytes) {
+                        if let Some(r) = records.iter().find(|r| r.timestamp >= timestamp) {
+                            return Ok(Some((r.offset, r.timestamp)));
+                        }
+                    }
+                }
+                return Ok(Some((h.base_offset, h.max_timestamp)));
+            }
+            match read.records.next_offset() {
+                Some(next) => at = next,
+                None => break,
+            }
+        }
+        Ok(None)
+    }
+
     /// Deletes whole old segments beyond the retention limits (never the active one) and returns how many.
     pub async fn enforce_retention(&self) -> Result<usize> {
         let inner = &self.inner;
-        let _permit = inner.append_permit.acquire_permit(1).await.map_err(|_| Error::Closed)?;
+        let _permit = inner
+            .append_permit
+            .acquire_permit(1)
+            .await
+            .map_err(|_| Error::Closed)?;
         if inner.closed.get() {
             return Err(Error::Closed);
         }
@@ -332,7 +411,11 @@ impl Log {
     /// `Closed`; durable appends already written are synced first.
     pub async fn close(self) -> Result<()> {
         let inner = self.inner;
-        let permit = inner.append_permit.acquire_permit(1).await.map_err(|_| Error::Closed)?;
+        let permit = inner
+            .append_permit
+            .acquire_permit(1)
+            .await
+            .map_err(|_| Error::Closed)?;
         inner.closed.set(true);
         drop(permit);
         inner.append_permit.close();
@@ -372,7 +455,11 @@ impl Log {
 
 impl Inner {
     fn active(&self) -> Rc<Segment> {
-        self.segments.borrow().last().expect("an open log has a segment").clone()
+        self.segments
+            .borrow()
+            .last()
+            .expect("an open log has a segment")
+            .clone()
     }
 
     fn bump(&self, f: impl FnOnce(&mut LogStats)) {
@@ -405,7 +492,9 @@ impl Inner {
                     break;
                 }
                 if permit.is_err() {
-                    group.into_iter().for_each(|p| p.done.set(Err(Error::Closed)));
+                    group
+                        .into_iter()
+                        .for_each(|p| p.done.set(Err(Error::Closed)));
                     continue;
                 }
                 inner.write_group(group).await;
@@ -420,7 +509,15 @@ impl Inner {
     async fn next_group(&self) -> Vec<PendingAppend> {
         let stamp = self.config.borrow().log_append_time;
         let Some((first_len, first_ts)) = self.queue.borrow().front().map(|p| {
-            let ts = if stamp { now_ms() } else { p.headers.iter().map(|h| h.max_timestamp).max().unwrap_or(-1) };
+            let ts = if stamp {
+                now_ms()
+            } else {
+                p.headers
+                    .iter()
+                    .map(|h| h.max_timestamp)
+                    .max()
+                    .unwrap_or(-1)
+            };
             (p.blob.len() as u64, ts)
         }) else {
             return Vec::new();
@@ -428,12 +525,17 @@ impl Inner {
         if let Err(e) = self.roll_if_needed(first_len, first_ts).await {
             let failed: Vec<_> = self.queue.borrow_mut().drain(..).collect();
             let why = e.to_string();
-            failed.into_iter().for_each(|p| p.done.set(Err(Error::storage(&self.dir, &why))));
+            failed
+                .into_iter()
+                .for_each(|p| p.done.set(Err(Error::storage(&self.dir, &why))));
             return Vec::new();
         }
         let active_size = self.active().size.get();
         let segment_bytes = self.config.borrow().segment_bytes;
-        let room = segment_bytes.saturating_sub(active_size).min(MAX_GROUP_BYTES).max(first_len);
+        let room = segment_bytes
+            .saturating_sub(active_size)
+            .min(MAX_GROUP_BYTES)
+            .max(first_len);
         let mut queue = self.queue.borrow_mut();
         let mut total = 0;
         let mut group = Vec::new();
@@ -467,7 +569,9 @@ impl Inner {
     async fn write_group(&self, mut group: Vec<PendingAppend>) {
         if let Err(e) = self.check_writable() {
             let why = e.to_string();
-            group.into_iter().for_each(|p| p.done.set(Err(Error::storage(&self.dir, &why))));
+            group
+                .into_iter()
+                .for_each(|p| p.done.set(Err(Error::storage(&self.dir, &why))));
             return;
         }
         let stamp = self.config.borrow().log_append_time;
@@ -489,10 +593,15 @@ impl Inner {
                 at += h.total_len();
             }
         }
-        let headers: Vec<BatchHeader> = group.iter().flat_map(|p| p.headers.iter().copied()).collect();
+        let headers: Vec<BatchHeader> = group
+            .iter()
+            .flat_map(|p| p.headers.iter().copied())
+            .collect();
         if let Err(e) = self.active().append(data, &headers).await {
             let why = e.to_string();
-            group.into_iter().for_each(|p| p.done.set(Err(Error::storage(&self.dir, &why))));
+            group
+                .into_iter()
+                .for_each(|p| p.done.set(Err(Error::storage(&self.dir, &why))));
             return;
         }
         let log_start_offset = self.segments.borrow()[0].base_offset;
@@ -511,7 +620,14 @@ impl Inner {
                     }
                 };
                 let (first, last) = (h.base_offset, h.last_offset());
-                self.cache.insert(self.cache_id, &p.blob[at..at + len], fix, first, last, h.record_count as u64);
+                self.cache.insert(
+                    self.cache_id,
+                    &p.blob[at..at + len],
+                    fix,
+                    first,
+                    last,
+                    h.record_count as u64,
+                );
                 at += len;
             }
             batches += p.headers.len() as u64;
@@ -545,13 +661,20 @@ impl Inner {
         let interval = self.config.borrow().index_interval_bytes;
         let new = Segment::create(&self.dir, old.next_offset.get(), interval).await?;
         sync_dir(&self.dir).await?;
-        log::debug!("rolled {} at offset {}", self.dir.display(), new.base_offset);
+        log::debug!(
+            "rolled {} at offset {}",
+            self.dir.display(),
+            new.base_offset
+        );
         self.segments.borrow_mut().push(Rc::new(new));
         Ok(())
     }
 
     fn fail(&self, path: &Path, err: impl std::fmt::Display) -> Error {
-        let why = format!("fsync of {} failed: {err}; appends are refused until restart", path.display());
+        let why = format!(
+            "fsync of {} failed: {err}; appends are refused until restart",
+            path.display()
+        );
         log::error!("{why}");
         *self.failure.borrow_mut() = Some(why.clone());
         self.durable.close();
@@ -600,6 +723,19 @@ impl Inner {
     }
 }
 
+/// Each batch of `records` as its own slice (shared, not copied).
+fn batch_slices(records: &Records) -> impl Iterator<Item = Bytes> + '_ {
+    records.parts.iter().flat_map(|part| {
+        let mut at = 0;
+        std::iter::from_fn(move || {
+            let len = batch::peek_total_len(part.get(at..)?)?;
+            let b = part.slice(at..at + len);
+            at += len;
+            Some(b)
+        })
+    })
+}
+
 /// Flushes on `flush_interval` and checks retention on `retention_check_interval`, until the log closes.
 fn spawn_background(weak: Weak<Inner>) {
     glommio::spawn_local(async move {
@@ -610,7 +746,9 @@ fn spawn_background(weak: Weak<Inner>) {
             let tick = {
                 let Some(inner) = weak.upgrade() else { return };
                 let c = inner.config.borrow();
-                c.flush_interval.unwrap_or(c.retention_check_interval).min(c.retention_check_interval)
+                c.flush_interval
+                    .unwrap_or(c.retention_check_interval)
+                    .min(c.retention_check_interval)
             };
             glommio::timer::sleep(tick.max(Duration::from_millis(1))).await;
             let Some(inner) = weak.upgrade() else { return };
@@ -652,7 +790,9 @@ async fn write_index(seg: &Segment) {
         let len = bytes.len();
         let n = f.write_at(bytes, 0).await?;
         if n != len {
-            return Err(glommio::GlommioError::IoError(std::io::Error::other("short write")));
+            return Err(glommio::GlommioError::IoError(std::io::Error::other(
+                "short write",
+            )));
         }
         f.fdatasync().await?;
         f.close().await
@@ -660,12 +800,17 @@ async fn write_index(seg: &Segment) {
     .await;
     match res {
         Ok(()) => seg.sealed.set(true),
-        Err(e) => log::warn!("could not write {}: {e}; the segment will be scanned at start-up", path.display()),
+        Err(e) => log::warn!(
+            "could not write {}: {e}; the segment will be scanned at start-up",
+            path.display()
+        ),
     }
 }
 
 async fn sync_dir(dir: &Path) -> Result<()> {
-    let d = glommio::io::Directory::open(dir).await.map_err(|e| Error::storage(dir, e))?;
+    let d = glommio::io::Directory::open(dir)
+        .await
+        .map_err(|e| Error::storage(dir, e))?;
     d.sync().await.map_err(|e| Error::storage(dir, e))?;
     let _ = d.close().await;
     Ok(())
@@ -674,7 +819,8 @@ async fn sync_dir(dir: &Path) -> Result<()> {
 async fn remove_segment_files(seg: &Segment) {
     for path in [seg.path.clone(), seg.index_path()] {
         if let Err(e) = glommio::io::remove(&path).await {
-            if !matches!(&e, glommio::GlommioError::IoError(io) if io.kind() == std::io::ErrorKind::NotFound) {
+            if !matches!(&e, glommio::GlommioError::IoError(io) if io.kind() == std::io::ErrorKind::NotFound)
+            {
                 log::warn!("could not remove {}: {e}", path.display());
             }
         }
@@ -690,8 +836,12 @@ fn list_segments(dir: &Path) -> std::io::Result<Vec<Found>> {
         let entry = entry?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        let Some(stem) = name.strip_suffix(".log") else { continue };
-        let Ok(base_offset) = stem.parse::<i64>() else { continue };
+        let Some(stem) = name.strip_suffix(".log") else {
+            continue;
+        };
+        let Ok(base_offset) = stem.parse::<i64>() else {
+            continue;
+        };
         if stem.len() != 20 || base_offset < 0 {
             continue;
         }
@@ -701,8 +851,16 @@ fn list_segments(dir: &Path) -> std::io::Result<Vec<Found>> {
             .ok()
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map_or_else(now_ms, |d| d.as_millis() as i64);
-        let index = std::fs::read(dir.join(index_file_name(base_offset))).ok().and_then(|b| SparseIndex::decode(&b));
-        found.push(Found { base_offset, path: entry.path(), len: md.len(), mtime_ms, index });
+        let index = std::fs::read(dir.join(index_file_name(base_offset)))
+            .ok()
+            .and_then(|b| SparseIndex::decode(&b));
+        found.push(Found {
+            base_offset,
+            path: entry.path(),
+            len: md.len(),
+            mtime_ms,
+            index,
+        });
     }
     found.sort_by_key(|f| f.base_offset);
     Ok(found)
@@ -732,7 +890,10 @@ async fn recover(dir: &Path, config: &LogConfig, found: Vec<Found>) -> Result<Ve
         let file = match Segment::open_file(&f.path).await {
             Ok(file) => file,
             Err(e) => {
-                log::error!("{}: cannot be opened ({e}); setting it and later segments aside", f.path.display());
+                log::error!(
+                    "{}: cannot be opened ({e}); setting it and later segments aside",
+                    f.path.display()
+                );
                 set_aside(std::iter::once(f).chain(rest.map(|(_, f)| f))).await;
                 break;
             }
@@ -746,7 +907,10 @@ async fn recover(dir: &Path, config: &LogConfig, found: Vec<Found>) -> Result<Ve
         let scan = match Segment::scan(&file, &f.path, f.base_offset, interval).await {
             Ok(scan) => scan,
             Err(e) => {
-                log::error!("{}: cannot be read ({e}); setting it and later segments aside", f.path.display());
+                log::error!(
+                    "{}: cannot be read ({e}); setting it and later segments aside",
+                    f.path.display()
+                );
                 let _ = file.close().await;
                 set_aside(std::iter::once(f).chain(rest.map(|(_, f)| f))).await;
                 break;
@@ -760,14 +924,28 @@ async fn recover(dir: &Path, config: &LogConfig, found: Vec<Found>) -> Result<Ve
                 f.path.display(),
                 scan.valid_len
             );
-            file.truncate(scan.valid_len).await.map_err(|e| Error::storage(&f.path, e))?;
+            file.truncate(scan.valid_len)
+                .await
+                .map_err(|e| Error::storage(&f.path, e))?;
         }
         // Whatever survived a crash may sit only in the page cache: make it durable before counting it so.
-        file.fdatasync().await.map_err(|e| Error::storage(&f.path, e))?;
-        let seg = Segment::with_meta(f.path, file, f.base_offset, scan.index, scan.meta, f.mtime_ms);
+        file.fdatasync()
+            .await
+            .map_err(|e| Error::storage(&f.path, e))?;
+        let seg = Segment::with_meta(
+            f.path,
+            file,
+            f.base_offset,
+            scan.index,
+            scan.meta,
+            f.mtime_ms,
+        );
         segments.push(Rc::new(seg));
         if damaged && !is_last {
-            log::error!("recovery: segments after the damage in {} are set aside", dir.display());
+            log::error!(
+                "recovery: segments after the damage in {} are set aside",
+                dir.display()
+            );
             set_aside(rest.map(|(_, f)| f)).await;
             break;
         }

@@ -68,7 +68,11 @@ impl OffsetMonitor {
     /// Resolves to `true` once the watermark is at least `target`, or `false` if the monitor is closed
     /// first. Dropping the future removes the waiter.
     pub fn wait_for(&self, target: i64) -> WaitFor {
-        WaitFor { state: self.state.clone(), target, id: None }
+        WaitFor {
+            state: self.state.clone(),
+            target,
+            id: None,
+        }
     }
 }
 
@@ -95,7 +99,10 @@ impl Future for WaitFor {
             state.next_id.set(id + 1);
             id
         });
-        self.state.waiters.borrow_mut().insert((self.target, id), cx.waker().clone());
+        self.state
+            .waiters
+            .borrow_mut()
+            .insert((self.target, id), cx.waker().clone());
         Poll::Pending
     }
 }

@@ -20,7 +20,11 @@ pub struct Records {
 
 impl Records {
     pub fn empty() -> Self {
-        Self { first_offset: -1, last_offset: -1, ..Default::default() }
+        Self {
+            first_offset: -1,
+            last_offset: -1,
+            ..Default::default()
+        }
     }
     pub fn is_empty(&self) -> bool {
         self.batches == 0
@@ -45,6 +49,18 @@ impl Records {
         self.batches += other.batches;
         self.records += other.records;
         self.last_offset = other.last_offset;
+    }
+
+    /// The header of every batch, in order.
+    pub fn batch_headers(&self) -> impl Iterator<Item = crate::batch::BatchHeader> + '_ {
+        self.parts.iter().flat_map(|part| {
+            let mut at = 0;
+            std::iter::from_fn(move || {
+                let h = crate::batch::BatchHeader::parse(part.get(at..)?).ok()?;
+                at += h.total_len();
+                Some(h)
+            })
+        })
     }
 
     /// All bytes in one buffer (tests and tools; the serving path writes `parts` directly).

@@ -73,13 +73,23 @@ impl Segment {
             file,
             base_offset,
             SparseIndex::new(index_interval),
-            SegmentMeta { size: 0, next_offset: base_offset, max_timestamp: -1, first_timestamp: -1 },
+            SegmentMeta {
+                size: 0,
+                next_offset: base_offset,
+                max_timestamp: -1,
+                first_timestamp: -1,
+            },
             now_ms(),
         ))
     }
 
     pub(crate) async fn open_file(path: &Path) -> Result<BufferedFile> {
-        OpenOptions::new().read(true).write(true).buffered_open(path).await.map_err(|e| Error::storage(path, e))
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .buffered_open(path)
+            .await
+            .map_err(|e| Error::storage(path, e))
     }
 
     pub(crate) fn with_meta(
@@ -137,12 +147,18 @@ impl Segment {
         let len = data.len();
         let res = match self.file.write_at(data, pos).await {
             Ok(n) if n == len => Ok(()),
-            Ok(n) => Err(Error::storage(&self.path, format!("short write: {n} of {len} bytes (disk full?)"))),
+            Ok(n) => Err(Error::storage(
+                &self.path,
+                format!("short write: {n} of {len} bytes (disk full?)"),
+            )),
             Err(e) => Err(Error::storage(&self.path, e)),
         };
         if let Err(e) = res {
             if let Err(t) = self.file.truncate(pos).await {
-                log::warn!("could not cut {} back to {pos} after a failed write: {t}", self.path.display());
+                log::warn!(
+                    "could not cut {} back to {pos} after a failed write: {t}",
+                    self.path.display()
+                );
             }
             return Err(e);
         }
@@ -174,9 +190,14 @@ impl Segment {
 
     fn note_timestamps(&self, h: &BatchHeader) {
         if self.first_timestamp.get() < 0 {
-            self.first_timestamp.set(if h.max_timestamp >= 0 { h.max_timestamp } else { now_ms() });
+            self.first_timestamp.set(if h.max_timestamp >= 0 {
+                h.max_timestamp
+            } else {
+                now_ms()
+            });
         }
-        self.max_timestamp.set(self.max_timestamp.get().max(h.max_timestamp));
+        self.max_timestamp
+            .set(self.max_timestamp.get().max(h.max_timestamp));
     }
 
     /// Reads exactly `len` bytes at `pos` (the region must be below `size`).
@@ -184,9 +205,16 @@ impl Segment {
         let mut out = Vec::with_capacity(len);
         while out.len() < len {
             let at = pos + out.len() as u64;
-            let r = self.file.read_at(at, len - out.len()).await.map_err(|e| Error::storage(&self.path, e))?;
+            let r = self
+                .file
+                .read_at(at, len - out.len())
+                .await
+                .map_err(|e| Error::storage(&self.path, e))?;
             if r.is_empty() {
-                return Err(Error::storage(&self.path, format!("unexpected end of file at {at}")));
+                return Err(Error::storage(
+                    &self.path,
+                    format!("unexpected end of file at {at}"),
+                ));
             }
             out.extend_from_slice(&r);
         }
@@ -195,7 +223,12 @@ impl Segment {
 
     /// Whole batches from the one holding `offset`: at most `budget` bytes, or at least one batch if
     /// `obligatory`. Empty if `offset` is past this segment.
-    pub(crate) async fn read(&self, offset: i64, budget: usize, obligatory: bool) -> Result<Records> {
+    pub(crate) async fn read(
+        &self,
+        offset: i64,
+        budget: usize,
+        obligatory: bool,
+    ) -> Result<Records> {
         let size = self.size.get();
         if offset >= self.next_offset.get() || size == 0 {
             return Ok(Records::empty());
@@ -208,7 +241,9 @@ impl Segment {
             if pos >= size {
                 return Ok(Records::empty());
             }
-            let h = self.header_at(&mut window, pos, size, HEADER_WINDOW).await?;
+            let h = self
+                .header_at(&mut window, pos, size, HEADER_WINDOW)
+                .await?;
             if h.last_offset() >= offset {
                 break h;
             }
@@ -222,12 +257,22 @@ impl Segment {
             window.data = self.read_exact(start, span).await?;
         }
         let mut end = pos;
-        let mut out = Records { first_offset: first.base_offset, ..Records::empty() };
+        let mut out = Records {
+            first_offset: first.base_offset,
+            ..Records::empty()
+        };
         while end < size {
-            let h = self.header_at(&mut window, end, size, budget.saturating_sub((end - start) as usize)).await?;
+            let h = self
+                .header_at(
+                    &mut window,
+                    end,
+                    size,
+                    budget.saturating_sub((end - start) as usize),
+                )
+                .await?;
             let t = h.total_len() as u64;
             let fits = (end - start + t) as usize <= budget;
-            if !fits && !(obligatory && out.batches == 0) {
+            if !(fits || obligatory && out.batches == 0) {
                 break;
             }
             end += t;
@@ -249,19 +294,33 @@ impl Segment {
     }
 
     /// The header of the batch at `pos`, reading at least `want` bytes from there if the window misses.
-    async fn header_at(&self, window: &mut Window, pos: u64, size: u64, want: usize) -> Result<BatchHeader> {
+    async fn header_at(
+        &self,
+        window: &mut Window,
+        pos: u64,
+        size: u64,
+        want: usize,
+    ) -> Result<BatchHeader> {
         if window.slice(pos, HEADER_LEN).is_none() {
             let len = (size - pos).min(want.max(HEADER_WINDOW) as u64) as usize;
             if len < HEADER_LEN {
-                return Err(Error::storage(&self.path, format!("batch header past the end at {pos}")));
+                return Err(Error::storage(
+                    &self.path,
+                    format!("batch header past the end at {pos}"),
+                ));
             }
             window.start = pos;
             window.data = self.read_exact(pos, len).await?;
         }
-        let b = window.slice(pos, HEADER_LEN).expect("window holds the header");
+        let b = window
+            .slice(pos, HEADER_LEN)
+            .expect("window holds the header");
         let h = BatchHeader::parse(&b).map_err(|e| Error::storage(&self.path, e))?;
         if h.total_len() < HEADER_LEN || pos + h.total_len() as u64 > size {
-            return Err(Error::storage(&self.path, format!("inconsistent batch length at {pos}")));
+            return Err(Error::storage(
+                &self.path,
+                format!("inconsistent batch length at {pos}"),
+            ));
         }
         Ok(h)
     }
@@ -274,9 +333,17 @@ impl Segment {
         base_offset: i64,
         index_interval: u32,
     ) -> Result<Scan> {
-        let file_len = file.file_size().await.map_err(|e| Error::storage(path, e))?;
+        let file_len = file
+            .file_size()
+            .await
+            .map_err(|e| Error::storage(path, e))?;
         let mut index = SparseIndex::new(index_interval);
-        let mut meta = SegmentMeta { size: 0, next_offset: base_offset, max_timestamp: -1, first_timestamp: -1 };
+        let mut meta = SegmentMeta {
+            size: 0,
+            next_offset: base_offset,
+            max_timestamp: -1,
+            first_timestamp: -1,
+        };
         let mut pos = 0u64;
         let mut buf_start = 0u64;
         let mut buf: Vec<u8> = Vec::new();
@@ -301,10 +368,16 @@ impl Segment {
                     break Ok(need);
                 }
                 if pos + need as u64 > file_len {
-                    break Err(format!("torn batch: needs {need} bytes, {} left", file_len - pos));
+                    break Err(format!(
+                        "torn batch: needs {need} bytes, {} left",
+                        file_len - pos
+                    ));
                 }
                 let len = (file_len - pos).min(SCAN_CHUNK.max(need) as u64) as usize;
-                let r = file.read_at(pos, len).await.map_err(|e| Error::storage(path, e))?;
+                let r = file
+                    .read_at(pos, len)
+                    .await
+                    .map_err(|e| Error::storage(path, e))?;
                 if r.is_empty() {
                     break Err("file shrank while scanning".to_string());
                 }
@@ -322,7 +395,10 @@ impl Segment {
                 Err(e) => break Some(e.to_string()),
             };
             if h.base_offset != meta.next_offset {
-                break Some(format!("batch base offset {} where {} was expected", h.base_offset, meta.next_offset));
+                break Some(format!(
+                    "batch base offset {} where {} was expected",
+                    h.base_offset, meta.next_offset
+                ));
             }
             index.maybe_add((h.base_offset - base_offset) as u32, pos as u32);
             if meta.first_timestamp < 0 {
@@ -333,7 +409,12 @@ impl Segment {
             pos += total as u64;
             meta.size = pos;
         };
-        Ok(Scan { valid_len: pos, meta, index, damage })
+        Ok(Scan {
+            valid_len: pos,
+            meta,
+            index,
+            damage,
+        })
     }
 }
 
@@ -352,5 +433,7 @@ impl Window {
 }
 
 pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }

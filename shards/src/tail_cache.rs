@@ -57,10 +57,16 @@ struct PartitionTail {
 
 impl PartitionTail {
     fn first_offset(&self) -> Option<i64> {
-        self.chunks.front().and_then(|c| c.entries.first()).map(|e| e.base_offset)
+        self.chunks
+            .front()
+            .and_then(|c| c.entries.first())
+            .map(|e| e.base_offset)
     }
     fn next_offset(&self) -> Option<i64> {
-        self.chunks.back().and_then(|c| c.entries.last()).map(|e| e.last_offset + 1)
+        self.chunks
+            .back()
+            .and_then(|c| c.entries.last())
+            .map(|e| e.last_offset + 1)
     }
 }
 
@@ -101,7 +107,11 @@ impl TailCache {
         Self {
             capacity,
             chunk_bytes: chunk_bytes.max(4096),
-            inner: RefCell::new(Inner { partitions: HashMap::new(), fifo: VecDeque::new(), used: 0 }),
+            inner: RefCell::new(Inner {
+                partitions: HashMap::new(),
+                fifo: VecDeque::new(),
+                used: 0,
+            }),
             next_id: Cell::new(0),
             next_seq: Cell::new(0),
             hits: Cell::new(0),
@@ -151,7 +161,11 @@ impl TailCache {
         }
         let contiguous = {
             let inner = self.inner.borrow();
-            inner.partitions.get(&id).and_then(PartitionTail::next_offset).is_none_or(|n| n == base_offset)
+            inner
+                .partitions
+                .get(&id)
+                .and_then(PartitionTail::next_offset)
+                .is_none_or(|n| n == base_offset)
         };
         if !contiguous {
             self.forget(id);
@@ -168,8 +182,12 @@ impl TailCache {
         if needs_chunk {
             let cap = self.chunk_bytes.max(batch.len());
             while inner.used + cap > self.capacity {
-                let Some((victim, seq)) = inner.fifo.pop_front() else { break };
-                let Some(pt) = inner.partitions.get_mut(&victim) else { continue };
+                let Some((victim, seq)) = inner.fifo.pop_front() else {
+                    break;
+                };
+                let Some(pt) = inner.partitions.get_mut(&victim) else {
+                    continue;
+                };
                 if pt.chunks.front().is_some_and(|c| c.seq == seq) {
                     let c = pt.chunks.pop_front().unwrap();
                     if pt.chunks.is_empty() {
@@ -184,24 +202,49 @@ impl TailCache {
             let writer = ChunkWriter::new(cap);
             inner.used += writer.capacity();
             inner.fifo.push_back((id, seq));
-            inner.partitions.entry(id).or_default().chunks.push_back(CachedChunk {
-                seq,
-                writer,
-                entries: Vec::new(),
-            });
+            inner
+                .partitions
+                .entry(id)
+                .or_default()
+                .chunks
+                .push_back(CachedChunk {
+                    seq,
+                    writer,
+                    entries: Vec::new(),
+                });
         }
-        let chunk = inner.partitions.get_mut(&id).unwrap().chunks.back_mut().unwrap();
+        let chunk = inner
+            .partitions
+            .get_mut(&id)
+            .unwrap()
+            .chunks
+            .back_mut()
+            .unwrap();
         let cum = chunk.entries.last().map_or(0, |e| e.cum_records) + records;
         chunk.writer.push_with(batch, fix);
-        chunk.entries.push(Entry { base_offset, last_offset, end: chunk.writer.len(), cum_records: cum });
+        chunk.entries.push(Entry {
+            base_offset,
+            last_offset,
+            end: chunk.writer.len(),
+            cum_records: cum,
+        });
     }
 
     /// Reads whole batches from the batch containing `offset`, at most `max_bytes` of them unless
     /// `obligatory` (then at least one). `None` when `offset` is not cached (the caller reads the disk);
     /// the caller has already checked `offset` is below the high watermark.
-    pub(crate) fn read(&self, id: LogId, offset: i64, max_bytes: usize, obligatory: bool) -> Option<Records> {
+    pub(crate) fn read(
+        &self,
+        id: LogId,
+        offset: i64,
+        max_bytes: usize,
+        obligatory: bool,
+    ) -> Option<Records> {
         let inner = self.inner.borrow();
-        let Some(pt) = inner.partitions.get(&id).filter(|pt| pt.first_offset().is_some_and(|f| f <= offset))
+        let Some(pt) = inner
+            .partitions
+            .get(&id)
+            .filter(|pt| pt.first_offset().is_some_and(|f| f <= offset))
         else {
             self.misses.set(self.misses.get() + 1);
             return None;
@@ -212,11 +255,16 @@ impl TailCache {
         }
         self.hits.set(self.hits.get() + 1);
         // The chunk holding `offset`: the last one whose first batch starts at or before it.
-        let ci = pt.chunks.partition_point(|c| c.entries[0].base_offset <= offset) - 1;
+        let ci = pt
+            .chunks
+            .partition_point(|c| c.entries[0].base_offset <= offset)
+            - 1;
         let mut out = Records::empty();
         let mut budget = max_bytes;
         let mut must_take_one = obligatory;
-        let mut start_entry = pt.chunks[ci].entries.partition_point(|e| e.last_offset < offset);
+        let mut start_entry = pt.chunks[ci]
+            .entries
+            .partition_point(|e| e.last_offset < offset);
         for chunk in pt.chunks.iter().skip(ci) {
             let start = chunk.start_of(start_entry);
             let limit = start.saturating_add(budget);
@@ -232,7 +280,8 @@ impl TailCache {
                 parts: vec![chunk.writer.view(start, end)],
                 len: end - start,
                 batches: (end_entry - start_entry) as u32,
-                records: chunk.entries[end_entry - 1].cum_records - chunk.records_before(start_entry),
+                records: chunk.entries[end_entry - 1].cum_records
+                    - chunk.records_before(start_entry),
                 first_offset: chunk.entries[start_entry].base_offset,
                 last_offset: chunk.entries[end_entry - 1].last_offset,
             });
@@ -261,10 +310,20 @@ mod tests {
         let id = cache.register();
         // 10 batches of 1000 bytes, 10 offsets each: 4 per chunk.
         for i in 0..10 {
-            cache.insert(id, &fake_batch(1000, i as u8), |_| {}, i * 10, i * 10 + 9, 10);
+            cache.insert(
+                id,
+                &fake_batch(1000, i as u8),
+                |_| {},
+                i * 10,
+                i * 10 + 9,
+                10,
+            );
         }
         let r = cache.read(id, 25, 10_000, false).unwrap();
-        assert_eq!((r.first_offset, r.last_offset, r.batches, r.len, r.records), (20, 99, 8, 8000, 80));
+        assert_eq!(
+            (r.first_offset, r.last_offset, r.batches, r.len, r.records),
+            (20, 99, 8, 8000, 80)
+        );
         assert_eq!(r.parts.len(), 3); // chunk 0 (batches 2,3), chunk 1, chunk 2
         assert_eq!(r.to_vec()[0], 2);
         let r = cache.read(id, 25, 2500, false).unwrap();

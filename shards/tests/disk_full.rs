@@ -22,7 +22,11 @@ impl Mount {
         ok.then(|| Mount(dir.to_path_buf()))
     }
     fn resize(&self, size: &str) {
-        let s = Command::new("mount").args(["-o", &format!("remount,size={size}")]).arg(&self.0).status().unwrap();
+        let s = Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(&self.0)
+            .status()
+            .unwrap();
         assert!(s.success(), "remount failed");
     }
 }
@@ -47,7 +51,11 @@ fn a_full_disk_fails_appends_cleanly() {
     };
     let path = dir.path().join("p0");
     run(move || async move {
-        let config = LogConfig { segment_bytes: 1 << 20, flush_interval: None, ..LogConfig::default() };
+        let config = LogConfig {
+            segment_bytes: 1 << 20,
+            flush_interval: None,
+            ..LogConfig::default()
+        };
         let log = Log::open(&path, config.clone(), no_cache()).await.unwrap();
         let mut acked = Vec::new();
         let err = loop {
@@ -56,9 +64,15 @@ fn a_full_disk_fails_appends_cleanly() {
                 Ok(r) => acked.push(with_offset(&b, r.base_offset)),
                 Err(e) => break e,
             }
-            assert!(acked.len() < 100, "300 KiB should fill up long before 100 x 16 KiB");
+            assert!(
+                acked.len() < 100,
+                "300 KiB should fill up long before 100 x 16 KiB"
+            );
         };
-        assert!(matches!(err, Error::Storage { .. }), "a full disk is a storage error, got {err}");
+        assert!(
+            matches!(err, Error::Storage { .. }),
+            "a full disk is a storage error, got {err}"
+        );
         assert!(!acked.is_empty());
         let expected: Vec<u8> = acked.concat();
         let hw = log.high_watermark();
@@ -67,7 +81,9 @@ fn a_full_disk_fails_appends_cleanly() {
         let r = log.read(0, usize::MAX, true).await.unwrap();
         assert_eq!(r.records.to_vec(), expected);
         // A small append may still fit; a big one keeps failing the same way, and the log stays whole.
-        let again = log.append(batch(1, 64 << 10, 999), AppendOptions { durable: false }).await;
+        let again = log
+            .append(batch(1, 64 << 10, 999), AppendOptions { durable: false })
+            .await;
         assert!(matches!(again, Err(Error::Storage { .. })));
         assert_eq!(log.high_watermark(), hw);
         drop(log); // as if the broker stopped
@@ -77,7 +93,10 @@ fn a_full_disk_fails_appends_cleanly() {
         assert_eq!(log.high_watermark(), hw, "no partial batch became visible");
         let r = log.read(0, usize::MAX, true).await.unwrap();
         assert_eq!(r.records.to_vec(), expected);
-        let r = log.append(batch(2, 100, 1), AppendOptions { durable: true }).await.unwrap();
+        let r = log
+            .append(batch(2, 100, 1), AppendOptions { durable: true })
+            .await
+            .unwrap();
         assert_eq!(r.base_offset, hw);
         log.close().await.unwrap();
     });
@@ -86,5 +105,8 @@ fn a_full_disk_fails_appends_cleanly() {
 fn effective_uid() -> u32 {
     // `id -u` avoids a libc dependency for one call.
     let out = Command::new("id").arg("-u").output().unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(u32::MAX)
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(u32::MAX)
 }

@@ -61,12 +61,18 @@ fn round_trip_from_cache_and_from_disk() {
             let dir = tempfile::tempdir().unwrap();
             let log = Log::open(dir.path(), small_config(), cache).await.unwrap();
             let batches = fill(&log, 60, 1).await;
-            assert!(log.stats().segments > 3, "small segments should have rolled");
+            assert!(
+                log.stats().segments > 3,
+                "small segments should have rolled"
+            );
             assert_eq!(read_all(&log, 0).await, concat(&batches));
             // Reading from the middle of a batch returns that whole batch first.
             let (base, bytes) = &batches[10];
             let hdr = BatchHeader::parse(bytes).unwrap();
-            let r = log.read(base + hdr.last_offset_delta as i64, 1, true).await.unwrap();
+            let r = log
+                .read(base + hdr.last_offset_delta as i64, 1, true)
+                .await
+                .unwrap();
             assert_eq!(r.records.to_vec(), *bytes);
             // Decoding what we read gives back the records we wrote.
             let recs = batch::records(bytes).unwrap();
@@ -81,7 +87,9 @@ fn round_trip_from_cache_and_from_disk() {
 fn tail_reads_come_from_the_cache_and_share_memory() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path(), LogConfig::default(), cache()).await.unwrap();
+        let log = Log::open(dir.path(), LogConfig::default(), cache())
+            .await
+            .unwrap();
         let batches = fill(&log, 20, 2).await;
         let a = log.read(batches[5].0, 1 << 20, false).await.unwrap();
         let b = log.read(batches[5].0, 1 << 20, false).await.unwrap();
@@ -98,12 +106,16 @@ fn tail_reads_come_from_the_cache_and_share_memory() {
 fn offsets_and_data_survive_restart() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path(), small_config(), cache()).await.unwrap();
+        let log = Log::open(dir.path(), small_config(), cache())
+            .await
+            .unwrap();
         let mut batches = fill(&log, 30, 3).await;
         let hw = log.high_watermark();
         log.close().await.unwrap();
 
-        let log = Log::open(dir.path(), small_config(), cache()).await.unwrap();
+        let log = Log::open(dir.path(), small_config(), cache())
+            .await
+            .unwrap();
         assert_eq!(log.high_watermark(), hw);
         assert_eq!(log.durable_offset(), hw);
         let more = fill(&log, 5, 100).await;
@@ -113,7 +125,9 @@ fn offsets_and_data_survive_restart() {
         // A restart without a clean close (the process died) keeps what was written too.
         let hw = log.high_watermark();
         drop(log);
-        let log = Log::open(dir.path(), small_config(), no_cache()).await.unwrap();
+        let log = Log::open(dir.path(), small_config(), no_cache())
+            .await
+            .unwrap();
         assert_eq!(log.high_watermark(), hw);
         assert_eq!(read_all(&log, 0).await, concat(&batches));
         log.close().await.unwrap();
@@ -122,10 +136,15 @@ fn offsets_and_data_survive_restart() {
 
 /// Damages the last segment with `damage`, reopens, and checks that exactly the batches before the
 /// damage survive and that the log takes appends again at the right offset.
-fn recovery_case(damage: fn(&Path, &[(i64, Vec<u8>)], u64)) {
+/// (base offset, bytes) of each batch appended.
+type Batches = [(i64, Vec<u8>)];
+
+fn recovery_case(damage: fn(&Path, &Batches, u64)) {
     run(move || async move {
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path(), small_config(), cache()).await.unwrap();
+        let log = Log::open(dir.path(), small_config(), cache())
+            .await
+            .unwrap();
         let mut batches = fill(&log, 25, 4).await;
         for i in 0..3 {
             let b = batch(1, 10, 40 + i);
@@ -136,14 +155,31 @@ fn recovery_case(damage: fn(&Path, &[(i64, Vec<u8>)], u64)) {
         log.close().await.unwrap();
         let last_base = *segs.last().unwrap();
         let last_file = segment_files(dir.path()).pop().unwrap();
-        let in_last: Vec<_> = batches.iter().filter(|(b, _)| *b >= last_base).cloned().collect();
-        assert!(in_last.len() >= 2, "the test needs two batches in the last segment");
-        damage(&last_file, &in_last, std::fs::metadata(&last_file).unwrap().len());
+        let in_last: Vec<_> = batches
+            .iter()
+            .filter(|(b, _)| *b >= last_base)
+            .cloned()
+            .collect();
+        assert!(
+            in_last.len() >= 2,
+            "the test needs two batches in the last segment"
+        );
+        damage(
+            &last_file,
+            &in_last,
+            std::fs::metadata(&last_file).unwrap().len(),
+        );
 
-        let log = Log::open(dir.path(), small_config(), cache()).await.unwrap();
+        let log = Log::open(dir.path(), small_config(), cache())
+            .await
+            .unwrap();
         let kept = &batches[..batches.len() - 1];
         let expected_hw = batches.last().unwrap().0;
-        assert_eq!(log.high_watermark(), expected_hw, "only the damaged batch is lost");
+        assert_eq!(
+            log.high_watermark(),
+            expected_hw,
+            "only the damaged batch is lost"
+        );
         assert_eq!(read_all(&log, 0).await, concat(kept));
         let r = log.append(batch(1, 10, 9), DURABLE).await.unwrap();
         assert_eq!(r.base_offset, expected_hw);
@@ -183,7 +219,9 @@ fn recovery_cuts_garbage_after_the_last_batch() {
     });
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path(), small_config(), cache()).await.unwrap();
+        let log = Log::open(dir.path(), small_config(), cache())
+            .await
+            .unwrap();
         let batches = fill(&log, 10, 5).await;
         log.close().await.unwrap();
         let last = segment_files(dir.path()).pop().unwrap();
@@ -191,9 +229,15 @@ fn recovery_cuts_garbage_after_the_last_batch() {
         let clean_len = bytes.len();
         bytes.extend((0..1000u32).map(|i| (i * 7) as u8));
         std::fs::write(&last, bytes).unwrap();
-        let log = Log::open(dir.path(), small_config(), cache()).await.unwrap();
+        let log = Log::open(dir.path(), small_config(), cache())
+            .await
+            .unwrap();
         assert_eq!(read_all(&log, 0).await, concat(&batches));
-        assert_eq!(std::fs::metadata(&last).unwrap().len() as usize, clean_len, "the garbage is cut");
+        assert_eq!(
+            std::fs::metadata(&last).unwrap().len() as usize,
+            clean_len,
+            "the garbage is cut"
+        );
         log.close().await.unwrap();
     });
 }
@@ -202,7 +246,9 @@ fn recovery_cuts_garbage_after_the_last_batch() {
 fn unclean_sealed_segments_are_scanned_and_their_index_rebuilt() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path(), small_config(), no_cache()).await.unwrap();
+        let log = Log::open(dir.path(), small_config(), no_cache())
+            .await
+            .unwrap();
         let batches = fill(&log, 40, 6).await;
         log.close().await.unwrap();
         // Remove one index and damage another: both segments must be scanned, not trusted.
@@ -218,7 +264,9 @@ fn unclean_sealed_segments_are_scanned_and_their_index_rebuilt() {
         ix[20] ^= 1;
         std::fs::write(&indexes[1], ix).unwrap();
 
-        let log = Log::open(dir.path(), small_config(), no_cache()).await.unwrap();
+        let log = Log::open(dir.path(), small_config(), no_cache())
+            .await
+            .unwrap();
         // Every batch start is found through the rebuilt index.
         for (base, bytes) in &batches {
             let r = log.read(*base, bytes.len(), false).await.unwrap();
@@ -235,7 +283,9 @@ fn obligatory_and_strict_reads() {
     run(|| async {
         for cache in [cache(), no_cache()] {
             let dir = tempfile::tempdir().unwrap();
-            let log = Log::open(dir.path(), LogConfig::default(), cache).await.unwrap();
+            let log = Log::open(dir.path(), LogConfig::default(), cache)
+                .await
+                .unwrap();
             let big = batch(3, 2000, 1);
             let small = batch(1, 10, 2);
             log.append(big.clone(), NON_DURABLE).await.unwrap();
@@ -248,16 +298,32 @@ fn obligatory_and_strict_reads() {
             assert_eq!((r.records.batches, r.records.len), (1, big.len()));
             // Exactly enough for both.
             let r = log.read(1, big.len() + small.len(), false).await.unwrap();
-            assert_eq!((r.records.batches, r.records.first_offset, r.records.last_offset), (2, 0, 3));
+            assert_eq!(
+                (
+                    r.records.batches,
+                    r.records.first_offset,
+                    r.records.last_offset
+                ),
+                (2, 0, 3)
+            );
             // One byte less: only the first.
-            let r = log.read(0, big.len() + small.len() - 1, false).await.unwrap();
+            let r = log
+                .read(0, big.len() + small.len() - 1, false)
+                .await
+                .unwrap();
             assert_eq!(r.records.batches, 1);
             // At the high watermark: empty, not an error. Past it, or below the start: out of range.
             let r = log.read(4, 100, true).await.unwrap();
             assert!(r.records.is_empty());
             assert_eq!(r.high_watermark, 4);
-            assert!(matches!(log.read(5, 100, true).await, Err(Error::OffsetOutOfRange { offset: 5, .. })));
-            assert!(matches!(log.read(-1, 100, true).await, Err(Error::OffsetOutOfRange { .. })));
+            assert!(matches!(
+                log.read(5, 100, true).await,
+                Err(Error::OffsetOutOfRange { offset: 5, .. })
+            ));
+            assert!(matches!(
+                log.read(-1, 100, true).await,
+                Err(Error::OffsetOutOfRange { .. })
+            ));
             log.close().await.unwrap();
         }
     });
@@ -267,7 +333,9 @@ fn obligatory_and_strict_reads() {
 fn reads_cross_segment_boundaries() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path(), small_config(), no_cache()).await.unwrap();
+        let log = Log::open(dir.path(), small_config(), no_cache())
+            .await
+            .unwrap();
         let batches = fill(&log, 40, 7).await;
         let bases = log.segment_base_offsets();
         assert!(bases.len() >= 4);
@@ -286,7 +354,10 @@ fn reads_cross_segment_boundaries() {
 fn rejected_batches_leave_the_log_unchanged() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let config = LogConfig { max_batch_bytes: 10_000, ..small_config() };
+        let config = LogConfig {
+            max_batch_bytes: 10_000,
+            ..small_config()
+        };
         let log = Log::open(dir.path(), config, cache()).await.unwrap();
         let batches = fill(&log, 5, 8).await;
         let hw = log.high_watermark();
@@ -301,7 +372,14 @@ fn rejected_batches_leave_the_log_unchanged() {
         let mut mixed = good.to_vec();
         mixed.extend_from_slice(&corrupt);
         let truncated = good.slice(..good.len() - 3);
-        for bad in [Bytes::from(corrupt), Bytes::from(bad_magic), too_big, Bytes::from(mixed), truncated, Bytes::new()] {
+        for bad in [
+            Bytes::from(corrupt),
+            Bytes::from(bad_magic),
+            too_big,
+            Bytes::from(mixed),
+            truncated,
+            Bytes::new(),
+        ] {
             let err = log.append(bad, DURABLE).await.unwrap_err();
             assert!(matches!(err, Error::InvalidBatch(_)), "{err}");
         }
@@ -318,26 +396,53 @@ fn rejected_batches_leave_the_log_unchanged() {
 fn retention_by_bytes_deletes_whole_old_segments() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path(), small_config(), cache()).await.unwrap();
+        let log = Log::open(dir.path(), small_config(), cache())
+            .await
+            .unwrap();
         let batches = fill(&log, 60, 9).await;
         let before = log.stats();
-        log.set_config(LogConfig { retention_bytes: Some(20 << 10), ..small_config() });
+        log.set_config(LogConfig {
+            retention_bytes: Some(20 << 10),
+            ..small_config()
+        });
         let deleted = log.enforce_retention().await.unwrap();
         let after = log.stats();
         assert!(deleted > 0);
         assert_eq!(after.segments, before.segments - deleted);
-        assert!(after.size_bytes >= 20 << 10, "retention keeps at least retention_bytes");
-        assert!(after.size_bytes < (20 << 10) + (8 << 10) + 1024, "and deletes everything older");
+        assert!(
+            after.size_bytes >= 20 << 10,
+            "retention keeps at least retention_bytes"
+        );
+        assert!(
+            after.size_bytes < (20 << 10) + (8 << 10) + 1024,
+            "and deletes everything older"
+        );
         let start = log.log_start_offset();
         assert_eq!(start, log.segment_base_offsets()[0]);
-        assert!(batches.iter().any(|(b, _)| *b == start), "the log starts at a batch boundary");
-        assert_eq!(segment_files(dir.path()).len(), after.segments, "files are gone");
-        assert!(matches!(log.read(start - 1, 100, true).await, Err(Error::OffsetOutOfRange { .. })));
-        let kept: Vec<_> = batches.iter().filter(|(b, _)| *b >= start).cloned().collect();
+        assert!(
+            batches.iter().any(|(b, _)| *b == start),
+            "the log starts at a batch boundary"
+        );
+        assert_eq!(
+            segment_files(dir.path()).len(),
+            after.segments,
+            "files are gone"
+        );
+        assert!(matches!(
+            log.read(start - 1, 100, true).await,
+            Err(Error::OffsetOutOfRange { .. })
+        ));
+        let kept: Vec<_> = batches
+            .iter()
+            .filter(|(b, _)| *b >= start)
+            .cloned()
+            .collect();
         assert_eq!(read_all(&log, start).await, concat(&kept));
         log.close().await.unwrap();
         // The log start survives a restart.
-        let log = Log::open(dir.path(), small_config(), cache()).await.unwrap();
+        let log = Log::open(dir.path(), small_config(), cache())
+            .await
+            .unwrap();
         assert_eq!(log.log_start_offset(), start);
         log.close().await.unwrap();
     });
@@ -347,24 +452,37 @@ fn retention_by_bytes_deletes_whole_old_segments() {
 fn retention_by_time_deletes_segments_with_only_old_records() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path(), small_config(), cache()).await.unwrap();
+        let log = Log::open(dir.path(), small_config(), cache())
+            .await
+            .unwrap();
         // Records from 2023 (the helper's timestamps), then fresh ones.
         fill(&log, 30, 10).await;
         let old_end = log.high_watermark();
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
         let mut fresh = shards::batch::BatchBuilder::new(now);
         fresh.push(now, Some(b"k"), Some(&[7; 5000]), &[]);
         let fresh = Bytes::from(fresh.finish(0));
         log.append(fresh.clone(), NON_DURABLE).await.unwrap();
-        log.append(batch(1, 10, 1).slice(..), NON_DURABLE).await.ok(); // an old one after the fresh one
-        log.set_config(LogConfig { retention_age: Some(Duration::from_secs(3600)), ..small_config() });
+        log.append(batch(1, 10, 1).slice(..), NON_DURABLE)
+            .await
+            .ok(); // an old one after the fresh one
+        log.set_config(LogConfig {
+            retention_age: Some(Duration::from_secs(3600)),
+            ..small_config()
+        });
         let deleted = log.enforce_retention().await.unwrap();
         assert!(deleted > 0);
         // Every segment holding only old records is gone; the fresh batch's segment stays.
         assert_eq!(log.log_start_offset(), old_end);
         let r = log.read(old_end, 1 << 20, true).await.unwrap();
         let got = r.records.to_vec();
-        assert!(got.len() >= fresh.len() && got[12..fresh.len()] == fresh[12..], "the fresh batch is kept");
+        assert!(
+            got.len() >= fresh.len() && got[12..fresh.len()] == fresh[12..],
+            "the fresh batch is kept"
+        );
         log.close().await.unwrap();
     });
 }
@@ -382,7 +500,10 @@ fn retention_runs_in_the_background() {
         fill(&log, 60, 11).await;
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while log.log_start_offset() == 0 {
-            assert!(std::time::Instant::now() < deadline, "background retention never ran");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "background retention never ran"
+            );
             glommio::timer::sleep(Duration::from_millis(10)).await;
         }
         log.close().await.unwrap();
@@ -393,25 +514,40 @@ fn retention_runs_in_the_background() {
 fn concurrent_durable_appends_share_fsyncs() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path(), LogConfig { flush_interval: None, ..LogConfig::default() }, cache())
-            .await
-            .unwrap();
+        let log = Log::open(
+            dir.path(),
+            LogConfig {
+                flush_interval: None,
+                ..LogConfig::default()
+            },
+            cache(),
+        )
+        .await
+        .unwrap();
         let tasks: Vec<_> = (0..64)
             .map(|i| {
                 let log = log.clone();
-                glommio::spawn_local(async move { log.append(batch(2, 100, i), DURABLE).await.unwrap() })
+                glommio::spawn_local(
+                    async move { log.append(batch(2, 100, i), DURABLE).await.unwrap() },
+                )
             })
             .collect();
         let mut offsets = Vec::new();
         for t in tasks {
             let r = t.await;
-            assert!(log.durable_offset() >= r.high_watermark, "acknowledged before its fsync");
+            assert!(
+                log.durable_offset() >= r.high_watermark,
+                "acknowledged before its fsync"
+            );
             offsets.push(r.base_offset);
         }
         offsets.sort();
         assert_eq!(offsets, (0..64).map(|i| i * 2).collect::<Vec<_>>());
         let fsyncs = log.stats().fsyncs;
-        assert!(fsyncs >= 1 && fsyncs < 64, "{fsyncs} fsyncs for 64 concurrent durable appends");
+        assert!(
+            (1..64).contains(&fsyncs),
+            "{fsyncs} fsyncs for 64 concurrent durable appends"
+        );
         log.close().await.unwrap();
     });
 }
@@ -420,7 +556,10 @@ fn concurrent_durable_appends_share_fsyncs() {
 fn non_durable_appends_are_flushed_on_the_interval() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let config = LogConfig { flush_interval: Some(Duration::from_millis(20)), ..LogConfig::default() };
+        let config = LogConfig {
+            flush_interval: Some(Duration::from_millis(20)),
+            ..LogConfig::default()
+        };
         let log = Log::open(dir.path(), config, cache()).await.unwrap();
         let r = log.append(batch(1, 10, 1), NON_DURABLE).await.unwrap();
         assert!(log.durable_offset() < r.high_watermark);
@@ -438,7 +577,10 @@ fn non_durable_appends_are_flushed_on_the_interval() {
 fn log_append_time_is_stamped() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let config = LogConfig { log_append_time: true, ..LogConfig::default() };
+        let config = LogConfig {
+            log_append_time: true,
+            ..LogConfig::default()
+        };
         let log = Log::open(dir.path(), config, cache()).await.unwrap();
         let r = log.append(batch(3, 10, 1), NON_DURABLE).await.unwrap();
         assert!(r.log_append_time > 1_700_000_000_000);
@@ -448,13 +590,18 @@ fn log_append_time_is_stamped() {
             } else {
                 let hw = log.high_watermark();
                 log.clone().close().await.unwrap();
-                let log = Log::open(dir.path(), LogConfig::default(), no_cache()).await.unwrap();
+                let log = Log::open(dir.path(), LogConfig::default(), no_cache())
+                    .await
+                    .unwrap();
                 assert_eq!(log.high_watermark(), hw);
                 log.read(0, 1 << 20, true).await.unwrap().records.to_vec()
             };
             let h = batch::validate(&bytes, usize::MAX).unwrap();
             assert!(h.is_log_append_time());
-            assert!(batch::records(&bytes).unwrap().iter().all(|rec| rec.timestamp == r.log_append_time));
+            assert!(batch::records(&bytes)
+                .unwrap()
+                .iter()
+                .all(|rec| rec.timestamp == r.log_append_time));
         }
     });
 }
@@ -469,7 +616,43 @@ fn deleting_a_partition_removes_its_directory() {
         let waiter = log.high_watermark_monitor().wait_for(1_000_000);
         log.clone().delete().await.unwrap();
         assert!(!dir.exists());
-        assert!(!waiter.await, "long pollers are released when the log goes away");
-        assert!(matches!(log.append(batch(1, 1, 1), NON_DURABLE).await, Err(Error::Closed)));
+        assert!(
+            !waiter.await,
+            "long pollers are released when the log goes away"
+        );
+        assert!(matches!(
+            log.append(batch(1, 1, 1), NON_DURABLE).await,
+            Err(Error::Closed)
+        ));
+    });
+}
+
+#[test]
+fn offsets_by_timestamp() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), small_config(), no_cache())
+            .await
+            .unwrap();
+        // batch(n, _, seed) stamps record i with 1_700_000_000_000 + seed + i.
+        for seed in [0u64, 100, 200, 300] {
+            log.append(batch(3, 500, seed), NON_DURABLE).await.unwrap();
+        }
+        let t0 = 1_700_000_000_000i64;
+        assert_eq!(log.offset_for_timestamp(0).await.unwrap(), Some((0, t0)));
+        assert_eq!(
+            log.offset_for_timestamp(t0 + 101).await.unwrap(),
+            Some((4, t0 + 101))
+        );
+        assert_eq!(
+            log.offset_for_timestamp(t0 + 150).await.unwrap(),
+            Some((6, t0 + 200))
+        );
+        assert_eq!(
+            log.offset_for_timestamp(t0 + 302).await.unwrap(),
+            Some((11, t0 + 302))
+        );
+        assert_eq!(log.offset_for_timestamp(t0 + 303).await.unwrap(), None);
+        log.close().await.unwrap();
     });
 }

@@ -34,8 +34,15 @@ pub fn batch(records: usize, value_len: usize, seed: u64) -> Bytes {
     let mut b = BatchBuilder::new(1_700_000_000_000 + seed as i64);
     for i in 0..records {
         let key = format!("key-{seed}-{i}");
-        let value: Vec<u8> = (0..value_len).map(|j| (seed as usize + i * 31 + j) as u8).collect();
-        b.push(1_700_000_000_000 + seed as i64 + i as i64, Some(key.as_bytes()), Some(&value), &[(b"h", Some(b"v"))]);
+        let value: Vec<u8> = (0..value_len)
+            .map(|j| (seed as usize + i * 31 + j) as u8)
+            .collect();
+        b.push(
+            1_700_000_000_000 + seed as i64 + i as i64,
+            Some(key.as_bytes()),
+            Some(&value),
+            &[(b"h", Some(b"v"))],
+        );
     }
     Bytes::from(b.finish(0))
 }
