@@ -1,1 +1,28 @@
+//! # shoal — a Kafka-compatible broker for high fan-out reads
+//!
+//! Thread-per-core on glommio: every core is a Kafka broker with its own port, owns a share of the
+//! partitions, and serves them without locks. Storage and everything else shard-local lives in the
+//! `shards` crate; this crate is the process around it.
+//!
+//! ## Layout
+//! - [`cli`]         — `shoal` command line and every tunable flag.
+//! - [`server`]      — start-up: listeners, one pinned executor per core, the core mesh, orderly stop.
+//! - [`core`]        — one core's state: topic table copy, owned partitions, tail cache, metrics.
+//! - [`router`]      — the topic table and the partition -> core mapping; topic names and configs.
+//! - [`control`]     — the control plane: create/delete topics via core 0, persisted and broadcast.
+//! - [`partition`]   — a partition on its core: the log plus idempotent-producer state.
+//! - [`kafka`]       — the Kafka front end: framing, connections, headers, one handler per API.
+//! - [`admin`]       — admin HTTP on core 0: `/metrics`, `/v1/status`.
+//! - [`metrics`]     — per-core counters and the Prometheus rendering.
+//! - [`alloc_guard`] — the global allocator that defuses allocation bombs in request decoding.
 
+pub mod admin;
+pub mod alloc_guard;
+pub mod cli;
+pub mod control;
+pub mod core;
+pub mod kafka;
+pub mod metrics;
+pub mod partition;
+pub mod router;
+pub mod server;

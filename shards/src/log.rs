@@ -215,6 +215,10 @@ impl Log {
     pub fn durable_offset(&self) -> i64 {
         self.inner.durable.value()
     }
+    /// Largest batch this log accepts.
+    pub fn max_batch_bytes(&self) -> usize {
+        self.inner.config.borrow().max_batch_bytes
+    }
     pub fn config(&self) -> LogConfig {
         self.inner.config.borrow().clone()
     }
@@ -247,19 +251,36 @@ impl Log {
     /// together (one write, then one fsync for all of them: group commit).
     pub async fn append(&self, blob: Bytes, opts: AppendOptions) -> Result<AppendResult> {
         let headers = batch::validate_all(&blob, self.inner.config.borrow().max_batch_bytes)?;
-        self.inner.check_writable()?;
-        let done = Rc::new(Slot::default());
-        self.inner.queue.borrow_mut().push_back(PendingAppend {
-            blob,
-            headers,
-            done: done.clone(),
+        self.append_validated(blob, headers, opts).await
+    }
+
+    /// Appends batches already checked with [`batch::validate_all`] (`headers` are its result). The
+    /// append is queued when this is called, not when the future is first polled, so appends issued
+    /// one after another are written in that order even if their futures are awaited together.
+    pub fn append_validated(
+        &self,
+        blob: Bytes,
+        headers: Vec<BatchHeader>,
+        opts: AppendOptions,
+    ) -> impl Future<Output = Result<AppendResult>> + 'static {
+        let inner = self.inner.clone();
+        let queued = inner.check_writable().map(|()| {
+            let done = Rc::new(Slot::default());
+            inner.queue.borrow_mut().push_back(PendingAppend {
+                blob,
+                headers,
+                done: done.clone(),
+            });
+            inner.start_writer();
+            done
         });
-        self.inner.start_writer();
-        let res = SlotWait(done).await?;
-        if opts.durable {
-            self.inner.sync_to(res.high_watermark).await?;
+        async move {
+            let res = SlotWait(queued?).await?;
+            if opts.durable {
+                inner.sync_to(res.high_watermark).await?;
+            }
+            Ok(res)
         }
-        Ok(res)
     }
 
     /// Whole batches from the one holding `offset`: at most `max_bytes`, or at least one batch when
@@ -322,6 +343,17 @@ impl Log {
             }
         }
         Ok(done(out, false))
+    }
+
+    /// The largest record timestamp in the log, if any record carries one.
+    pub fn max_timestamp(&self) -> Option<i64> {
+        self.inner
+            .segments
+            .borrow()
+            .iter()
+            .map(|s| s.max_timestamp.get())
+            .max()
+            .filter(|&t| t >= 0)
     }
 
     /// The first offset whose record timestamp is at least `timestamp`, with that record's timestamp

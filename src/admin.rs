@@ -1,0 +1,133 @@
+//! Admin HTTP on core 0: `GET /metrics` (Prometheus text, every core's figures) and `GET /v1/status`
+//! (JSON). It runs as a task on core 0's executor and gathers other cores' figures by messages, so it
+//! needs no thread, lock or HTTP framework; it speaks just enough HTTP/1.1 for scrapers and curl
+//! (one request per connection, bounded request size).
+
+use crate::control::gather_stats;
+use crate::core::Core;
+use crate::metrics::render_prometheus;
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::{TcpListener, TcpStream};
+use std::rc::Rc;
+use std::time::Duration;
+
+const MAX_REQUEST_HEAD: usize = 16 << 10;
+
+pub async fn serve(core: Rc<Core>, listener: TcpListener) {
+    loop {
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            core.shutdown.wait_for(1).await;
+            None
+        })
+        .await;
+        match accepted {
+            None => return,
+            Some(Ok(stream)) => {
+                let core = core.clone();
+                glommio::spawn_local(async move { handle(core, stream).await }).detach();
+            }
+            Some(Err(e)) => {
+                log::warn!("admin accept failed: {e}");
+                glommio::timer::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+async fn handle(core: Rc<Core>, mut stream: TcpStream) {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 2048];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+        if head.len() > MAX_REQUEST_HEAD {
+            let _ = respond(
+                &mut stream,
+                "431 Request Header Fields Too Large",
+                "text/plain",
+                "request too large\n",
+            )
+            .await;
+            return;
+        }
+    }
+    let line =
+        String::from_utf8_lossy(head.split(|&b| b == b'\n').next().unwrap_or_default()).to_string();
+    let mut words = line.split_whitespace();
+    let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let path = path.split('?').next().unwrap_or("");
+    let (status, kind, body) = match (method, path) {
+        ("GET", "/metrics") => (
+            "200 OK",
+            "text/plain; version=0.0.4",
+            render_prometheus(&gather_stats(&core).await),
+        ),
+        ("GET", "/v1/status") => ("200 OK", "application/json", status_json(&core).await),
+        ("GET", _) => (
+            "404 Not Found",
+            "text/plain",
+            "not found: try /metrics or /v1/status\n".to_string(),
+        ),
+        _ => (
+            "405 Method Not Allowed",
+            "text/plain",
+            "only GET is served\n".to_string(),
+        ),
+    };
+    let _ = respond(&mut stream, status, kind, &body).await;
+}
+
+async fn respond(
+    stream: &mut TcpStream,
+    status: &str,
+    kind: &str,
+    body: &str,
+) -> std::io::Result<()> {
+    let head =
+        format!("HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body.as_bytes()).await?;
+    stream.close().await
+}
+
+async fn status_json(core: &Rc<Core>) -> String {
+    let stats = gather_stats(core).await;
+    let table = core.topics.borrow().clone();
+    let topics: serde_json::Map<String, serde_json::Value> = table
+        .topics
+        .iter()
+        .map(|(name, m)| {
+            (
+                name.clone(),
+                serde_json::json!({
+                    "partitions": m.partitions,
+                    "configs": m.configs,
+                    "leaders": (0..m.partitions).map(|p| table.owner(m, p, core.cores)).collect::<Vec<_>>(),
+                }),
+            )
+        })
+        .collect();
+    let cores: Vec<serde_json::Value> = stats
+        .iter()
+        .map(|s| {
+            serde_json::json!({
+                "core": s.core,
+                "port": core.ports[s.core],
+                "connections_open": s.connections_open,
+                "partitions": s.partitions.len(),
+                "log_bytes": s.partitions.iter().map(|p| p.size_bytes).sum::<u64>(),
+                "tail_cache_bytes": s.tail_cache_used,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "data_dir": core.args.data_dir,
+        "topic_table_revision": table.revision,
+        "topics": topics,
+        "cores": cores,
+    })
+    .to_string()
+}

@@ -1,0 +1,102 @@
+//! Guards the process against allocation bombs in request decoding.
+//!
+//! `kafka-protocol` 0.18 decodes an array by calling `Vec::with_capacity(n)` with `n` read from the
+//! wire, before it checks that `n` elements could fit in the bytes left. A 12-byte request claiming
+//! 2^31 elements asks for hundreds of GiB; the allocation fails and Rust aborts the process. One
+//! crashed core is a crashed broker.
+//!
+//! The guard is the global allocator: requests of `RESERVE_ONLY` bytes or more are served by an
+//! anonymous `MAP_NORESERVE` mapping, which reserves address space and commits no memory until a page
+//! is written. A bogus claimed length therefore costs nothing: decoding fails at the first missing
+//! element and the mapping is unmapped. Real allocations of that size (none on shoal's paths) work
+//! as usual, their pages committed as they are touched. Smaller requests go to the system allocator.
+//! Frames are also capped by `--max-request-bytes` before they are read, and decoding runs under
+//! `catch_unwind`, so a malformed request closes its connection and nothing else.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+
+/// Allocations at least this large are reserved lazily.
+const RESERVE_ONLY: usize = 256 << 20;
+
+#[derive(Debug)]
+pub struct GuardedAllocator;
+
+fn is_large(layout: &Layout) -> bool {
+    layout.size() >= RESERVE_ONLY && layout.align() <= 4096
+}
+
+unsafe fn map(size: usize) -> *mut u8 {
+    // SAFETY: an anonymous private mapping has no preconditions; failure is reported as MAP_FAILED.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        std::ptr::null_mut()
+    } else {
+        p.cast()
+    }
+}
+
+// SAFETY: large blocks come from `mmap` (page-aligned, which satisfies any alignment up to 4096) and
+// go back with `munmap` of the same size; everything else is delegated to `System` unchanged.
+unsafe impl GlobalAlloc for GuardedAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if is_large(&layout) {
+            unsafe { map(layout.size()) }
+        } else {
+            unsafe { System.alloc(layout) }
+        }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if is_large(&layout) {
+            unsafe { map(layout.size()) } // anonymous mappings are zero-filled
+        } else {
+            unsafe { System.alloc_zeroed(layout) }
+        }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if is_large(&layout) {
+            unsafe { libc::munmap(ptr.cast(), layout.size()) };
+        } else {
+            unsafe { System.dealloc(ptr, layout) }
+        }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller guarantees `layout.align()` is valid and `new_size` does not overflow.
+        let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+        if !is_large(&layout) && !is_large(&new_layout) {
+            return unsafe { System.realloc(ptr, layout, new_size) };
+        }
+        let new = unsafe { self.alloc(new_layout) };
+        if !new.is_null() {
+            unsafe {
+                std::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size));
+                self.dealloc(ptr, layout);
+            }
+        }
+        new
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_huge_claimed_capacity_costs_nothing() {
+        // 64 GiB of capacity: more than this machine has; with the guard it is only address space.
+        let v: Vec<u64> = Vec::with_capacity(8 << 30);
+        assert!(v.capacity() >= 8 << 30);
+        let mut w: Vec<u8> = Vec::with_capacity(300 << 20);
+        w.extend_from_slice(b"still usable");
+        assert_eq!(&w[..], b"still usable");
+    }
+}

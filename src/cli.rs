@@ -1,0 +1,107 @@
+//! The command line: `shoal serve` and its flags. Every number a user may want to change is here.
+
+use clap::{Args, Parser, Subcommand};
+use shards::LogConfig;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "shoal",
+    version,
+    about = "A Kafka-compatible streaming-log broker for high fan-out reads"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the broker: one Kafka listener per core (port + core index), admin HTTP on --admin.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Where partition logs and the topic table live.
+    #[arg(long, default_value = "./shoal-data")]
+    pub data_dir: PathBuf,
+    /// Address of core 0's Kafka listener; core i listens on port + i (port 0: any free ports).
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    pub listen: SocketAddr,
+    /// Host name advertised to clients in Metadata (default: the --listen address).
+    #[arg(long)]
+    pub advertised_host: Option<String>,
+    /// Number of cores (executors, brokers) to run; default: all available.
+    #[arg(long)]
+    pub cores: Option<usize>,
+    /// Admin HTTP address (/metrics, /v1/status).
+    #[arg(long, default_value = "127.0.0.1:9644")]
+    pub admin: SocketAddr,
+    /// Create a topic when a client asks for metadata or produces to one that does not exist.
+    #[arg(long, default_value = "true", action = clap::ArgAction::Set)]
+    pub auto_create_topics: bool,
+    /// Partitions of auto-created topics and of CreateTopics requests that ask for the default (-1).
+    #[arg(long, default_value_t = 1)]
+    pub default_partitions: i32,
+    /// Largest request accepted, checked before any allocation (Kafka socket.request.max.bytes).
+    #[arg(long, default_value_t = 100 << 20)]
+    pub max_request_bytes: usize,
+    /// Largest record batch accepted (Kafka message.max.bytes).
+    #[arg(long, default_value_t = 1_048_588)]
+    pub max_batch_bytes: usize,
+    /// Segment size before rolling (Kafka segment.bytes).
+    #[arg(long, default_value_t = 256 << 20)]
+    pub segment_bytes: u64,
+    /// Segment age before rolling, in ms (Kafka segment.ms).
+    #[arg(long, default_value_t = 7 * 24 * 3600 * 1000)]
+    pub segment_ms: u64,
+    /// Fsync non-durable (acks=0/1) data at least this often, in ms; 0 leaves it to the OS.
+    /// acks=all is always fsynced before the acknowledgement.
+    #[arg(long, default_value_t = 1000)]
+    pub flush_ms: u64,
+    /// Delete old segments once a partition exceeds this many bytes; -1: no limit (Kafka retention.bytes).
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    pub retention_bytes: i64,
+    /// Delete segments whose newest record is older than this, in ms; -1: keep forever (Kafka retention.ms).
+    #[arg(long, default_value_t = 7 * 24 * 3600 * 1000, allow_negative_numbers = true)]
+    pub retention_ms: i64,
+    /// How often each partition checks retention, in ms.
+    #[arg(long, default_value_t = 300_000)]
+    pub retention_check_ms: u64,
+    /// Memory for recent batches per core (the tail cache), in bytes.
+    #[arg(long, default_value_t = 256 << 20)]
+    pub tail_cache_bytes: usize,
+}
+
+impl ServeArgs {
+    /// Log settings every partition starts from; topic configs override them per topic.
+    pub fn log_config(&self) -> LogConfig {
+        LogConfig {
+            segment_bytes: self.segment_bytes,
+            segment_age: Some(Duration::from_millis(self.segment_ms)),
+            flush_interval: (self.flush_ms > 0).then(|| Duration::from_millis(self.flush_ms)),
+            retention_bytes: u64::try_from(self.retention_bytes).ok(),
+            retention_age: u64::try_from(self.retention_ms)
+                .ok()
+                .map(Duration::from_millis),
+            retention_check_interval: Duration::from_millis(self.retention_check_ms.max(1)),
+            max_batch_bytes: self.max_batch_bytes,
+            ..LogConfig::default()
+        }
+    }
+
+    pub fn cores(&self) -> usize {
+        self.cores
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .max(1)
+    }
+
+    pub fn advertised_host(&self) -> String {
+        self.advertised_host
+            .clone()
+            .unwrap_or_else(|| self.listen.ip().to_string())
+    }
+}

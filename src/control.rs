@@ -1,0 +1,468 @@
+//! The control plane: topic creation and deletion, decided by core 0 and applied by every core.
+//!
+//! Core 0 serializes changes, persists the topic table (`DATA/topics.json`: atomic write, fsync,
+//! revision number) and broadcasts it; every core opens or deletes the partitions it owns and
+//! acknowledges; the request is answered once all cores have applied it. Cores talk only through
+//! messages on a glommio channel mesh, never through shared memory or locks. The same channels carry
+//! the admin server's requests for per-core statistics.
+
+use crate::core::Core;
+use crate::metrics::CoreSnapshot;
+use crate::partition::write_atomically;
+use crate::router::{apply_topic_configs, validate_topic_name, TopicMeta, TopicTable};
+use glommio::channels::channel_mesh::{Receivers, Senders};
+use glommio::channels::local_channel::{self, LocalSender};
+use kafka_protocol::error::ResponseError;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// Most partitions a topic may have.
+pub const MAX_PARTITIONS: i32 = 10_000;
+
+/// A topic to create, as asked.
+#[derive(Debug, Clone)]
+pub struct NewTopic {
+    pub name: String,
+    /// -1: the server default.
+    pub partitions: i32,
+    pub replication_factor: i16,
+    pub configs: BTreeMap<String, String>,
+}
+
+/// The outcome for one topic of a create or delete.
+#[derive(Debug, Clone)]
+pub struct TopicOutcome {
+    pub name: String,
+    pub error: Option<(ResponseError, String)>,
+    pub partitions: i32,
+    pub id: [u8; 16],
+}
+
+/// What cores send each other.
+#[derive(Debug)]
+pub enum CoreMsg {
+    Create {
+        from: usize,
+        id: u64,
+        topics: Vec<NewTopic>,
+        validate_only: bool,
+    },
+    Delete {
+        from: usize,
+        id: u64,
+        names: Vec<String>,
+    },
+    Outcomes {
+        id: u64,
+        outcomes: Vec<TopicOutcome>,
+    },
+    Apply {
+        from: usize,
+        id: u64,
+        table: TopicTable,
+    },
+    Applied {
+        id: u64,
+    },
+    Stats {
+        from: usize,
+        id: u64,
+    },
+    StatsReply {
+        id: u64,
+        snapshot: Box<CoreSnapshot>,
+    },
+}
+
+/// A core's end of the control plane.
+#[derive(Debug)]
+pub struct Control {
+    senders: Option<Senders<CoreMsg>>,
+    next_id: Cell<u64>,
+    waiting: RefCell<HashMap<u64, LocalSender<CoreMsg>>>,
+    /// Core 0 applies one change at a time.
+    changes: glommio::sync::Semaphore,
+}
+
+impl Control {
+    pub fn new(senders: Option<Senders<CoreMsg>>) -> Self {
+        Self {
+            senders,
+            next_id: Cell::new(1),
+            waiting: RefCell::new(HashMap::new()),
+            changes: glommio::sync::Semaphore::new(1),
+        }
+    }
+
+    fn register(
+        &self,
+    ) -> (
+        u64,
+        glommio::channels::local_channel::LocalReceiver<CoreMsg>,
+    ) {
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
+        let (tx, rx) = local_channel::new_bounded(1);
+        self.waiting.borrow_mut().insert(id, tx);
+        (id, rx)
+    }
+
+    async fn send(&self, to: usize, msg: CoreMsg) {
+        if let Some(s) = &self.senders {
+            if s.send_to(to, msg).await.is_err() {
+                log::error!("control message to core {to} could not be sent");
+            }
+        }
+    }
+
+    /// Delivers a reply to whoever waits for `id`.
+    fn complete(&self, id: u64, msg: CoreMsg) {
+        if let Some(tx) = self.waiting.borrow_mut().remove(&id) {
+            let _ = tx.try_send(msg);
+        }
+    }
+}
+
+/// Starts one task per peer that receives its messages.
+pub fn spawn_receivers(core: &Rc<Core>, mut receivers: Receivers<CoreMsg>) {
+    for (peer, rx) in receivers.streams() {
+        let core = core.clone();
+        glommio::spawn_local(async move {
+            while let Some(msg) = rx.recv().await {
+                let core = core.clone();
+                glommio::spawn_local(async move { handle(&core, peer, msg).await }).detach();
+            }
+        })
+        .detach();
+    }
+}
+
+async fn handle(core: &Rc<Core>, _peer: usize, msg: CoreMsg) {
+    match msg {
+        CoreMsg::Create {
+            from,
+            id,
+            topics,
+            validate_only,
+        } => {
+            let outcomes = create_on_core0(core, topics, validate_only).await;
+            core.control
+                .send(from, CoreMsg::Outcomes { id, outcomes })
+                .await;
+        }
+        CoreMsg::Delete { from, id, names } => {
+            let outcomes = delete_on_core0(core, names).await;
+            core.control
+                .send(from, CoreMsg::Outcomes { id, outcomes })
+                .await;
+        }
+        CoreMsg::Apply { from, id, table } => {
+            core.apply_table(table).await;
+            core.control.send(from, CoreMsg::Applied { id }).await;
+        }
+        CoreMsg::Stats { from, id } => {
+            let snapshot = Box::new(core.snapshot());
+            core.control
+                .send(from, CoreMsg::StatsReply { id, snapshot })
+                .await;
+        }
+        reply @ (CoreMsg::Outcomes { id, .. }
+        | CoreMsg::Applied { id }
+        | CoreMsg::StatsReply { id, .. }) => core.control.complete(id, reply),
+    }
+}
+
+/// Creates topics (through core 0) and returns one outcome per topic.
+pub async fn create_topics(
+    core: &Rc<Core>,
+    topics: Vec<NewTopic>,
+    validate_only: bool,
+) -> Vec<TopicOutcome> {
+    if core.id == 0 {
+        return create_on_core0(core, topics, validate_only).await;
+    }
+    let (id, rx) = core.control.register();
+    core.control
+        .send(
+            0,
+            CoreMsg::Create {
+                from: core.id,
+                id,
+                topics,
+                validate_only,
+            },
+        )
+        .await;
+    match rx.recv().await {
+        Some(CoreMsg::Outcomes { outcomes, .. }) => outcomes,
+        _ => Vec::new(),
+    }
+}
+
+/// Deletes topics (through core 0).
+pub async fn delete_topics(core: &Rc<Core>, names: Vec<String>) -> Vec<TopicOutcome> {
+    if core.id == 0 {
+        return delete_on_core0(core, names).await;
+    }
+    let (id, rx) = core.control.register();
+    core.control
+        .send(
+            0,
+            CoreMsg::Delete {
+                from: core.id,
+                id,
+                names,
+            },
+        )
+        .await;
+    match rx.recv().await {
+        Some(CoreMsg::Outcomes { outcomes, .. }) => outcomes,
+        _ => Vec::new(),
+    }
+}
+
+/// Every core's statistics, gathered by the admin server on core 0.
+pub async fn gather_stats(core: &Rc<Core>) -> Vec<CoreSnapshot> {
+    let mut out = vec![core.snapshot()];
+    for peer in (0..core.cores).filter(|&p| p != core.id) {
+        let (id, rx) = core.control.register();
+        core.control
+            .send(peer, CoreMsg::Stats { from: core.id, id })
+            .await;
+        let reply = futures_lite::future::or(rx.recv(), async {
+            glommio::timer::sleep(Duration::from_secs(5)).await;
+            None
+        })
+        .await;
+        match reply {
+            Some(CoreMsg::StatsReply { snapshot, .. }) => out.push(*snapshot),
+            _ => log::warn!("core {peer} did not answer a statistics request"),
+        }
+    }
+    out
+}
+
+fn outcome(
+    name: &str,
+    error: Option<(ResponseError, String)>,
+    meta: Option<&TopicMeta>,
+) -> TopicOutcome {
+    TopicOutcome {
+        name: name.to_string(),
+        error,
+        partitions: meta.map_or(-1, |m| m.partitions),
+        id: meta.map_or([0; 16], |m| m.id),
+    }
+}
+
+async fn create_on_core0(
+    core: &Rc<Core>,
+    topics: Vec<NewTopic>,
+    validate_only: bool,
+) -> Vec<TopicOutcome> {
+    let Ok(_permit) = core.control.changes.acquire_permit(1).await else {
+        return Vec::new();
+    };
+    let mut table = (**core.topics.borrow()).clone();
+    let mut outcomes = Vec::new();
+    let mut changed = false;
+    let mut seen = std::collections::HashSet::new();
+    for t in topics {
+        let partitions = if t.partitions == -1 {
+            core.args.default_partitions
+        } else {
+            t.partitions
+        };
+        let err = if !seen.insert(t.name.clone()) {
+            Some((
+                ResponseError::InvalidRequest,
+                "topic named twice in one request".to_string(),
+            ))
+        } else if let Err(why) = validate_topic_name(&t.name) {
+            Some((ResponseError::InvalidTopicException, why))
+        } else if is_view_name(&t.name) {
+            Some((
+                ResponseError::InvalidTopicException,
+                "names of the form <topic>.shard-<i>-of-<n> are reserved for views".into(),
+            ))
+        } else if table.topics.contains_key(&t.name) {
+            Some((
+                ResponseError::TopicAlreadyExists,
+                format!("topic {} already exists", t.name),
+            ))
+        } else if !(1..=MAX_PARTITIONS).contains(&partitions) {
+            Some((
+                ResponseError::InvalidPartitions,
+                format!("partitions must be 1 to {MAX_PARTITIONS}"),
+            ))
+        } else if t.replication_factor != -1 && t.replication_factor != 1 {
+            Some((
+                ResponseError::InvalidReplicationFactor,
+                "shoal keeps one replica: replication factor must be 1 or -1".into(),
+            ))
+        } else if let Err(why) = apply_topic_configs(&core.args.log_config(), &t.configs) {
+            Some((ResponseError::InvalidConfig, why))
+        } else {
+            None
+        };
+        if err.is_some() {
+            outcomes.push(outcome(&t.name, err, None));
+            continue;
+        }
+        let meta = TopicMeta {
+            id: new_topic_id(),
+            partitions,
+            configs: t.configs,
+            ordinal: table.next_ordinal,
+        };
+        outcomes.push(outcome(&t.name, None, Some(&meta)));
+        if !validate_only {
+            table.next_ordinal += 1;
+            table.topics.insert(t.name, meta);
+            changed = true;
+        }
+    }
+    if changed {
+        table.revision += 1;
+        if let Err(e) = persist_table(&core.args.data_dir, &table).await {
+            log::error!("could not persist the topic table: {e}");
+            for o in &mut outcomes {
+                if o.error.is_none() {
+                    o.error = Some((
+                        ResponseError::KafkaStorageError,
+                        format!("topic table not saved: {e}"),
+                    ));
+                }
+            }
+            return outcomes;
+        }
+        broadcast(core, table).await;
+    }
+    outcomes
+}
+
+async fn delete_on_core0(core: &Rc<Core>, names: Vec<String>) -> Vec<TopicOutcome> {
+    let Ok(_permit) = core.control.changes.acquire_permit(1).await else {
+        return Vec::new();
+    };
+    let mut table = (**core.topics.borrow()).clone();
+    let mut outcomes = Vec::new();
+    let mut deleted = Vec::new();
+    for name in names {
+        match table.topics.remove(&name) {
+            Some(meta) => {
+                outcomes.push(outcome(&name, None, Some(&meta)));
+                deleted.push(name);
+            }
+            None => outcomes.push(outcome(
+                &name,
+                Some((
+                    ResponseError::UnknownTopicOrPartition,
+                    format!("no topic named {name}"),
+                )),
+                None,
+            )),
+        }
+    }
+    if !deleted.is_empty() {
+        table.revision += 1;
+        if let Err(e) = persist_table(&core.args.data_dir, &table).await {
+            log::error!("could not persist the topic table: {e}");
+            for o in &mut outcomes {
+                o.error.get_or_insert((
+                    ResponseError::KafkaStorageError,
+                    format!("topic table not saved: {e}"),
+                ));
+            }
+            return outcomes;
+        }
+        broadcast(core, table).await;
+        let topics_dir = core.args.data_dir.join("topics");
+        let _ = glommio::executor()
+            .spawn_blocking(move || {
+                for name in deleted {
+                    let _ = std::fs::remove_dir(topics_dir.join(name));
+                }
+            })
+            .await;
+    }
+    outcomes
+}
+
+/// Applies `table` on every core and returns when all have.
+async fn broadcast(core: &Rc<Core>, table: TopicTable) {
+    let mut waits = Vec::new();
+    for peer in (0..core.cores).filter(|&p| p != core.id) {
+        let (id, rx) = core.control.register();
+        core.control
+            .send(
+                peer,
+                CoreMsg::Apply {
+                    from: core.id,
+                    id,
+                    table: table.clone(),
+                },
+            )
+            .await;
+        waits.push(rx);
+    }
+    core.apply_table(table).await;
+    for rx in waits {
+        let _ = rx.recv().await;
+    }
+}
+
+pub fn table_path(data_dir: &Path) -> std::path::PathBuf {
+    data_dir.join("topics.json")
+}
+
+async fn persist_table(data_dir: &Path, table: &TopicTable) -> std::io::Result<()> {
+    let path = table_path(data_dir);
+    let bytes = serde_json::to_vec_pretty(table).map_err(std::io::Error::other)?;
+    glommio::executor()
+        .spawn_blocking(move || write_atomically(&path, &bytes))
+        .await
+}
+
+/// Reads the persisted table at start-up (blocking is fine then).
+pub fn load_table(data_dir: &Path) -> std::io::Result<TopicTable> {
+    match std::fs::read(table_path(data_dir)) {
+        Ok(b) => serde_json::from_slice(&b)
+            .map_err(|e| std::io::Error::other(format!("topics.json: {e}"))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(TopicTable::default()),
+        Err(e) => Err(e),
+    }
+}
+
+/// `<source>.shard-<i>-of-<n>`: reserved for sharded views.
+pub fn is_view_name(name: &str) -> bool {
+    let Some((_, suffix)) = name.rsplit_once(".shard-") else {
+        return false;
+    };
+    let Some((i, n)) = suffix.split_once("-of-") else {
+        return false;
+    };
+    i.parse::<u32>().is_ok() && n.parse::<u32>().is_ok()
+}
+
+fn new_topic_id() -> [u8; 16] {
+    // Random enough for an id that only has to differ from earlier topics of the same name.
+    let mut id = [0u8; 16];
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let mut x = t ^ (std::process::id() as u128) << 64;
+    for b in id.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    id[6] = (id[6] & 0x0f) | 0x40; // version 4
+    id[8] = (id[8] & 0x3f) | 0x80;
+    id
+}

@@ -1,0 +1,197 @@
+//! One core's state: its copy of the topic table, the partitions it owns, its tail cache, its metrics
+//! and its end of the control plane. `!Send`: created on the core's executor and never leaves it.
+
+use crate::cli::ServeArgs;
+use crate::control::Control;
+use crate::metrics::{CoreMetrics, CoreSnapshot, PartitionSnapshot};
+use crate::partition::Partition;
+use crate::router::{apply_topic_configs, TopicTable};
+use shards::{OffsetMonitor, TailCache};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+#[derive(Debug)]
+pub struct Core {
+    pub id: usize,
+    pub cores: usize,
+    pub args: Rc<ServeArgs>,
+    /// Each core's Kafka port, index = core = broker id.
+    pub ports: Vec<u16>,
+    pub advertised_host: String,
+    pub topics: RefCell<Rc<TopicTable>>,
+    pub partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
+    pub tail_cache: Rc<TailCache>,
+    pub control: Control,
+    pub metrics: CoreMetrics,
+    /// Moves from 0 to 1 when the server is asked to stop.
+    pub shutdown: OffsetMonitor,
+}
+
+impl Core {
+    pub fn new(id: usize, args: Rc<ServeArgs>, ports: Vec<u16>, control: Control) -> Self {
+        let cores = ports.len();
+        Self {
+            id,
+            cores,
+            advertised_host: args.advertised_host(),
+            tail_cache: Rc::new(TailCache::new(args.tail_cache_bytes, 1 << 20)),
+            args,
+            ports,
+            topics: RefCell::new(Rc::new(TopicTable::default())),
+            partitions: RefCell::new(HashMap::new()),
+            control,
+            metrics: CoreMetrics::default(),
+            shutdown: OffsetMonitor::new(0),
+        }
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutdown.value() > 0
+    }
+
+    /// The partition if this core owns it.
+    pub fn partition(&self, topic: &str, index: i32) -> Option<Rc<Partition>> {
+        self.partitions
+            .borrow()
+            .get(&(topic.to_string(), index))
+            .cloned()
+    }
+
+    /// Which core owns a partition, if the topic and partition exist.
+    pub fn owner(&self, topic: &str, index: i32) -> Option<usize> {
+        let table = self.topics.borrow();
+        let meta = table.get(topic)?;
+        (0..meta.partitions)
+            .contains(&index)
+            .then(|| table.owner(meta, index, self.cores))
+    }
+
+    /// Installs a new topic table: deletes partitions of topics that are gone (or were re-created),
+    /// opens the ones this core now owns.
+    pub async fn apply_table(&self, table: TopicTable) {
+        if table.revision < self.topics.borrow().revision {
+            return;
+        }
+        let table = Rc::new(table);
+        *self.topics.borrow_mut() = table.clone();
+        let gone: Vec<Rc<Partition>> = {
+            let mut parts = self.partitions.borrow_mut();
+            let keys: Vec<_> = parts
+                .iter()
+                .filter(|(_, p)| table.get(&p.topic).is_none_or(|m| m.id != p.topic_id))
+                .map(|(k, _)| k.clone())
+                .collect();
+            keys.iter().filter_map(|k| parts.remove(k)).collect()
+        };
+        for p in gone {
+            let name = format!("{}-{}", p.topic, p.index);
+            match Rc::try_unwrap(p) {
+                Ok(p) => {
+                    if let Err(e) = p.delete().await {
+                        log::error!("deleting partition {name}: {e}");
+                    }
+                }
+                Err(p) => {
+                    // Still in use by a request: delete its files once that finishes.
+                    log::warn!("partition {name} busy while deleted; removing its files now");
+                    let _ = p.log.clone().delete().await;
+                }
+            }
+        }
+        for (topic, index) in table.owned_by(self.id, self.cores) {
+            if self
+                .partitions
+                .borrow()
+                .contains_key(&(topic.clone(), index))
+            {
+                continue;
+            }
+            let meta = table.get(&topic).expect("owned topic exists");
+            let config = apply_topic_configs(&self.args.log_config(), &meta.configs)
+                .unwrap_or_else(|e| {
+                    log::warn!("topic {topic}: {e}; using server defaults");
+                    self.args.log_config()
+                });
+            match Partition::open(
+                &self.args.data_dir,
+                &topic,
+                index,
+                meta.id,
+                config,
+                self.tail_cache.clone(),
+            )
+            .await
+            {
+                Ok(p) => {
+                    self.partitions
+                        .borrow_mut()
+                        .insert((topic, index), Rc::new(p));
+                }
+                Err(e) => log::error!(
+                    "core {}: cannot open partition {topic}-{index}: {e}",
+                    self.id
+                ),
+            }
+        }
+    }
+
+    /// Closes every partition cleanly (flush, clean marks, producer snapshots).
+    pub async fn close_partitions(&self) {
+        let parts: Vec<Rc<Partition>> = self
+            .partitions
+            .borrow_mut()
+            .drain()
+            .map(|(_, p)| p)
+            .collect();
+        for p in parts {
+            let name = format!("{}-{}", p.topic, p.index);
+            let res = match Rc::try_unwrap(p) {
+                Ok(p) => p.close().await,
+                Err(p) => p.log.clone().close().await,
+            };
+            if let Err(e) = res {
+                log::error!("closing partition {name}: {e}");
+            }
+        }
+    }
+
+    pub fn snapshot(&self) -> CoreSnapshot {
+        let m = &self.metrics;
+        let cache = self.tail_cache.stats();
+        let mut partitions: Vec<PartitionSnapshot> = self
+            .partitions
+            .borrow()
+            .values()
+            .map(|p| {
+                let s = p.log.stats();
+                PartitionSnapshot {
+                    topic: p.topic.clone(),
+                    partition: p.index,
+                    high_watermark: p.log.high_watermark(),
+                    log_start_offset: p.log.log_start_offset(),
+                    size_bytes: s.size_bytes,
+                    segments: s.segments,
+                }
+            })
+            .collect();
+        partitions.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        CoreSnapshot {
+            core: self.id,
+            apis: (0..m.requests.len())
+                .filter(|&k| m.requests[k].get() > 0)
+                .map(|k| (k as i16, m.requests[k].get(), m.errors[k].get()))
+                .collect(),
+            bytes_in: m.bytes_in.get(),
+            bytes_out: m.bytes_out.get(),
+            connections_open: m.connections_open.get(),
+            connections_total: m.connections_total.get(),
+            protocol_errors: m.protocol_errors.get(),
+            tail_cache_used: cache.used_bytes as u64,
+            tail_cache_capacity: cache.capacity_bytes as u64,
+            tail_cache_hits: cache.hits,
+            tail_cache_misses: cache.misses,
+            partitions,
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! Maps the engine's errors to Kafka error codes, in one place.
+
+use kafka_protocol::error::ResponseError;
+use shards::{Error, InvalidBatch};
+
+pub fn code_of(e: &Error) -> ResponseError {
+    match e {
+        Error::InvalidBatch(InvalidBatch::TooLarge { .. }) => ResponseError::MessageTooLarge,
+        Error::InvalidBatch(InvalidBatch::Unsupported) => ResponseError::InvalidRecord,
+        Error::InvalidBatch(_) => ResponseError::CorruptMessage,
+        Error::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+        Error::Storage { .. } => ResponseError::KafkaStorageError,
+        // The partition went away (topic deleted) while the request ran.
+        Error::Closed => ResponseError::NotLeaderOrFollower,
+    }
+}
+
+/// Wire code of an optional error.
+pub fn code(e: Option<ResponseError>) -> i16 {
+    e.map_or(0, |e| e.code())
+}

@@ -1,0 +1,623 @@
+//! Hand-written FetchResponse encoder for the serving hot path.
+//!
+//! A fetch response is mostly record bytes that already sit in memory as shared [`Bytes`] (tail-cache
+//! chunks, segment reads). Going through `kafka_protocol`'s generic encoder would copy all of them into
+//! one buffer; this encoder instead returns the frame as a short list of chunks to be written to the
+//! socket in order (vectored writes):
+//!
+//! * all the small fields (size prefix, response header, per-topic and per-partition fields) are written
+//!   into a single allocation, sized exactly up front, and split into one chunk per stretch between two
+//!   record runs;
+//! * every non-empty record part is the caller's own [`Bytes`] (same pointer, only its reference count is
+//!   bumped); empty parts are left out.
+//!
+//! Versions 4 through 12 are supported ([`MIN_VERSION`]..=[`MAX_VERSION`]). Version 12 is the first
+//! flexible version (compact strings/arrays/bytes, tagged-field sections, response header v1); version
+//! 13 replaces topic names with topic ids, which this encoder does not speak.
+//!
+//! Field layout per version (FetchResponse.json):
+//!
+//! ```text
+//! throttle_time_ms        i32     v1+
+//! error_code              i16     v7+
+//! session_id              i32     v7+
+//! responses               [ ]
+//!   topic                 string  v0-12
+//!   partitions            [ ]
+//!     partition_index     i32
+//!     error_code          i16
+//!     high_watermark      i64
+//!     last_stable_offset  i64     v4+
+//!     log_start_offset    i64     v5+
+//!     aborted_transactions [ ]    v4+, nullable v4+ (always written as an empty array here)
+//!     preferred_read_replica i32  v11+ (always -1 here)
+//!     records             nullable bytes
+//!     (tagged: diverging_epoch, current_leader, snapshot_id; never written)
+//! ```
+
+use bytes::{BufMut, Bytes, BytesMut};
+use shards::Records;
+
+/// Lowest FetchResponse version [`encode_fetch_response`] writes.
+pub const MIN_VERSION: i16 = 4;
+/// Highest FetchResponse version [`encode_fetch_response`] writes (v13+ identify topics by id).
+pub const MAX_VERSION: i16 = 12;
+/// First version using compact encodings and tagged fields (and response header v1).
+const FIRST_FLEXIBLE_VERSION: i16 = 12;
+
+/// One partition of a fetch response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionResult {
+    pub partition: i32,
+    pub error_code: i16,
+    pub high_watermark: i64,
+    pub last_stable_offset: i64,
+    pub log_start_offset: i64,
+    /// None: null records (errors); Some(empty): zero-length records.
+    pub records: Option<Records>,
+}
+
+/// One topic of a fetch response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicResult {
+    /// UTF-8 topic name.
+    pub topic: Bytes,
+    pub partitions: Vec<PartitionResult>,
+}
+
+/// A complete response frame as chunks to be written to the socket in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FetchResponseParts {
+    pub chunks: Vec<Bytes>,
+    /// Sum of the chunks' lengths, size prefix included.
+    pub total_len: usize,
+}
+
+/// Encodes a complete response frame: 4-byte size prefix, response header (v0 = correlation id for
+/// versions < 12; v1 = correlation id + empty tagged fields for v12+), then the FetchResponse body.
+///
+/// # Panics
+///
+/// If `version` is outside [`MIN_VERSION`]..=[`MAX_VERSION`] (the request path must answer other
+/// versions with UNSUPPORTED_VERSION before getting here), or if the frame would not fit the protocol's
+/// `i32` lengths.
+pub fn encode_fetch_response(
+    version: i16,
+    correlation_id: i32,
+    throttle_time_ms: i32,
+    error_code: i16,
+    session_id: i32,
+    topics: &[TopicResult],
+) -> FetchResponseParts {
+    assert!(
+        (MIN_VERSION..=MAX_VERSION).contains(&version),
+        "FetchResponse v{version} is not supported by this encoder"
+    );
+    let l = Layout::new(version);
+
+    // Pass 1: exact sizes, so the size prefix can go first and the small fields take one allocation.
+    let mut small_len =
+        4 + l.header_size() + l.top_level_fixed_size() + l.array_len_size(topics.len());
+    let mut records_total = 0usize;
+    // Non-empty record parts, and partitions with at least one (each ends a small-field chunk).
+    let mut record_parts = 0usize;
+    let mut record_runs = 0usize;
+    for t in topics {
+        small_len += l.string_size(t.topic.len()) + l.array_len_size(t.partitions.len());
+        small_len += l.tags_size();
+        for p in &t.partitions {
+            let len = p.records.as_ref().map(records_len);
+            small_len += l.partition_fixed_size() + l.bytes_len_size(len);
+            if let (Some(r), Some(len)) = (&p.records, len) {
+                records_total += len;
+                if len > 0 {
+                    record_runs += 1;
+                    record_parts += r.parts.iter().filter(|b| !b.is_empty()).count();
+                }
+            }
+        }
+    }
+    let total_len = small_len + records_total;
+    let frame_len =
+        i32::try_from(total_len - 4).expect("fetch response larger than i32::MAX bytes");
+
+    // Pass 2: write the small fields, splitting them off wherever record bytes go.
+    let mut buf = BytesMut::with_capacity(small_len);
+    let mut chunks = Vec::with_capacity(record_parts + record_runs + 1);
+    buf.put_i32(frame_len);
+    buf.put_i32(correlation_id);
+    l.put_tags(&mut buf); // response header v1 (flexible versions)
+    buf.put_i32(throttle_time_ms);
+    if version >= 7 {
+        buf.put_i16(error_code);
+        buf.put_i32(session_id);
+    }
+    l.put_array_len(&mut buf, topics.len());
+    for t in topics {
+        l.put_string(&mut buf, &t.topic);
+        l.put_array_len(&mut buf, t.partitions.len());
+        for p in &t.partitions {
+            buf.put_i32(p.partition);
+            buf.put_i16(p.error_code);
+            buf.put_i64(p.high_watermark);
+            buf.put_i64(p.last_stable_offset);
+            if version >= 5 {
+                buf.put_i64(p.log_start_offset);
+            }
+            // aborted_transactions: none (we have no transactions); an empty array is valid for
+            // every version and every client, null only since v4 (nullable) — keep it simple.
+            l.put_array_len(&mut buf, 0);
+            if version >= 11 {
+                buf.put_i32(-1); // preferred_read_replica: none
+            }
+            match &p.records {
+                None => l.put_bytes_len(&mut buf, None),
+                Some(r) => {
+                    let len = records_len(r);
+                    l.put_bytes_len(&mut buf, Some(len));
+                    if len > 0 {
+                        // Shares the allocation: `buf` keeps the remaining capacity, nothing is copied.
+                        chunks.push(buf.split().freeze());
+                        chunks.extend(r.parts.iter().filter(|b| !b.is_empty()).cloned());
+                    }
+                }
+            }
+            l.put_tags(&mut buf); // partition
+        }
+        l.put_tags(&mut buf); // topic
+    }
+    l.put_tags(&mut buf); // response
+    if !buf.is_empty() {
+        chunks.push(buf.freeze());
+    }
+    debug_assert_eq!(chunks.iter().map(Bytes::len).sum::<usize>(), total_len);
+    FetchResponseParts { chunks, total_len }
+}
+
+fn records_len(r: &Records) -> usize {
+    let len = r.parts.iter().map(Bytes::len).sum();
+    debug_assert_eq!(len, r.len, "Records::len disagrees with its parts");
+    len
+}
+
+fn uvarint_size(v: u64) -> usize {
+    // 7 bits per byte, at least one byte.
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+fn put_uvarint(buf: &mut BytesMut, mut v: u64) {
+    while v >= 0x80 {
+        buf.put_u8(v as u8 | 0x80);
+        v >>= 7;
+    }
+    buf.put_u8(v as u8);
+}
+
+/// How the version-dependent parts are encoded.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    version: i16,
+    flexible: bool,
+}
+
+impl Layout {
+    fn new(version: i16) -> Self {
+        Self {
+            version,
+            flexible: version >= FIRST_FLEXIBLE_VERSION,
+        }
+    }
+
+    /// Correlation id, plus the header's tagged-field section in flexible versions.
+    fn header_size(self) -> usize {
+        4 + self.tags_size()
+    }
+
+    /// throttle_time_ms, error_code and session_id, plus the body's tagged-field section.
+    fn top_level_fixed_size(self) -> usize {
+        4 + if self.version >= 7 { 2 + 4 } else { 0 } + self.tags_size()
+    }
+
+    /// Every partition field except the records' length prefix (and the records themselves).
+    fn partition_fixed_size(self) -> usize {
+        let log_start_offset = if self.version >= 5 { 8 } else { 0 };
+        let preferred_read_replica = if self.version >= 11 { 4 } else { 0 };
+        4 + 2
+            + 8
+            + 8
+            + log_start_offset
+            + self.array_len_size(0)
+            + preferred_read_replica
+            + self.tags_size()
+    }
+
+    fn tags_size(self) -> usize {
+        usize::from(self.flexible)
+    }
+
+    fn put_tags(self, buf: &mut BytesMut) {
+        if self.flexible {
+            buf.put_u8(0); // no tagged fields
+        }
+    }
+
+    fn array_len_size(self, n: usize) -> usize {
+        if self.flexible {
+            uvarint_size(n as u64 + 1)
+        } else {
+            4
+        }
+    }
+
+    fn put_array_len(self, buf: &mut BytesMut, n: usize) {
+        if self.flexible {
+            put_uvarint(buf, n as u64 + 1);
+        } else {
+            buf.put_i32(i32::try_from(n).expect("array too long"));
+        }
+    }
+
+    fn string_size(self, len: usize) -> usize {
+        if self.flexible {
+            uvarint_size(len as u64 + 1) + len
+        } else {
+            2 + len
+        }
+    }
+
+    fn put_string(self, buf: &mut BytesMut, s: &[u8]) {
+        if self.flexible {
+            put_uvarint(buf, s.len() as u64 + 1);
+        } else {
+            buf.put_i16(i16::try_from(s.len()).expect("string too long"));
+        }
+        buf.put_slice(s);
+    }
+
+    /// Length prefix of nullable bytes.
+    fn bytes_len_size(self, len: Option<usize>) -> usize {
+        if self.flexible {
+            uvarint_size(len.map_or(0, |n| n as u64 + 1))
+        } else {
+            4
+        }
+    }
+
+    fn put_bytes_len(self, buf: &mut BytesMut, len: Option<usize>) {
+        if self.flexible {
+            put_uvarint(buf, len.map_or(0, |n| n as u64 + 1));
+        } else {
+            let n = len.map_or(-1, |n| i32::try_from(n).expect("records too long"));
+            buf.put_i32(n);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+    use kafka_protocol::messages::{FetchResponse, ResponseHeader, TopicName};
+    use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+
+    fn records(parts: &[Vec<u8>]) -> Records {
+        let parts: Vec<Bytes> = parts.iter().map(|p| Bytes::from(p.clone())).collect();
+        Records {
+            len: parts.iter().map(Bytes::len).sum(),
+            batches: parts.len() as u32,
+            records: 10 * parts.len() as u64,
+            first_offset: 100,
+            last_offset: 100 + 10 * parts.len() as i64 - 1,
+            parts,
+        }
+    }
+
+    fn pattern(len: usize, seed: u8) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect()
+    }
+
+    fn partition(partition: i32, error_code: i16, records: Option<Records>) -> PartitionResult {
+        PartitionResult {
+            partition,
+            error_code,
+            high_watermark: 1000 + i64::from(partition),
+            last_stable_offset: 900 + i64::from(partition),
+            log_start_offset: 5 + i64::from(partition),
+            records,
+        }
+    }
+
+    fn sample() -> Vec<TopicResult> {
+        vec![
+            TopicResult {
+                topic: Bytes::from_static(b"alpha"),
+                partitions: vec![
+                    // Two parts, the second long enough for a 3-byte compact length.
+                    partition(0, 0, Some(records(&[pattern(200, 1), pattern(20_000, 2)]))),
+                    partition(1, 0, Some(Records::empty())),
+                    partition(2, 6, None), // NOT_LEADER_OR_FOLLOWER
+                    partition(3, 0, Some(records(&[pattern(7, 3)]))),
+                ],
+            },
+            TopicResult {
+                topic: Bytes::from_static("bêta-topic.with_chars".as_bytes()),
+                partitions: vec![
+                    partition(9, 1, None), // OFFSET_OUT_OF_RANGE
+                    partition(4, 0, Some(Records::empty())),
+                    // Records last: for non-flexible versions nothing follows them.
+                    partition(
+                        5,
+                        0,
+                        Some(records(&[pattern(130, 4), pattern(1, 5), pattern(64, 6)])),
+                    ),
+                ],
+            },
+        ]
+    }
+
+    fn concat(parts: &FetchResponseParts) -> Bytes {
+        let mut v = Vec::with_capacity(parts.total_len);
+        for c in &parts.chunks {
+            v.extend_from_slice(c);
+        }
+        Bytes::from(v)
+    }
+
+    /// Checks the frame and header, decodes the body and compares it with `topics`.
+    fn check(version: i16, topics: &[TopicResult]) {
+        let (corr, throttle, err, session) = (0x1234_5678, 17, 3, 0x0bad_cafe);
+        let parts = encode_fetch_response(version, corr, throttle, err, session, topics);
+        let frame = concat(&parts);
+        assert_eq!(frame.len(), parts.total_len, "v{version}");
+        assert!(
+            parts.chunks.iter().all(|c| !c.is_empty()),
+            "v{version}: empty chunk"
+        );
+
+        // Size prefix.
+        let size = i32::from_be_bytes(frame[..4].try_into().unwrap());
+        assert_eq!(size as usize, parts.total_len - 4, "v{version}");
+        let mut buf = frame.slice(4..);
+
+        // Header: correlation id, then (v12+) one empty tagged-field section.
+        assert_eq!(&buf[..4], &corr.to_be_bytes(), "v{version}");
+        let header_version = if version >= 12 { 1 } else { 0 };
+        if version >= 12 {
+            assert_eq!(buf[4], 0, "v{version}: header tagged fields");
+        }
+        let header = ResponseHeader::decode(&mut buf, header_version).unwrap();
+        assert_eq!(header.correlation_id, corr);
+        assert!(header.unknown_tagged_fields.is_empty());
+
+        // Body.
+        let body = buf.clone();
+        let resp = FetchResponse::decode(&mut buf, version).unwrap();
+        assert!(buf.is_empty(), "v{version}: {} trailing bytes", buf.len());
+        assert_eq!(resp.throttle_time_ms, throttle);
+        if version >= 7 {
+            assert_eq!(resp.error_code, err);
+            assert_eq!(resp.session_id, session);
+        } else {
+            assert_eq!((resp.error_code, resp.session_id), (0, 0));
+        }
+        assert!(resp.unknown_tagged_fields.is_empty());
+        assert!(resp.node_endpoints.is_empty());
+        assert_eq!(resp.responses.len(), topics.len());
+        for (got, want) in resp.responses.iter().zip(topics) {
+            assert_eq!(got.topic.0.as_bytes(), &want.topic[..]);
+            assert!(got.unknown_tagged_fields.is_empty());
+            assert_eq!(got.partitions.len(), want.partitions.len());
+            for (gp, wp) in got.partitions.iter().zip(&want.partitions) {
+                assert_eq!(gp.partition_index, wp.partition);
+                assert_eq!(gp.error_code, wp.error_code);
+                assert_eq!(gp.high_watermark, wp.high_watermark);
+                assert_eq!(gp.last_stable_offset, wp.last_stable_offset);
+                let log_start = if version >= 5 {
+                    wp.log_start_offset
+                } else {
+                    -1
+                };
+                assert_eq!(gp.log_start_offset, log_start);
+                assert_eq!(gp.aborted_transactions, Some(vec![]));
+                assert_eq!(gp.preferred_read_replica.0, -1);
+                assert_eq!(gp.diverging_epoch, Default::default());
+                assert_eq!(gp.current_leader, Default::default());
+                assert_eq!(gp.snapshot_id, Default::default());
+                assert!(gp.unknown_tagged_fields.is_empty());
+                let want_records = wp.records.as_ref().map(|r| Bytes::from(r.to_vec()));
+                assert_eq!(gp.records, want_records, "v{version} p{}", wp.partition);
+            }
+        }
+
+        // The same body as kafka_protocol's own encoder writes for the same response.
+        assert_eq!(
+            body,
+            reference_body(version, throttle, err, session, topics),
+            "v{version}"
+        );
+
+        // Zero copy: every non-empty input part is in `chunks` as the very same memory, in order.
+        let input: Vec<&Bytes> = topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .filter_map(|p| p.records.as_ref())
+            .flat_map(|r| &r.parts)
+            .filter(|b| !b.is_empty())
+            .collect();
+        let mut found = parts
+            .chunks
+            .iter()
+            .filter(|c| input.iter().any(|b| b.as_ptr() == c.as_ptr()));
+        for b in &input {
+            let c = found.next().expect("record part missing from chunks");
+            assert_eq!((c.as_ptr(), c.len()), (b.as_ptr(), b.len()), "v{version}");
+        }
+        assert!(found.next().is_none());
+        // One small chunk per stretch between record runs, at most.
+        let runs = topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .filter(|p| p.records.as_ref().is_some_and(|r| r.len > 0))
+            .count();
+        assert!(
+            parts.chunks.len() <= input.len() + runs + 1,
+            "v{version}: {} chunks",
+            parts.chunks.len()
+        );
+    }
+
+    fn reference_body(
+        version: i16,
+        throttle: i32,
+        err: i16,
+        session: i32,
+        topics: &[TopicResult],
+    ) -> Bytes {
+        let responses = topics
+            .iter()
+            .map(|t| {
+                let name = StrBytes::from_utf8(t.topic.clone()).unwrap();
+                FetchableTopicResponse::default()
+                    .with_topic(TopicName(name))
+                    .with_partitions(
+                        t.partitions
+                            .iter()
+                            .map(|p| {
+                                PartitionData::default()
+                                    .with_partition_index(p.partition)
+                                    .with_error_code(p.error_code)
+                                    .with_high_watermark(p.high_watermark)
+                                    .with_last_stable_offset(p.last_stable_offset)
+                                    .with_log_start_offset(if version >= 5 {
+                                        p.log_start_offset
+                                    } else {
+                                        -1
+                                    })
+                                    .with_aborted_transactions(Some(vec![]))
+                                    .with_records(
+                                        p.records.as_ref().map(|r| Bytes::from(r.to_vec())),
+                                    )
+                            })
+                            .collect(),
+                    )
+            })
+            .collect();
+        let mut resp = FetchResponse::default()
+            .with_throttle_time_ms(throttle)
+            .with_responses(responses);
+        if version >= 7 {
+            resp = resp.with_error_code(err).with_session_id(session);
+        }
+        let mut out = BytesMut::new();
+        resp.encode(&mut out, version).unwrap();
+        out.freeze()
+    }
+
+    #[test]
+    fn every_version_round_trips() {
+        let topics = sample();
+        for version in MIN_VERSION..=MAX_VERSION {
+            check(version, &topics);
+        }
+    }
+
+    #[test]
+    fn no_topics_round_trips() {
+        for version in MIN_VERSION..=MAX_VERSION {
+            check(version, &[]);
+            let parts = encode_fetch_response(version, 1, 0, 0, 0, &[]);
+            assert_eq!(parts.chunks.len(), 1);
+        }
+    }
+
+    #[test]
+    fn topics_without_records_take_one_chunk() {
+        let topics = vec![TopicResult {
+            topic: Bytes::from_static(b"t"),
+            partitions: vec![
+                partition(0, 0, Some(Records::empty())),
+                partition(1, 3, None),
+            ],
+        }];
+        for version in MIN_VERSION..=MAX_VERSION {
+            check(version, &topics);
+            assert_eq!(
+                encode_fetch_response(version, 1, 0, 0, 0, &topics)
+                    .chunks
+                    .len(),
+                1
+            );
+        }
+    }
+
+    #[test]
+    fn many_partitions_and_long_arrays() {
+        // More than 127 partitions: multi-byte compact array lengths.
+        let topics = vec![TopicResult {
+            topic: Bytes::from(vec![b'x'; 200]),
+            partitions: (0..300)
+                .map(|i| {
+                    let records = match i % 3 {
+                        0 => None,
+                        1 => Some(Records::empty()),
+                        _ => Some(records(&[pattern(i as usize, i as u8)])),
+                    };
+                    partition(i, 0, records)
+                })
+                .collect(),
+        }];
+        for version in MIN_VERSION..=MAX_VERSION {
+            check(version, &topics);
+        }
+    }
+
+    #[test]
+    fn small_fields_share_one_allocation() {
+        let topics = sample();
+        let parts = encode_fetch_response(12, 1, 0, 0, 0, &topics);
+        let input: Vec<*const u8> = topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .filter_map(|p| p.records.as_ref())
+            .flat_map(|r| &r.parts)
+            .map(|b| b.as_ptr())
+            .collect();
+        let small: Vec<&Bytes> = parts
+            .chunks
+            .iter()
+            .filter(|c| !input.contains(&c.as_ptr()))
+            .collect();
+        // Consecutive small chunks are adjacent slices of one buffer.
+        for w in small.windows(2) {
+            assert_eq!(w[0].as_ptr().wrapping_add(w[0].len()), w[1].as_ptr());
+        }
+    }
+
+    #[test]
+    fn uvarint_sizes() {
+        for v in [
+            0u64,
+            1,
+            127,
+            128,
+            16_383,
+            16_384,
+            2_097_151,
+            2_097_152,
+            u32::MAX as u64,
+            u64::MAX,
+        ] {
+            let mut b = BytesMut::new();
+            put_uvarint(&mut b, v);
+            assert_eq!(b.len(), uvarint_size(v), "{v}");
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "not supported")]
+    fn rejects_version_13() {
+        encode_fetch_response(13, 1, 0, 0, 0, &[]);
+    }
+}

@@ -1,0 +1,91 @@
+//! ListOffsets: earliest (-2), latest (-1), the record with the largest timestamp (-3), or the first
+//! offset at or after a timestamp.
+
+use super::{count_errors, frame, HandlerResult, Versions};
+use crate::core::Core;
+use crate::kafka::errors::code_of;
+use crate::kafka::header::{decode, Request};
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::{ApiKey, ListOffsetsRequest, ListOffsetsResponse};
+use std::rc::Rc;
+
+pub const VERSIONS: Versions = Versions {
+    key: ApiKey::ListOffsets,
+    min: 1,
+    max: 7,
+};
+
+const LATEST: i64 = -1;
+const EARLIEST: i64 = -2;
+const MAX_TIMESTAMP: i64 = -3;
+
+pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
+    let request: ListOffsetsRequest = decode(req)?;
+    let mut topics = Vec::new();
+    for t in &request.topics {
+        let name = t.name.0.to_string();
+        let mut partitions = Vec::new();
+        for p in &t.partitions {
+            let base =
+                ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
+            let Some(part) = core.partition(&name, p.partition_index) else {
+                let err = match core.owner(&name, p.partition_index) {
+                    Some(_) => ResponseError::NotLeaderOrFollower,
+                    None => ResponseError::UnknownTopicOrPartition,
+                };
+                partitions.push(
+                    base.with_error_code(err.code())
+                        .with_offset(-1)
+                        .with_timestamp(-1),
+                );
+                continue;
+            };
+            let log = &part.log;
+            let found = match p.timestamp {
+                LATEST => Ok(Some((log.high_watermark(), -1))),
+                EARLIEST => Ok(Some((log.log_start_offset(), -1))),
+                MAX_TIMESTAMP => match log.max_timestamp() {
+                    Some(ts) => log.offset_for_timestamp(ts).await.map_err(Some),
+                    None => Ok(None),
+                },
+                ts if ts >= 0 => log.offset_for_timestamp(ts).await.map_err(Some),
+                _ => Err(None),
+            };
+            partitions.push(match found {
+                Ok(Some((offset, timestamp))) => base
+                    .with_offset(offset)
+                    .with_timestamp(timestamp)
+                    .with_leader_epoch(0),
+                Ok(None) => base.with_offset(-1).with_timestamp(-1),
+                Err(Some(e)) => base
+                    .with_error_code(code_of(&e).code())
+                    .with_offset(-1)
+                    .with_timestamp(-1),
+                Err(None) => base
+                    .with_error_code(ResponseError::InvalidRequest.code())
+                    .with_offset(-1)
+                    .with_timestamp(-1),
+            });
+        }
+        topics.push(
+            ListOffsetsTopicResponse::default()
+                .with_name(t.name.clone())
+                .with_partitions(partitions),
+        );
+    }
+    count_errors(
+        core,
+        req,
+        topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| p.error_code)),
+    );
+    Ok(frame(
+        ApiKey::ListOffsets,
+        req,
+        &ListOffsetsResponse::default().with_topics(topics),
+    ))
+}

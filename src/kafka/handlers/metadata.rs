@@ -1,0 +1,103 @@
+//! Metadata: one broker per core, every partition led by the core that owns it. Topics asked for and
+//! missing are created when auto-creation is on.
+
+use super::{count_errors, frame, HandlerResult, Versions};
+use crate::control::{self, NewTopic};
+use crate::core::Core;
+use crate::kafka::header::{decode, Request};
+use crate::router::validate_topic_name;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{ApiKey, BrokerId, MetadataRequest, MetadataResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+pub const VERSIONS: Versions = Versions {
+    key: ApiKey::Metadata,
+    min: 0,
+    max: 12,
+};
+
+pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
+    let request: MetadataRequest = decode(req)?;
+    // v0: an empty list means all topics; v1+: null means all, empty means none.
+    let wanted: Option<Vec<String>> = match &request.topics {
+        None => None,
+        Some(t) if t.is_empty() && req.api_version == 0 => None,
+        Some(t) => Some(
+            t.iter()
+                .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
+                .collect(),
+        ),
+    };
+    let auto_create =
+        core.args.auto_create_topics && (req.api_version < 4 || request.allow_auto_topic_creation);
+    if let (Some(names), true) = (&wanted, auto_create) {
+        let missing: Vec<NewTopic> = names
+            .iter()
+            .filter(|n| {
+                core.topics.borrow().get(n).is_none()
+                    && validate_topic_name(n).is_ok()
+                    && !control::is_view_name(n)
+            })
+            .map(|n| NewTopic {
+                name: n.clone(),
+                partitions: -1,
+                replication_factor: -1,
+                configs: BTreeMap::new(),
+            })
+            .collect();
+        if !missing.is_empty() {
+            control::create_topics(core, missing, false).await;
+        }
+    }
+    let table = core.topics.borrow().clone();
+    let names: Vec<String> = wanted.unwrap_or_else(|| table.topics.keys().cloned().collect());
+    let topics: Vec<MetadataResponseTopic> = names
+        .iter()
+        .map(|name| {
+            let topic = MetadataResponseTopic::default()
+                .with_name(Some(TopicName(StrBytes::from_string(name.clone()))));
+            let Some(meta) = table.get(name) else {
+                let err = if validate_topic_name(name).is_err() {
+                    ResponseError::InvalidTopicException
+                } else {
+                    ResponseError::UnknownTopicOrPartition
+                };
+                return topic.with_error_code(err.code());
+            };
+            let partitions = (0..meta.partitions)
+                .map(|p| {
+                    let leader = BrokerId(table.owner(meta, p, core.cores) as i32);
+                    MetadataResponsePartition::default()
+                        .with_partition_index(p)
+                        .with_leader_id(leader)
+                        .with_leader_epoch(0)
+                        .with_replica_nodes(vec![leader])
+                        .with_isr_nodes(vec![leader])
+                })
+                .collect();
+            topic
+                .with_topic_id(uuid::Uuid::from_bytes(meta.id))
+                .with_partitions(partitions)
+        })
+        .collect();
+    count_errors(core, req, topics.iter().map(|t| t.error_code));
+    let brokers = (0..core.cores)
+        .map(|i| {
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(i as i32))
+                .with_host(StrBytes::from_string(core.advertised_host.clone()))
+                .with_port(core.ports[i] as i32)
+        })
+        .collect();
+    let response = MetadataResponse::default()
+        .with_brokers(brokers)
+        .with_cluster_id(Some(StrBytes::from_static_str("shoal")))
+        .with_controller_id(BrokerId(0))
+        .with_topics(topics);
+    Ok(frame(ApiKey::Metadata, req, &response))
+}

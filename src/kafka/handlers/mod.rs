@@ -1,0 +1,118 @@
+//! One module per Kafka API. Each declares the versions it serves (`VERSIONS`); ApiVersions and the
+//! dispatcher below are derived from those declarations, so a version range is written once.
+
+pub mod api_versions;
+pub mod create_topics;
+pub mod delete_topics;
+pub mod fetch;
+pub mod init_producer_id;
+pub mod list_offsets;
+pub mod metadata;
+pub mod produce;
+
+use crate::core::Core;
+use crate::kafka::header::Request;
+use bytes::Bytes;
+use kafka_protocol::messages::ApiKey;
+use std::rc::Rc;
+
+/// What the connection writes back for one request.
+#[derive(Debug)]
+pub enum Reply {
+    /// A whole response frame, in chunks (record bytes are shared, not copied).
+    Frame(Vec<Bytes>),
+    /// No response (Produce with acks=0).
+    None,
+    /// The request cannot be answered in the protocol: close the connection after earlier responses.
+    Close,
+}
+
+/// An API and the versions served, inclusive.
+#[derive(Debug, Clone, Copy)]
+pub struct Versions {
+    pub key: ApiKey,
+    pub min: i16,
+    pub max: i16,
+}
+
+/// Every API shoal serves.
+pub const APIS: &[Versions] = &[
+    produce::VERSIONS,
+    fetch::VERSIONS,
+    list_offsets::VERSIONS,
+    metadata::VERSIONS,
+    api_versions::VERSIONS,
+    create_topics::VERSIONS,
+    delete_topics::VERSIONS,
+    init_producer_id::VERSIONS,
+];
+
+pub fn supports(api_key: i16, version: i16) -> bool {
+    APIS.iter()
+        .any(|v| v.key as i16 == api_key && (v.min..=v.max).contains(&version))
+}
+
+/// Handles one request. Malformed bodies and unsupported versions close the connection (there is no
+/// response format to report them in), except ApiVersions, which answers per KIP-511.
+pub async fn handle(core: Rc<Core>, req: Request, peer: String) -> Reply {
+    let key = ApiKey::try_from(req.api_key).expect("header parsing checked the key");
+    if !supports(req.api_key, req.api_version) {
+        if key == ApiKey::ApiVersions {
+            return api_versions::unsupported_version(&req);
+        }
+        log::warn!(
+            "closing connection from {peer}: {key:?} v{} is not supported",
+            req.api_version
+        );
+        core.metrics.error(req.api_key);
+        crate::metrics::add(&core.metrics.protocol_errors, 1);
+        return Reply::Close;
+    }
+    let result = match key {
+        ApiKey::Produce => produce::handle(&core, &req).await,
+        ApiKey::Fetch => fetch::handle(&core, &req).await,
+        ApiKey::ListOffsets => list_offsets::handle(&core, &req).await,
+        ApiKey::Metadata => metadata::handle(&core, &req).await,
+        ApiKey::ApiVersions => api_versions::handle(&req),
+        ApiKey::CreateTopics => create_topics::handle(&core, &req).await,
+        ApiKey::DeleteTopics => delete_topics::handle(&core, &req).await,
+        ApiKey::InitProducerId => init_producer_id::handle(&core, &req),
+        _ => unreachable!("supports() only admits the APIs above"),
+    };
+    match result {
+        Ok(reply) => reply,
+        Err(why) => {
+            log::warn!(
+                "closing connection from {peer}: malformed {key:?} v{} request: {why}",
+                req.api_version
+            );
+            core.metrics.error(req.api_key);
+            crate::metrics::add(&core.metrics.protocol_errors, 1);
+            Reply::Close
+        }
+    }
+}
+
+/// Result of a handler: a reply, or why the request body could not be decoded.
+pub type HandlerResult = Result<Reply, String>;
+
+/// Encodes a kafka-protocol response as a one-chunk frame.
+pub fn frame<R: kafka_protocol::protocol::Encodable>(
+    key: ApiKey,
+    req: &Request,
+    body: &R,
+) -> Reply {
+    Reply::Frame(vec![crate::kafka::header::encode(
+        key,
+        req.api_version,
+        req.correlation_id,
+        body,
+    )])
+}
+
+/// Counts the request as an error if any of its items carried an error code.
+pub fn count_errors(core: &Core, req: &Request, codes: impl IntoIterator<Item = i16>) {
+    if codes.into_iter().any(|c| c != 0) {
+        core.metrics.error(req.api_key);
+    }
+}

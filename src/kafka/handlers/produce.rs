@@ -1,0 +1,223 @@
+//! Produce: validate each partition's batches, check idempotent producers' sequence numbers, queue
+//! the appends in request order, and answer when they are written (acks=1) or fsynced (acks=all).
+//! acks=0 gets no response at all, as in Kafka.
+
+use super::{count_errors, frame, HandlerResult, Reply, Versions};
+use crate::core::Core;
+use crate::kafka::errors::code_of;
+use crate::kafka::header::{decode, Request};
+use crate::partition::Partition;
+use futures_lite::future::BoxedLocal;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
+use kafka_protocol::protocol::StrBytes;
+use shards::batch::{self, BatchHeader};
+use shards::producers::{is_idempotent, SequenceCheck};
+use shards::AppendOptions;
+use std::rc::Rc;
+
+pub const VERSIONS: Versions = Versions {
+    key: ApiKey::Produce,
+    min: 3,
+    max: 9,
+};
+
+/// The outcome of one partition, or the append it waits for.
+enum Pending {
+    Done(PartitionProduceResponse),
+    Appending {
+        index: i32,
+        partition: Rc<Partition>,
+        headers: Vec<BatchHeader>,
+        append: BoxedLocal<shards::Result<shards::AppendResult>>,
+    },
+}
+
+fn failed(index: i32, err: ResponseError, message: Option<String>) -> Pending {
+    Pending::Done(
+        PartitionProduceResponse::default()
+            .with_index(index)
+            .with_error_code(err.code())
+            .with_base_offset(-1)
+            .with_error_message(message.map(StrBytes::from_string)),
+    )
+}
+
+pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
+    let request: ProduceRequest = decode(req)?;
+    let acks = request.acks;
+    let durable = acks == -1;
+    // Everything up to the first await runs in request order, so pipelined produces are appended in
+    // the order they were sent (idempotent producers depend on it).
+    let mut topics: Vec<(StrBytes, Vec<Pending>)> = Vec::new();
+    for t in request.topic_data {
+        let name = t.name.0.clone();
+        let mut parts = Vec::new();
+        for p in t.partition_data {
+            parts.push(if request.transactional_id.is_some() {
+                failed(
+                    p.index,
+                    ResponseError::TransactionalIdAuthorizationFailed,
+                    Some("transactions are not supported".into()),
+                )
+            } else if !matches!(acks, -1..=1) {
+                failed(p.index, ResponseError::InvalidRequiredAcks, None)
+            } else {
+                start_partition(core, &name, p.index, p.records, durable)
+            });
+        }
+        topics.push((name, parts));
+    }
+    let mut responses = Vec::new();
+    for (name, parts) in topics {
+        let mut partition_responses = Vec::new();
+        for p in parts {
+            partition_responses.push(match p {
+                Pending::Done(r) => r,
+                Pending::Appending {
+                    index,
+                    partition,
+                    headers,
+                    append,
+                } => finish(index, &partition, &headers, append.await),
+            });
+        }
+        responses.push(
+            TopicProduceResponse::default()
+                .with_name(name.into())
+                .with_partition_responses(partition_responses),
+        );
+    }
+    count_errors(
+        core,
+        req,
+        responses
+            .iter()
+            .flat_map(|t| t.partition_responses.iter().map(|p| p.error_code)),
+    );
+    if acks == 0 {
+        return Ok(Reply::None);
+    }
+    Ok(frame(
+        ApiKey::Produce,
+        req,
+        &ProduceResponse::default().with_responses(responses),
+    ))
+}
+
+fn start_partition(
+    core: &Rc<Core>,
+    topic: &str,
+    index: i32,
+    records: Option<bytes::Bytes>,
+    durable: bool,
+) -> Pending {
+    let Some(partition) = core.partition(topic, index) else {
+        return match core.owner(topic, index) {
+            Some(_) => failed(index, ResponseError::NotLeaderOrFollower, None),
+            None => failed(index, ResponseError::UnknownTopicOrPartition, None),
+        };
+    };
+    let Some(blob) = records.filter(|r| !r.is_empty()) else {
+        return failed(
+            index,
+            ResponseError::CorruptMessage,
+            Some("no records".into()),
+        );
+    };
+    let headers = match batch::validate_all(&blob, partition.log.max_batch_bytes()) {
+        Ok(h) => h,
+        Err(e) => {
+            let err = code_of(&shards::Error::InvalidBatch(e.clone()));
+            return failed(index, err, Some(e.to_string()));
+        }
+    };
+    if let Some(done) = check_sequences(&partition, &headers, index) {
+        return done;
+    }
+    let append = Box::pin(partition.log.append_validated(
+        blob,
+        headers.clone(),
+        AppendOptions { durable },
+    ));
+    Pending::Appending {
+        index,
+        partition,
+        headers,
+        append,
+    }
+}
+
+/// Checks idempotent batches; reserves their sequence numbers or returns the answer for the partition.
+fn check_sequences(partition: &Partition, headers: &[BatchHeader], index: i32) -> Option<Pending> {
+    let mut states = partition.producers.borrow_mut();
+    let mut reserved: Vec<&BatchHeader> = Vec::new();
+    for h in headers.iter().filter(|h| is_idempotent(h)) {
+        let outcome = states.check_and_reserve(h);
+        if outcome == SequenceCheck::Append {
+            reserved.push(h);
+            continue;
+        }
+        reserved.into_iter().for_each(|r| states.release(r));
+        return Some(match outcome {
+            SequenceCheck::Duplicate { base_offset } if headers.len() == 1 => Pending::Done(
+                PartitionProduceResponse::default()
+                    .with_index(index)
+                    .with_base_offset(base_offset)
+                    .with_log_start_offset(partition.log.log_start_offset()),
+            ),
+            SequenceCheck::Duplicate { .. } | SequenceCheck::InFlight => {
+                failed(index, ResponseError::DuplicateSequenceNumber, None)
+            }
+            SequenceCheck::OutOfOrder { expected } => failed(
+                index,
+                ResponseError::OutOfOrderSequenceNumber,
+                Some(format!(
+                    "expected sequence {expected}, got {}",
+                    h.base_sequence
+                )),
+            ),
+            SequenceCheck::Fenced => failed(index, ResponseError::InvalidProducerEpoch, None),
+            SequenceCheck::UnknownProducer => failed(index, ResponseError::UnknownProducerId, None),
+            SequenceCheck::Append => unreachable!(),
+        });
+    }
+    None
+}
+
+fn finish(
+    index: i32,
+    partition: &Partition,
+    headers: &[BatchHeader],
+    result: shards::Result<shards::AppendResult>,
+) -> PartitionProduceResponse {
+    let mut states = partition.producers.borrow_mut();
+    match result {
+        Ok(r) => {
+            let mut base = r.base_offset;
+            for h in headers {
+                if is_idempotent(h) {
+                    states.confirm(h, base);
+                }
+                base += h.offset_count();
+            }
+            PartitionProduceResponse::default()
+                .with_index(index)
+                .with_base_offset(r.base_offset)
+                .with_log_append_time_ms(r.log_append_time)
+                .with_log_start_offset(r.log_start_offset)
+        }
+        Err(e) => {
+            headers
+                .iter()
+                .filter(|h| is_idempotent(h))
+                .for_each(|h| states.release(h));
+            PartitionProduceResponse::default()
+                .with_index(index)
+                .with_error_code(code_of(&e).code())
+                .with_base_offset(-1)
+                .with_error_message(Some(StrBytes::from_string(e.to_string())))
+        }
+    }
+}

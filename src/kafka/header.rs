@@ -1,0 +1,80 @@
+//! Request and response headers, and encoding control-plane responses with `kafka-protocol`.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable};
+
+/// A decoded request header and the rest of the frame.
+#[derive(Debug)]
+pub struct Request {
+    pub api_key: i16,
+    pub api_version: i16,
+    pub correlation_id: i32,
+    pub header: RequestHeader,
+    pub body: Bytes,
+}
+
+/// Why a frame could not become a request.
+#[derive(Debug)]
+pub enum HeaderError {
+    /// Unknown API key: nothing sensible can be answered.
+    UnknownApi { api_key: i16, correlation_id: i32 },
+    /// The header itself is malformed.
+    Malformed(String),
+}
+
+/// Reads api key, version and correlation id, then the rest of the header in the version the API
+/// uses. The header of an unsupported version is read as v1 (all header versions start the same).
+pub fn parse(mut frame: Bytes) -> Result<Request, HeaderError> {
+    let api_key = i16::from_be_bytes([frame[0], frame[1]]);
+    let api_version = i16::from_be_bytes([frame[2], frame[3]]);
+    let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+    let key = ApiKey::try_from(api_key).map_err(|_| HeaderError::UnknownApi {
+        api_key,
+        correlation_id,
+    })?;
+    let valid = key.valid_versions();
+    let header_version = if (valid.min..=valid.max).contains(&api_version) {
+        key.request_header_version(api_version)
+    } else {
+        1
+    };
+    let header = RequestHeader::decode(&mut frame, header_version)
+        .map_err(|e| HeaderError::Malformed(e.to_string()))?;
+    Ok(Request {
+        api_key,
+        api_version,
+        correlation_id,
+        header,
+        body: frame,
+    })
+}
+
+/// Encodes a whole response frame (size, header, body) for `api_key` at `version`.
+pub fn encode<R: Encodable>(api_key: ApiKey, version: i16, correlation_id: i32, body: &R) -> Bytes {
+    let header_version = api_key.response_header_version(version);
+    let header = ResponseHeader::default().with_correlation_id(correlation_id);
+    let mut buf = BytesMut::with_capacity(256);
+    buf.put_i32(0);
+    header
+        .encode(&mut buf, header_version)
+        .expect("response header encodes");
+    body.encode(&mut buf, version)
+        .expect("response body encodes for a supported version");
+    let len = (buf.len() - 4) as i32;
+    buf[0..4].copy_from_slice(&len.to_be_bytes());
+    buf.freeze()
+}
+
+/// Decodes a request body. Runs under `catch_unwind`: a decoder panic on hostile input fails this
+/// request (and closes its connection), never the core.
+pub fn decode<R: Decodable>(req: &Request) -> Result<R, String> {
+    let mut body = req.body.clone();
+    let version = req.api_version;
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        R::decode(&mut body, version)
+    })) {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(_) => Err("the decoder panicked".to_string()),
+    }
+}

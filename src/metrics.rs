@@ -1,0 +1,218 @@
+//! Per-core counters, their plain snapshots (sent to core 0 for `/metrics`), and the Prometheus text.
+
+use std::cell::Cell;
+use std::fmt::Write;
+
+/// Kafka API keys we count; index = API key.
+pub const MAX_API_KEY: usize = 80;
+
+#[derive(Debug)]
+pub struct CoreMetrics {
+    pub requests: Vec<Cell<u64>>,
+    pub errors: Vec<Cell<u64>>,
+    pub bytes_in: Cell<u64>,
+    pub bytes_out: Cell<u64>,
+    pub connections_open: Cell<u64>,
+    pub connections_total: Cell<u64>,
+    pub protocol_errors: Cell<u64>,
+}
+
+impl Default for CoreMetrics {
+    fn default() -> Self {
+        Self {
+            requests: (0..MAX_API_KEY).map(|_| Cell::new(0)).collect(),
+            errors: (0..MAX_API_KEY).map(|_| Cell::new(0)).collect(),
+            bytes_in: Cell::new(0),
+            bytes_out: Cell::new(0),
+            connections_open: Cell::new(0),
+            connections_total: Cell::new(0),
+            protocol_errors: Cell::new(0),
+        }
+    }
+}
+
+pub fn add(c: &Cell<u64>, n: u64) {
+    c.set(c.get() + n);
+}
+
+impl CoreMetrics {
+    pub fn request(&self, api_key: i16) {
+        if let Some(c) = self.requests.get(api_key as usize) {
+            add(c, 1);
+        }
+    }
+    pub fn error(&self, api_key: i16) {
+        if let Some(c) = self.errors.get(api_key as usize) {
+            add(c, 1);
+        }
+    }
+}
+
+/// One partition's figures.
+#[derive(Debug, Clone)]
+pub struct PartitionSnapshot {
+    pub topic: String,
+    pub partition: i32,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    pub size_bytes: u64,
+    pub segments: usize,
+}
+
+/// Everything one core reports, as plain data that can cross to core 0.
+#[derive(Debug, Clone, Default)]
+pub struct CoreSnapshot {
+    pub core: usize,
+    /// (API key, requests, errors) for keys with any traffic.
+    pub apis: Vec<(i16, u64, u64)>,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub connections_open: u64,
+    pub connections_total: u64,
+    pub protocol_errors: u64,
+    pub tail_cache_used: u64,
+    pub tail_cache_capacity: u64,
+    pub tail_cache_hits: u64,
+    pub tail_cache_misses: u64,
+    pub partitions: Vec<PartitionSnapshot>,
+}
+
+fn api_name(key: i16) -> String {
+    kafka_protocol::messages::ApiKey::try_from(key)
+        .map_or_else(|_| format!("api_{key}"), |k| format!("{k:?}"))
+}
+
+/// Renders all cores' snapshots as Prometheus text exposition.
+pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
+    let mut out = String::new();
+    let mut family =
+        |name: &str, kind: &str, help: &str, samples: &mut dyn Iterator<Item = (String, u64)>| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for (labels, v) in samples {
+                let _ = writeln!(out, "{name}{{{labels}}} {v}");
+            }
+        };
+    family(
+        "shoal_kafka_requests_total",
+        "counter",
+        "Kafka requests handled, by API.",
+        &mut cores.iter().flat_map(|c| {
+            c.apis.iter().map(move |a| {
+                (
+                    format!("core=\"{}\",api=\"{}\"", c.core, api_name(a.0)),
+                    a.1,
+                )
+            })
+        }),
+    );
+    family(
+        "shoal_kafka_request_errors_total",
+        "counter",
+        "Kafka requests that returned an error code for at least one item, by API.",
+        &mut cores.iter().flat_map(|c| {
+            c.apis.iter().map(move |a| {
+                (
+                    format!("core=\"{}\",api=\"{}\"", c.core, api_name(a.0)),
+                    a.2,
+                )
+            })
+        }),
+    );
+    let per_core = |f: fn(&CoreSnapshot) -> u64| {
+        cores
+            .iter()
+            .map(move |c| (format!("core=\"{}\"", c.core), f(c)))
+    };
+    family(
+        "shoal_bytes_in_total",
+        "counter",
+        "Request bytes received.",
+        &mut per_core(|c| c.bytes_in),
+    );
+    family(
+        "shoal_bytes_out_total",
+        "counter",
+        "Response bytes sent.",
+        &mut per_core(|c| c.bytes_out),
+    );
+    family(
+        "shoal_connections_open",
+        "gauge",
+        "Open Kafka connections.",
+        &mut per_core(|c| c.connections_open),
+    );
+    family(
+        "shoal_connections_total",
+        "counter",
+        "Kafka connections accepted.",
+        &mut per_core(|c| c.connections_total),
+    );
+    family(
+        "shoal_protocol_errors_total",
+        "counter",
+        "Connections closed for bad frames or requests.",
+        &mut per_core(|c| c.protocol_errors),
+    );
+    family(
+        "shoal_partitions",
+        "gauge",
+        "Partitions owned.",
+        &mut per_core(|c| c.partitions.len() as u64),
+    );
+    family(
+        "shoal_tail_cache_bytes",
+        "gauge",
+        "Memory held by the tail cache.",
+        &mut per_core(|c| c.tail_cache_used),
+    );
+    family(
+        "shoal_tail_cache_hits_total",
+        "counter",
+        "Reads served from the tail cache.",
+        &mut per_core(|c| c.tail_cache_hits),
+    );
+    family(
+        "shoal_tail_cache_misses_total",
+        "counter",
+        "Reads that went to disk.",
+        &mut per_core(|c| c.tail_cache_misses),
+    );
+    let per_partition = |f: fn(&PartitionSnapshot) -> u64| {
+        cores.iter().flat_map(move |c| {
+            c.partitions.iter().map(move |p| {
+                (
+                    format!(
+                        "core=\"{}\",topic=\"{}\",partition=\"{}\"",
+                        c.core, p.topic, p.partition
+                    ),
+                    f(p),
+                )
+            })
+        })
+    };
+    family(
+        "shoal_log_size_bytes",
+        "gauge",
+        "Bytes in a partition's log.",
+        &mut per_partition(|p| p.size_bytes),
+    );
+    family(
+        "shoal_log_segments",
+        "gauge",
+        "Segments in a partition's log.",
+        &mut per_partition(|p| p.segments as u64),
+    );
+    family(
+        "shoal_log_high_watermark",
+        "gauge",
+        "Next offset of a partition.",
+        &mut per_partition(|p| p.high_watermark.max(0) as u64),
+    );
+    family(
+        "shoal_log_start_offset",
+        "gauge",
+        "First offset of a partition.",
+        &mut per_partition(|p| p.log_start_offset.max(0) as u64),
+    );
+    out
+}

@@ -1,0 +1,108 @@
+//! A partition on its owning core: the log plus the idempotent-producer state that must stay in step
+//! with it. The producer state is saved at clean shutdown and rebuilt from the log's batch headers
+//! after a crash, so duplicates are still recognised after a restart.
+
+use shards::producers::ProducerStates;
+use shards::{Log, LogConfig, TailCache};
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+const SNAPSHOT: &str = "producers.snapshot";
+
+#[derive(Debug)]
+pub struct Partition {
+    pub topic: String,
+    pub index: i32,
+    pub topic_id: [u8; 16],
+    pub log: Log,
+    pub producers: RefCell<ProducerStates>,
+}
+
+pub fn partition_dir(data_dir: &Path, topic: &str, index: i32) -> PathBuf {
+    data_dir.join("topics").join(topic).join(index.to_string())
+}
+
+impl Partition {
+    pub async fn open(
+        data_dir: &Path,
+        topic: &str,
+        index: i32,
+        topic_id: [u8; 16],
+        config: LogConfig,
+        cache: Rc<TailCache>,
+    ) -> shards::Result<Partition> {
+        let dir = partition_dir(data_dir, topic, index);
+        let log = Log::open(&dir, config, cache).await?;
+        let producers = load_producer_state(&log).await?;
+        Ok(Partition {
+            topic: topic.to_string(),
+            index,
+            topic_id,
+            log,
+            producers: RefCell::new(producers),
+        })
+    }
+
+    /// Saves the producer state and closes the log cleanly.
+    pub async fn close(self) -> shards::Result<()> {
+        let snapshot = self.producers.borrow().encode(self.log.high_watermark());
+        let path = self.log.dir().join(SNAPSHOT);
+        let written = glommio::executor()
+            .spawn_blocking(move || write_atomically(&path, &snapshot))
+            .await;
+        if let Err(e) = written {
+            log::warn!(
+                "could not save producer state of {}-{}: {e}",
+                self.topic,
+                self.index
+            );
+        }
+        self.log.close().await
+    }
+
+    pub async fn delete(self) -> shards::Result<()> {
+        self.log.delete().await
+    }
+}
+
+/// The snapshot if it matches the log, then the batches after it replayed from the log.
+async fn load_producer_state(log: &Log) -> shards::Result<ProducerStates> {
+    let path = log.dir().join(SNAPSHOT);
+    let snapshot = glommio::executor()
+        .spawn_blocking(move || {
+            let b = std::fs::read(&path).ok();
+            let _ = std::fs::remove_file(&path); // stale as soon as the log moves on
+            b
+        })
+        .await
+        .and_then(|b| ProducerStates::decode(&b));
+    let hw = log.high_watermark();
+    let (mut states, mut at) = match snapshot {
+        Some((s, end)) if end <= hw && end >= log.log_start_offset() => (s, end),
+        _ => (ProducerStates::default(), log.log_start_offset()),
+    };
+    while at < hw {
+        let read = log.read(at, 4 << 20, true).await?;
+        read.records.batch_headers().for_each(|h| states.replay(&h));
+        match read.records.next_offset() {
+            Some(next) => at = next,
+            None => break,
+        }
+    }
+    Ok(states)
+}
+
+/// Writes a small file so that a crash leaves either the old or the new content.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}

@@ -1,0 +1,173 @@
+//! The router: the topic table every core holds a copy of, and the partition -> core mapping derived
+//! from it. A partition is owned by exactly one core; Metadata names that core as its leader, so
+//! produce and fetch requests reach the core that holds the data and nothing crosses cores.
+
+use serde::{Deserialize, Serialize};
+use shards::LogConfig;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// One topic as the control plane records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicMeta {
+    /// Kafka topic id (UUID bytes), reported in Metadata v10+.
+    pub id: [u8; 16],
+    pub partitions: i32,
+    /// Topic configs as given at creation (validated).
+    pub configs: BTreeMap<String, String>,
+    /// Creation order: spreads partition 0 of successive topics over different cores.
+    pub ordinal: u64,
+}
+
+/// All topics, with a revision that grows with every change. Persisted by core 0, copied to every core.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicTable {
+    pub revision: u64,
+    pub next_ordinal: u64,
+    pub topics: BTreeMap<String, TopicMeta>,
+}
+
+impl TopicTable {
+    pub fn get(&self, name: &str) -> Option<&TopicMeta> {
+        self.topics.get(name)
+    }
+
+    /// Partitions spread round robin over cores, starting at a core that moves with each topic.
+    pub fn owner(&self, meta: &TopicMeta, partition: i32, cores: usize) -> usize {
+        ((meta.ordinal + partition as u64) % cores as u64) as usize
+    }
+
+    /// Every (topic, partition) owned by `core`.
+    pub fn owned_by(&self, core: usize, cores: usize) -> Vec<(String, i32)> {
+        let mut out = Vec::new();
+        for (name, meta) in &self.topics {
+            for p in 0..meta.partitions {
+                if self.owner(meta, p, cores) == core {
+                    out.push((name.clone(), p));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Kafka's rules: 1 to 249 characters of `[a-zA-Z0-9._-]`, and not `.` or `..`.
+pub fn validate_topic_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 249 {
+        return Err(format!(
+            "topic name must have 1 to 249 characters, not {}",
+            name.len()
+        ));
+    }
+    if name == "." || name == ".." {
+        return Err("topic name cannot be '.' or '..'".into());
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(format!(
+            "topic name contains {c:?}: only [a-zA-Z0-9._-] are allowed"
+        ));
+    }
+    Ok(())
+}
+
+/// Topic configs shoal understands, applied over the server's defaults. Unknown keys and bad values
+/// are refused (Kafka: `INVALID_CONFIG`).
+pub fn apply_topic_configs(
+    base: &LogConfig,
+    configs: &BTreeMap<String, String>,
+) -> Result<LogConfig, String> {
+    let mut c = base.clone();
+    let num = |k: &str, v: &str| {
+        v.parse::<i64>()
+            .map_err(|_| format!("{k}={v:?} is not a number"))
+    };
+    for (k, v) in configs {
+        match k.as_str() {
+            "retention.ms" => {
+                c.retention_age = u64::try_from(num(k, v)?).ok().map(Duration::from_millis)
+            }
+            "retention.bytes" => c.retention_bytes = u64::try_from(num(k, v)?).ok(),
+            "segment.bytes" => {
+                c.segment_bytes =
+                    u64::try_from(num(k, v)?).map_err(|_| format!("{k} must be positive"))?
+            }
+            "segment.ms" => {
+                c.segment_age = Some(Duration::from_millis(
+                    u64::try_from(num(k, v)?).map_err(|_| format!("{k} must be positive"))?,
+                ))
+            }
+            "flush.ms" => {
+                c.flush_interval = u64::try_from(num(k, v)?).ok().map(Duration::from_millis)
+            }
+            "max.message.bytes" => {
+                c.max_batch_bytes =
+                    usize::try_from(num(k, v)?).map_err(|_| format!("{k} must be positive"))?
+            }
+            "message.timestamp.type" => match v.as_str() {
+                "CreateTime" => c.log_append_time = false,
+                "LogAppendTime" => c.log_append_time = true,
+                _ => return Err(format!("{k} must be CreateTime or LogAppendTime")),
+            },
+            "cleanup.policy" if v == "delete" => {}
+            "cleanup.policy" => return Err("only cleanup.policy=delete is supported".into()),
+            _ => return Err(format!("unsupported topic config {k}")),
+        }
+    }
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(validate_topic_name("orders.v1_a-b").is_ok());
+        for bad in ["", ".", "..", "a b", "a/b", &"x".repeat(250)] {
+            assert!(validate_topic_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn partitions_are_spread_over_cores() {
+        let mut t = TopicTable::default();
+        t.topics.insert(
+            "a".into(),
+            TopicMeta {
+                id: [0; 16],
+                partitions: 8,
+                configs: BTreeMap::new(),
+                ordinal: 0,
+            },
+        );
+        t.topics.insert(
+            "b".into(),
+            TopicMeta {
+                id: [1; 16],
+                partitions: 1,
+                configs: BTreeMap::new(),
+                ordinal: 1,
+            },
+        );
+        assert_eq!(t.owned_by(0, 2).len(), 4);
+        assert_eq!(t.owned_by(1, 2).len(), 5); // four of "a" and the one of "b"
+    }
+
+    #[test]
+    fn topic_configs() {
+        let base = LogConfig::default();
+        let mut m = BTreeMap::new();
+        m.insert("retention.ms".to_string(), "-1".to_string());
+        m.insert(
+            "message.timestamp.type".to_string(),
+            "LogAppendTime".to_string(),
+        );
+        let c = apply_topic_configs(&base, &m).unwrap();
+        assert_eq!((c.retention_age, c.log_append_time), (None, true));
+        m.insert("compression.type".to_string(), "zstd".to_string());
+        assert!(apply_topic_configs(&base, &m).is_err());
+    }
+}

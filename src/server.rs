@@ -1,0 +1,203 @@
+//! Runtime bootstrap: one pinned glommio executor per core, each a Kafka broker on its own port, joined
+//! by a channel mesh for the control plane; and an orderly stop on SIGINT/SIGTERM.
+
+use crate::admin;
+use crate::cli::ServeArgs;
+use crate::control::{self, spawn_receivers, Control, CoreMsg};
+use crate::core::Core;
+use crate::kafka::connection;
+use glommio::channels::channel_mesh::MeshBuilder;
+use glommio::net::TcpListener;
+use glommio::{LocalExecutorBuilder, Placement};
+use std::net::SocketAddr;
+use std::os::fd::{FromRawFd, IntoRawFd, RawFd};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a stopping server waits for open connections to finish their requests.
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// A running server.
+#[derive(Debug)]
+pub struct Server {
+    /// Kafka port of each core (broker id = index).
+    pub ports: Vec<u16>,
+    pub admin: SocketAddr,
+    stop: Arc<AtomicBool>,
+    cores: Vec<glommio::ExecutorJoinHandle<()>>,
+}
+
+impl Server {
+    /// Binds every listener, then starts the cores. Returns once the ports accept connections.
+    pub fn start(args: ServeArgs) -> std::io::Result<Server> {
+        let cores = args.cores();
+        std::fs::create_dir_all(args.data_dir.join("topics"))?;
+        let table = control::load_table(&args.data_dir)?;
+        let mut listeners = Vec::with_capacity(cores);
+        for i in 0..cores {
+            let port = if args.listen.port() == 0 {
+                0
+            } else {
+                args.listen.port() + i as u16
+            };
+            let l = std::net::TcpListener::bind(SocketAddr::new(args.listen.ip(), port)).map_err(
+                |e| {
+                    std::io::Error::new(
+                        e.kind(),
+                        format!("core {i}: cannot listen on port {port}: {e}"),
+                    )
+                },
+            )?;
+            l.set_nonblocking(true)?;
+            listeners.push(l);
+        }
+        let ports: Vec<u16> = listeners
+            .iter()
+            .map(|l| l.local_addr().map(|a| a.port()))
+            .collect::<Result<_, _>>()?;
+        let admin_listener = std::net::TcpListener::bind(args.admin).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("cannot listen on the admin address {}: {e}", args.admin),
+            )
+        })?;
+        admin_listener.set_nonblocking(true)?;
+        let admin = admin_listener.local_addr()?;
+        let mut admin_fd = Some(admin_listener.into_raw_fd());
+        let stop = Arc::new(AtomicBool::new(false));
+        let mesh = MeshBuilder::<CoreMsg, _>::full(cores, 1024);
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let args = Arc::new(args);
+        let mut handles = Vec::with_capacity(cores);
+        for (i, l) in listeners.into_iter().enumerate() {
+            let placement = if cores <= cpus {
+                Placement::Fixed(i)
+            } else {
+                Placement::Unbound
+            };
+            let fd = l.into_raw_fd();
+            let admin_fd = if i == 0 { admin_fd.take() } else { None };
+            let (args, ports, stop, mesh, table) = (
+                args.clone(),
+                ports.clone(),
+                stop.clone(),
+                mesh.clone(),
+                table.clone(),
+            );
+            let h = LocalExecutorBuilder::new(placement)
+                .name(&format!("shoal-core-{i}"))
+                .spawn(move || async move {
+                    run_core(i, (*args).clone(), ports, fd, admin_fd, mesh, stop, table).await;
+                })
+                .map_err(|e| std::io::Error::other(format!("cannot start core {i}: {e}")))?;
+            handles.push(h);
+        }
+        log::info!("shoal serving on ports {ports:?} ({cores} cores), admin on {admin}");
+        Ok(Server {
+            ports,
+            admin,
+            stop,
+            cores: handles,
+        })
+    }
+
+    /// Asks every core to stop: no new connections, in-flight requests finish, logs close cleanly.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+
+    /// A flag that stops the server when set (for signal handlers).
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+
+    /// Waits for every core to finish.
+    pub fn wait(self) {
+        for h in self.cores {
+            if let Err(e) = h.join() {
+                log::error!("a core ended with an error: {e}");
+            }
+        }
+    }
+}
+
+/// `shoal serve`: runs until SIGINT or SIGTERM, then stops cleanly.
+pub fn run(args: ServeArgs) -> std::io::Result<()> {
+    let server = Server::start(args)?;
+    let flag = server.stop_flag();
+    signal_hook::flag::register(signal_hook::consts::SIGINT, flag.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, flag)?;
+    server.wait();
+    log::info!("shoal stopped");
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_core(
+    id: usize,
+    args: ServeArgs,
+    ports: Vec<u16>,
+    fd: RawFd,
+    admin_fd: Option<RawFd>,
+    mesh: MeshBuilder<CoreMsg, glommio::channels::channel_mesh::Full>,
+    stop: Arc<AtomicBool>,
+    table: crate::router::TopicTable,
+) {
+    let cores = ports.len();
+    let (senders, receivers) = if cores > 1 {
+        let (s, r) = mesh.join().await.expect("joining the core mesh");
+        (Some(s), Some(r))
+    } else {
+        (None, None)
+    };
+    let core = Rc::new(Core::new(id, Rc::new(args), ports, Control::new(senders)));
+    if let Some(r) = receivers {
+        spawn_receivers(&core, r);
+    }
+    core.apply_table(table).await;
+    // SAFETY: `fd` is a listening socket this process owns, handed over by `Server::start`.
+    let listener = unsafe { TcpListener::from_raw_fd(fd) };
+    let accept = glommio::spawn_local(accept_loop(core.clone(), listener));
+    let admin = admin_fd.map(|fd| {
+        // SAFETY: as above, for the admin socket.
+        let l = unsafe { TcpListener::from_raw_fd(fd) };
+        glommio::spawn_local(admin::serve(core.clone(), l))
+    });
+    while !stop.load(Ordering::SeqCst) {
+        glommio::timer::sleep(Duration::from_millis(50)).await;
+    }
+    log::info!("core {id}: stopping");
+    core.shutdown.advance(1);
+    accept.await;
+    if let Some(a) = admin {
+        a.await;
+    }
+    let deadline = Instant::now() + DRAIN;
+    while core.metrics.connections_open.get() > 0 && Instant::now() < deadline {
+        glommio::timer::sleep(Duration::from_millis(10)).await;
+    }
+    core.close_partitions().await;
+    log::info!("core {id}: stopped");
+}
+
+async fn accept_loop(core: Rc<Core>, listener: TcpListener) {
+    loop {
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            core.shutdown.wait_for(1).await;
+            None
+        })
+        .await;
+        match accepted {
+            None => return,
+            Some(Ok(stream)) => {
+                glommio::spawn_local(connection::serve(core.clone(), stream)).detach();
+            }
+            Some(Err(e)) => {
+                log::warn!("core {}: accept failed: {e}", core.id);
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
