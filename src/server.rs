@@ -126,6 +126,13 @@ impl Server {
 /// `shoal serve`: runs until SIGINT or SIGTERM, then stops cleanly.
 pub fn run(args: ServeArgs) -> std::io::Result<()> {
     let server = Server::start(args)?;
+    // One machine-readable line for scripts and tests that start shoal on port 0.
+    let ports: Vec<String> = server.ports.iter().map(u16::to_string).collect();
+    println!(
+        "shoal listening: kafka_ports={} admin={}",
+        ports.join(","),
+        server.admin
+    );
     let flag = server.stop_flag();
     signal_hook::flag::register(signal_hook::consts::SIGINT, flag.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, flag)?;
