@@ -180,3 +180,84 @@ fn librdkafka_round_trip_restart_and_every_port() {
     }
     shoal.stop();
 }
+
+/// When the cores change, partitions move to other cores. A client that still has the old metadata
+/// sends to the old leader, is refused with NOT_LEADER_OR_FOLLOWER, refreshes and carries on.
+#[test]
+fn clients_follow_partitions_to_their_new_core() {
+    const T: &str = "moving";
+    let dir = tempfile::tempdir().unwrap();
+    let base = common::free_port_run(3);
+    let listen = format!("127.0.0.1:{base}");
+    let shoal = Shoal::start_on(dir.path(), 2, &listen, &["--default-partitions", "4"]);
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", listen.as_str())
+        .set("enable.idempotence", "true")
+        .set("message.timeout.ms", "60000")
+        .set("reconnect.backoff.max.ms", "200")
+        .create()
+        .unwrap();
+    let send = |from: usize, to: usize| {
+        for i in from..to {
+            let v = format!("v{i}");
+            let mut rec = BaseRecord::to(T)
+                .partition((i % 4) as i32)
+                .key(&v)
+                .payload(&v);
+            while let Err((_, r)) = producer.send(rec) {
+                rec = r;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        producer
+            .flush(Duration::from_secs(60))
+            .expect("acknowledged");
+    };
+    send(0, 1000); // the topic is auto-created with 4 partitions, 2 per core
+    shoal.stop();
+    // Three cores now: partitions 2 and 3 have new leaders, on the same ports the client knows.
+    let shoal = Shoal::start_on(dir.path(), 3, &listen, &[]);
+    send(1000, 2000);
+    let (_, metrics) = shoal.admin_get("/metrics");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("shoal_kafka_request_errors_total")
+                && l.contains("Produce")
+                && !l.ends_with(" 0")),
+        "the client was refused by a former leader at least once:\n{metrics}"
+    );
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", listen.as_str())
+        .set("group.id", "e2e-moving")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..4 {
+        tpl.add_partition_offset(T, p, Offset::Beginning).unwrap();
+    }
+    consumer.assign(&tpl).unwrap();
+    let mut got: Vec<Vec<String>> = vec![Vec::new(); 4];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while got.iter().map(Vec::len).sum::<usize>() < 2000 {
+        assert!(
+            Instant::now() < deadline,
+            "consumed {:?} in time",
+            got.iter().map(Vec::len).collect::<Vec<_>>()
+        );
+        if let Some(m) = consumer.poll(Duration::from_millis(200)) {
+            let m = m.unwrap();
+            got[m.partition() as usize]
+                .push(String::from_utf8(m.payload().unwrap().to_vec()).unwrap());
+        }
+    }
+    for (p, values) in got.iter().enumerate() {
+        let want: Vec<String> = (0..2000)
+            .filter(|i| i % 4 == p)
+            .map(|i| format!("v{i}"))
+            .collect();
+        assert_eq!(values, &want, "partition {p}");
+    }
+    shoal.stop();
+}

@@ -16,13 +16,18 @@ pub struct Shoal {
 }
 
 impl Shoal {
-    /// Starts `shoal serve --cores N` on `data_dir` with extra flags.
+    /// Starts `shoal serve --cores N` on `data_dir` with extra flags, on free ports.
     pub fn start(data_dir: &Path, cores: usize, extra: &[&str]) -> Shoal {
+        Self::start_on(data_dir, cores, "127.0.0.1:0", extra)
+    }
+
+    /// Same, with core 0 on `listen` (core i on its port + i).
+    pub fn start_on(data_dir: &Path, cores: usize, listen: &str, extra: &[&str]) -> Shoal {
         let mut child = Command::new(env!("CARGO_BIN_EXE_shoal"))
             .args([
                 "serve",
                 "--listen",
-                "127.0.0.1:0",
+                listen,
                 "--admin",
                 "127.0.0.1:0",
                 "--cores",
@@ -98,6 +103,24 @@ impl Shoal {
         let (head, body) = out.split_once("\r\n\r\n").unwrap();
         (head.lines().next().unwrap().to_string(), body.to_string())
     }
+}
+
+/// A port P such that P..P+n are all free right now.
+pub fn free_port_run(n: u16) -> u16 {
+    for _ in 0..100 {
+        let first = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if first.checked_add(n).is_none() {
+            continue;
+        }
+        if (first..first + n).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()) {
+            return first;
+        }
+    }
+    panic!("no run of {n} free ports");
 }
 
 fn terminate(child: &mut Child) -> Option<std::process::ExitStatus> {
