@@ -40,7 +40,7 @@ pub struct ServeArgs {
     /// Admin HTTP address (/metrics, /v1/status).
     #[arg(long, default_value = "127.0.0.1:9644")]
     pub admin: SocketAddr,
-    /// Create a topic when a client asks for metadata or produces to one that does not exist.
+    /// Create a topic (with --default-partitions) when a Metadata request names a missing one.
     #[arg(long, default_value = "true", action = clap::ArgAction::Set)]
     pub auto_create_topics: bool,
     /// Partitions of auto-created topics and of CreateTopics requests that ask for the default (-1).

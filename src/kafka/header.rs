@@ -50,20 +50,26 @@ pub fn parse(mut frame: Bytes) -> Result<Request, HeaderError> {
     })
 }
 
-/// Encodes a whole response frame (size, header, body) for `api_key` at `version`.
-pub fn encode<R: Encodable>(api_key: ApiKey, version: i16, correlation_id: i32, body: &R) -> Bytes {
+/// Encodes a whole response frame (size, header, body) for `api_key` at `version`. An error means a
+/// handler set a field the version cannot carry: a bug, reported without taking the core down.
+pub fn encode<R: Encodable>(
+    api_key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &R,
+) -> Result<Bytes, String> {
     let header_version = api_key.response_header_version(version);
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
     let mut buf = BytesMut::with_capacity(256);
     buf.put_i32(0);
     header
         .encode(&mut buf, header_version)
-        .expect("response header encodes");
+        .map_err(|e| e.to_string())?;
     body.encode(&mut buf, version)
-        .expect("response body encodes for a supported version");
+        .map_err(|e| format!("{api_key:?} v{version} response: {e}"))?;
     let len = (buf.len() - 4) as i32;
     buf[0..4].copy_from_slice(&len.to_be_bytes());
-    buf.freeze()
+    Ok(buf.freeze())
 }
 
 /// Decodes a request body. Runs under `catch_unwind`: a decoder panic on hostile input fails this

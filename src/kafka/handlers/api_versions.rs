@@ -1,6 +1,6 @@
 //! ApiVersions: the APIs and versions shoal serves, derived from the handlers' declarations.
 
-use super::{frame, HandlerResult, Reply, Versions, APIS};
+use super::{frame, frame_at, HandlerResult, Reply, Versions, APIS};
 use crate::kafka::header::Request;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::api_versions_response::ApiVersion;
@@ -37,10 +37,5 @@ pub fn handle(req: &Request) -> HandlerResult {
 /// UNSUPPORTED_VERSION and our ranges, and retries with a version we do.
 pub fn unsupported_version(req: &Request) -> Reply {
     let body = response(ResponseError::UnsupportedVersion.code());
-    Reply::Frame(vec![crate::kafka::header::encode(
-        ApiKey::ApiVersions,
-        0,
-        req.correlation_id,
-        &body,
-    )])
+    frame_at(ApiKey::ApiVersions, 0, req.correlation_id, &body)
 }

@@ -55,10 +55,11 @@ pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
                 _ => Err(None),
             };
             partitions.push(match found {
+                // leader_epoch exists from v4; older versions refuse to encode it.
                 Ok(Some((offset, timestamp))) => base
                     .with_offset(offset)
                     .with_timestamp(timestamp)
-                    .with_leader_epoch(0),
+                    .with_leader_epoch(if req.api_version >= 4 { 0 } else { -1 }),
                 Ok(None) => base.with_offset(-1).with_timestamp(-1),
                 Err(Some(e)) => base
                     .with_error_code(code_of(&e).code())

@@ -102,12 +102,23 @@ pub fn frame<R: kafka_protocol::protocol::Encodable>(
     req: &Request,
     body: &R,
 ) -> Reply {
-    Reply::Frame(vec![crate::kafka::header::encode(
-        key,
-        req.api_version,
-        req.correlation_id,
-        body,
-    )])
+    frame_at(key, req.api_version, req.correlation_id, body)
+}
+
+/// Same, at an explicit version (the KIP-511 fallback answers in v0).
+pub fn frame_at<R: kafka_protocol::protocol::Encodable>(
+    key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &R,
+) -> Reply {
+    match crate::kafka::header::encode(key, version, correlation_id, body) {
+        Ok(bytes) => Reply::Frame(vec![bytes]),
+        Err(e) => {
+            log::error!("cannot encode a response, closing the connection: {e}");
+            Reply::Close
+        }
+    }
 }
 
 /// Counts the request as an error if any of its items carried an error code.

@@ -97,7 +97,13 @@ pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
             .flat_map(|t| t.partition_responses.iter().map(|p| p.error_code)),
     );
     if acks == 0 {
-        return Ok(Reply::None);
+        // No response can carry an error: as Kafka does, close the connection so the producer
+        // refreshes its metadata instead of losing records without a sign.
+        let failed = responses
+            .iter()
+            .flat_map(|t| &t.partition_responses)
+            .any(|p| p.error_code != 0);
+        return Ok(if failed { Reply::Close } else { Reply::None });
     }
     Ok(frame(
         ApiKey::Produce,
