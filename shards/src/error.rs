@@ -32,7 +32,7 @@ pub enum InvalidBatch {
 }
 
 /// Errors of the shard-local engine.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
     /// The batch was refused; nothing was appended (Kafka: `CORRUPT_MESSAGE`, or `MESSAGE_TOO_LARGE`).
     #[error("invalid record batch: {0}")]

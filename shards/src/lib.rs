@@ -7,6 +7,8 @@
 //! ## Layout
 //! - [`batch`]      — Kafka RecordBatch v2: header parsing, validation (CRC-32C), offset assignment,
 //!   LogAppendTime stamping, and a builder/decoder for uncompressed batches.
+//! - [`coalescer`]  — the fetch read coalescer (one read per key serves every fetch; fresh S3-FIFO
+//!   cache) and the response-memory budget.
 //! - [`log`]        — one partition's log: append (offsets, group commit), read, recovery, retention, delete.
 //! - `segment`      — one segment file (`<base_offset:020>.log`): writes, reads, the recovery scan.
 //! - `index`        — the sparse offset index and its file, which also marks a sealed segment clean.
@@ -21,6 +23,7 @@
 
 pub mod batch;
 mod chunk;
+pub mod coalescer;
 pub mod config;
 pub mod error;
 mod index;
@@ -31,6 +34,7 @@ pub mod records;
 mod segment;
 pub mod tail_cache;
 
+pub use crate::coalescer::{CoalesceKey, FetchCoalescer, ResponseHold, ResponseMemory, SharedRead};
 pub use crate::config::LogConfig;
 pub use crate::error::{Error, InvalidBatch, Result};
 pub use crate::log::{AppendOptions, AppendResult, Log, LogStats};

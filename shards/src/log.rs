@@ -72,6 +72,7 @@ pub struct Log {
 
 #[derive(Debug)]
 struct Inner {
+    id: u64,
     dir: PathBuf,
     config: RefCell<LogConfig>,
     cache: Rc<TailCache>,
@@ -178,7 +179,9 @@ impl Log {
             .expect("recover leaves a segment")
             .next_offset
             .get();
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let inner = Rc::new(Inner {
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             cache_id: cache.register(),
             cache,
             dir,
@@ -200,6 +203,11 @@ impl Log {
 
     pub fn dir(&self) -> &Path {
         &self.inner.dir
+    }
+    /// Identifies this open log among all logs ever opened by the process (a re-created topic's
+    /// partition gets a new id), for keys of per-core caches such as the fetch coalescer.
+    pub fn id(&self) -> u64 {
+        self.inner.id
     }
     pub fn high_watermark(&self) -> i64 {
         self.inner.high_watermark.value()
