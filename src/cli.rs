@@ -74,6 +74,26 @@ pub struct ServeArgs {
     /// Memory for recent batches per core (the tail cache), in bytes.
     #[arg(long, default_value_t = 256 << 20)]
     pub tail_cache_bytes: usize,
+    /// Fetch read coalescing: one read per (partition, offset, isolation, max_bytes, obligatory)
+    /// serves every consumer asking for it. Also switchable live through the admin API.
+    #[arg(long, default_value = "on", value_parser = parse_on_off)]
+    pub fetch_coalescing: bool,
+    /// Memory for recent fetch results per core (the coalescer's cache), in bytes.
+    #[arg(long, default_value_t = 64 << 20)]
+    pub fetch_cache_bytes: usize,
+    /// Record bytes that fetch responses not yet written may hold per core; a result shared by many
+    /// responses counts once. A fetch beyond it returns what fits (at least one batch).
+    #[arg(long, default_value_t = 512 << 20)]
+    pub fetch_response_budget_bytes: usize,
+}
+
+/// `on`/`off` (also `true`/`false`).
+pub fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" | "true" => Ok(true),
+        "off" | "false" => Ok(false),
+        _ => Err(format!("expected on or off, not {s:?}")),
+    }
 }
 
 impl ServeArgs {

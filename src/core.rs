@@ -6,7 +6,7 @@ use crate::control::Control;
 use crate::metrics::{CoreMetrics, CoreSnapshot, PartitionSnapshot};
 use crate::partition::Partition;
 use crate::router::{apply_topic_configs, TopicTable};
-use shards::{OffsetMonitor, TailCache};
+use shards::{FetchCoalescer, OffsetMonitor, ResponseMemory, TailCache};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -22,6 +22,8 @@ pub struct Core {
     pub topics: RefCell<Rc<TopicTable>>,
     pub partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
     pub tail_cache: Rc<TailCache>,
+    pub coalescer: Rc<FetchCoalescer>,
+    pub response_memory: Rc<ResponseMemory>,
     pub control: Control,
     pub metrics: CoreMetrics,
     /// Moves from 0 to 1 when the server is asked to stop.
@@ -36,6 +38,8 @@ impl Core {
             cores,
             advertised_host: args.advertised_host(),
             tail_cache: Rc::new(TailCache::new(args.tail_cache_bytes, 1 << 20)),
+            coalescer: FetchCoalescer::new(args.fetch_cache_bytes, args.fetch_coalescing),
+            response_memory: ResponseMemory::new(args.fetch_response_budget_bytes),
             args,
             ports,
             topics: RefCell::new(Rc::new(TopicTable::default())),
@@ -159,6 +163,7 @@ impl Core {
     pub fn snapshot(&self) -> CoreSnapshot {
         let m = &self.metrics;
         let cache = self.tail_cache.stats();
+        let coalescer = self.coalescer.stats();
         let mut partitions: Vec<PartitionSnapshot> = self
             .partitions
             .borrow()
@@ -191,6 +196,11 @@ impl Core {
             tail_cache_capacity: cache.capacity_bytes as u64,
             tail_cache_hits: cache.hits,
             tail_cache_misses: cache.misses,
+            coalescing: self.coalescer.is_enabled(),
+            coalescer,
+            fetch_log_read_bytes: m.fetch_log_read_bytes.get(),
+            fetch_response_bytes: m.fetch_response_bytes.get(),
+            response_memory_bytes: self.response_memory.used() as u64,
             partitions,
         }
     }

@@ -15,6 +15,10 @@ pub struct CoreMetrics {
     pub connections_open: Cell<u64>,
     pub connections_total: Cell<u64>,
     pub protocol_errors: Cell<u64>,
+    /// Record bytes fetches read from the log (coalesced reads count once).
+    pub fetch_log_read_bytes: Cell<u64>,
+    /// Record bytes put in fetch responses.
+    pub fetch_response_bytes: Cell<u64>,
 }
 
 impl Default for CoreMetrics {
@@ -27,6 +31,8 @@ impl Default for CoreMetrics {
             connections_open: Cell::new(0),
             connections_total: Cell::new(0),
             protocol_errors: Cell::new(0),
+            fetch_log_read_bytes: Cell::new(0),
+            fetch_response_bytes: Cell::new(0),
         }
     }
 }
@@ -74,6 +80,11 @@ pub struct CoreSnapshot {
     pub tail_cache_capacity: u64,
     pub tail_cache_hits: u64,
     pub tail_cache_misses: u64,
+    pub coalescing: bool,
+    pub coalescer: shards::coalescer::CoalescerStats,
+    pub fetch_log_read_bytes: u64,
+    pub fetch_response_bytes: u64,
+    pub response_memory_bytes: u64,
     pub partitions: Vec<PartitionSnapshot>,
 }
 
@@ -176,6 +187,73 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
         "counter",
         "Reads that went to disk.",
         &mut per_core(|c| c.tail_cache_misses),
+    );
+    let coalescer: [(&str, &str, &str, fn(&CoreSnapshot) -> u64); 7] = [
+        (
+            "insertions_total",
+            "counter",
+            "Results cached under a new key.",
+            |c| c.coalescer.insertions,
+        ),
+        (
+            "reinsertions_total",
+            "counter",
+            "Stale results replaced by a new read.",
+            |c| c.coalescer.reinsertions,
+        ),
+        (
+            "ready_hits_total",
+            "counter",
+            "Fetches served from a fresh cached result.",
+            |c| c.coalescer.ready_hits,
+        ),
+        (
+            "inflight_hits_total",
+            "counter",
+            "Fetches that joined a read in flight.",
+            |c| c.coalescer.inflight_hits,
+        ),
+        (
+            "evictions_total",
+            "counter",
+            "Results evicted from the cache.",
+            |c| c.coalescer.evictions,
+        ),
+        (
+            "cached_bytes",
+            "gauge",
+            "Record bytes held by the cache.",
+            |c| c.coalescer.cached_bytes,
+        ),
+        ("enabled", "gauge", "1 when fetch coalescing is on.", |c| {
+            c.coalescing as u64
+        }),
+    ];
+    for (name, kind, help, f) in coalescer {
+        family(
+            &format!("shoal_fetch_coalescer_{name}"),
+            kind,
+            help,
+            &mut per_core(f),
+        );
+    }
+    family(
+        "shoal_fetch_log_read_bytes_total",
+        "counter",
+        "Record bytes fetches read from the log (a coalesced read counts once).",
+        &mut per_core(|c| c.fetch_log_read_bytes),
+    );
+    family(
+        "shoal_fetch_response_bytes_total",
+        "counter",
+        "Record bytes sent to consumers in fetch responses.",
+        &mut per_core(|c| c.fetch_response_bytes),
+    );
+    family(
+        "shoal_fetch_response_memory_bytes",
+        "gauge",
+        "Record bytes held by fetch responses not yet written (shared results counted once).",
+        &mut per_core(|c| c.response_memory_bytes),
     );
     let per_partition = |f: fn(&PartitionSnapshot) -> u64| {
         cores.iter().flat_map(move |c| {

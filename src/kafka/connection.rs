@@ -88,7 +88,7 @@ async fn write_responses(
         match task.await {
             Reply::None => {}
             Reply::Close => break,
-            Reply::Frame(chunks) => {
+            Reply::Frame(chunks) | Reply::Fetch(chunks, _) => {
                 let mut n = 0;
                 for c in &chunks {
                     if out.write_all(c).await.is_err() {

@@ -21,6 +21,8 @@ use std::rc::Rc;
 pub enum Reply {
     /// A whole response frame, in chunks (record bytes are shared, not copied).
     Frame(Vec<Bytes>),
+    /// A fetch response and its holds on shared results, released once it is written.
+    Fetch(Vec<Bytes>, Vec<shards::ResponseHold>),
     /// No response (Produce with acks=0).
     None,
     /// The request cannot be answered in the protocol: close the connection after earlier responses.

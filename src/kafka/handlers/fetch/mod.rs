@@ -48,6 +48,7 @@ struct Plan {
     max_bytes: usize,
     min_bytes: usize,
     deadline: Instant,
+    read_committed: bool,
 }
 
 fn plan(core: &Core, request: &FetchRequest) -> Plan {
@@ -78,22 +79,28 @@ fn plan(core: &Core, request: &FetchRequest) -> Plan {
         })
         .collect();
     let wait = Duration::from_millis(request.max_wait_ms.max(0) as u64).min(MAX_WAIT);
+    let asked = if request.max_bytes > 0 {
+        request.max_bytes as usize
+    } else {
+        usize::MAX
+    };
     Plan {
         topics,
-        max_bytes: if request.max_bytes > 0 {
-            request.max_bytes as usize
-        } else {
-            usize::MAX
-        },
+        // Under memory pressure a fetch returns what fits: at least one batch (KIP-74), never waiting.
+        max_bytes: asked.min(core.response_memory.available()),
         min_bytes: request.min_bytes.max(0) as usize,
         deadline: Instant::now() + wait,
+        read_committed: request.isolation_level == 1,
     }
 }
 
 /// Reads every partition once, within the response budget; the first partition that has data may
-/// exceed its limits by one batch (KIP-74) so a consumer always makes progress.
-async fn execute(plan: &Plan) -> (Vec<TopicResult>, usize) {
+/// exceed its limits by one batch (KIP-74) so a consumer always makes progress. Reads go through the
+/// core's coalescer, so fetches asking for the same bytes share one read and one buffer; the
+/// per-response fields (watermarks) are taken fresh for each response.
+async fn execute(core: &Rc<Core>, plan: &Plan) -> Execution {
     let mut total = 0usize;
+    let mut holds = Vec::new();
     let mut topics = Vec::with_capacity(plan.topics.len());
     for t in &plan.topics {
         let mut partitions = Vec::with_capacity(t.partitions.len());
@@ -102,18 +109,23 @@ async fn execute(plan: &Plan) -> (Vec<TopicResult>, usize) {
                 Err(e) => error_result(p.index, *e, -1, -1),
                 Ok(part) => {
                     let budget = p.max_bytes.min(plan.max_bytes.saturating_sub(total));
-                    match part.log.read(p.offset, budget, total == 0).await {
-                        Ok(read) => {
-                            total += read.records.len;
-                            PartitionResult {
-                                partition: p.index,
-                                error_code: 0,
-                                high_watermark: read.high_watermark,
-                                last_stable_offset: read.high_watermark,
-                                log_start_offset: read.log_start_offset,
-                                records: Some(read.records),
-                            }
+                    match read_partition(
+                        core,
+                        part,
+                        p.offset,
+                        budget,
+                        total == 0,
+                        plan.read_committed,
+                    )
+                    .await
+                    {
+                        Ok(Some(shared)) => {
+                            total += shared.read.records.len;
+                            let records = shared.read.records.clone();
+                            holds.push(core.response_memory.hold(&shared));
+                            ok_result(p.index, part, records)
                         }
+                        Ok(None) => ok_result(p.index, part, shards::Records::empty()),
                         Err(e) => error_result(
                             p.index,
                             code_of(&e),
@@ -129,7 +141,73 @@ async fn execute(plan: &Plan) -> (Vec<TopicResult>, usize) {
             partitions,
         });
     }
-    (topics, total)
+    Execution {
+        topics,
+        total,
+        holds,
+    }
+}
+
+struct Execution {
+    topics: Vec<TopicResult>,
+    total: usize,
+    holds: Vec<shards::ResponseHold>,
+}
+
+/// One partition's records from `offset`: `None` at the high watermark (nothing to read, nothing to
+/// share), an error outside the log's range, else the shared result of a (possibly coalesced) read.
+async fn read_partition(
+    core: &Rc<Core>,
+    part: &Partition,
+    offset: i64,
+    budget: usize,
+    obligatory: bool,
+    read_committed: bool,
+) -> shards::Result<Option<Rc<shards::SharedRead>>> {
+    let log = part.log.clone();
+    let high_watermark = log.high_watermark();
+    let log_start_offset = log.log_start_offset();
+    if offset < log_start_offset || offset > high_watermark {
+        return Err(shards::Error::OffsetOutOfRange {
+            offset,
+            log_start_offset,
+            high_watermark,
+        });
+    }
+    if offset == high_watermark {
+        return Ok(None);
+    }
+    let key = shards::CoalesceKey {
+        log: log.id(),
+        offset,
+        read_committed,
+        max_bytes: budget,
+        obligatory,
+    };
+    let counter = core.clone();
+    let read = move || async move {
+        let r = log.read(offset, budget, obligatory).await;
+        if let Ok(r) = &r {
+            crate::metrics::add(&counter.metrics.fetch_log_read_bytes, r.records.len as u64);
+        }
+        r
+    };
+    core.coalescer
+        .read(key, high_watermark, read)
+        .await
+        .map(Some)
+}
+
+fn ok_result(partition: i32, part: &Partition, records: shards::Records) -> PartitionResult {
+    let hw = part.log.high_watermark();
+    PartitionResult {
+        partition,
+        error_code: 0,
+        high_watermark: hw,
+        last_stable_offset: hw,
+        log_start_offset: part.log.log_start_offset(),
+        records: Some(records),
+    }
 }
 
 fn error_result(partition: i32, e: ResponseError, hw: i64, start: i64) -> PartitionResult {
@@ -146,32 +224,35 @@ fn error_result(partition: i32, e: ResponseError, hw: i64, start: i64) -> Partit
 pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
     let request: FetchRequest = decode(req)?;
     let plan = plan(core, &request);
-    let (topics, _) = loop {
-        let (topics, total) = execute(&plan).await;
-        let errors = topics
+    let done = loop {
+        let run = execute(core, &plan).await;
+        let errors = run
+            .topics
             .iter()
             .flat_map(|t| &t.partitions)
             .any(|p| p.error_code != 0);
-        if total >= plan.min_bytes
+        if run.total >= plan.min_bytes
             || errors
             || Instant::now() >= plan.deadline
             || core.is_shutting_down()
         {
-            break (topics, total);
+            break run;
         }
+        drop(run);
         if !wait_for_data(core, &plan).await {
-            break execute(&plan).await;
+            break execute(core, &plan).await;
         }
     };
     count_errors(
         core,
         req,
-        topics
+        done.topics
             .iter()
             .flat_map(|t| t.partitions.iter().map(|p| p.error_code)),
     );
-    let parts = encode_fetch_response(req.api_version, req.correlation_id, 0, 0, 0, &topics);
-    Ok(Reply::Frame(parts.chunks))
+    crate::metrics::add(&core.metrics.fetch_response_bytes, done.total as u64);
+    let parts = encode_fetch_response(req.api_version, req.correlation_id, 0, 0, 0, &done.topics);
+    Ok(Reply::Fetch(parts.chunks, done.holds))
 }
 
 /// Waits until any planned partition's high watermark passes its fetch offset; `false` at the
