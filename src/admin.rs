@@ -1,9 +1,10 @@
-//! Admin HTTP on core 0: `GET /metrics` (Prometheus text, every core's figures) and `GET /v1/status`
-//! (JSON). It runs as a task on core 0's executor and gathers other cores' figures by messages, so it
+//! Admin HTTP on core 0: `GET /metrics` (Prometheus text, every core's figures), `GET /v1/status`
+//! (JSON), and live settings: `PUT /v1/config/fetch_coalescing` with body `on` or `off` (also
+//! `POST /v1/config/fetch_coalescing?value=on`), answered once every core has applied it. It runs as a task on core 0's executor and gathers other cores' figures by messages, so it
 //! needs no thread, lock or HTTP framework; it speaks just enough HTTP/1.1 for scrapers and curl
 //! (one request per connection, bounded request size).
 
-use crate::control::gather_stats;
+use crate::control::{gather_stats, set_everywhere, Setting};
 use crate::core::Core;
 use crate::metrics::render_prometheus;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
@@ -58,7 +59,21 @@ async fn handle(core: Rc<Core>, mut stream: TcpStream) {
     let mut words = line.split_whitespace();
     let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
     let path = path.split('?').next().unwrap_or("");
+    let full_path = words_path(&line);
     let (status, kind, body) = match (method, path) {
+        ("PUT" | "POST", "/v1/config/fetch_coalescing") => {
+            let value = query_value(&full_path)
+                .or_else(|| body_text(&head))
+                .unwrap_or_default();
+            match crate::cli::parse_on_off(value.trim()) {
+                Ok(on) => {
+                    set_everywhere(&core, Setting::FetchCoalescing(on)).await;
+                    let v = if on { "on" } else { "off" };
+                    ("200 OK", "text/plain", format!("fetch_coalescing={v}\n"))
+                }
+                Err(e) => ("400 Bad Request", "text/plain", format!("{e}\n")),
+            }
+        }
         ("GET", "/metrics") => (
             "200 OK",
             "text/plain; version=0.0.4",
@@ -77,6 +92,25 @@ async fn handle(core: Rc<Core>, mut stream: TcpStream) {
         ),
     };
     let _ = respond(&mut stream, status, kind, &body).await;
+}
+
+fn words_path(line: &str) -> String {
+    line.split_whitespace().nth(1).unwrap_or("").to_string()
+}
+
+/// `value` from a `?value=...` query.
+fn query_value(path: &str) -> Option<String> {
+    let query = path.split_once('?')?.1;
+    query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("value="))
+        .map(str::to_string)
+}
+
+/// The body, if it arrived with the head (settings are a few bytes).
+fn body_text(head: &[u8]) -> Option<String> {
+    let at = head.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    Some(String::from_utf8_lossy(&head[at..]).to_string()).filter(|s| !s.trim().is_empty())
 }
 
 async fn respond(

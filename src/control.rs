@@ -71,10 +71,22 @@ pub enum CoreMsg {
         from: usize,
         id: u64,
     },
+    /// A live setting changed through the admin API.
+    Set {
+        from: usize,
+        id: u64,
+        setting: Setting,
+    },
     StatsReply {
         id: u64,
         snapshot: Box<CoreSnapshot>,
     },
+}
+
+/// Settings that change without a restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setting {
+    FetchCoalescing(bool),
 }
 
 /// A core's end of the control plane.
@@ -163,6 +175,10 @@ async fn handle(core: &Rc<Core>, _peer: usize, msg: CoreMsg) {
             core.apply_table(table).await;
             core.control.send(from, CoreMsg::Applied { id }).await;
         }
+        CoreMsg::Set { from, id, setting } => {
+            core.apply_setting(setting);
+            core.control.send(from, CoreMsg::Applied { id }).await;
+        }
         CoreMsg::Stats { from, id } => {
             let snapshot = Box::new(core.snapshot());
             core.control
@@ -243,6 +259,29 @@ pub async fn gather_stats(core: &Rc<Core>) -> Vec<CoreSnapshot> {
         }
     }
     out
+}
+
+/// Applies a live setting on every core; returns once all have.
+pub async fn set_everywhere(core: &Rc<Core>, setting: Setting) {
+    let mut waits = Vec::new();
+    for peer in (0..core.cores).filter(|&p| p != core.id) {
+        let (id, rx) = core.control.register();
+        core.control
+            .send(
+                peer,
+                CoreMsg::Set {
+                    from: core.id,
+                    id,
+                    setting,
+                },
+            )
+            .await;
+        waits.push(rx);
+    }
+    core.apply_setting(setting);
+    for rx in waits {
+        let _ = rx.recv().await;
+    }
 }
 
 fn outcome(

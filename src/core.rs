@@ -160,6 +160,21 @@ impl Core {
         }
     }
 
+    pub fn apply_setting(&self, setting: crate::control::Setting) {
+        match setting {
+            crate::control::Setting::FetchCoalescing(on) => {
+                if on != self.coalescer.is_enabled() {
+                    log::info!(
+                        "core {}: fetch coalescing {}",
+                        self.id,
+                        if on { "on" } else { "off" }
+                    );
+                }
+                self.coalescer.set_enabled(on);
+            }
+        }
+    }
+
     pub fn snapshot(&self) -> CoreSnapshot {
         let m = &self.metrics;
         let cache = self.tail_cache.stats();

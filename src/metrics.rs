@@ -188,7 +188,13 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
         "Reads that went to disk.",
         &mut per_core(|c| c.tail_cache_misses),
     );
-    let coalescer: [(&str, &str, &str, fn(&CoreSnapshot) -> u64); 7] = [
+    let coalescer: [(&str, &str, &str, fn(&CoreSnapshot) -> u64); 8] = [
+        (
+            "reads_total",
+            "counter",
+            "Reads run against the log for fetches.",
+            |c| c.coalescer.reads,
+        ),
         (
             "insertions_total",
             "counter",
