@@ -93,6 +93,9 @@ fn api_name(key: i16) -> String {
         .map_or_else(|_| format!("api_{key}"), |k| format!("{k:?}"))
 }
 
+/// A per-core metric family: name suffix, type, help, and how to read it from a snapshot.
+type Family = (&'static str, &'static str, &'static str, fn(&CoreSnapshot) -> u64);
+
 /// Renders all cores' snapshots as Prometheus text exposition.
 pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
     let mut out = String::new();
@@ -188,7 +191,7 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
         "Reads that went to disk.",
         &mut per_core(|c| c.tail_cache_misses),
     );
-    let coalescer: [(&str, &str, &str, fn(&CoreSnapshot) -> u64); 8] = [
+    let coalescer: [Family; 8] = [
         (
             "reads_total",
             "counter",
