@@ -94,7 +94,12 @@ fn api_name(key: i16) -> String {
 }
 
 /// A per-core metric family: name suffix, type, help, and how to read it from a snapshot.
-type Family = (&'static str, &'static str, &'static str, fn(&CoreSnapshot) -> u64);
+type Family = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&CoreSnapshot) -> u64,
+);
 
 /// Renders all cores' snapshots as Prometheus text exposition.
 pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {

@@ -42,6 +42,11 @@ impl std::fmt::Display for FrameError {
 /// Smallest request: api key, api version, correlation id.
 const MIN_REQUEST: i32 = 8;
 
+fn is_hang_up(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(e.kind(), ConnectionReset | ConnectionAborted | BrokenPipe)
+}
+
 /// Reads one frame body.
 pub async fn read_frame<R: AsyncRead + Unpin>(
     r: &mut R,
@@ -54,6 +59,8 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
             Ok(0) if got == 0 => return Err(FrameError::Eof),
             Ok(0) => return Err(FrameError::Io(std::io::ErrorKind::UnexpectedEof.into())),
             Ok(n) => got += n,
+            // A client that closes abruptly between requests is not a protocol error.
+            Err(e) if got == 0 && is_hang_up(&e) => return Err(FrameError::Eof),
             Err(e) => return Err(FrameError::Io(e)),
         }
     }
