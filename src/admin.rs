@@ -10,29 +10,11 @@ use crate::metrics::render_prometheus;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 use std::rc::Rc;
-use std::time::Duration;
 
 const MAX_REQUEST_HEAD: usize = 16 << 10;
 
 pub async fn serve(core: Rc<Core>, listener: TcpListener) {
-    loop {
-        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
-            core.shutdown.wait_for(1).await;
-            None
-        })
-        .await;
-        match accepted {
-            None => return,
-            Some(Ok(stream)) => {
-                let core = core.clone();
-                glommio::spawn_local(async move { handle(core, stream).await }).detach();
-            }
-            Some(Err(e)) => {
-                log::warn!("admin accept failed: {e}");
-                glommio::timer::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    }
+    crate::server::accept_until_shutdown(core, listener, "admin", handle).await
 }
 
 async fn handle(core: Rc<Core>, mut stream: TcpStream) {

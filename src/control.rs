@@ -200,22 +200,13 @@ pub async fn create_topics(
     if core.id == 0 {
         return create_on_core0(core, topics, validate_only).await;
     }
-    let (id, rx) = core.control.register();
-    core.control
-        .send(
-            0,
-            CoreMsg::Create {
-                from: core.id,
-                id,
-                topics,
-                validate_only,
-            },
-        )
-        .await;
-    match rx.recv().await {
-        Some(CoreMsg::Outcomes { outcomes, .. }) => outcomes,
-        _ => Vec::new(),
-    }
+    ask_core0(core, |from, id| CoreMsg::Create {
+        from,
+        id,
+        topics,
+        validate_only,
+    })
+    .await
 }
 
 /// Deletes topics (through core 0).
@@ -223,17 +214,13 @@ pub async fn delete_topics(core: &Rc<Core>, names: Vec<String>) -> Vec<TopicOutc
     if core.id == 0 {
         return delete_on_core0(core, names).await;
     }
+    ask_core0(core, |from, id| CoreMsg::Delete { from, id, names }).await
+}
+
+/// Sends a topic change to core 0 and waits for its outcomes.
+async fn ask_core0(core: &Rc<Core>, msg: impl FnOnce(usize, u64) -> CoreMsg) -> Vec<TopicOutcome> {
     let (id, rx) = core.control.register();
-    core.control
-        .send(
-            0,
-            CoreMsg::Delete {
-                from: core.id,
-                id,
-                names,
-            },
-        )
-        .await;
+    core.control.send(0, msg(core.id, id)).await;
     match rx.recv().await {
         Some(CoreMsg::Outcomes { outcomes, .. }) => outcomes,
         _ => Vec::new(),

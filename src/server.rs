@@ -166,7 +166,12 @@ async fn run_core(
     core.apply_table(table).await;
     // SAFETY: `fd` is a listening socket this process owns, handed over by `Server::start`.
     let listener = unsafe { TcpListener::from_raw_fd(fd) };
-    let accept = glommio::spawn_local(accept_loop(core.clone(), listener));
+    let accept = glommio::spawn_local(accept_until_shutdown(
+        core.clone(),
+        listener,
+        "kafka",
+        connection::serve,
+    ));
     let admin = admin_fd.map(|fd| {
         // SAFETY: as above, for the admin socket.
         let l = unsafe { TcpListener::from_raw_fd(fd) };
@@ -189,7 +194,16 @@ async fn run_core(
     log::info!("core {id}: stopped");
 }
 
-async fn accept_loop(core: Rc<Core>, listener: TcpListener) {
+/// Accepts connections until the core stops, serving each with `serve` in its own task.
+pub async fn accept_until_shutdown<F, Fut>(
+    core: Rc<Core>,
+    listener: TcpListener,
+    what: &str,
+    serve: F,
+) where
+    F: Fn(Rc<Core>, glommio::net::TcpStream) -> Fut,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
             core.shutdown.wait_for(1).await;
@@ -199,10 +213,10 @@ async fn accept_loop(core: Rc<Core>, listener: TcpListener) {
         match accepted {
             None => return,
             Some(Ok(stream)) => {
-                glommio::spawn_local(connection::serve(core.clone(), stream)).detach();
+                glommio::spawn_local(serve(core.clone(), stream)).detach();
             }
             Some(Err(e)) => {
-                log::warn!("core {}: accept failed: {e}", core.id);
+                log::warn!("core {}: {what} accept failed: {e}", core.id);
                 glommio::timer::sleep(Duration::from_millis(10)).await;
             }
         }
