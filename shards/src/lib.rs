@@ -16,6 +16,7 @@
 //! - `chunk`        — the append-only memory behind the tail cache, shared as `Bytes` without copying.
 //! - [`monitor`]    — the offset monitor: wait until a watermark reaches an offset (group commit,
 //!   long polling).
+//! - [`partitioner`] — Kafka's default partitioner (murmur2), which decides a record's view shard.
 //! - [`producers`]  — idempotent producer state per partition: duplicates, gaps, epochs, snapshots.
 //! - [`records`]    — what a read returns: whole batches as shared slices, plus counts.
 //! - [`config`]     — per-log settings (segment size, flush interval, retention, ...).
@@ -29,6 +30,7 @@ pub mod error;
 mod index;
 pub mod log;
 pub mod monitor;
+pub mod partitioner;
 pub mod producers;
 pub mod records;
 mod segment;
