@@ -16,7 +16,8 @@ pub const HEADER_LEN: usize = 61;
 /// `baseOffset` + `batchLength`: the bytes not counted by `batchLength`.
 pub const LOG_OVERHEAD: usize = 12;
 const CRC_START: usize = 21;
-const ATTR_TIMESTAMP_TYPE: i16 = 0x08;
+/// The timestamp-type bit of the attributes (set: LogAppendTime).
+pub const ATTR_TIMESTAMP_TYPE: i16 = 0x08;
 const ATTR_TRANSACTIONAL: i16 = 0x10;
 const ATTR_CONTROL: i16 = 0x20;
 const ATTR_COMPRESSION: i16 = 0x07;
@@ -295,24 +296,43 @@ impl BatchBuilder {
     /// Finishes the batch with the given base offset (the log rewrites it on append anyway).
     pub fn finish(mut self, base_offset: i64) -> Vec<u8> {
         assert!(self.count > 0, "a RecordBatch holds at least one record");
-        let b = &mut self.buf;
-        let batch_length = (b.len() - LOG_OVERHEAD) as i32;
-        b[0..8].copy_from_slice(&base_offset.to_be_bytes());
-        b[8..12].copy_from_slice(&batch_length.to_be_bytes());
-        b[12..16].copy_from_slice(&(-1i32).to_be_bytes()); // partition leader epoch
-        b[16] = 2;
-        b[21..23].copy_from_slice(&0i16.to_be_bytes());
-        b[23..27].copy_from_slice(&self.last_offset_delta.to_be_bytes());
-        b[27..35].copy_from_slice(&self.base_timestamp.to_be_bytes());
-        b[35..43].copy_from_slice(&self.max_timestamp.to_be_bytes());
-        b[43..51].copy_from_slice(&self.producer_id.to_be_bytes());
-        b[51..53].copy_from_slice(&self.producer_epoch.to_be_bytes());
-        b[53..57].copy_from_slice(&self.base_sequence.to_be_bytes());
-        b[57..61].copy_from_slice(&self.count.to_be_bytes());
-        let crc = crc32c::crc32c(&b[CRC_START..]);
-        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        let header = BatchHeader {
+            base_offset,
+            batch_length: 0, // computed by write_header
+            magic: 2,
+            crc: 0,
+            attributes: 0,
+            last_offset_delta: self.last_offset_delta,
+            base_timestamp: self.base_timestamp,
+            max_timestamp: self.max_timestamp,
+            producer_id: self.producer_id,
+            producer_epoch: self.producer_epoch,
+            base_sequence: self.base_sequence,
+            record_count: self.count,
+        };
+        write_header(&mut self.buf, &header);
         self.buf
     }
+}
+
+/// Writes `h` into the first 61 bytes of `b` (a whole batch whose records follow the header), with
+/// the batch length taken from `b` and the CRC computed over it.
+pub fn write_header(b: &mut [u8], h: &BatchHeader) {
+    let batch_length = (b.len() - LOG_OVERHEAD) as i32;
+    b[0..8].copy_from_slice(&h.base_offset.to_be_bytes());
+    b[8..12].copy_from_slice(&batch_length.to_be_bytes());
+    b[12..16].copy_from_slice(&(-1i32).to_be_bytes()); // partition leader epoch
+    b[16] = 2;
+    b[21..23].copy_from_slice(&h.attributes.to_be_bytes());
+    b[23..27].copy_from_slice(&h.last_offset_delta.to_be_bytes());
+    b[27..35].copy_from_slice(&h.base_timestamp.to_be_bytes());
+    b[35..43].copy_from_slice(&h.max_timestamp.to_be_bytes());
+    b[43..51].copy_from_slice(&h.producer_id.to_be_bytes());
+    b[51..53].copy_from_slice(&h.producer_epoch.to_be_bytes());
+    b[53..57].copy_from_slice(&h.base_sequence.to_be_bytes());
+    b[57..61].copy_from_slice(&h.record_count.to_be_bytes());
+    let crc = crc32c::crc32c(&b[CRC_START..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
 }
 
 fn put_varint(out: &mut Vec<u8>, v: i32) {
@@ -403,13 +423,13 @@ pub fn records(b: &[u8]) -> Result<Vec<Record<'_>>, InvalidBatch> {
     Ok(out)
 }
 
-struct Reader<'a> {
-    b: &'a [u8],
-    at: usize,
+pub(crate) struct Reader<'a> {
+    pub(crate) b: &'a [u8],
+    pub(crate) at: usize,
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+    pub(crate) fn take(&mut self, n: usize) -> Option<&'a [u8]> {
         let s = self.b.get(self.at..self.at.checked_add(n)?)?;
         self.at += n;
         Some(s)
@@ -426,14 +446,14 @@ impl<'a> Reader<'a> {
         }
         None
     }
-    fn varlong(&mut self) -> Option<i64> {
+    pub(crate) fn varlong(&mut self) -> Option<i64> {
         let u = self.uvarint()?;
         Some((u >> 1) as i64 ^ -((u & 1) as i64))
     }
-    fn varint(&mut self) -> Option<i32> {
+    pub(crate) fn varint(&mut self) -> Option<i32> {
         i32::try_from(self.varlong()?).ok()
     }
-    fn bytes(&mut self) -> Option<Option<&'a [u8]>> {
+    pub(crate) fn bytes(&mut self) -> Option<Option<&'a [u8]>> {
         let len = self.varint()?;
         if len < 0 {
             return Some(None);

@@ -29,6 +29,8 @@ pub enum InvalidBatch {
     TooLarge { size: usize, limit: usize },
     #[error("control or transactional batches are not supported")]
     Unsupported,
+    #[error("cannot read the records: {0}")]
+    Decompress(String),
 }
 
 /// Errors of the shard-local engine.

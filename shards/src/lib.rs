@@ -12,6 +12,7 @@
 //! - [`log`]        — one partition's log: append (offsets, group commit), read, recovery, retention, delete.
 //! - `segment`      — one segment file (`<base_offset:020>.log`): writes, reads, the recovery scan.
 //! - `index`        — the sparse offset index and its file, which also marks a sealed segment clean.
+//! - [`split`]      — one source batch decompressed once, routed by key and encoded once per view shard.
 //! - [`tail_cache`] — the per-core cache of recent batches that makes tail reads copy-free and I/O-free.
 //! - `chunk`        — the append-only memory behind the tail cache, shared as `Bytes` without copying.
 //! - [`monitor`]    — the offset monitor: wait until a watermark reaches an offset (group commit,
@@ -34,6 +35,7 @@ pub mod partitioner;
 pub mod producers;
 pub mod records;
 mod segment;
+pub mod split;
 pub mod tail_cache;
 
 pub use crate::coalescer::{CoalesceKey, FetchCoalescer, ResponseHold, ResponseMemory, SharedRead};

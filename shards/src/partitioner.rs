@@ -52,7 +52,10 @@ mod tests {
             (b"foobar", -790332482),
             (b"a-little-bit-long-string", -985981536),
             (b"a-little-bit-longer-string", -1486304829),
-            (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
+            (
+                b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8",
+                -58897971,
+            ),
             (b"abc", 479470107),
             (b"", 275646681),
         ];
@@ -65,6 +68,9 @@ mod tests {
     fn shards() {
         assert_eq!(shard_of(None, 4), None);
         assert_eq!(shard_of(Some(b"abc"), 4), Some(479470107 % 4));
-        assert_eq!(shard_of(Some(b"21"), 7), Some(((-973932308i32) & 0x7fff_ffff) as u32 % 7));
+        assert_eq!(
+            shard_of(Some(b"21"), 7),
+            Some(((-973932308i32) & 0x7fff_ffff) as u32 % 7)
+        );
     }
 }
