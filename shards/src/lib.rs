@@ -15,6 +15,8 @@
 //! - [`split`]      — one source batch decompressed once, routed by key and encoded once per view shard.
 //! - [`tail_cache`] — the per-core cache of recent batches that makes tail reads copy-free and I/O-free.
 //! - `chunk`        — the append-only memory behind the tail cache, shared as `Bytes` without copying.
+//! - [`view_reader`] — sharded views: one interpreting reader per (partition, shard count), a shared
+//!   window of per-shard batches, catch-up reads for consumers outside it.
 //! - [`monitor`]    — the offset monitor: wait until a watermark reaches an offset (group commit,
 //!   long polling).
 //! - [`partitioner`] — Kafka's default partitioner (murmur2), which decides a record's view shard.
@@ -37,6 +39,7 @@ pub mod records;
 mod segment;
 pub mod split;
 pub mod tail_cache;
+pub mod view_reader;
 
 pub use crate::coalescer::{CoalesceKey, FetchCoalescer, ResponseHold, ResponseMemory, SharedRead};
 pub use crate::config::LogConfig;

@@ -212,6 +212,10 @@ impl Log {
     pub fn high_watermark(&self) -> i64 {
         self.inner.high_watermark.value()
     }
+    /// Closed or deleted: nothing more will be appended or read.
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.get()
+    }
     /// The watermark long-polling fetches wait on.
     pub fn high_watermark_monitor(&self) -> &OffsetMonitor {
         &self.inner.high_watermark

@@ -92,6 +92,49 @@ fn snappy(body: &[u8]) -> Result<Vec<u8>, InvalidBatch> {
     Ok(out)
 }
 
+/// `plain` (an uncompressed batch) with its records section compressed by `codec` (1 gzip, 2 snappy
+/// in the Java client's xerial framing, 3 lz4 frame, 4 zstd), as a producer would send it.
+pub fn compress_batch(plain: &[u8], codec: i16) -> Vec<u8> {
+    use std::io::Write;
+    let body = &plain[HEADER_LEN..];
+    let packed = match codec {
+        1 => {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(body).expect("in-memory write");
+            e.finish().expect("in-memory write")
+        }
+        2 => {
+            let block = snap::raw::Encoder::new()
+                .compress_vec(body)
+                .expect("snappy block");
+            let mut v = XERIAL_MAGIC.to_vec();
+            v.extend_from_slice(&1i32.to_be_bytes());
+            v.extend_from_slice(&1i32.to_be_bytes());
+            v.extend_from_slice(&(block.len() as u32).to_be_bytes());
+            v.extend_from_slice(&block);
+            v
+        }
+        3 => {
+            let mut e = lz4_flex::frame::FrameEncoder::new(Vec::new());
+            e.write_all(body).expect("in-memory write");
+            e.finish().expect("in-memory write")
+        }
+        4 => zstd::stream::encode_all(body, 3).expect("in-memory write"),
+        _ => return plain.to_vec(),
+    };
+    let mut out = vec![0u8; HEADER_LEN];
+    out.extend_from_slice(&packed);
+    let h = BatchHeader::parse(plain).expect("a whole batch");
+    batch::write_header(
+        &mut out,
+        &BatchHeader {
+            attributes: (h.attributes & !0x07) | codec,
+            ..h
+        },
+    );
+    out
+}
+
 /// One source batch split into `shards` batches (index = shard).
 pub fn split_batch(source: &[u8], shards: u32) -> Result<Vec<Vec<u8>>, InvalidBatch> {
     assert!(shards > 0);
@@ -143,7 +186,6 @@ pub fn split_batch(source: &[u8], shards: u32) -> Result<Vec<Vec<u8>>, InvalidBa
 mod tests {
     use super::*;
     use crate::batch::{records, BatchBuilder};
-    use std::io::Write;
 
     /// A source batch with keyed and null-key records, base offset 100.
     fn source() -> Vec<u8> {
@@ -162,42 +204,8 @@ mod tests {
         b.finish(100)
     }
 
-    /// The same batch with its records section compressed by `codec`.
     fn compressed(codec: i16) -> Vec<u8> {
-        let plain = source();
-        let body = &plain[HEADER_LEN..];
-        let packed = match codec {
-            1 => {
-                let mut e =
-                    flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-                e.write_all(body).unwrap();
-                e.finish().unwrap()
-            }
-            2 => {
-                let block = snap::raw::Encoder::new().compress_vec(body).unwrap();
-                let mut v = XERIAL_MAGIC.to_vec();
-                v.extend_from_slice(&1i32.to_be_bytes());
-                v.extend_from_slice(&1i32.to_be_bytes());
-                v.extend_from_slice(&(block.len() as u32).to_be_bytes());
-                v.extend_from_slice(&block);
-                v
-            }
-            3 => {
-                let mut e = lz4_flex::frame::FrameEncoder::new(Vec::new());
-                e.write_all(body).unwrap();
-                e.finish().unwrap()
-            }
-            4 => zstd::stream::encode_all(body, 3).unwrap(),
-            _ => unreachable!(),
-        };
-        let mut out = vec![0u8; HEADER_LEN];
-        out.extend_from_slice(&packed);
-        let h = BatchHeader {
-            attributes: codec,
-            ..BatchHeader::parse(&plain).unwrap()
-        };
-        batch::write_header(&mut out, &h);
-        out
+        compress_batch(&source(), codec)
     }
 
     fn check_split(source: &[u8], n: u32) {

@@ -1,0 +1,436 @@
+//! Sharded views: one interpreting reader per (source partition, number of shards) on the owning core.
+//!
+//! The reader reads each source batch once, splits it per shard once ([`crate::split`]) and keeps
+//! the shard batches as shared `Bytes` in a bounded window. A consumer of shard `i` is served from its
+//! own offset: inside the window it gets the very same buffers as every other consumer of that shard;
+//! behind the window (or too far ahead of the reader) it gets its own catch-up read, which never
+//! moves or blocks the shared reader. The reader is pull-free: it decodes ahead up to the high
+//! watermark whatever the consumers do, so a slow or stalled consumer delays nobody; it just falls
+//! out of the window. A reader with no consumer for `idle_stop` stops and frees its window; the next
+//! fetch starts it again.
+
+use crate::batch::{self, BatchHeader};
+use crate::error::{Error, Result};
+use crate::log::Log;
+use crate::monitor::OffsetMonitor;
+use crate::records::{LogRead, Records};
+use crate::split::split_batch;
+use bytes::Bytes;
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// Settings shared by a core's view readers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ViewConfig {
+    /// Memory for one reader's window of shard batches.
+    pub window_bytes: usize,
+    /// A consumer this many offsets or fewer ahead of the reader waits for it; further away (or
+    /// behind the window) it is served by its own catch-up read.
+    pub max_delta_for_fanout: i64,
+    /// A reader with no fetch for this long stops and frees its window.
+    pub idle_stop: Duration,
+    /// Bytes of source batches a reader (or a catch-up read) takes per log read.
+    pub read_bytes: usize,
+}
+
+impl Default for ViewConfig {
+    fn default() -> Self {
+        Self {
+            window_bytes: 32 << 20,
+            max_delta_for_fanout: 100_000,
+            idle_stop: Duration::from_secs(30),
+            read_bytes: 1 << 20,
+        }
+    }
+}
+
+/// Counters of all view readers on a core.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ViewStats {
+    pub readers: u64,
+    pub source_batches_decoded: u64,
+    pub shard_batches_encoded: u64,
+    pub fetches_served: u64,
+    pub catch_up_reads: u64,
+    pub decode_errors: u64,
+}
+
+/// One source batch, split: a batch per shard, all covering `base..=last`.
+#[derive(Debug)]
+struct SplitBatch {
+    base: i64,
+    last: i64,
+    shards: Vec<Bytes>,
+    records: Vec<u32>,
+    bytes: usize,
+}
+
+/// Splits the batches of `read` that start before `until` (for a batch that cannot be decoded, an
+/// empty batch per shard, so consumers still move past it).
+fn split_all(read: &Records, shards: u32, until: i64, stats: &Cell<ViewStats>) -> Vec<SplitBatch> {
+    let mut out = Vec::new();
+    for part in &read.parts {
+        let mut at = 0;
+        while let Some(h) = part
+            .get(at..)
+            .and_then(|b| BatchHeader::parse(b).ok())
+            .filter(|h| h.base_offset < until)
+        {
+            let source = &part[at..(at + h.total_len()).min(part.len())];
+            at += h.total_len();
+            let mut s = stats.get();
+            let split = match split_batch(source, shards) {
+                Ok(split) => split,
+                Err(e) => {
+                    log::warn!(
+                        "view: skipping source batch at offset {}: {e}",
+                        h.base_offset
+                    );
+                    s.decode_errors += 1;
+                    (0..shards).map(|_| empty_batch(&h)).collect()
+                }
+            };
+            s.source_batches_decoded += 1;
+            s.shard_batches_encoded += shards as u64;
+            stats.set(s);
+            let records = split
+                .iter()
+                .map(|b| BatchHeader::parse(b).map_or(0, |h| h.record_count as u32))
+                .collect();
+            let shards: Vec<Bytes> = split.into_iter().map(Bytes::from).collect();
+            let bytes = shards.iter().map(Bytes::len).sum();
+            out.push(SplitBatch {
+                base: h.base_offset,
+                last: h.last_offset(),
+                shards,
+                records,
+                bytes,
+            });
+        }
+    }
+    out
+}
+
+fn empty_batch(h: &BatchHeader) -> Vec<u8> {
+    let mut b = vec![0u8; batch::HEADER_LEN];
+    let header = BatchHeader {
+        attributes: h.attributes & batch::ATTR_TIMESTAMP_TYPE,
+        record_count: 0,
+        ..*h
+    };
+    batch::write_header(&mut b, &header);
+    b
+}
+
+/// Shard `shard`'s batches of `batches` from the one holding `offset`, within `max_bytes` (at least
+/// one when `obligatory`).
+fn collect<'a>(
+    batches: impl Iterator<Item = &'a SplitBatch>,
+    shard: usize,
+    offset: i64,
+    max_bytes: usize,
+    obligatory: bool,
+) -> Records {
+    let mut out = Records::empty();
+    for b in batches.skip_while(|b| b.last < offset) {
+        let part = &b.shards[shard];
+        if out.len + part.len() > max_bytes && !(obligatory && out.is_empty()) {
+            break;
+        }
+        if out.is_empty() {
+            out.first_offset = b.base;
+        }
+        out.parts.push(part.clone());
+        out.len += part.len();
+        out.batches += 1;
+        out.records += b.records[shard] as u64;
+        out.last_offset = b.last;
+    }
+    out
+}
+
+/// The shared reader of one source partition for views with `shards` shards.
+#[derive(Debug)]
+pub struct ViewReader {
+    log: Log,
+    shards: u32,
+    config: Rc<Cell<ViewConfig>>,
+    stats: Rc<Cell<ViewStats>>,
+    window: RefCell<VecDeque<SplitBatch>>,
+    window_bytes: Cell<usize>,
+    /// The next source offset the reader decodes; the monitor wakes consumers waiting for it. A
+    /// restarted reader gets a new monitor (a monitor only moves forward).
+    progress: RefCell<OffsetMonitor>,
+    last_fetch: Cell<Instant>,
+    running: Cell<bool>,
+    /// A fetch is extending the window backwards; others behind it read for themselves meanwhile.
+    filling: Cell<bool>,
+}
+
+impl ViewReader {
+    fn new(
+        log: Log,
+        shards: u32,
+        config: Rc<Cell<ViewConfig>>,
+        stats: Rc<Cell<ViewStats>>,
+    ) -> Rc<Self> {
+        Rc::new(Self {
+            log,
+            shards,
+            config,
+            stats,
+            window: RefCell::new(VecDeque::new()),
+            window_bytes: Cell::new(0),
+            progress: RefCell::new(OffsetMonitor::new(0)),
+            last_fetch: Cell::new(Instant::now()),
+            running: Cell::new(false),
+            filling: Cell::new(false),
+        })
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.running.get()
+    }
+
+    /// Where the reader is: the next source offset it will decode.
+    pub fn position(&self) -> i64 {
+        self.progress.borrow().value()
+    }
+
+    /// What a fetch waits on when it is ahead of the reader.
+    pub fn progress_monitor(&self) -> OffsetMonitor {
+        self.progress.borrow().clone()
+    }
+
+    /// Shard `shard`'s records from `offset`. Empty when the reader has not reached `offset` yet (the
+    /// caller long-polls on [`Self::progress_monitor`]).
+    pub async fn fetch(
+        self: &Rc<Self>,
+        shard: u32,
+        offset: i64,
+        max_bytes: usize,
+        obligatory: bool,
+    ) -> Result<LogRead> {
+        assert!(shard < self.shards);
+        self.last_fetch.set(Instant::now());
+        let high_watermark = self.log.high_watermark();
+        let log_start_offset = self.log.log_start_offset();
+        if offset < log_start_offset || offset > high_watermark {
+            return Err(Error::OffsetOutOfRange {
+                offset,
+                log_start_offset,
+                high_watermark,
+            });
+        }
+        let done = |records| LogRead {
+            records,
+            high_watermark,
+            log_start_offset,
+            from_cache: true,
+        };
+        self.bump(|s| s.fetches_served += 1);
+        if !self.running.get() {
+            self.start(offset);
+        }
+        if offset == high_watermark {
+            return Ok(done(Records::empty()));
+        }
+        let config = self.config.get();
+        let position = self.position();
+        let window_start = self.window.borrow().front().map_or(position, |b| b.base);
+        if offset >= window_start && offset < position {
+            let w = self.window.borrow();
+            return Ok(done(collect(
+                w.iter(),
+                shard as usize,
+                offset,
+                max_bytes,
+                obligatory,
+            )));
+        }
+        if offset >= position && offset - position <= config.max_delta_for_fanout {
+            return Ok(done(Records::empty())); // the reader is on its way
+        }
+        if offset < window_start
+            && window_start - offset <= config.max_delta_for_fanout
+            && !self.filling.get()
+        {
+            // Slightly behind: decode the gap once into the front of the window, for everyone behind
+            // there too. The reader's own position does not move.
+            if self.extend_back(offset, window_start).await? {
+                let w = self.window.borrow();
+                return Ok(done(collect(
+                    w.iter(),
+                    shard as usize,
+                    offset,
+                    max_bytes,
+                    obligatory,
+                )));
+            }
+        }
+        // Behind the window, or far ahead of the reader: a read of its own.
+        self.bump(|s| s.catch_up_reads += 1);
+        let read = self.log.read(offset, max_bytes, true).await?;
+        let split = split_all(&read.records, self.shards, i64::MAX, &self.stats);
+        Ok(done(collect(
+            split.iter(),
+            shard as usize,
+            offset,
+            max_bytes,
+            obligatory,
+        )))
+    }
+
+    /// Decodes `from..until` (until = the window's first offset) and puts it in front of the window,
+    /// if the window still starts there afterwards and the result fits its budget. Returns whether it did.
+    async fn extend_back(&self, from: i64, until: i64) -> Result<bool> {
+        self.filling.set(true);
+        let config = self.config.get();
+        let mut fill = Vec::new();
+        let mut bytes = 0;
+        let mut at = from;
+        let result = async {
+            while at < until {
+                let read = self.log.read(at, config.read_bytes, true).await?;
+                let Some(next) = read.records.next_offset() else {
+                    break;
+                };
+                for b in split_all(&read.records, self.shards, until, &self.stats) {
+                    bytes += b.bytes;
+                    fill.push(b);
+                }
+                at = next;
+            }
+            Ok::<_, Error>(())
+        }
+        .await;
+        self.filling.set(false);
+        result?;
+        let mut w = self.window.borrow_mut();
+        let still_there = w.front().is_some_and(|b| b.base == until)
+            && fill.last().is_some_and(|b| b.last + 1 == until);
+        if !still_there || self.window_bytes.get() + bytes > config.window_bytes {
+            return Ok(false);
+        }
+        self.window_bytes.set(self.window_bytes.get() + bytes);
+        for b in fill.into_iter().rev() {
+            w.push_front(b);
+        }
+        Ok(true)
+    }
+
+    fn bump(&self, f: impl FnOnce(&mut ViewStats)) {
+        let mut s = self.stats.get();
+        f(&mut s);
+        self.stats.set(s);
+    }
+
+    /// Starts the reader task at `from`.
+    fn start(self: &Rc<Self>, from: i64) {
+        self.running.set(true);
+        self.window.borrow_mut().clear();
+        self.window_bytes.set(0);
+        let old = self.progress.replace(OffsetMonitor::new(from));
+        old.close();
+        self.bump(|s| s.readers += 1);
+        let this = self.clone();
+        glommio::spawn_local(async move { this.run().await }).detach();
+    }
+
+    async fn run(self: Rc<Self>) {
+        loop {
+            let config = self.config.get();
+            if self.last_fetch.get().elapsed() >= config.idle_stop || self.log.is_closed() {
+                break;
+            }
+            let progress = self.progress_monitor();
+            let next = progress.value();
+            if next >= self.log.high_watermark() {
+                let more = self.log.high_watermark_monitor().wait_for(next + 1);
+                let idle = async {
+                    glommio::timer::sleep(config.idle_stop.min(Duration::from_secs(1))).await;
+                    false
+                };
+                futures_lite::future::or(more, idle).await;
+                continue;
+            }
+            let read = match self.log.read(next, config.read_bytes, true).await {
+                Ok(r) => r,
+                Err(Error::OffsetOutOfRange {
+                    log_start_offset, ..
+                }) if next < log_start_offset => {
+                    // Retention moved the start past the reader: continue from there.
+                    progress.advance(log_start_offset);
+                    continue;
+                }
+                Err(e) => {
+                    log::warn!("view reader of {}: {e}; stopping", self.log.dir().display());
+                    break;
+                }
+            };
+            let Some(end) = read.records.next_offset() else {
+                continue;
+            };
+            let split = split_all(&read.records, self.shards, i64::MAX, &self.stats);
+            {
+                let mut w = self.window.borrow_mut();
+                for b in split {
+                    self.window_bytes.set(self.window_bytes.get() + b.bytes);
+                    w.push_back(b);
+                }
+                while self.window_bytes.get() > config.window_bytes && w.len() > 1 {
+                    let old = w.pop_front().unwrap();
+                    self.window_bytes.set(self.window_bytes.get() - old.bytes);
+                }
+            }
+            progress.advance(end);
+        }
+        self.window.borrow_mut().clear();
+        self.window_bytes.set(0);
+        self.running.set(false);
+        self.bump(|s| s.readers -= 1);
+    }
+}
+
+/// A core's view readers, by (source log id, shards).
+#[derive(Debug, Default)]
+pub struct ViewReaders {
+    readers: RefCell<HashMap<(u64, u32), Rc<ViewReader>>>,
+    config: Rc<Cell<ViewConfig>>,
+    stats: Rc<Cell<ViewStats>>,
+}
+
+impl ViewReaders {
+    pub fn new(config: ViewConfig) -> Self {
+        Self {
+            readers: RefCell::new(HashMap::new()),
+            config: Rc::new(Cell::new(config)),
+            stats: Rc::default(),
+        }
+    }
+
+    pub fn config(&self) -> ViewConfig {
+        self.config.get()
+    }
+    pub fn set_config(&self, config: ViewConfig) {
+        self.config.set(config);
+    }
+    pub fn stats(&self) -> ViewStats {
+        self.stats.get()
+    }
+
+    /// The reader of `log` for `shards` shards (created, not started, if none).
+    pub fn reader(&self, log: &Log, shards: u32) -> Rc<ViewReader> {
+        let mut readers = self.readers.borrow_mut();
+        // Forget readers that stopped and whose log is gone.
+        readers.retain(|_, r| r.is_running() || !r.log.is_closed());
+        readers
+            .entry((log.id(), shards))
+            .or_insert_with(|| {
+                ViewReader::new(log.clone(), shards, self.config.clone(), self.stats.clone())
+            })
+            .clone()
+    }
+}

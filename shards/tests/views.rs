@@ -1,0 +1,330 @@
+//! Sharded views over a real log: every record lands in its shard exactly once (null keys in all),
+//! offsets and order are the source's, consumers of one shard share the reader from their own
+//! offsets, and a stalled or far-behind consumer neither stalls nor rewinds the shared reader.
+
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use shards::batch::{self, BatchBuilder};
+use shards::partitioner::shard_of;
+use shards::split::compress_batch;
+use shards::view_reader::{ViewConfig, ViewReader, ViewReaders};
+use shards::{AppendOptions, Log};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// (offset, key, value) of a record.
+type Rec = (i64, Option<Vec<u8>>, Vec<u8>);
+
+/// Appends `batches` batches of 10 records: keyed, with every 7th key null, every 3rd batch
+/// compressed with a different codec. Returns the records.
+async fn fill(log: &Log, batches: usize, key_of: impl Fn(usize) -> Option<String>) -> Vec<Rec> {
+    let mut out = Vec::new();
+    for b in 0..batches {
+        let mut builder = BatchBuilder::new(1_000);
+        let mut recs = Vec::new();
+        for r in 0..10 {
+            let i = b * 10 + r;
+            let key = key_of(i);
+            let value = format!("value-{i}").into_bytes();
+            builder.push(
+                1_000 + i as i64,
+                key.as_deref().map(str::as_bytes),
+                Some(&value),
+                &[],
+            );
+            recs.push((key.map(String::into_bytes), value));
+        }
+        let plain = builder.finish(0);
+        let codec = if b % 3 == 2 {
+            (b / 3 % 4 + 1) as i16
+        } else {
+            0
+        };
+        let r = log
+            .append(
+                Bytes::from(compress_batch(&plain, codec)),
+                AppendOptions::default(),
+            )
+            .await
+            .unwrap();
+        for (j, (k, v)) in recs.into_iter().enumerate() {
+            out.push((r.base_offset + j as i64, k, v));
+        }
+    }
+    out
+}
+
+fn default_keys(i: usize) -> Option<String> {
+    (i % 7 != 0).then(|| format!("key-{i}"))
+}
+
+/// Reads shard `shard` from `from` to the high watermark the way a consumer does: fetch, and when
+/// nothing is there yet, wait for the reader.
+async fn consume(
+    reader: &Rc<ViewReader>,
+    log: &Log,
+    shard: u32,
+    from: i64,
+    max_bytes: usize,
+) -> Vec<Rec> {
+    let mut out = Vec::new();
+    let mut at = from;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while at < log.high_watermark() {
+        assert!(Instant::now() < deadline, "shard {shard} stuck at {at}");
+        let read = reader.fetch(shard, at, max_bytes, true).await.unwrap();
+        if read.records.is_empty() {
+            let wait = reader.progress_monitor().wait_for(at + 1);
+            futures_lite::future::or(
+                async {
+                    wait.await;
+                },
+                glommio::timer::sleep(Duration::from_millis(20)),
+            )
+            .await;
+            continue;
+        }
+        for part in &read.records.parts {
+            let mut pos = 0;
+            while pos < part.len() {
+                let len = batch::peek_total_len(&part[pos..]).unwrap();
+                let b = &part[pos..pos + len];
+                let h = batch::BatchHeader::parse(b).unwrap();
+                assert_eq!(crc32c::crc32c(&b[21..]), h.crc);
+                for r in batch::records(b).unwrap() {
+                    if r.offset >= at {
+                        out.push((
+                            r.offset,
+                            r.key.map(<[u8]>::to_vec),
+                            r.value.unwrap().to_vec(),
+                        ));
+                    }
+                }
+                at = at.max(h.last_offset() + 1);
+                pos += len;
+            }
+        }
+    }
+    out
+}
+
+fn expected(all: &[Rec], shard: u32, n: u32, from: i64) -> Vec<Rec> {
+    all.iter()
+        .filter(|r| r.0 >= from && shard_of(r.1.as_deref(), n).is_none_or(|s| s == shard))
+        .cloned()
+        .collect()
+}
+
+fn small_window() -> ViewConfig {
+    ViewConfig {
+        window_bytes: 64 << 10,
+        max_delta_for_fanout: 1_000,
+        idle_stop: Duration::from_millis(200),
+        read_bytes: 8 << 10,
+    }
+}
+
+#[test]
+fn every_shard_holds_exactly_its_records_for_4_and_7_shards() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), small_config(), cache())
+            .await
+            .unwrap();
+        let all = fill(&log, 30, default_keys).await;
+        let views = ViewReaders::new(ViewConfig::default());
+        for n in [4u32, 7] {
+            let reader = views.reader(&log, n);
+            let mut union = Vec::new();
+            for shard in 0..n {
+                let got = consume(&reader, &log, shard, 0, 4096).await;
+                assert_eq!(got, expected(&all, shard, n, 0), "shard {shard} of {n}");
+                union.extend(got.into_iter().filter(|r| r.1.is_some()));
+            }
+            union.sort();
+            let keyed: Vec<_> = all.iter().filter(|r| r.1.is_some()).cloned().collect();
+            assert_eq!(union, keyed, "keyed records are in exactly one shard");
+        }
+        let s = views.stats();
+        assert!(
+            s.source_batches_decoded >= 60 && s.decode_errors == 0,
+            "{s:?}"
+        );
+    });
+}
+
+#[test]
+fn consumers_of_one_shard_from_different_offsets_share_the_reader() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), small_config(), cache())
+            .await
+            .unwrap();
+        let all = fill(&log, 20, default_keys).await;
+        let views = ViewReaders::new(ViewConfig::default());
+        let reader = views.reader(&log, 4);
+        for from in [50, 10, 30] {
+            assert_eq!(
+                consume(&reader, &log, 1, from, 2048).await,
+                expected(&all, 1, 4, from),
+                "from {from}"
+            );
+        }
+        // The reader started at 50; the consumer from 10 decoded 10..50 once into the window's front,
+        // and the one from 30 found it there: each batch from 10 on decoded exactly once.
+        let s = views.stats();
+        assert_eq!(
+            s.source_batches_decoded, 19,
+            "each source batch decoded once"
+        );
+        assert_eq!(s.catch_up_reads, 0);
+    });
+}
+
+#[test]
+fn a_shard_without_records_in_a_long_stretch_reaches_the_end() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), small_config(), cache())
+            .await
+            .unwrap();
+        // All keys hash to one shard except the last batch's.
+        let lonely = (0..1000)
+            .map(|i| format!("k{i}"))
+            .find(|k| shard_of(Some(k.as_bytes()), 4) == Some(3))
+            .unwrap();
+        let busy = (0..1000)
+            .map(|i| format!("k{i}"))
+            .find(|k| shard_of(Some(k.as_bytes()), 4) == Some(0))
+            .unwrap();
+        let all = fill(&log, 40, |i| {
+            Some(if i >= 395 {
+                lonely.clone()
+            } else {
+                busy.clone()
+            })
+        })
+        .await;
+        let views = ViewReaders::new(ViewConfig::default());
+        let reader = views.reader(&log, 4);
+        let got = consume(&reader, &log, 3, 0, 1024).await;
+        assert_eq!(got, expected(&all, 3, 4, 0));
+        assert_eq!(got.len(), 5);
+    });
+}
+
+#[test]
+fn a_stalled_or_far_behind_consumer_neither_stalls_nor_rewinds_the_reader() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), small_config(), cache())
+            .await
+            .unwrap();
+        let mut all = fill(&log, 5, default_keys).await;
+        let views = ViewReaders::new(ViewConfig {
+            window_bytes: 4 << 10,
+            max_delta_for_fanout: 100,
+            ..small_window()
+        });
+        let reader = views.reader(&log, 4);
+        // A consumer attaches at 0 and then stalls (never fetches again).
+        let _ = reader.fetch(2, 0, 1024, true).await.unwrap();
+        // Lots more data; an active consumer tails it.
+        all.extend(fill(&log, 60, default_keys).await);
+        let got = consume(&reader, &log, 1, 0, 4096).await;
+        assert_eq!(got, expected(&all, 1, 4, 0));
+        assert_eq!(
+            reader.position(),
+            log.high_watermark(),
+            "the reader kept going"
+        );
+        let decoded = views.stats().source_batches_decoded;
+        // The stalled consumer comes back: far behind the window, it gets its own read.
+        let before = views.stats().catch_up_reads;
+        let r = reader.fetch(2, 0, 1024, true).await.unwrap();
+        assert!(!r.records.is_empty());
+        assert!(views.stats().catch_up_reads > before);
+        assert_eq!(
+            reader.position(),
+            log.high_watermark(),
+            "and the shared reader was not rewound"
+        );
+        assert_eq!(
+            consume(&reader, &log, 2, 0, 4096).await,
+            expected(&all, 2, 4, 0)
+        );
+        assert!(
+            views.stats().source_batches_decoded > decoded,
+            "catch-up reads decode for themselves"
+        );
+    });
+}
+
+#[test]
+fn an_idle_reader_stops_and_a_new_consumer_restarts_it() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), small_config(), cache())
+            .await
+            .unwrap();
+        let all = fill(&log, 10, default_keys).await;
+        let views = ViewReaders::new(small_window());
+        let reader = views.reader(&log, 2);
+        assert_eq!(
+            consume(&reader, &log, 0, 0, 4096).await,
+            expected(&all, 0, 2, 0)
+        );
+        assert_eq!(views.stats().readers, 1);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while reader.is_running() {
+            assert!(Instant::now() < deadline, "the reader never stopped");
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(views.stats().readers, 0);
+        assert_eq!(
+            consume(&reader, &log, 1, 0, 4096).await,
+            expected(&all, 1, 2, 0)
+        );
+        assert!(reader.is_running());
+    });
+}
+
+#[test]
+fn a_batch_that_cannot_be_decoded_is_skipped_for_views() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), small_config(), cache())
+            .await
+            .unwrap();
+        let mut all = fill(&log, 2, default_keys).await;
+        // A gzip batch whose compressed bytes are garbage (the CRC is made right, so the log takes it).
+        let mut b = BatchBuilder::new(0);
+        b.push(0, Some(b"x"), Some(b"y"), &[]);
+        let mut bad = compress_batch(&b.finish(0), 1);
+        let n = bad.len();
+        bad[70..n].fill(0x55);
+        let h = batch::BatchHeader::parse(&bad).unwrap();
+        batch::write_header(&mut bad, &h);
+        log.append(Bytes::from(bad), AppendOptions::default())
+            .await
+            .unwrap();
+        all.extend(fill(&log, 2, default_keys).await);
+        let views = ViewReaders::new(ViewConfig::default());
+        let reader = views.reader(&log, 3);
+        let good: Vec<_> = all.clone();
+        for shard in 0..3 {
+            assert_eq!(
+                consume(&reader, &log, shard, 0, 4096).await,
+                expected(&good, shard, 3, 0)
+            );
+        }
+        assert_eq!(views.stats().decode_errors, 1);
+        // The source itself is untouched.
+        assert_eq!(
+            log.read(20, 1 << 20, true).await.unwrap().records.batches,
+            3
+        );
+    });
+}
