@@ -463,15 +463,9 @@ pub fn load_table(data_dir: &Path) -> std::io::Result<TopicTable> {
     }
 }
 
-/// `<source>.shard-<i>-of-<n>`: reserved for sharded views.
+/// `<source>.shard-<i>-of-<n>` (valid or not): reserved for sharded views.
 pub fn is_view_name(name: &str) -> bool {
-    let Some((_, suffix)) = name.rsplit_once(".shard-") else {
-        return false;
-    };
-    let Some((i, n)) = suffix.split_once("-of-") else {
-        return false;
-    };
-    i.parse::<u32>().is_ok() && n.parse::<u32>().is_ok()
+    crate::router::parse_view_name(name).is_some()
 }
 
 fn new_topic_id() -> [u8; 16] {

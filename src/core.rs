@@ -5,7 +5,9 @@ use crate::cli::ServeArgs;
 use crate::control::Control;
 use crate::metrics::{CoreMetrics, CoreSnapshot, PartitionSnapshot};
 use crate::partition::Partition;
-use crate::router::{apply_topic_configs, TopicTable};
+use crate::router::{apply_topic_configs, parse_view_name, TopicTable, ViewName};
+use kafka_protocol::error::ResponseError;
+use shards::view_reader::{ViewConfig, ViewReaders};
 use shards::{FetchCoalescer, OffsetMonitor, ResponseMemory, TailCache};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -24,6 +26,7 @@ pub struct Core {
     pub tail_cache: Rc<TailCache>,
     pub coalescer: Rc<FetchCoalescer>,
     pub response_memory: Rc<ResponseMemory>,
+    pub views: ViewReaders,
     pub control: Control,
     pub metrics: CoreMetrics,
     /// Moves from 0 to 1 when the server is asked to stop.
@@ -40,6 +43,7 @@ impl Core {
             tail_cache: Rc::new(TailCache::new(args.tail_cache_bytes, 1 << 20)),
             coalescer: FetchCoalescer::new(args.fetch_cache_bytes, args.fetch_coalescing),
             response_memory: ResponseMemory::new(args.fetch_response_budget_bytes),
+            views: ViewReaders::new(ViewConfig::default()),
             args,
             ports,
             topics: RefCell::new(Rc::new(TopicTable::default())),
@@ -60,6 +64,25 @@ impl Core {
             .borrow()
             .get(&(topic.to_string(), index))
             .cloned()
+    }
+
+    /// The partition serving `topic`/`index` on this core, with the view if `topic` names one (then
+    /// the partition is the view's source), or the error a request for it gets.
+    pub fn local_partition(
+        &self,
+        topic: &str,
+        index: i32,
+    ) -> Result<(Rc<Partition>, Option<ViewName>), ResponseError> {
+        let (source, view) = match parse_view_name(topic) {
+            Some(Err(_)) => return Err(ResponseError::InvalidTopicException),
+            Some(Ok(v)) => (v.source.clone(), Some(v)),
+            None => (topic.to_string(), None),
+        };
+        match self.partition(&source, index) {
+            Some(p) => Ok((p, view)),
+            None if self.owner(&source, index).is_some() => Err(ResponseError::NotLeaderOrFollower),
+            None => Err(ResponseError::UnknownTopicOrPartition),
+        }
     }
 
     /// Which core owns a partition, if the topic and partition exist.
@@ -216,6 +239,7 @@ impl Core {
             fetch_log_read_bytes: m.fetch_log_read_bytes.get(),
             fetch_response_bytes: m.fetch_response_bytes.get(),
             response_memory_bytes: self.response_memory.used() as u64,
+            views: self.views.stats(),
             partitions,
         }
     }

@@ -85,6 +85,7 @@ pub struct CoreSnapshot {
     pub fetch_log_read_bytes: u64,
     pub fetch_response_bytes: u64,
     pub response_memory_bytes: u64,
+    pub views: shards::view_reader::ViewStats,
     pub partitions: Vec<PartitionSnapshot>,
 }
 
@@ -269,6 +270,44 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
         "Record bytes held by fetch responses not yet written (shared results counted once).",
         &mut per_core(|c| c.response_memory_bytes),
     );
+    let views: [Family; 6] = [
+        ("readers", "gauge", "Live view readers.", |c| {
+            c.views.readers
+        }),
+        (
+            "source_batches_decoded_total",
+            "counter",
+            "Source batches decoded and split for views.",
+            |c| c.views.source_batches_decoded,
+        ),
+        (
+            "shard_batches_encoded_total",
+            "counter",
+            "Shard batches encoded for views.",
+            |c| c.views.shard_batches_encoded,
+        ),
+        (
+            "fetches_served_total",
+            "counter",
+            "Fetches of view partitions served.",
+            |c| c.views.fetches_served,
+        ),
+        (
+            "catch_up_reads_total",
+            "counter",
+            "View fetches served by their own read.",
+            |c| c.views.catch_up_reads,
+        ),
+        (
+            "decode_errors_total",
+            "counter",
+            "Source batches views could not decode (skipped).",
+            |c| c.views.decode_errors,
+        ),
+    ];
+    for (name, kind, help, f) in views {
+        family(&format!("shoal_view_{name}"), kind, help, &mut per_core(f));
+    }
     let per_partition = |f: fn(&PartitionSnapshot) -> u64| {
         cores.iter().flat_map(move |c| {
             c.partitions.iter().map(move |p| {

@@ -51,6 +51,51 @@ impl TopicTable {
     }
 }
 
+/// Most shards a view may have.
+pub const MAX_VIEW_SHARDS: u32 = 1024;
+
+/// A sharded view's name, `<source>.shard-<i>-of-<n>`, taken apart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ViewName {
+    pub source: String,
+    pub shard: u32,
+    pub shards: u32,
+}
+
+/// `None` if `name` is not view-shaped; `Some(Err)` if it is but its numbers are impossible
+/// (`shard-9-of-4`, `n` over 1024, `n` = 0).
+pub fn parse_view_name(name: &str) -> Option<Result<ViewName, String>> {
+    let (source, suffix) = name.rsplit_once(".shard-")?;
+    let (i, n) = suffix.split_once("-of-")?;
+    let (Ok(shard), Ok(shards)) = (i.parse::<u32>(), n.parse::<u32>()) else {
+        return None;
+    };
+    if source.is_empty() || shards == 0 || shards > MAX_VIEW_SHARDS || shard >= shards {
+        return Some(Err(format!(
+            "view {name}: need 0 <= i < n <= {MAX_VIEW_SHARDS}"
+        )));
+    }
+    Some(Ok(ViewName {
+        source: source.to_string(),
+        shard,
+        shards,
+    }))
+}
+
+/// A view's topic id: the source's, mixed with the view's numbers, so each view has its own.
+pub fn view_topic_id(source_id: [u8; 16], view: &ViewName) -> [u8; 16] {
+    let mut id = source_id;
+    id[8..12]
+        .iter_mut()
+        .zip(view.shard.to_be_bytes())
+        .for_each(|(a, b)| *a ^= b);
+    id[12..16]
+        .iter_mut()
+        .zip(view.shards.to_be_bytes())
+        .for_each(|(a, b)| *a ^= b);
+    id
+}
+
 /// Kafka's rules: 1 to 249 characters of `[a-zA-Z0-9._-]`, and not `.` or `..`.
 pub fn validate_topic_name(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > 249 {
@@ -154,6 +199,23 @@ mod tests {
         );
         assert_eq!(t.owned_by(0, 2).len(), 4);
         assert_eq!(t.owned_by(1, 2).len(), 5); // four of "a" and the one of "b"
+    }
+
+    #[test]
+    fn view_names() {
+        let v = parse_view_name("orders.v1.shard-3-of-8").unwrap().unwrap();
+        assert_eq!((v.source.as_str(), v.shard, v.shards), ("orders.v1", 3, 8));
+        for bad in [
+            "t.shard-9-of-4",
+            "t.shard-0-of-0",
+            "t.shard-0-of-1025",
+            ".shard-0-of-2",
+        ] {
+            assert!(parse_view_name(bad).unwrap().is_err(), "{bad}");
+        }
+        for plain in ["orders", "t.shard-x-of-2", "t.shard-1-of-", "shard-1-of-2"] {
+            assert!(parse_view_name(plain).is_none(), "{plain}");
+        }
     }
 
     #[test]

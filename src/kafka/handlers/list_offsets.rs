@@ -31,17 +31,17 @@ pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
         for p in &t.partitions {
             let base =
                 ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
-            let Some(part) = core.partition(&name, p.partition_index) else {
-                let err = match core.owner(&name, p.partition_index) {
-                    Some(_) => ResponseError::NotLeaderOrFollower,
-                    None => ResponseError::UnknownTopicOrPartition,
-                };
-                partitions.push(
-                    base.with_error_code(err.code())
-                        .with_offset(-1)
-                        .with_timestamp(-1),
-                );
-                continue;
+            // A view answers with its source's offsets (they are the same offsets).
+            let part = match core.local_partition(&name, p.partition_index) {
+                Ok((part, _)) => part,
+                Err(err) => {
+                    partitions.push(
+                        base.with_error_code(err.code())
+                            .with_offset(-1)
+                            .with_timestamp(-1),
+                    );
+                    continue;
+                }
             };
             let log = &part.log;
             let found = match p.timestamp {

@@ -5,7 +5,7 @@ use super::{count_errors, frame, HandlerResult, Versions};
 use crate::control::{self, NewTopic};
 use crate::core::Core;
 use crate::kafka::header::{decode, Request};
-use crate::router::validate_topic_name;
+use crate::router::{parse_view_name, validate_topic_name, view_topic_id};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
@@ -61,13 +61,29 @@ pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
         .map(|name| {
             let topic = MetadataResponseTopic::default()
                 .with_name(Some(TopicName(StrBytes::from_string(name.clone()))));
-            let Some(meta) = table.get(name) else {
-                let err = if validate_topic_name(name).is_err() {
-                    ResponseError::InvalidTopicException
-                } else {
-                    ResponseError::UnknownTopicOrPartition
-                };
-                return topic.with_error_code(err.code());
+            // A view `<source>.shard-<i>-of-<n>` exists whenever its source does, with the source's
+            // partitions and leaders.
+            let (meta, id) = match parse_view_name(name) {
+                Some(Err(_)) => {
+                    return topic.with_error_code(ResponseError::InvalidTopicException.code())
+                }
+                Some(Ok(view)) => match table.get(&view.source) {
+                    Some(m) => (m, view_topic_id(m.id, &view)),
+                    None => {
+                        return topic.with_error_code(ResponseError::UnknownTopicOrPartition.code())
+                    }
+                },
+                None => match table.get(name) {
+                    Some(m) => (m, m.id),
+                    None => {
+                        let err = if validate_topic_name(name).is_err() {
+                            ResponseError::InvalidTopicException
+                        } else {
+                            ResponseError::UnknownTopicOrPartition
+                        };
+                        return topic.with_error_code(err.code());
+                    }
+                },
             };
             let partitions = (0..meta.partitions)
                 .map(|p| {
@@ -81,7 +97,7 @@ pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
                 })
                 .collect();
             topic
-                .with_topic_id(uuid::Uuid::from_bytes(meta.id))
+                .with_topic_id(uuid::Uuid::from_bytes(id))
                 .with_partitions(partitions)
         })
         .collect();

@@ -119,6 +119,14 @@ fn start_partition(
     records: Option<bytes::Bytes>,
     durable: bool,
 ) -> Pending {
+    if crate::router::parse_view_name(topic).is_some() {
+        let why = "views (<topic>.shard-<i>-of-<n>) are read-only; produce to the source topic";
+        return failed(
+            index,
+            ResponseError::InvalidTopicException,
+            Some(why.into()),
+        );
+    }
     let Some(partition) = core.partition(topic, index) else {
         return match core.owner(topic, index) {
             Some(_) => failed(index, ResponseError::NotLeaderOrFollower, None),

@@ -14,6 +14,7 @@ use bytes::Bytes;
 use encode::{encode_fetch_response, PartitionResult, TopicResult};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{ApiKey, FetchRequest};
+use shards::view_reader::ViewReader;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -34,7 +35,24 @@ struct PlannedPartition {
     index: i32,
     offset: i64,
     max_bytes: usize,
-    target: Result<Rc<Partition>, ResponseError>,
+    target: Result<Target, ResponseError>,
+}
+
+/// What a planned partition reads: a partition's log (through the coalescer), or a view shard
+/// (through the source partition's shared view reader).
+struct Target {
+    part: Rc<Partition>,
+    view: Option<(Rc<ViewReader>, u32)>,
+}
+
+impl Target {
+    /// What a fetch waiting for data past `offset` watches.
+    fn monitor(&self) -> shards::OffsetMonitor {
+        match &self.view {
+            Some((reader, _)) => reader.progress_monitor(),
+            None => self.part.log.high_watermark_monitor().clone(),
+        }
+    }
 }
 
 struct PlannedTopic {
@@ -66,13 +84,13 @@ fn plan(core: &Core, request: &FetchRequest) -> Plan {
                         index: p.partition,
                         offset: p.fetch_offset,
                         max_bytes: p.partition_max_bytes.max(0) as usize,
-                        target: match core.partition(&name, p.partition) {
-                            Some(part) => Ok(part),
-                            None if core.owner(&name, p.partition).is_some() => {
-                                Err(ResponseError::NotLeaderOrFollower)
-                            }
-                            None => Err(ResponseError::UnknownTopicOrPartition),
-                        },
+                        target: core
+                            .local_partition(&name, p.partition)
+                            .map(|(part, view)| {
+                                let view =
+                                    view.map(|v| (core.views.reader(&part.log, v.shards), v.shard));
+                                Target { part, view }
+                            }),
                     })
                     .collect(),
             }
@@ -107,18 +125,27 @@ async fn execute(core: &Rc<Core>, plan: &Plan) -> Execution {
         for p in &t.partitions {
             partitions.push(match &p.target {
                 Err(e) => error_result(p.index, *e, -1, -1),
-                Ok(part) => {
+                Ok(Target { part, view }) => {
                     let budget = p.max_bytes.min(plan.max_bytes.saturating_sub(total));
-                    match read_partition(
-                        core,
-                        part,
-                        p.offset,
-                        budget,
-                        total == 0,
-                        plan.read_committed,
-                    )
-                    .await
-                    {
+                    let obligatory = total == 0;
+                    let read = match view {
+                        Some((reader, shard)) => reader
+                            .fetch(*shard, p.offset, budget, obligatory)
+                            .await
+                            .map(|r| (!r.records.is_empty()).then(|| shards::SharedRead::new(r))),
+                        None => {
+                            read_partition(
+                                core,
+                                part,
+                                p.offset,
+                                budget,
+                                obligatory,
+                                plan.read_committed,
+                            )
+                            .await
+                        }
+                    };
+                    match read {
                         Ok(Some(shared)) => {
                             total += shared.read.records.len;
                             let records = shared.read.records.clone();
@@ -266,7 +293,7 @@ async fn wait_for_data(core: &Core, plan: &Plan) -> bool {
             p.target
                 .as_ref()
                 .ok()
-                .map(|part| Box::pin(part.log.high_watermark_monitor().wait_for(p.offset + 1)))
+                .map(|t| Box::pin(t.monitor().wait_for(p.offset + 1)))
         })
         .collect();
     let remaining = plan.deadline.saturating_duration_since(Instant::now());
