@@ -1334,3 +1334,85 @@ fn acks_zero_errors_close_the_connection() {
     api_versions_ok(&mut ok, 3);
     shoal.stop();
 }
+
+/// Views exist on request when their source does; malformed view names and unknown sources get
+/// Kafka's error codes, and views refuse produces.
+#[test]
+fn view_names_resolve_or_fail_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 2, &[]);
+    create_topic(&shoal, "t", 3);
+    let mut s = connect(shoal.ports[0]);
+    let names = [
+        "t.shard-1-of-4",
+        "t.shard-9-of-4",
+        "t.shard-0-of-1025",
+        "nosuch.shard-0-of-2",
+    ];
+    let r: MetadataResponse = call(
+        &mut s,
+        ApiKey::Metadata,
+        METADATA_V,
+        1,
+        &metadata_req(&names).with_allow_auto_topic_creation(true),
+    );
+    let codes: Vec<i16> = r.topics.iter().map(|t| t.error_code).collect();
+    assert_eq!(
+        codes,
+        [
+            NONE,
+            INVALID_TOPIC_EXCEPTION,
+            INVALID_TOPIC_EXCEPTION,
+            UNKNOWN_TOPIC_OR_PARTITION
+        ]
+    );
+    assert_eq!(
+        r.topics[0].partitions.len(),
+        3,
+        "a view has its source's partitions"
+    );
+    let source_leader = leader(&shoal, "t", 0) as i32;
+    let view_leader = r.topics[0]
+        .partitions
+        .iter()
+        .find(|p| p.partition_index == 0)
+        .unwrap()
+        .leader_id
+        .0;
+    assert_eq!(view_leader, source_leader, "and its leaders");
+    // Nothing was auto-created for the view-shaped names.
+    let all: MetadataResponse = call(
+        &mut s,
+        ApiKey::Metadata,
+        1,
+        2,
+        &MetadataRequest::default().with_topics(None),
+    );
+    assert_eq!(all.topics.len(), 1);
+
+    let port = shoal.ports[source_leader as usize];
+    assert_eq!(
+        produce(port, "t.shard-1-of-4", 0, batch(&["x"])).error_code,
+        INVALID_TOPIC_EXCEPTION
+    );
+    for (topic, code) in [
+        ("nosuch.shard-0-of-2", UNKNOWN_TOPIC_OR_PARTITION),
+        ("t.shard-5-of-2", INVALID_TOPIC_EXCEPTION),
+    ] {
+        let mut f = connect(port);
+        let r: FetchResponse = call(
+            &mut f,
+            ApiKey::Fetch,
+            FETCH_V,
+            3,
+            &fetch_req(topic, 0, 0, 0, 1),
+        );
+        assert_eq!(r.responses[0].partitions[0].error_code, code, "{topic}");
+    }
+    assert_eq!(
+        list_offset(port, "t.shard-1-of-4", 0, -1),
+        (NONE, 0),
+        "a view's offsets are its source's"
+    );
+    shoal.stop();
+}
