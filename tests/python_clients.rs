@@ -1,0 +1,112 @@
+//! kafka-python against shoal: it reads a view shard whose source has long stretches the shard has
+//! no records in, i.e. empty batches, and reaches the end. kafka-python is installed by the test
+//! itself into `target/python-deps` (pinned), so `cargo test` works on a fresh machine.
+
+mod common;
+
+use common::Shoal;
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use shards::partitioner::shard_of;
+use std::process::Command;
+use std::time::Duration;
+
+const KAFKA_PYTHON: &str = "kafka-python==3.0.12";
+
+/// A PYTHONPATH where kafka-python is importable, installing it there the first time.
+fn python_deps() -> String {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/target/python-deps");
+    let importable = |path: &str| {
+        Command::new("python3")
+            .args(["-c", "import kafka"])
+            .env("PYTHONPATH", path)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !importable(dir) {
+        let status = Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--target",
+                dir,
+                KAFKA_PYTHON,
+            ])
+            .status()
+            .expect("python3 runs");
+        assert!(
+            status.success() && importable(dir),
+            "could not install {KAFKA_PYTHON} into {dir}"
+        );
+    }
+    dir.to_string()
+}
+
+fn key_in_shard(shard: u32, n: u32, salt: &str) -> String {
+    (0..100_000)
+        .map(|i| format!("{salt}-{i}"))
+        .find(|k| shard_of(Some(k.as_bytes()), n) == Some(shard))
+        .unwrap()
+}
+
+#[test]
+fn kafka_python_reads_a_view_with_empty_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 2, &[]);
+    let bootstrap = shoal.bootstrap();
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("linger.ms", "5")
+        .create()
+        .unwrap();
+    // Shard 1 of 3 has a record, then 300 records of shard 0 (shard 1 sees empty batches), then one more.
+    let (mine, other) = (key_in_shard(1, 3, "mine"), key_in_shard(0, 3, "other"));
+    let keys: Vec<&str> = std::iter::once(mine.as_str())
+        .chain(std::iter::repeat_n(other.as_str(), 300))
+        .chain(std::iter::once(mine.as_str()))
+        .collect();
+    for (i, k) in keys.iter().enumerate() {
+        let v = format!("v{i}");
+        producer
+            .send(BaseRecord::to("py").partition(0).key(*k).payload(&v))
+            .unwrap();
+        if i % 50 == 0 {
+            producer.flush(Duration::from_secs(10)).unwrap(); // several batches
+        }
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+
+    let out = Command::new("python3")
+        .env("PYTHONPATH", python_deps())
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/python/consume.py"
+        ))
+        .args([&bootstrap, "py.shard-1-of-3", "0", "2", "30"])
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "kafka-python failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{stdout}");
+    assert!(
+        lines[0].contains("\"offset\": 0") && lines[0].contains("\"value\": \"v0\""),
+        "{stdout}"
+    );
+    assert!(
+        lines[1].contains("\"offset\": 301") && lines[1].contains("\"value\": \"v301\""),
+        "{stdout}"
+    );
+    assert!(
+        lines[2].contains("\"position\": 302"),
+        "kafka-python moved past every empty batch: {stdout}"
+    );
+    shoal.stop();
+}
