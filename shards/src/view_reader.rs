@@ -33,6 +33,9 @@ pub struct ViewConfig {
     pub idle_stop: Duration,
     /// Bytes of source batches a reader (or a catch-up read) takes per log read.
     pub read_bytes: usize,
+    /// Off: no shared reader; every view fetch reads and splits for itself (the baseline that
+    /// benchmarks compare against).
+    pub shared: bool,
 }
 
 impl Default for ViewConfig {
@@ -42,6 +45,7 @@ impl Default for ViewConfig {
             max_delta_for_fanout: 100_000,
             idle_stop: Duration::from_secs(30),
             read_bytes: 1 << 20,
+            shared: true,
         }
     }
 }
@@ -231,13 +235,22 @@ impl ViewReader {
             from_cache: true,
         };
         self.bump(|s| s.fetches_served += 1);
+        let config = self.config.get();
+        if !config.shared {
+            if offset == high_watermark {
+                return Ok(done(Records::empty()));
+            }
+            return self
+                .own_read(shard, offset, max_bytes, obligatory)
+                .await
+                .map(done);
+        }
         if !self.running.get() {
             self.start(offset);
         }
         if offset == high_watermark {
             return Ok(done(Records::empty()));
         }
-        let config = self.config.get();
         let position = self.position();
         let window_start = self.window.borrow().front().map_or(position, |b| b.base);
         if offset >= window_start && offset < position {
@@ -271,16 +284,29 @@ impl ViewReader {
             }
         }
         // Behind the window, or far ahead of the reader: a read of its own.
+        self.own_read(shard, offset, max_bytes, obligatory)
+            .await
+            .map(done)
+    }
+
+    /// A catch-up read: this fetch reads and splits the source for itself.
+    async fn own_read(
+        &self,
+        shard: u32,
+        offset: i64,
+        max_bytes: usize,
+        obligatory: bool,
+    ) -> Result<Records> {
         self.bump(|s| s.catch_up_reads += 1);
         let read = self.log.read(offset, max_bytes, true).await?;
         let split = split_all(&read.records, self.shards, i64::MAX, &self.stats);
-        Ok(done(collect(
+        Ok(collect(
             split.iter(),
             shard as usize,
             offset,
             max_bytes,
             obligatory,
-        )))
+        ))
     }
 
     /// Decodes `from..until` (until = the window's first offset) and puts it in front of the window,

@@ -123,6 +123,7 @@ fn small_window() -> ViewConfig {
         max_delta_for_fanout: 1_000,
         idle_stop: Duration::from_millis(200),
         read_bytes: 8 << 10,
+        shared: true,
     }
 }
 
@@ -325,6 +326,34 @@ fn a_batch_that_cannot_be_decoded_is_skipped_for_views() {
         assert_eq!(
             log.read(20, 1 << 20, true).await.unwrap().records.batches,
             3
+        );
+    });
+}
+
+#[test]
+fn without_sharing_every_fetch_decodes_for_itself() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), small_config(), cache())
+            .await
+            .unwrap();
+        let all = fill(&log, 10, default_keys).await;
+        let views = ViewReaders::new(ViewConfig {
+            shared: false,
+            ..ViewConfig::default()
+        });
+        let reader = views.reader(&log, 2);
+        for shard in 0..2 {
+            assert_eq!(
+                consume(&reader, &log, shard, 0, 1 << 20).await,
+                expected(&all, shard, 2, 0)
+            );
+        }
+        let s = views.stats();
+        assert_eq!(
+            (s.readers, s.source_batches_decoded),
+            (0, 20),
+            "no reader; each consumer decoded all 10"
         );
     });
 }
