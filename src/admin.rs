@@ -1,8 +1,9 @@
 //! Admin HTTP on core 0: `GET /metrics` (Prometheus text, every core's figures), `GET /v1/status`
-//! (JSON), and live settings: `PUT /v1/config/fetch_coalescing` with body `on` or `off` (also
-//! `POST /v1/config/fetch_coalescing?value=on`), answered once every core has applied it. It runs as a task on core 0's executor and gathers other cores' figures by messages, so it
-//! needs no thread, lock or HTTP framework; it speaks just enough HTTP/1.1 for scrapers and curl
-//! (one request per connection, bounded request size).
+//! (JSON), and live settings: `PUT /v1/config/<name>` with the value as body (or `?value=`):
+//! `fetch_coalescing` on|off, `view_sharing` on|off, `max_delta_for_fanout` offsets; answered once
+//! every core has applied it. It runs as a task on core 0's executor and gathers other cores' figures
+//! by messages, so it needs no thread, lock or HTTP framework; it speaks just enough HTTP/1.1 for
+//! scrapers and curl (one request per connection, bounded request size).
 
 use crate::control::{gather_stats, set_everywhere, Setting};
 use crate::core::Core;
@@ -43,15 +44,14 @@ async fn handle(core: Rc<Core>, mut stream: TcpStream) {
     let path = path.split('?').next().unwrap_or("");
     let full_path = words_path(&line);
     let (status, kind, body) = match (method, path) {
-        ("PUT" | "POST", "/v1/config/fetch_coalescing") => {
+        ("PUT" | "POST", setting) if setting.starts_with("/v1/config/") => {
             let value = query_value(&full_path)
                 .or_else(|| body_text(&head))
                 .unwrap_or_default();
-            match crate::cli::parse_on_off(value.trim()) {
-                Ok(on) => {
-                    set_everywhere(&core, Setting::FetchCoalescing(on)).await;
-                    let v = if on { "on" } else { "off" };
-                    ("200 OK", "text/plain", format!("fetch_coalescing={v}\n"))
+            match parse_setting(&setting["/v1/config/".len()..], value.trim()) {
+                Ok(s) => {
+                    set_everywhere(&core, s).await;
+                    ("200 OK", "text/plain", format!("{s:?}\n"))
                 }
                 Err(e) => ("400 Bad Request", "text/plain", format!("{e}\n")),
             }
@@ -74,6 +74,25 @@ async fn handle(core: Rc<Core>, mut stream: TcpStream) {
         ),
     };
     let _ = respond(&mut stream, status, kind, &body).await;
+}
+
+/// A live setting from its name and value.
+fn parse_setting(name: &str, value: &str) -> Result<Setting, String> {
+    match name {
+        "fetch_coalescing" => crate::cli::parse_on_off(value).map(Setting::FetchCoalescing),
+        "view_sharing" => crate::cli::parse_on_off(value).map(Setting::ViewSharing),
+        "max_delta_for_fanout" => value
+            .parse::<i64>()
+            .ok()
+            .filter(|d| *d >= 0)
+            .map(Setting::MaxDeltaForFanout)
+            .ok_or_else(|| {
+                format!("max_delta_for_fanout takes a number of offsets, not {value:?}")
+            }),
+        _ => Err(format!(
+            "unknown setting {name:?}: fetch_coalescing, view_sharing, max_delta_for_fanout"
+        )),
+    }
 }
 
 fn words_path(line: &str) -> String {

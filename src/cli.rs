@@ -85,6 +85,20 @@ pub struct ServeArgs {
     /// responses counts once. A fetch beyond it returns what fits (at least one batch).
     #[arg(long, default_value_t = 512 << 20)]
     pub fetch_response_budget_bytes: usize,
+    /// Memory for one view reader's window of per-shard batches, in bytes.
+    #[arg(long, default_value_t = 32 << 20)]
+    pub view_window_bytes: usize,
+    /// A view consumer this many offsets or fewer from the shared reader's window is served from it;
+    /// further away it gets its own catch-up read. Also settable live through the admin API.
+    #[arg(long, default_value_t = 100_000)]
+    pub max_delta_for_fanout: i64,
+    /// A view reader with no consumer for this long (ms) stops and frees its window.
+    #[arg(long, default_value_t = 30_000)]
+    pub view_idle_stop_ms: u64,
+    /// Share one interpreting reader per view (off: every view fetch reads and splits for itself,
+    /// the baseline for comparisons). Also switchable live through the admin API.
+    #[arg(long, default_value = "on", value_parser = parse_on_off)]
+    pub view_sharing: bool,
 }
 
 /// `on`/`off` (also `true`/`false`).
@@ -110,6 +124,16 @@ impl ServeArgs {
             retention_check_interval: Duration::from_millis(self.retention_check_ms.max(1)),
             max_batch_bytes: self.max_batch_bytes,
             ..LogConfig::default()
+        }
+    }
+
+    pub fn view_config(&self) -> shards::view_reader::ViewConfig {
+        shards::view_reader::ViewConfig {
+            window_bytes: self.view_window_bytes,
+            max_delta_for_fanout: self.max_delta_for_fanout.max(0),
+            idle_stop: Duration::from_millis(self.view_idle_stop_ms),
+            shared: self.view_sharing,
+            ..Default::default()
         }
     }
 

@@ -87,6 +87,8 @@ pub enum CoreMsg {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Setting {
     FetchCoalescing(bool),
+    ViewSharing(bool),
+    MaxDeltaForFanout(i64),
 }
 
 /// A core's end of the control plane.

@@ -7,7 +7,7 @@ use crate::metrics::{CoreMetrics, CoreSnapshot, PartitionSnapshot};
 use crate::partition::Partition;
 use crate::router::{apply_topic_configs, parse_view_name, TopicTable, ViewName};
 use kafka_protocol::error::ResponseError;
-use shards::view_reader::{ViewConfig, ViewReaders};
+use shards::view_reader::ViewReaders;
 use shards::{FetchCoalescer, OffsetMonitor, ResponseMemory, TailCache};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -43,7 +43,7 @@ impl Core {
             tail_cache: Rc::new(TailCache::new(args.tail_cache_bytes, 1 << 20)),
             coalescer: FetchCoalescer::new(args.fetch_cache_bytes, args.fetch_coalescing),
             response_memory: ResponseMemory::new(args.fetch_response_budget_bytes),
-            views: ViewReaders::new(ViewConfig::default()),
+            views: ViewReaders::new(args.view_config()),
             args,
             ports,
             topics: RefCell::new(Rc::new(TopicTable::default())),
@@ -185,6 +185,18 @@ impl Core {
 
     pub fn apply_setting(&self, setting: crate::control::Setting) {
         match setting {
+            crate::control::Setting::ViewSharing(shared) => {
+                self.views.set_config(shards::view_reader::ViewConfig {
+                    shared,
+                    ..self.views.config()
+                })
+            }
+            crate::control::Setting::MaxDeltaForFanout(delta) => {
+                self.views.set_config(shards::view_reader::ViewConfig {
+                    max_delta_for_fanout: delta.max(0),
+                    ..self.views.config()
+                })
+            }
             crate::control::Setting::FetchCoalescing(on) => {
                 if on != self.coalescer.is_enabled() {
                     log::info!(

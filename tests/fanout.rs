@@ -181,3 +181,39 @@ fn sixty_four_consumers_share_reads() {
     println!("coalescing on: {read1} log bytes read for {sent1} sent; off: {read2} for {sent2}");
     shoal.stop();
 }
+
+#[test]
+fn admin_settings_are_checked_and_applied_on_every_core() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 2, &["--fetch-coalescing", "off"]);
+    assert_eq!(
+        metric(&shoal, "shoal_fetch_coalescer_enabled"),
+        0,
+        "the flag is honoured"
+    );
+    assert!(admin_put(&shoal, "/v1/config/fetch_coalescing", "on").starts_with("HTTP/1.1 200"));
+    assert_eq!(
+        metric(&shoal, "shoal_fetch_coalescer_enabled"),
+        2,
+        "on, on both cores"
+    );
+    for (path, body) in [
+        ("/v1/config/view_sharing", "off"),
+        ("/v1/config/max_delta_for_fanout", "500"),
+    ] {
+        let answer = admin_put(&shoal, path, body);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{path}: {answer}");
+    }
+    for (path, body) in [
+        ("/v1/config/fetch_coalescing", "maybe"),
+        ("/v1/config/max_delta_for_fanout", "-3"),
+        ("/v1/config/nonsense", "1"),
+    ] {
+        let answer = admin_put(&shoal, path, body);
+        assert!(
+            answer.starts_with("HTTP/1.1 400"),
+            "{path} {body}: {answer}"
+        );
+    }
+    shoal.stop();
+}
