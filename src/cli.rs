@@ -76,7 +76,7 @@ pub struct ServeArgs {
     pub tail_cache_bytes: usize,
     /// Fetch read coalescing: one read per (partition, offset, isolation, max_bytes, obligatory)
     /// serves every consumer asking for it. Also switchable live through the admin API.
-    #[arg(long, default_value = "on", value_parser = parse_on_off)]
+    #[arg(long, default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set)]
     pub fetch_coalescing: bool,
     /// Memory for recent fetch results per core (the coalescer's cache), in bytes.
     #[arg(long, default_value_t = 64 << 20)]
@@ -97,7 +97,7 @@ pub struct ServeArgs {
     pub view_idle_stop_ms: u64,
     /// Share one interpreting reader per view (off: every view fetch reads and splits for itself,
     /// the baseline for comparisons). Also switchable live through the admin API.
-    #[arg(long, default_value = "on", value_parser = parse_on_off)]
+    #[arg(long, default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set)]
     pub view_sharing: bool,
 }
 
