@@ -21,6 +21,9 @@ pub struct Cli {
 pub enum Command {
     /// Run the broker: one Kafka listener per core (port + core index), admin HTTP on --admin.
     Serve(ServeArgs),
+    /// Load generators; `shoal bench fanout --help`.
+    #[command(subcommand)]
+    Bench(crate::bench::BenchCommand),
 }
 
 #[derive(Debug, Clone, Args)]

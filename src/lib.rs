@@ -15,9 +15,11 @@
 //! - [`admin`]       — admin HTTP on core 0: `/metrics`, `/v1/status`.
 //! - [`metrics`]     — per-core counters and the Prometheus rendering.
 //! - [`alloc_guard`] — the global allocator that defuses allocation bombs in request decoding.
+//! - [`bench`]       — `shoal bench fanout`: the fan-out load generator, its Kafka client and baseline.
 
 pub mod admin;
 pub mod alloc_guard;
+pub mod bench;
 pub mod cli;
 pub mod control;
 pub mod core;

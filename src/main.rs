@@ -7,10 +7,16 @@ use shoal::cli::{Cli, Command};
 static ALLOC: shoal::alloc_guard::GuardedAllocator = shoal::alloc_guard::GuardedAllocator;
 
 fn main() {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let cli = Cli::parse();
+    // The load generator's embedded broker logs only what needs attention.
+    let level = match cli.command {
+        Command::Bench(_) => "warn",
+        Command::Serve(_) => "info",
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
     let result = match cli.command {
         Command::Serve(args) => shoal::server::run(args),
+        Command::Bench(cmd) => shoal::bench::run(cmd),
     };
     if let Err(e) = result {
         eprintln!("shoal: {e}");

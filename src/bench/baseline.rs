@@ -1,0 +1,252 @@
+//! The raw TCP fan-out baseline: the machine's practical limit for the same delivery.
+//!
+//! A server with as many threads as the broker has cores holds a ring of record batches in memory,
+//! built like the producers' (same message size, same records per batch). It answers every Fetch
+//! at once with the batches from the asked offset, up to the partition's `max_bytes`, as shoal
+//! would: the frame is read and decoded and the response encoded by shoal's own front-end code
+//! (`kafka::frame`, `kafka::header`, `fetch::encode`), and the record bytes are written straight
+//! from the ring without copying. No log, no coalescer, no waiting, no producers. The consumers are
+//! the same code as in a shoal run, counting the same way; offsets wrap at the ring's end, which
+//! their contiguity check is told.
+
+use super::workload::template_batch;
+use crate::kafka::frame::{read_frame, FrameError};
+use crate::kafka::handlers::fetch::encode::{encode_fetch_response, PartitionResult, TopicResult};
+use crate::kafka::header;
+use bytes::{Bytes, BytesMut};
+use futures_lite::AsyncWriteExt;
+use glommio::net::{TcpListener, TcpStream};
+use glommio::{LocalExecutorBuilder, Placement};
+use kafka_protocol::messages::{ApiKey, FetchRequest};
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{FromRawFd, IntoRawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Name prefix of the baseline server's threads (its CPU is counted apart from the generator's).
+pub const THREAD_PREFIX: &str = "bench-raw-";
+
+/// Batches in memory, offsets `0..period` and then, so that any answer is one contiguous slice,
+/// enough further batches (offsets `period..`) to fill one more response.
+#[derive(Debug)]
+pub struct Ring {
+    bytes: Bytes,
+    batch_len: usize,
+    records_per_batch: i64,
+    /// Batches with offsets below `period`.
+    batches: usize,
+    /// Batches in `bytes` (the wrap-around copies included).
+    stored: usize,
+}
+
+impl Ring {
+    /// About `bytes` of batches, plus `max_response` bytes for the wrap.
+    pub fn new(
+        message_bytes: usize,
+        records_per_batch: usize,
+        bytes: usize,
+        max_response: usize,
+    ) -> Ring {
+        let mut template = template_batch(message_bytes, records_per_batch, 7);
+        let at = super::client::first_value_at(&template).expect("values are >= 8 bytes");
+        super::client::stamp_batch(&mut template, at, 0);
+        let batch_len = template.len();
+        let batches = (bytes / batch_len).max(1);
+        let stored = batches + max_response.div_ceil(batch_len) + 1;
+        let mut out = BytesMut::with_capacity(stored * batch_len);
+        for i in 0..stored {
+            let start = out.len();
+            out.extend_from_slice(&template);
+            shards::batch::set_base_offset(&mut out[start..], (i * records_per_batch) as i64);
+        }
+        Ring {
+            bytes: out.freeze(),
+            batch_len,
+            records_per_batch: records_per_batch as i64,
+            batches,
+            stored,
+        }
+    }
+
+    /// Where offsets wrap.
+    pub fn period(&self) -> i64 {
+        self.batches as i64 * self.records_per_batch
+    }
+
+    /// The batches from `offset` (modulo the period), at least one, within `max_bytes`.
+    fn records(&self, offset: i64, max_bytes: usize) -> shards::Records {
+        let first = (offset.rem_euclid(self.period()) / self.records_per_batch) as usize;
+        let count = (max_bytes / self.batch_len).clamp(1, self.stored - first);
+        let start = first * self.batch_len;
+        let len = count * self.batch_len;
+        shards::Records {
+            parts: vec![self.bytes.slice(start..start + len)],
+            len,
+            batches: count as u32,
+            records: count as u64 * self.records_per_batch as u64,
+            first_offset: first as i64 * self.records_per_batch,
+            last_offset: (first + count) as i64 * self.records_per_batch - 1,
+        }
+    }
+}
+
+/// The running baseline server.
+#[derive(Debug)]
+pub struct RawServer {
+    pub addrs: Vec<SocketAddr>,
+    stop: Arc<AtomicBool>,
+    handles: Vec<glommio::ExecutorJoinHandle<()>>,
+}
+
+impl RawServer {
+    /// Starts `threads` server threads, each with its own listener on 127.0.0.1 (thread i on CPU i
+    /// where there are enough, as shoal places its cores).
+    pub fn start(threads: usize, ring: Arc<Ring>) -> io::Result<RawServer> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut addrs = Vec::new();
+        let mut handles = Vec::new();
+        for i in 0..threads.max(1) {
+            let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+            l.set_nonblocking(true)?;
+            addrs.push(l.local_addr()?);
+            let fd = l.into_raw_fd();
+            let placement = if threads <= cpus {
+                Placement::Fixed(i)
+            } else {
+                Placement::Unbound
+            };
+            let (ring, stop) = (ring.clone(), stop.clone());
+            let h = LocalExecutorBuilder::new(placement)
+                .name(&format!("{THREAD_PREFIX}{i}"))
+                .spawn(move || async move {
+                    // SAFETY: `fd` is the listening socket bound above, handed over here only.
+                    let listener = unsafe { TcpListener::from_raw_fd(fd) };
+                    accept(listener, ring, stop).await;
+                })
+                .map_err(|e| {
+                    io::Error::other(format!("cannot start raw server thread {i}: {e}"))
+                })?;
+            handles.push(h);
+        }
+        Ok(RawServer {
+            addrs,
+            stop,
+            handles,
+        })
+    }
+
+    pub fn stop(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for h in self.handles {
+            let _ = h.join();
+        }
+    }
+}
+
+async fn accept(listener: TcpListener, ring: Arc<Ring>, stop: Arc<AtomicBool>) {
+    let mut conns = Vec::new();
+    loop {
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            while !stop.load(Ordering::SeqCst) {
+                glommio::timer::sleep(Duration::from_millis(20)).await;
+            }
+            None
+        })
+        .await;
+        match accepted {
+            None => break,
+            Some(Ok(s)) => conns.push(glommio::spawn_local(serve(s, ring.clone()))),
+            Some(Err(e)) => {
+                log::warn!("raw baseline: accept failed: {e}");
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    drop(conns); // cancels the connections still open
+}
+
+async fn serve(mut stream: TcpStream, ring: Arc<Ring>) {
+    let _ = stream.set_nodelay(true);
+    loop {
+        let frame = match read_frame(&mut stream, 1 << 20).await {
+            Ok(f) => f,
+            Err(FrameError::Eof) => return,
+            Err(e) => {
+                log::warn!("raw baseline: {e}");
+                return;
+            }
+        };
+        let Ok(req) = header::parse(frame) else {
+            return;
+        };
+        if req.api_key != ApiKey::Fetch as i16 {
+            log::warn!(
+                "raw baseline: only Fetch is served, not API {}",
+                req.api_key
+            );
+            return;
+        }
+        let Ok(fetch) = header::decode::<FetchRequest>(&req) else {
+            return;
+        };
+        let topics: Vec<TopicResult> = fetch
+            .topics
+            .iter()
+            .map(|t| TopicResult {
+                topic: Bytes::copy_from_slice(t.topic.0.as_bytes()),
+                partitions: t
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        let records =
+                            ring.records(p.fetch_offset, p.partition_max_bytes.max(0) as usize);
+                        let hw = records.last_offset + 1;
+                        PartitionResult {
+                            partition: p.partition,
+                            error_code: 0,
+                            high_watermark: hw,
+                            last_stable_offset: hw,
+                            log_start_offset: 0,
+                            records: Some(records),
+                        }
+                    })
+                    .collect(),
+            })
+            .collect();
+        let parts = encode_fetch_response(req.api_version, req.correlation_id, 0, 0, 0, &topics);
+        for c in &parts.chunks {
+            if stream.write_all(c).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_answers_wrap_and_stay_contiguous() {
+        let ring = Ring::new(100, 10, 10_000, 4_000);
+        let period = ring.period();
+        assert!(period >= 10);
+        let r = ring.records(0, 4_000);
+        assert_eq!(r.first_offset, 0);
+        let headers: Vec<_> = r.batch_headers().collect();
+        assert!(!headers.is_empty());
+        for (i, h) in headers.iter().enumerate() {
+            assert_eq!(h.base_offset, i as i64 * 10);
+            shards::batch::validate(&r.parts[0][i * ring.batch_len..], usize::MAX).unwrap();
+        }
+        // Near the end of the period the answer runs on into the copies (offsets >= period).
+        let r = ring.records(period - 10, 4_000);
+        assert_eq!(r.first_offset, period - 10);
+        assert!(r.last_offset >= period);
+        let r = ring.records(period + 20, 1);
+        assert_eq!((r.first_offset, r.batches), (20, 1));
+    }
+}

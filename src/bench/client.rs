@@ -1,0 +1,1149 @@
+//! The load generator's own Kafka client, built to be cheap per byte.
+//!
+//! Two halves:
+//! - a blocking client on `std::net::TcpStream` for the few set-up calls (ApiVersions, Metadata,
+//!   CreateTopics, ListOffsets), with bodies encoded and decoded by `kafka-protocol`;
+//! - the hot path on glommio sockets: [`FrameReader`], a small reusable receive buffer that response
+//!   frames stream through, and [`read_fetch_response`], which walks a FetchResponse field by field
+//!   and hands each record batch's header to a [`BatchVisitor`] without copying or decoding the
+//!   records. Fetch requests are encoded once and only their offset and correlation id are patched
+//!   ([`FetchTemplate`]); uncompressed produce requests likewise ([`ProduceFrame`]): the batch sits in
+//!   the request frame and only its timestamps and CRC are rewritten before each send.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use futures_lite::{AsyncRead, AsyncReadExt};
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, CreateTopicsRequest,
+    CreateTopicsResponse, FetchRequest, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest,
+    MetadataResponse, ProduceRequest, RequestHeader, ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use shards::batch::{BatchHeader, HEADER_LEN, LOG_OVERHEAD};
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+const CLIENT_ID: &str = "shoal-bench";
+const IO_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Kafka error codes the client reacts to.
+pub const OFFSET_OUT_OF_RANGE: i16 = 1;
+pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+pub const LEADER_NOT_AVAILABLE: i16 = 5;
+pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+pub const TOPIC_ALREADY_EXISTS: i16 = 36;
+
+/// `ListOffsets` timestamps.
+pub const LATEST: i64 = -1;
+pub const EARLIEST: i64 = -2;
+
+fn other(msg: impl Into<String>) -> io::Error {
+    io::Error::other(msg.into())
+}
+
+fn name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+/// A whole request frame: size, header (in the version the API uses), body.
+pub fn request_frame<R: Encodable>(
+    key: ApiKey,
+    version: i16,
+    correlation: i32,
+    body: &R,
+) -> io::Result<BytesMut> {
+    let header = RequestHeader::default()
+        .with_request_api_key(key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation)
+        .with_client_id(Some(StrBytes::from_static_str(CLIENT_ID)));
+    let mut buf = BytesMut::with_capacity(128);
+    buf.put_i32(0);
+    header
+        .encode(&mut buf, key.request_header_version(version))
+        .map_err(|e| other(format!("{key:?} v{version} header: {e}")))?;
+    body.encode(&mut buf, version)
+        .map_err(|e| other(format!("{key:?} v{version} request: {e}")))?;
+    let len = (buf.len() - 4) as i32;
+    buf[..4].copy_from_slice(&len.to_be_bytes());
+    Ok(buf)
+}
+
+/// Decodes a response frame (without its size): header, then body; checks the correlation id.
+pub fn decode_response<R: Decodable>(
+    key: ApiKey,
+    version: i16,
+    correlation: i32,
+    mut frame: Bytes,
+) -> io::Result<R> {
+    let header = ResponseHeader::decode(&mut frame, key.response_header_version(version))
+        .map_err(|e| other(format!("{key:?} v{version} response header: {e}")))?;
+    if header.correlation_id != correlation {
+        return Err(other(format!(
+            "{key:?}: correlation id {} answered where {correlation} was expected",
+            header.correlation_id
+        )));
+    }
+    R::decode(&mut frame, version).map_err(|e| other(format!("{key:?} v{version} response: {e}")))
+}
+
+/// The API versions this client speaks, intersected with the broker's.
+#[derive(Debug, Clone, Copy)]
+pub struct Versions {
+    pub produce: i16,
+    pub fetch: i16,
+    pub metadata: i16,
+    pub list_offsets: i16,
+    pub create_topics: i16,
+}
+
+/// (key, lowest, highest) this client can use. Fetch stops at 12: v13 names topics by id.
+const WANTED: [(ApiKey, i16, i16); 5] = [
+    (ApiKey::Produce, 3, 9),
+    (ApiKey::Fetch, 4, 12),
+    (ApiKey::Metadata, 1, 12),
+    (ApiKey::ListOffsets, 1, 7),
+    (ApiKey::CreateTopics, 2, 7),
+];
+
+impl Versions {
+    /// What the client uses against a shoal it started itself (and the raw baseline).
+    pub const SHOAL: Versions = Versions {
+        produce: 9,
+        fetch: 12,
+        metadata: 12,
+        list_offsets: 7,
+        create_topics: 7,
+    };
+
+    fn negotiate(r: &ApiVersionsResponse) -> io::Result<Versions> {
+        let mut chosen = HashMap::new();
+        for (key, lo, hi) in WANTED {
+            let k = r
+                .api_keys
+                .iter()
+                .find(|k| k.api_key == key as i16)
+                .ok_or_else(|| other(format!("the broker does not serve {key:?}")))?;
+            let v = hi.min(k.max_version);
+            if v < lo.max(k.min_version) {
+                return Err(other(format!(
+                    "no common {key:?} version: the broker serves {}..={}, this client {lo}..={hi}",
+                    k.min_version, k.max_version
+                )));
+            }
+            chosen.insert(key as i16, v);
+        }
+        Ok(Versions {
+            produce: chosen[&(ApiKey::Produce as i16)],
+            fetch: chosen[&(ApiKey::Fetch as i16)],
+            metadata: chosen[&(ApiKey::Metadata as i16)],
+            list_offsets: chosen[&(ApiKey::ListOffsets as i16)],
+            create_topics: chosen[&(ApiKey::CreateTopics as i16)],
+        })
+    }
+}
+
+/// Resolves `host:port` to one socket address.
+pub fn resolve(addr: &str) -> io::Result<SocketAddr> {
+    addr.to_socket_addrs()?
+        .next()
+        .ok_or_else(|| other(format!("{addr}: no address")))
+}
+
+/// A blocking connection for set-up calls.
+#[derive(Debug)]
+pub struct SyncConn {
+    stream: TcpStream,
+    correlation: i32,
+}
+
+impl SyncConn {
+    pub fn connect(addr: SocketAddr) -> io::Result<SyncConn> {
+        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(10))
+            .map_err(|e| io::Error::new(e.kind(), format!("connecting to {addr}: {e}")))?;
+        stream.set_read_timeout(Some(IO_TIMEOUT))?;
+        stream.set_write_timeout(Some(IO_TIMEOUT))?;
+        stream.set_nodelay(true)?;
+        Ok(SyncConn {
+            stream,
+            correlation: 0,
+        })
+    }
+
+    pub fn call<Req: Encodable, Resp: Decodable>(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+        body: &Req,
+    ) -> io::Result<Resp> {
+        self.correlation += 1;
+        let frame = request_frame(key, version, self.correlation, body)?;
+        self.stream.write_all(&frame)?;
+        let mut size = [0u8; 4];
+        self.stream.read_exact(&mut size)?;
+        let n = i32::from_be_bytes(size);
+        if !(4..=(64 << 20)).contains(&n) {
+            return Err(other(format!("{key:?} response frame of {n} bytes")));
+        }
+        let mut body = vec![0u8; n as usize];
+        self.stream.read_exact(&mut body)?;
+        decode_response(key, version, self.correlation, Bytes::from(body))
+    }
+}
+
+/// One partition of the topic under test and where its leader listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionLeader {
+    pub partition: i32,
+    pub leader: SocketAddr,
+}
+
+/// The cluster as seen from the bootstrap address: versions, brokers.
+#[derive(Debug)]
+pub struct Cluster {
+    pub versions: Versions,
+    bootstrap: SocketAddr,
+}
+
+impl Cluster {
+    pub fn connect(bootstrap: SocketAddr) -> io::Result<Cluster> {
+        let mut c = SyncConn::connect(bootstrap)?;
+        // v0 is served by every broker and carries all the ranges this client needs.
+        let r: ApiVersionsResponse =
+            c.call(ApiKey::ApiVersions, 0, &ApiVersionsRequest::default())?;
+        if r.error_code != 0 {
+            return Err(other(format!("ApiVersions: error {}", r.error_code)));
+        }
+        Ok(Cluster {
+            versions: Versions::negotiate(&r)?,
+            bootstrap,
+        })
+    }
+
+    fn metadata(&self, topic: &str) -> io::Result<MetadataResponse> {
+        let mut c = SyncConn::connect(self.bootstrap)?;
+        let mut req = MetadataRequest::default().with_topics(Some(vec![
+            MetadataRequestTopic::default().with_name(Some(name(topic))),
+        ]));
+        if self.versions.metadata >= 4 {
+            req = req.with_allow_auto_topic_creation(false);
+        }
+        c.call(ApiKey::Metadata, self.versions.metadata, &req)
+    }
+
+    /// Creates the topic if it does not exist (replication factor: the broker's default), waits for
+    /// every partition to have a leader, and returns the leaders. An existing topic must have
+    /// `partitions` partitions.
+    pub fn ensure_topic(&self, topic: &str, partitions: i32) -> io::Result<Vec<PartitionLeader>> {
+        let m = self.metadata(topic)?;
+        let exists = m
+            .topics
+            .first()
+            .is_some_and(|t| t.error_code == 0 && !t.partitions.is_empty());
+        if !exists {
+            let controller = m
+                .brokers
+                .iter()
+                .find(|b| b.node_id == m.controller_id)
+                .map(|b| resolve(&format!("{}:{}", b.host, b.port)))
+                .transpose()?
+                .unwrap_or(self.bootstrap);
+            let mut c = SyncConn::connect(controller)?;
+            // v4+ take -1 for "the broker's default replication factor" (KIP-464).
+            let rf = if self.versions.create_topics >= 4 {
+                -1
+            } else {
+                1
+            };
+            let r: CreateTopicsResponse = c.call(
+                ApiKey::CreateTopics,
+                self.versions.create_topics,
+                &CreateTopicsRequest::default()
+                    .with_timeout_ms(30_000)
+                    .with_topics(vec![CreatableTopic::default()
+                        .with_name(name(topic))
+                        .with_num_partitions(partitions)
+                        .with_replication_factor(rf)]),
+            )?;
+            for t in &r.topics {
+                if t.error_code != 0 && t.error_code != TOPIC_ALREADY_EXISTS {
+                    return Err(other(format!(
+                        "creating topic {topic}: error {} {}",
+                        t.error_code,
+                        t.error_message.as_deref().unwrap_or("")
+                    )));
+                }
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let m = self.metadata(topic)?;
+            match self.leaders(&m, topic) {
+                Ok(leaders) if leaders.len() == partitions as usize => return Ok(leaders),
+                Ok(leaders) if !leaders.is_empty() && exists => {
+                    return Err(other(format!(
+                        "topic {topic} exists with {} partitions, not {partitions}: pick another \
+                         --topic",
+                        leaders.len()
+                    )))
+                }
+                Ok(_) | Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(100))
+                }
+                Ok(l) => {
+                    return Err(other(format!(
+                        "topic {topic}: {} of {partitions} partitions have a leader after 30 s",
+                        l.len()
+                    )))
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn leaders(&self, m: &MetadataResponse, topic: &str) -> io::Result<Vec<PartitionLeader>> {
+        let t = m
+            .topics
+            .iter()
+            .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
+            .ok_or_else(|| other(format!("topic {topic} missing from metadata")))?;
+        if t.error_code != 0 {
+            return Err(other(format!(
+                "metadata for {topic}: error {}",
+                t.error_code
+            )));
+        }
+        let brokers: HashMap<i32, String> = m
+            .brokers
+            .iter()
+            .map(|b| (b.node_id.0, format!("{}:{}", b.host, b.port)))
+            .collect();
+        let mut out = Vec::new();
+        for p in &t.partitions {
+            if p.error_code != 0 || p.leader_id.0 < 0 {
+                return Ok(Vec::new());
+            }
+            let addr = brokers.get(&p.leader_id.0).ok_or_else(|| {
+                other(format!(
+                    "{topic}/{}: leader {} not among the brokers",
+                    p.partition_index, p.leader_id.0
+                ))
+            })?;
+            out.push(PartitionLeader {
+                partition: p.partition_index,
+                leader: resolve(addr)?,
+            });
+        }
+        out.sort_by_key(|p| p.partition);
+        Ok(out)
+    }
+
+    /// ListOffsets for every partition (`LATEST` or `EARLIEST`), asked of each partition's leader.
+    pub fn offsets(
+        &self,
+        topic: &str,
+        leaders: &[PartitionLeader],
+        timestamp: i64,
+    ) -> io::Result<Vec<i64>> {
+        let mut conns: HashMap<SocketAddr, SyncConn> = HashMap::new();
+        let mut out = Vec::with_capacity(leaders.len());
+        for p in leaders {
+            let c = match conns.entry(p.leader) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(SyncConn::connect(p.leader)?)
+                }
+            };
+            let mut req = ListOffsetsRequest::default()
+                .with_replica_id(BrokerId(-1))
+                .with_topics(vec![ListOffsetsTopic::default()
+                    .with_name(name(topic))
+                    .with_partitions(vec![ListOffsetsPartition::default()
+                        .with_partition_index(p.partition)
+                        .with_timestamp(timestamp)])]);
+            if self.versions.list_offsets >= 2 {
+                req = req.with_isolation_level(0);
+            }
+            let r: ListOffsetsResponse =
+                c.call(ApiKey::ListOffsets, self.versions.list_offsets, &req)?;
+            let part = r
+                .topics
+                .first()
+                .and_then(|t| t.partitions.first())
+                .ok_or_else(|| other("ListOffsets: empty answer"))?;
+            if part.error_code != 0 {
+                return Err(other(format!(
+                    "ListOffsets {topic}/{}: error {}",
+                    p.partition, part.error_code
+                )));
+            }
+            out.push(part.offset);
+        }
+        Ok(out)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The hot path: streaming frames through a small buffer.
+
+/// A reusable receive buffer. Response frames stream through it: the parser asks for a few bytes at a
+/// time ([`fill`](Self::fill)) and skips record bytes it does not look at, so memory per connection
+/// stays at the buffer's size however large the responses are.
+#[derive(Debug)]
+pub struct FrameReader {
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+}
+
+impl FrameReader {
+    pub fn new(capacity: usize) -> FrameReader {
+        FrameReader {
+            buf: vec![0u8; capacity.max(256)].into_boxed_slice(),
+            start: 0,
+            end: 0,
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The bytes received and not consumed yet.
+    pub fn buffered(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+
+    /// Makes at least `n` (at most the capacity) bytes available in [`buffered`](Self::buffered).
+    pub async fn fill<S: AsyncRead + Unpin>(&mut self, s: &mut S, n: usize) -> io::Result<()> {
+        debug_assert!(n <= self.buf.len());
+        while self.end - self.start < n {
+            if self.buf.len() - self.start < n {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            }
+            let got = s.read(&mut self.buf[self.end..]).await?;
+            if got == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            self.end += got;
+        }
+        Ok(())
+    }
+
+    pub fn consume(&mut self, n: usize) {
+        debug_assert!(n <= self.end - self.start);
+        self.start += n;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
+    /// Consumes `n` bytes, receiving them first where needed.
+    pub async fn skip<S: AsyncRead + Unpin>(&mut self, s: &mut S, mut n: usize) -> io::Result<()> {
+        loop {
+            let have = self.end - self.start;
+            if have >= n {
+                self.consume(n);
+                return Ok(());
+            }
+            n -= have;
+            self.start = 0;
+            self.end = 0;
+            let got = s.read(&mut self.buf[..]).await?;
+            if got == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            self.end = got;
+        }
+    }
+
+    /// Consumes `n` bytes into `out` (cleared first).
+    pub async fn copy_to<S: AsyncRead + Unpin>(
+        &mut self,
+        s: &mut S,
+        out: &mut Vec<u8>,
+        mut n: usize,
+    ) -> io::Result<()> {
+        out.clear();
+        loop {
+            let have = (self.end - self.start).min(n);
+            out.extend_from_slice(&self.buf[self.start..self.start + have]);
+            self.consume(have);
+            n -= have;
+            if n == 0 {
+                return Ok(());
+            }
+            let got = s.read(&mut self.buf[..]).await?;
+            if got == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            self.start = 0;
+            self.end = got;
+        }
+    }
+
+    /// Reads one whole frame (without its size prefix) into its own buffer: for small responses.
+    pub async fn read_frame<S: AsyncRead + Unpin>(
+        &mut self,
+        s: &mut S,
+        limit: usize,
+    ) -> io::Result<Bytes> {
+        self.fill(s, 4).await?;
+        let n = i32::from_be_bytes(self.buffered()[..4].try_into().expect("4 bytes"));
+        if n < 4 || n as usize > limit {
+            return Err(other(format!("response frame of {n} bytes")));
+        }
+        self.consume(4);
+        let mut out = Vec::with_capacity(n as usize);
+        self.copy_to(s, &mut out, n as usize).await?;
+        Ok(Bytes::from(out))
+    }
+}
+
+/// Reads a frame's fields in order, keeping count of what is left of the frame.
+struct Cursor<'a, S> {
+    r: &'a mut FrameReader,
+    s: &'a mut S,
+    left: usize,
+    flexible: bool,
+}
+
+impl<S: AsyncRead + Unpin> Cursor<'_, S> {
+    async fn take<const N: usize>(&mut self) -> io::Result<[u8; N]> {
+        if self.left < N {
+            return Err(other("fetch response: field runs past the frame"));
+        }
+        self.r.fill(self.s, N).await?;
+        let v: [u8; N] = self.r.buffered()[..N].try_into().expect("N bytes");
+        self.r.consume(N);
+        self.left -= N;
+        Ok(v)
+    }
+    async fn i16(&mut self) -> io::Result<i16> {
+        Ok(i16::from_be_bytes(self.take().await?))
+    }
+    async fn i32(&mut self) -> io::Result<i32> {
+        Ok(i32::from_be_bytes(self.take().await?))
+    }
+    async fn i64(&mut self) -> io::Result<i64> {
+        Ok(i64::from_be_bytes(self.take().await?))
+    }
+    async fn uvarint(&mut self) -> io::Result<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let [b] = self.take::<1>().await?;
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(other("fetch response: varint too long"))
+    }
+    async fn skip(&mut self, n: usize) -> io::Result<()> {
+        if self.left < n {
+            return Err(other("fetch response: field runs past the frame"));
+        }
+        self.r.skip(self.s, n).await?;
+        self.left -= n;
+        Ok(())
+    }
+    /// An array's length; `None` for a null array.
+    async fn array_len(&mut self) -> io::Result<Option<usize>> {
+        if self.flexible {
+            Ok(self.uvarint().await?.checked_sub(1).map(|n| n as usize))
+        } else {
+            let n = self.i32().await?;
+            Ok((n >= 0).then_some(n as usize))
+        }
+    }
+    async fn skip_string(&mut self) -> io::Result<()> {
+        let n = if self.flexible {
+            self.uvarint().await?.saturating_sub(1) as usize
+        } else {
+            self.i16().await?.max(0) as usize
+        };
+        self.skip(n).await
+    }
+    /// Length of a nullable bytes field (records); `None` for null.
+    async fn bytes_len(&mut self) -> io::Result<Option<usize>> {
+        if self.flexible {
+            Ok(self.uvarint().await?.checked_sub(1).map(|n| n as usize))
+        } else {
+            let n = self.i32().await?;
+            Ok((n >= 0).then_some(n as usize))
+        }
+    }
+    async fn skip_tags(&mut self) -> io::Result<()> {
+        if !self.flexible {
+            return Ok(());
+        }
+        let n = self.uvarint().await?;
+        for _ in 0..n {
+            let _tag = self.uvarint().await?;
+            let size = self.uvarint().await? as usize;
+            self.skip(size).await?;
+        }
+        Ok(())
+    }
+}
+
+/// How many bytes of each batch a visitor sees without asking for the whole batch: the header and
+/// the start of the first record (enough for the timestamp the producers embed in its value).
+pub const BATCH_PEEK: usize = HEADER_LEN + 64;
+
+/// What the consumer does with each record batch of a fetch response.
+pub trait BatchVisitor {
+    /// A complete batch: its header and its first bytes (up to [`BATCH_PEEK`]). Returns true to be
+    /// handed the whole batch next, in [`whole_batch`](Self::whole_batch).
+    fn batch(&mut self, header: &BatchHeader, head: &[u8]) -> bool;
+    /// The whole batch, when [`batch`](Self::batch) asked for it.
+    fn whole_batch(&mut self, header: &BatchHeader, batch: &[u8]);
+}
+
+/// The per-response facts the consumer needs besides the batches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FetchOutcome {
+    /// The first non-zero error code (top level or partition), or 0.
+    pub error_code: i16,
+    /// The high watermark of the last partition in the response (-1 if none).
+    pub high_watermark: i64,
+    /// Record bytes in the response, partial trailing batches included.
+    pub record_bytes: usize,
+    /// Bytes of partial batches at the end of a partition's records (not visited).
+    pub partial_bytes: usize,
+}
+
+/// Reads one FetchResponse (v4 to v12) from `s`, handing every complete batch to `visitor`. The
+/// records are never copied out of the receive buffer unless the visitor asks for a whole batch.
+pub async fn read_fetch_response<S: AsyncRead + Unpin, V: BatchVisitor>(
+    r: &mut FrameReader,
+    s: &mut S,
+    version: i16,
+    correlation: i32,
+    visitor: &mut V,
+    scratch: &mut Vec<u8>,
+) -> io::Result<FetchOutcome> {
+    r.fill(s, 4).await?;
+    let size = i32::from_be_bytes(r.buffered()[..4].try_into().expect("4 bytes"));
+    if size < 4 {
+        return Err(other(format!("fetch response frame of {size} bytes")));
+    }
+    r.consume(4);
+    let mut c = Cursor {
+        r,
+        s,
+        left: size as usize,
+        flexible: version >= 12,
+    };
+    let corr = c.i32().await?;
+    if corr != correlation {
+        return Err(other(format!(
+            "fetch: correlation id {corr} answered where {correlation} was expected"
+        )));
+    }
+    c.skip_tags().await?; // response header v1
+    let mut out = FetchOutcome {
+        high_watermark: -1,
+        ..FetchOutcome::default()
+    };
+    let _throttle = c.i32().await?;
+    if version >= 7 {
+        let e = c.i16().await?;
+        if out.error_code == 0 {
+            out.error_code = e;
+        }
+        let _session = c.i32().await?;
+    }
+    for _ in 0..c.array_len().await?.unwrap_or(0) {
+        c.skip_string().await?; // topic
+        for _ in 0..c.array_len().await?.unwrap_or(0) {
+            let _partition = c.i32().await?;
+            let e = c.i16().await?;
+            if out.error_code == 0 {
+                out.error_code = e;
+            }
+            out.high_watermark = c.i64().await?;
+            let _last_stable = c.i64().await?;
+            if version >= 5 {
+                let _log_start = c.i64().await?;
+            }
+            for _ in 0..c.array_len().await?.unwrap_or(0) {
+                c.skip(16).await?; // producer id, first offset
+                c.skip_tags().await?;
+            }
+            if version >= 11 {
+                let _preferred_read_replica = c.i32().await?;
+            }
+            if let Some(len) = c.bytes_len().await? {
+                out.record_bytes += len;
+                out.partial_bytes += walk_batches(&mut c, len, visitor, scratch).await?;
+            }
+            c.skip_tags().await?;
+        }
+        c.skip_tags().await?;
+    }
+    c.skip_tags().await?;
+    let left = c.left;
+    c.skip(left).await?; // fields of later versions, if any
+    Ok(out)
+}
+
+/// Walks `len` bytes of record batches; returns the bytes of a partial batch at the end.
+async fn walk_batches<S: AsyncRead + Unpin, V: BatchVisitor>(
+    c: &mut Cursor<'_, S>,
+    len: usize,
+    visitor: &mut V,
+    scratch: &mut Vec<u8>,
+) -> io::Result<usize> {
+    if len > c.left {
+        return Err(other("fetch response: records run past the frame"));
+    }
+    let mut left = len;
+    while left > 0 {
+        if left < HEADER_LEN {
+            c.skip(left).await?;
+            return Ok(left);
+        }
+        c.r.fill(c.s, left.min(BATCH_PEEK)).await?;
+        let head = c.r.buffered();
+        let total = shards::batch::peek_total_len(head).unwrap_or(0);
+        if total > left || total < HEADER_LEN {
+            // Cut by the broker's size limits (KIP-74 lets it), or not a batch we understand.
+            c.skip(left).await?;
+            return Ok(left);
+        }
+        let header = BatchHeader::parse(head).map_err(|e| other(e.to_string()))?;
+        let want_whole = visitor.batch(&header, &head[..total.min(BATCH_PEEK)]);
+        if want_whole {
+            c.r.copy_to(c.s, scratch, total).await?;
+            c.left -= total;
+            visitor.whole_batch(&header, scratch);
+        } else {
+            c.skip(total).await?;
+        }
+        left -= total;
+    }
+    Ok(0)
+}
+
+/// A Fetch request for one partition, encoded once; each send patches the offset and correlation id.
+#[derive(Debug, Clone)]
+pub struct FetchTemplate {
+    frame: Vec<u8>,
+    offset_at: usize,
+    pub version: i16,
+}
+
+/// Correlation ids sit after the size (4), api key (2) and api version (2).
+const CORRELATION_AT: usize = 8;
+const OFFSET_SENTINEL: i64 = 0x5EED_F00D_CAFE_B0BA;
+
+impl FetchTemplate {
+    pub fn new(
+        topic: &str,
+        partition: i32,
+        version: i16,
+        max_wait: Duration,
+        max_bytes: i32,
+    ) -> io::Result<FetchTemplate> {
+        let req = FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(max_wait.as_millis().min(i32::MAX as u128) as i32)
+            .with_min_bytes(1)
+            .with_max_bytes(max_bytes)
+            .with_isolation_level(0)
+            .with_session_id(0)
+            .with_session_epoch(-1)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(name(topic))
+                .with_partitions(vec![FetchPartition::default()
+                    .with_partition(partition)
+                    .with_current_leader_epoch(-1)
+                    .with_fetch_offset(OFFSET_SENTINEL)
+                    .with_last_fetched_epoch(-1)
+                    .with_log_start_offset(-1)
+                    .with_partition_max_bytes(max_bytes)])]);
+        let frame = request_frame(ApiKey::Fetch, version, 0, &req)?.to_vec();
+        let sentinel = OFFSET_SENTINEL.to_be_bytes();
+        let offset_at = frame
+            .windows(8)
+            .position(|w| w == sentinel)
+            .ok_or_else(|| other("fetch template: offset not found"))?;
+        Ok(FetchTemplate {
+            frame,
+            offset_at,
+            version,
+        })
+    }
+
+    /// The request frame for `offset`.
+    pub fn frame(&mut self, correlation: i32, offset: i64) -> &[u8] {
+        self.frame[CORRELATION_AT..CORRELATION_AT + 4].copy_from_slice(&correlation.to_be_bytes());
+        self.frame[self.offset_at..self.offset_at + 8].copy_from_slice(&offset.to_be_bytes());
+        &self.frame
+    }
+}
+
+/// A produce request around one uncompressed batch, encoded once. Before each send the batch's
+/// timestamps (header and the first record's value) and CRC are rewritten in place.
+#[derive(Debug)]
+pub struct ProduceFrame {
+    frame: Vec<u8>,
+    batch_at: usize,
+    batch_len: usize,
+    /// Where, inside the batch, the first record's value starts.
+    value_at: usize,
+}
+
+/// Where the first record's value starts in an uncompressed batch (with at least 8 bytes of it).
+pub fn first_value_at(batch: &[u8]) -> Option<usize> {
+    value_at(batch, HEADER_LEN)
+}
+
+/// The same for the first record starting at `at` in `b`.
+fn value_at(b: &[u8], at: usize) -> Option<usize> {
+    let mut r = VarReader { b, at };
+    r.varint()?; // record length
+    r.at += 1; // attributes
+    r.varint()?; // timestamp delta
+    r.varint()?; // offset delta
+    let key = r.varint()?;
+    if key > 0 {
+        r.at += key as usize;
+    }
+    let value = r.varint()?;
+    (value >= 8 && r.at + 8 <= b.len()).then_some(r.at)
+}
+
+/// The 8-byte big-endian value the producers put first in the first record of each batch
+/// (microseconds since the Unix epoch), read from the head of an uncompressed batch.
+pub fn embedded_timestamp(batch_head: &[u8]) -> Option<u64> {
+    let at = first_value_at(batch_head)?;
+    Some(u64::from_be_bytes(batch_head[at..at + 8].try_into().ok()?))
+}
+
+/// The embedded timestamp of a compressed batch: its records are decompressed (the whole batch is
+/// needed, so consumers do this for a sample of batches only).
+pub fn embedded_timestamp_compressed(batch: &[u8], header: &BatchHeader) -> Option<u64> {
+    let codec = Codec::from_id(header.compression())?;
+    let records = codec.decompress(batch.get(HEADER_LEN..)?).ok()?;
+    let at = value_at(&records, 0)?;
+    Some(u64::from_be_bytes(records[at..at + 8].try_into().ok()?))
+}
+
+/// Record batch compression (`--compression`), through `kafka_protocol::compression`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Codec {
+    None,
+    Gzip,
+    Snappy,
+    Lz4,
+    Zstd,
+}
+
+impl Codec {
+    /// The codec's id in a batch's attributes.
+    pub fn id(self) -> i16 {
+        match self {
+            Codec::None => 0,
+            Codec::Gzip => 1,
+            Codec::Snappy => 2,
+            Codec::Lz4 => 3,
+            Codec::Zstd => 4,
+        }
+    }
+
+    pub fn from_id(id: u8) -> Option<Codec> {
+        Some(match id {
+            0 => Codec::None,
+            1 => Codec::Gzip,
+            2 => Codec::Snappy,
+            3 => Codec::Lz4,
+            4 => Codec::Zstd,
+            _ => return None,
+        })
+    }
+
+    pub fn compress(self, data: &[u8]) -> io::Result<Vec<u8>> {
+        use kafka_protocol::compression::{Compressor, Gzip, Lz4, Snappy, Zstd};
+        let mut out = Vec::with_capacity(data.len() / 2 + 64);
+        let fill = |tmp: &mut BytesMut| {
+            tmp.extend_from_slice(data);
+            Ok(())
+        };
+        let r = match self {
+            Codec::None => {
+                out.extend_from_slice(data);
+                Ok(())
+            }
+            Codec::Gzip => <Gzip as Compressor<Vec<u8>>>::compress(&mut out, fill),
+            Codec::Snappy => <Snappy as Compressor<Vec<u8>>>::compress(&mut out, fill),
+            Codec::Lz4 => <Lz4 as Compressor<Vec<u8>>>::compress(&mut out, fill),
+            Codec::Zstd => <Zstd as Compressor<Vec<u8>>>::compress(&mut out, fill),
+        };
+        r.map_err(|e| other(format!("{self:?} compression: {e}")))?;
+        Ok(out)
+    }
+
+    pub fn decompress(self, data: &[u8]) -> io::Result<Bytes> {
+        use kafka_protocol::compression::{Decompressor, Gzip, Lz4, Snappy, Zstd};
+        let mut src = Bytes::copy_from_slice(data);
+        let r = match self {
+            Codec::None => Ok(src.clone()),
+            Codec::Gzip => <Gzip as Decompressor<Bytes>>::decompress(&mut src, |b| Ok(b.clone())),
+            Codec::Snappy => {
+                <Snappy as Decompressor<Bytes>>::decompress(&mut src, |b| Ok(b.clone()))
+            }
+            Codec::Lz4 => <Lz4 as Decompressor<Bytes>>::decompress(&mut src, |b| Ok(b.clone())),
+            Codec::Zstd => <Zstd as Decompressor<Bytes>>::decompress(&mut src, |b| Ok(b.clone())),
+        };
+        r.map_err(|e| other(format!("{self:?} decompression: {e}")))
+    }
+
+    /// `batch` (uncompressed, as built by `BatchBuilder`) with its records compressed.
+    pub fn compress_batch(self, batch: &[u8]) -> io::Result<Vec<u8>> {
+        if self == Codec::None {
+            return Ok(batch.to_vec());
+        }
+        let records = self.compress(&batch[HEADER_LEN..])?;
+        let mut out = Vec::with_capacity(HEADER_LEN + records.len());
+        out.extend_from_slice(&batch[..HEADER_LEN]);
+        out.extend_from_slice(&records);
+        let batch_length = (out.len() - LOG_OVERHEAD) as i32;
+        out[8..12].copy_from_slice(&batch_length.to_be_bytes());
+        let attributes = i16::from_be_bytes([out[21], out[22]]) | self.id();
+        out[21..23].copy_from_slice(&attributes.to_be_bytes());
+        let crc = crc32c::crc32c(&out[21..]);
+        out[17..21].copy_from_slice(&crc.to_be_bytes());
+        Ok(out)
+    }
+}
+
+struct VarReader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl VarReader<'_> {
+    fn varint(&mut self) -> Option<i64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = *self.b.get(self.at)?;
+            self.at += 1;
+            v |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Some((v >> 1) as i64 ^ -((v & 1) as i64));
+            }
+        }
+        None
+    }
+}
+
+/// A produce request for one partition carrying `records` (encoded by `kafka-protocol`).
+pub fn produce_request(topic: &str, partition: i32, acks: i16, records: Bytes) -> ProduceRequest {
+    ProduceRequest::default()
+        .with_acks(acks)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(name(topic))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(records))])])
+}
+
+impl ProduceFrame {
+    /// `batch` must be uncompressed and start its first record's value with 8 bytes to overwrite.
+    pub fn new(
+        topic: &str,
+        partition: i32,
+        acks: i16,
+        version: i16,
+        batch: Vec<u8>,
+    ) -> io::Result<ProduceFrame> {
+        let value_at = first_value_at(&batch)
+            .ok_or_else(|| other("produce template: no 8-byte value in the first record"))?;
+        let batch_len = batch.len();
+        let req = produce_request(topic, partition, acks, Bytes::from(batch.clone()));
+        let frame = request_frame(ApiKey::Produce, version, 0, &req)?.to_vec();
+        let batch_at = (0..=frame.len() - batch_len)
+            .rev()
+            .find(|&at| frame[at..at + batch_len] == batch[..])
+            .ok_or_else(|| other("produce template: batch not found in the frame"))?;
+        Ok(ProduceFrame {
+            frame,
+            batch_at,
+            batch_len,
+            value_at,
+        })
+    }
+
+    pub fn batch_len(&self) -> usize {
+        self.batch_len
+    }
+
+    /// Stamps the batch with `now_us` (microseconds since the epoch) and returns the frame to send.
+    pub fn stamp(&mut self, correlation: i32, now_us: u64) -> &[u8] {
+        self.frame[CORRELATION_AT..CORRELATION_AT + 4].copy_from_slice(&correlation.to_be_bytes());
+        let b = &mut self.frame[self.batch_at..self.batch_at + self.batch_len];
+        stamp_batch(b, self.value_at, now_us);
+        &self.frame
+    }
+}
+
+/// Writes `now_us` into an uncompressed batch (base and max timestamps in ms, first value in µs)
+/// and recomputes its CRC.
+pub fn stamp_batch(b: &mut [u8], value_at: usize, now_us: u64) {
+    let ms = (now_us / 1000) as i64;
+    b[27..35].copy_from_slice(&ms.to_be_bytes());
+    b[35..43].copy_from_slice(&ms.to_be_bytes());
+    b[value_at..value_at + 8].copy_from_slice(&now_us.to_be_bytes());
+    let crc = crc32c::crc32c(&b[21..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shards::batch::BatchBuilder;
+
+    fn sample_batch(records: usize, value: usize) -> Vec<u8> {
+        let mut b = BatchBuilder::new(1);
+        for _ in 0..records {
+            b.push(1, None, Some(&vec![7u8; value]), &[]);
+        }
+        b.finish(0)
+    }
+
+    #[test]
+    fn stamped_batch_validates_and_carries_the_timestamp() {
+        let mut b = sample_batch(3, 100);
+        let at = first_value_at(&b).unwrap();
+        stamp_batch(&mut b, at, 1_700_000_000_123_456);
+        let h = shards::batch::validate(&b, usize::MAX).unwrap();
+        assert_eq!(h.base_timestamp, 1_700_000_000_123);
+        assert_eq!(embedded_timestamp(&b), Some(1_700_000_000_123_456));
+        let recs = shards::batch::records(&b).unwrap();
+        assert_eq!(recs.len(), 3);
+        assert_eq!(
+            &recs[0].value.unwrap()[..8],
+            &1_700_000_000_123_456u64.to_be_bytes()
+        );
+    }
+
+    struct Collect(Vec<(i64, Option<u64>)>);
+
+    impl BatchVisitor for Collect {
+        fn batch(&mut self, h: &BatchHeader, head: &[u8]) -> bool {
+            self.0.push((h.base_offset, embedded_timestamp(head)));
+            false
+        }
+        fn whole_batch(&mut self, _: &BatchHeader, _: &[u8]) {}
+    }
+
+    #[test]
+    fn fetch_responses_of_every_version_stream_through_a_small_buffer() {
+        use kafka_protocol::messages::fetch_response::{
+            AbortedTransaction, FetchableTopicResponse, LeaderIdAndEpoch, PartitionData,
+        };
+        use kafka_protocol::messages::{FetchResponse, ProducerId};
+        let mut records = Vec::new();
+        for (base, ts) in [(0i64, 11u64), (3, 22)] {
+            let mut b = sample_batch(3, 300);
+            let at = first_value_at(&b).unwrap();
+            stamp_batch(&mut b, at, ts);
+            shards::batch::set_base_offset(&mut b, base);
+            records.extend_from_slice(&b);
+        }
+        records.extend_from_slice(&sample_batch(1, 20)[..30]); // cut short, as KIP-74 allows
+        for version in 4..=12i16 {
+            let response =
+                FetchResponse::default().with_responses(vec![FetchableTopicResponse::default()
+                    .with_topic(name("topic"))
+                    .with_partitions(vec![
+                        PartitionData::default()
+                            .with_partition_index(0)
+                            .with_high_watermark(6)
+                            .with_aborted_transactions(Some(vec![AbortedTransaction::default()
+                                .with_producer_id(ProducerId(9))
+                                .with_first_offset(1)]))
+                            .with_current_leader(
+                                LeaderIdAndEpoch::default()
+                                    .with_leader_id(BrokerId(3))
+                                    .with_leader_epoch(1),
+                            )
+                            .with_records(Some(Bytes::from(records.clone()))),
+                        PartitionData::default()
+                            .with_partition_index(1)
+                            .with_error_code(NOT_LEADER_OR_FOLLOWER)
+                            .with_high_watermark(42)
+                            .with_records(None),
+                    ])]);
+            let mut frame = BytesMut::new();
+            frame.put_i32(0);
+            ResponseHeader::default()
+                .with_correlation_id(7)
+                .encode(&mut frame, ApiKey::Fetch.response_header_version(version))
+                .unwrap();
+            response.encode(&mut frame, version).unwrap();
+            let len = (frame.len() - 4) as i32;
+            frame[..4].copy_from_slice(&len.to_be_bytes());
+            // A second frame behind it must be left untouched.
+            let mut wire = frame.to_vec();
+            wire.extend_from_slice(&frame);
+            let mut stream = futures_lite::io::Cursor::new(wire);
+            let mut reader = FrameReader::new(256);
+            let mut scratch = Vec::new();
+            for _ in 0..2 {
+                let mut seen = Collect(Vec::new());
+                let out = futures_lite::future::block_on(read_fetch_response(
+                    &mut reader,
+                    &mut stream,
+                    version,
+                    7,
+                    &mut seen,
+                    &mut scratch,
+                ))
+                .unwrap_or_else(|e| panic!("v{version}: {e}"));
+                assert_eq!(seen.0, vec![(0, Some(11)), (3, Some(22))], "v{version}");
+                assert_eq!(out.error_code, NOT_LEADER_OR_FOLLOWER, "v{version}");
+                assert_eq!(out.high_watermark, 42, "v{version}");
+                assert_eq!(out.partial_bytes, 30, "v{version}");
+                assert_eq!(out.record_bytes, records.len(), "v{version}");
+            }
+            assert!(reader.buffered().is_empty(), "v{version}");
+        }
+    }
+
+    #[test]
+    fn templates_patch_the_right_bytes() {
+        let mut f = FetchTemplate::new("t", 3, 12, Duration::from_millis(100), 1 << 20).unwrap();
+        let frame = f.frame(77, 12345).to_vec();
+        let mut body = Bytes::from(frame[4..].to_vec());
+        let h = RequestHeader::decode(&mut body, ApiKey::Fetch.request_header_version(12)).unwrap();
+        assert_eq!(h.correlation_id, 77);
+        let req = FetchRequest::decode(&mut body, 12).unwrap();
+        assert_eq!(req.topics[0].partitions[0].fetch_offset, 12345);
+        assert_eq!(req.topics[0].partitions[0].partition, 3);
+
+        let mut p = ProduceFrame::new("t", 1, 1, 9, sample_batch(4, 64)).unwrap();
+        let frame = p.stamp(5, 42_000_007).to_vec();
+        let mut body = Bytes::from(frame[4..].to_vec());
+        let h =
+            RequestHeader::decode(&mut body, ApiKey::Produce.request_header_version(9)).unwrap();
+        assert_eq!(h.correlation_id, 5);
+        let req = ProduceRequest::decode(&mut body, 9).unwrap();
+        let records = req.topic_data[0].partition_data[0].records.clone().unwrap();
+        shards::batch::validate(&records, usize::MAX).unwrap();
+        assert_eq!(embedded_timestamp(&records), Some(42_000_007));
+    }
+}

@@ -1,0 +1,321 @@
+//! A standalone SVG of a sweep: one panel per figure (delivered MB/s, p99 end-to-end latency)
+//! against the swept value on a log-2 axis, one line per series (coalescing on/off, raw baseline),
+//! with axes, ticks, labels and a legend. Hand-written: no dependencies, opens in any browser.
+
+use std::fmt::Write;
+
+/// One line of a panel.
+#[derive(Debug, Clone)]
+pub struct Series {
+    pub name: String,
+    /// (x, y) points; points with a non-finite or (on a log axis) non-positive y are left out.
+    pub points: Vec<(f64, f64)>,
+    /// SVG `stroke-dasharray` (None: solid).
+    pub dash: Option<&'static str>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Panel {
+    pub title: String,
+    pub y_label: String,
+    pub series: Vec<Series>,
+    /// Logarithmic y axis (latencies spanning decades).
+    pub log_y: bool,
+}
+
+const COLORS: [&str; 6] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
+];
+const PANEL_W: f64 = 520.0;
+const PANEL_H: f64 = 380.0;
+const MARGIN_L: f64 = 80.0;
+const MARGIN_R: f64 = 30.0;
+const MARGIN_T: f64 = 90.0;
+const MARGIN_B: f64 = 90.0;
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// A round step giving about `n` intervals over `span`.
+fn nice_step(span: f64, n: f64) -> f64 {
+    let raw = (span / n).max(f64::MIN_POSITIVE);
+    let mag = 10f64.powf(raw.log10().floor());
+    let f = raw / mag;
+    let nice = if f <= 1.0 {
+        1.0
+    } else if f <= 2.0 {
+        2.0
+    } else if f <= 5.0 {
+        5.0
+    } else {
+        10.0
+    };
+    nice * mag
+}
+
+fn label(v: f64) -> String {
+    if v == 0.0 {
+        "0".into()
+    } else if v.abs() >= 1e4 || v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        let s = format!("{v:.3}");
+        s.trim_end_matches('0').to_string()
+    }
+}
+
+/// Renders the whole figure: `xs` are the swept values (ticks on the x axis).
+pub fn render(title: &str, subtitle: &str, x_label: &str, xs: &[f64], panels: &[Panel]) -> String {
+    let width = MARGIN_L + panels.len() as f64 * (PANEL_W + MARGIN_L + MARGIN_R);
+    let height = MARGIN_T + PANEL_H + MARGIN_B;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" font-family="sans-serif" font-size="13">"#
+    );
+    let _ = writeln!(
+        s,
+        r##"<rect x="0" y="0" width="{width:.0}" height="{height:.0}" fill="#ffffff"/>"##
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="{:.0}" y="28" text-anchor="middle" font-size="17" font-weight="bold">{}</text>"#,
+        width / 2.0,
+        esc(title)
+    );
+    let _ = writeln!(
+        s,
+        r##"<text x="{:.0}" y="48" text-anchor="middle" fill="#555555">{}</text>"##,
+        width / 2.0,
+        esc(subtitle)
+    );
+    let (x_min, x_max) = xs
+        .iter()
+        .filter(|x| **x > 0.0)
+        .fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(*x), b.max(*x)));
+    let (lx0, lx1) = if x_min <= x_max {
+        let (a, b) = (x_min.log2(), x_max.log2());
+        if (b - a).abs() < 1e-9 {
+            (a - 1.0, b + 1.0)
+        } else {
+            (a - 0.25, b + 0.25)
+        }
+    } else {
+        (0.0, 1.0)
+    };
+    for (pi, panel) in panels.iter().enumerate() {
+        let ox = MARGIN_L + pi as f64 * (PANEL_W + MARGIN_L + MARGIN_R);
+        let oy = MARGIN_T;
+        let px = |x: f64| ox + (x.log2() - lx0) / (lx1 - lx0) * PANEL_W;
+        let ys: Vec<f64> = panel
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.1))
+            .filter(|y| y.is_finite() && (!panel.log_y || *y > 0.0))
+            .collect();
+        let y_hi = ys.iter().copied().fold(0.0f64, f64::max);
+        let y_lo = ys.iter().copied().fold(f64::MAX, f64::min);
+        // The y scale: [0, nice max] linear, or whole decades around the data on a log axis.
+        let (y0, y1, ticks): (f64, f64, Vec<f64>) = if panel.log_y && !ys.is_empty() {
+            let d0 = y_lo.log10().floor();
+            let d1 = y_hi.log10().ceil().max(d0 + 1.0);
+            let mut t = Vec::new();
+            let mut d = d0;
+            while d <= d1 + 1e-9 {
+                for m in [1.0, 2.0, 5.0] {
+                    let v = m * 10f64.powf(d);
+                    if v >= 10f64.powf(d0) - 1e-12 && v <= 10f64.powf(d1) + 1e-12 {
+                        t.push(v);
+                    }
+                }
+                d += 1.0;
+            }
+            (d0, d1, t)
+        } else {
+            let top = if y_hi > 0.0 { y_hi * 1.1 } else { 1.0 };
+            let step = nice_step(top, 5.0);
+            let top = (top / step).ceil() * step;
+            let t = (0..=((top / step).round() as usize))
+                .map(|i| i as f64 * step)
+                .collect();
+            (0.0, top, t)
+        };
+        let py = |y: f64| {
+            let f = if panel.log_y {
+                (y.log10() - y0) / (y1 - y0)
+            } else {
+                (y - y0) / (y1 - y0)
+            };
+            oy + PANEL_H - f * PANEL_H
+        };
+        let _ = writeln!(s, r#"<g class="panel">"#);
+        let _ = writeln!(
+            s,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="15" font-weight="bold">{}</text>"#,
+            ox + PANEL_W / 2.0,
+            oy - 14.0,
+            esc(&panel.title)
+        );
+        let _ = writeln!(
+            s,
+            r##"<rect x="{ox:.1}" y="{oy:.1}" width="{PANEL_W:.1}" height="{PANEL_H:.1}" fill="none" stroke="#444444"/>"##
+        );
+        for t in &ticks {
+            let y = py(*t);
+            let _ = writeln!(
+                s,
+                r##"<line x1="{ox:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#dddddd"/>"##,
+                ox + PANEL_W
+            );
+            let _ = writeln!(
+                s,
+                r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
+                ox - 6.0,
+                y + 4.0,
+                esc(&label(*t))
+            );
+        }
+        for x in xs {
+            let x_px = px(*x);
+            let _ = writeln!(
+                s,
+                r##"<line x1="{x_px:.1}" y1="{oy:.1}" x2="{x_px:.1}" y2="{:.1}" stroke="#eeeeee"/>"##,
+                oy + PANEL_H
+            );
+            let _ = writeln!(
+                s,
+                r#"<text x="{x_px:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+                oy + PANEL_H + 18.0,
+                esc(&label(*x))
+            );
+        }
+        let _ = writeln!(
+            s,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{} (log scale)</text>"#,
+            ox + PANEL_W / 2.0,
+            oy + PANEL_H + 42.0,
+            esc(x_label)
+        );
+        let _ = writeln!(
+            s,
+            r#"<text transform="translate({:.1},{:.1}) rotate(-90)" text-anchor="middle">{}</text>"#,
+            ox - 58.0,
+            oy + PANEL_H / 2.0,
+            esc(&format!(
+                "{}{}",
+                panel.y_label,
+                if panel.log_y { " (log scale)" } else { "" }
+            ))
+        );
+        let mut legend_x = 0.0;
+        for (si, series) in panel.series.iter().enumerate() {
+            let color = COLORS[si % COLORS.len()];
+            let pts: Vec<(f64, f64)> = series
+                .points
+                .iter()
+                .copied()
+                .filter(|(x, y)| *x > 0.0 && y.is_finite() && (!panel.log_y || *y > 0.0))
+                .map(|(x, y)| (px(x), py(y)))
+                .collect();
+            if pts.len() > 1 {
+                let path: Vec<String> = pts.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
+                let dash = series
+                    .dash
+                    .map(|d| format!(r#" stroke-dasharray="{d}""#))
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    s,
+                    r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"{dash}/>"#,
+                    path.join(" ")
+                );
+            }
+            for (x, y) in &pts {
+                let _ = writeln!(
+                    s,
+                    r#"<circle cx="{x:.1}" cy="{y:.1}" r="3.5" fill="{color}"/>"#
+                );
+            }
+            // Legend, in a row under the panel's x-axis label.
+            let ly = oy + PANEL_H + 68.0;
+            let lx = ox + legend_x;
+            legend_x += 52.0 + 7.2 * series.name.chars().count() as f64;
+            let _ = writeln!(
+                s,
+                r#"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="{color}" stroke-width="2"{}/>"#,
+                lx,
+                ly - 4.0,
+                lx + 24.0,
+                ly - 4.0,
+                series
+                    .dash
+                    .map(|d| format!(r#" stroke-dasharray="{d}""#))
+                    .unwrap_or_default()
+            );
+            let _ = writeln!(
+                s,
+                r#"<text x="{:.1}" y="{ly:.1}">{}</text>"#,
+                lx + 30.0,
+                esc(&series.name)
+            );
+        }
+        let _ = writeln!(s, "</g>");
+    }
+    let _ = writeln!(s, "</svg>");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_balanced_svg() {
+        let xs = [1.0, 8.0, 64.0, 256.0];
+        let svg = render(
+            "fan-out <test> & more",
+            "sub",
+            "consumers",
+            &xs,
+            &[
+                Panel {
+                    title: "delivered".into(),
+                    y_label: "MB/s".into(),
+                    series: vec![Series {
+                        name: "on".into(),
+                        points: xs.iter().map(|x| (*x, x * 10.0)).collect(),
+                        dash: None,
+                    }],
+                    log_y: false,
+                },
+                Panel {
+                    title: "latency".into(),
+                    y_label: "ms".into(),
+                    series: vec![Series {
+                        name: "off".into(),
+                        points: xs.iter().map(|x| (*x, x * 0.01)).collect(),
+                        dash: Some("6,4"),
+                    }],
+                    log_y: true,
+                },
+            ],
+        );
+        assert!(svg.starts_with("<svg"));
+        assert!(svg.trim_end().ends_with("</svg>"));
+        assert!(svg.contains("&lt;test&gt; &amp; more"));
+        assert_eq!(svg.matches("<g").count(), svg.matches("</g>").count());
+        assert_eq!(svg.matches("<polyline").count(), 2);
+    }
+
+    #[test]
+    fn nice_steps() {
+        assert_eq!(nice_step(100.0, 5.0), 20.0);
+        assert_eq!(nice_step(7.0, 5.0), 2.0);
+        assert_eq!(nice_step(0.3, 5.0), 0.1);
+    }
+}

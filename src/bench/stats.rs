@@ -1,0 +1,647 @@
+//! What the load generator measures and how it reports it: shared counters (atomics, one writer
+//! each), latency histograms (hdrhistogram, kept per client executor and merged), CPU and memory from
+//! `/proc`, shoal's `/metrics`, the live line and the summary (printed and as JSON).
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+const R: Ordering = Ordering::Relaxed;
+
+/// Microseconds since the Unix epoch (the clock producers stamp batches with).
+pub fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// Latencies in microseconds, from 1 µs to an hour at 3 significant digits.
+pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
+}
+
+pub fn record(h: &mut Histogram<u64>, us: u64) {
+    h.saturating_record(us.max(1));
+}
+
+/// Latency figures in microseconds.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct Latency {
+    pub samples: u64,
+    pub mean: f64,
+    pub p50: u64,
+    pub p99: u64,
+    pub p99_9: u64,
+    pub p99_99: u64,
+    pub max: u64,
+}
+
+impl Latency {
+    pub fn of(h: &Histogram<u64>) -> Option<Latency> {
+        (!h.is_empty()).then(|| Latency {
+            samples: h.len(),
+            mean: h.mean(),
+            p50: h.value_at_quantile(0.5),
+            p99: h.value_at_quantile(0.99),
+            p99_9: h.value_at_quantile(0.999),
+            p99_99: h.value_at_quantile(0.9999),
+            max: h.max(),
+        })
+    }
+}
+
+/// The histograms one client executor fills; merged into the shared copy a few times a second.
+#[derive(Debug)]
+pub struct Hists {
+    /// Produce request sent -> response read, measured phase only.
+    pub publish: Histogram<u64>,
+    /// Batch stamped by the producer -> batch read by a consumer, measured phase only.
+    pub e2e: Histogram<u64>,
+    /// The same for the live line: every phase, reset every second.
+    pub e2e_interval: Histogram<u64>,
+}
+
+impl Default for Hists {
+    fn default() -> Self {
+        Hists {
+            publish: new_histogram(),
+            e2e: new_histogram(),
+            e2e_interval: new_histogram(),
+        }
+    }
+}
+
+impl Hists {
+    /// Adds `other` into `self` and empties `other`.
+    pub fn drain_from(&mut self, other: &mut Hists) {
+        for (to, from) in [
+            (&mut self.publish, &mut other.publish),
+            (&mut self.e2e, &mut other.e2e),
+            (&mut self.e2e_interval, &mut other.e2e_interval),
+        ] {
+            if !from.is_empty() {
+                let _ = to.add(&*from);
+                from.reset();
+            }
+        }
+    }
+}
+
+/// One producer's counters.
+#[derive(Debug, Default)]
+pub struct ProducerStats {
+    pub records: AtomicU64,
+    pub bytes: AtomicU64,
+    pub batches: AtomicU64,
+    pub acked_records: AtomicU64,
+    pub errors: AtomicU64,
+    pub done: AtomicBool,
+}
+
+/// One consumer's counters.
+#[derive(Debug)]
+pub struct ConsumerStats {
+    pub partition: i32,
+    pub start_offset: AtomicI64,
+    /// The next offset it will fetch.
+    pub position: AtomicI64,
+    pub records: AtomicU64,
+    /// Record-batch bytes received (whole batches; the protocol's framing is not counted).
+    pub bytes: AtomicU64,
+    pub batches: AtomicU64,
+    pub fetches: AtomicU64,
+    /// Offsets skipped between batches that no batch explains.
+    pub gap_offsets: AtomicU64,
+    pub gaps: AtomicU64,
+    pub errors: AtomicU64,
+    pub done: AtomicBool,
+    /// It stopped on an error it cannot recover from.
+    pub failed: AtomicBool,
+}
+
+impl ConsumerStats {
+    pub fn new(partition: i32, start: i64) -> ConsumerStats {
+        ConsumerStats {
+            partition,
+            start_offset: AtomicI64::new(start),
+            position: AtomicI64::new(start),
+            records: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
+            fetches: AtomicU64::new(0),
+            gap_offsets: AtomicU64::new(0),
+            gaps: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            done: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+        }
+    }
+}
+
+/// Phases of a run, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Phase {
+    /// Consumers connect; producers wait.
+    Setup = 0,
+    /// Producers pre-produce the backlog; consumers are not running.
+    Backlog = 1,
+    Warmup = 2,
+    Measure = 3,
+    /// Producers stop; consumers read up to the final high watermark.
+    Drain = 4,
+    Stop = 5,
+}
+
+impl Phase {
+    fn from_u8(v: u8) -> Phase {
+        match v {
+            0 => Phase::Setup,
+            1 => Phase::Backlog,
+            2 => Phase::Warmup,
+            3 => Phase::Measure,
+            4 => Phase::Drain,
+            _ => Phase::Stop,
+        }
+    }
+}
+
+/// Everything the client executors and the orchestrating thread share.
+#[derive(Debug)]
+pub struct Shared {
+    phase: AtomicU8,
+    pub producers: Vec<ProducerStats>,
+    pub consumers: Vec<ConsumerStats>,
+    /// Highest end offset known per partition (from produce acks and fetch high watermarks).
+    pub partition_end: Vec<AtomicI64>,
+    /// Where consumers of each partition stop in the drain phase (`i64::MAX` until known).
+    pub drain_target: Vec<AtomicI64>,
+    pub consumers_ready: AtomicUsize,
+    /// Bytes of batches sent by all producers (for `--backlog`).
+    pub bytes_sent: AtomicU64,
+    /// Stop producing once `bytes_sent` reaches this (`u64::MAX`: no limit).
+    pub byte_limit: AtomicU64,
+    /// Per client executor.
+    pub hists: Vec<Mutex<Hists>>,
+    pub error_count: AtomicU64,
+    errors: Mutex<Vec<String>>,
+    /// Timestamps before this (µs since the epoch) are not this run's batches.
+    pub epoch_us: u64,
+}
+
+/// Error messages kept for the summary (the count is always exact).
+const KEPT_ERRORS: usize = 20;
+
+impl Shared {
+    pub fn new(
+        producers: usize,
+        consumers: Vec<ConsumerStats>,
+        partitions: usize,
+        executors: usize,
+        epoch_us: u64,
+    ) -> Shared {
+        Shared {
+            phase: AtomicU8::new(Phase::Setup as u8),
+            producers: (0..producers).map(|_| ProducerStats::default()).collect(),
+            consumers,
+            partition_end: (0..partitions).map(|_| AtomicI64::new(-1)).collect(),
+            drain_target: (0..partitions).map(|_| AtomicI64::new(i64::MAX)).collect(),
+            consumers_ready: AtomicUsize::new(0),
+            bytes_sent: AtomicU64::new(0),
+            byte_limit: AtomicU64::new(u64::MAX),
+            hists: (0..executors)
+                .map(|_| Mutex::new(Hists::default()))
+                .collect(),
+            error_count: AtomicU64::new(0),
+            errors: Mutex::new(Vec::new()),
+            epoch_us,
+        }
+    }
+
+    pub fn phase(&self) -> Phase {
+        Phase::from_u8(self.phase.load(Ordering::Acquire))
+    }
+
+    pub fn set_phase(&self, p: Phase) {
+        self.phase.store(p as u8, Ordering::Release);
+    }
+
+    pub fn error(&self, msg: String) {
+        self.error_count.fetch_add(1, R);
+        let mut e = self.errors.lock().unwrap_or_else(|e| e.into_inner());
+        if e.len() < KEPT_ERRORS {
+            e.push(msg);
+        }
+    }
+
+    pub fn error_messages(&self) -> Vec<String> {
+        self.errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn note_end(&self, partition: usize, end: i64) {
+        if let Some(e) = self.partition_end.get(partition) {
+            e.fetch_max(end, R);
+        }
+    }
+
+    /// The counters now.
+    pub fn snapshot(&self) -> Counters {
+        Counters {
+            produced_records: self.producers.iter().map(|p| p.records.load(R)).sum(),
+            produced_bytes: self.producers.iter().map(|p| p.bytes.load(R)).sum(),
+            produced_batches: self.producers.iter().map(|p| p.batches.load(R)).sum(),
+            consumers: self
+                .consumers
+                .iter()
+                .map(|c| (c.records.load(R), c.bytes.load(R)))
+                .collect(),
+            fetches: self.consumers.iter().map(|c| c.fetches.load(R)).sum(),
+        }
+    }
+
+    /// Largest lag of any consumer behind its partition's known end, in records.
+    pub fn max_lag(&self) -> i64 {
+        self.consumers
+            .iter()
+            .map(|c| {
+                let end = self.partition_end[c.partition as usize].load(R);
+                (end - c.position.load(R)).max(0)
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Takes the live-line histogram of every executor (and resets them).
+    pub fn take_interval(&self) -> Histogram<u64> {
+        let mut out = new_histogram();
+        for h in &self.hists {
+            let mut h = h.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = out.add(&h.e2e_interval);
+            h.e2e_interval.reset();
+        }
+        out
+    }
+
+    /// The measured-phase histograms of all executors merged: (publish, e2e).
+    pub fn totals(&self) -> (Histogram<u64>, Histogram<u64>) {
+        let (mut p, mut e) = (new_histogram(), new_histogram());
+        for h in &self.hists {
+            let h = h.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = p.add(&h.publish);
+            let _ = e.add(&h.e2e);
+        }
+        (p, e)
+    }
+}
+
+/// Counter values at one moment.
+#[derive(Debug, Clone, Default)]
+pub struct Counters {
+    pub produced_records: u64,
+    pub produced_bytes: u64,
+    pub produced_batches: u64,
+    /// (records, bytes) per consumer.
+    pub consumers: Vec<(u64, u64)>,
+    pub fetches: u64,
+}
+
+impl Counters {
+    pub fn consumed(&self) -> (u64, u64) {
+        self.consumers
+            .iter()
+            .fold((0, 0), |(r, b), (cr, cb)| (r + cr, b + cb))
+    }
+
+    /// The consumer that moved the fewest records from `earlier` to `self`: (records, bytes).
+    pub fn slowest_since(&self, earlier: &Counters) -> (u64, u64) {
+        self.consumers
+            .iter()
+            .zip(&earlier.consumers)
+            .map(|(now, then)| (now.0 - then.0, now.1 - then.1))
+            .min()
+            .unwrap_or((0, 0))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// CPU and memory from /proc.
+
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+/// utime + stime in clock ticks from a `stat` file's contents.
+fn stat_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After "pid (comm) ", field 3 (state) is f[0]: utime is field 14, stime field 15.
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+/// CPU seconds of this process: all of it, and the part spent by threads whose name starts with
+/// `server_prefix` (the embedded broker's, or the raw baseline server's), io_uring workers included:
+/// a worker is named `iou-wrk-<tid>` after the thread whose ring it serves.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CpuSample {
+    pub process_s: f64,
+    pub server_s: f64,
+}
+
+pub fn cpu_sample(server_prefix: &str) -> CpuSample {
+    let hz = clock_ticks();
+    let process = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| stat_ticks(&s))
+        .unwrap_or(0);
+    let mut threads = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc/self/task") {
+        for t in dir.flatten() {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            let ticks = std::fs::read_to_string(t.path().join("stat"))
+                .ok()
+                .and_then(|s| stat_ticks(&s))
+                .unwrap_or(0);
+            threads.push((
+                t.file_name().to_string_lossy().to_string(),
+                comm.trim_end().to_string(),
+                ticks,
+            ));
+        }
+    }
+    let server_tids: Vec<&str> = threads
+        .iter()
+        .filter(|(_, comm, _)| comm.starts_with(server_prefix))
+        .map(|(tid, _, _)| tid.as_str())
+        .collect();
+    let server: u64 = threads
+        .iter()
+        .filter(|(_, comm, _)| {
+            comm.starts_with(server_prefix)
+                || comm
+                    .strip_prefix("iou-wrk-")
+                    .is_some_and(|owner| server_tids.contains(&owner))
+        })
+        .map(|(_, _, ticks)| ticks)
+        .sum();
+    CpuSample {
+        process_s: process as f64 / hz,
+        server_s: server as f64 / hz,
+    }
+}
+
+/// CPU seconds of another process, if this host can see it.
+pub fn pid_cpu_s(pid: u32) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(stat_ticks(&s)? as f64 / clock_ticks())
+}
+
+/// Peak resident set (VmHWM) of a process, in bytes.
+pub fn peak_rss(pid: Option<u32>) -> Option<u64> {
+    let path = pid.map_or_else(
+        || "/proc/self/status".to_string(),
+        |p| format!("/proc/{p}/status"),
+    );
+    let status = std::fs::read_to_string(path).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// The process listening on `addr`'s port on this host, found through `/proc/net/tcp*` and the
+/// processes' open sockets; `None` when it is elsewhere or not visible.
+pub fn find_listener_pid(addr: SocketAddr) -> Option<u32> {
+    let port = addr.port();
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(state), Some(inode)) = (f.get(1), f.get(3), f.get(9)) else {
+                continue;
+            };
+            let lport = local
+                .rsplit(':')
+                .next()
+                .and_then(|p| u16::from_str_radix(p, 16).ok());
+            if *state == "0A" && lport == Some(port) {
+                inodes.push(format!("socket:[{inode}]"));
+            }
+        }
+    }
+    if inodes.is_empty() {
+        return None;
+    }
+    for proc_entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = proc_entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(proc_entry.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            if let Ok(target) = std::fs::read_link(fd.path()) {
+                if inodes.iter().any(|i| target.as_os_str() == i.as_str()) {
+                    return Some(pid);
+                }
+            }
+        }
+    }
+    None
+}
+
+// ---------------------------------------------------------------------------------------------------
+// shoal's admin API.
+
+fn http(admin: SocketAddr, method: &str, path: &str, body: &str) -> std::io::Result<String> {
+    let mut s = TcpStream::connect_timeout(&admin, Duration::from_secs(5))?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    // One write: shoal's admin server reads the body only if it arrives with the head.
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: shoal\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(request.as_bytes())?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    let (head, body) = out
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other("admin: malformed HTTP answer"))?;
+    let status = head.lines().next().unwrap_or("");
+    if !status.contains(" 200 ") {
+        return Err(std::io::Error::other(format!(
+            "admin {method} {path}: {status}: {}",
+            body.trim()
+        )));
+    }
+    Ok(body.to_string())
+}
+
+/// Every sample of `/metrics`, summed over labels, by family name.
+pub fn scrape(admin: SocketAddr) -> std::io::Result<HashMap<String, f64>> {
+    let body = http(admin, "GET", "/metrics", "")?;
+    let mut out: HashMap<String, f64> = HashMap::new();
+    for line in body.lines().filter(|l| !l.starts_with('#')) {
+        let Some(family) = line.split(['{', ' ']).next() else {
+            continue;
+        };
+        if let Some(v) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) {
+            *out.entry(family.to_string()).or_default() += v;
+        }
+    }
+    Ok(out)
+}
+
+/// Turns fetch coalescing on or off on every core.
+pub fn set_coalescing(admin: SocketAddr, on: bool) -> std::io::Result<()> {
+    http(
+        admin,
+        "PUT",
+        "/v1/config/fetch_coalescing",
+        if on { "on" } else { "off" },
+    )
+    .map(|_| ())
+}
+
+/// shoal's fetch figures over the measured interval.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct FetchMetrics {
+    pub coalescer_reads: u64,
+    pub coalescer_inflight_hits: u64,
+    pub coalescer_ready_hits: u64,
+    /// (ready_hits + inflight_hits) / (ready_hits + inflight_hits + reads).
+    pub coalescer_hit_ratio: Option<f64>,
+    /// Record bytes read from the log for fetches.
+    pub log_read_bytes: u64,
+    /// Record bytes sent in fetch responses.
+    pub response_bytes: u64,
+    /// response_bytes / log_read_bytes: about the number of consumers sharing each read.
+    pub fan_out_saving: Option<f64>,
+}
+
+impl FetchMetrics {
+    pub fn between(a: &HashMap<String, f64>, b: &HashMap<String, f64>) -> FetchMetrics {
+        let d = |k: &str| {
+            let v = b.get(k).copied().unwrap_or(0.0) - a.get(k).copied().unwrap_or(0.0);
+            v.max(0.0) as u64
+        };
+        let reads = d("shoal_fetch_coalescer_reads_total");
+        let inflight = d("shoal_fetch_coalescer_inflight_hits_total");
+        let ready = d("shoal_fetch_coalescer_ready_hits_total");
+        let log_read = d("shoal_fetch_log_read_bytes_total");
+        let sent = d("shoal_fetch_response_bytes_total");
+        let hits = inflight + ready;
+        FetchMetrics {
+            coalescer_reads: reads,
+            coalescer_inflight_hits: inflight,
+            coalescer_ready_hits: ready,
+            coalescer_hit_ratio: (hits + reads > 0).then(|| hits as f64 / (hits + reads) as f64),
+            log_read_bytes: log_read,
+            response_bytes: sent,
+            fan_out_saving: (log_read > 0).then(|| sent as f64 / log_read as f64),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Formatting.
+
+pub fn mb(bytes: f64) -> f64 {
+    bytes / 1e6
+}
+
+/// 1234567 -> "1,234,567".
+pub fn thousands(v: u64) -> String {
+    let s = v.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Microseconds as a short human figure: "850us", "1.25ms", "3.2s".
+pub fn us(v: u64) -> String {
+    if v < 1_000 {
+        format!("{v}us")
+    } else if v < 1_000_000 {
+        format!("{:.2}ms", v as f64 / 1e3)
+    } else {
+        format!("{:.2}s", v as f64 / 1e6)
+    }
+}
+
+/// Bytes as "512 B", "16.0 KiB", "1.00 GiB".
+pub fn size(v: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut x = v as f64;
+    let mut u = 0;
+    while x >= 1024.0 && u + 1 < UNITS.len() {
+        x /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{v} B")
+    } else {
+        format!("{x:.1} {}", UNITS[u])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_parsing_skips_odd_thread_names() {
+        let s = "12 (a) b) c) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0";
+        assert_eq!(stat_ticks(s), Some(300));
+    }
+
+    #[test]
+    fn fetch_metrics_deltas_and_ratios() {
+        let a: HashMap<String, f64> = [("shoal_fetch_coalescer_reads_total".to_string(), 10.0)]
+            .into_iter()
+            .collect();
+        let b: HashMap<String, f64> = [
+            ("shoal_fetch_coalescer_reads_total", 20.0),
+            ("shoal_fetch_coalescer_ready_hits_total", 20.0),
+            ("shoal_fetch_coalescer_inflight_hits_total", 10.0),
+            ("shoal_fetch_log_read_bytes_total", 100.0),
+            ("shoal_fetch_response_bytes_total", 400.0),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let m = FetchMetrics::between(&a, &b);
+        assert_eq!(m.coalescer_reads, 10);
+        assert_eq!(m.coalescer_hit_ratio, Some(0.75));
+        assert_eq!(m.fan_out_saving, Some(4.0));
+    }
+
+    #[test]
+    fn number_formats() {
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(thousands(12), "12");
+        assert_eq!(us(850), "850us");
+        assert_eq!(us(1_250), "1.25ms");
+        assert_eq!(size(16 << 10), "16.0 KiB");
+    }
+}
