@@ -37,6 +37,15 @@ async fn handle(core: Rc<Core>, mut stream: TcpStream) {
             return;
         }
     }
+    // Then the body, as long as Content-Length says (settings are a few bytes; bounded anyway).
+    let header_end = head.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(0) + 4;
+    let want = content_length(&head[..header_end]).min(MAX_REQUEST_HEAD);
+    while head.len() < header_end + want {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
     let line =
         String::from_utf8_lossy(head.split(|&b| b == b'\n').next().unwrap_or_default()).to_string();
     let mut words = line.split_whitespace();
@@ -108,7 +117,20 @@ fn query_value(path: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// The body, if it arrived with the head (settings are a few bytes).
+/// The Content-Length header's value, 0 if absent or unreadable.
+fn content_length(head: &[u8]) -> usize {
+    String::from_utf8_lossy(head)
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
+        .unwrap_or(0)
+}
+
+/// The body that followed the head.
 fn body_text(head: &[u8]) -> Option<String> {
     let at = head.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
     Some(String::from_utf8_lossy(&head[at..]).to_string()).filter(|s| !s.trim().is_empty())

@@ -30,12 +30,16 @@ fn metric(shoal: &Shoal, name: &str) -> u64 {
 fn admin_put(shoal: &Shoal, path: &str, body: &str) -> String {
     let mut s = std::net::TcpStream::connect(&shoal.admin).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // Head and body in separate writes, as many clients send them.
     write!(
         s,
-        "PUT {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+        "PUT {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
         body.len()
     )
     .unwrap();
+    s.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    s.write_all(body.as_bytes()).unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out
