@@ -252,22 +252,25 @@ pub async fn gather_stats(core: &Rc<Core>) -> Vec<CoreSnapshot> {
 
 /// Applies a live setting on every core; returns once all have.
 pub async fn set_everywhere(core: &Rc<Core>, setting: Setting) {
+    on_every_core(core, |from, id| CoreMsg::Set { from, id, setting }, async {
+        core.apply_setting(setting)
+    })
+    .await
+}
+
+/// Sends `msg` to every other core, runs `local` here, and returns once every core has answered.
+async fn on_every_core(
+    core: &Rc<Core>,
+    msg: impl Fn(usize, u64) -> CoreMsg,
+    local: impl std::future::Future<Output = ()>,
+) {
     let mut waits = Vec::new();
     for peer in (0..core.cores).filter(|&p| p != core.id) {
         let (id, rx) = core.control.register();
-        core.control
-            .send(
-                peer,
-                CoreMsg::Set {
-                    from: core.id,
-                    id,
-                    setting,
-                },
-            )
-            .await;
+        core.control.send(peer, msg(core.id, id)).await;
         waits.push(rx);
     }
-    core.apply_setting(setting);
+    local.await;
     for rx in waits {
         let _ = rx.recv().await;
     }
@@ -422,25 +425,12 @@ async fn delete_on_core0(core: &Rc<Core>, names: Vec<String>) -> Vec<TopicOutcom
 
 /// Applies `table` on every core and returns when all have.
 async fn broadcast(core: &Rc<Core>, table: TopicTable) {
-    let mut waits = Vec::new();
-    for peer in (0..core.cores).filter(|&p| p != core.id) {
-        let (id, rx) = core.control.register();
-        core.control
-            .send(
-                peer,
-                CoreMsg::Apply {
-                    from: core.id,
-                    id,
-                    table: table.clone(),
-                },
-            )
-            .await;
-        waits.push(rx);
-    }
-    core.apply_table(table).await;
-    for rx in waits {
-        let _ = rx.recv().await;
-    }
+    let msg = |from, id| CoreMsg::Apply {
+        from,
+        id,
+        table: table.clone(),
+    };
+    on_every_core(core, msg, core.apply_table(table.clone())).await
 }
 
 pub fn table_path(data_dir: &Path) -> std::path::PathBuf {

@@ -19,14 +19,6 @@ use std::time::{Duration, Instant};
 const CONSUMERS: usize = 64;
 const RECORDS: usize = 10_000;
 
-fn metric(shoal: &Shoal, name: &str) -> u64 {
-    let (_, body) = shoal.admin_get("/metrics");
-    body.lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with('{'))
-        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
-        .sum()
-}
-
 fn admin_put(shoal: &Shoal, path: &str, body: &str) -> String {
     let mut s = std::net::TcpStream::connect(&shoal.admin).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -122,7 +114,7 @@ fn sixty_four_consumers_share_reads() {
         .collect();
     let deadline = Instant::now() + Duration::from_secs(60);
     while connected.load(Ordering::SeqCst) < CONSUMERS
-        || metric(&shoal, "shoal_connections_open") < CONSUMERS as u64
+        || shoal.metric("shoal_connections_open") < CONSUMERS as u64
     {
         assert!(Instant::now() < deadline, "consumers did not all start");
         std::thread::sleep(Duration::from_millis(50));
@@ -133,7 +125,7 @@ fn sixty_four_consumers_share_reads() {
     produce(&bootstrap, 0, RECORDS);
     let wait_for_all = |expected_bytes: u64, before: u64| {
         let deadline = Instant::now() + Duration::from_secs(60);
-        while metric(&shoal, "shoal_fetch_response_bytes_total") - before < expected_bytes {
+        while shoal.metric("shoal_fetch_response_bytes_total") - before < expected_bytes {
             assert!(
                 Instant::now() < deadline,
                 "consumers did not receive everything in time"
@@ -141,12 +133,12 @@ fn sixty_four_consumers_share_reads() {
             std::thread::sleep(Duration::from_millis(50));
         }
     };
-    let log_bytes = metric(&shoal, "shoal_log_size_bytes");
+    let log_bytes = shoal.metric("shoal_log_size_bytes");
     wait_for_all(log_bytes * CONSUMERS as u64, 0);
-    let read1 = metric(&shoal, "shoal_fetch_log_read_bytes_total");
-    let sent1 = metric(&shoal, "shoal_fetch_response_bytes_total");
-    let hits = metric(&shoal, "shoal_fetch_coalescer_inflight_hits_total")
-        + metric(&shoal, "shoal_fetch_coalescer_ready_hits_total");
+    let read1 = shoal.metric("shoal_fetch_log_read_bytes_total");
+    let sent1 = shoal.metric("shoal_fetch_response_bytes_total");
+    let hits = shoal.metric("shoal_fetch_coalescer_inflight_hits_total")
+        + shoal.metric("shoal_fetch_coalescer_ready_hits_total");
     assert!(
         read1 * 8 <= sent1,
         "coalescing on: read {read1} bytes from the log to send {sent1}"
@@ -156,17 +148,17 @@ fn sixty_four_consumers_share_reads() {
     // Phase 2: switched off live; every fetch reads for itself.
     let answer = admin_put(&shoal, "/v1/config/fetch_coalescing", "off");
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    assert_eq!(metric(&shoal, "shoal_fetch_coalescer_enabled"), 0);
+    assert_eq!(shoal.metric("shoal_fetch_coalescer_enabled"), 0);
     assert_eq!(
-        metric(&shoal, "shoal_fetch_coalescer_cached_bytes"),
+        shoal.metric("shoal_fetch_coalescer_cached_bytes"),
         0,
         "switching off drops the cache"
     );
     produce(&bootstrap, RECORDS, 2 * RECORDS);
-    let log_bytes2 = metric(&shoal, "shoal_log_size_bytes") - log_bytes;
+    let log_bytes2 = shoal.metric("shoal_log_size_bytes") - log_bytes;
     wait_for_all(log_bytes2 * CONSUMERS as u64, sent1);
-    let read2 = metric(&shoal, "shoal_fetch_log_read_bytes_total") - read1;
-    let sent2 = metric(&shoal, "shoal_fetch_response_bytes_total") - sent1;
+    let read2 = shoal.metric("shoal_fetch_log_read_bytes_total") - read1;
+    let sent2 = shoal.metric("shoal_fetch_response_bytes_total") - sent1;
     assert!(
         read2 * 2 >= sent2,
         "coalescing off: read {read2} bytes from the log to send {sent2}"
@@ -191,13 +183,13 @@ fn admin_settings_are_checked_and_applied_on_every_core() {
     let dir = tempfile::tempdir().unwrap();
     let shoal = Shoal::start(dir.path(), 2, &["--fetch-coalescing", "off"]);
     assert_eq!(
-        metric(&shoal, "shoal_fetch_coalescer_enabled"),
+        shoal.metric("shoal_fetch_coalescer_enabled"),
         0,
         "the flag is honoured"
     );
     assert!(admin_put(&shoal, "/v1/config/fetch_coalescing", "on").starts_with("HTTP/1.1 200"));
     assert_eq!(
-        metric(&shoal, "shoal_fetch_coalescer_enabled"),
+        shoal.metric("shoal_fetch_coalescer_enabled"),
         2,
         "on, on both cores"
     );

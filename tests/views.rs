@@ -100,14 +100,6 @@ fn consume_all(bootstrap: &str, topic: &str, expected: usize) -> Log {
     out
 }
 
-fn metric(shoal: &Shoal, name: &str) -> u64 {
-    let (_, body) = shoal.admin_get("/metrics");
-    body.lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with('{'))
-        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
-        .sum()
-}
-
 #[test]
 fn librdkafka_reads_every_shard_of_4_and_7_shard_views() {
     let dir = tempfile::tempdir().unwrap();
@@ -175,8 +167,7 @@ fn librdkafka_reads_every_shard_of_4_and_7_shard_views() {
             );
             keyed += got.values().filter(|r| r.0.is_some()).count();
             if shard == 0 {
-                decodes_after_first_shard =
-                    metric(&shoal, "shoal_view_source_batches_decoded_total");
+                decodes_after_first_shard = shoal.metric("shoal_view_source_batches_decoded_total");
             }
         }
         assert_eq!(
@@ -187,11 +178,11 @@ fn librdkafka_reads_every_shard_of_4_and_7_shard_views() {
         // The first shard's consumer had the reader decode every source batch; the other shards were
         // served from the same decoded batches.
         assert_eq!(
-            metric(&shoal, "shoal_view_source_batches_decoded_total"),
+            shoal.metric("shoal_view_source_batches_decoded_total"),
             decodes_after_first_shard,
             "n={n}: one decode per source batch"
         );
-        assert_eq!(metric(&shoal, "shoal_view_catch_up_reads_total"), 0);
+        assert_eq!(shoal.metric("shoal_view_catch_up_reads_total"), 0);
     }
 
     // Views are read-only, and malformed view names are refused.
@@ -208,6 +199,6 @@ fn librdkafka_reads_every_shard_of_4_and_7_shard_views() {
         )
         .unwrap();
     producer.flush(Duration::from_secs(10)).unwrap();
-    assert!(metric(&shoal, "shoal_kafka_request_errors_total") > 0);
+    assert!(shoal.metric("shoal_kafka_request_errors_total") > 0);
     shoal.stop();
 }

@@ -20,7 +20,7 @@ use super::stats::{
     Latency, Phase, Shared,
 };
 use bytes::Bytes;
-use futures_lite::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use futures_lite::AsyncWriteExt;
 use glommio::channels::local_channel::{self, LocalReceiver};
 use glommio::net::TcpStream;
 use glommio::{LocalExecutorBuilder, Placement};
@@ -31,11 +31,9 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 /// Everything a run does, resolved from the command line.
@@ -336,36 +334,7 @@ async fn executor_main(idx: usize, cfg: Arc<ClientCfg>, shared: Arc<Shared>, pla
     flush(&local);
 }
 
-/// One direction of a socket shared by a producer's writer and reader tasks (polls never overlap:
-/// one thread, and a poll never awaits).
-#[derive(Debug, Clone)]
-struct Half(Rc<RefCell<TcpStream>>);
-
-impl AsyncRead for Half {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut [u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut *self.0.borrow_mut()).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Half {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut *self.0.borrow_mut()).poll_write(cx, buf)
-    }
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut *self.0.borrow_mut()).poll_flush(cx)
-    }
-    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut *self.0.borrow_mut()).poll_close(cx)
-    }
-}
+use crate::kafka::connection::Half;
 
 async fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
     let s = TcpStream::connect_timeout(addr, Duration::from_secs(10))

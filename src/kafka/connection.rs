@@ -104,9 +104,11 @@ async fn write_responses(
     let _ = out.close().await;
 }
 
-/// One direction of a connection shared by the reader and the writer task. Polls never overlap (one
-/// thread, and a poll never awaits), so a `RefCell` borrow per poll is enough.
-struct Half(Rc<RefCell<TcpStream>>);
+/// One direction of a connection shared by a reader and a writer task (the server's connections, the
+/// load generator's producers). Polls never overlap (one thread, and a poll never awaits), so a
+/// `RefCell` borrow per poll is enough.
+#[derive(Debug, Clone)]
+pub struct Half(pub Rc<RefCell<TcpStream>>);
 
 impl AsyncRead for Half {
     fn poll_read(

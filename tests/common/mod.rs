@@ -93,6 +93,15 @@ impl Shoal {
             .is_some_and(|c| c.try_wait().unwrap().is_none())
     }
 
+    /// The sum over cores (and other labels) of a metric from `/metrics`.
+    pub fn metric(&self, name: &str) -> u64 {
+        let (_, body) = self.admin_get("/metrics");
+        body.lines()
+            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with('{'))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+            .sum()
+    }
+
     /// GET on the admin server; returns (status line, body).
     pub fn admin_get(&self, path: &str) -> (String, String) {
         let mut s = TcpStream::connect(&self.admin).unwrap();
