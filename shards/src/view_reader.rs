@@ -236,16 +236,7 @@ impl ViewReader {
         };
         self.bump(|s| s.fetches_served += 1);
         let config = self.config.get();
-        if !config.shared {
-            if offset == high_watermark {
-                return Ok(done(Records::empty()));
-            }
-            return self
-                .own_read(shard, offset, max_bytes, obligatory)
-                .await
-                .map(done);
-        }
-        if !self.running.get() {
+        if config.shared && !self.running.get() {
             self.start(offset);
         }
         if offset == high_watermark {
@@ -253,7 +244,19 @@ impl ViewReader {
         }
         let position = self.position();
         let window_start = self.window.borrow().front().map_or(position, |b| b.base);
-        if offset >= window_start && offset < position {
+        let mut in_window = config.shared && offset >= window_start && offset < position;
+        if config.shared && !in_window {
+            if offset >= position && offset - position <= config.max_delta_for_fanout {
+                return Ok(done(Records::empty())); // the reader is on its way
+            }
+            // Slightly behind: decode the gap once into the front of the window, for everyone behind
+            // there too. The reader's own position does not move.
+            in_window = offset < window_start
+                && window_start - offset <= config.max_delta_for_fanout
+                && !self.filling.get()
+                && self.extend_back(offset, window_start).await?;
+        }
+        if in_window {
             let w = self.window.borrow();
             return Ok(done(collect(
                 w.iter(),
@@ -263,27 +266,7 @@ impl ViewReader {
                 obligatory,
             )));
         }
-        if offset >= position && offset - position <= config.max_delta_for_fanout {
-            return Ok(done(Records::empty())); // the reader is on its way
-        }
-        if offset < window_start
-            && window_start - offset <= config.max_delta_for_fanout
-            && !self.filling.get()
-        {
-            // Slightly behind: decode the gap once into the front of the window, for everyone behind
-            // there too. The reader's own position does not move.
-            if self.extend_back(offset, window_start).await? {
-                let w = self.window.borrow();
-                return Ok(done(collect(
-                    w.iter(),
-                    shard as usize,
-                    offset,
-                    max_bytes,
-                    obligatory,
-                )));
-            }
-        }
-        // Behind the window, or far ahead of the reader: a read of its own.
+        // Unshared, behind the window, or far ahead of the reader: a read of its own.
         self.own_read(shard, offset, max_bytes, obligatory)
             .await
             .map(done)
