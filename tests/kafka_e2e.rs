@@ -218,14 +218,10 @@ fn clients_follow_partitions_to_their_new_core() {
     // Three cores now: partitions 2 and 3 have new leaders, on the same ports the client knows.
     let shoal = Shoal::start_on(dir.path(), 3, &listen, &[]);
     send(1000, 2000);
-    let (_, metrics) = shoal.admin_get("/metrics");
+    let refused = shoal.metric_with("shoal_kafka_request_errors_total", "api=\"Produce\"");
     assert!(
-        metrics
-            .lines()
-            .any(|l| l.starts_with("shoal_kafka_request_errors_total")
-                && l.contains("Produce")
-                && !l.ends_with(" 0")),
-        "the client was refused by a former leader at least once:\n{metrics}"
+        refused > 0,
+        "the client was refused by a former leader at least once"
     );
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", listen.as_str())

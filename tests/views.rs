@@ -185,7 +185,8 @@ fn librdkafka_reads_every_shard_of_4_and_7_shard_views() {
         assert_eq!(shoal.metric("shoal_view_catch_up_reads_total"), 0);
     }
 
-    // Views are read-only, and malformed view names are refused.
+    // Views are read-only: librdkafka's produce to one is refused by the broker.
+    let refused_before = shoal.metric_with("shoal_kafka_request_errors_total", "api=\"Produce\"");
     let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
         .set("bootstrap.servers", &bootstrap)
         .set("message.timeout.ms", "500")
@@ -199,6 +200,15 @@ fn librdkafka_reads_every_shard_of_4_and_7_shard_views() {
         )
         .unwrap();
     producer.flush(Duration::from_secs(10)).unwrap();
-    assert!(shoal.metric("shoal_kafka_request_errors_total") > 0);
+    let refused = shoal.metric_with("shoal_kafka_request_errors_total", "api=\"Produce\"");
+    assert!(
+        refused > refused_before,
+        "the produce to a view was refused"
+    );
+    assert_eq!(
+        shoal.metric("shoal_log_high_watermark"),
+        source.len() as u64,
+        "nothing was appended"
+    );
     shoal.stop();
 }

@@ -95,9 +95,16 @@ impl Shoal {
 
     /// The sum over cores (and other labels) of a metric from `/metrics`.
     pub fn metric(&self, name: &str) -> u64 {
+        self.metric_with(name, "")
+    }
+
+    /// Same, over the samples whose labels contain `label` (e.g. `api="Produce"`).
+    pub fn metric_with(&self, name: &str, label: &str) -> u64 {
         let (_, body) = self.admin_get("/metrics");
         body.lines()
-            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with('{'))
+            .filter(|l| {
+                l.starts_with(name) && l[name.len()..].starts_with('{') && l.contains(label)
+            })
             .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
             .sum()
     }
