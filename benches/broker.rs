@@ -21,14 +21,12 @@
 mod common;
 
 use common::Shoal;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::{Client, ClientContext, DefaultClientContext};
+use rdkafka::client::{Client, ClientContext};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{DeliveryResult, Message};
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
-use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -79,7 +77,7 @@ fn main() {
     let bootstrap = shoal.bootstrap();
     // A topic per acks setting, so each produce run starts from empty partitions.
     let topics = [("1", "bench-acks-1"), ("all", "bench-acks-all")];
-    create_topics(&bootstrap, &topics.map(|(_, t)| t));
+    common::create_topics(&bootstrap, &topics.map(|(_, t)| (t, PARTITIONS)));
 
     for (acks, topic) in topics {
         let took = produce(&bootstrap, topic, acks, messages);
@@ -132,23 +130,6 @@ fn report(name: &str, messages: usize, took: Duration, raw_mbs: f64) {
 // -------------------------------------------------------------------------------------------------
 // Kafka clients
 
-fn create_topics(bootstrap: &str, names: &[&str]) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .expect("admin client");
-    let topics: Vec<NewTopic> = names
-        .iter()
-        .map(|n| NewTopic::new(n, PARTITIONS, TopicReplication::Fixed(1)))
-        .collect();
-    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    let results = futures_lite::future::block_on(admin.create_topics(&topics, &opts))
-        .expect("CreateTopics answered");
-    for r in results {
-        r.expect("topic created");
-    }
-}
-
 /// Fetches `topic`'s metadata so the client knows every partition's leader before the clock
 /// starts. Without it a consumer's first offset lookup finds no leader and retries on a timer,
 /// which alone added ~0.5 s to every fetch run.
@@ -200,19 +181,11 @@ fn produce(bootstrap: &str, topic: &str, acks: &str, messages: usize) -> Duratio
     for i in 0..messages {
         // Explicit partitions keep all four partitions' batches filling at once; the default
         // sticky partitioner would feed one partition at a time.
-        let mut record = BaseRecord::<(), [u8]>::to(topic)
+        let record = BaseRecord::<(), [u8]>::to(topic)
             .partition(i as i32 % PARTITIONS)
             .payload(&payload[..]);
-        // librdkafka's local queue is full: let its threads and the broker catch up.
-        while let Err((e, r)) = producer.send(record) {
-            assert_eq!(
-                e.rdkafka_error_code(),
-                Some(RDKafkaErrorCode::QueueFull),
-                "{e}"
-            );
-            record = r;
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        // Waits while librdkafka's local queue is full.
+        common::send_retrying(&producer, record);
     }
     // Not `flush`: rdkafka's waits in `poll(100 ms)` calls that always run their full timeout,
     // adding up to 100 ms to every run. The producer's own thread serves delivery reports, so
@@ -336,18 +309,7 @@ struct Counters {
 
 impl Counters {
     fn read(shoal: &Shoal) -> Self {
-        let (status, body) = shoal.admin_get("/metrics");
-        assert!(status.contains(" 200 "), "GET /metrics: {status}");
-        // Prometheus text: `name{labels} value`, one sample per core.
-        let total = |name: &str| -> u64 {
-            body.lines()
-                .filter_map(|l| l.strip_prefix(name)?.strip_prefix('{'))
-                .map(|l| {
-                    let value = l.rsplit(' ').next().unwrap();
-                    value.parse::<u64>().expect("integer sample")
-                })
-                .sum()
-        };
+        let total = |name: &str| shoal.metric(name);
         Self {
             bytes_in: total("shoal_bytes_in_total"),
             bytes_out: total("shoal_bytes_out_total"),

@@ -4,10 +4,9 @@
 
 mod common;
 
-use common::Shoal;
+use common::{key_in_shard, Shoal};
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
-use shards::partitioner::shard_of;
 use std::process::Command;
 use std::time::Duration;
 
@@ -43,13 +42,6 @@ fn python_deps() -> String {
         );
     }
     dir.to_string()
-}
-
-fn key_in_shard(shard: u32, n: u32, salt: &str) -> String {
-    (0..100_000)
-        .map(|i| format!("{salt}-{i}"))
-        .find(|k| shard_of(Some(k.as_bytes()), n) == Some(shard))
-        .unwrap()
 }
 
 #[test]

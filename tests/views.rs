@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::Shoal;
+use common::{send_retrying, Shoal};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
@@ -41,10 +41,7 @@ fn produce(bootstrap: &str, codec: &str, keys: impl Iterator<Item = Option<Strin
         if let Some(k) = &key {
             rec = rec.key(k);
         }
-        while let Err((_, r)) = producer.send(rec) {
-            rec = r;
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        send_retrying(&producer, rec);
     }
     producer.flush(Duration::from_secs(30)).unwrap();
 }

@@ -98,27 +98,102 @@ impl Shoal {
         self.metric_with(name, "")
     }
 
-    /// Same, over the samples whose labels contain `label` (e.g. `api="Produce"`).
+    /// Same, over the samples whose labels contain `label` (e.g. `api="Produce"`). Panics if no
+    /// sample matches, so a renamed or missing metric cannot pass for a zero.
     pub fn metric_with(&self, name: &str, label: &str) -> u64 {
         let (_, body) = self.admin_get("/metrics");
-        body.lines()
+        let samples: Vec<u64> = body
+            .lines()
             .filter(|l| {
                 l.starts_with(name) && l[name.len()..].starts_with('{') && l.contains(label)
             })
             .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
-            .sum()
+            .collect();
+        assert!(
+            !samples.is_empty(),
+            "no sample of {name}{{{label}}} in /metrics"
+        );
+        samples.iter().sum()
     }
 
     /// GET on the admin server; returns (status line, body).
     pub fn admin_get(&self, path: &str) -> (String, String) {
+        self.admin_request("GET", path, "")
+    }
+
+    /// A request to the admin server, head and body in separate writes as many clients send them;
+    /// returns (status line, body).
+    pub fn admin_request(&self, method: &str, path: &str, body: &str) -> (String, String) {
         let mut s = TcpStream::connect(&self.admin).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let length = body.len();
+        write!(
+            s,
+            "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n"
+        )
+        .unwrap();
+        if !body.is_empty() {
+            s.flush().unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            s.write_all(body.as_bytes()).unwrap();
+        }
         let mut out = String::new();
         s.read_to_string(&mut out).unwrap();
         let (head, body) = out.split_once("\r\n\r\n").unwrap();
         (head.lines().next().unwrap().to_string(), body.to_string())
     }
+}
+
+/// Sends `record`, waiting while the producer's queue is full.
+pub fn send_retrying<C, K, P>(
+    producer: &rdkafka::producer::ThreadedProducer<C>,
+    mut record: rdkafka::producer::BaseRecord<'_, K, P, ()>,
+) where
+    C: rdkafka::producer::ProducerContext<DeliveryOpaque = ()> + 'static,
+    K: rdkafka::message::ToBytes + ?Sized,
+    P: rdkafka::message::ToBytes + ?Sized,
+{
+    loop {
+        match producer.send(record) {
+            Ok(()) => return,
+            Err((e, r)) => {
+                let full = matches!(
+                    e.rdkafka_error_code(),
+                    Some(rdkafka::types::RDKafkaErrorCode::QueueFull)
+                );
+                assert!(full, "produce failed: {e}");
+                record = r;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+}
+
+/// Creates topics with librdkafka's admin client and checks each was created.
+pub fn create_topics(bootstrap: &str, topics: &[(&str, i32)]) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("admin client");
+    let new: Vec<NewTopic> = topics
+        .iter()
+        .map(|(t, p)| NewTopic::new(t, *p, TopicReplication::Fixed(1)))
+        .collect();
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    for r in futures_lite::future::block_on(admin.create_topics(&new, &opts))
+        .expect("CreateTopics answered")
+    {
+        r.expect("topic created");
+    }
+}
+
+/// A key that Kafka's default partitioner puts in `shard` of `n`.
+pub fn key_in_shard(shard: u32, n: u32, prefix: &str) -> String {
+    (0..1_000_000)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|k| shards::partitioner::shard_of(Some(k.as_bytes()), n) == Some(shard))
+        .expect("some key lands in every shard")
 }
 
 /// A port P such that P..P+n are all free right now.
