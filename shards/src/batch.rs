@@ -105,9 +105,10 @@ pub fn peek_total_len(b: &[u8]) -> Option<usize> {
     (b.len() >= LOG_OVERHEAD).then(|| LOG_OVERHEAD + be_i32(b, 8).max(0) as usize)
 }
 
-/// Checks one whole batch at the start of `b` (which may hold more after it) and returns its header.
-/// Everything a producer could get wrong is checked: length, magic, CRC, counts, timestamps.
-pub fn validate(b: &[u8], max_batch_bytes: usize) -> Result<BatchHeader, InvalidBatch> {
+/// Checks that the batch at the start of `b` is whole and intact: length, magic and CRC. This is all
+/// recovery may ask of a batch already in the log (the broker may have stamped LogAppendTime, so a
+/// producer's timestamp rules need not hold any more).
+pub fn check_integrity(b: &[u8], max_batch_bytes: usize) -> Result<BatchHeader, InvalidBatch> {
     if b.len() < LOG_OVERHEAD {
         return Err(InvalidBatch::Truncated {
             needed: LOG_OVERHEAD,
@@ -142,6 +143,13 @@ pub fn validate(b: &[u8], max_batch_bytes: usize) -> Result<BatchHeader, Invalid
             computed,
         });
     }
+    Ok(h)
+}
+
+/// Checks one whole batch from a producer at the start of `b` (which may hold more after it) and
+/// returns its header: integrity, then everything a producer could get wrong (counts, timestamps).
+pub fn validate(b: &[u8], max_batch_bytes: usize) -> Result<BatchHeader, InvalidBatch> {
+    let h = check_integrity(b, max_batch_bytes)?;
     if h.record_count < 1 {
         return Err(InvalidBatch::RecordCount(h.record_count));
     }

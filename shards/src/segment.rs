@@ -390,7 +390,7 @@ impl Segment {
                 Err(why) => break Some(why),
             };
             let at = (pos - buf_start) as usize;
-            let h = match batch::validate(&buf[at..at + total], usize::MAX) {
+            let h = match batch::check_integrity(&buf[at..at + total], usize::MAX) {
                 Ok(h) => h,
                 Err(e) => break Some(e.to_string()),
             };

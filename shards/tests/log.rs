@@ -656,3 +656,24 @@ fn offsets_by_timestamp() {
         log.close().await.unwrap();
     });
 }
+
+/// A producer whose clock is ahead of the broker's: LogAppendTime stamping leaves the batch's max
+/// timestamp below its base timestamp. That is no damage, and recovery must keep the batch.
+#[test]
+fn log_append_time_batches_from_a_clock_ahead_survive_recovery() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig { log_append_time: true, ..small_config() };
+        let log = Log::open(dir.path(), config.clone(), cache()).await.unwrap();
+        let future = 4_000_000_000_000i64; // year 2096
+        let mut b = shards::batch::BatchBuilder::new(future);
+        b.push(future, Some(b"k"), Some(b"v"), &[]);
+        log.append(Bytes::from(b.finish(0)), DURABLE).await.unwrap();
+        log.append(batch(1, 10, 1), DURABLE).await.unwrap();
+        let hw = log.high_watermark();
+        drop(log); // unclean: the last segment is scanned
+        let log = Log::open(dir.path(), config, cache()).await.unwrap();
+        assert_eq!(log.high_watermark(), hw, "recovery kept every batch");
+        log.close().await.unwrap();
+    });
+}
