@@ -89,6 +89,8 @@ struct Inner {
     queue: RefCell<VecDeque<PendingAppend>>,
     writing: Cell<bool>,
     syncing: Cell<bool>,
+    /// The highest offset someone asked to be durable (a durable append, a flush tick, close).
+    sync_target: Cell<i64>,
     /// Set when an fsync failed: the page cache may have dropped data, so appends stop until restart.
     failure: RefCell<Option<String>>,
     closed: Cell<bool>,
@@ -193,6 +195,7 @@ impl Log {
             queue: RefCell::new(VecDeque::new()),
             writing: Cell::new(false),
             syncing: Cell::new(false),
+            sync_target: Cell::new(next),
             failure: RefCell::new(None),
             closed: Cell::new(false),
             stats: Cell::new(LogStats::default()),
@@ -529,19 +532,23 @@ impl Inner {
         }
         let inner = self.clone();
         glommio::spawn_local(async move {
-            let permit = inner.append_permit.acquire_permit(1).await;
-            loop {
+            // The permit is taken per group, so retention and close get their turn under load.
+            while !inner.queue.borrow().is_empty() {
+                let Ok(permit) = inner.append_permit.acquire_permit(1).await else {
+                    let closed: Vec<_> = inner.queue.borrow_mut().drain(..).collect();
+                    closed
+                        .into_iter()
+                        .for_each(|p| p.done.set(Err(Error::Closed)));
+                    break;
+                };
                 let group = inner.next_group().await;
                 if group.is_empty() {
                     break;
                 }
-                if permit.is_err() {
-                    group
-                        .into_iter()
-                        .for_each(|p| p.done.set(Err(Error::Closed)));
-                    continue;
-                }
                 inner.write_group(group).await;
+                drop(permit);
+                // Let a waiting retention or close take the permit before the next group.
+                futures_lite::future::yield_now().await;
             }
             inner.writing.set(false);
         })
@@ -727,7 +734,7 @@ impl Inner {
 
     /// Waits until everything below `target` is fsynced, starting a group-commit fsync if none runs.
     async fn sync_to(self: &Rc<Self>, target: i64) -> Result<()> {
-        self.request_sync();
+        self.request_sync(target);
         if self.durable.wait_for(target).await {
             return Ok(());
         }
@@ -737,24 +744,26 @@ impl Inner {
         }
     }
 
-    /// Starts the group-commit task unless it runs: it fsyncs the active segment until the durable
-    /// offset has caught up with the high watermark, so appends that arrive during one fsync share the next.
-    fn request_sync(self: &Rc<Self>) {
+    /// Asks for everything below `target` to be fsynced, starting the group-commit task unless it
+    /// runs. Each fsync covers all that is written when it starts, so appends that arrive during one
+    /// fsync share the next; the task stops once the highest target asked for is durable, so steady
+    /// non-durable traffic does not keep it fsyncing.
+    fn request_sync(self: &Rc<Self>, target: i64) {
+        self.sync_target.set(self.sync_target.get().max(target));
         if self.syncing.replace(true) {
             return;
         }
         let inner = self.clone();
         glommio::spawn_local(async move {
-            while inner.failure.borrow().is_none() {
-                let target = inner.high_watermark.value();
-                if inner.durable.value() >= target {
-                    break;
-                }
+            while inner.failure.borrow().is_none()
+                && inner.durable.value() < inner.sync_target.get()
+            {
+                let written = inner.high_watermark.value();
                 let seg = inner.active();
                 match seg.file.fdatasync().await {
                     Ok(()) => {
                         inner.bump(|s| s.fsyncs += 1);
-                        inner.durable.advance(target);
+                        inner.durable.advance(written);
                     }
                     Err(e) => {
                         inner.fail(&seg.path, e);
@@ -805,9 +814,7 @@ fn spawn_background(weak: Weak<Inner>) {
             };
             if flush.is_some_and(|f| last_flush.elapsed() >= f) {
                 last_flush = Instant::now();
-                if inner.durable.value() < inner.high_watermark.value() {
-                    inner.request_sync();
-                }
+                inner.request_sync(inner.high_watermark.value());
             }
             if last_retention.elapsed() >= retention {
                 last_retention = Instant::now();
