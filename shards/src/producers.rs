@@ -172,7 +172,8 @@ impl ProducerStates {
         b.extend_from_slice(&(self.producers.len() as u32).to_be_bytes());
         for (id, p) in &self.producers {
             let done: Vec<_> = p.recent.iter().filter(|r| r.2 >= 0).collect();
-            let next = done.last().map_or(p.next_seq, |r| r.1.wrapping_add(1));
+            // The first batch still in flight was never written: the next sequence starts there.
+            let next = p.recent.iter().find(|r| r.2 < 0).map_or(p.next_seq, |r| r.0);
             b.extend_from_slice(&id.to_be_bytes());
             b.extend_from_slice(&p.epoch.to_be_bytes());
             b.extend_from_slice(&next.to_be_bytes());
@@ -303,6 +304,11 @@ mod tests {
         let mut bad = live.encode(21);
         bad[10] ^= 1;
         assert!(ProducerStates::decode(&bad).is_none());
+        // A reservation still in flight at snapshot time was never written: a retry is accepted.
+        let mut pending = ProducerStates::default();
+        assert_eq!(pending.check_and_reserve(&h(9, 0, 0, 2)), SequenceCheck::Append);
+        let (mut restored, _) = ProducerStates::decode(&pending.encode(0)).unwrap();
+        assert_eq!(restored.check_and_reserve(&h(9, 0, 0, 2)), SequenceCheck::Append);
         let mut live2 = live;
         assert_eq!(
             live2.check_and_reserve(&h(1, 2, 18, 3)),

@@ -34,9 +34,6 @@ const IO_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Kafka error codes the client reacts to.
 pub const OFFSET_OUT_OF_RANGE: i16 = 1;
-pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
-pub const LEADER_NOT_AVAILABLE: i16 = 5;
-pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
 pub const TOPIC_ALREADY_EXISTS: i16 = 36;
 
 /// `ListOffsets` timestamps.
@@ -113,15 +110,6 @@ const WANTED: [(ApiKey, i16, i16); 5] = [
 ];
 
 impl Versions {
-    /// What the client uses against a shoal it started itself (and the raw baseline).
-    pub const SHOAL: Versions = Versions {
-        produce: 9,
-        fetch: 12,
-        metadata: 12,
-        list_offsets: 7,
-        create_topics: 7,
-    };
-
     fn negotiate(r: &ApiVersionsResponse) -> io::Result<Versions> {
         let mut chosen = HashMap::new();
         for (key, lo, hi) in WANTED {
@@ -411,10 +399,6 @@ impl FrameReader {
         }
     }
 
-    pub fn capacity(&self) -> usize {
-        self.buf.len()
-    }
-
     /// The bytes received and not consumed yet.
     pub fn buffered(&self) -> &[u8] {
         &self.buf[self.start..self.end]
@@ -616,10 +600,6 @@ pub struct FetchOutcome {
     pub error_code: i16,
     /// The high watermark of the last partition in the response (-1 if none).
     pub high_watermark: i64,
-    /// Record bytes in the response, partial trailing batches included.
-    pub record_bytes: usize,
-    /// Bytes of partial batches at the end of a partition's records (not visited).
-    pub partial_bytes: usize,
 }
 
 /// Reads one FetchResponse (v4 to v12) from `s`, handing every complete batch to `visitor`. The
@@ -684,8 +664,7 @@ pub async fn read_fetch_response<S: AsyncRead + Unpin, V: BatchVisitor>(
                 let _preferred_read_replica = c.i32().await?;
             }
             if let Some(len) = c.bytes_len().await? {
-                out.record_bytes += len;
-                out.partial_bytes += walk_batches(&mut c, len, visitor, scratch).await?;
+                walk_batches(&mut c, len, visitor, scratch).await?;
             }
             c.skip_tags().await?;
         }
@@ -697,29 +676,27 @@ pub async fn read_fetch_response<S: AsyncRead + Unpin, V: BatchVisitor>(
     Ok(out)
 }
 
-/// Walks `len` bytes of record batches; returns the bytes of a partial batch at the end.
+/// Walks `len` bytes of record batches; a partial batch at the end is skipped, not visited.
 async fn walk_batches<S: AsyncRead + Unpin, V: BatchVisitor>(
     c: &mut Cursor<'_, S>,
     len: usize,
     visitor: &mut V,
     scratch: &mut Vec<u8>,
-) -> io::Result<usize> {
+) -> io::Result<()> {
     if len > c.left {
         return Err(other("fetch response: records run past the frame"));
     }
     let mut left = len;
     while left > 0 {
         if left < HEADER_LEN {
-            c.skip(left).await?;
-            return Ok(left);
+            return c.skip(left).await;
         }
         c.r.fill(c.s, left.min(BATCH_PEEK)).await?;
         let head = c.r.buffered();
         let total = shards::batch::peek_total_len(head).unwrap_or(0);
         if total > left || total < HEADER_LEN {
             // Cut by the broker's size limits (KIP-74 lets it), or not a batch we understand.
-            c.skip(left).await?;
-            return Ok(left);
+            return c.skip(left).await;
         }
         let header = BatchHeader::parse(head).map_err(|e| other(e.to_string()))?;
         let want_whole = visitor.batch(&header, &head[..total.min(BATCH_PEEK)]);
@@ -732,7 +709,7 @@ async fn walk_batches<S: AsyncRead + Unpin, V: BatchVisitor>(
         }
         left -= total;
     }
-    Ok(0)
+    Ok(())
 }
 
 /// A Fetch request for one partition, encoded once; each send patches the offset and correlation id.
@@ -740,7 +717,6 @@ async fn walk_batches<S: AsyncRead + Unpin, V: BatchVisitor>(
 pub struct FetchTemplate {
     frame: Vec<u8>,
     offset_at: usize,
-    pub version: i16,
 }
 
 /// Correlation ids sit after the size (4), api key (2) and api version (2).
@@ -778,11 +754,7 @@ impl FetchTemplate {
             .windows(8)
             .position(|w| w == sentinel)
             .ok_or_else(|| other("fetch template: offset not found"))?;
-        Ok(FetchTemplate {
-            frame,
-            offset_at,
-            version,
-        })
+        Ok(FetchTemplate { frame, offset_at })
     }
 
     /// The request frame for `offset`.
@@ -832,10 +804,19 @@ pub fn embedded_timestamp(batch_head: &[u8]) -> Option<u64> {
 }
 
 /// The embedded timestamp of a compressed batch: its records are decompressed (the whole batch is
-/// needed, so consumers do this for a sample of batches only).
+/// needed, so consumers do this for a sample of batches only). An uncompressed batch is read as is.
 pub fn embedded_timestamp_compressed(batch: &[u8], header: &BatchHeader) -> Option<u64> {
-    let codec = Codec::from_id(header.compression())?;
-    let records = codec.decompress(batch.get(HEADER_LEN..)?).ok()?;
+    use kafka_protocol::compression::{Decompressor, Gzip, Lz4, Snappy, Zstd};
+    let mut src = Bytes::copy_from_slice(batch.get(HEADER_LEN..)?);
+    let keep = |b: &mut Bytes| Ok(b.clone());
+    let records = match Codec::from_id(header.compression())? {
+        Codec::None => return embedded_timestamp(batch),
+        Codec::Gzip => <Gzip as Decompressor<Bytes>>::decompress(&mut src, keep),
+        Codec::Snappy => <Snappy as Decompressor<Bytes>>::decompress(&mut src, keep),
+        Codec::Lz4 => <Lz4 as Decompressor<Bytes>>::decompress(&mut src, keep),
+        Codec::Zstd => <Zstd as Decompressor<Bytes>>::decompress(&mut src, keep),
+    }
+    .ok()?;
     let at = value_at(&records, 0)?;
     Some(u64::from_be_bytes(records[at..at + 8].try_into().ok()?))
 }
@@ -874,51 +855,26 @@ impl Codec {
         })
     }
 
-    pub fn compress(self, data: &[u8]) -> io::Result<Vec<u8>> {
+    /// `batch` (uncompressed, as built by `BatchBuilder`) with its records compressed by this codec;
+    /// for `None`, a copy of it.
+    pub fn compress_batch(self, batch: &[u8]) -> io::Result<Vec<u8>> {
         use kafka_protocol::compression::{Compressor, Gzip, Lz4, Snappy, Zstd};
-        let mut out = Vec::with_capacity(data.len() / 2 + 64);
+        let (header, records) = batch.split_at(HEADER_LEN);
+        // The codecs append to `out`, after the header.
+        let mut out = Vec::with_capacity(HEADER_LEN + records.len() / 2 + 64);
+        out.extend_from_slice(header);
         let fill = |tmp: &mut BytesMut| {
-            tmp.extend_from_slice(data);
+            tmp.extend_from_slice(records);
             Ok(())
         };
-        let r = match self {
-            Codec::None => {
-                out.extend_from_slice(data);
-                Ok(())
-            }
+        match self {
+            Codec::None => return Ok(batch.to_vec()),
             Codec::Gzip => <Gzip as Compressor<Vec<u8>>>::compress(&mut out, fill),
             Codec::Snappy => <Snappy as Compressor<Vec<u8>>>::compress(&mut out, fill),
             Codec::Lz4 => <Lz4 as Compressor<Vec<u8>>>::compress(&mut out, fill),
             Codec::Zstd => <Zstd as Compressor<Vec<u8>>>::compress(&mut out, fill),
-        };
-        r.map_err(|e| other(format!("{self:?} compression: {e}")))?;
-        Ok(out)
-    }
-
-    pub fn decompress(self, data: &[u8]) -> io::Result<Bytes> {
-        use kafka_protocol::compression::{Decompressor, Gzip, Lz4, Snappy, Zstd};
-        let mut src = Bytes::copy_from_slice(data);
-        let r = match self {
-            Codec::None => Ok(src.clone()),
-            Codec::Gzip => <Gzip as Decompressor<Bytes>>::decompress(&mut src, |b| Ok(b.clone())),
-            Codec::Snappy => {
-                <Snappy as Decompressor<Bytes>>::decompress(&mut src, |b| Ok(b.clone()))
-            }
-            Codec::Lz4 => <Lz4 as Decompressor<Bytes>>::decompress(&mut src, |b| Ok(b.clone())),
-            Codec::Zstd => <Zstd as Decompressor<Bytes>>::decompress(&mut src, |b| Ok(b.clone())),
-        };
-        r.map_err(|e| other(format!("{self:?} decompression: {e}")))
-    }
-
-    /// `batch` (uncompressed, as built by `BatchBuilder`) with its records compressed.
-    pub fn compress_batch(self, batch: &[u8]) -> io::Result<Vec<u8>> {
-        if self == Codec::None {
-            return Ok(batch.to_vec());
         }
-        let records = self.compress(&batch[HEADER_LEN..])?;
-        let mut out = Vec::with_capacity(HEADER_LEN + records.len());
-        out.extend_from_slice(&batch[..HEADER_LEN]);
-        out.extend_from_slice(&records);
+        .map_err(|e| other(format!("{self:?} compression: {e}")))?;
         let batch_length = (out.len() - LOG_OVERHEAD) as i32;
         out[8..12].copy_from_slice(&batch_length.to_be_bytes());
         let attributes = i16::from_be_bytes([out[21], out[22]]) | self.id();
@@ -1015,6 +971,8 @@ pub fn stamp_batch(b: &mut [u8], value_at: usize, now_us: u64) {
 mod tests {
     use super::*;
     use shards::batch::BatchBuilder;
+
+    const NOT_LEADER_OR_FOLLOWER: i16 = 6;
 
     fn sample_batch(records: usize, value: usize) -> Vec<u8> {
         let mut b = BatchBuilder::new(1);
@@ -1114,11 +1072,10 @@ mod tests {
                     &mut scratch,
                 ))
                 .unwrap_or_else(|e| panic!("v{version}: {e}"));
+                // The batch cut short is skipped, not visited; the next frame still parses.
                 assert_eq!(seen.0, vec![(0, Some(11)), (3, Some(22))], "v{version}");
                 assert_eq!(out.error_code, NOT_LEADER_OR_FOLLOWER, "v{version}");
                 assert_eq!(out.high_watermark, 42, "v{version}");
-                assert_eq!(out.partial_bytes, 30, "v{version}");
-                assert_eq!(out.record_bytes, records.len(), "v{version}");
             }
             assert!(reader.buffered().is_empty(), "v{version}");
         }

@@ -97,7 +97,6 @@ impl Hists {
 pub struct ProducerStats {
     pub records: AtomicU64,
     pub bytes: AtomicU64,
-    pub batches: AtomicU64,
     pub acked_records: AtomicU64,
     pub errors: AtomicU64,
     pub done: AtomicBool,
@@ -113,7 +112,6 @@ pub struct ConsumerStats {
     pub records: AtomicU64,
     /// Record-batch bytes received (whole batches; the protocol's framing is not counted).
     pub bytes: AtomicU64,
-    pub batches: AtomicU64,
     pub fetches: AtomicU64,
     /// Offsets skipped between batches that no batch explains.
     pub gap_offsets: AtomicU64,
@@ -132,7 +130,6 @@ impl ConsumerStats {
             position: AtomicI64::new(start),
             records: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
-            batches: AtomicU64::new(0),
             fetches: AtomicU64::new(0),
             gap_offsets: AtomicU64::new(0),
             gaps: AtomicU64::new(0),
@@ -257,7 +254,6 @@ impl Shared {
         Counters {
             produced_records: self.producers.iter().map(|p| p.records.load(R)).sum(),
             produced_bytes: self.producers.iter().map(|p| p.bytes.load(R)).sum(),
-            produced_batches: self.producers.iter().map(|p| p.batches.load(R)).sum(),
             consumers: self
                 .consumers
                 .iter()
@@ -307,7 +303,6 @@ impl Shared {
 pub struct Counters {
     pub produced_records: u64,
     pub produced_bytes: u64,
-    pub produced_batches: u64,
     /// (records, bytes) per consumer.
     pub consumers: Vec<(u64, u64)>,
     pub fetches: u64,
@@ -471,7 +466,6 @@ pub fn find_listener_pid(addr: SocketAddr) -> Option<u32> {
 fn http(admin: SocketAddr, method: &str, path: &str, body: &str) -> std::io::Result<String> {
     let mut s = TcpStream::connect_timeout(&admin, Duration::from_secs(5))?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    // One write: shoal's admin server reads the body only if it arrives with the head.
     let request = format!(
         "{method} {path} HTTP/1.1\r\nHost: shoal\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()

@@ -21,8 +21,9 @@ use super::stats::{
 };
 use bytes::Bytes;
 use futures_lite::AsyncWriteExt;
-use glommio::channels::local_channel::{self, LocalReceiver};
+use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use glommio::net::TcpStream;
+use glommio::sync::{Semaphore, StaticPermit};
 use glommio::{LocalExecutorBuilder, Placement};
 use kafka_protocol::messages::{ApiKey, ProduceResponse};
 use serde::Serialize;
@@ -31,8 +32,10 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
+use std::fmt::Display;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -126,7 +129,8 @@ pub struct Delivered {
     pub mean_fetch_bytes: f64,
 }
 
-/// Whole-run counts (warm-up, backlog and drain included), for the correctness check.
+/// Whole-run counts (warm-up, backlog and drain included), for the correctness check. Bytes are
+/// record-batch bytes as sent and received: compressed ones with `--compression`.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Totals {
     pub produced_records: u64,
@@ -134,7 +138,9 @@ pub struct Totals {
     pub acked_records: u64,
     pub consumed_records: u64,
     pub consumed_bytes: u64,
+    /// The part of the produced figures that is the backlog (`--backlog`).
     pub backlog_records: u64,
+    pub backlog_bytes: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -222,7 +228,8 @@ pub struct RunSummary {
     pub correctness: Correctness,
     pub generator: GeneratorCpu,
     pub server: ServerFigures,
-    /// Delivered MB/s over the raw baseline's with the same consumers (when it ran).
+    /// Delivered MB/s over the raw baseline's with the same consumers: only when it ran and the
+    /// producers were not paced (`--rate 0`), as the raw server answers every fetch at once.
     pub raw_baseline_fraction: Option<f64>,
 }
 
@@ -312,18 +319,13 @@ async fn executor_main(idx: usize, cfg: Arc<ClientCfg>, shared: Arc<Shared>, pla
             local.clone(),
         )));
     }
-    let flush = |local: &RefCell<Hists>| {
-        let mut to = shared.hists[idx].lock().unwrap_or_else(|e| e.into_inner());
-        to.drain_from(&mut local.borrow_mut());
-    };
     let flusher = {
         let local = local.clone();
         let shared = shared.clone();
         glommio::spawn_local(async move {
             loop {
                 glommio::timer::sleep(Duration::from_millis(200)).await;
-                let mut to = shared.hists[idx].lock().unwrap_or_else(|e| e.into_inner());
-                to.drain_from(&mut local.borrow_mut());
+                flush(&shared, idx, &local);
             }
         })
     };
@@ -331,7 +333,55 @@ async fn executor_main(idx: usize, cfg: Arc<ClientCfg>, shared: Arc<Shared>, pla
         t.await;
     }
     drop(flusher);
-    flush(&local);
+    flush(&shared, idx, &local);
+}
+
+/// Moves executor `idx`'s histograms into its shared copy.
+fn flush(shared: &Shared, idx: usize, local: &RefCell<Hists>) {
+    let mut to = shared.hists[idx].lock().unwrap_or_else(|e| e.into_inner());
+    to.drain_from(&mut local.borrow_mut());
+}
+
+/// How a client task reports errors: in the run's list and its own counter.
+struct Reporter<'a> {
+    shared: &'a Shared,
+    who: String,
+    errors: &'a AtomicU64,
+    /// Set by [`fail`](Self::fail): a consumer that gave up did not receive everything.
+    failed: Option<&'a AtomicBool>,
+}
+
+impl Reporter<'_> {
+    /// An error the task carries on after.
+    fn error(&self, msg: impl Display) {
+        self.shared.error(format!("{}: {msg}", self.who));
+        self.errors.fetch_add(1, Relaxed);
+    }
+
+    /// An error that ends the task.
+    fn fail(&self, msg: impl Display) {
+        self.error(msg);
+        if let Some(f) = self.failed {
+            f.store(true, Relaxed);
+        }
+    }
+}
+
+/// Sets a task's `done` flag when the task ends, however it ends.
+struct DoneOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for DoneOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Relaxed);
+    }
+}
+
+/// Waits for the end of the set-up phase: every task starts together, once all consumers are
+/// connected.
+async fn setup_over(shared: &Shared) {
+    while shared.phase() == Phase::Setup {
+        glommio::timer::sleep(Duration::from_millis(1)).await;
+    }
 }
 
 use crate::kafka::connection::Half;
@@ -356,7 +406,6 @@ struct Visitor {
     modulus: Option<i64>,
     records: u64,
     bytes: u64,
-    batches: u64,
     gaps: u64,
     gap_offsets: u64,
     sample_latency: bool,
@@ -414,7 +463,6 @@ impl BatchVisitor for Visitor {
             }
         }
         self.bytes += total;
-        self.batches += 1;
         if !self.sample_latency || h.is_control() {
             return false;
         }
@@ -445,25 +493,21 @@ async fn consumer(
     hists: Rc<RefCell<Hists>>,
 ) {
     let stats = &shared.consumers[plan.id];
+    let _done = DoneOnDrop(&stats.done);
+    let report = Reporter {
+        shared: &shared,
+        who: format!("consumer {} (partition {})", plan.id, plan.partition),
+        errors: &stats.errors,
+        failed: Some(&stats.failed),
+    };
     let part = plan.partition as usize;
-    let fail = |msg: String| {
-        shared.error(format!(
-            "consumer {} (partition {}): {msg}",
-            plan.id, plan.partition
-        ));
-        stats.errors.fetch_add(1, Relaxed);
-        stats.failed.store(true, Relaxed);
-    };
-    let mut stream = match connect(plan.leader).await {
-        Ok(s) => s,
-        Err(e) => {
-            fail(e.to_string());
-            stats.done.store(true, Relaxed);
-            shared.consumers_ready.fetch_add(1, Relaxed);
-            return;
-        }
-    };
+    let stream = connect(plan.leader).await;
+    // Counted whether it connected or not: the run waits for every consumer's attempt.
     shared.consumers_ready.fetch_add(1, Relaxed);
+    let mut stream = match stream {
+        Ok(s) => s,
+        Err(e) => return report.fail(e),
+    };
     let mut template = match FetchTemplate::new(
         &cfg.topic,
         plan.partition,
@@ -472,11 +516,7 @@ async fn consumer(
         cfg.fetch_max_bytes,
     ) {
         Ok(t) => t,
-        Err(e) => {
-            fail(e.to_string());
-            stats.done.store(true, Relaxed);
-            return;
-        }
+        Err(e) => return report.fail(e),
     };
     let mut reader = FrameReader::new(cfg.receive_buffer);
     let mut scratch = Vec::new();
@@ -485,7 +525,6 @@ async fn consumer(
         modulus: cfg.modulus,
         records: 0,
         bytes: 0,
-        batches: 0,
         gaps: 0,
         gap_offsets: 0,
         sample_latency: cfg.sample_latency,
@@ -494,10 +533,7 @@ async fn consumer(
         epoch_us: shared.epoch_us,
         hists,
     };
-    // Everyone starts together, once all consumers are connected.
-    while shared.phase() == Phase::Setup {
-        glommio::timer::sleep(Duration::from_millis(1)).await;
-    }
+    setup_over(&shared).await;
     let mut correlation = 0i32;
     loop {
         let phase = shared.phase();
@@ -506,12 +542,12 @@ async fn consumer(
         }
         correlation = correlation.wrapping_add(1);
         if let Err(e) = stream.write_all(template.frame(correlation, v.next)).await {
-            fail(format!("sending a fetch: {e}"));
+            report.fail(format!("sending a fetch: {e}"));
             break;
         }
         v.measuring = phase == Phase::Measure;
         v.sampled_compressed = false;
-        let (records, bytes, batches) = (v.records, v.bytes, v.batches);
+        let (records, bytes) = (v.records, v.bytes);
         let outcome = read_fetch_response(
             &mut reader,
             &mut stream,
@@ -523,13 +559,12 @@ async fn consumer(
         .await;
         stats.records.fetch_add(v.records - records, Relaxed);
         stats.bytes.fetch_add(v.bytes - bytes, Relaxed);
-        stats.batches.fetch_add(v.batches - batches, Relaxed);
         stats.position.store(v.next, Relaxed);
         stats.gaps.store(v.gaps, Relaxed);
         stats.gap_offsets.store(v.gap_offsets, Relaxed);
         match outcome {
             Err(e) => {
-                fail(format!("reading a fetch response: {e}"));
+                report.fail(format!("reading a fetch response: {e}"));
                 break;
             }
             Ok(o) => {
@@ -540,24 +575,19 @@ async fn consumer(
                 match o.error_code {
                     0 => {}
                     client::OFFSET_OUT_OF_RANGE => {
-                        fail(format!("offset {} out of range", v.next));
+                        report.fail(format!("offset {} out of range", v.next));
                         break;
                     }
                     code => {
                         // NOT_LEADER_OR_FOLLOWER and the like: leaders do not move under an
                         // embedded shoal; count it and retry after a pause.
-                        shared.error(format!(
-                            "consumer {} (partition {}): fetch error {code}",
-                            plan.id, plan.partition
-                        ));
-                        stats.errors.fetch_add(1, Relaxed);
+                        report.error(format!("fetch error {code}"));
                         glommio::timer::sleep(Duration::from_millis(100)).await;
                     }
                 }
             }
         }
     }
-    stats.done.store(true, Relaxed);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -604,15 +634,25 @@ pub(crate) fn template_batch(message_bytes: usize, records: usize, seed: u64) ->
 #[derive(Debug)]
 struct Pending {
     correlation: i32,
+    /// Taken right before the request was written.
     sent: Instant,
     measured: bool,
     records: u64,
+    /// Its in-flight slot on the connection, given back once the response is read.
+    _slot: StaticPermit,
+}
+
+/// With acks: the requests in flight on a connection, and the task reading their responses.
+struct InFlight {
+    /// `--max-in-flight` slots; closed if the reader stops early.
+    slots: Rc<Semaphore>,
+    pending: LocalSender<Pending>,
+    reader: glommio::Task<()>,
 }
 
 struct ProducerConn {
     stream: Half,
-    pending: Option<local_channel::LocalSender<Pending>>,
-    reader: Option<glommio::Task<()>>,
+    in_flight: Option<InFlight>,
 }
 
 async fn producer(
@@ -622,50 +662,50 @@ async fn producer(
     hists: Rc<RefCell<Hists>>,
 ) {
     let stats = &shared.producers[plan.id];
-    let fail = |msg: String| {
-        shared.error(format!("producer {}: {msg}", plan.id));
-        stats.errors.fetch_add(1, Relaxed);
+    let _done = DoneOnDrop(&stats.done);
+    let report = Reporter {
+        shared: &shared,
+        who: format!("producer {}", plan.id),
+        errors: &stats.errors,
+        failed: None,
     };
-    // One connection per leader, one ready-made request (or batch template) per partition.
+    // One connection per leader; per partition, its connection and a ready-made request (without
+    // compression; with it, each batch is compressed from the template).
     let mut conns: Vec<ProducerConn> = Vec::new();
     let mut by_leader: HashMap<SocketAddr, usize> = HashMap::new();
-    let mut slots = Vec::new();
+    let mut targets = Vec::new();
     let template = template_batch(cfg.message_bytes, cfg.records_per_batch, plan.id as u64 + 1);
     let value_at = client::first_value_at(&template).expect("template values are >= 8 bytes");
     for p in &plan.partitions {
         let conn = match by_leader.get(&p.leader) {
             Some(&c) => c,
-            None => match connect(p.leader).await {
-                Ok(s) => {
-                    let stream = Half(Rc::new(RefCell::new(s)));
-                    let (pending, reader) = if cfg.acks != 0 {
-                        let (tx, rx) = local_channel::new_bounded(cfg.max_in_flight.max(1));
-                        let task = glommio::spawn_local(produce_responses(
-                            cfg.clone(),
-                            shared.clone(),
-                            plan.id,
-                            stream.clone(),
-                            rx,
-                            hists.clone(),
-                        ));
-                        (Some(tx), Some(task))
-                    } else {
-                        (None, None)
-                    };
-                    conns.push(ProducerConn {
-                        stream,
+            None => {
+                let stream = match connect(p.leader).await {
+                    Ok(s) => Half(Rc::new(RefCell::new(s))),
+                    Err(e) => return report.fail(e),
+                };
+                let in_flight = (cfg.acks != 0).then(|| {
+                    let slots = Rc::new(Semaphore::new(cfg.max_in_flight.max(1) as u64));
+                    let (pending, rx) = local_channel::new_unbounded();
+                    let reader = glommio::spawn_local(produce_responses(
+                        cfg.clone(),
+                        shared.clone(),
+                        plan.id,
+                        stream.clone(),
+                        rx,
+                        slots.clone(),
+                        hists.clone(),
+                    ));
+                    InFlight {
+                        slots,
                         pending,
                         reader,
-                    });
-                    by_leader.insert(p.leader, conns.len() - 1);
-                    conns.len() - 1
-                }
-                Err(e) => {
-                    fail(e.to_string());
-                    stats.done.store(true, Relaxed);
-                    return;
-                }
-            },
+                    }
+                });
+                conns.push(ProducerConn { stream, in_flight });
+                by_leader.insert(p.leader, conns.len() - 1);
+                conns.len() - 1
+            }
         };
         let frame = if cfg.compression == Codec::None {
             match ProduceFrame::new(
@@ -676,26 +716,20 @@ async fn producer(
                 template.clone(),
             ) {
                 Ok(f) => Some(f),
-                Err(e) => {
-                    fail(e.to_string());
-                    stats.done.store(true, Relaxed);
-                    return;
-                }
+                Err(e) => return report.fail(e),
             }
         } else {
             None
         };
-        slots.push((p.partition, conn, frame));
+        targets.push((p.partition, conn, frame));
     }
-    while shared.phase() == Phase::Setup {
-        glommio::timer::sleep(Duration::from_millis(2)).await;
-    }
+    setup_over(&shared).await;
     let interval = Duration::from_secs_f64(cfg.batch_interval);
     let mut next_at = Instant::now();
     let mut correlation = 0i32;
     let mut scratch = template.clone();
     let mut i = 0usize;
-    'send: loop {
+    loop {
         let phase = shared.phase();
         if phase >= Phase::Drain
             || (phase == Phase::Backlog
@@ -712,34 +746,25 @@ async fn producer(
             }
             next_at += interval;
         }
-        let n = slots.len();
-        let (partition, conn, frame) = &mut slots[i % n];
+        let n = targets.len();
+        let (partition, conn, frame) = &mut targets[i % n];
+        let conn = &mut conns[*conn];
         i += 1;
+        // Waits while --max-in-flight requests are outstanding on this connection.
+        let slot = match &conn.in_flight {
+            Some(f) => match f.slots.acquire_static_permit(1).await {
+                Ok(slot) => Some(slot),
+                Err(_) => break, // the reader stopped on an error (reported)
+            },
+            None => None,
+        };
         correlation = correlation.wrapping_add(1);
-        let sent = Instant::now();
-        if let Some(tx) = &conns[*conn].pending {
-            // Waits while --max-in-flight requests are outstanding on this connection.
-            let p = Pending {
-                correlation,
-                sent,
-                measured: phase == Phase::Measure,
-                records: cfg.records_per_batch as u64,
-            };
-            if tx.send(p).await.is_err() {
-                break 'send;
-            }
-        }
         let ts = now_us();
-        let (result, batch_len) = match frame {
+        let compressed;
+        let (request, batch_len): (&[u8], usize) = match frame {
             Some(f) => {
                 let len = f.batch_len();
-                (
-                    conns[*conn]
-                        .stream
-                        .write_all(f.stamp(correlation, ts))
-                        .await,
-                    len,
-                )
+                (f.stamp(correlation, ts), len)
             }
             None => {
                 scratch.copy_from_slice(&template);
@@ -752,32 +777,51 @@ async fn producer(
                         .map(|f| (f, len))
                 });
                 match request {
-                    Ok((f, len)) => (conns[*conn].stream.write_all(&f).await, len),
-                    Err(e) => (Err(e), 0),
+                    Ok((f, len)) => {
+                        compressed = f;
+                        (&compressed[..], len)
+                    }
+                    Err(e) => {
+                        report.fail(format!("building a produce request: {e}"));
+                        break;
+                    }
                 }
             }
         };
-        if let Err(e) = result {
-            fail(format!("sending a produce request: {e}"));
+        // Publish latency starts here: the slot is taken and the request built.
+        let sent = Instant::now();
+        if let (Some(f), Some(slot)) = (&conn.in_flight, slot) {
+            let p = Pending {
+                correlation,
+                sent,
+                measured: phase == Phase::Measure,
+                records: cfg.records_per_batch as u64,
+                _slot: slot,
+            };
+            if f.pending.try_send(p).is_err() {
+                break;
+            }
+        }
+        if let Err(e) = conn.stream.write_all(request).await {
+            report.fail(format!("sending a produce request: {e}"));
             break;
         }
         stats
             .records
             .fetch_add(cfg.records_per_batch as u64, Relaxed);
         stats.bytes.fetch_add(batch_len as u64, Relaxed);
-        stats.batches.fetch_add(1, Relaxed);
         shared.bytes_sent.fetch_add(batch_len as u64, Relaxed);
     }
     // Let the readers collect the outstanding responses.
     for c in &mut conns {
-        c.pending = None;
-    }
-    for c in &mut conns {
-        if let Some(r) = c.reader.take() {
-            r.await;
+        if let Some(InFlight {
+            pending, reader, ..
+        }) = c.in_flight.take()
+        {
+            drop(pending);
+            reader.await;
         }
     }
-    stats.done.store(true, Relaxed);
 }
 
 async fn produce_responses(
@@ -786,17 +830,23 @@ async fn produce_responses(
     id: usize,
     mut stream: Half,
     pending: LocalReceiver<Pending>,
+    slots: Rc<Semaphore>,
     hists: Rc<RefCell<Hists>>,
 ) {
     let stats = &shared.producers[id];
+    let report = Reporter {
+        shared: &shared,
+        who: format!("producer {id}"),
+        errors: &stats.errors,
+        failed: None,
+    };
     let mut reader = FrameReader::new(16 << 10);
     while let Some(p) = pending.recv().await {
         let frame = match reader.read_frame(&mut stream, 16 << 20).await {
             Ok(f) => f,
             Err(e) => {
-                shared.error(format!("producer {id}: reading a produce response: {e}"));
-                stats.errors.fetch_add(1, Relaxed);
-                return;
+                report.fail(format!("reading a produce response: {e}"));
+                break;
             }
         };
         let latency = p.sent.elapsed().as_micros() as u64;
@@ -808,9 +858,8 @@ async fn produce_responses(
         ) {
             Ok(r) => r,
             Err(e) => {
-                shared.error(format!("producer {id}: {e}"));
-                stats.errors.fetch_add(1, Relaxed);
-                return;
+                report.fail(e);
+                break;
             }
         };
         let mut ok = true;
@@ -818,9 +867,8 @@ async fn produce_responses(
             for pr in &t.partition_responses {
                 if pr.error_code != 0 {
                     ok = false;
-                    stats.errors.fetch_add(1, Relaxed);
-                    shared.error(format!(
-                        "producer {id}: partition {}: produce error {}{}",
+                    report.error(format!(
+                        "partition {}: produce error {}{}",
                         pr.index,
                         pr.error_code,
                         pr.error_message
@@ -840,6 +888,8 @@ async fn produce_responses(
             }
         }
     }
+    // After an error, the producer must not wait for slots that no response will give back.
+    slots.close();
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -937,6 +987,14 @@ fn sleep_until(t: Instant) {
     }
 }
 
+/// What the backlog's producers sent and had acknowledged (`--backlog`).
+#[derive(Debug, Default)]
+struct Backlog {
+    records: u64,
+    bytes: u64,
+    acked_records: u64,
+}
+
 /// Runs the workload once against `target` and returns its summary.
 pub fn run(
     w: &Workload,
@@ -1000,7 +1058,7 @@ pub fn run(
     let threads = w.client_threads.max(1);
 
     // The catch-up workload: pre-produce the backlog before any consumer starts.
-    let mut backlog_records = 0;
+    let mut backlog = Backlog::default();
     if !raw && w.backlog_bytes > 0 {
         let n = w.producers.max(1);
         let shared = Arc::new(Shared::new(n, Vec::new(), partitions, threads, epoch_us));
@@ -1021,7 +1079,15 @@ pub fn run(
             let _ = h.join();
         }
         let c = shared.snapshot();
-        backlog_records = c.produced_records;
+        backlog = Backlog {
+            records: c.produced_records,
+            bytes: c.produced_bytes,
+            acked_records: shared
+                .producers
+                .iter()
+                .map(|p| p.acked_records.load(Relaxed))
+                .sum(),
+        };
         if w.live {
             let secs = started.elapsed().as_secs_f64();
             println!(
@@ -1113,8 +1179,7 @@ pub fn run(
     let measure_start = t0 + w.warmup;
     let measure_end = measure_start + w.duration;
     // A pure catch-up (a backlog and no producers) is measured until every consumer has read it.
-    let backlog_end = (caught_up_ends.is_some()).then(|| {
-        let ends = caught_up_ends.clone().unwrap_or_default();
+    let backlog_end = caught_up_ends.map(|ends| {
         move |shared: &Shared| {
             shared.consumers.iter().all(|c| {
                 c.done.load(Relaxed) || c.position.load(Relaxed) >= ends[c.partition as usize]
@@ -1243,17 +1308,20 @@ pub fn run(
     };
     let (publish, e2e) = shared.totals();
     let all = shared.snapshot();
+    let (consumed_records, consumed_bytes) = all.consumed();
     let totals = Totals {
-        produced_records: all.produced_records + backlog_records,
-        produced_bytes: all.produced_bytes,
-        acked_records: shared
-            .producers
-            .iter()
-            .map(|p| p.acked_records.load(Relaxed))
-            .sum(),
-        consumed_records: all.consumed().0,
-        consumed_bytes: all.consumed().1,
-        backlog_records,
+        produced_records: backlog.records + all.produced_records,
+        produced_bytes: backlog.bytes + all.produced_bytes,
+        acked_records: backlog.acked_records
+            + shared
+                .producers
+                .iter()
+                .map(|p| p.acked_records.load(Relaxed))
+                .sum::<u64>(),
+        consumed_records,
+        consumed_bytes,
+        backlog_records: backlog.records,
+        backlog_bytes: backlog.bytes,
     };
     let errors = Errors {
         count: shared.error_count.load(Relaxed),

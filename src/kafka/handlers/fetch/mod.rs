@@ -46,11 +46,12 @@ struct Target {
 }
 
 impl Target {
-    /// What a fetch waiting for data past `offset` watches.
+    /// What a fetch waiting for more data watches: a running shared view reader's progress, else the
+    /// partition's high watermark.
     fn monitor(&self) -> shards::OffsetMonitor {
         match &self.view {
-            Some((reader, _)) => reader.progress_monitor(),
-            None => self.part.log.high_watermark_monitor().clone(),
+            Some((reader, _)) if reader.is_running() => reader.progress_monitor(),
+            _ => self.part.log.high_watermark_monitor().clone(),
         }
     }
 }
@@ -282,8 +283,8 @@ pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
     Ok(Reply::Fetch(parts.chunks, done.holds))
 }
 
-/// Waits until any planned partition's high watermark passes its fetch offset; `false` at the
-/// deadline or on shutdown.
+/// Waits until any planned partition gets more data than it has now; `false` at the deadline or on
+/// shutdown.
 async fn wait_for_data(core: &Core, plan: &Plan) -> bool {
     let waits: Vec<_> = plan
         .topics
@@ -293,7 +294,12 @@ async fn wait_for_data(core: &Core, plan: &Plan) -> bool {
             p.target
                 .as_ref()
                 .ok()
-                .map(|t| Box::pin(t.monitor().wait_for(p.offset + 1)))
+                .map(|t| {
+                    // Past what is there now, not past the fetch offset: with some data but less
+                    // than min_bytes, the latter is already true and the fetch would spin.
+                    let m = t.monitor();
+                    Box::pin(m.wait_for(m.value().max(p.offset) + 1))
+                })
         })
         .collect();
     let remaining = plan.deadline.saturating_duration_since(Instant::now());
