@@ -118,10 +118,11 @@ impl Cache {
         Some(e)
     }
 
-    /// Inserts and returns how many entries were evicted to make room.
-    fn insert(&mut self, key: CoalesceKey, mut entry: Entry) -> u64 {
+    /// Inserts and returns how many entries were evicted to make room; `None` if the result is too
+    /// big to cache (it would flush most of the cache).
+    fn insert(&mut self, key: CoalesceKey, mut entry: Entry) -> Option<u64> {
         if entry.bytes > self.capacity / 2 {
-            return 0; // would flush most of the cache for one result
+            return None;
         }
         self.remove(&key);
         self.next_generation += 1;
@@ -143,7 +144,7 @@ impl Cache {
                 evicted += self.evict_main();
             }
         }
-        evicted
+        Some(evicted)
     }
 
     fn live(&self, key: &CoalesceKey, generation: u64) -> bool {
@@ -332,11 +333,12 @@ impl FetchCoalescer {
 
     /// Caches a finished result if it is worth keeping.
     fn keep(&self, key: CoalesceKey, shared: &Rc<SharedRead>, stale: bool) {
+        let mut cache = self.cache.borrow_mut();
+        if stale {
+            cache.remove(&key);
+        }
         let records = &shared.read.records;
         if !self.enabled.get() || records.is_empty() {
-            if stale {
-                self.cache.borrow_mut().remove(&key);
-            }
             return;
         }
         let end_seen = shared.read.high_watermark;
@@ -349,7 +351,10 @@ impl FetchCoalescer {
             in_main: false,
             generation: 0,
         };
-        let evicted = self.cache.borrow_mut().insert(key, entry);
+        let Some(evicted) = cache.insert(key, entry) else {
+            return;
+        };
+        drop(cache);
         self.bump(|s| {
             if stale {
                 s.reinsertions += 1;

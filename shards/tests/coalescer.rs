@@ -386,8 +386,50 @@ fn eviction_never_invalidates_bytes_a_response_holds() {
         }
         let s = c.stats();
         assert!(s.evictions > 0 && s.cached_bytes <= 1000, "{s:?}");
+        // The held result left the cache (asking again reads again) ...
+        let before = calls.get();
+        let again = c
+            .read(
+                key(0),
+                10,
+                counted(&calls, NOW, Ok(fake_read(0, 9, 400, 10))),
+            )
+            .await
+            .unwrap();
+        assert_eq!(calls.get(), before + 1, "the held result was evicted");
+        assert!(!Rc::ptr_eq(&again, &held));
+        // ... and the response holding it still has its bytes.
         assert_eq!(held.read.records.parts[0], bytes);
         assert!(held.read.records.parts[0].iter().all(|&b| b == 0));
+    });
+}
+
+#[test]
+fn a_stale_result_replaced_by_one_too_big_to_cache_leaves_nothing_behind() {
+    run(|| async {
+        let c = FetchCoalescer::new(1000, true);
+        let calls = Rc::new(Cell::new(0));
+        c.read(
+            key(0),
+            10,
+            counted(&calls, NOW, Ok(fake_read(0, 9, 100, 10))),
+        )
+        .await
+        .unwrap();
+        // The visible end moved; the new result is over half the cache, so it is not kept.
+        c.read(
+            key(0),
+            20,
+            counted(&calls, NOW, Ok(fake_read(0, 19, 600, 20))),
+        )
+        .await
+        .unwrap();
+        let s = c.stats();
+        assert_eq!(
+            (s.cached_entries, s.cached_bytes, s.reinsertions),
+            (0, 0, 0),
+            "{s:?}"
+        );
     });
 }
 
