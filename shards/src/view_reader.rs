@@ -244,22 +244,28 @@ impl ViewReader {
         }
         let position = self.position();
         let window_start = self.window.borrow().front().map_or(position, |b| b.base);
-        let mut in_window = config.shared && offset >= window_start && offset < position;
+        let in_window = config.shared && offset >= window_start && offset < position;
         if config.shared && !in_window {
             if offset >= position && offset - position <= config.max_delta_for_fanout {
                 return Ok(done(Records::empty())); // the reader is on its way
             }
-            // Slightly behind: decode the gap once into the front of the window, for everyone behind
-            // there too. The reader's own position does not move.
-            in_window = offset < window_start
+            // Slightly behind: decode the gap once, answer from it, and put it in front of the
+            // window for everyone behind there too. The reader's own position does not move.
+            if offset < window_start
                 && window_start - offset <= config.max_delta_for_fanout
                 && !self.filling.get()
-                && self.extend_back(offset, window_start).await?;
+            {
+                let fill = self.fill_back(offset, window_start, max_bytes).await?;
+                let records = collect(fill.iter(), shard as usize, offset, max_bytes, obligatory);
+                self.prepend(fill, window_start);
+                return Ok(done(records));
+            }
         }
         if in_window {
             let w = self.window.borrow();
+            let first = w.partition_point(|b| b.last < offset);
             return Ok(done(collect(
-                w.iter(),
+                w.range(first..),
                 shard as usize,
                 offset,
                 max_bytes,
@@ -292,16 +298,17 @@ impl ViewReader {
         ))
     }
 
-    /// Decodes `from..until` (until = the window's first offset) and puts it in front of the window,
-    /// if the window still starts there afterwards and the result fits its budget. Returns whether it did.
-    async fn extend_back(&self, from: i64, until: i64) -> Result<bool> {
+    /// Decodes source batches from `from` towards `until` (the window's first offset): all the way
+    /// if the result can join the window, else only as far as `max_bytes` needs.
+    async fn fill_back(&self, from: i64, until: i64, max_bytes: usize) -> Result<Vec<SplitBatch>> {
         self.filling.set(true);
         let config = self.config.get();
+        let room = config.window_bytes.saturating_sub(self.window_bytes.get());
         let mut fill = Vec::new();
         let mut bytes = 0;
         let mut at = from;
         let result = async {
-            while at < until {
+            while at < until && (bytes <= room || bytes < max_bytes) {
                 let read = self.log.read(at, config.read_bytes, true).await?;
                 let Some(next) = read.records.next_offset() else {
                     break;
@@ -316,18 +323,23 @@ impl ViewReader {
         }
         .await;
         self.filling.set(false);
-        result?;
+        result.map(|()| fill)
+    }
+
+    /// Puts `fill` in front of the window if it reaches `until`, the window still starts there, and
+    /// it fits the window's budget.
+    fn prepend(&self, fill: Vec<SplitBatch>, until: i64) {
+        let bytes: usize = fill.iter().map(|b| b.bytes).sum();
         let mut w = self.window.borrow_mut();
-        let still_there = w.front().is_some_and(|b| b.base == until)
-            && fill.last().is_some_and(|b| b.last + 1 == until);
-        if !still_there || self.window_bytes.get() + bytes > config.window_bytes {
-            return Ok(false);
+        let joins = fill.last().is_some_and(|b| b.last + 1 == until)
+            && w.front().is_some_and(|b| b.base == until);
+        if !joins || self.window_bytes.get() + bytes > self.config.get().window_bytes {
+            return;
         }
         self.window_bytes.set(self.window_bytes.get() + bytes);
         for b in fill.into_iter().rev() {
             w.push_front(b);
         }
-        Ok(true)
     }
 
     fn bump(&self, f: impl FnOnce(&mut ViewStats)) {

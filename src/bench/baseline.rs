@@ -1,14 +1,19 @@
 //! The raw TCP fan-out baseline: the machine's practical limit for the same delivery.
 //!
 //! A server with as many threads as the broker has cores holds a ring of record batches in memory,
-//! built like the producers' (same message size, same records per batch). It answers every Fetch
-//! at once with the batches from the asked offset, up to the partition's `max_bytes`, as shoal
-//! would: the frame is read and decoded and the response encoded by shoal's own front-end code
+//! built like the producers' (same message size, same records per batch, same compression codec,
+//! so that a delivered byte means the same in both). It answers every Fetch at once with the
+//! batches from the asked offset, up to the partition's `max_bytes`, as shoal would: the frame is read and decoded and the response encoded by shoal's own front-end code
 //! (`kafka::frame`, `kafka::header`, `fetch::encode`), and the record bytes are written straight
 //! from the ring without copying. No log, no coalescer, no waiting, no producers. The consumers are
 //! the same code as in a shoal run, counting the same way; offsets wrap at the ring's end, which
 //! their contiguity check is told.
+//!
+//! Since it never waits for data, it is the ceiling of a run whose producers keep the log ahead of
+//! the consumers (`--rate 0`); a paced run delivers what is produced, whatever the ceiling, and is
+//! not compared with it.
 
+use super::client::Codec;
 use super::workload::template_batch;
 use crate::kafka::frame::{read_frame, FrameError};
 use crate::kafka::handlers::fetch::encode::{encode_fetch_response, PartitionResult, TopicResult};
@@ -42,18 +47,21 @@ pub struct Ring {
 }
 
 impl Ring {
-    /// About `bytes` of batches, plus `max_response` bytes for the wrap.
+    /// About `bytes` of batches (at least 4) compressed with `codec`, plus `max_response` bytes for
+    /// the wrap.
     pub fn new(
         message_bytes: usize,
         records_per_batch: usize,
+        codec: Codec,
         bytes: usize,
         max_response: usize,
-    ) -> Ring {
+    ) -> io::Result<Ring> {
         let mut template = template_batch(message_bytes, records_per_batch, 7);
         let at = super::client::first_value_at(&template).expect("values are >= 8 bytes");
         super::client::stamp_batch(&mut template, at, 0);
+        let template = codec.compress_batch(&template)?;
         let batch_len = template.len();
-        let batches = (bytes / batch_len).max(1);
+        let batches = (bytes / batch_len).max(4);
         let stored = batches + max_response.div_ceil(batch_len) + 1;
         let mut out = BytesMut::with_capacity(stored * batch_len);
         for i in 0..stored {
@@ -61,13 +69,13 @@ impl Ring {
             out.extend_from_slice(&template);
             shards::batch::set_base_offset(&mut out[start..], (i * records_per_batch) as i64);
         }
-        Ring {
+        Ok(Ring {
             bytes: out.freeze(),
             batch_len,
             records_per_batch: records_per_batch as i64,
             batches,
             stored,
-        }
+        })
     }
 
     /// Where offsets wrap.
@@ -231,7 +239,7 @@ mod tests {
 
     #[test]
     fn ring_answers_wrap_and_stay_contiguous() {
-        let ring = Ring::new(100, 10, 10_000, 4_000);
+        let ring = Ring::new(100, 10, Codec::None, 10_000, 4_000).unwrap();
         let period = ring.period();
         assert!(period >= 10);
         let r = ring.records(0, 4_000);
@@ -248,5 +256,19 @@ mod tests {
         assert!(r.last_offset >= period);
         let r = ring.records(period + 20, 1);
         assert_eq!((r.first_offset, r.batches), (20, 1));
+    }
+
+    #[test]
+    fn ring_batches_carry_the_runs_compression() {
+        let plain = Ring::new(1000, 16, Codec::None, 1 << 20, 64 << 10).unwrap();
+        let lz4 = Ring::new(1000, 16, Codec::Lz4, 1 << 20, 64 << 10).unwrap();
+        assert!(lz4.batch_len < plain.batch_len / 2, "{} vs {}", lz4.batch_len, plain.batch_len);
+        let r = lz4.records(lz4.period() - 16, 64 << 10);
+        for i in 0..r.batches as usize {
+            let h = shards::batch::validate(&r.parts[0][i * lz4.batch_len..], usize::MAX).unwrap();
+            assert_eq!(h.compression(), Codec::Lz4.id() as u8);
+            assert_eq!(h.record_count, 16);
+            assert_eq!(h.base_offset, lz4.period() - 16 + i as i64 * 16);
+        }
     }
 }

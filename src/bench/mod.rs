@@ -156,8 +156,9 @@ pub struct FanoutArgs {
     /// Run the workload twice, with shoal's fetch coalescing on and then off, side by side.
     #[arg(long, value_enum)]
     pub compare: Option<Compare>,
-    /// Also run a plain TCP fan-out from memory to the same number of consumers and print the
-    /// broker's delivered throughput as a fraction of it.
+    /// Also run a plain TCP fan-out from memory to the same number of consumers (same batches, same
+    /// compression) and, when the producers are not paced (--rate 0), print the broker's delivered
+    /// throughput as a fraction of it.
     #[arg(long)]
     pub raw_baseline: bool,
     /// Run a series over KEY (consumers, producers or partitions), e.g. consumers=1,8,64,256.
@@ -596,11 +597,7 @@ fn series(args: &FanoutArgs, broker: &Broker, cpus: usize) -> io::Result<Report>
     } else {
         vec![None]
     };
-    let coalescing_before = broker
-        .admin
-        .and_then(|a| stats::scrape(a).ok())
-        .and_then(|m| m.get("shoal_fetch_coalescer_enabled").copied())
-        .map(|v| v > 0.0);
+    let coalescing_before = coalescing_enabled(broker.admin);
     let total_runs = points.len() * modes.len();
     let mut runs: Vec<RunSummary> = Vec::new();
     let mut raws: Vec<RunSummary> = Vec::new();
@@ -620,13 +617,7 @@ fn series(args: &FanoutArgs, broker: &Broker, cpus: usize) -> io::Result<Report>
             let label = run_label(&w, *mode);
             println!("\n== run {}/{total_runs}: {label} ==", runs.len() + 1);
             println!("{}", describe_workload(&w, args));
-            let coalescing = mode.or_else(|| {
-                broker
-                    .admin
-                    .and_then(|a| stats::scrape(a).ok())
-                    .and_then(|m| m.get("shoal_fetch_coalescer_enabled").copied())
-                    .map(|v| v > 0.0)
-            });
+            let coalescing = mode.or_else(|| coalescing_enabled(broker.admin));
             let s = workload::run(&w, &Target::Kafka(&cluster), &obs, &label, coalescing)?;
             print_summary(&s);
             runs.push(s);
@@ -660,11 +651,13 @@ fn series(args: &FanoutArgs, broker: &Broker, cpus: usize) -> io::Result<Report>
         }
         if args.raw_baseline {
             let raw = raw_baseline(&w, cluster.versions.fetch, broker.cores.unwrap_or(1))?;
-            for r in &mut runs[first_of_point..] {
-                r.raw_baseline_fraction =
-                    ratio(Some(r.delivered.mb_per_s), Some(raw.delivered.mb_per_s));
+            if args.rate == Rate::Unlimited {
+                for r in &mut runs[first_of_point..] {
+                    r.raw_baseline_fraction =
+                        ratio(Some(r.delivered.mb_per_s), Some(raw.delivered.mb_per_s));
+                }
             }
-            print_raw(&raw, &runs[first_of_point..]);
+            print_raw(&raw, &runs[first_of_point..], args.rate);
             raws.push(raw);
         }
     }
@@ -672,7 +665,7 @@ fn series(args: &FanoutArgs, broker: &Broker, cpus: usize) -> io::Result<Report>
         stats::set_coalescing(admin, before)?;
     }
     if runs.len() > 1 || !raws.is_empty() {
-        print_table(&runs, &raws);
+        print_table(&runs, &raws, args.rate);
     }
     let ok = runs
         .iter()
@@ -698,6 +691,34 @@ fn series(args: &FanoutArgs, broker: &Broker, cpus: usize) -> io::Result<Report>
         println!("plot written to {}", path.display());
     }
     Ok(report)
+}
+
+/// shoal's fetch coalescing switch, from its `/metrics` (None without an admin API or a shoal).
+fn coalescing_enabled(admin: Option<SocketAddr>) -> Option<bool> {
+    let metrics = stats::scrape(admin?).ok()?;
+    metrics
+        .get("shoal_fetch_coalescer_enabled")
+        .map(|v| *v > 0.0)
+}
+
+fn rate_label(rate: Rate) -> String {
+    match rate {
+        Rate::Unlimited => "as fast as possible".to_string(),
+        Rate::MessagesPerSec(m) => format!("{} msg/s", stats::thousands(m as u64)),
+        Rate::BytesPerSec(b) => format!("{:.1} MB/s", stats::mb(b)),
+    }
+}
+
+/// Why runs at `rate` are not compared with the raw baseline, if they are not: the raw server
+/// answers every fetch at once, a paced run delivers only what is produced.
+fn raw_comparison_gap(rate: Rate) -> Option<String> {
+    (rate != Rate::Unlimited).then(|| {
+        format!(
+            "n/a: the producers were paced (--rate {}) while the raw server never waits for data; \
+             compare with --rate 0",
+            rate_label(rate)
+        )
+    })
 }
 
 fn run_label(w: &Workload, mode: Option<bool>) -> String {
@@ -999,16 +1020,13 @@ fn raw_baseline(w: &Workload, fetch_version: i16, threads: usize) -> io::Result<
         threads,
         plural(threads)
     );
-    let batch_len = {
-        let b = workload::template_batch(w.message_bytes, w.records_per_batch, 1);
-        b.len()
-    };
     let ring = Arc::new(baseline::Ring::new(
         w.message_bytes,
         w.records_per_batch,
-        (64 << 20).max(4 * batch_len),
+        w.compression,
+        64 << 20,
         w.fetch_max_bytes as usize,
-    ));
+    )?);
     let server = baseline::RawServer::start(threads, ring.clone())?;
     let target = Target::Raw {
         addrs: server.addrs.clone(),
@@ -1032,21 +1050,28 @@ fn raw_baseline(w: &Workload, fetch_version: i16, threads: usize) -> io::Result<
     Ok(s)
 }
 
-fn print_raw(raw: &RunSummary, runs: &[RunSummary]) {
+fn print_raw(raw: &RunSummary, runs: &[RunSummary], rate: Rate) {
     for r in runs {
-        println!(
-            "{:<16} {}: {:.1} MB/s delivered = {} of the raw baseline's {:.1} MB/s",
-            "vs raw baseline",
-            r.label,
-            r.delivered.mb_per_s,
-            r.raw_baseline_fraction
-                .map_or_else(|| "-".into(), |f| format!("{:.1}%", f * 100.0)),
-            raw.delivered.mb_per_s
-        );
+        match raw_comparison_gap(rate) {
+            Some(gap) => println!(
+                "{:<16} {}: {:.1} MB/s delivered, the raw baseline {:.1} MB/s; fraction {gap}",
+                "vs raw baseline", r.label, r.delivered.mb_per_s, raw.delivered.mb_per_s
+            ),
+            None => println!(
+                "{:<16} {}: {:.1} MB/s delivered = {} of the raw baseline's {:.1} MB/s",
+                "vs raw baseline",
+                r.label,
+                r.delivered.mb_per_s,
+                r.raw_baseline_fraction
+                    .map_or_else(|| "-".into(), |f| format!("{:.1}%", f * 100.0)),
+                raw.delivered.mb_per_s
+            ),
+        }
     }
 }
 
-fn print_table(runs: &[RunSummary], raws: &[RunSummary]) {
+fn print_table(runs: &[RunSummary], raws: &[RunSummary], rate: Rate) {
+    let gap = raw_comparison_gap(rate).filter(|_| !raws.is_empty());
     println!("\n== all runs ==");
     println!(
         "{:<44} {:>10} {:>12} {:>10} {:>10} {:>11} {:>10} {:>9} {:>9}",
@@ -1079,9 +1104,15 @@ fn print_table(runs: &[RunSummary], raws: &[RunSummary]) {
                 .cpu_s_per_delivered_gb
                 .map_or_else(|| "-".into(), |g| format!("{g:.2}")),
             r.generator.cores,
-            r.raw_baseline_fraction
-                .map_or_else(|| "-".into(), |f| format!("{:.1}%", f * 100.0)),
+            match (r.raw_baseline_fraction, &gap) {
+                (Some(f), _) => format!("{:.1}%", f * 100.0),
+                (None, Some(_)) if r.kind == "kafka" => "n/a".into(),
+                (None, _) => "-".into(),
+            },
         );
+    }
+    if let Some(gap) = gap {
+        println!("vs raw {gap}");
     }
 }
 
@@ -1093,46 +1124,41 @@ fn render_plot(report: &Report, sweep: &Sweep) -> String {
             SweepKey::Partitions => r.partitions as f64,
         }
     };
-    let mut groups: Vec<(String, Option<bool>)> = Vec::new();
+    // One line per coalescing setting, in the order the runs met them.
+    let mut modes: Vec<Option<bool>> = Vec::new();
     for r in &report.runs {
-        let name = match r.coalescing {
-            Some(true) if report.comparisons.is_empty() => "shoal".to_string(),
-            Some(true) => "shoal, coalescing on".to_string(),
-            Some(false) if report.comparisons.is_empty() => "shoal (coalescing off)".to_string(),
-            Some(false) => "shoal, coalescing off".to_string(),
-            None => "broker".to_string(),
-        };
-        if !groups.iter().any(|(n, _)| *n == name) {
-            groups.push((name, r.coalescing));
+        if !modes.contains(&r.coalescing) {
+            modes.push(r.coalescing);
         }
     }
-    let name_of = |r: &RunSummary| {
-        groups
-            .iter()
-            .find(|(_, c)| *c == r.coalescing)
-            .map(|(n, _)| n.clone())
-            .unwrap_or_default()
-    };
+    let compared = !report.comparisons.is_empty();
     let mut throughput = Vec::new();
     let mut latency = Vec::new();
-    for (name, _) in &groups {
+    for mode in modes {
+        let name = match mode {
+            Some(true) if compared => "shoal, coalescing on",
+            Some(true) => "shoal",
+            Some(false) if compared => "shoal, coalescing off",
+            Some(false) => "shoal (coalescing off)",
+            None => "broker",
+        };
         let pick = |f: &dyn Fn(&RunSummary) -> Option<f64>| -> Vec<(f64, f64)> {
             report
                 .runs
                 .iter()
-                .filter(|r| name_of(r) == *name)
+                .filter(|r| r.coalescing == mode)
                 .filter_map(|r| f(r).map(|y| (x_of(r), y)))
                 .collect()
         };
         // "off" is drawn dashed so that it stays visible where it lies on top of "on".
-        let dash = name.contains("off").then_some("3,3");
+        let dash = (mode == Some(false)).then_some("3,3");
         throughput.push(plot::Series {
-            name: name.clone(),
+            name: name.into(),
             points: pick(&|r| Some(r.delivered.mb_per_s)),
             dash,
         });
         latency.push(plot::Series {
-            name: name.clone(),
+            name: name.into(),
             points: pick(&|r| r.e2e_latency_us.map(|l| l.p99 as f64 / 1e3)),
             dash,
         });
@@ -1173,11 +1199,7 @@ fn render_plot(report: &Report, sweep: &Sweep) -> String {
     let c = &report.config;
     let subtitle = format!(
         "produce rate {}, acks={}, {} from {}, compression {}; {}; {} s measured per run",
-        match c.rate {
-            Rate::Unlimited => "as fast as possible".to_string(),
-            Rate::MessagesPerSec(m) => format!("{} msg/s", stats::thousands(m as u64)),
-            Rate::BytesPerSec(b) => format!("{:.1} MB/s", stats::mb(b)),
-        },
+        rate_label(c.rate),
         if c.acks == -1 {
             "all".to_string()
         } else {
