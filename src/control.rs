@@ -17,7 +17,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Most partitions a topic may have.
 pub const MAX_PARTITIONS: i32 = 10_000;
@@ -91,6 +91,17 @@ pub enum Setting {
     MaxDeltaForFanout(i64),
 }
 
+/// A request sent to another core, waiting for its answer.
+struct Asked {
+    id: u64,
+    rx: glommio::channels::local_channel::LocalReceiver<CoreMsg>,
+    to: usize,
+}
+
+/// How long a core waits for another to apply a change or answer a question.
+const CHANGE_TIMEOUT: Duration = Duration::from_secs(60);
+const QUESTION_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// A core's end of the control plane.
 #[derive(Debug)]
 pub struct Control {
@@ -124,12 +135,41 @@ impl Control {
         (id, rx)
     }
 
-    async fn send(&self, to: usize, msg: CoreMsg) {
-        if let Some(s) = &self.senders {
-            if s.send_to(to, msg).await.is_err() {
-                log::error!("control message to core {to} could not be sent");
-            }
+    async fn send(&self, to: usize, msg: CoreMsg) -> bool {
+        let sent = match &self.senders {
+            Some(s) => s.send_to(to, msg).await.is_ok(),
+            None => false,
+        };
+        if !sent {
+            log::error!("control message to core {to} could not be sent");
         }
+        sent
+    }
+
+    /// Sends the request `msg(id)` to core `to`; `None` if it could not be sent.
+    async fn ask(&self, to: usize, msg: impl FnOnce(u64) -> CoreMsg) -> Option<Asked> {
+        let (id, rx) = self.register();
+        if self.send(to, msg(id)).await {
+            Some(Asked { id, rx, to })
+        } else {
+            self.waiting.borrow_mut().remove(&id);
+            None
+        }
+    }
+
+    /// The answer to `asked`, or `None` after `deadline` (a dead or stuck core must not wedge the
+    /// control plane; the late answer, if any, is dropped).
+    async fn answer(&self, asked: Asked, deadline: Instant) -> Option<CoreMsg> {
+        let timeout = async {
+            glommio::timer::sleep(deadline.saturating_duration_since(Instant::now())).await;
+            None
+        };
+        let reply = futures_lite::future::or(asked.rx.recv(), timeout).await;
+        if reply.is_none() {
+            self.waiting.borrow_mut().remove(&asked.id);
+            log::error!("core {} did not answer a control request in time", asked.to);
+        }
+        reply
     }
 
     /// Delivers a reply to whoever waits for `id`.
@@ -221,9 +261,14 @@ pub async fn delete_topics(core: &Rc<Core>, names: Vec<String>) -> Vec<TopicOutc
 
 /// Sends a topic change to core 0 and waits for its outcomes.
 async fn ask_core0(core: &Rc<Core>, msg: impl FnOnce(usize, u64) -> CoreMsg) -> Vec<TopicOutcome> {
-    let (id, rx) = core.control.register();
-    core.control.send(0, msg(core.id, id)).await;
-    match rx.recv().await {
+    let Some(asked) = core.control.ask(0, |id| msg(core.id, id)).await else {
+        return Vec::new();
+    };
+    match core
+        .control
+        .answer(asked, Instant::now() + CHANGE_TIMEOUT)
+        .await
+    {
         Some(CoreMsg::Outcomes { outcomes, .. }) => outcomes,
         _ => Vec::new(),
     }
@@ -231,20 +276,19 @@ async fn ask_core0(core: &Rc<Core>, msg: impl FnOnce(usize, u64) -> CoreMsg) -> 
 
 /// Every core's statistics, gathered by the admin server on core 0.
 pub async fn gather_stats(core: &Rc<Core>) -> Vec<CoreSnapshot> {
-    let mut out = vec![core.snapshot()];
+    let mut asked = Vec::new();
     for peer in (0..core.cores).filter(|&p| p != core.id) {
-        let (id, rx) = core.control.register();
-        core.control
-            .send(peer, CoreMsg::Stats { from: core.id, id })
-            .await;
-        let reply = futures_lite::future::or(rx.recv(), async {
-            glommio::timer::sleep(Duration::from_secs(5)).await;
-            None
-        })
-        .await;
-        match reply {
-            Some(CoreMsg::StatsReply { snapshot, .. }) => out.push(*snapshot),
-            _ => log::warn!("core {peer} did not answer a statistics request"),
+        asked.extend(
+            core.control
+                .ask(peer, |id| CoreMsg::Stats { from: core.id, id })
+                .await,
+        );
+    }
+    let mut out = vec![core.snapshot()];
+    let deadline = Instant::now() + QUESTION_TIMEOUT;
+    for a in asked {
+        if let Some(CoreMsg::StatsReply { snapshot, .. }) = core.control.answer(a, deadline).await {
+            out.push(*snapshot);
         }
     }
     out
@@ -264,15 +308,14 @@ async fn on_every_core(
     msg: impl Fn(usize, u64) -> CoreMsg,
     local: impl std::future::Future<Output = ()>,
 ) {
-    let mut waits = Vec::new();
+    let mut asked = Vec::new();
     for peer in (0..core.cores).filter(|&p| p != core.id) {
-        let (id, rx) = core.control.register();
-        core.control.send(peer, msg(core.id, id)).await;
-        waits.push(rx);
+        asked.extend(core.control.ask(peer, |id| msg(core.id, id)).await);
     }
     local.await;
-    for rx in waits {
-        let _ = rx.recv().await;
+    let deadline = Instant::now() + CHANGE_TIMEOUT;
+    for a in asked {
+        core.control.answer(a, deadline).await;
     }
 }
 

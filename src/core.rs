@@ -22,7 +22,11 @@ pub struct Core {
     pub ports: Vec<u16>,
     pub advertised_host: String,
     pub topics: RefCell<Rc<TopicTable>>,
-    pub partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
+    /// Owned partitions by topic, then index (looked up by `&str`, with no allocation per request).
+    pub partitions: RefCell<HashMap<String, HashMap<i32, Rc<Partition>>>>,
+    /// Table changes are applied one at a time (start-up, broadcasts): two applies must not open
+    /// the same partition twice.
+    applying: glommio::sync::Semaphore,
     pub tail_cache: Rc<TailCache>,
     pub coalescer: Rc<FetchCoalescer>,
     pub response_memory: Rc<ResponseMemory>,
@@ -48,6 +52,7 @@ impl Core {
             ports,
             topics: RefCell::new(Rc::new(TopicTable::default())),
             partitions: RefCell::new(HashMap::new()),
+            applying: glommio::sync::Semaphore::new(1),
             control,
             metrics: CoreMetrics::default(),
             shutdown: OffsetMonitor::new(0),
@@ -60,10 +65,7 @@ impl Core {
 
     /// The partition if this core owns it.
     pub fn partition(&self, topic: &str, index: i32) -> Option<Rc<Partition>> {
-        self.partitions
-            .borrow()
-            .get(&(topic.to_string(), index))
-            .cloned()
+        self.partitions.borrow().get(topic)?.get(&index).cloned()
     }
 
     /// The partition serving `topic`/`index` on this core, with the view if `topic` names one (then
@@ -73,14 +75,15 @@ impl Core {
         topic: &str,
         index: i32,
     ) -> Result<(Rc<Partition>, Option<ViewName>), ResponseError> {
-        let (source, view) = match parse_view_name(topic) {
+        let view = match parse_view_name(topic) {
             Some(Err(_)) => return Err(ResponseError::InvalidTopicException),
-            Some(Ok(v)) => (v.source.clone(), Some(v)),
-            None => (topic.to_string(), None),
+            Some(Ok(v)) => Some(v),
+            None => None,
         };
-        match self.partition(&source, index) {
+        let source = view.as_ref().map_or(topic, |v| v.source.as_str());
+        match self.partition(source, index) {
             Some(p) => Ok((p, view)),
-            None if self.owner(&source, index).is_some() => Err(ResponseError::NotLeaderOrFollower),
+            None if self.owner(source, index).is_some() => Err(ResponseError::NotLeaderOrFollower),
             None => Err(ResponseError::UnknownTopicOrPartition),
         }
     }
@@ -97,41 +100,38 @@ impl Core {
     /// Installs a new topic table: deletes partitions of topics that are gone (or were re-created),
     /// opens the ones this core now owns.
     pub async fn apply_table(&self, table: TopicTable) {
+        let Ok(_one_at_a_time) = self.applying.acquire_permit(1).await else {
+            return;
+        };
         if table.revision < self.topics.borrow().revision {
             return;
         }
         let table = Rc::new(table);
         *self.topics.borrow_mut() = table.clone();
         let gone: Vec<Rc<Partition>> = {
-            let mut parts = self.partitions.borrow_mut();
-            let keys: Vec<_> = parts
-                .iter()
-                .filter(|(_, p)| table.get(&p.topic).is_none_or(|m| m.id != p.topic_id))
-                .map(|(k, _)| k.clone())
-                .collect();
-            keys.iter().filter_map(|k| parts.remove(k)).collect()
+            let mut topics = self.partitions.borrow_mut();
+            let mut gone = Vec::new();
+            topics.retain(|name, parts| {
+                let keep = parts
+                    .values()
+                    .next()
+                    .is_some_and(|p| table.get(name).is_some_and(|m| m.id == p.topic_id));
+                if !keep {
+                    gone.extend(parts.drain().map(|(_, p)| p));
+                }
+                keep
+            });
+            gone
         };
         for p in gone {
-            let name = format!("{}-{}", p.topic, p.index);
-            match Rc::try_unwrap(p) {
-                Ok(p) => {
-                    if let Err(e) = p.delete().await {
-                        log::error!("deleting partition {name}: {e}");
-                    }
-                }
-                Err(p) => {
-                    // Still in use by a request: delete its files once that finishes.
-                    log::warn!("partition {name} busy while deleted; removing its files now");
-                    let _ = p.log.clone().delete().await;
-                }
+            // Requests still holding it get `Closed` (NOT_LEADER_OR_FOLLOWER) from now on.
+            self.views.forget(p.log.id());
+            if let Err(e) = p.delete().await {
+                log::error!("deleting partition {}-{}: {e}", p.topic, p.index);
             }
         }
         for (topic, index) in table.owned_by(self.id, self.cores) {
-            if self
-                .partitions
-                .borrow()
-                .contains_key(&(topic.clone(), index))
-            {
+            if self.partition(&topic, index).is_some() {
                 continue;
             }
             let meta = table.get(&topic).expect("owned topic exists");
@@ -140,7 +140,7 @@ impl Core {
                     log::warn!("topic {topic}: {e}; using server defaults");
                     self.args.log_config()
                 });
-            match Partition::open(
+            let opened = Partition::open(
                 &self.args.data_dir,
                 &topic,
                 index,
@@ -148,12 +148,14 @@ impl Core {
                 config,
                 self.tail_cache.clone(),
             )
-            .await
-            {
+            .await;
+            match opened {
                 Ok(p) => {
                     self.partitions
                         .borrow_mut()
-                        .insert((topic, index), Rc::new(p));
+                        .entry(topic)
+                        .or_default()
+                        .insert(index, Rc::new(p));
                 }
                 Err(e) => log::error!(
                     "core {}: cannot open partition {topic}-{index}: {e}",
@@ -169,16 +171,11 @@ impl Core {
             .partitions
             .borrow_mut()
             .drain()
-            .map(|(_, p)| p)
+            .flat_map(|(_, parts)| parts.into_values())
             .collect();
         for p in parts {
-            let name = format!("{}-{}", p.topic, p.index);
-            let res = match Rc::try_unwrap(p) {
-                Ok(p) => p.close().await,
-                Err(p) => p.log.clone().close().await,
-            };
-            if let Err(e) = res {
-                log::error!("closing partition {name}: {e}");
+            if let Err(e) = p.close().await {
+                log::error!("closing partition {}-{}: {e}", p.topic, p.index);
             }
         }
     }
@@ -218,6 +215,7 @@ impl Core {
             .partitions
             .borrow()
             .values()
+            .flat_map(HashMap::values)
             .map(|p| {
                 let s = p.log.stats();
                 PartitionSnapshot {

@@ -44,8 +44,9 @@ impl Partition {
         })
     }
 
-    /// Saves the producer state and closes the log cleanly.
-    pub async fn close(self) -> shards::Result<()> {
+    /// Saves the producer state and closes the log cleanly (requests still holding the partition get
+    /// `Closed` from then on).
+    pub async fn close(&self) -> shards::Result<()> {
         let snapshot = self.producers.borrow().encode(self.log.high_watermark());
         let path = self.log.dir().join(SNAPSHOT);
         let written = glommio::executor()
@@ -58,11 +59,11 @@ impl Partition {
                 self.index
             );
         }
-        self.log.close().await
+        self.log.clone().close().await
     }
 
-    pub async fn delete(self) -> shards::Result<()> {
-        self.log.delete().await
+    pub async fn delete(&self) -> shards::Result<()> {
+        self.log.clone().delete().await
     }
 }
 

@@ -89,6 +89,7 @@ impl Server {
             let h = LocalExecutorBuilder::new(placement)
                 .name(&format!("shoal-core-{i}"))
                 .spawn(move || async move {
+                    let _stop_all = StopOnPanic(stop.clone());
                     run_core(i, (*args).clone(), ports, fd, admin_fd, mesh, stop, table).await;
                 })
                 .map_err(|e| std::io::Error::other(format!("cannot start core {i}: {e}")))?;
@@ -113,12 +114,32 @@ impl Server {
         self.stop.clone()
     }
 
-    /// Waits for every core to finish.
-    pub fn wait(self) {
-        for h in self.cores {
+    /// Waits for every core to finish; an error if any core failed (the others were stopped).
+    pub fn wait(self) -> std::io::Result<()> {
+        let mut failed = Vec::new();
+        for (i, h) in self.cores.into_iter().enumerate() {
             if let Err(e) = h.join() {
-                log::error!("a core ended with an error: {e}");
+                log::error!("core {i} failed: {e}");
+                failed.push(i);
             }
+        }
+        match failed.is_empty() {
+            true => Ok(()),
+            false => Err(std::io::Error::other(format!(
+                "core(s) {failed:?} failed; see the log"
+            ))),
+        }
+    }
+}
+
+/// Stops every core if the core holding it panics: a broker with a dead core must not go on
+/// half-served (its partitions and control-plane answers would just go dark).
+struct StopOnPanic(Arc<AtomicBool>);
+
+impl Drop for StopOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, Ordering::SeqCst);
         }
     }
 }
@@ -136,7 +157,7 @@ pub fn run(args: ServeArgs) -> std::io::Result<()> {
     let flag = server.stop_flag();
     signal_hook::flag::register(signal_hook::consts::SIGINT, flag.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, flag)?;
-    server.wait();
+    server.wait()?;
     log::info!("shoal stopped");
     Ok(())
 }

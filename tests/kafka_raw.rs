@@ -377,8 +377,6 @@ fn api_versions_ok(s: &mut TcpStream, correlation: i32) {
     assert_eq!(ranges(&r.api_keys), expected_ranges());
 }
 
-/// Sum of one counter family over its labels in a Prometheus text body, and its per-label values.
-
 // ---------------------------------------------------------------------------------------------------
 // 1. ApiVersions.
 
@@ -1385,4 +1383,89 @@ fn view_names_resolve_or_fail_cleanly() {
         "a view's offsets are its source's"
     );
     shoal.stop();
+}
+
+/// A fetch asking for more than is there (min_bytes) waits without holding its core: another
+/// connection to the same core is answered at once, more data that is still not enough does not end
+/// the wait, and at max_wait the fetch returns what there is.
+#[test]
+fn a_fetch_waiting_for_min_bytes_does_not_hold_its_core() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 1, &[]);
+    create_topic(&shoal, "mb", 1);
+    let port = shoal.ports[0];
+    assert_eq!(produce(port, "mb", 0, batch(&["one"])).error_code, NONE);
+    let mut f = connect(port);
+    let big_min = fetch_req("mb", 0, 0, 2000, 10 << 20);
+    send(&mut f, ApiKey::Fetch, FETCH_V, 1, &big_min);
+    std::thread::sleep(Duration::from_millis(100));
+    let started = Instant::now();
+    api_versions_ok(&mut connect(port), 2);
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "the core answered in {:?}",
+        started.elapsed()
+    );
+    assert_eq!(produce(port, "mb", 0, batch(&["two"])).error_code, NONE);
+    let r: FetchResponse = decode(
+        ApiKey::Fetch,
+        FETCH_V,
+        1,
+        recv(&mut f).expect("a fetch response"),
+    );
+    let waited = started.elapsed() + Duration::from_millis(100);
+    assert!(
+        waited >= Duration::from_millis(1800),
+        "returned after {waited:?}, before max_wait"
+    );
+    let p = &r.responses[0].partitions[0];
+    assert_eq!((p.error_code, p.high_watermark), (NONE, 2));
+    let records = p.records.as_ref().expect("records");
+    assert_eq!(
+        shards::batch::BatchHeader::parse(records)
+            .unwrap()
+            .base_offset,
+        0,
+        "both batches, from 0"
+    );
+    shoal.stop();
+}
+
+/// Deleting a topic while a fetch long-polls on it: the fetch gets an error code, the core lives
+/// on, and the server still stops cleanly.
+#[test]
+fn deleting_a_topic_under_a_waiting_fetch_keeps_the_core_alive() {
+    use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse};
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 1, &[]);
+    create_topic(&shoal, "doomed", 1);
+    let port = shoal.ports[0];
+    assert_eq!(produce(port, "doomed", 0, batch(&["x"])).error_code, NONE);
+    let mut f = connect(port);
+    send(
+        &mut f,
+        ApiKey::Fetch,
+        FETCH_V,
+        1,
+        &fetch_req("doomed", 0, 1, 5000, 1),
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    let req = DeleteTopicsRequest::default()
+        .with_timeout_ms(10_000)
+        .with_topic_names(vec![name("doomed")]);
+    let r: DeleteTopicsResponse = call(&mut connect(port), ApiKey::DeleteTopics, 4, 2, &req);
+    assert_eq!(r.responses[0].error_code, NONE);
+    let r: FetchResponse = decode(
+        ApiKey::Fetch,
+        FETCH_V,
+        1,
+        recv(&mut f).expect("the waiting fetch is answered"),
+    );
+    let code = r.responses[0].partitions[0].error_code;
+    assert!(
+        code == NOT_LEADER_OR_FOLLOWER || code == NONE,
+        "fetch on a deleted topic: {code}"
+    );
+    api_versions_ok(&mut connect(port), 3);
+    shoal.stop(); // asserts a clean exit: no core died
 }

@@ -224,7 +224,7 @@ impl Log {
         &self.inner.high_watermark
     }
     pub fn log_start_offset(&self) -> i64 {
-        self.inner.segments.borrow()[0].base_offset
+        self.inner.log_start_offset()
     }
     /// Offsets below this are fsynced.
     pub fn durable_offset(&self) -> i64 {
@@ -303,6 +303,9 @@ impl Log {
     /// watermark; `OffsetOutOfRange` below the log start or above the high watermark.
     pub async fn read(&self, offset: i64, max_bytes: usize, obligatory: bool) -> Result<LogRead> {
         let inner = &self.inner;
+        if inner.closed.get() {
+            return Err(Error::Closed);
+        }
         let high_watermark = inner.high_watermark.value();
         let log_start_offset = self.log_start_offset();
         if offset < log_start_offset || offset > high_watermark {
@@ -378,7 +381,7 @@ impl Log {
         let start = {
             let segs = self.inner.segments.borrow();
             match segs.iter().find(|s| s.max_timestamp.get() >= timestamp) {
-                Some(s) => s.base_offset.max(segs[0].base_offset),
+                Some(s) => s.base_offset,
                 None => return Ok(None),
             }
         };
@@ -501,6 +504,14 @@ impl Log {
 }
 
 impl Inner {
+    /// The first segment's base offset; a closed log (no segments) reports its end.
+    fn log_start_offset(&self) -> i64 {
+        self.segments
+            .borrow()
+            .first()
+            .map_or(self.high_watermark.value(), |s| s.base_offset)
+    }
+
     fn active(&self) -> Rc<Segment> {
         self.segments
             .borrow()
@@ -655,7 +666,7 @@ impl Inner {
                 .for_each(|p| p.done.set(Err(Error::storage(&self.dir, &why))));
             return;
         }
-        let log_start_offset = self.segments.borrow()[0].base_offset;
+        let log_start_offset = self.log_start_offset();
         // Nothing awaits from here on: readers see the new watermark and the cached batches together.
         self.high_watermark.advance(next);
         let mut batches = 0;

@@ -173,7 +173,11 @@ impl ProducerStates {
         for (id, p) in &self.producers {
             let done: Vec<_> = p.recent.iter().filter(|r| r.2 >= 0).collect();
             // The first batch still in flight was never written: the next sequence starts there.
-            let next = p.recent.iter().find(|r| r.2 < 0).map_or(p.next_seq, |r| r.0);
+            let next = p
+                .recent
+                .iter()
+                .find(|r| r.2 < 0)
+                .map_or(p.next_seq, |r| r.0);
             b.extend_from_slice(&id.to_be_bytes());
             b.extend_from_slice(&p.epoch.to_be_bytes());
             b.extend_from_slice(&next.to_be_bytes());
@@ -306,9 +310,15 @@ mod tests {
         assert!(ProducerStates::decode(&bad).is_none());
         // A reservation still in flight at snapshot time was never written: a retry is accepted.
         let mut pending = ProducerStates::default();
-        assert_eq!(pending.check_and_reserve(&h(9, 0, 0, 2)), SequenceCheck::Append);
+        assert_eq!(
+            pending.check_and_reserve(&h(9, 0, 0, 2)),
+            SequenceCheck::Append
+        );
         let (mut restored, _) = ProducerStates::decode(&pending.encode(0)).unwrap();
-        assert_eq!(restored.check_and_reserve(&h(9, 0, 0, 2)), SequenceCheck::Append);
+        assert_eq!(
+            restored.check_and_reserve(&h(9, 0, 0, 2)),
+            SequenceCheck::Append
+        );
         let mut live2 = live;
         assert_eq!(
             live2.check_and_reserve(&h(1, 2, 18, 3)),

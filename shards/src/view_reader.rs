@@ -363,7 +363,8 @@ impl ViewReader {
     async fn run(self: Rc<Self>) {
         loop {
             let config = self.config.get();
-            if self.last_fetch.get().elapsed() >= config.idle_stop || self.log.is_closed() {
+            let idle = self.last_fetch.get().elapsed() >= config.idle_stop;
+            if idle || !config.shared || self.log.is_closed() {
                 break;
             }
             let progress = self.progress_monitor();
@@ -442,12 +443,15 @@ impl ViewReaders {
         self.stats.get()
     }
 
+    /// Drops the readers of a log that is going away.
+    pub fn forget(&self, log_id: u64) {
+        self.readers.borrow_mut().retain(|(id, _), _| *id != log_id);
+    }
+
     /// The reader of `log` for `shards` shards (created, not started, if none).
     pub fn reader(&self, log: &Log, shards: u32) -> Rc<ViewReader> {
-        let mut readers = self.readers.borrow_mut();
-        // Forget readers that stopped and whose log is gone.
-        readers.retain(|_, r| r.is_running() || !r.log.is_closed());
-        readers
+        self.readers
+            .borrow_mut()
             .entry((log.id(), shards))
             .or_insert_with(|| {
                 ViewReader::new(log.clone(), shards, self.config.clone(), self.stats.clone())

@@ -631,6 +631,9 @@ fn deleting_a_partition_removes_its_directory() {
             log.append(batch(1, 1, 1), NON_DURABLE).await,
             Err(Error::Closed)
         ));
+        // A request still holding the deleted log gets an error, never a panic.
+        assert!(matches!(log.read(0, 100, true).await, Err(Error::Closed)));
+        assert_eq!(log.log_start_offset(), log.high_watermark());
     });
 }
 

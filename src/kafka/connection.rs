@@ -20,9 +20,9 @@ use std::task::{Context, Poll};
 const MAX_IN_FLIGHT: usize = 64;
 
 pub async fn serve(core: Rc<Core>, stream: TcpStream) {
-    let peer = stream
+    let peer: Rc<str> = stream
         .peer_addr()
-        .map_or_else(|_| "?".to_string(), |a| a.to_string());
+        .map_or_else(|_| "?".into(), |a| a.to_string().into());
     let _ = stream.set_nodelay(true);
     add(&core.metrics.connections_open, 1);
     add(&core.metrics.connections_total, 1);

@@ -56,7 +56,7 @@ pub fn supports(api_key: i16, version: i16) -> bool {
 
 /// Handles one request. Malformed bodies and unsupported versions close the connection (there is no
 /// response format to report them in), except ApiVersions, which answers per KIP-511.
-pub async fn handle(core: Rc<Core>, req: Request, peer: String) -> Reply {
+pub async fn handle(core: Rc<Core>, req: Request, peer: Rc<str>) -> Reply {
     let key = ApiKey::try_from(req.api_key).expect("header parsing checked the key");
     if !supports(req.api_key, req.api_version) {
         if key == ApiKey::ApiVersions {

@@ -7,7 +7,6 @@ use crate::core::Core;
 use crate::kafka::errors::code_of;
 use crate::kafka::header::{decode, Request};
 use crate::partition::Partition;
-use futures_lite::future::BoxedLocal;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
@@ -26,12 +25,9 @@ pub const VERSIONS: Versions = Versions {
 /// The outcome of one partition, or the append it waits for.
 enum Pending {
     Done(PartitionProduceResponse),
-    Appending {
-        index: i32,
-        partition: Rc<Partition>,
-        headers: Vec<BatchHeader>,
-        append: BoxedLocal<shards::Result<shards::AppendResult>>,
-    },
+    /// The append and its bookkeeping run detached: a request cancelled mid-append (its client gone)
+    /// still confirms or releases its producers' sequence numbers.
+    Appending(glommio::task::JoinHandle<PartitionProduceResponse>),
 }
 
 fn failed(index: i32, err: ResponseError, message: Option<String>) -> Pending {
@@ -75,12 +71,9 @@ pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
         for p in parts {
             partition_responses.push(match p {
                 Pending::Done(r) => r,
-                Pending::Appending {
-                    index,
-                    partition,
-                    headers,
-                    append,
-                } => finish(index, &partition, &headers, append.await),
+                Pending::Appending(task) => {
+                    task.await.expect("a detached append runs to completion")
+                }
             });
         }
         responses.push(
@@ -119,19 +112,17 @@ fn start_partition(
     records: Option<bytes::Bytes>,
     durable: bool,
 ) -> Pending {
-    if crate::router::parse_view_name(topic).is_some() {
-        let why = "views (<topic>.shard-<i>-of-<n>) are read-only; produce to the source topic";
-        return failed(
-            index,
-            ResponseError::InvalidTopicException,
-            Some(why.into()),
-        );
-    }
-    let Some(partition) = core.partition(topic, index) else {
-        return match core.owner(topic, index) {
-            Some(_) => failed(index, ResponseError::NotLeaderOrFollower, None),
-            None => failed(index, ResponseError::UnknownTopicOrPartition, None),
-        };
+    let partition = match core.local_partition(topic, index) {
+        Ok((_, Some(_))) => {
+            let why = "views (<topic>.shard-<i>-of-<n>) are read-only; produce to the source topic";
+            return failed(
+                index,
+                ResponseError::InvalidTopicException,
+                Some(why.into()),
+            );
+        }
+        Ok((partition, None)) => partition,
+        Err(e) => return failed(index, e, None),
     };
     let Some(blob) = records.filter(|r| !r.is_empty()) else {
         return failed(
@@ -150,17 +141,19 @@ fn start_partition(
     if let Some(done) = check_sequences(&partition, &headers, index) {
         return done;
     }
-    let append = Box::pin(partition.log.append_validated(
-        blob,
-        headers.clone(),
-        AppendOptions { durable },
-    ));
-    Pending::Appending {
-        index,
-        partition,
-        headers,
-        append,
-    }
+    // Queued now, in request order; only idempotent batches need their headers afterwards.
+    let idempotent = if headers.iter().any(is_idempotent) {
+        headers.clone()
+    } else {
+        Vec::new()
+    };
+    let append = partition
+        .log
+        .append_validated(blob, headers, AppendOptions { durable });
+    Pending::Appending(
+        glommio::spawn_local(async move { finish(index, &partition, &idempotent, append.await) })
+            .detach(),
+    )
 }
 
 /// Checks idempotent batches; reserves their sequence numbers or returns the answer for the partition.

@@ -129,31 +129,35 @@ async fn execute(core: &Rc<Core>, plan: &Plan) -> Execution {
                 Ok(Target { part, view }) => {
                     let budget = p.max_bytes.min(plan.max_bytes.saturating_sub(total));
                     let obligatory = total == 0;
+                    // A view's records are window buffers shared by all its consumers (bounded by the
+                    // window): only coalesced log reads are counted against response memory.
                     let read = match view {
                         Some((reader, shard)) => reader
                             .fetch(*shard, p.offset, budget, obligatory)
                             .await
-                            .map(|r| (!r.records.is_empty()).then(|| shards::SharedRead::new(r))),
-                        None => {
-                            read_partition(
-                                core,
-                                part,
-                                p.offset,
-                                budget,
-                                obligatory,
-                                plan.read_committed,
-                            )
-                            .await
-                        }
+                            .map(|r| (r.records, None)),
+                        None => read_partition(
+                            core,
+                            part,
+                            p.offset,
+                            budget,
+                            obligatory,
+                            plan.read_committed,
+                        )
+                        .await
+                        .map(|shared| match shared {
+                            Some(s) => (s.read.records.clone(), Some(s)),
+                            None => (shards::Records::empty(), None),
+                        }),
                     };
                     match read {
-                        Ok(Some(shared)) => {
-                            total += shared.read.records.len;
-                            let records = shared.read.records.clone();
-                            holds.push(core.response_memory.hold(&shared));
+                        Ok((records, shared)) => {
+                            total += records.len;
+                            if let Some(s) = shared {
+                                holds.push(core.response_memory.hold(&s));
+                            }
                             ok_result(p.index, part, records)
                         }
-                        Ok(None) => ok_result(p.index, part, shards::Records::empty()),
                         Err(e) => error_result(
                             p.index,
                             code_of(&e),
@@ -291,15 +295,12 @@ async fn wait_for_data(core: &Core, plan: &Plan) -> bool {
         .iter()
         .flat_map(|t| &t.partitions)
         .filter_map(|p| {
-            p.target
-                .as_ref()
-                .ok()
-                .map(|t| {
-                    // Past what is there now, not past the fetch offset: with some data but less
-                    // than min_bytes, the latter is already true and the fetch would spin.
-                    let m = t.monitor();
-                    Box::pin(m.wait_for(m.value().max(p.offset) + 1))
-                })
+            p.target.as_ref().ok().map(|t| {
+                // Past what is there now, not past the fetch offset: with some data but less
+                // than min_bytes, the latter is already true and the fetch would spin.
+                let m = t.monitor();
+                Box::pin(m.wait_for(m.value().max(p.offset) + 1))
+            })
         })
         .collect();
     let remaining = plan.deadline.saturating_duration_since(Instant::now());
