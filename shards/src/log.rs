@@ -108,6 +108,11 @@ struct PendingAppend {
     done: Rc<Slot<Result<AppendResult>>>,
 }
 
+/// Answers every append of `group` with `e` (the same error, not a re-worded one).
+fn fail_all(group: Vec<PendingAppend>, e: &Error) {
+    group.into_iter().for_each(|p| p.done.set(Err(e.clone())));
+}
+
 /// A one-shot result the writer task fills in and the appender awaits.
 #[derive(Debug)]
 struct Slot<T> {
@@ -586,10 +591,7 @@ impl Inner {
         };
         if let Err(e) = self.roll_if_needed(first_len, first_ts).await {
             let failed: Vec<_> = self.queue.borrow_mut().drain(..).collect();
-            let why = e.to_string();
-            failed
-                .into_iter()
-                .for_each(|p| p.done.set(Err(Error::storage(&self.dir, &why))));
+            fail_all(failed, &e);
             return Vec::new();
         }
         let active_size = self.active().size.get();
@@ -630,10 +632,7 @@ impl Inner {
     /// Assigns offsets to a group of appends, writes them with one write and completes each.
     async fn write_group(&self, mut group: Vec<PendingAppend>) {
         if let Err(e) = self.check_writable() {
-            let why = e.to_string();
-            group
-                .into_iter()
-                .for_each(|p| p.done.set(Err(Error::storage(&self.dir, &why))));
+            fail_all(group, &e);
             return;
         }
         let stamp = self.config.borrow().log_append_time;
@@ -660,10 +659,7 @@ impl Inner {
             .flat_map(|p| p.headers.iter().copied())
             .collect();
         if let Err(e) = self.active().append(data, &headers).await {
-            let why = e.to_string();
-            group
-                .into_iter()
-                .for_each(|p| p.done.set(Err(Error::storage(&self.dir, &why))));
+            fail_all(group, &e);
             return;
         }
         let log_start_offset = self.log_start_offset();
