@@ -393,11 +393,7 @@ impl Log {
         let mut at = start;
         while at < self.high_watermark() {
             let read = self.read(at, 1 << 20, true).await?;
-            for (h, bytes) in read
-                .records
-                .batch_headers()
-                .zip(batch_slices(&read.records))
-            {
+            for (h, bytes) in read.records.batches() {
                 if h.max_timestamp < timestamp {
                     continue;
                 }
@@ -781,19 +777,6 @@ impl Inner {
         })
         .detach();
     }
-}
-
-/// Each batch of `records` as its own slice (shared, not copied).
-fn batch_slices(records: &Records) -> impl Iterator<Item = Bytes> + '_ {
-    records.parts.iter().flat_map(|part| {
-        let mut at = 0;
-        std::iter::from_fn(move || {
-            let len = batch::peek_total_len(part.get(at..)?)?;
-            let b = part.slice(at..at + len);
-            at += len;
-            Some(b)
-        })
-    })
 }
 
 /// Flushes on `flush_interval` and checks retention on `retention_check_interval`, until the log closes.

@@ -51,16 +51,23 @@ impl Records {
         self.last_offset = other.last_offset;
     }
 
-    /// The header of every batch, in order.
-    pub fn batch_headers(&self) -> impl Iterator<Item = crate::batch::BatchHeader> + '_ {
+    /// Every whole batch, in order: its header and its bytes (a shared slice, not a copy).
+    pub fn batches(&self) -> impl Iterator<Item = (crate::batch::BatchHeader, Bytes)> + '_ {
         self.parts.iter().flat_map(|part| {
             let mut at = 0;
             std::iter::from_fn(move || {
                 let h = crate::batch::BatchHeader::parse(part.get(at..)?).ok()?;
-                at += h.total_len();
-                Some(h)
+                let end = at.checked_add(h.total_len()).filter(|&e| e <= part.len())?;
+                let bytes = part.slice(at..end);
+                at = end;
+                Some((h, bytes))
             })
         })
+    }
+
+    /// The header of every batch, in order.
+    pub fn batch_headers(&self) -> impl Iterator<Item = crate::batch::BatchHeader> + '_ {
+        self.batches().map(|(h, _)| h)
     }
 
     /// All bytes in one buffer (tests and tools; the serving path writes `parts` directly).

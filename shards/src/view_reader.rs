@@ -75,44 +75,35 @@ struct SplitBatch {
 /// empty batch per shard, so consumers still move past it).
 fn split_all(read: &Records, shards: u32, until: i64, stats: &Cell<ViewStats>) -> Vec<SplitBatch> {
     let mut out = Vec::new();
-    for part in &read.parts {
-        let mut at = 0;
-        while let Some(h) = part
-            .get(at..)
-            .and_then(|b| BatchHeader::parse(b).ok())
-            .filter(|h| h.base_offset < until)
-        {
-            let source = &part[at..(at + h.total_len()).min(part.len())];
-            at += h.total_len();
-            let mut s = stats.get();
-            let split = match split_batch(source, shards) {
-                Ok(split) => split,
-                Err(e) => {
-                    log::warn!(
-                        "view: skipping source batch at offset {}: {e}",
-                        h.base_offset
-                    );
-                    s.decode_errors += 1;
-                    (0..shards).map(|_| empty_batch(&h)).collect()
-                }
-            };
-            s.source_batches_decoded += 1;
-            s.shard_batches_encoded += shards as u64;
-            stats.set(s);
-            let records = split
-                .iter()
-                .map(|b| BatchHeader::parse(b).map_or(0, |h| h.record_count as u32))
-                .collect();
-            let shards: Vec<Bytes> = split.into_iter().map(Bytes::from).collect();
-            let bytes = shards.iter().map(Bytes::len).sum();
-            out.push(SplitBatch {
-                base: h.base_offset,
-                last: h.last_offset(),
-                shards,
-                records,
-                bytes,
-            });
-        }
+    for (h, source) in read.batches().take_while(|(h, _)| h.base_offset < until) {
+        let mut s = stats.get();
+        let split = match split_batch(&source, shards) {
+            Ok(split) => split,
+            Err(e) => {
+                log::warn!(
+                    "view: skipping source batch at offset {}: {e}",
+                    h.base_offset
+                );
+                s.decode_errors += 1;
+                (0..shards).map(|_| empty_batch(&h)).collect()
+            }
+        };
+        s.source_batches_decoded += 1;
+        s.shard_batches_encoded += shards as u64;
+        stats.set(s);
+        let records = split
+            .iter()
+            .map(|b| BatchHeader::parse(b).map_or(0, |h| h.record_count as u32))
+            .collect();
+        let shards: Vec<Bytes> = split.into_iter().map(Bytes::from).collect();
+        let bytes = shards.iter().map(Bytes::len).sum();
+        out.push(SplitBatch {
+            base: h.base_offset,
+            last: h.last_offset(),
+            shards,
+            records,
+            bytes,
+        });
     }
     out
 }
