@@ -1,7 +1,9 @@
 //! Benchmarks of the partition log (`shards::Log`), each checked against a baseline measured in
 //! the same run so the verdict does not depend on the machine:
 //!
-//! 1. durable appends with group commit vs plain `write` + `sync_data` at the same fsync cadence;
+//! 1. durable appends with group commit vs plain file writes on one thread while another calls
+//!    `sync_data` as many times, each on the next equal share of the writes (the writes of one share
+//!    ahead overlap each fsync, as the log's next group of appends overlaps its fsync);
 //! 2. tail-cache reads of 1 MiB vs 1 KiB (a read shares memory: its cost must not grow with size);
 //! 3. opening a cleanly closed log of 16 segments vs one of 1 segment (sealed segments are not
 //!    scanned).
@@ -21,6 +23,7 @@ use std::future::Future;
 use std::io::Write;
 use std::path::Path;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const KIB: usize = 1 << 10;
@@ -108,11 +111,12 @@ fn durable_append(scratch: &Path, scale: &Scale) {
                 "every append must have landed"
             );
             let fsyncs = stats.fsyncs.max(1) as usize;
-            // The baseline pays the same number of fsyncs for the same bytes, so the ratio isolates
-            // the log's own overhead (copies, cache inserts, task hops, io_uring) from the disk's
-            // fsync latency.
+            // The baseline pays the same number of fsyncs for the same bytes, overlapped with the
+            // writes as the log overlaps them with appends, so the ratio isolates the log's own
+            // overhead (copies, cache inserts, task hops, io_uring) from the disk's fsync latency.
             let path = scratch.join(format!("durable-baseline-{round}.dat"));
-            let (base_time, base_fsyncs) = plain_writes_with_syncs(&path, &batch, batches, fsyncs);
+            let (base_time, base_fsyncs) =
+                overlapped_writes_and_syncs(&path, &batch, batches, fsyncs);
             let _ = std::fs::remove_file(&path);
             let bytes = batches * batch.len();
             AppendRound {
@@ -132,7 +136,7 @@ fn durable_append(scratch: &Path, scale: &Scale) {
         &format!(
             "{tasks} tasks x {} batches, {}, median of {} rounds (ratios {}): \
              log {:.1} MB/s ({} fsyncs, {:.1} batches/fsync) vs \
-             std::fs write+sync_data {:.1} MB/s ({} fsyncs)",
+             std::fs writes on one thread + sync_data on another {:.1} MB/s ({} fsyncs)",
             size_label(batch.len()),
             size_label(batches * batch.len()),
             rounds.len(),
@@ -201,20 +205,50 @@ fn durable_appends_to_log(
     })
 }
 
-/// Writes `batch` `n` times to a new file, calling `sync_data` `syncs` times evenly spread (the
-/// last after the final write). Returns the time taken and the number of syncs done.
-fn plain_writes_with_syncs(path: &Path, batch: &[u8], n: usize, syncs: usize) -> (Duration, usize) {
+/// Writes `batch` `n` times to a new file on this thread while a second thread calls `sync_data`
+/// `syncs` times, each covering the next of `syncs` equal groups of writes: sync k starts once group
+/// k is written (the last after the final write). As with group commit, where a task appends again
+/// only once its last append is durable, the writes of the next group overlap sync k but those of
+/// the group after wait for it. Returns the time until the last sync returned and the number of
+/// syncs done.
+fn overlapped_writes_and_syncs(
+    path: &Path,
+    batch: &[u8],
+    n: usize,
+    syncs: usize,
+) -> (Duration, usize) {
     let mut f = std::fs::File::create(path).expect("create baseline file");
-    let mut done = 0;
+    let syncer_file = f.try_clone().expect("clone the baseline file");
+    // Batch i (from 1) is in group ceil(i * syncs / n); group k ends at batch ceil(k * n / syncs).
+    let group_of = |i: usize| (i * syncs).div_ceil(n);
+    let (written, synced) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let writer = std::thread::current();
     let start = Instant::now();
-    for i in 1..=n {
-        f.write_all(batch).expect("baseline write");
-        // Sync whenever i * syncs / n crosses an integer: `syncs` times, the last at i == n.
-        if i * syncs / n > (i - 1) * syncs / n {
-            f.sync_data().expect("baseline sync");
-            done += 1;
+    let done = std::thread::scope(|scope| {
+        let syncer = scope.spawn(|| {
+            for k in 1..=syncs {
+                let due = (k * n).div_ceil(syncs);
+                while written.load(Ordering::Acquire) < due {
+                    std::thread::park();
+                }
+                syncer_file.sync_data().expect("baseline sync");
+                synced.store(k, Ordering::Release);
+                writer.unpark();
+            }
+            syncs
+        });
+        for i in 1..=n {
+            while synced.load(Ordering::Acquire) + 2 < group_of(i) {
+                std::thread::park();
+            }
+            f.write_all(batch).expect("baseline write");
+            written.store(i, Ordering::Release);
+            if i == n || group_of(i + 1) > group_of(i) {
+                syncer.thread().unpark(); // group complete: its sync is due
+            }
         }
-    }
+        syncer.join().expect("the baseline syncer failed")
+    });
     (start.elapsed(), done)
 }
 
@@ -260,15 +294,16 @@ fn tail_cache_reads(scratch: &Path, scale: &Scale) {
                 (big_count as i64..(big_count + small_count) as i64).collect();
 
             let (mut best_small, mut best_big) = (f64::MAX, f64::MAX);
-            let (mut small_shape, mut big_shape) = (ReadShape::default(), ReadShape::default());
+            // The shapes of every round's reads, checked together below.
+            let (mut small_shape, mut big_shape) = (ReadShape::new(), ReadShape::new());
             // Alternate the two cases so drift (frequency scaling, neighbours) hits both alike.
             for _ in 0..rounds {
                 let (ns, shape) = time_reads(&log, &small_offsets, SMALL_READ, iters).await;
                 best_small = best_small.min(ns);
-                small_shape = shape;
+                small_shape.merge(shape);
                 let (ns, shape) = time_reads(&log, &big_offsets, BIG_READ, iters).await;
                 best_big = best_big.min(ns);
-                big_shape = shape;
+                big_shape.merge(shape);
             }
             let zero_copy = shares_memory(&log, big_offsets[0], BIG_READ).await
                 && shares_memory(&log, small_offsets[0], SMALL_READ).await;
@@ -311,15 +346,41 @@ fn tail_cache_reads(scratch: &Path, scale: &Scale) {
     );
 }
 
-/// What the reads of one timing loop returned (checked after timing, so the loop stays lean).
-#[derive(Debug, Clone, Copy, Default)]
+/// What the reads of one or more timing loops returned (checked after timing, so the loop stays
+/// lean).
+#[derive(Debug, Clone, Copy)]
 struct ReadShape {
     all_cached: bool,
     min_len: usize,
     /// Where the shortest read started, so a failed check says where to look.
     min_len_offset: i64,
+    /// Of the first read.
     batches: u32,
     parts: usize,
+}
+
+impl ReadShape {
+    /// No reads yet.
+    fn new() -> Self {
+        Self {
+            all_cached: true,
+            min_len: usize::MAX,
+            min_len_offset: -1,
+            batches: 0,
+            parts: 0,
+        }
+    }
+
+    /// Adds the reads of `later`: all of them must have been cached, the shortest counts.
+    fn merge(&mut self, later: ReadShape) {
+        if self.min_len == usize::MAX {
+            (self.batches, self.parts) = (later.batches, later.parts);
+        }
+        self.all_cached &= later.all_cached;
+        if later.min_len < self.min_len {
+            (self.min_len, self.min_len_offset) = (later.min_len, later.min_len_offset);
+        }
+    }
 }
 
 /// Reads `iters` times, cycling over `offsets`, and returns the mean ns per read.
@@ -329,11 +390,7 @@ async fn time_reads(
     max_bytes: usize,
     iters: usize,
 ) -> (f64, ReadShape) {
-    let mut shape = ReadShape {
-        all_cached: true,
-        min_len: usize::MAX,
-        ..Default::default()
-    };
+    let mut shape = ReadShape::new();
     let start = Instant::now();
     for i in 0..iters {
         let offset = offsets[i % offsets.len()];

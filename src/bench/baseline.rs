@@ -262,7 +262,12 @@ mod tests {
     fn ring_batches_carry_the_runs_compression() {
         let plain = Ring::new(1000, 16, Codec::None, 1 << 20, 64 << 10).unwrap();
         let lz4 = Ring::new(1000, 16, Codec::Lz4, 1 << 20, 64 << 10).unwrap();
-        assert!(lz4.batch_len < plain.batch_len / 2, "{} vs {}", lz4.batch_len, plain.batch_len);
+        assert!(
+            lz4.batch_len < plain.batch_len / 2,
+            "{} vs {}",
+            lz4.batch_len,
+            plain.batch_len
+        );
         let r = lz4.records(lz4.period() - 16, 64 << 10);
         for i in 0..r.batches as usize {
             let h = shards::batch::validate(&r.parts[0][i * lz4.batch_len..], usize::MAX).unwrap();

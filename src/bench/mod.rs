@@ -432,7 +432,9 @@ impl Broker {
     fn stop(self) {
         if let Some((server, remove)) = self.embedded {
             server.stop();
-            server.wait();
+            if let Err(e) = server.wait() {
+                log::error!("embedded shoal: {e}");
+            }
             if let Some(d) = remove {
                 let _ = std::fs::remove_dir_all(d);
             }
