@@ -245,6 +245,7 @@ impl Core {
             tail_cache_hits: cache.hits,
             tail_cache_misses: cache.misses,
             coalescing: self.coalescer.is_enabled(),
+            view_sharing: self.views.config().shared,
             coalescer,
             fetch_log_read_bytes: m.fetch_log_read_bytes.get(),
             fetch_response_bytes: m.fetch_response_bytes.get(),

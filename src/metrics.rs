@@ -81,6 +81,7 @@ pub struct CoreSnapshot {
     pub tail_cache_hits: u64,
     pub tail_cache_misses: u64,
     pub coalescing: bool,
+    pub view_sharing: bool,
     pub coalescer: shards::coalescer::CoalescerStats,
     pub fetch_log_read_bytes: u64,
     pub fetch_response_bytes: u64,
@@ -270,10 +271,16 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
         "Record bytes held by fetch responses not yet written (shared results counted once).",
         &mut per_core(|c| c.response_memory_bytes),
     );
-    let views: [Family; 6] = [
+    let views: [Family; 7] = [
         ("readers", "gauge", "Live view readers.", |c| {
             c.views.readers
         }),
+        (
+            "sharing_enabled",
+            "gauge",
+            "1 when view readers are shared (0: each view fetch decodes for itself).",
+            |c| c.view_sharing as u64,
+        ),
         (
             "source_batches_decoded_total",
             "counter",

@@ -445,6 +445,69 @@ fn coalescing_on_and_off_side_by_side() {
     assert!(stdout.contains("on/off"), "{stdout}");
 }
 
+/// `--views 4`: 2 consumers on each of 4 shard views, readers shared and then not.
+#[test]
+fn views_with_shared_and_unshared_readers_side_by_side() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = bench(
+        dir.path(),
+        &[
+            "--views",
+            "4",
+            "--consumers",
+            "2",
+            "--message-bytes",
+            "200",
+            "--batch-bytes",
+            "2KiB",
+            "--rate",
+            "5000",
+            "--duration",
+            "1s",
+            "--warmup",
+            "300ms",
+            "--compare",
+            "view-sharing",
+            "--quiet",
+        ],
+    );
+    let (s, stdout) = (&b.summary, &b.stdout);
+    assert!(b.ok, "{stdout}");
+    let runs = s["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    runs.iter().for_each(|r| check_run(&b, r));
+    assert_eq!(runs[0]["view_sharing"], true);
+    assert_eq!(runs[1]["view_sharing"], false);
+    for r in runs {
+        assert_eq!(num(r, "views"), 4.0);
+        assert_eq!(num(r, "consumers"), 8.0, "2 per shard view");
+        // Each shard got its share: together exactly what was produced, each consumer of a
+        // shard the same records.
+        assert_eq!(
+            num(r, "correctness.received_records"),
+            2.0 * num(r, "totals.produced_records"),
+            "{:#}",
+            r["correctness"]
+        );
+        let v = &r["server"]["views"];
+        assert!(num(v, "source_batches") > 0.0, "{v}");
+        assert_eq!(num(v, "decode_errors"), 0.0);
+        assert!(num(v, "fetches_served") > 0.0);
+    }
+    // Shared: each source batch decoded once for all 8 consumers; not shared: once per fetch,
+    // so about once per consumer (a fetch may cover several batches, or wait for one).
+    let (on, off) = (&runs[0]["server"]["views"], &runs[1]["server"]["views"]);
+    assert_eq!(num(on, "decodes_per_source_batch"), 1.0, "{on}");
+    assert!(num(off, "decodes_per_source_batch") > 4.0, "{off}");
+    assert_eq!(
+        num(off, "shard_batches_encoded"),
+        num(off, "source_batches_decoded"),
+        "a fetch reading for itself builds its own shard's batch only: {off}"
+    );
+    assert!(num(&s["comparisons"][0], "view_decodes_ratio") < 0.25);
+    assert!(stdout.contains("view-sharing on vs off"), "{stdout}");
+}
+
 /// A backlog of 2 MiB (1 KiB messages) caught up by 3 consumers while producing goes on, acks=all.
 fn catch_up(codec: &str) {
     const BACKLOG: f64 = (2 << 20) as f64;

@@ -137,11 +137,25 @@ pub fn compress_batch(plain: &[u8], codec: i16) -> Vec<u8> {
 
 /// One source batch split into `shards` batches (index = shard).
 pub fn split_batch(source: &[u8], shards: u32) -> Result<Vec<Vec<u8>>, InvalidBatch> {
+    split(source, shards, None)
+}
+
+/// Only shard `shard`'s batch of `source` (what a fetch that reads for itself needs: the other
+/// shards' batches are not built).
+pub fn shard_batch(source: &[u8], shards: u32, shard: u32) -> Result<Vec<u8>, InvalidBatch> {
+    assert!(shard < shards);
+    let mut one = split(source, shards, Some(shard))?;
+    Ok(one.pop().expect("one batch"))
+}
+
+/// Every shard's batch (`only` None, index = shard), or only one shard's.
+fn split(source: &[u8], shards: u32, only: Option<u32>) -> Result<Vec<Vec<u8>>, InvalidBatch> {
     assert!(shards > 0);
     let h = BatchHeader::parse(source)?;
     let records = records_section(&h, source)?;
-    let mut bodies: Vec<Vec<u8>> = (0..shards).map(|_| vec![0u8; HEADER_LEN]).collect();
-    let mut counts = vec![0i32; shards as usize];
+    let outputs = if only.is_some() { 1 } else { shards as usize };
+    let mut bodies: Vec<Vec<u8>> = (0..outputs).map(|_| vec![0u8; HEADER_LEN]).collect();
+    let mut counts = vec![0i32; outputs];
     let mut r = Reader { b: &records, at: 0 };
     let malformed = || InvalidBatch::Decompress("malformed record".into());
     for _ in 0..h.record_count {
@@ -157,12 +171,14 @@ pub fn split_batch(source: &[u8], shards: u32) -> Result<Vec<Vec<u8>>, InvalidBa
         r.varint().ok_or_else(malformed)?; // offset delta
         let key = r.bytes().ok_or_else(malformed)?;
         let whole = &records[start..end];
-        match shard_of(key, shards) {
-            Some(s) => {
-                bodies[s as usize].extend_from_slice(whole);
-                counts[s as usize] += 1;
+        match (shard_of(key, shards), only) {
+            (Some(s), Some(o)) if s != o => {}
+            (Some(s), o) => {
+                let i = if o.is_some() { 0 } else { s as usize };
+                bodies[i].extend_from_slice(whole);
+                counts[i] += 1;
             }
-            None => {
+            (None, _) => {
                 for (b, c) in bodies.iter_mut().zip(counts.iter_mut()) {
                     b.extend_from_slice(whole);
                     *c += 1;
@@ -213,6 +229,13 @@ mod tests {
         let all = records(&plain).unwrap();
         let shards = split_batch(source, n).unwrap();
         assert_eq!(shards.len(), n as usize);
+        for (i, b) in shards.iter().enumerate() {
+            assert_eq!(
+                &shard_batch(source, n, i as u32).unwrap(),
+                b,
+                "shard {i} alone"
+            );
+        }
         let mut seen = 0;
         for (i, b) in shards.iter().enumerate() {
             let h = batch::validate(b, usize::MAX).ok();

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::log::Log;
 use crate::monitor::OffsetMonitor;
 use crate::records::{LogRead, Records};
-use crate::split::split_batch;
+use crate::split::{shard_batch, split_batch};
 use bytes::Bytes;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
@@ -72,12 +72,24 @@ struct SplitBatch {
 }
 
 /// Splits the batches of `read` that start before `until` (for a batch that cannot be decoded, an
-/// empty batch per shard, so consumers still move past it).
-fn split_all(read: &Records, shards: u32, until: i64, stats: &Cell<ViewStats>) -> Vec<SplitBatch> {
+/// empty batch per shard, so consumers still move past it). With `only: Some(i)`, each
+/// [`SplitBatch`] holds shard i's batch alone (at index 0).
+fn split_all(
+    read: &Records,
+    shards: u32,
+    only: Option<u32>,
+    until: i64,
+    stats: &Cell<ViewStats>,
+) -> Vec<SplitBatch> {
     let mut out = Vec::new();
+    let outputs = if only.is_some() { 1 } else { shards };
     for (h, source) in read.batches().take_while(|(h, _)| h.base_offset < until) {
         let mut s = stats.get();
-        let split = match split_batch(&source, shards) {
+        let split = match only {
+            None => split_batch(&source, shards),
+            Some(i) => shard_batch(&source, shards, i).map(|b| vec![b]),
+        };
+        let split = match split {
             Ok(split) => split,
             Err(e) => {
                 log::warn!(
@@ -85,11 +97,11 @@ fn split_all(read: &Records, shards: u32, until: i64, stats: &Cell<ViewStats>) -
                     h.base_offset
                 );
                 s.decode_errors += 1;
-                (0..shards).map(|_| empty_batch(&h)).collect()
+                (0..outputs).map(|_| empty_batch(&h)).collect()
             }
         };
         s.source_batches_decoded += 1;
-        s.shard_batches_encoded += shards as u64;
+        s.shard_batches_encoded += outputs as u64;
         stats.set(s);
         let records = split
             .iter()
@@ -279,14 +291,14 @@ impl ViewReader {
     ) -> Result<Records> {
         self.bump(|s| s.catch_up_reads += 1);
         let read = self.log.read(offset, max_bytes, true).await?;
-        let split = split_all(&read.records, self.shards, i64::MAX, &self.stats);
-        Ok(collect(
-            split.iter(),
-            shard as usize,
-            offset,
-            max_bytes,
-            obligatory,
-        ))
+        let split = split_all(
+            &read.records,
+            self.shards,
+            Some(shard),
+            i64::MAX,
+            &self.stats,
+        );
+        Ok(collect(split.iter(), 0, offset, max_bytes, obligatory))
     }
 
     /// Decodes source batches from `from` towards `until` (the window's first offset): all the way
@@ -304,7 +316,7 @@ impl ViewReader {
                 let Some(next) = read.records.next_offset() else {
                     break;
                 };
-                for b in split_all(&read.records, self.shards, until, &self.stats) {
+                for b in split_all(&read.records, self.shards, None, until, &self.stats) {
                     bytes += b.bytes;
                     fill.push(b);
                 }
@@ -386,7 +398,7 @@ impl ViewReader {
             let Some(end) = read.records.next_offset() else {
                 continue;
             };
-            let split = split_all(&read.records, self.shards, i64::MAX, &self.stats);
+            let split = split_all(&read.records, self.shards, None, i64::MAX, &self.stats);
             {
                 let mut w = self.window.borrow_mut();
                 for b in split {

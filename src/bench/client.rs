@@ -772,13 +772,32 @@ pub struct ProduceFrame {
     frame: Vec<u8>,
     batch_at: usize,
     batch_len: usize,
-    /// Where, inside the batch, the first record's value starts.
-    value_at: usize,
+    /// Where, inside the batch, the values to stamp start (the first record's, or the first
+    /// records' with `--views`).
+    value_ats: Vec<usize>,
 }
 
 /// Where the first record's value starts in an uncompressed batch (with at least 8 bytes of it).
 pub fn first_value_at(batch: &[u8]) -> Option<usize> {
     value_at(batch, HEADER_LEN)
+}
+
+/// Where the values of the first `k` records of an uncompressed batch start (each at least 8
+/// bytes long): the producers stamp the send time into each of them, so that every view shard's
+/// first record carries it (`--views`).
+pub fn value_positions(batch: &[u8], k: usize) -> Option<Vec<usize>> {
+    let mut out = Vec::with_capacity(k);
+    let mut r = VarReader {
+        b: batch,
+        at: HEADER_LEN,
+    };
+    for _ in 0..k {
+        let start = r.at;
+        let len = usize::try_from(r.varint()?).ok()?;
+        out.push(value_at(batch, start)?);
+        r.at = r.at.checked_add(len).filter(|e| *e <= batch.len())?;
+    }
+    Some(out)
 }
 
 /// The same for the first record starting at `at` in `b`.
@@ -918,16 +937,19 @@ pub fn produce_request(topic: &str, partition: i32, acks: i16, records: Bytes) -
 }
 
 impl ProduceFrame {
-    /// `batch` must be uncompressed and start its first record's value with 8 bytes to overwrite.
+    /// `batch` must be uncompressed and start the values of its first `stamped` records with 8
+    /// bytes to overwrite.
     pub fn new(
         topic: &str,
         partition: i32,
         acks: i16,
         version: i16,
         batch: Vec<u8>,
+        stamped: usize,
     ) -> io::Result<ProduceFrame> {
-        let value_at = first_value_at(&batch)
-            .ok_or_else(|| other("produce template: no 8-byte value in the first record"))?;
+        let value_ats = value_positions(&batch, stamped.max(1)).ok_or_else(|| {
+            other("produce template: no 8-byte value in each of the first records")
+        })?;
         let batch_len = batch.len();
         let req = produce_request(topic, partition, acks, Bytes::from(batch.clone()));
         let frame = request_frame(ApiKey::Produce, version, 0, &req)?.to_vec();
@@ -939,7 +961,7 @@ impl ProduceFrame {
             frame,
             batch_at,
             batch_len,
-            value_at,
+            value_ats,
         })
     }
 
@@ -951,18 +973,20 @@ impl ProduceFrame {
     pub fn stamp(&mut self, correlation: i32, now_us: u64) -> &[u8] {
         self.frame[CORRELATION_AT..CORRELATION_AT + 4].copy_from_slice(&correlation.to_be_bytes());
         let b = &mut self.frame[self.batch_at..self.batch_at + self.batch_len];
-        stamp_batch(b, self.value_at, now_us);
+        stamp_batch(b, &self.value_ats, now_us);
         &self.frame
     }
 }
 
-/// Writes `now_us` into an uncompressed batch (base and max timestamps in ms, first value in µs)
-/// and recomputes its CRC.
-pub fn stamp_batch(b: &mut [u8], value_at: usize, now_us: u64) {
+/// Writes `now_us` into an uncompressed batch (base and max timestamps in ms, the values at
+/// `value_ats` in µs) and recomputes its CRC.
+pub fn stamp_batch(b: &mut [u8], value_ats: &[usize], now_us: u64) {
     let ms = (now_us / 1000) as i64;
     b[27..35].copy_from_slice(&ms.to_be_bytes());
     b[35..43].copy_from_slice(&ms.to_be_bytes());
-    b[value_at..value_at + 8].copy_from_slice(&now_us.to_be_bytes());
+    for &at in value_ats {
+        b[at..at + 8].copy_from_slice(&now_us.to_be_bytes());
+    }
     let crc = crc32c::crc32c(&b[21..]);
     b[17..21].copy_from_slice(&crc.to_be_bytes());
 }
@@ -986,7 +1010,7 @@ mod tests {
     fn stamped_batch_validates_and_carries_the_timestamp() {
         let mut b = sample_batch(3, 100);
         let at = first_value_at(&b).unwrap();
-        stamp_batch(&mut b, at, 1_700_000_000_123_456);
+        stamp_batch(&mut b, &[at], 1_700_000_000_123_456);
         let h = shards::batch::validate(&b, usize::MAX).unwrap();
         assert_eq!(h.base_timestamp, 1_700_000_000_123);
         assert_eq!(embedded_timestamp(&b), Some(1_700_000_000_123_456));
@@ -1018,7 +1042,7 @@ mod tests {
         for (base, ts) in [(0i64, 11u64), (3, 22)] {
             let mut b = sample_batch(3, 300);
             let at = first_value_at(&b).unwrap();
-            stamp_batch(&mut b, at, ts);
+            stamp_batch(&mut b, &[at], ts);
             shards::batch::set_base_offset(&mut b, base);
             records.extend_from_slice(&b);
         }
@@ -1092,7 +1116,7 @@ mod tests {
         assert_eq!(req.topics[0].partitions[0].fetch_offset, 12345);
         assert_eq!(req.topics[0].partitions[0].partition, 3);
 
-        let mut p = ProduceFrame::new("t", 1, 1, 9, sample_batch(4, 64)).unwrap();
+        let mut p = ProduceFrame::new("t", 1, 1, 9, sample_batch(4, 64), 1).unwrap();
         let frame = p.stamp(5, 42_000_007).to_vec();
         let mut body = Bytes::from(frame[4..].to_vec());
         let h =

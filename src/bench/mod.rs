@@ -30,7 +30,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use workload::{Observer, RunSummary, Target, Workload};
+use workload::{Observer, RunSummary, Settings, Target, Workload};
 
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
@@ -53,6 +53,27 @@ pub enum Start {
 pub enum Compare {
     /// Runs with shoal's fetch coalescing on, then off (through the admin API).
     Coalescing,
+    /// Runs with shard-view readers shared, then not shared (each view fetch decodes and filters
+    /// the source for itself); needs --views.
+    ViewSharing,
+}
+
+impl Compare {
+    /// The admin API's name of the setting switched.
+    fn setting(self) -> &'static str {
+        match self {
+            Compare::Coalescing => "fetch_coalescing",
+            Compare::ViewSharing => "view_sharing",
+        }
+    }
+
+    /// Its name in labels and headings.
+    fn label(self) -> &'static str {
+        match self {
+            Compare::Coalescing => "coalescing",
+            Compare::ViewSharing => "view-sharing",
+        }
+    }
 }
 
 /// `--rate`: messages or bytes per second over all producers; 0 is as fast as possible.
@@ -115,9 +136,13 @@ pub struct FanoutArgs {
     pub partitions: i32,
     #[arg(long, default_value_t = 1)]
     pub producers: usize,
-    /// Independent consumers per partition.
+    /// Independent consumers per partition (with --views: per shard view of each partition).
     #[arg(long, default_value_t = 8)]
     pub consumers: usize,
+    /// Consumers read the N shard views `<topic>.shard-<i>-of-<N>` of the topic instead of the
+    /// topic itself (shoal's sharded views); records get keys spread over the shards.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub views: Option<u32>,
     /// Size of each message's value (at least 8: the first 8 bytes carry the send time).
     #[arg(long, default_value = "1KiB", value_parser = parse_size)]
     pub message_bytes: u64,
@@ -153,7 +178,8 @@ pub struct FanoutArgs {
     /// Write the summary (every figure of every run) to FILE as JSON.
     #[arg(long)]
     pub json: Option<PathBuf>,
-    /// Run the workload twice, with shoal's fetch coalescing on and then off, side by side.
+    /// Run the workload twice, with a shoal setting on and then off, side by side: fetch
+    /// coalescing, or view-sharing (with --views).
     #[arg(long, value_enum)]
     pub compare: Option<Compare>,
     /// Also run a plain TCP fan-out from memory to the same number of consumers (same batches, same
@@ -459,7 +485,7 @@ struct Report {
     ok: bool,
 }
 
-/// Coalescing on vs off at one point of the series (ratios are on / off).
+/// The compared setting on vs off at one point of the series (ratios are on / off).
 #[derive(Debug, Serialize)]
 struct Comparison {
     consumers_per_partition: usize,
@@ -471,6 +497,8 @@ struct Comparison {
     e2e_p99_ratio: Option<f64>,
     broker_cpu_s_per_gb_ratio: Option<f64>,
     log_read_bytes_ratio: Option<f64>,
+    /// Source batches decoded for views (`--views`).
+    view_decodes_ratio: Option<f64>,
 }
 
 fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
@@ -511,6 +539,7 @@ fn workload_for(args: &FanoutArgs, point: Option<(SweepKey, u64)>, cpus: usize) 
         partitions,
         producers,
         consumers_per_partition: consumers,
+        views: args.views,
         message_bytes,
         records_per_batch: (args.batch_bytes as usize / message_bytes.max(1)).max(1),
         rate: args.rate.messages_per_sec(message_bytes),
@@ -559,11 +588,14 @@ fn validate(args: &FanoutArgs) -> Result<(), String> {
     if args.receive_buffer < (client::BATCH_PEEK as u64) {
         return Err("--receive-buffer is too small".into());
     }
-    if args.compare.is_some() && args.bootstrap.is_some() && args.admin.is_none() {
-        return Err(
-            "--compare coalescing switches shoal's coalescing through its admin API: give --admin"
-                .into(),
-        );
+    if let (Some(c), Some(_), None) = (args.compare, &args.bootstrap, &args.admin) {
+        return Err(format!(
+            "--compare {} switches a shoal setting through its admin API: give --admin",
+            c.label()
+        ));
+    }
+    if args.compare == Some(Compare::ViewSharing) && args.views.is_none() {
+        return Err("--compare view-sharing compares shard views: give --views N".into());
     }
     if args.plot.is_some() && args.sweep.is_none() {
         return Err("--plot draws a --sweep: give one, e.g. --sweep consumers=1,8,64".into());
@@ -599,7 +631,7 @@ fn series(args: &FanoutArgs, broker: &Broker, cpus: usize) -> io::Result<Report>
     } else {
         vec![None]
     };
-    let coalescing_before = coalescing_enabled(broker.admin);
+    let switch_before = args.compare.and_then(|c| switch_enabled(broker.admin, c));
     let total_runs = points.len() * modes.len();
     let mut runs: Vec<RunSummary> = Vec::new();
     let mut raws: Vec<RunSummary> = Vec::new();
@@ -608,19 +640,26 @@ fn series(args: &FanoutArgs, broker: &Broker, cpus: usize) -> io::Result<Report>
         let mut w = workload_for(args, *point, cpus);
         let first_of_point = runs.len();
         for mode in &modes {
-            if let (Some(on), Some(admin)) = (mode, broker.admin) {
-                stats::set_coalescing(admin, *on)?;
+            if let (Some(on), Some(admin), Some(c)) = (mode, broker.admin, args.compare) {
+                stats::set_switch(admin, c.setting(), *on)?;
             }
             w.topic = if runs.is_empty() {
                 args.topic.clone()
             } else {
                 format!("{}-{}", args.topic, runs.len() + 1)
             };
-            let label = run_label(&w, *mode);
+            let label = run_label(&w, args.compare.zip(*mode));
             println!("\n== run {}/{total_runs}: {label} ==", runs.len() + 1);
             println!("{}", describe_workload(&w, args));
-            let coalescing = mode.or_else(|| coalescing_enabled(broker.admin));
-            let s = workload::run(&w, &Target::Kafka(&cluster), &obs, &label, coalescing)?;
+            let state = |c: Compare| match args.compare {
+                Some(compared) if compared == c => *mode,
+                _ => switch_enabled(broker.admin, c),
+            };
+            let settings = Settings {
+                coalescing: state(Compare::Coalescing),
+                view_sharing: w.views.and(state(Compare::ViewSharing)),
+            };
+            let s = workload::run(&w, &Target::Kafka(&cluster), &obs, &label, settings)?;
             print_summary(&s);
             runs.push(s);
         }
@@ -648,8 +687,13 @@ fn series(args: &FanoutArgs, broker: &Broker, cpus: usize) -> io::Result<Report>
                     on.server.fetch.map(|f| f.log_read_bytes as f64),
                     off.server.fetch.map(|f| f.log_read_bytes as f64),
                 ),
+                view_decodes_ratio: ratio(
+                    on.server.views.map(|v| v.source_batches_decoded as f64),
+                    off.server.views.map(|v| v.source_batches_decoded as f64),
+                ),
             });
-            print_comparison(&runs[first_of_point], &runs[first_of_point + 1]);
+            let compared = args.compare.expect("two modes only with --compare");
+            print_comparison(compared, &runs[first_of_point], &runs[first_of_point + 1]);
         }
         if args.raw_baseline {
             let raw = raw_baseline(&w, cluster.versions.fetch, broker.cores.unwrap_or(1))?;
@@ -663,8 +707,8 @@ fn series(args: &FanoutArgs, broker: &Broker, cpus: usize) -> io::Result<Report>
             raws.push(raw);
         }
     }
-    if let (Some(before), Some(admin), Some(_)) = (coalescing_before, broker.admin, &args.compare) {
-        stats::set_coalescing(admin, before)?;
+    if let (Some(before), Some(admin), Some(c)) = (switch_before, broker.admin, args.compare) {
+        stats::set_switch(admin, c.setting(), before)?;
     }
     if runs.len() > 1 || !raws.is_empty() {
         print_table(&runs, &raws, args.rate);
@@ -695,12 +739,14 @@ fn series(args: &FanoutArgs, broker: &Broker, cpus: usize) -> io::Result<Report>
     Ok(report)
 }
 
-/// shoal's fetch coalescing switch, from its `/metrics` (None without an admin API or a shoal).
-fn coalescing_enabled(admin: Option<SocketAddr>) -> Option<bool> {
+/// One of shoal's switches, from its `/metrics` (None without an admin API or a shoal).
+fn switch_enabled(admin: Option<SocketAddr>, c: Compare) -> Option<bool> {
     let metrics = stats::scrape(admin?).ok()?;
-    metrics
-        .get("shoal_fetch_coalescer_enabled")
-        .map(|v| *v > 0.0)
+    let gauge = match c {
+        Compare::Coalescing => "shoal_fetch_coalescer_enabled",
+        Compare::ViewSharing => "shoal_view_sharing_enabled",
+    };
+    metrics.get(gauge).map(|v| *v > 0.0)
 }
 
 fn rate_label(rate: Rate) -> String {
@@ -723,17 +769,17 @@ fn raw_comparison_gap(rate: Rate) -> Option<String> {
     })
 }
 
-fn run_label(w: &Workload, mode: Option<bool>) -> String {
-    let mut l = format!(
-        "consumers={}x{} producers={}",
-        w.consumers_per_partition, w.partitions, w.producers
-    );
-    if let Some(on) = mode {
-        l.push_str(if on {
-            " coalescing=on"
-        } else {
-            " coalescing=off"
-        });
+fn run_label(w: &Workload, mode: Option<(Compare, bool)>) -> String {
+    let mut l = match w.views {
+        None => format!("consumers={}x{}", w.consumers_per_partition, w.partitions),
+        Some(n) => format!(
+            "consumers={}x{n}x{} views={n}",
+            w.consumers_per_partition, w.partitions
+        ),
+    };
+    l.push_str(&format!(" producers={}", w.producers));
+    if let Some((c, on)) = mode {
+        l.push_str(&format!(" {}={}", c.label(), if on { "on" } else { "off" }));
     }
     l
 }
@@ -750,7 +796,7 @@ fn describe_workload(w: &Workload, args: &FanoutArgs) -> String {
     };
     format!(
         "topic {} ({} partition{}), {} producer{} at {rate}, acks={}, {} messages of {} B in batches of {}, \
-         compression {}; {} consumer{} per partition from {}{}; {:.1} s warm-up + {:.1} s measured; \
+         compression {}; {} consumer{} per {} from {}{}; {:.1} s warm-up + {:.1} s measured; \
          {} client thread{}",
         w.topic,
         w.partitions,
@@ -764,6 +810,10 @@ fn describe_workload(w: &Workload, args: &FanoutArgs) -> String {
         format!("{:?}", args.compression).to_lowercase(),
         w.consumers_per_partition,
         plural(w.consumers_per_partition),
+        match w.views {
+            None => "partition".to_string(),
+            Some(n) => format!("shard view of each partition ({n} views, keyed records)"),
+        },
         if w.earliest || w.backlog_bytes > 0 { "the earliest offset" } else { "the latest offset" },
         if w.backlog_bytes > 0 {
             format!(" after a backlog of {}", stats::size(w.backlog_bytes))
@@ -926,14 +976,38 @@ fn print_summary(s: &RunSummary) {
                 .unwrap_or_else(|| "nothing read".into())
         );
     }
+    if let Some(v) = &sv.views {
+        println!(
+            "{:<16} {} source batches decoded for {} produced ({} per batch), {} shard batches \
+             encoded, {} view fetches, {} catch-up reads, {} decode errors{}",
+            "views",
+            stats::thousands(v.source_batches_decoded),
+            stats::thousands(v.source_batches),
+            v.decodes_per_source_batch
+                .map_or_else(|| "-".into(), |d| format!("{d:.2}")),
+            stats::thousands(v.shard_batches_encoded),
+            stats::thousands(v.fetches_served),
+            stats::thousands(v.catch_up_reads),
+            v.decode_errors,
+            match s.view_sharing {
+                Some(true) => "; readers shared",
+                Some(false) => "; readers not shared",
+                None => "",
+            }
+        );
+    }
 }
 
 fn fmt_ratio(r: Option<f64>) -> String {
     r.map_or_else(|| "-".into(), |r| format!("{r:.2}x"))
 }
 
-fn print_comparison(on: &RunSummary, off: &RunSummary) {
-    println!("\n-- coalescing on vs off: {} consumers --", on.consumers);
+fn print_comparison(compared: Compare, on: &RunSummary, off: &RunSummary) {
+    println!(
+        "\n-- {} on vs off: {} consumers --",
+        compared.label(),
+        on.consumers
+    );
     type Row<'a> = (
         &'a str,
         Option<f64>,
@@ -1001,6 +1075,18 @@ fn print_comparison(on: &RunSummary, off: &RunSummary) {
             off.generator.cpu_s_per_delivered_gb,
             Box::new(|v| format!("{v:.2}")),
         ),
+        (
+            "view decodes",
+            on.server.views.map(|v| v.source_batches_decoded as f64),
+            off.server.views.map(|v| v.source_batches_decoded as f64),
+            Box::new(|v| stats::thousands(v as u64)),
+        ),
+        (
+            "decodes/src batch",
+            on.server.views.and_then(|v| v.decodes_per_source_batch),
+            off.server.views.and_then(|v| v.decodes_per_source_batch),
+            Box::new(|v| format!("{v:.2}")),
+        ),
     ];
     println!("{:<20} {:>14} {:>14} {:>10}", "", "on", "off", "on/off");
     for (name, a, b, f) in rows {
@@ -1014,7 +1100,9 @@ fn print_comparison(on: &RunSummary, off: &RunSummary) {
 }
 
 fn raw_baseline(w: &Workload, fetch_version: i16, threads: usize) -> io::Result<RunSummary> {
-    let consumers = w.consumers_per_partition * w.partitions as usize;
+    // As many consumer connections as the run had (views: every shard's).
+    let per_partition = w.consumers_per_partition * w.views.unwrap_or(1) as usize;
+    let consumers = per_partition * w.partitions as usize;
     println!(
         "\n== raw TCP baseline: {} consumer connection{} fetching from memory, {} server thread{} ==",
         consumers,
@@ -1041,11 +1129,13 @@ fn raw_baseline(w: &Workload, fetch_version: i16, threads: usize) -> io::Result<
     };
     let mut rw = w.clone();
     rw.backlog_bytes = 0;
+    rw.views = None;
+    rw.consumers_per_partition = per_partition;
     let label = format!(
         "raw TCP baseline consumers={}x{}",
-        w.consumers_per_partition, w.partitions
+        per_partition, w.partitions
     );
-    let result = workload::run(&rw, &target, &obs, &label, None);
+    let result = workload::run(&rw, &target, &obs, &label, Settings::default());
     server.stop();
     let s = result?;
     print_summary(&s);
@@ -1126,41 +1216,47 @@ fn render_plot(report: &Report, sweep: &Sweep) -> String {
             SweepKey::Partitions => r.partitions as f64,
         }
     };
-    // One line per coalescing setting, in the order the runs met them.
+    // One line per setting of the compared switch (coalescing without --compare), in the order
+    // the runs met them.
+    let compared = report.config.compare;
+    let mode_of = |r: &RunSummary| match compared {
+        Some(Compare::ViewSharing) => r.view_sharing,
+        _ => r.coalescing,
+    };
     let mut modes: Vec<Option<bool>> = Vec::new();
     for r in &report.runs {
-        if !modes.contains(&r.coalescing) {
-            modes.push(r.coalescing);
+        if !modes.contains(&mode_of(r)) {
+            modes.push(mode_of(r));
         }
     }
-    let compared = !report.comparisons.is_empty();
     let mut throughput = Vec::new();
     let mut latency = Vec::new();
     for mode in modes {
-        let name = match mode {
-            Some(true) if compared => "shoal, coalescing on",
-            Some(true) => "shoal",
-            Some(false) if compared => "shoal, coalescing off",
-            Some(false) => "shoal (coalescing off)",
-            None => "broker",
+        let name = match (mode, compared) {
+            (Some(on), Some(c)) => {
+                format!("shoal, {} {}", c.label(), if on { "on" } else { "off" })
+            }
+            (Some(true), None) => "shoal".into(),
+            (Some(false), None) => "shoal (coalescing off)".into(),
+            (None, _) => "broker".into(),
         };
         let pick = |f: &dyn Fn(&RunSummary) -> Option<f64>| -> Vec<(f64, f64)> {
             report
                 .runs
                 .iter()
-                .filter(|r| r.coalescing == mode)
+                .filter(|r| mode_of(r) == mode)
                 .filter_map(|r| f(r).map(|y| (x_of(r), y)))
                 .collect()
         };
         // "off" is drawn dashed so that it stays visible where it lies on top of "on".
         let dash = (mode == Some(false)).then_some("3,3");
         throughput.push(plot::Series {
-            name: name.into(),
+            name: name.clone(),
             points: pick(&|r| Some(r.delivered.mb_per_s)),
             dash,
         });
         latency.push(plot::Series {
-            name: name.into(),
+            name,
             points: pick(&|r| r.e2e_latency_us.map(|l| l.p99 as f64 / 1e3)),
             dash,
         });

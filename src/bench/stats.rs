@@ -106,6 +106,8 @@ pub struct ProducerStats {
 #[derive(Debug)]
 pub struct ConsumerStats {
     pub partition: i32,
+    /// The shard view it reads (`--views`), or None for the topic itself.
+    pub shard: Option<u32>,
     pub start_offset: AtomicI64,
     /// The next offset it will fetch.
     pub position: AtomicI64,
@@ -126,6 +128,7 @@ impl ConsumerStats {
     pub fn new(partition: i32, start: i64) -> ConsumerStats {
         ConsumerStats {
             partition,
+            shard: None,
             start_offset: AtomicI64::new(start),
             position: AtomicI64::new(start),
             records: AtomicU64::new(0),
@@ -501,12 +504,13 @@ pub fn scrape(admin: SocketAddr) -> std::io::Result<HashMap<String, f64>> {
     Ok(out)
 }
 
-/// Turns fetch coalescing on or off on every core.
-pub fn set_coalescing(admin: SocketAddr, on: bool) -> std::io::Result<()> {
+/// Turns one of shoal's on/off settings (`fetch_coalescing`, `view_sharing`) on or off on every
+/// core, through its admin API.
+pub fn set_switch(admin: SocketAddr, name: &str, on: bool) -> std::io::Result<()> {
     http(
         admin,
         "PUT",
-        "/v1/config/fetch_coalescing",
+        &format!("/v1/config/{name}"),
         if on { "on" } else { "off" },
     )
     .map(|_| ())
@@ -548,6 +552,46 @@ impl FetchMetrics {
             log_read_bytes: log_read,
             response_bytes: sent,
             fan_out_saving: (log_read > 0).then(|| sent as f64 / log_read as f64),
+        }
+    }
+}
+
+/// shoal's shard-view figures over a whole run (`--views`).
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct ViewMetrics {
+    /// Source batches the producers wrote in the run (backlog included): what the views had to
+    /// cover.
+    pub source_batches: u64,
+    pub source_batches_decoded: u64,
+    pub shard_batches_encoded: u64,
+    pub fetches_served: u64,
+    pub catch_up_reads: u64,
+    pub decode_errors: u64,
+    /// source_batches_decoded / source_batches: 1 when one reader decodes each batch once for
+    /// every shard and consumer.
+    pub decodes_per_source_batch: Option<f64>,
+}
+
+impl ViewMetrics {
+    pub fn between(
+        a: &HashMap<String, f64>,
+        b: &HashMap<String, f64>,
+        source_batches: u64,
+    ) -> ViewMetrics {
+        let d = |k: &str| {
+            let v = b.get(k).copied().unwrap_or(0.0) - a.get(k).copied().unwrap_or(0.0);
+            v.max(0.0) as u64
+        };
+        let decoded = d("shoal_view_source_batches_decoded_total");
+        ViewMetrics {
+            source_batches,
+            source_batches_decoded: decoded,
+            shard_batches_encoded: d("shoal_view_shard_batches_encoded_total"),
+            fetches_served: d("shoal_view_fetches_served_total"),
+            catch_up_reads: d("shoal_view_catch_up_reads_total"),
+            decode_errors: d("shoal_view_decode_errors_total"),
+            decodes_per_source_batch: (source_batches > 0)
+                .then(|| decoded as f64 / source_batches as f64),
         }
     }
 }

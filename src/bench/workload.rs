@@ -17,7 +17,7 @@ use super::client::{
 };
 use super::stats::{
     self, cpu_sample, now_us, record, ConsumerStats, Counters, CpuSample, FetchMetrics, Hists,
-    Latency, Phase, Shared,
+    Latency, Phase, Shared, ViewMetrics,
 };
 use bytes::Bytes;
 use futures_lite::AsyncWriteExt;
@@ -46,6 +46,9 @@ pub struct Workload {
     pub partitions: i32,
     pub producers: usize,
     pub consumers_per_partition: usize,
+    /// `--views N`: consumers read the N shard views `<topic>.shard-<i>-of-<N>` of each partition
+    /// (`consumers_per_partition` on each shard), and records carry keys.
+    pub views: Option<u32>,
     pub message_bytes: usize,
     pub records_per_batch: usize,
     /// Messages per second over all producers; 0: as fast as possible.
@@ -202,6 +205,16 @@ pub struct ServerFigures {
     pub peak_rss_includes_generator: bool,
     /// From shoal's /metrics, over the measured interval.
     pub fetch: Option<FetchMetrics>,
+    /// From shoal's /metrics, over the whole run (`--views`).
+    pub views: Option<ViewMetrics>,
+}
+
+/// The shoal settings a run was made with, where known (None: not set by the generator and not
+/// read back).
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct Settings {
+    pub coalescing: Option<bool>,
+    pub view_sharing: Option<bool>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -214,9 +227,12 @@ pub struct RunSummary {
     pub producers: usize,
     pub consumers_per_partition: usize,
     pub consumers: usize,
+    /// Shard views read per partition (`--views`).
+    pub views: Option<u32>,
     pub message_bytes: usize,
     pub records_per_batch: usize,
     pub coalescing: Option<bool>,
+    pub view_sharing: Option<bool>,
     pub warmup_s: f64,
     pub measured_s: f64,
     pub produced: Throughput,
@@ -246,6 +262,8 @@ struct ClientCfg {
     compression: Codec,
     message_bytes: usize,
     records_per_batch: usize,
+    /// Shard views read (records get keys, and the first records of each batch one per shard).
+    views: Option<u32>,
     /// Seconds between two batches of one producer (0: no pacing).
     batch_interval: f64,
     max_in_flight: usize,
@@ -260,6 +278,8 @@ struct ClientCfg {
 #[derive(Debug, Clone)]
 struct ConsumerPlan {
     id: usize,
+    /// The topic it fetches: the workload's, or one of its shard views.
+    topic: Arc<str>,
     partition: i32,
     leader: SocketAddr,
 }
@@ -496,7 +516,10 @@ async fn consumer(
     let _done = DoneOnDrop(&stats.done);
     let report = Reporter {
         shared: &shared,
-        who: format!("consumer {} (partition {})", plan.id, plan.partition),
+        who: format!(
+            "consumer {} ({} partition {})",
+            plan.id, plan.topic, plan.partition
+        ),
         errors: &stats.errors,
         failed: Some(&stats.failed),
     };
@@ -509,7 +532,7 @@ async fn consumer(
         Err(e) => return report.fail(e),
     };
     let mut template = match FetchTemplate::new(
-        &cfg.topic,
+        &plan.topic,
         plan.partition,
         cfg.fetch_version,
         cfg.fetch_max_wait,
@@ -595,8 +618,15 @@ async fn consumer(
 
 /// A batch of `records` values of `message_bytes`: pseudo-random words from a 64-word vocabulary,
 /// compressible about like text logs by every codec; the first 8 bytes of the first value are left
-/// for the send time.
-pub(crate) fn template_batch(message_bytes: usize, records: usize, seed: u64) -> Vec<u8> {
+/// for the send time. With `views: Some(n)` every record gets a key, and the keys of the first n
+/// records map to shards 0, 1, ..., n-1 (Kafka's default partitioner), so that each shard's part
+/// of the batch starts with a record whose value can carry the send time.
+pub(crate) fn template_batch(
+    message_bytes: usize,
+    records: usize,
+    seed: u64,
+    views: Option<u32>,
+) -> Vec<u8> {
     const SYLLABLES: [&str; 16] = [
         "ka", "lo", "mi", "ne", "su", "ta", "ri", "po", "de", "fu", "gi", "ho", "ja", "ve", "zo",
         "bu",
@@ -618,16 +648,30 @@ pub(crate) fn template_batch(message_bytes: usize, records: usize, seed: u64) ->
         .collect();
     let mut value = Vec::with_capacity(message_bytes + 16);
     let mut b = BatchBuilder::new(0);
-    for _ in 0..records {
+    for i in 0..records {
         value.clear();
         while value.len() < message_bytes {
             value.extend_from_slice(vocabulary[(next() % 64) as usize].as_bytes());
             value.push(b' ');
         }
         value.truncate(message_bytes);
-        b.push(0, None, Some(&value), &[]);
+        let key = views.map(|n| template_key(seed, i, n));
+        b.push(0, key.as_deref(), Some(&value), &[]);
     }
     b.finish(0)
+}
+
+/// The key of record `i` of producer `seed`'s batches when `n` shard views are read: for i < n,
+/// the first such key that maps to shard i.
+fn template_key(seed: u64, i: usize, n: u32) -> Vec<u8> {
+    let key = |t: u32| format!("s{seed}-r{i}-{t}").into_bytes();
+    if i >= n as usize {
+        return key(0);
+    }
+    (0..)
+        .map(key)
+        .find(|k| shards::partitioner::shard_of(Some(k), n) == Some(i as u32))
+        .expect("some key maps to every shard")
 }
 
 /// A produce request waiting for its response.
@@ -674,8 +718,17 @@ async fn producer(
     let mut conns: Vec<ProducerConn> = Vec::new();
     let mut by_leader: HashMap<SocketAddr, usize> = HashMap::new();
     let mut targets = Vec::new();
-    let template = template_batch(cfg.message_bytes, cfg.records_per_batch, plan.id as u64 + 1);
-    let value_at = client::first_value_at(&template).expect("template values are >= 8 bytes");
+    let template = template_batch(
+        cfg.message_bytes,
+        cfg.records_per_batch,
+        plan.id as u64 + 1,
+        cfg.views,
+    );
+    let stamped = cfg
+        .views
+        .map_or(1, |n| (n as usize).min(cfg.records_per_batch));
+    let value_ats =
+        client::value_positions(&template, stamped).expect("template values are >= 8 bytes");
     for p in &plan.partitions {
         let conn = match by_leader.get(&p.leader) {
             Some(&c) => c,
@@ -714,6 +767,7 @@ async fn producer(
                 cfg.acks,
                 cfg.produce_version,
                 template.clone(),
+                stamped,
             ) {
                 Ok(f) => Some(f),
                 Err(e) => return report.fail(e),
@@ -768,7 +822,7 @@ async fn producer(
             }
             None => {
                 scratch.copy_from_slice(&template);
-                client::stamp_batch(&mut scratch, value_at, ts);
+                client::stamp_batch(&mut scratch, &value_ats, ts);
                 let request = cfg.compression.compress_batch(&scratch).and_then(|b| {
                     let len = b.len();
                     let req =
@@ -1001,7 +1055,7 @@ pub fn run(
     target: &Target<'_>,
     obs: &Observer,
     label: &str,
-    coalescing: Option<bool>,
+    settings: Settings,
 ) -> io::Result<RunSummary> {
     let epoch_us = now_us();
     let partitions = w.partitions as usize;
@@ -1043,6 +1097,7 @@ pub fn run(
         compression: w.compression,
         message_bytes: w.message_bytes,
         records_per_batch: w.records_per_batch,
+        views: w.views,
         batch_interval: if per_producer > 0.0 {
             w.records_per_batch as f64 / per_producer
         } else {
@@ -1125,19 +1180,29 @@ pub fn run(
         }
         Target::Raw { .. } => vec![0; partitions],
     };
+    // Without views, `consumers_per_partition` consumers of the topic; with --views N, that many
+    // for each shard view of it (a view partition has the source partition's leader and offsets).
+    let topics: Vec<(Option<u32>, Arc<str>)> = match w.views {
+        None => vec![(None, w.topic.as_str().into())],
+        Some(n) => (0..n)
+            .map(|i| (Some(i), format!("{}.shard-{i}-of-{n}", w.topic).into()))
+            .collect(),
+    };
     let mut consumer_plans = Vec::new();
     let mut consumer_stats = Vec::new();
     for l in &leaders {
-        for _ in 0..w.consumers_per_partition {
-            consumer_plans.push(ConsumerPlan {
-                id: consumer_plans.len(),
-                partition: l.partition,
-                leader: l.leader,
-            });
-            consumer_stats.push(ConsumerStats::new(
-                l.partition,
-                starts[l.partition as usize],
-            ));
+        for (shard, topic) in &topics {
+            for _ in 0..w.consumers_per_partition {
+                consumer_plans.push(ConsumerPlan {
+                    id: consumer_plans.len(),
+                    topic: topic.clone(),
+                    partition: l.partition,
+                    leader: l.leader,
+                });
+                let mut stats = ConsumerStats::new(l.partition, starts[l.partition as usize]);
+                stats.shard = *shard;
+                consumer_stats.push(stats);
+            }
         }
     }
     let total_consumers = consumer_plans.len();
@@ -1152,6 +1217,8 @@ pub fn run(
         shared.note_end(p, *s);
     }
     let plans = assign(threads, &leaders, producers, consumer_plans);
+    // View figures cover the whole run: every batch produced in it is read through the views.
+    let views_before = w.views.and(obs.admin).and_then(|a| stats::scrape(a).ok());
     let handles = spawn_clients(cfg, &shared, plans, &w.client_cpus)?;
 
     let ready_by = Instant::now() + Duration::from_secs(60);
@@ -1284,6 +1351,10 @@ pub fn run(
     for h in handles {
         let _ = h.join();
     }
+    let views_after = views_before
+        .as_ref()
+        .and(obs.admin)
+        .and_then(|a| stats::scrape(a).ok());
 
     // The summary.
     let secs = (end.at - begin.at).as_secs_f64().max(1e-6);
@@ -1367,6 +1438,13 @@ pub fn run(
             .as_ref()
             .zip(end.metrics.as_ref())
             .map(|(a, b)| FetchMetrics::between(a, b)),
+        views: views_before
+            .as_ref()
+            .zip(views_after.as_ref())
+            .map(|(a, b)| {
+                let records = totals.produced_records;
+                ViewMetrics::between(a, b, records / w.records_per_batch.max(1) as u64)
+            }),
     };
     Ok(RunSummary {
         label: label.to_string(),
@@ -1376,9 +1454,11 @@ pub fn run(
         producers,
         consumers_per_partition: w.consumers_per_partition,
         consumers: total_consumers,
+        views: w.views,
         message_bytes: w.message_bytes,
         records_per_batch: w.records_per_batch,
-        coalescing,
+        coalescing: settings.coalescing,
+        view_sharing: settings.view_sharing,
         warmup_s: w.warmup.as_secs_f64(),
         measured_s: secs,
         produced,
@@ -1445,20 +1525,40 @@ fn check(shared: &Shared, final_offsets: &[i64], drain_s: f64, checked: bool) ->
     if !checked {
         return c;
     }
+    let end_of = |p: i32| final_offsets.get(p as usize).copied().unwrap_or(-1);
+    // Shard views (--views): which records a shard holds is the broker's to decide (its own tests
+    // check that record by record), so here every consumer of a shard must receive the same
+    // records, and the shards of a partition together exactly the partition's.
+    let mut shard_records: HashMap<(i32, u32), u64> = HashMap::new();
+    for s in &shared.consumers {
+        if let Some(shard) = s.shard {
+            let e = shard_records.entry((s.partition, shard)).or_default();
+            *e = (*e).max(s.records.load(Relaxed));
+        }
+    }
+    let mut partition_records: HashMap<i32, u64> = HashMap::new();
+    for ((p, _), n) in &shard_records {
+        *partition_records.entry(*p).or_default() += n;
+    }
     for (i, s) in shared.consumers.iter().enumerate() {
-        let end = final_offsets
-            .get(s.partition as usize)
-            .copied()
-            .unwrap_or(-1);
+        let end = end_of(s.partition);
         let start = s.start_offset.load(Relaxed);
         let position = s.position.load(Relaxed);
         let received = s.records.load(Relaxed);
         let gaps = s.gap_offsets.load(Relaxed);
-        let expected = (end - start).max(0) as u64;
+        let whole = (end - start).max(0) as u64;
+        let (expected, shards_add_up) = match s.shard {
+            None => (whole, true),
+            Some(shard) => (
+                shard_records[&(s.partition, shard)],
+                partition_records[&s.partition] == whole,
+            ),
+        };
         c.expected_records += expected;
         c.received_records += received;
         c.gaps += s.gaps.load(Relaxed);
         let complete = !s.failed.load(Relaxed)
+            && shards_add_up
             && s.gaps.load(Relaxed) == 0
             && position == end
             && received == expected;
@@ -1486,18 +1586,50 @@ mod tests {
 
     #[test]
     fn template_batches_validate_and_compress() {
-        let b = template_batch(100, 10, 1);
+        let b = template_batch(100, 10, 1, None);
         let h = shards::batch::validate(&b, usize::MAX).unwrap();
         assert_eq!(h.record_count, 10);
         for codec in [Codec::Gzip, Codec::Snappy, Codec::Lz4, Codec::Zstd] {
             let mut s = b.clone();
             let at = client::first_value_at(&s).unwrap();
-            client::stamp_batch(&mut s, at, 123_456_789);
+            client::stamp_batch(&mut s, &[at], 123_456_789);
             let c = codec.compress_batch(&s).unwrap();
             let h = shards::batch::validate(&c, usize::MAX).unwrap();
             assert_eq!(h.compression(), codec.id() as u8, "{codec:?}");
             assert!(c.len() < b.len(), "{codec:?} compresses the letters");
             assert_eq!(embedded_timestamp_compressed(&c, &h), Some(123_456_789));
+        }
+    }
+
+    #[test]
+    fn view_templates_start_every_shard_with_a_stamped_record() {
+        let n = 8;
+        let mut b = template_batch(64, 20, 3, Some(n));
+        let ats = client::value_positions(&b, n as usize).unwrap();
+        client::stamp_batch(&mut b, &ats, 987_654_321);
+        shards::batch::validate(&b, usize::MAX).unwrap();
+        let recs = shards::batch::records(&b).unwrap();
+        assert_eq!(recs.len(), 20);
+        for (i, r) in recs.iter().enumerate() {
+            let shard = shards::partitioner::shard_of(r.key, n).unwrap();
+            if i < n as usize {
+                assert_eq!(shard, i as u32, "record {i} opens shard {i}");
+                assert_eq!(
+                    &r.value.as_ref().unwrap()[..8],
+                    &987_654_321u64.to_be_bytes()
+                );
+            }
+        }
+        // Every shard's part of the batch starts with a stamped record.
+        for shard in 0..n {
+            let first = recs
+                .iter()
+                .find(|r| shards::partitioner::shard_of(r.key, n) == Some(shard))
+                .unwrap();
+            assert_eq!(
+                &first.value.as_ref().unwrap()[..8],
+                &987_654_321u64.to_be_bytes()
+            );
         }
     }
 
