@@ -315,20 +315,35 @@ impl FetchCoalescer {
         let flight = Rc::new(InFlight::default());
         self.in_flight.borrow_mut().insert(key, flight.clone());
         self.bump(|s| s.reads += 1);
-        let fut = read();
+        // A read that needs no I/O (the tail cache) finishes on its first poll: it is done here,
+        // with no task to spawn and wait for (nobody can have joined it meanwhile). One that must
+        // wait goes on as a task of its own, detached from this fetch, so that this fetch timing
+        // out or its client leaving cannot cancel it for the others.
+        let mut fut = Box::pin(read());
+        if let Some(result) = futures_lite::future::poll_once(&mut fut).await {
+            let result = result.map(SharedRead::new);
+            self.finish(key, &flight, result.clone(), stale);
+            return result;
+        }
         let this = self.clone();
         let done = flight.clone();
         glommio::spawn_local(async move {
             let result = fut.await.map(SharedRead::new);
-            this.in_flight.borrow_mut().remove(&key);
-            if let Ok(shared) = &result {
-                this.keep(key, shared, stale);
-            }
-            *done.result.borrow_mut() = Some(result);
-            done.wakers.borrow_mut().drain(..).for_each(Waker::wake);
+            this.finish(key, &done, result, stale);
         })
         .detach();
         InFlightWait(flight).await
+    }
+
+    /// A read for `key` is over: it leaves the in-flight table, its result is cached if worth it,
+    /// and the fetches waiting on it get it.
+    fn finish(&self, key: CoalesceKey, flight: &InFlight, result: ReadResult, stale: bool) {
+        self.in_flight.borrow_mut().remove(&key);
+        if let Ok(shared) = &result {
+            self.keep(key, shared, stale);
+        }
+        *flight.result.borrow_mut() = Some(result);
+        flight.wakers.borrow_mut().drain(..).for_each(Waker::wake);
     }
 
     /// Caches a finished result if it is worth keeping.

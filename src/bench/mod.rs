@@ -122,6 +122,11 @@ pub struct FanoutArgs {
     /// Cores of the embedded shoal.
     #[arg(long, default_value_t = 1)]
     pub broker_cores: usize,
+    /// Run the embedded shoal as a child process (this binary's `shoal serve`), a fresh one for
+    /// each run, rather than in this process: its CPU and peak RSS are then measured alone,
+    /// without the generator's or an earlier run's.
+    #[arg(long)]
+    pub broker_process: bool,
     /// Extra `shoal serve` flag for the embedded shoal, e.g. --broker-arg=--flush-ms=0 (repeatable).
     #[arg(long = "broker-arg", allow_hyphen_values = true, value_name = "FLAG")]
     pub broker_args: Vec<String>,
@@ -359,9 +364,15 @@ pub fn parse_sweep(s: &str) -> Result<Sweep, String> {
 // ---------------------------------------------------------------------------------------------------
 // The broker under test.
 
+/// How the embedded shoal runs.
+enum Embedded {
+    InProcess(Server),
+    Child(std::process::Child),
+}
+
 /// The embedded shoal, or the address of an external broker.
 struct Broker {
-    embedded: Option<(Server, Option<PathBuf>)>,
+    embedded: Option<(Embedded, Option<PathBuf>)>,
     bootstrap: SocketAddr,
     admin: Option<SocketAddr>,
     pid: Option<u32>,
@@ -416,38 +427,54 @@ impl Broker {
         .map(|s| s.to_string())
         .collect();
         argv.extend(args.broker_args.iter().cloned());
-        let cli = crate::cli::Cli::try_parse_from(argv)
+        let cli = crate::cli::Cli::try_parse_from(&argv)
             .map_err(|e| io::Error::other(format!("--broker-arg: {e}")))?;
         let crate::cli::Command::Serve(serve) = cli.command else {
             unreachable!("parsed a serve command");
         };
+        let cores = Some(args.broker_cores.max(1));
+        if args.broker_process {
+            let (child, port, admin) = spawn_broker(&argv[1..])?;
+            return Ok(Broker {
+                pid: Some(child.id()),
+                embedded: Some((Embedded::Child(child), remove)),
+                bootstrap: SocketAddr::from(([127, 0, 0, 1], port)),
+                admin: Some(admin),
+                cores,
+            });
+        }
         let server = Server::start(serve)?;
         let bootstrap = SocketAddr::from(([127, 0, 0, 1], server.ports[0]));
         let admin = Some(server.admin);
         Ok(Broker {
-            embedded: Some((server, remove)),
+            embedded: Some((Embedded::InProcess(server), remove)),
             bootstrap,
             admin,
             pid: None,
-            cores: Some(args.broker_cores.max(1)),
+            cores,
         })
     }
 
     fn observer(&self) -> Observer {
+        let in_process = matches!(self.embedded, Some((Embedded::InProcess(_), _)));
         Observer {
-            thread_prefix: self.embedded.as_ref().map(|_| "shoal-core-"),
+            thread_prefix: in_process.then_some("shoal-core-"),
             pid: self.pid,
             admin: self.admin,
-            rss_of_this_process: self.embedded.is_some(),
+            rss_of_this_process: in_process,
         }
     }
 
     fn describe(&self) -> String {
         match (&self.embedded, self.admin) {
-            (Some(_), Some(a)) => format!(
-                "embedded shoal ({} core{}) on {}, admin {a}",
+            (Some((how, _)), Some(a)) => format!(
+                "embedded shoal ({} core{}{}) on {}, admin {a}",
                 self.cores.unwrap_or(1),
                 if self.cores == Some(1) { "" } else { "s" },
+                match how {
+                    Embedded::InProcess(_) => String::new(),
+                    Embedded::Child(c) => format!(", child process {}", c.id()),
+                },
                 self.bootstrap
             ),
             (None, Some(a)) => format!("shoal at {}, admin {a}", self.bootstrap),
@@ -455,15 +482,93 @@ impl Broker {
         }
     }
 
-    fn stop(self) {
-        if let Some((server, remove)) = self.embedded {
-            server.stop();
-            if let Err(e) = server.wait() {
-                log::error!("embedded shoal: {e}");
+    /// Stops the embedded shoal and starts a fresh one (a new process and data directory).
+    fn restart(&mut self, args: &FanoutArgs) -> io::Result<()> {
+        self.stop();
+        *self = Broker::start(args)?;
+        Ok(())
+    }
+
+    fn stop(&mut self) {
+        if let Some((how, remove)) = self.embedded.take() {
+            match how {
+                Embedded::InProcess(server) => {
+                    server.stop();
+                    if let Err(e) = server.wait() {
+                        log::error!("embedded shoal: {e}");
+                    }
+                }
+                Embedded::Child(mut child) => {
+                    // SAFETY: kill(2) on the child's pid, which is not reaped before wait().
+                    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+                    match child.wait() {
+                        Ok(status) if !status.success() => {
+                            log::error!("embedded shoal process: {status}")
+                        }
+                        Err(e) => log::error!("embedded shoal process: {e}"),
+                        Ok(_) => {}
+                    }
+                }
             }
             if let Some(d) = remove {
                 let _ = std::fs::remove_dir_all(d);
             }
+        }
+    }
+}
+
+/// Starts `shoal serve ARGS` (this executable) as a child process and reads its Kafka port and
+/// admin address from the line it prints once it listens. Its other output goes to ours.
+fn spawn_broker(serve_args: &[String]) -> io::Result<(std::process::Child, u16, SocketAddr)> {
+    use std::io::BufRead;
+    let exe = std::env::current_exe()?;
+    let mut child = std::process::Command::new(exe)
+        .args(serve_args)
+        // Its info lines would be interleaved with the report: warnings and errors only, unless
+        // RUST_LOG says otherwise.
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let stdout = child.stdout.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            match tx.take_if(|_| line.starts_with("shoal listening:")) {
+                Some(tx) => drop(tx.send(line)),
+                None => println!("{line}"),
+            }
+        }
+    });
+    let line = match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(line) => line,
+        Err(_) => {
+            let _ = child.kill();
+            let status = child.wait()?;
+            return Err(io::Error::other(format!(
+                "the shoal process did not start listening within 60 s ({status})"
+            )));
+        }
+    };
+    let (mut port, mut admin) = (None, None);
+    for word in line.split_whitespace() {
+        if let Some(p) = word.strip_prefix("kafka_ports=") {
+            port = p.split(',').next().and_then(|p| p.parse().ok());
+        } else if let Some(a) = word.strip_prefix("admin=") {
+            admin = a.parse().ok();
+        }
+    }
+    match (port, admin) {
+        (Some(p), Some(a)) => Ok((child, p, a)),
+        _ => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(io::Error::other(format!(
+                "cannot read the shoal process's ports: {line:?}"
+            )))
         }
     }
 }
@@ -594,6 +699,9 @@ fn validate(args: &FanoutArgs) -> Result<(), String> {
             c.label()
         ));
     }
+    if args.broker_process && args.bootstrap.is_some() {
+        return Err("--broker-process starts shoal itself: it does not go with --bootstrap".into());
+    }
     if args.compare == Some(Compare::ViewSharing) && args.views.is_none() {
         return Err("--compare view-sharing compares shard views: give --views N".into());
     }
@@ -606,8 +714,8 @@ fn validate(args: &FanoutArgs) -> Result<(), String> {
 fn fanout(args: FanoutArgs) -> io::Result<()> {
     validate(&args).map_err(io::Error::other)?;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let broker = Broker::start(&args)?;
-    let result = series(&args, &broker, cpus);
+    let mut broker = Broker::start(&args)?;
+    let result = series(&args, &mut broker, cpus);
     broker.stop();
     let report = result?;
     if !report.ok {
@@ -618,9 +726,9 @@ fn fanout(args: FanoutArgs) -> io::Result<()> {
     Ok(())
 }
 
-fn series(args: &FanoutArgs, broker: &Broker, cpus: usize) -> io::Result<Report> {
-    let cluster = Cluster::connect(broker.bootstrap)?;
-    let obs = broker.observer();
+fn series(args: &FanoutArgs, broker: &mut Broker, cpus: usize) -> io::Result<Report> {
+    let mut cluster = Cluster::connect(broker.bootstrap)?;
+    let mut obs = broker.observer();
     println!("shoal bench fanout: {}", broker.describe());
     let points: Vec<Option<(SweepKey, u64)>> = match &args.sweep {
         Some(s) => s.values.iter().map(|v| Some((s.key, *v))).collect(),
@@ -640,6 +748,16 @@ fn series(args: &FanoutArgs, broker: &Broker, cpus: usize) -> io::Result<Report>
         let mut w = workload_for(args, *point, cpus);
         let first_of_point = runs.len();
         for mode in &modes {
+            if args.broker_process && !runs.is_empty() {
+                // Every run gets a fresh process: its peak RSS is its own.
+                broker.restart(args)?;
+                cluster = Cluster::connect(broker.bootstrap)?;
+                obs = broker.observer();
+                println!(
+                    "\n(a fresh shoal process for the next run: {})",
+                    broker.describe()
+                );
+            }
             if let (Some(on), Some(admin), Some(c)) = (mode, broker.admin, args.compare) {
                 stats::set_switch(admin, c.setting(), *on)?;
             }
