@@ -604,6 +604,9 @@ struct Comparison {
     log_read_bytes_ratio: Option<f64>,
     /// Source batches decoded for views (`--views`).
     view_decodes_ratio: Option<f64>,
+    peak_rss_ratio: Option<f64>,
+    /// Of the resident memory added while serving the consumers.
+    peak_rss_growth_ratio: Option<f64>,
 }
 
 fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
@@ -804,6 +807,14 @@ fn series(args: &FanoutArgs, broker: &mut Broker, cpus: usize) -> io::Result<Rep
                 log_read_bytes_ratio: ratio(
                     on.server.fetch.map(|f| f.log_read_bytes as f64),
                     off.server.fetch.map(|f| f.log_read_bytes as f64),
+                ),
+                peak_rss_ratio: ratio(
+                    on.server.peak_rss_bytes.map(|b| b as f64),
+                    off.server.peak_rss_bytes.map(|b| b as f64),
+                ),
+                peak_rss_growth_ratio: ratio(
+                    on.server.peak_rss_growth_bytes.map(|b| b as f64),
+                    off.server.peak_rss_growth_bytes.map(|b| b as f64),
                 ),
                 view_decodes_ratio: ratio(
                     on.server.views.map(|v| v.source_batches_decoded as f64),
@@ -1070,8 +1081,16 @@ fn print_summary(s: &RunSummary) {
     }
     if let Some(rss) = sv.peak_rss_bytes {
         parts.push(format!(
-            "peak RSS {}{}",
+            "peak RSS {}{}{}",
             stats::size(rss),
+            match (sv.rss_at_consumers_start_bytes, sv.peak_rss_growth_bytes) {
+                (Some(start), Some(growth)) => format!(
+                    " ({} when the consumers started, +{} while serving them)",
+                    stats::size(start),
+                    stats::size(growth)
+                ),
+                _ => String::new(),
+            },
             if sv.peak_rss_includes_generator {
                 " (process, generator included)"
             } else {
@@ -1192,6 +1211,18 @@ fn print_comparison(compared: Compare, on: &RunSummary, off: &RunSummary) {
             on.generator.cpu_s_per_delivered_gb,
             off.generator.cpu_s_per_delivered_gb,
             Box::new(|v| format!("{v:.2}")),
+        ),
+        (
+            "peak RSS",
+            on.server.peak_rss_bytes.map(|b| b as f64),
+            off.server.peak_rss_bytes.map(|b| b as f64),
+            Box::new(|v| stats::size(v as u64)),
+        ),
+        (
+            "RSS growth",
+            on.server.peak_rss_growth_bytes.map(|b| b as f64),
+            off.server.peak_rss_growth_bytes.map(|b| b as f64),
+            Box::new(|v| stats::size(v as u64)),
         ),
         (
             "view decodes",

@@ -201,8 +201,16 @@ pub struct ServerFigures {
     pub cpu_s: Option<f64>,
     pub cores: Option<f64>,
     pub cpu_s_per_delivered_gb: Option<f64>,
+    /// The peak from the moment the consumers start (or over the process's life where the peak
+    /// cannot be reset: see `peak_rss_since_consumers_start`).
     pub peak_rss_bytes: Option<u64>,
     pub peak_rss_includes_generator: bool,
+    /// Resident set when the consumers start (after any backlog was produced).
+    pub rss_at_consumers_start_bytes: Option<u64>,
+    pub peak_rss_since_consumers_start: bool,
+    /// peak_rss_bytes - rss_at_consumers_start_bytes: what serving the consumers cost in memory,
+    /// beyond what was resident already (caches filled by producing, the process itself).
+    pub peak_rss_growth_bytes: Option<u64>,
     /// From shoal's /metrics, over the measured interval.
     pub fetch: Option<FetchMetrics>,
     /// From shoal's /metrics, over the whole run (`--views`).
@@ -1217,6 +1225,14 @@ pub fn run(
         shared.note_end(p, *s);
     }
     let plans = assign(threads, &leaders, producers, consumer_plans);
+    // The run's memory peak starts here, when the consumers do.
+    let rss_pid = if obs.rss_of_this_process {
+        Some(None)
+    } else {
+        obs.pid.map(Some)
+    };
+    let peak_reset = rss_pid.is_some_and(stats::reset_peak_rss);
+    let rss_at_start = rss_pid.and_then(stats::rss);
     // View figures cover the whole run: every batch produced in it is read through the views.
     let views_before = w.views.and(obs.admin).and_then(|a| stats::scrape(a).ok());
     let handles = spawn_clients(cfg, &shared, plans, &w.client_cpus)?;
@@ -1427,12 +1443,15 @@ pub fn run(
         cpu_s: server_cpu,
         cores: server_cpu.map(|c| c / secs),
         cpu_s_per_delivered_gb: server_cpu.and_then(per_gb),
-        peak_rss_bytes: if obs.rss_of_this_process {
-            stats::peak_rss(None)
-        } else {
-            obs.pid.and_then(|p| stats::peak_rss(Some(p)))
-        },
+        peak_rss_bytes: rss_pid.and_then(stats::peak_rss),
         peak_rss_includes_generator: obs.rss_of_this_process,
+        rss_at_consumers_start_bytes: rss_at_start,
+        peak_rss_since_consumers_start: peak_reset,
+        peak_rss_growth_bytes: rss_pid
+            .and_then(stats::peak_rss)
+            .zip(rss_at_start)
+            .filter(|_| peak_reset)
+            .map(|(peak, start)| peak.saturating_sub(start)),
         fetch: begin
             .metrics
             .as_ref()
