@@ -483,8 +483,7 @@ async fn reshard_on_executor(
     for (c, s) in stores {
         targets.insert(c, s);
     }
-    let mut by_group: HashMap<(usize, String), Vec<(TopicPartition, Option<Committed>)>> =
-        HashMap::new();
+    let mut by_group: HashMap<(usize, String), offsets::Changes> = HashMap::new();
     for (g, tp, committed) in &all {
         by_group
             .entry((coordinator_core(g, cores), g.clone()))
@@ -492,11 +491,11 @@ async fn reshard_on_executor(
             .push((tp.clone(), Some(committed.clone())));
     }
     for ((c, g), changes) in by_group {
-        if !targets.contains_key(&c) {
+        if let std::collections::hash_map::Entry::Vacant(e) = targets.entry(c) {
             let s = OffsetStore::open(&store_dir(data_dir, c), cache.clone(), u64::MAX)
                 .await
                 .map_err(err)?;
-            targets.insert(c, s);
+            e.insert(s);
         }
         let s = &targets[&c];
         let moved: Vec<_> = changes

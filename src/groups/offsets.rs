@@ -36,6 +36,9 @@ pub struct Committed {
 /// (topic, partition)
 pub type TopicPartition = (String, i32);
 
+/// Offsets to write (`None`: delete).
+pub type Changes = Vec<(TopicPartition, Option<Committed>)>;
+
 /// Records per batch written to the log (keeps each batch well under the log's batch limit).
 const BATCH_BYTES: usize = 256 << 10;
 
@@ -381,11 +384,7 @@ impl OffsetStore {
     }
 
     /// Writes commits (`None`: delete) durably, then applies them.
-    pub async fn write(
-        &self,
-        group: &str,
-        changes: Vec<(TopicPartition, Option<Committed>)>,
-    ) -> StoreResult<()> {
+    pub async fn write(&self, group: &str, changes: Changes) -> StoreResult<()> {
         if changes.is_empty() {
             return Ok(());
         }
