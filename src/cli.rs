@@ -112,6 +112,10 @@ pub struct ServeArgs {
     /// Largest session timeout a group member may ask for, in ms (Kafka group.max.session.timeout.ms).
     #[arg(long, default_value_t = 1_800_000)]
     pub group_max_session_timeout_ms: u64,
+    /// A core's committed-offsets log is compacted (rewritten with only the live offsets) once it
+    /// holds at least this many records and more than twice the live ones.
+    #[arg(long, default_value_t = 10_000)]
+    pub group_offsets_compact_min_records: u64,
 }
 
 /// `on`/`off` (also `true`/`false`).
@@ -155,6 +159,7 @@ impl ServeArgs {
             initial_rebalance_delay: Duration::from_millis(self.group_initial_rebalance_delay_ms),
             min_session_timeout: Duration::from_millis(self.group_min_session_timeout_ms),
             max_session_timeout: Duration::from_millis(self.group_max_session_timeout_ms),
+            compact_min_records: self.group_offsets_compact_min_records.max(1),
         }
     }
 

@@ -750,3 +750,64 @@ fn a_silent_member_is_expelled_after_its_session_timeout() {
     drop(consumer);
     shoal.stop();
 }
+
+/// Many commits to few partitions: the offsets log is compacted in the background, start-up reads
+/// only the live offsets, and they survive restarts (deleted groups stay deleted).
+#[test]
+fn the_offsets_log_is_compacted_and_survives_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = ["--group-offsets-compact-min-records", "100"];
+    let shoal = Shoal::start(dir.path(), 1, &flags);
+    create_topics(&shoal.bootstrap(), &[("t", 1)]);
+    let mut c = connect(shoal.ports[0]);
+    for i in 0..600 {
+        for g in ["kept", "deleted"] {
+            let r: OffsetCommitResponse = call(
+                &mut c,
+                ApiKey::OffsetCommit,
+                8,
+                &commit_req(g, -1, "", "t", i, &format!("m{i}")),
+            );
+            assert_eq!(commit_error(&r), NONE);
+        }
+    }
+    let r: DeleteGroupsResponse = call(
+        &mut c,
+        ApiKey::DeleteGroups,
+        2,
+        &DeleteGroupsRequest::default().with_groups_names(vec![gid("deleted")]),
+    );
+    assert_eq!(r.results[0].error_code, NONE);
+    assert_eq!(shoal.metric("shoal_group_offset_commits_total"), 1200);
+    drop(c);
+    shoal.stop();
+    // 1200 commits and a tombstone were written; compaction kept the log near the live entries.
+    let store = dir.path().join("__groups/core-0");
+    let logs: Vec<_> = std::fs::read_dir(&store)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with("log-"))
+        .collect();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    assert_ne!(logs[0], format!("log-{:020}", 0), "compacted at least once");
+    let bytes: u64 = std::fs::read_dir(store.join(&logs[0]))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    assert!(bytes < 200 * 150, "{bytes} bytes left for 1 live offset");
+    for _ in 0..2 {
+        let shoal = Shoal::start(dir.path(), 1, &flags);
+        let mut c = connect(shoal.ports[0]);
+        assert_eq!(
+            fetch_offset(&mut c, 7, "kept", "t"),
+            (599, "m599".into(), NONE)
+        );
+        assert_eq!(fetch_offset(&mut c, 7, "deleted", "t").0, -1);
+        let r: ListGroupsResponse =
+            call(&mut c, ApiKey::ListGroups, 4, &ListGroupsRequest::default());
+        let names: Vec<&str> = r.groups.iter().map(|g| g.group_id.as_str()).collect();
+        assert_eq!(names, vec!["kept"]);
+        drop(c);
+        shoal.stop();
+    }
+}

@@ -38,9 +38,6 @@ use std::time::{Duration, Instant};
 /// How often each core checks its groups' deadlines.
 pub const TICK: Duration = Duration::from_millis(50);
 
-/// Compact a core's offsets log once it holds at least this many records (and twice the live ones).
-pub const COMPACT_MIN_RECORDS: u64 = 10_000;
-
 /// Largest `committed_metadata` string accepted (Kafka `offset.metadata.max.bytes`).
 pub const MAX_OFFSET_METADATA_BYTES: usize = 4096;
 
@@ -64,6 +61,9 @@ pub struct CoordinatorConfig {
     pub initial_rebalance_delay: Duration,
     pub min_session_timeout: Duration,
     pub max_session_timeout: Duration,
+    /// Compact a core's offsets log once it holds at least this many records (and more than twice
+    /// the live ones).
+    pub compact_min_records: u64,
 }
 
 /// One core's groups and their committed offsets.
@@ -94,8 +94,12 @@ impl Coordinator {
 
     /// Opens this core's offset store and creates an (empty) group for every group with offsets.
     pub async fn load(&self, data_dir: &Path, cache: Rc<shards::TailCache>) -> Result<(), String> {
-        let store =
-            OffsetStore::open(&store_dir(data_dir, self.core), cache, COMPACT_MIN_RECORDS).await?;
+        let store = OffsetStore::open(
+            &store_dir(data_dir, self.core),
+            cache,
+            self.config.compact_min_records,
+        )
+        .await?;
         let now = Instant::now();
         let mut groups = self.groups.borrow_mut();
         for g in store.groups() {
@@ -366,6 +370,9 @@ impl Coordinator {
         });
         self.retired_rebalances
             .set(self.retired_rebalances.get() + retired);
+        if let Some(store) = store.filter(|s| s.needs_compaction()) {
+            glommio::spawn_local(async move { store.maybe_compact().await }).detach();
+        }
     }
 
     /// Answers every waiting JoinGroup/SyncGroup: the core is stopping and clients must find the

@@ -8,9 +8,10 @@
 //! tombstones (null values). At start-up the live log is replayed into the map.
 //!
 //! Compaction keeps start-up time proportional to the live entries, not to the commits ever made:
-//! when the log holds more than `compact_min` records and more than twice the live entries, the live
-//! entries are written to `log-<n+1>`, fsynced, `CURRENT` is replaced atomically (write, fsync,
-//! rename, fsync the directory) and the old log deleted. A crash at any point leaves `CURRENT`
+//! when the log holds more than `compact_min` records and more than twice the live entries, a task
+//! started by the coordinator's tick (never a commit) writes the live entries to `log-<n+1>`,
+//! fsyncs it and its directory, replaces `CURRENT` atomically (write, fsync, rename, fsync the
+//! directory) and deletes the old log. A crash at any point leaves `CURRENT`
 //! naming a complete log; directories it does not name are removed at the next start. Commits wait
 //! while a compaction runs (a read/write lock), so none is written to a log about to be dropped.
 
@@ -60,6 +61,7 @@ pub struct OffsetStore {
     records_in_log: Cell<u64>,
     compact_min: u64,
     compactions: Cell<u64>,
+    compacting: Cell<bool>,
     lock: glommio::sync::RwLock<()>,
 }
 
@@ -252,6 +254,7 @@ impl OffsetStore {
             records_in_log: Cell::new(0),
             compact_min,
             compactions: Cell::new(0),
+            compacting: Cell::new(false),
             lock: glommio::sync::RwLock::new(()),
         };
         store.replay(&log).await?;
@@ -409,7 +412,6 @@ impl OffsetStore {
                 self.apply(group, tp, c, seq);
             }
         }
-        self.maybe_compact().await;
         Ok(())
     }
 
@@ -423,14 +425,23 @@ impl OffsetStore {
         self.write(group, changes).await
     }
 
-    async fn maybe_compact(&self) {
+    /// Whether the log holds enough dead records to be worth compacting (and no compaction runs).
+    pub fn needs_compaction(&self) -> bool {
         let n = self.records_in_log.get();
-        if n < self.compact_min || n <= 2 * self.live() as u64 {
+        !self.compacting.get() && n >= self.compact_min && n > 2 * self.live() as u64
+    }
+
+    /// Compacts if [`Self::needs_compaction`]. The coordinator runs it in a task of its own, so no
+    /// commit waits for it except those written while it swaps the logs.
+    pub async fn maybe_compact(&self) {
+        if !self.needs_compaction() || self.log.borrow().is_none() {
             return;
         }
+        self.compacting.set(true);
         if let Err(e) = self.compact().await {
             log::error!("{}: compaction failed: {e}", self.root.display());
         }
+        self.compacting.set(false);
     }
 
     /// Rewrites the live entries into a fresh log and switches to it atomically.
@@ -472,7 +483,13 @@ impl OffsetStore {
             }
             let current = self.root.join("CURRENT");
             let name = log_dir_name(next);
-            blocking(move || write_atomically(&current, name.as_bytes())).await
+            let dir = self.root.join(&name);
+            blocking(move || {
+                // The new log's files must be durable before CURRENT names it.
+                std::fs::File::open(&dir)?.sync_all()?;
+                write_atomically(&current, name.as_bytes())
+            })
+            .await
         }
         .await;
         if let Err(e) = written {
@@ -601,6 +618,7 @@ mod tests {
                 )
                 .await
                 .unwrap();
+                s.maybe_compact().await;
             }
             assert!(s.compactions() >= 1, "compaction ran");
             assert!(s.records_in_log() <= 100, "{} records", s.records_in_log());
