@@ -627,6 +627,13 @@ fn group_errors_and_bad_input() {
         &join_req("", 10_000, Bytes::from(vec![1u8; 2 << 20])).with_group_id(gid(&g0)),
     );
     assert_eq!(r.error_code, INVALID_REQUEST);
+    let r: SyncGroupResponse = call(
+        &mut c0,
+        ApiKey::SyncGroup,
+        5,
+        &sync_req(&g0, 2, &me, &[(&me, Bytes::from(vec![2u8; 2 << 20]))]),
+    );
+    assert_eq!(r.error_code, INVALID_REQUEST);
     let mut frame = request_frame(
         ApiKey::JoinGroup,
         5,
