@@ -12,7 +12,8 @@
 //! - [`answer`]  — the one-shot answer a waiting handler awaits.
 //!
 //! Time: deadlines (session and rebalance timeouts, the initial rebalance delay) are checked by one
-//! ticker task per core every [`TICK`], so they fire up to one tick late.
+//! ticker task per core every [`TICK`], so they fire up to one tick late. It visits only groups
+//! with members or pending member ids; groups that only hold offsets cost nothing per tick.
 //!
 //! Changing `--cores` moves groups to other cores. Each core's offsets live in
 //! `DATA/__groups/core-<i>/`, and `DATA/__groups/cores` records the count they were written with;
@@ -30,7 +31,7 @@ use group::{
 use kafka_protocol::error::ResponseError;
 use offsets::{Committed, OffsetStore, TopicPartition};
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -73,6 +74,8 @@ pub struct Coordinator {
     cores: usize,
     pub config: CoordinatorConfig,
     groups: RefCell<HashMap<String, Group>>,
+    /// Groups the tick must visit: those that are not idle (see [`Coordinator::tick`]).
+    active: RefCell<HashSet<String>>,
     offsets: RefCell<Option<Rc<OffsetStore>>>,
     /// Rebalances of groups since forgotten (live groups count their own).
     retired_rebalances: Cell<u64>,
@@ -86,6 +89,7 @@ impl Coordinator {
             cores,
             config,
             groups: RefCell::new(HashMap::new()),
+            active: RefCell::new(HashSet::new()),
             offsets: RefCell::new(None),
             retired_rebalances: Cell::new(0),
             offset_commits: Cell::new(0),
@@ -178,7 +182,10 @@ impl Coordinator {
                 Group::new(group_id, self.group_config(), now),
             );
         }
-        groups.get_mut(group_id).expect("present").join(req, now)
+        let answer = groups.get_mut(group_id).expect("present").join(req, now);
+        drop(groups);
+        self.mark_active(group_id);
+        answer
     }
 
     pub fn sync(&self, group_id: &str, req: SyncRequest) -> Answer<SyncAnswer> {
@@ -252,6 +259,9 @@ impl Coordinator {
                     group_id.to_string(),
                     Group::new(group_id, self.group_config(), now),
                 );
+                drop(groups);
+                // Forgotten by the tick if the commit fails and leaves it without offsets.
+                self.mark_active(group_id);
             }
             None => return Err(ResponseError::IllegalGeneration),
         }
@@ -355,23 +365,39 @@ impl Coordinator {
         })
     }
 
-    /// Checks every group's deadlines and forgets empty groups without offsets.
+    /// Checks the deadlines of the groups with members (or member ids handed out) and forgets
+    /// those that became empty and have no offsets. Idle groups are not visited, so a core with
+    /// many groups that only hold offsets pays nothing per tick for them.
     pub fn tick(&self) {
         let now = Instant::now();
         let store = self.offsets.borrow().clone();
         let mut retired = 0;
-        self.groups.borrow_mut().retain(|id, g| {
+        let mut groups = self.groups.borrow_mut();
+        self.active.borrow_mut().retain(|id| {
+            let Some(g) = groups.get_mut(id) else {
+                return false;
+            };
             g.tick(now);
-            let keep = !g.is_idle() || store.as_ref().is_some_and(|s| s.has_group(id));
-            if !keep {
-                retired += g.rebalances;
+            if !g.is_idle() {
+                return true;
             }
-            keep
+            if !store.as_ref().is_some_and(|s| s.has_group(id)) {
+                retired += groups.remove(id).map_or(0, |g| g.rebalances);
+            }
+            false
         });
+        drop(groups);
         self.retired_rebalances
             .set(self.retired_rebalances.get() + retired);
         if let Some(store) = store.filter(|s| s.needs_compaction()) {
             glommio::spawn_local(async move { store.maybe_compact().await }).detach();
+        }
+    }
+
+    /// Has the tick watch `group_id` (it has members, or may soon).
+    fn mark_active(&self, group_id: &str) {
+        if !self.active.borrow().contains(group_id) {
+            self.active.borrow_mut().insert(group_id.to_string());
         }
     }
 
