@@ -380,6 +380,8 @@ fn static_members_rejoin_without_a_rebalance() {
     wait_until("all 300 records", || {
         one.seen().len() + two.seen().len() >= 300
     });
+    assert_eq!(shoal.metric_with("shoal_groups", r#"state="Stable""#), 1);
+    assert_eq!(shoal.metric_with("shoal_groups", r#"state="Empty""#), 0);
     let rebalances = shoal.metric("shoal_group_rebalances_total");
     let (kept, had) = (one.assignment(), two.assignment());
     let mut seen = two.close(); // a static member does not leave the group on close
