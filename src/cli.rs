@@ -102,6 +102,20 @@ pub struct ServeArgs {
     /// the baseline for comparisons). Also switchable live through the admin API.
     #[arg(long, default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set)]
     pub view_sharing: bool,
+    /// How long the first rebalance of an empty consumer group waits for more members, in ms; each
+    /// new member extends it, up to the rebalance timeout (Kafka group.initial.rebalance.delay.ms).
+    #[arg(long, default_value_t = 3000)]
+    pub group_initial_rebalance_delay_ms: u64,
+    /// Smallest session timeout a group member may ask for, in ms (Kafka group.min.session.timeout.ms).
+    #[arg(long, default_value_t = 6000)]
+    pub group_min_session_timeout_ms: u64,
+    /// Largest session timeout a group member may ask for, in ms (Kafka group.max.session.timeout.ms).
+    #[arg(long, default_value_t = 1_800_000)]
+    pub group_max_session_timeout_ms: u64,
+    /// A core's committed-offsets log is compacted (rewritten with only the live offsets) once it
+    /// holds at least this many records and more than twice the live ones.
+    #[arg(long, default_value_t = 10_000)]
+    pub group_offsets_compact_min_records: u64,
 }
 
 /// `on`/`off` (also `true`/`false`).
@@ -137,6 +151,15 @@ impl ServeArgs {
             idle_stop: Duration::from_millis(self.view_idle_stop_ms),
             shared: self.view_sharing,
             ..Default::default()
+        }
+    }
+
+    pub fn group_config(&self) -> crate::groups::CoordinatorConfig {
+        crate::groups::CoordinatorConfig {
+            initial_rebalance_delay: Duration::from_millis(self.group_initial_rebalance_delay_ms),
+            min_session_timeout: Duration::from_millis(self.group_min_session_timeout_ms),
+            max_session_timeout: Duration::from_millis(self.group_max_session_timeout_ms),
+            compact_min_records: self.group_offsets_compact_min_records.max(1),
         }
     }
 

@@ -33,6 +33,8 @@ pub struct Core {
     pub views: ViewReaders,
     pub control: Control,
     pub metrics: CoreMetrics,
+    /// The consumer groups this core coordinates and their committed offsets.
+    pub groups: crate::groups::Coordinator,
     /// Moves from 0 to 1 when the server is asked to stop.
     pub shutdown: OffsetMonitor,
 }
@@ -48,6 +50,7 @@ impl Core {
             coalescer: FetchCoalescer::new(args.fetch_cache_bytes, args.fetch_coalescing),
             response_memory: ResponseMemory::new(args.fetch_response_budget_bytes),
             views: ViewReaders::new(args.view_config()),
+            groups: crate::groups::Coordinator::new(id, cores, args.group_config()),
             args,
             ports,
             topics: RefCell::new(Rc::new(TopicTable::default())),
@@ -251,6 +254,7 @@ impl Core {
             fetch_response_bytes: m.fetch_response_bytes.get(),
             response_memory_bytes: self.response_memory.used() as u64,
             views: self.views.stats(),
+            groups: self.groups.stats(),
             partitions,
         }
     }

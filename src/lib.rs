@@ -11,6 +11,8 @@
 //! - [`router`]      — the topic table and the partition -> core mapping; topic names and configs.
 //! - [`control`]     — the control plane: create/delete topics via core 0, persisted and broadcast.
 //! - [`partition`]   — a partition on its core: the log plus idempotent-producer state.
+//! - [`groups`]      — consumer groups: the per-core coordinator, the group state machine, committed
+//!   offsets in a compacted internal log.
 //! - [`kafka`]       — the Kafka front end: framing, connections, headers, one handler per API.
 //! - [`admin`]       — admin HTTP on core 0: `/metrics`, `/v1/status`.
 //! - [`metrics`]     — per-core counters and the Prometheus rendering.
@@ -23,6 +25,7 @@ pub mod bench;
 pub mod cli;
 pub mod control;
 pub mod core;
+pub mod groups;
 pub mod kafka;
 pub mod metrics;
 pub mod partition;

@@ -87,7 +87,19 @@ pub struct CoreSnapshot {
     pub fetch_response_bytes: u64,
     pub response_memory_bytes: u64,
     pub views: shards::view_reader::ViewStats,
+    pub groups: GroupStats,
     pub partitions: Vec<PartitionSnapshot>,
+}
+
+/// The consumer groups a core coordinates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupStats {
+    /// Groups per state, indexed by `GroupState as usize`.
+    pub by_state: [u64; 5],
+    pub members: u64,
+    pub rebalances: u64,
+    /// Partition offsets committed (one OffsetCommit may commit many).
+    pub offset_commits: u64,
 }
 
 fn api_name(key: i16) -> String {
@@ -315,6 +327,37 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
     for (name, kind, help, f) in views {
         family(&format!("shoal_view_{name}"), kind, help, &mut per_core(f));
     }
+    family(
+        "shoal_groups",
+        "gauge",
+        "Consumer groups coordinated, by state.",
+        &mut cores.iter().flat_map(|c| {
+            crate::groups::group::GroupState::ALL.iter().map(move |s| {
+                (
+                    format!("core=\"{}\",state=\"{}\"", c.core, s.name()),
+                    c.groups.by_state[*s as usize],
+                )
+            })
+        }),
+    );
+    family(
+        "shoal_group_members",
+        "gauge",
+        "Members of the consumer groups coordinated.",
+        &mut per_core(|c| c.groups.members),
+    );
+    family(
+        "shoal_group_rebalances_total",
+        "counter",
+        "Rebalances started by the consumer groups coordinated.",
+        &mut per_core(|c| c.groups.rebalances),
+    );
+    family(
+        "shoal_group_offset_commits_total",
+        "counter",
+        "Partition offsets committed to the groups coordinated.",
+        &mut per_core(|c| c.groups.offset_commits),
+    );
     let per_partition = |f: fn(&PartitionSnapshot) -> u64| {
         cores.iter().flat_map(move |c| {
             c.partitions.iter().map(move |p| {

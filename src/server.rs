@@ -35,6 +35,7 @@ impl Server {
         let cores = args.cores();
         std::fs::create_dir_all(args.data_dir.join("topics"))?;
         let table = control::load_table(&args.data_dir)?;
+        crate::groups::reshard(&args.data_dir, cores)?;
         let mut listeners = Vec::with_capacity(cores);
         for i in 0..cores {
             let port = if args.listen.port() == 0 {
@@ -185,6 +186,16 @@ async fn run_core(
         spawn_receivers(&core, r);
     }
     core.apply_table(table).await;
+    if let Err(e) = core
+        .groups
+        .load(&core.args.data_dir, core.tail_cache.clone())
+        .await
+    {
+        // Without its offsets the core must not coordinate groups (it would answer as if none
+        // were committed); it answers COORDINATOR_LOAD_IN_PROGRESS instead.
+        log::error!("core {id}: cannot load committed offsets: {e}");
+    }
+    let ticker = glommio::spawn_local(crate::groups::run_ticker(core.clone()));
     // SAFETY: `fd` is a listening socket this process owns, handed over by `Server::start`.
     let listener = unsafe { TcpListener::from_raw_fd(fd) };
     let accept = glommio::spawn_local(accept_until_shutdown(
@@ -203,6 +214,8 @@ async fn run_core(
     }
     log::info!("core {id}: stopping");
     core.shutdown.advance(1);
+    core.groups.stop();
+    ticker.await;
     accept.await;
     if let Some(a) = admin {
         a.await;
@@ -212,6 +225,7 @@ async fn run_core(
         glommio::timer::sleep(Duration::from_millis(10)).await;
     }
     core.close_partitions().await;
+    core.groups.close().await;
     log::info!("core {id}: stopped");
 }
 

@@ -359,6 +359,16 @@ fn expected_ranges() -> Vec<(i16, i16, i16)> {
         (ApiKey::CreateTopics as i16, 2, 7),
         (ApiKey::DeleteTopics as i16, 1, 6),
         (ApiKey::InitProducerId as i16, 0, 4),
+        (ApiKey::FindCoordinator as i16, 0, 4),
+        (ApiKey::JoinGroup as i16, 0, 9),
+        (ApiKey::SyncGroup as i16, 0, 5),
+        (ApiKey::Heartbeat as i16, 0, 4),
+        (ApiKey::LeaveGroup as i16, 0, 5),
+        (ApiKey::OffsetCommit as i16, 2, 8),
+        (ApiKey::OffsetFetch as i16, 1, 8),
+        (ApiKey::ListGroups as i16, 0, 4),
+        (ApiKey::DescribeGroups as i16, 0, 5),
+        (ApiKey::DeleteGroups as i16, 0, 2),
     ];
     v.sort_unstable();
     v

@@ -3,12 +3,22 @@
 
 pub mod api_versions;
 pub mod create_topics;
+pub mod delete_groups;
 pub mod delete_topics;
+pub mod describe_groups;
 pub mod fetch;
+pub mod find_coordinator;
+pub mod heartbeat;
 pub mod init_producer_id;
+pub mod join_group;
+pub mod leave_group;
+pub mod list_groups;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offset_commit;
+pub mod offset_fetch;
 pub mod produce;
+pub mod sync_group;
 
 use crate::core::Core;
 use crate::kafka::header::Request;
@@ -47,6 +57,16 @@ pub const APIS: &[Versions] = &[
     create_topics::VERSIONS,
     delete_topics::VERSIONS,
     init_producer_id::VERSIONS,
+    find_coordinator::VERSIONS,
+    join_group::VERSIONS,
+    sync_group::VERSIONS,
+    heartbeat::VERSIONS,
+    leave_group::VERSIONS,
+    offset_commit::VERSIONS,
+    offset_fetch::VERSIONS,
+    list_groups::VERSIONS,
+    describe_groups::VERSIONS,
+    delete_groups::VERSIONS,
 ];
 
 pub fn supports(api_key: i16, version: i16) -> bool {
@@ -79,6 +99,16 @@ pub async fn handle(core: Rc<Core>, req: Request, peer: Rc<str>) -> Reply {
         ApiKey::CreateTopics => create_topics::handle(&core, &req).await,
         ApiKey::DeleteTopics => delete_topics::handle(&core, &req).await,
         ApiKey::InitProducerId => init_producer_id::handle(&core, &req),
+        ApiKey::FindCoordinator => find_coordinator::handle(&core, &req),
+        ApiKey::JoinGroup => join_group::handle(&core, &req, &peer).await,
+        ApiKey::SyncGroup => sync_group::handle(&core, &req).await,
+        ApiKey::Heartbeat => heartbeat::handle(&core, &req),
+        ApiKey::LeaveGroup => leave_group::handle(&core, &req),
+        ApiKey::OffsetCommit => offset_commit::handle(&core, &req).await,
+        ApiKey::OffsetFetch => offset_fetch::handle(&core, &req),
+        ApiKey::ListGroups => list_groups::handle(&core, &req),
+        ApiKey::DescribeGroups => describe_groups::handle(&core, &req),
+        ApiKey::DeleteGroups => delete_groups::handle(&core, &req).await,
         _ => unreachable!("supports() only admits the APIs above"),
     };
     match result {

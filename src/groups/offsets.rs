@@ -1,0 +1,650 @@
+//! Committed offsets of the groups a core coordinates: an in-memory map, made durable in an internal
+//! log on that core (a `shards::Log`, so it gets the same CRC-checked recovery and group-committed
+//! fsyncs as partitions).
+//!
+//! Layout: `DATA/__groups/core-<i>/CURRENT` names the live log directory (`log-<n>`) beside it. Every
+//! OffsetCommit appends one record per partition (key: group, topic, partition; value: offset,
+//! leader epoch, commit time, metadata), and is answered once it is fsynced; a deleted group appends
+//! tombstones (null values). At start-up the live log is replayed into the map.
+//!
+//! Compaction keeps start-up time proportional to the live entries, not to the commits ever made:
+//! when the log holds more than `compact_min` records and more than twice the live entries, a task
+//! started by the coordinator's tick (never a commit) writes the live entries to `log-<n+1>`,
+//! fsyncs it and its directory, replaces `CURRENT` atomically (write, fsync, rename, fsync the
+//! directory) and deletes the old log. A crash at any point leaves `CURRENT`
+//! naming a complete log; directories it does not name are removed at the next start. Commits wait
+//! while a compaction runs (a read/write lock), so none is written to a log about to be dropped.
+
+use crate::partition::write_atomically;
+use bytes::Bytes;
+use shards::batch::{records, BatchBuilder};
+use shards::{AppendOptions, Log, LogConfig, TailCache};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::Duration;
+
+/// One committed offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: Option<String>,
+    pub commit_timestamp: i64,
+}
+
+/// (topic, partition)
+pub type TopicPartition = (String, i32);
+
+/// Offsets to write (`None`: delete).
+pub type Changes = Vec<(TopicPartition, Option<Committed>)>;
+
+/// Records per batch written to the log (keeps each batch well under the log's batch limit).
+const BATCH_BYTES: usize = 256 << 10;
+
+#[derive(Debug)]
+struct Entry {
+    /// Order of the write that set it: a commit applied late never overwrites a newer one.
+    seq: u64,
+    value: Committed,
+}
+
+#[derive(Debug)]
+pub struct OffsetStore {
+    root: PathBuf,
+    cache: Rc<TailCache>,
+    log: RefCell<Option<(Log, u64)>>,
+    entries: RefCell<HashMap<String, HashMap<TopicPartition, Entry>>>,
+    next_seq: Cell<u64>,
+    /// Records in the live log (commits and tombstones), for the compaction decision.
+    records_in_log: Cell<u64>,
+    compact_min: u64,
+    compactions: Cell<u64>,
+    compacting: Cell<bool>,
+    lock: glommio::sync::RwLock<()>,
+}
+
+/// Why a write failed.
+pub type StoreResult<T> = Result<T, String>;
+
+fn log_config() -> LogConfig {
+    LogConfig {
+        segment_bytes: 64 << 20,
+        segment_age: None,
+        flush_interval: Some(Duration::from_secs(1)),
+        // Committed offsets never age out of the log: compaction is what shrinks it.
+        retention_bytes: None,
+        retention_age: None,
+        max_batch_bytes: 16 << 20,
+        ..LogConfig::default()
+    }
+}
+
+fn log_dir_name(generation: u64) -> String {
+    format!("log-{generation:020}")
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> StoreResult<T> {
+    glommio::executor()
+        .spawn_blocking(f)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// The record key of a committed offset.
+pub fn encode_key(group: &str, topic: &str, partition: i32) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9 + group.len() + topic.len());
+    k.push(0); // kind: committed offset
+    k.extend_from_slice(&(group.len() as u32).to_be_bytes());
+    k.extend_from_slice(group.as_bytes());
+    k.extend_from_slice(&(topic.len() as u32).to_be_bytes());
+    k.extend_from_slice(topic.as_bytes());
+    k.extend_from_slice(&partition.to_be_bytes());
+    k
+}
+
+pub fn encode_value(c: &Committed) -> Vec<u8> {
+    let meta = c.metadata.as_deref().map(str::as_bytes);
+    let mut v = Vec::with_capacity(25 + meta.map_or(0, <[u8]>::len));
+    v.push(0); // version
+    v.extend_from_slice(&c.offset.to_be_bytes());
+    v.extend_from_slice(&c.leader_epoch.to_be_bytes());
+    v.extend_from_slice(&c.commit_timestamp.to_be_bytes());
+    match meta {
+        None => v.extend_from_slice(&(-1i32).to_be_bytes()),
+        Some(m) => {
+            v.extend_from_slice(&(m.len() as i32).to_be_bytes());
+            v.extend_from_slice(m);
+        }
+    }
+    v
+}
+
+/// A bounds-checked reader of the encodings above (bytes from disk are never trusted).
+struct Cursor<'a>(&'a [u8]);
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Some(a)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        Some(self.take(1)?[0])
+    }
+    fn i32(&mut self) -> Option<i32> {
+        Some(i32::from_be_bytes(self.take(4)?.try_into().ok()?))
+    }
+    fn i64(&mut self) -> Option<i64> {
+        Some(i64::from_be_bytes(self.take(8)?.try_into().ok()?))
+    }
+    fn string(&mut self) -> Option<String> {
+        let n = u32::from_be_bytes(self.take(4)?.try_into().ok()?) as usize;
+        String::from_utf8(self.take(n)?.to_vec()).ok()
+    }
+}
+
+pub fn decode_key(k: &[u8]) -> Option<(String, String, i32)> {
+    let mut c = Cursor(k);
+    if c.u8()? != 0 {
+        return None;
+    }
+    let group = c.string()?;
+    let topic = c.string()?;
+    let partition = c.i32()?;
+    c.0.is_empty().then_some((group, topic, partition))
+}
+
+pub fn decode_value(v: &[u8]) -> Option<Committed> {
+    let mut c = Cursor(v);
+    if c.u8()? != 0 {
+        return None;
+    }
+    let offset = c.i64()?;
+    let leader_epoch = c.i32()?;
+    let commit_timestamp = c.i64()?;
+    let n = c.i32()?;
+    let metadata = if n < 0 {
+        None
+    } else {
+        Some(String::from_utf8(c.take(n as usize)?.to_vec()).ok()?)
+    };
+    c.0.is_empty().then_some(Committed {
+        offset,
+        leader_epoch,
+        metadata,
+        commit_timestamp,
+    })
+}
+
+/// Encodes (key, value) records as back-to-back batches of at most about `BATCH_BYTES` each.
+fn encode_batches(recs: &[(Vec<u8>, Option<Vec<u8>>)]) -> Bytes {
+    let now = now_ms();
+    let mut out = Vec::new();
+    let mut b = BatchBuilder::new(now);
+    for (k, v) in recs {
+        if !b.is_empty() && b.size() + k.len() + v.as_ref().map_or(0, Vec::len) > BATCH_BYTES {
+            out.extend_from_slice(&std::mem::replace(&mut b, BatchBuilder::new(now)).finish(0));
+        }
+        b.push(now, Some(k), v.as_deref(), &[]);
+    }
+    if !b.is_empty() {
+        out.extend_from_slice(&b.finish(0));
+    }
+    Bytes::from(out)
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+impl OffsetStore {
+    /// Opens the store under `root` (created if missing) and replays it.
+    pub async fn open(root: &Path, cache: Rc<TailCache>, compact_min: u64) -> StoreResult<Self> {
+        let root = root.to_path_buf();
+        let generation = {
+            let root = root.clone();
+            blocking(move || {
+                std::fs::create_dir_all(&root)?;
+                let generation = match std::fs::read_to_string(root.join("CURRENT")) {
+                    Ok(s) => s
+                        .trim()
+                        .strip_prefix("log-")
+                        .and_then(|n| n.parse::<u64>().ok())
+                        .ok_or_else(|| {
+                            std::io::Error::other(format!("{}: bad CURRENT {s:?}", root.display()))
+                        })?,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+                    Err(e) => return Err(e),
+                };
+                // Leftovers of an interrupted compaction.
+                let live = log_dir_name(generation);
+                for e in std::fs::read_dir(&root)? {
+                    let e = e?;
+                    let name = e.file_name().to_string_lossy().to_string();
+                    if name.starts_with("log-") && name != live {
+                        std::fs::remove_dir_all(e.path())?;
+                    }
+                }
+                Ok(generation)
+            })
+            .await?
+        };
+        let log = Log::open(
+            root.join(log_dir_name(generation)),
+            log_config(),
+            cache.clone(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        let store = OffsetStore {
+            root,
+            cache,
+            log: RefCell::new(None),
+            entries: RefCell::new(HashMap::new()),
+            next_seq: Cell::new(1),
+            records_in_log: Cell::new(0),
+            compact_min,
+            compactions: Cell::new(0),
+            compacting: Cell::new(false),
+            lock: glommio::sync::RwLock::new(()),
+        };
+        store.replay(&log).await?;
+        *store.log.borrow_mut() = Some((log, generation));
+        Ok(store)
+    }
+
+    async fn replay(&self, log: &Log) -> StoreResult<()> {
+        let mut at = log.log_start_offset();
+        let mut n = 0u64;
+        while at < log.high_watermark() {
+            let read = log
+                .read(at, 4 << 20, true)
+                .await
+                .map_err(|e| e.to_string())?;
+            if read.records.is_empty() {
+                break;
+            }
+            for (_, batch) in read.records.batches() {
+                let recs = match records(&batch) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        log::warn!("{}: skipping an unreadable batch: {e}", self.root.display());
+                        continue;
+                    }
+                };
+                for r in recs {
+                    n += 1;
+                    let Some((group, topic, partition)) = r.key.and_then(decode_key) else {
+                        log::warn!("{}: skipping a record with a bad key", self.root.display());
+                        continue;
+                    };
+                    let value = r.value.map(decode_value);
+                    if let Some(None) = value {
+                        log::warn!(
+                            "{}: skipping a record with a bad value",
+                            self.root.display()
+                        );
+                        continue;
+                    }
+                    self.apply(&group, (topic, partition), value.flatten(), self.take_seq());
+                }
+            }
+            at = read.records.last_offset + 1;
+        }
+        self.records_in_log.set(n);
+        log::info!(
+            "{}: {} committed offsets from {n} records",
+            self.root.display(),
+            self.live()
+        );
+        Ok(())
+    }
+
+    fn take_seq(&self) -> u64 {
+        let s = self.next_seq.get();
+        self.next_seq.set(s + 1);
+        s
+    }
+
+    fn apply(&self, group: &str, tp: TopicPartition, value: Option<Committed>, seq: u64) {
+        let mut entries = self.entries.borrow_mut();
+        match value {
+            Some(value) => {
+                let g = entries.entry(group.to_string()).or_default();
+                match g.get_mut(&tp) {
+                    Some(e) if e.seq > seq => {}
+                    Some(e) => *e = Entry { seq, value },
+                    None => {
+                        g.insert(tp, Entry { seq, value });
+                    }
+                }
+            }
+            None => {
+                if let Some(g) = entries.get_mut(group) {
+                    if g.get(&tp).is_some_and(|e| e.seq < seq) {
+                        g.remove(&tp);
+                    }
+                    if g.is_empty() {
+                        entries.remove(group);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Live entries (committed offsets of all groups).
+    pub fn live(&self) -> usize {
+        self.entries.borrow().values().map(HashMap::len).sum()
+    }
+
+    pub fn compactions(&self) -> u64 {
+        self.compactions.get()
+    }
+
+    pub fn records_in_log(&self) -> u64 {
+        self.records_in_log.get()
+    }
+
+    pub fn get(&self, group: &str, topic: &str, partition: i32) -> Option<Committed> {
+        self.entries
+            .borrow()
+            .get(group)?
+            .get(&(topic.to_string(), partition))
+            .map(|e| e.value.clone())
+    }
+
+    /// Every committed offset of `group`, sorted.
+    pub fn group_offsets(&self, group: &str) -> Vec<(TopicPartition, Committed)> {
+        let mut v: Vec<_> = self
+            .entries
+            .borrow()
+            .get(group)
+            .map(|g| {
+                g.iter()
+                    .map(|(k, e)| (k.clone(), e.value.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    pub fn has_group(&self, group: &str) -> bool {
+        self.entries.borrow().contains_key(group)
+    }
+
+    pub fn groups(&self) -> Vec<String> {
+        self.entries.borrow().keys().cloned().collect()
+    }
+
+    /// Writes commits (`None`: delete) durably, then applies them.
+    pub async fn write(&self, group: &str, changes: Changes) -> StoreResult<()> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let recs: Vec<(Vec<u8>, Option<Vec<u8>>)> = changes
+            .iter()
+            .map(|((t, p), c)| (encode_key(group, t, *p), c.as_ref().map(encode_value)))
+            .collect();
+        let blob = encode_batches(&recs);
+        {
+            let _shared = self.lock.read().await.map_err(|e| e.to_string())?;
+            let log = match &*self.log.borrow() {
+                Some((log, _)) => log.clone(),
+                None => return Err("the offset store is closed".into()),
+            };
+            let seq = self.take_seq();
+            log.append(blob, AppendOptions { durable: true })
+                .await
+                .map_err(|e| e.to_string())?;
+            self.records_in_log
+                .set(self.records_in_log.get() + recs.len() as u64);
+            for (tp, c) in changes {
+                self.apply(group, tp, c, seq);
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes every committed offset of `group`.
+    pub async fn delete_group(&self, group: &str) -> StoreResult<()> {
+        let changes = self
+            .group_offsets(group)
+            .into_iter()
+            .map(|(tp, _)| (tp, None))
+            .collect();
+        self.write(group, changes).await
+    }
+
+    /// Whether the log holds enough dead records to be worth compacting (and no compaction runs).
+    pub fn needs_compaction(&self) -> bool {
+        let n = self.records_in_log.get();
+        !self.compacting.get() && n >= self.compact_min && n > 2 * self.live() as u64
+    }
+
+    /// Compacts if [`Self::needs_compaction`]. The coordinator runs it in a task of its own, so no
+    /// commit waits for it except those written while it swaps the logs.
+    pub async fn maybe_compact(&self) {
+        if !self.needs_compaction() || self.log.borrow().is_none() {
+            return;
+        }
+        self.compacting.set(true);
+        if let Err(e) = self.compact().await {
+            log::error!("{}: compaction failed: {e}", self.root.display());
+        }
+        self.compacting.set(false);
+    }
+
+    /// Rewrites the live entries into a fresh log and switches to it atomically.
+    pub async fn compact(&self) -> StoreResult<()> {
+        let _exclusive = self.lock.write().await.map_err(|e| e.to_string())?;
+        let generation = match &*self.log.borrow() {
+            Some((_, g)) => *g,
+            None => return Err("the offset store is closed".into()),
+        };
+        let next = generation + 1;
+        let dir = self.root.join(log_dir_name(next));
+        {
+            let dir = dir.clone();
+            blocking(move || match std::fs::remove_dir_all(&dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                _ => Ok(()),
+            })
+            .await?;
+        }
+        let fresh = Log::open(dir, log_config(), self.cache.clone())
+            .await
+            .map_err(|e| e.to_string())?;
+        let recs: Vec<(Vec<u8>, Option<Vec<u8>>)> = self
+            .entries
+            .borrow()
+            .iter()
+            .flat_map(|(g, parts)| {
+                parts
+                    .iter()
+                    .map(move |((t, p), e)| (encode_key(g, t, *p), Some(encode_value(&e.value))))
+            })
+            .collect();
+        let written = async {
+            if !recs.is_empty() {
+                fresh
+                    .append(encode_batches(&recs), AppendOptions { durable: true })
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            let current = self.root.join("CURRENT");
+            let name = log_dir_name(next);
+            let dir = self.root.join(&name);
+            blocking(move || {
+                // The new log's files must be durable before CURRENT names it.
+                std::fs::File::open(&dir)?.sync_all()?;
+                write_atomically(&current, name.as_bytes())
+            })
+            .await
+        }
+        .await;
+        if let Err(e) = written {
+            let _ = fresh.delete().await;
+            return Err(e);
+        }
+        let old = self.log.borrow_mut().replace((fresh, next));
+        if let Some((old, _)) = old {
+            if let Err(e) = old.delete().await {
+                log::warn!("{}: removing the compacted log: {e}", self.root.display());
+            }
+        }
+        self.records_in_log.set(recs.len() as u64);
+        self.compactions.set(self.compactions.get() + 1);
+        log::info!(
+            "{}: compacted to {} entries ({})",
+            self.root.display(),
+            recs.len(),
+            log_dir_name(next)
+        );
+        Ok(())
+    }
+
+    /// Flushes and closes the log (clean shutdown).
+    pub async fn close(&self) {
+        let _exclusive = self.lock.write().await;
+        let log = self.log.borrow_mut().take();
+        if let Some((log, _)) = log {
+            if let Err(e) = log.close().await {
+                log::error!("{}: closing: {e}", self.root.display());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run<F: std::future::Future<Output = ()> + 'static>(f: impl FnOnce() -> F + Send + 'static) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                glommio::LocalExecutor::default().run(f());
+            }));
+            let _ = tx.send(outcome);
+        });
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(Ok(())) => {}
+            Ok(Err(panic)) => std::panic::resume_unwind(panic),
+            Err(_) => panic!("test did not finish within 60 s"),
+        }
+    }
+
+    fn committed(offset: i64, meta: Option<&str>) -> Committed {
+        Committed {
+            offset,
+            leader_epoch: -1,
+            metadata: meta.map(str::to_string),
+            commit_timestamp: 1_700_000_000_000,
+        }
+    }
+
+    fn cache() -> Rc<TailCache> {
+        Rc::new(TailCache::new(1 << 20, 1 << 16))
+    }
+
+    #[test]
+    fn keys_and_values_round_trip_and_garbage_is_refused() {
+        let k = encode_key("g", "t", 7);
+        assert_eq!(decode_key(&k), Some(("g".into(), "t".into(), 7)));
+        let c = committed(42, Some("meta"));
+        assert_eq!(decode_value(&encode_value(&c)), Some(c));
+        assert_eq!(
+            decode_value(&encode_value(&committed(1, None))),
+            Some(committed(1, None))
+        );
+        assert_eq!(decode_key(&k[..k.len() - 1]), None);
+        let mut huge = vec![0u8];
+        huge.extend_from_slice(&u32::MAX.to_be_bytes());
+        assert_eq!(decode_key(&huge), None, "a claimed length beyond the bytes");
+        assert_eq!(decode_value(&[0, 1, 2]), None);
+    }
+
+    #[test]
+    fn commits_survive_reopen_and_deletes_stick() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("core-0");
+        run(move || async move {
+            let s = OffsetStore::open(&root, cache(), 1000).await.unwrap();
+            s.write("g1", vec![(("t".into(), 0), Some(committed(5, Some("m"))))])
+                .await
+                .unwrap();
+            s.write("g1", vec![(("t".into(), 0), Some(committed(9, None)))])
+                .await
+                .unwrap();
+            s.write("g2", vec![(("t".into(), 1), Some(committed(3, None)))])
+                .await
+                .unwrap();
+            s.delete_group("g2").await.unwrap();
+            s.close().await;
+            let s = OffsetStore::open(&root, cache(), 1000).await.unwrap();
+            assert_eq!(s.get("g1", "t", 0), Some(committed(9, None)));
+            assert!(!s.has_group("g2"));
+            assert_eq!(s.records_in_log(), 4);
+            s.close().await;
+        });
+    }
+
+    #[test]
+    fn compaction_keeps_the_live_entries_and_shrinks_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("core-0");
+        run(move || async move {
+            let s = OffsetStore::open(&root, cache(), 50).await.unwrap();
+            for i in 0..200 {
+                s.write(
+                    "g",
+                    vec![
+                        (("a".into(), 0), Some(committed(i, None))),
+                        (
+                            ("b".into(), i as i32 % 3),
+                            Some(committed(i * 2, Some("x"))),
+                        ),
+                    ],
+                )
+                .await
+                .unwrap();
+                s.maybe_compact().await;
+            }
+            assert!(s.compactions() >= 1, "compaction ran");
+            assert!(s.records_in_log() <= 100, "{} records", s.records_in_log());
+            s.close().await;
+            let s = OffsetStore::open(&root, cache(), 50).await.unwrap();
+            assert_eq!(s.live(), 4);
+            assert_eq!(s.get("g", "a", 0), Some(committed(199, None)));
+            assert_eq!(s.get("g", "b", 199 % 3), Some(committed(398, Some("x"))));
+            assert_eq!(s.get("g", "b", 197 % 3), Some(committed(394, Some("x"))));
+            assert!(
+                s.records_in_log() <= 100,
+                "start-up read {}",
+                s.records_in_log()
+            );
+            let dirs = std::fs::read_dir(&root)
+                .unwrap()
+                .filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .file_name()
+                        .to_string_lossy()
+                        .starts_with("log-")
+                })
+                .count();
+            assert_eq!(dirs, 1, "old logs are removed");
+            s.close().await;
+        });
+    }
+}

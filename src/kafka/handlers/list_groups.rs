@@ -1,0 +1,48 @@
+//! ListGroups: the groups this core coordinates (clients ask every broker, as with Kafka), filtered
+//! by state from v4.
+
+use super::{frame, HandlerResult, Versions};
+use crate::core::Core;
+use crate::kafka::header::{decode, Request};
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::{ApiKey, GroupId, ListGroupsRequest, ListGroupsResponse};
+use kafka_protocol::protocol::StrBytes;
+
+pub const VERSIONS: Versions = Versions {
+    key: ApiKey::ListGroups,
+    min: 0,
+    max: 4,
+};
+
+pub fn handle(core: &Core, req: &Request) -> HandlerResult {
+    let request: ListGroupsRequest = decode(req)?;
+    let v = req.api_version;
+    let groups = core
+        .groups
+        .list()
+        .into_iter()
+        .filter(|(_, _, state)| {
+            v < 4
+                || request.states_filter.is_empty()
+                || request
+                    .states_filter
+                    .iter()
+                    .any(|f| f.eq_ignore_ascii_case(state.name()))
+        })
+        .map(|(id, protocol_type, state)| {
+            let g = ListedGroup::default()
+                .with_group_id(GroupId(StrBytes::from_string(id)))
+                .with_protocol_type(StrBytes::from_string(protocol_type));
+            if v >= 4 {
+                g.with_group_state(StrBytes::from_static_str(state.name()))
+            } else {
+                g
+            }
+        })
+        .collect();
+    Ok(frame(
+        ApiKey::ListGroups,
+        req,
+        &ListGroupsResponse::default().with_groups(groups),
+    ))
+}

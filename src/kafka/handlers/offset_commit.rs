@@ -1,0 +1,124 @@
+//! OffsetCommit: checked against the group (member, generation; simple commits with generation -1
+//! to a group without members), then written durably to the coordinator core's offsets log and
+//! answered once fsynced. `retention_time_ms` (v2-4) is ignored: offsets live until their group is
+//! deleted.
+
+use super::{count_errors, frame, HandlerResult, Versions};
+use crate::core::Core;
+use crate::groups::offsets::{now_ms, Committed};
+use crate::groups::MAX_OFFSET_METADATA_BYTES;
+use crate::kafka::header::{decode, Request};
+use crate::router::parse_view_name;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::{ApiKey, OffsetCommitRequest, OffsetCommitResponse};
+
+pub const VERSIONS: Versions = Versions {
+    key: ApiKey::OffsetCommit,
+    min: 2,
+    max: 8,
+};
+
+/// Whether `topic`/`partition` exists (a view's partitions are its source's).
+pub fn partition_exists(core: &Core, topic: &str, partition: i32) -> bool {
+    let source = match parse_view_name(topic) {
+        Some(Ok(v)) => v.source,
+        Some(Err(_)) => return false,
+        None => topic.to_string(),
+    };
+    core.owner(&source, partition).is_some()
+}
+
+pub async fn handle(core: &Core, req: &Request) -> HandlerResult {
+    let request: OffsetCommitRequest = decode(req)?;
+    let v = req.api_version;
+    let instance = request
+        .group_instance_id
+        .as_ref()
+        .filter(|_| v >= 7)
+        .map(|s| s.to_string());
+    let checked = core.groups.check_commit(
+        &request.group_id,
+        &request.member_id,
+        instance.as_deref(),
+        request.generation_id_or_member_epoch,
+    );
+    // Per partition: its error, or None while it is to be written.
+    let mut results: Vec<Vec<(i32, Option<ResponseError>)>> = Vec::new();
+    let mut to_write = Vec::new();
+    let now = now_ms();
+    for t in &request.topics {
+        let mut parts = Vec::new();
+        for p in &t.partitions {
+            let error = match &checked {
+                Err(e) => Some(*e),
+                Ok(_) if !partition_exists(core, &t.name, p.partition_index) => {
+                    Some(ResponseError::UnknownTopicOrPartition)
+                }
+                Ok(_)
+                    if p.committed_metadata
+                        .as_ref()
+                        .is_some_and(|m| m.len() > MAX_OFFSET_METADATA_BYTES) =>
+                {
+                    Some(ResponseError::OffsetMetadataTooLarge)
+                }
+                Ok(_) => {
+                    to_write.push((
+                        (t.name.to_string(), p.partition_index),
+                        Committed {
+                            offset: p.committed_offset,
+                            leader_epoch: if v >= 6 { p.committed_leader_epoch } else { -1 },
+                            metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+                            commit_timestamp: now,
+                        },
+                    ));
+                    None
+                }
+            };
+            parts.push((p.partition_index, error));
+        }
+        results.push(parts);
+    }
+    let written = match checked {
+        Ok(store) if !to_write.is_empty() => {
+            core.groups
+                .commit(&store, &request.group_id, to_write)
+                .await
+        }
+        _ => Ok(()),
+    };
+    let topics: Vec<OffsetCommitResponseTopic> = request
+        .topics
+        .iter()
+        .zip(results)
+        .map(|(t, parts)| {
+            OffsetCommitResponseTopic::default()
+                .with_name(t.name.clone())
+                .with_partitions(
+                    parts
+                        .into_iter()
+                        .map(|(index, error)| {
+                            let error = error.or(written.err());
+                            OffsetCommitResponsePartition::default()
+                                .with_partition_index(index)
+                                .with_error_code(error.map_or(0, |e| e.code()))
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    count_errors(
+        core,
+        req,
+        topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| p.error_code)),
+    );
+    Ok(frame(
+        ApiKey::OffsetCommit,
+        req,
+        &OffsetCommitResponse::default().with_topics(topics),
+    ))
+}

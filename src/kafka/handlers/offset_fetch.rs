@@ -1,0 +1,168 @@
+//! OffsetFetch: a group's committed offsets, for the partitions asked or (topics null, v2+) all of
+//! them; v8 asks for several groups at once, each answered by its own coordinator (a group another
+//! core coordinates gets `NOT_COORDINATOR`, as on a multi-broker Kafka cluster).
+
+use super::{count_errors, frame, HandlerResult, Versions};
+use crate::core::Core;
+use crate::groups::offsets::Committed;
+use crate::kafka::header::{decode, Request};
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::{ApiKey, OffsetFetchRequest, OffsetFetchResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use std::collections::BTreeMap;
+
+pub const VERSIONS: Versions = Versions {
+    key: ApiKey::OffsetFetch,
+    min: 1,
+    max: 8,
+};
+
+/// One partition's answer: offset, leader epoch, metadata.
+type Found = (i32, Option<Committed>);
+
+/// The offsets of `group` for `asked` ((topic, partitions); `None`: everything committed), or the
+/// group-level error.
+fn lookup(
+    core: &Core,
+    group: &str,
+    asked: Option<Vec<(TopicName, Vec<i32>)>>,
+) -> Result<Vec<(TopicName, Vec<Found>)>, ResponseError> {
+    core.groups.check(group)?;
+    Ok(match asked {
+        Some(topics) => topics
+            .into_iter()
+            .map(|(name, parts)| {
+                let found = parts
+                    .into_iter()
+                    .map(|p| (p, core.groups.fetch(group, &name, p)))
+                    .collect();
+                (name, found)
+            })
+            .collect(),
+        None => {
+            let mut by_topic: BTreeMap<String, Vec<Found>> = BTreeMap::new();
+            for ((t, p), c) in core.groups.fetch_all(group) {
+                by_topic.entry(t).or_default().push((p, Some(c)));
+            }
+            by_topic
+                .into_iter()
+                .map(|(t, parts)| (TopicName(StrBytes::from_string(t)), parts))
+                .collect()
+        }
+    })
+}
+
+fn fields(c: Option<Committed>, v: i16) -> (i64, i32, Option<StrBytes>) {
+    match c {
+        Some(c) => (
+            c.offset,
+            if v >= 5 { c.leader_epoch } else { -1 },
+            Some(StrBytes::from_string(c.metadata.unwrap_or_default())),
+        ),
+        None => (-1, -1, Some(StrBytes::default())),
+    }
+}
+
+pub fn handle(core: &Core, req: &Request) -> HandlerResult {
+    let request: OffsetFetchRequest = decode(req)?;
+    let v = req.api_version;
+    let response = if v >= 8 {
+        let groups: Vec<OffsetFetchResponseGroup> = request
+            .groups
+            .iter()
+            .map(|g| {
+                let asked = g.topics.as_ref().map(|ts| {
+                    ts.iter()
+                        .map(|t| (t.name.clone(), t.partition_indexes.clone()))
+                        .collect()
+                });
+                let base = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
+                match lookup(core, &g.group_id, asked) {
+                    Err(e) => base.with_error_code(e.code()),
+                    Ok(topics) => base.with_topics(
+                        topics
+                            .into_iter()
+                            .map(|(name, parts)| {
+                                OffsetFetchResponseTopics::default()
+                                    .with_name(name)
+                                    .with_partitions(
+                                        parts
+                                            .into_iter()
+                                            .map(|(p, c)| {
+                                                let (offset, epoch, meta) = fields(c, v);
+                                                OffsetFetchResponsePartitions::default()
+                                                    .with_partition_index(p)
+                                                    .with_committed_offset(offset)
+                                                    .with_committed_leader_epoch(epoch)
+                                                    .with_metadata(meta)
+                                            })
+                                            .collect(),
+                                    )
+                            })
+                            .collect(),
+                    ),
+                }
+            })
+            .collect();
+        count_errors(core, req, groups.iter().map(|g| g.error_code));
+        OffsetFetchResponse::default().with_groups(groups)
+    } else {
+        let asked: Option<Vec<(TopicName, Vec<i32>)>> = request.topics.as_ref().map(|ts| {
+            ts.iter()
+                .map(|t| (t.name.clone(), t.partition_indexes.clone()))
+                .collect()
+        });
+        let partition = |p: i32, c: Option<Committed>, e: i16| {
+            let (offset, epoch, meta) = fields(c, v);
+            OffsetFetchResponsePartition::default()
+                .with_partition_index(p)
+                .with_committed_offset(offset)
+                .with_committed_leader_epoch(epoch)
+                .with_metadata(meta)
+                .with_error_code(e)
+        };
+        match lookup(core, &request.group_id, asked.clone()) {
+            Ok(topics) => OffsetFetchResponse::default().with_topics(
+                topics
+                    .into_iter()
+                    .map(|(name, parts)| {
+                        OffsetFetchResponseTopic::default()
+                            .with_name(name)
+                            .with_partitions(
+                                parts.into_iter().map(|(p, c)| partition(p, c, 0)).collect(),
+                            )
+                    })
+                    .collect(),
+            ),
+            Err(e) => {
+                core.metrics.error(req.api_key);
+                // v1 has no top-level error: it goes in every partition.
+                let topics = asked
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(name, parts)| {
+                        OffsetFetchResponseTopic::default()
+                            .with_name(name)
+                            .with_partitions(
+                                parts
+                                    .into_iter()
+                                    .map(|p| partition(p, None, e.code()))
+                                    .collect(),
+                            )
+                    })
+                    .collect();
+                let r = OffsetFetchResponse::default().with_topics(topics);
+                if v >= 2 {
+                    r.with_error_code(e.code())
+                } else {
+                    r
+                }
+            }
+        }
+    };
+    Ok(frame(ApiKey::OffsetFetch, req, &response))
+}
