@@ -32,8 +32,13 @@ fn collect(mut pipe: impl Read + Send + 'static) -> JoinHandle<String> {
     })
 }
 
+/// One load generator at a time: each pins its broker and clients to the machine's CPUs and
+/// checks rates and CPU figures, which several at once on a small machine would distort.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Runs `shoal bench fanout ARGS --json FILE` (killed after 120 s).
 fn bench(dir: &Path, args: &[&str]) -> Bench {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let json = dir.join("summary.json");
     let _ = std::fs::remove_file(&json);
     let started = Instant::now();
