@@ -8,10 +8,21 @@
 //! - `PreparingRebalance`: waiting for every known member to (re)send JoinGroup. It completes when all
 //!   have (and, for a group that was empty, the initial delay has passed, extended by each new member
 //!   up to the rebalance timeout) or when the largest rebalance timeout of its members runs out;
-//!   members that did not rejoin are removed.
+//!   dynamic members that did not rejoin are removed. Static members that did not rejoin stay (with
+//!   their slot, in the member list the leader assigns for) until their session times out; the
+//!   leader is chosen among the members that rejoined, and if none did the rebalance waits another
+//!   rebalance timeout (Kafka's `onCompleteJoin` / `maybeElectNewJoinedLeader`).
 //! - `CompletingRebalance`: the generation is chosen and the join answers are out; the leader's
 //!   SyncGroup carries the assignment, which is then handed to every member waiting in SyncGroup.
+//!   Every member owes a SyncGroup within the rebalance timeout of the join's completion; those that
+//!   have not sent one by then (in this state or in `Stable`) are removed and the group rebalances
+//!   (Kafka 3.x's pending-sync expiration), so a leader that heartbeats but never syncs cannot hold
+//!   the group.
 //! - `Stable`: everyone has its assignment; heartbeats keep members in.
+//!
+//! Sessions: a member's session clock restarts with each join, sync, heartbeat or commit, and when
+//! its JoinGroup or SyncGroup answer is sent (a member that waited in SyncGroup for a slow leader
+//! gets a full session from the moment it has its assignment).
 //! - `Dead`: being deleted.
 //!
 //! The broker never looks inside protocol metadata or assignments: the client-side assignor of the
@@ -25,7 +36,7 @@
 use super::answer::{self, Receiver, Sender};
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -80,6 +91,10 @@ pub struct JoinRequest {
     pub protocols: Vec<(String, Bytes)>,
     /// JoinGroup v4+: a member without an id first gets `MEMBER_ID_REQUIRED` and its new id.
     pub require_known_member_id: bool,
+    /// JoinGroup v9+: the client understands `skip_assignment`. A restarted static leader of a
+    /// stable group that does not is told the old leader id and no members, so it acts as a
+    /// follower and does not compute an assignment the stable group would never hand out.
+    pub supports_skip_assignment: bool,
 }
 
 /// What a JoinGroup is answered.
@@ -224,6 +239,10 @@ pub struct Group {
     rebalance_started: Instant,
     /// A rebalance of a group that was empty completes no earlier than this.
     join_ready_at: Option<Instant>,
+    /// Members of the current generation that have not sent SyncGroup yet, and when they are
+    /// removed if they still have not (set when a join completes).
+    pending_sync: HashSet<String>,
+    sync_deadline: Option<Instant>,
     next_seq: u64,
     /// Rebalances started, for metrics.
     pub rebalances: u64,
@@ -244,6 +263,8 @@ impl Group {
             statics: HashMap::new(),
             rebalance_started: now,
             join_ready_at: None,
+            pending_sync: HashSet::new(),
+            sync_deadline: None,
             next_seq: 0,
             rebalances: 0,
             config,
@@ -459,6 +480,8 @@ impl Group {
         now: Instant,
     ) -> Answer<JoinAnswer> {
         let new = self.new_member_id(&req.client_id);
+        // Captured before the replacement: a leader that cannot skip the assignment is told this.
+        let old_leader = self.leader.clone();
         let Some(mut m) = self.members.remove(&old) else {
             self.statics
                 .remove(req.instance_id.as_deref().unwrap_or(""));
@@ -484,6 +507,9 @@ impl Group {
         if self.leader.as_deref() == Some(&old) {
             self.leader = Some(new.clone());
         }
+        if self.pending_sync.remove(&old) {
+            self.pending_sync.insert(new.clone());
+        }
         if self.state == GroupState::Stable && !changed {
             let m = self.members.get_mut(&new).expect("just inserted");
             m.protocols = req.protocols;
@@ -493,6 +519,14 @@ impl Group {
             m.client_host = req.client_host;
             m.last_seen = now;
             let leads = self.leader.as_deref() == Some(&new);
+            if leads && !req.supports_skip_assignment {
+                // Kafka's answer to a pre-v9 client: the old leader id (which is not the new
+                // member id) and no members, so it syncs as a follower and keeps the assignment.
+                let mut a = self.current_answer(&new, false);
+                a.leader = old_leader.unwrap_or_default();
+                a.members = Vec::new();
+                return Answer::Now(a);
+            }
             return Answer::Now(self.current_answer(&new, leads));
         }
         let rx = self.update_member(&new, &req, now);
@@ -560,6 +594,8 @@ impl Group {
             }
             GroupState::Empty | GroupState::Stable => {}
         }
+        self.pending_sync.clear();
+        self.sync_deadline = None;
         let delay = self.config.initial_rebalance_delay;
         self.join_ready_at =
             (self.state == GroupState::Empty && !delay.is_zero()).then(|| now + delay);
@@ -581,36 +617,59 @@ impl Group {
     }
 
     fn complete_join(&mut self, now: Instant) {
+        // Dynamic members that did not rejoin are gone; static ones keep their slot until their
+        // session expires (Kafka's onCompleteJoin).
         let absent: Vec<String> = self
             .members
             .iter()
-            .filter(|(_, m)| m.join.is_none())
+            .filter(|(_, m)| m.join.is_none() && m.instance_id.is_none())
             .map(|(id, _)| id.clone())
             .collect();
         for id in absent {
             self.remove_member(&id, ResponseError::UnknownMemberId);
         }
-        self.generation += 1;
-        self.join_ready_at = None;
         if self.members.is_empty() {
+            self.generation += 1;
+            self.join_ready_at = None;
             self.state = GroupState::Empty;
             self.protocol = None;
             self.leader = None;
             return;
         }
-        self.protocol = self.select_protocol();
-        if !self
+        // The leader must be a member that rejoined (Kafka's maybeElectNewJoinedLeader).
+        let leader_joined = self
             .leader
             .as_ref()
-            .is_some_and(|l| self.members.contains_key(l))
-        {
-            self.leader = self
+            .and_then(|l| self.members.get(l))
+            .is_some_and(|m| m.join.is_some());
+        if !leader_joined {
+            let joined = self
                 .members
                 .iter()
+                .filter(|(_, m)| m.join.is_some())
                 .min_by_key(|(_, m)| m.seq)
                 .map(|(id, _)| id.clone());
+            match joined {
+                Some(id) => self.leader = Some(id),
+                None => {
+                    // Only static members that did not rejoin are left: wait another rebalance
+                    // timeout; their sessions expire them meanwhile if they do not come back.
+                    log::warn!(
+                        "group {}: no member rejoined; the rebalance waits for the static members",
+                        self.id
+                    );
+                    self.rebalance_started = now;
+                    self.join_ready_at = None;
+                    return;
+                }
+            }
         }
+        self.generation += 1;
+        self.join_ready_at = None;
+        self.protocol = self.select_protocol();
         self.state = GroupState::CompletingRebalance;
+        self.pending_sync = self.members.keys().cloned().collect();
+        self.sync_deadline = Some(now + self.max_rebalance_timeout());
         let ids: Vec<String> = self.members.keys().cloned().collect();
         for id in ids {
             let answer = self.current_answer(&id, false);
@@ -667,6 +726,10 @@ impl Group {
         if self.leader.as_deref() == Some(id) {
             self.leader = None;
         }
+        self.pending_sync.remove(id);
+        if self.pending_sync.is_empty() {
+            self.sync_deadline = None;
+        }
     }
 
     fn remove_member_and_rebalance(&mut self, id: &str, now: Instant) {
@@ -716,6 +779,15 @@ impl Group {
             return Answer::Now(SyncAnswer::error(ResponseError::InconsistentGroupProtocol));
         }
         self.touch(&req.member_id, now);
+        if matches!(
+            self.state,
+            GroupState::CompletingRebalance | GroupState::Stable
+        ) {
+            self.pending_sync.remove(&req.member_id);
+            if self.pending_sync.is_empty() {
+                self.sync_deadline = None;
+            }
+        }
         match self.state {
             GroupState::PreparingRebalance => {
                 Answer::Now(SyncAnswer::error(ResponseError::RebalanceInProgress))
@@ -736,7 +808,11 @@ impl Group {
                     let ids: Vec<String> = self.members.keys().cloned().collect();
                     for id in ids {
                         let answer = self.assignment_of(&id);
-                        if let Some(tx) = self.members.get_mut(&id).and_then(|m| m.sync.take()) {
+                        let m = self.members.get_mut(&id).expect("member");
+                        if let Some(tx) = m.sync.take() {
+                            // Its session starts over with its assignment (Kafka's
+                            // propagateAssignment), however long the leader took.
+                            m.last_seen = now;
                             tx.send(answer);
                         }
                     }
@@ -821,7 +897,8 @@ impl Group {
             GroupState::Empty if generation < 0 => return Ok(()),
             GroupState::Dead => return Err(ResponseError::CoordinatorNotAvailable),
             GroupState::CompletingRebalance => {
-                self.check_instance(member_id, instance)?;
+                // A valid member of this generation that commits before it has its assignment.
+                self.check_member(member_id, instance, generation)?;
                 return Err(ResponseError::RebalanceInProgress);
             }
             _ => {}
@@ -849,6 +926,23 @@ impl Group {
         }
         if self.pending.len() != before {
             log::debug!("group {}: unanswered member ids expired", self.id);
+        }
+        if self.sync_deadline.is_some_and(|d| now >= d)
+            && matches!(
+                self.state,
+                GroupState::CompletingRebalance | GroupState::Stable
+            )
+        {
+            let mut late: Vec<String> = self.pending_sync.drain().collect();
+            late.sort();
+            self.sync_deadline = None;
+            for id in &late {
+                log::info!(
+                    "group {}: member {id} removed (no SyncGroup within the rebalance timeout)",
+                    self.id
+                );
+                self.remove_member_and_rebalance(id, now);
+            }
         }
         self.maybe_complete_join(now);
     }
@@ -899,6 +993,7 @@ mod tests {
             protocol_type: "consumer".into(),
             protocols: vec![("range".into(), Bytes::from_static(meta))],
             require_known_member_id: true,
+            supports_skip_assignment: true,
         }
     }
 
@@ -1185,6 +1280,317 @@ mod tests {
         assert_eq!(
             g.heartbeat(&j2.member_id, Some("i-2"), 1, t0),
             Some(ResponseError::FencedInstanceId)
+        );
+    }
+
+    fn static_req(instance: &str, meta: &'static [u8]) -> JoinRequest {
+        let mut r = req("", meta);
+        r.instance_id = Some(instance.into());
+        r
+    }
+
+    /// A stable group of the static member "i-a" (the leader: it joined first) and dynamic members.
+    fn stable_static_leader_and(t0: Instant, dynamic: usize) -> (Group, String, Vec<String>) {
+        let mut g = group(t0);
+        let ja = g.join(static_req("i-a", b"ma"), t0);
+        let mut joins = Vec::new();
+        for _ in 0..dynamic {
+            joins.push(join_new(&mut g, b"md", t0));
+        }
+        g.tick(t0 + DELAY);
+        let a = ja.ready().unwrap().member_id;
+        let ids: Vec<String> = joins
+            .into_iter()
+            .map(|(id, j)| {
+                assert!(j.ready().is_some());
+                id
+            })
+            .collect();
+        let t1 = t0 + DELAY;
+        let waits: Vec<_> = ids
+            .iter()
+            .map(|id| sync(&mut g, id, 1, vec![], t1))
+            .collect();
+        sync(&mut g, &a, 1, vec![], t1).ready().unwrap();
+        for w in waits {
+            assert_eq!(w.ready().unwrap().error, None);
+        }
+        assert_eq!(g.state(), GroupState::Stable);
+        assert_eq!(g.leader(), Some(a.as_str()));
+        (g, a, ids)
+    }
+
+    #[test]
+    fn static_members_that_do_not_rejoin_keep_their_slot_and_the_leader_is_one_that_did() {
+        let t0 = Instant::now();
+        let (mut g, a, ids) = stable_static_leader_and(t0, 2);
+        let (b, c) = (&ids[0], &ids[1]);
+        let t1 = t0 + DELAY;
+        // b rejoins with new metadata; neither the static leader a nor the dynamic c rejoins.
+        let Answer::Later(jb) = g.join(req(b, b"mb2"), t1) else {
+            panic!("b waits for the rebalance")
+        };
+        // a and c heartbeat meanwhile (their sessions last) but do not rejoin.
+        for s in 1..30 {
+            let t = t1 + Duration::from_secs(s);
+            for (m, i) in [(&a, Some("i-a")), (c, None)] {
+                assert_eq!(
+                    g.heartbeat(m, i, 1, t),
+                    Some(ResponseError::RebalanceInProgress)
+                );
+            }
+            g.tick(t);
+        }
+        assert!(jb.try_take().is_none());
+        let t2 = t1 + Duration::from_secs(30);
+        g.tick(t2);
+        let jb = jb
+            .try_take()
+            .expect("the rebalance timeout completes the join");
+        assert_eq!(jb.error, None);
+        assert_eq!(jb.generation, 2);
+        assert_eq!(
+            jb.leader, *b,
+            "the leader is elected among members that rejoined"
+        );
+        let listed: Vec<&str> = jb.members.iter().map(|m| m.member_id.as_str()).collect();
+        assert_eq!(
+            listed,
+            [a.as_str(), b.as_str()],
+            "a keeps its slot; c is gone"
+        );
+        assert_eq!(jb.members[0].instance_id.as_deref(), Some("i-a"));
+        assert_eq!(g.member_count(), 2);
+        assert_eq!(
+            g.heartbeat(c, None, 1, t2),
+            Some(ResponseError::UnknownMemberId)
+        );
+        // a comes back with its old member id: it gets generation 2, not a new rebalance.
+        let mut back = req(&a, b"ma");
+        back.instance_id = Some("i-a".into());
+        let ja = g.join(back, t2).ready().expect("answered at once");
+        assert_eq!((ja.error, ja.generation), (None, 2));
+        assert_eq!(ja.leader, *b);
+        let sa = sync(&mut g, &a, 2, vec![], t2);
+        let sb = sync(
+            &mut g,
+            b,
+            2,
+            vec![
+                (a.clone(), Bytes::from_static(b"A")),
+                (b.clone(), Bytes::from_static(b"B")),
+            ],
+            t2,
+        );
+        assert_eq!(sa.ready().unwrap().assignment, Bytes::from_static(b"A"));
+        assert_eq!(sb.ready().unwrap().assignment, Bytes::from_static(b"B"));
+        assert_eq!(g.state(), GroupState::Stable);
+    }
+
+    #[test]
+    fn an_absent_static_member_is_expired_by_its_session_not_by_the_rebalance() {
+        let t0 = Instant::now();
+        let (mut g, a, ids) = stable_static_leader_and(t0, 1);
+        let b = &ids[0];
+        let t1 = t0 + DELAY;
+        let Answer::Later(jb) = g.join(req(b, b"mb2"), t1) else {
+            panic!()
+        };
+        // Session 10 s: a, silent since t1, expires at t1 + 10 s, before the rebalance timeout.
+        g.tick(t1 + Duration::from_secs(11));
+        let jb = jb.try_take().expect("a's expiry completes the join");
+        assert_eq!((jb.leader.as_str(), jb.members.len()), (b.as_str(), 1));
+        assert_eq!(
+            g.heartbeat(&a, Some("i-a"), 1, t1 + Duration::from_secs(11)),
+            Some(ResponseError::UnknownMemberId)
+        );
+    }
+
+    #[test]
+    fn a_rebalance_nobody_rejoined_waits_for_the_static_members() {
+        let t0 = Instant::now();
+        let mut g = group(t0);
+        let mut r = static_req("i-a", b"ma");
+        r.session_timeout = Duration::from_secs(60);
+        let ja = g.join(r.clone(), t0);
+        g.tick(t0 + DELAY);
+        let a = ja.ready().unwrap().member_id;
+        sync(&mut g, &a, 1, vec![], t0 + DELAY).ready().unwrap();
+        // A new dynamic member joins and leaves again before the join completes.
+        let t1 = t0 + DELAY;
+        let (b, _jb) = join_new(&mut g, b"mb", t1);
+        assert_eq!(g.state(), GroupState::PreparingRebalance);
+        assert_eq!(g.leave(&b, None, t1), None);
+        // At the rebalance timeout nobody has rejoined: the generation does not move.
+        g.tick(t1 + Duration::from_secs(30));
+        assert_eq!(g.state(), GroupState::PreparingRebalance);
+        assert_eq!(g.generation(), 1);
+        assert_eq!(g.member_count(), 1);
+        // a rejoins: the join completes with a as leader.
+        let mut back = r.clone();
+        back.member_id = a.clone();
+        let j = g.join(back, t1 + Duration::from_secs(31)).ready().unwrap();
+        assert_eq!((j.generation, j.leader.as_str()), (2, a.as_str()));
+    }
+
+    #[test]
+    fn a_followers_session_restarts_when_it_gets_its_assignment() {
+        let t0 = Instant::now();
+        let mut g = group(t0);
+        let (a, ja) = join_new(&mut g, b"ma", t0);
+        let (b, jb) = join_new(&mut g, b"mb", t0);
+        let t1 = t0 + DELAY;
+        g.tick(t1);
+        assert!(ja.ready().is_some() && jb.ready().is_some());
+        // b syncs at once and waits; the leader takes 8 s (heartbeating) to send the assignment.
+        let sb = sync(&mut g, &b, 1, vec![], t1);
+        for s in 1..=8 {
+            let t = t1 + Duration::from_secs(s);
+            assert_eq!(g.heartbeat(&a, None, 1, t), None);
+            g.tick(t);
+        }
+        let t2 = t1 + Duration::from_secs(8);
+        sync(
+            &mut g,
+            &a,
+            1,
+            vec![(b.clone(), Bytes::from_static(b"B"))],
+            t2,
+        );
+        assert_eq!(sb.ready().unwrap().assignment, Bytes::from_static(b"B"));
+        // b's session (10 s) counts from t2, not from its SyncGroup at t1.
+        g.tick(t1 + Duration::from_secs(12));
+        assert_eq!(g.member_count(), 2, "b got its assignment at t1 + 8 s");
+        assert_eq!(g.heartbeat(&b, None, 1, t1 + Duration::from_secs(12)), None);
+        g.tick(t1 + Duration::from_secs(19));
+        assert_eq!(g.member_count(), 1, "a stopped heartbeating at t2");
+        assert_eq!(g.state(), GroupState::PreparingRebalance);
+    }
+
+    #[test]
+    fn members_that_never_send_sync_group_are_removed_after_the_rebalance_timeout() {
+        let t0 = Instant::now();
+        let mut g = group(t0);
+        let (a, ja) = join_new(&mut g, b"ma", t0);
+        let (b, jb) = join_new(&mut g, b"mb", t0);
+        let t1 = t0 + DELAY;
+        g.tick(t1);
+        assert_eq!(ja.ready().unwrap().leader, a);
+        assert!(jb.ready().is_some());
+        // b waits in SyncGroup; the leader a heartbeats but never syncs.
+        let sb = sync(&mut g, &b, 1, vec![], t1);
+        let Answer::Later(sb) = sb else { panic!() };
+        for s in 1..30 {
+            let t = t1 + Duration::from_secs(s);
+            assert_eq!(g.heartbeat(&a, None, 1, t), None);
+            g.tick(t);
+            assert_eq!(g.state(), GroupState::CompletingRebalance);
+        }
+        let t2 = t1 + Duration::from_secs(30);
+        assert_eq!(g.heartbeat(&a, None, 1, t2), None);
+        g.tick(t2);
+        assert_eq!(
+            sb.try_take().unwrap().error,
+            Some(ResponseError::RebalanceInProgress),
+            "the waiting follower is told to rejoin"
+        );
+        assert_eq!(g.member_count(), 1, "the leader that never synced is gone");
+        assert_eq!(
+            g.heartbeat(&a, None, 1, t2),
+            Some(ResponseError::UnknownMemberId)
+        );
+        let j = g
+            .join(req(&b, b"mb"), t2)
+            .ready()
+            .expect("b alone completes it");
+        assert_eq!((j.generation, j.leader.as_str()), (2, b.as_str()));
+        // Now b syncs in time: the deadline does not fire.
+        sync(&mut g, &b, 2, vec![], t2).ready().unwrap();
+        for s in 1..=31 {
+            let t = t2 + Duration::from_secs(s);
+            assert_eq!(g.heartbeat(&b, None, 2, t), None);
+            g.tick(t);
+        }
+        assert_eq!(g.state(), GroupState::Stable);
+    }
+
+    #[test]
+    fn a_follower_that_never_syncs_after_the_leader_did_is_removed_too() {
+        let t0 = Instant::now();
+        let mut g = group(t0);
+        let (a, _ja) = join_new(&mut g, b"ma", t0);
+        let (b, _jb) = join_new(&mut g, b"mb", t0);
+        let t1 = t0 + DELAY;
+        g.tick(t1);
+        sync(&mut g, &a, 1, vec![], t1).ready().unwrap();
+        assert_eq!(g.state(), GroupState::Stable);
+        for s in 1..=30 {
+            let t = t1 + Duration::from_secs(s);
+            assert_eq!(g.heartbeat(&a, None, 1, t), None);
+            assert_eq!(g.heartbeat(&b, None, 1, t), None);
+            g.tick(t);
+        }
+        assert_eq!(g.member_count(), 1, "b heartbeated but never synced");
+        assert_eq!(
+            g.heartbeat(&b, None, 1, t1 + Duration::from_secs(30)),
+            Some(ResponseError::UnknownMemberId)
+        );
+    }
+
+    #[test]
+    fn a_restarted_static_leader_below_v9_is_answered_as_a_follower() {
+        for v9 in [false, true] {
+            let t0 = Instant::now();
+            let (mut g, a, ids) = stable_static_leader_and(t0, 1);
+            let t1 = t0 + DELAY;
+            let mut again = static_req("i-a", b"ma");
+            again.supports_skip_assignment = v9;
+            let j = g.join(again, t1).ready().expect("answered at once");
+            assert_eq!((j.error, j.generation), (None, 1));
+            assert_ne!(j.member_id, a);
+            if v9 {
+                assert_eq!(j.leader, j.member_id);
+                assert!(j.skip_assignment);
+                assert_eq!(j.members.len(), 2);
+            } else {
+                assert_eq!(
+                    j.leader, a,
+                    "the old leader id, so the client is a follower"
+                );
+                assert!(j.members.is_empty());
+                assert!(!j.skip_assignment);
+            }
+            // Either way it stays the leader and the group keeps its assignment.
+            assert_eq!(g.leader(), Some(j.member_id.as_str()));
+            assert_eq!(g.state(), GroupState::Stable);
+            assert_eq!(g.heartbeat(&ids[0], None, 1, t1), None);
+        }
+    }
+
+    #[test]
+    fn a_commit_during_completing_rebalance_checks_the_member_first() {
+        let t0 = Instant::now();
+        let mut g = group(t0);
+        let (a, _ja) = join_new(&mut g, b"ma", t0);
+        let t1 = t0 + DELAY;
+        g.tick(t1);
+        assert_eq!(g.state(), GroupState::CompletingRebalance);
+        assert_eq!(
+            g.check_commit("ghost", None, 1, t1),
+            Err(ResponseError::UnknownMemberId)
+        );
+        assert_eq!(
+            g.check_commit(&a, None, 0, t1),
+            Err(ResponseError::IllegalGeneration)
+        );
+        assert_eq!(
+            g.check_commit(&a, Some("i-x"), 1, t1),
+            Err(ResponseError::RebalanceInProgress),
+            "an unknown instance id is not a fenced one"
+        );
+        assert_eq!(
+            g.check_commit(&a, None, 1, t1),
+            Err(ResponseError::RebalanceInProgress)
         );
     }
 }

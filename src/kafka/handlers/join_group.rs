@@ -69,6 +69,7 @@ pub async fn handle(core: &Core, req: &Request, peer: &str) -> HandlerResult {
                 .map(|p| (p.name.to_string(), Bytes::copy_from_slice(&p.metadata)))
                 .collect(),
             require_known_member_id: v >= 4,
+            supports_skip_assignment: v >= 9,
         };
         match core.groups.join(&request.group_id, join) {
             Answer::Now(a) => Ok(a),
