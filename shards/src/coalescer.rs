@@ -101,6 +101,12 @@ struct Cache {
     ghost: HashSet<CoalesceKey>,
     ghost_order: VecDeque<CoalesceKey>,
     next_generation: u64,
+    /// Per log, the keys of cached results that stay fresh only while the visible end is where
+    /// they saw it (not cut short). Once a newer read of that log has seen a later end they can
+    /// never be fresh again, and they are dropped at once rather than when eviction reaches them:
+    /// at the tail a result is a few KiB but its bytes are slices of the tail cache's 1 MiB
+    /// chunks, so dead results would otherwise pin chunks the tail cache has already let go.
+    uncut: HashMap<u64, Vec<CoalesceKey>>,
 }
 
 impl Cache {
@@ -118,13 +124,18 @@ impl Cache {
         Some(e)
     }
 
-    /// Inserts and returns how many entries were evicted to make room; `None` if the result is too
-    /// big to cache (it would flush most of the cache).
-    fn insert(&mut self, key: CoalesceKey, mut entry: Entry) -> Option<u64> {
+    /// Inserts (unless the result is too big to cache: it would flush most of the cache) and
+    /// returns whether it did and how many entries were evicted to make room or because they can
+    /// no longer be fresh.
+    fn insert(&mut self, key: CoalesceKey, mut entry: Entry) -> (bool, u64) {
+        let superseded = self.drop_superseded(key.log, entry.end_seen);
         if entry.bytes > self.capacity / 2 {
-            return None;
+            return (false, superseded);
         }
         self.remove(&key);
+        if !entry.cut_short {
+            self.uncut.entry(key.log).or_default().push(key);
+        }
         self.next_generation += 1;
         entry.generation = self.next_generation;
         entry.in_main = self.ghost.remove(&key);
@@ -136,7 +147,7 @@ impl Cache {
             self.small.push_back((key, entry.generation));
         }
         self.entries.insert(key, entry);
-        let mut evicted = 0;
+        let mut evicted = superseded;
         while self.bytes() > self.capacity {
             if self.small_bytes > self.capacity / 10 || self.main.is_empty() {
                 evicted += self.evict_small();
@@ -144,7 +155,39 @@ impl Cache {
                 evicted += self.evict_main();
             }
         }
-        Some(evicted)
+        // Removed entries leave their queue slots behind; when the cache is not full, eviction
+        // never reaches them, so they are swept here once they outnumber the live ones.
+        if self.small.len() + self.main.len() > 2 * self.entries.len() + 64 {
+            let entries = &self.entries;
+            let live =
+                |(k, g): &(CoalesceKey, u64)| entries.get(k).is_some_and(|e| e.generation == *g);
+            self.small.retain(live);
+            self.main.retain(live);
+        }
+        (true, evicted)
+    }
+
+    /// Drops the results of `log` that are not cut short and saw a visible end before `end_seen`
+    /// (a read has seen `end_seen` since, and the end only moves forward); how many.
+    fn drop_superseded(&mut self, log: u64, end_seen: i64) -> u64 {
+        let Some(mut keys) = self.uncut.remove(&log) else {
+            return 0;
+        };
+        let mut dropped = 0;
+        keys.retain(|k| match self.entries.get(k) {
+            Some(e) if e.cut_short => false,
+            Some(e) if e.end_seen < end_seen => {
+                self.remove(k);
+                dropped += 1;
+                false
+            }
+            Some(_) => true,
+            None => false,
+        });
+        if !keys.is_empty() {
+            self.uncut.insert(log, keys);
+        }
+        dropped
     }
 
     fn live(&self, key: &CoalesceKey, generation: u64) -> bool {
@@ -366,14 +409,12 @@ impl FetchCoalescer {
             in_main: false,
             generation: 0,
         };
-        let Some(evicted) = cache.insert(key, entry) else {
-            return;
-        };
+        let (inserted, evicted) = cache.insert(key, entry);
         drop(cache);
         self.bump(|s| {
-            if stale {
+            if inserted && stale {
                 s.reinsertions += 1;
-            } else {
+            } else if inserted {
                 s.insertions += 1;
             }
             s.evictions += evicted;

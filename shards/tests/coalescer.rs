@@ -438,12 +438,13 @@ fn a_scan_does_not_push_out_results_in_demand() {
     run(|| async {
         let c = FetchCoalescer::new(10_000, true);
         let calls = Rc::new(Cell::new(0));
-        // A hot result asked for twice (promoted to the main queue) ...
+        // A hot result asked for twice (promoted to the main queue; cut short by max_bytes, so
+        // fresh whatever the end) ...
         for _ in 0..2 {
             c.read(
                 key(0),
-                10,
-                counted(&calls, NOW, Ok(fake_read(0, 9, 400, 10))),
+                5000,
+                counted(&calls, NOW, Ok(fake_read(0, 9, 400, 5000))),
             )
             .await
             .unwrap();
@@ -461,12 +462,73 @@ fn a_scan_does_not_push_out_results_in_demand() {
         let before = calls.get();
         c.read(
             key(0),
-            10,
-            counted(&calls, NOW, Ok(fake_read(0, 9, 400, 10))),
+            5000,
+            counted(&calls, NOW, Ok(fake_read(0, 9, 400, 5000))),
         )
         .await
         .unwrap();
         assert_eq!(calls.get(), before, "the hot result was still cached");
+    });
+}
+
+#[test]
+fn a_result_that_can_never_be_fresh_again_is_dropped_at_once() {
+    run(|| async {
+        let c = FetchCoalescer::new(1 << 20, true);
+        let calls = Rc::new(Cell::new(0));
+        // A tail result (everything up to the end it saw) ...
+        let tail = Rc::downgrade(
+            &c.read(
+                key(0),
+                10,
+                counted(&calls, NOW, Ok(fake_read(0, 9, 300, 10))),
+            )
+            .await
+            .unwrap(),
+        );
+        // ... and one cut short by max_bytes, which stays fresh whatever the end.
+        c.read(
+            key(5),
+            10,
+            counted(&calls, NOW, Ok(fake_read(5, 7, 200, 10))),
+        )
+        .await
+        .unwrap();
+        assert_eq!(c.stats().cached_entries, 2);
+        // A read of the same log saw the end at 20: the tail result can never be fresh again.
+        // It leaves the cache now, releasing its bytes (at the tail, slices of the tail cache's
+        // chunks), instead of waiting for eviction.
+        c.read(
+            key(10),
+            20,
+            counted(&calls, NOW, Ok(fake_read(10, 19, 300, 20))),
+        )
+        .await
+        .unwrap();
+        let s = c.stats();
+        assert_eq!((s.cached_entries, s.evictions), (2, 1), "{s:?}");
+        assert!(tail.upgrade().is_none(), "the dead result was released");
+        // The cut-short result is still served from the cache.
+        let before = calls.get();
+        c.read(
+            key(5),
+            20,
+            counted(&calls, NOW, Ok(fake_read(5, 7, 200, 20))),
+        )
+        .await
+        .unwrap();
+        assert_eq!(calls.get(), before);
+        // Many tail reads in a row keep one live tail result, however many there were.
+        for end in 21..2000 {
+            c.read(
+                key(end - 1),
+                end,
+                counted(&calls, NOW, Ok(fake_read(end - 1, end - 1, 100, end))),
+            )
+            .await
+            .unwrap();
+        }
+        assert_eq!(c.stats().cached_entries, 2, "{:?}", c.stats());
     });
 }
 
