@@ -14,13 +14,22 @@
 //! directory) and deletes the old log. A crash at any point leaves `CURRENT`
 //! naming a complete log; directories it does not name are removed at the next start. Commits wait
 //! while a compaction runs (a read/write lock), so none is written to a log about to be dropped.
+//!
+//! A write is applied to memory only once it is durable, so the store counts the writes in flight
+//! per group: [`OffsetStore::settled`] waits until a group has none (OffsetFetch awaits it, so a
+//! fetch behind a commit on the same connection sees the commit, as in Kafka where a connection's
+//! requests run one at a time), and the coordinator never forgets a group with a write in flight.
+//! Other groups never wait for it. Deleting a group takes the store's write lock: the offsets to
+//! tombstone are read once every commit in flight is applied, and none starts until the tombstones
+//! are written and applied, so memory and the log agree.
 
+use super::answer::{self, Sender};
 use crate::partition::write_atomically;
 use bytes::Bytes;
 use shards::batch::{records, BatchBuilder};
 use shards::{AppendOptions, Log, LogConfig, TailCache};
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::Duration;
@@ -63,6 +72,48 @@ pub struct OffsetStore {
     compactions: Cell<u64>,
     compacting: Cell<bool>,
     lock: glommio::sync::RwLock<()>,
+    /// Per group: writes begun and not yet applied (or failed), and who waits for none.
+    in_flight: RefCell<HashMap<String, InFlight>>,
+}
+
+#[derive(Debug, Default)]
+struct InFlight {
+    /// Number of the next write of the group.
+    next: u64,
+    /// Writes begun and not yet finished.
+    open: BTreeSet<u64>,
+    /// Fetches waiting until every write numbered below theirs has finished.
+    waiters: Vec<(u64, Sender<()>)>,
+}
+
+/// One write of a group in flight, from before its first await until it is applied or failed.
+struct Flight<'a> {
+    store: &'a OffsetStore,
+    group: &'a str,
+    number: u64,
+}
+
+impl Drop for Flight<'_> {
+    fn drop(&mut self) {
+        let ready = {
+            let mut all = self.store.in_flight.borrow_mut();
+            let f = all.get_mut(self.group).expect("counted");
+            f.open.remove(&self.number);
+            let oldest = f.open.first().copied().unwrap_or(u64::MAX);
+            let (ready, waiting) = std::mem::take(&mut f.waiters)
+                .into_iter()
+                .partition(|(bound, _)| *bound <= oldest);
+            f.waiters = waiting;
+            if f.open.is_empty() {
+                all.remove(self.group);
+            }
+            ready
+        };
+        let ready: Vec<(u64, Sender<()>)> = ready;
+        for (_, w) in ready {
+            w.send(());
+        }
+    }
 }
 
 /// Why a write failed.
@@ -256,6 +307,7 @@ impl OffsetStore {
             compactions: Cell::new(0),
             compacting: Cell::new(false),
             lock: glommio::sync::RwLock::new(()),
+            in_flight: RefCell::new(HashMap::new()),
         };
         store.replay(&log).await?;
         *store.log.borrow_mut() = Some((log, generation));
@@ -386,8 +438,54 @@ impl OffsetStore {
         self.entries.borrow().keys().cloned().collect()
     }
 
-    /// Writes commits (`None`: delete) durably, then applies them.
+    fn begin<'a>(&'a self, group: &'a str) -> Flight<'a> {
+        let mut all = self.in_flight.borrow_mut();
+        let f = all.entry(group.to_string()).or_default();
+        let number = f.next;
+        f.next += 1;
+        f.open.insert(number);
+        Flight {
+            store: self,
+            group,
+            number,
+        }
+    }
+
+    /// Whether a write of `group` has begun and is not yet applied.
+    pub fn writing(&self, group: &str) -> bool {
+        self.in_flight.borrow().contains_key(group)
+    }
+
+    /// Waits until every write of `group` begun before this call has been applied (or failed).
+    /// Writes begun later are not waited for, so a busy group cannot hold a fetch back forever.
+    pub async fn settled(&self, group: &str) {
+        let rx = {
+            let mut all = self.in_flight.borrow_mut();
+            let Some(f) = all.get_mut(group) else {
+                return;
+            };
+            let (tx, rx) = answer::channel();
+            f.waiters.push((f.next, tx));
+            rx
+        };
+        rx.await;
+    }
+
+    /// Writes commits (`None`: delete) durably, then applies them. The write counts as in flight
+    /// for `group` from this call (before its first await) until it is applied or fails.
     pub async fn write(&self, group: &str, changes: Changes) -> StoreResult<()> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let _flight = self.begin(group);
+        let _shared = self.lock.read().await.map_err(|e| e.to_string())?;
+        self.append_and_apply(group, changes).await
+    }
+
+    /// Appends and applies under a lock the caller holds (shared for commits, exclusive for
+    /// deletes). The sequence number is taken right before the append is queued, with no await
+    /// between them, so the order writes apply in memory is their order in the log.
+    async fn append_and_apply(&self, group: &str, changes: Changes) -> StoreResult<()> {
         if changes.is_empty() {
             return Ok(());
         }
@@ -396,33 +494,33 @@ impl OffsetStore {
             .map(|((t, p), c)| (encode_key(group, t, *p), c.as_ref().map(encode_value)))
             .collect();
         let blob = encode_batches(&recs);
-        {
-            let _shared = self.lock.read().await.map_err(|e| e.to_string())?;
-            let log = match &*self.log.borrow() {
-                Some((log, _)) => log.clone(),
-                None => return Err("the offset store is closed".into()),
-            };
-            let seq = self.take_seq();
-            log.append(blob, AppendOptions { durable: true })
-                .await
-                .map_err(|e| e.to_string())?;
-            self.records_in_log
-                .set(self.records_in_log.get() + recs.len() as u64);
-            for (tp, c) in changes {
-                self.apply(group, tp, c, seq);
-            }
+        let log = match &*self.log.borrow() {
+            Some((log, _)) => log.clone(),
+            None => return Err("the offset store is closed".into()),
+        };
+        let seq = self.take_seq();
+        log.append(blob, AppendOptions { durable: true })
+            .await
+            .map_err(|e| e.to_string())?;
+        self.records_in_log
+            .set(self.records_in_log.get() + recs.len() as u64);
+        for (tp, c) in changes {
+            self.apply(group, tp, c, seq);
         }
         Ok(())
     }
 
-    /// Deletes every committed offset of `group`.
+    /// Deletes every committed offset of `group`. Under the write lock: commits in flight finish
+    /// first, the offsets to tombstone are read after them, and no commit lands in between.
     pub async fn delete_group(&self, group: &str) -> StoreResult<()> {
+        let _flight = self.begin(group);
+        let _exclusive = self.lock.write().await.map_err(|e| e.to_string())?;
         let changes = self
             .group_offsets(group)
             .into_iter()
             .map(|(tp, _)| (tp, None))
             .collect();
-        self.write(group, changes).await
+        self.append_and_apply(group, changes).await
     }
 
     /// Whether the log holds enough dead records to be worth compacting (and no compaction runs).
@@ -644,6 +742,94 @@ mod tests {
                 })
                 .count();
             assert_eq!(dirs, 1, "old logs are removed");
+            s.close().await;
+        });
+    }
+
+    #[test]
+    fn a_fetch_waits_for_the_groups_writes_in_flight_and_no_other_groups() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("core-0");
+        run(move || async move {
+            use futures_lite::future::{poll_once, zip};
+            let s = OffsetStore::open(&root, cache(), 1000).await.unwrap();
+            s.write("g", vec![(("t".into(), 0), Some(committed(1, None)))])
+                .await
+                .unwrap();
+            s.write("h", vec![(("t".into(), 0), Some(committed(7, None)))])
+                .await
+                .unwrap();
+            let mut commit =
+                Box::pin(s.write("g", vec![(("t".into(), 0), Some(committed(2, None)))]));
+            // Its first poll begins it (the fsync is still to come, or done but not yet seen).
+            let first = poll_once(&mut commit).await;
+            assert!(first.is_none() || s.get("g", "t", 0) == Some(committed(2, None)));
+            if first.is_none() {
+                assert!(s.writing("g"));
+                assert!(!s.writing("h"));
+                assert_eq!(
+                    s.get("g", "t", 0),
+                    Some(committed(1, None)),
+                    "not yet applied"
+                );
+                // Another group's fetch does not wait.
+                assert!(poll_once(s.settled("h")).await.is_some());
+            }
+            let fetch = async {
+                s.settled("g").await;
+                s.get("g", "t", 0)
+            };
+            let (written, fetched) = zip(
+                async {
+                    if let Some(r) = first {
+                        r
+                    } else {
+                        commit.await
+                    }
+                },
+                fetch,
+            )
+            .await;
+            written.unwrap();
+            assert_eq!(fetched, Some(committed(2, None)));
+            assert!(!s.writing("g"));
+            assert!(poll_once(s.settled("g")).await.is_some());
+            s.close().await;
+        });
+    }
+
+    #[test]
+    fn a_delete_racing_a_commit_tombstones_it_in_memory_and_on_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("core-0");
+        run(move || async move {
+            use futures_lite::future::{poll_once, zip};
+            let s = OffsetStore::open(&root, cache(), 1000).await.unwrap();
+            s.write("g", vec![(("t".into(), 0), Some(committed(1, None)))])
+                .await
+                .unwrap();
+            // A commit to a partition the group had no offset for is in flight when the delete
+            // starts: the delete must cover it.
+            let mut commit =
+                Box::pin(s.write("g", vec![(("t".into(), 1), Some(committed(5, None)))]));
+            let first = poll_once(&mut commit).await;
+            let (c, d) = zip(
+                async {
+                    if let Some(r) = first {
+                        r
+                    } else {
+                        commit.await
+                    }
+                },
+                s.delete_group("g"),
+            )
+            .await;
+            c.unwrap();
+            d.unwrap();
+            assert!(!s.has_group("g"), "{:?}", s.group_offsets("g"));
+            s.close().await;
+            let s = OffsetStore::open(&root, cache(), 1000).await.unwrap();
+            assert!(!s.has_group("g"), "{:?}", s.group_offsets("g"));
             s.close().await;
         });
     }
