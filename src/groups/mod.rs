@@ -18,7 +18,16 @@
 //! Changing `--cores` moves groups to other cores. Each core's offsets live in
 //! `DATA/__groups/core-<i>/`, and `DATA/__groups/cores` records the count they were written with;
 //! when it differs at start-up, [`reshard`] rewrites every stored offset into the store of its new
-//! coordinator before any core starts, so committed offsets survive the change.
+//! coordinator before any core starts, so committed offsets survive the change. Where a crashed
+//! reshard left a group in several stores, the copy of its coordinator under the old count wins
+//! (the others are stale copies); and every core drops, at start-up, the offsets its store holds
+//! for groups it does not coordinate, also when the count did not change, so a stale copy never
+//! outlives the run that could have been misled by it.
+//!
+//! Group ids: JoinGroup, SyncGroup, Heartbeat and LeaveGroup refuse the empty id
+//! (`INVALID_GROUP_ID`); OffsetCommit, OffsetFetch, DescribeGroups and DeleteGroups accept it, as
+//! Kafka does. Once the core stops, JoinGroup and SyncGroup answer `NOT_COORDINATOR` at once (the
+//! waiting ones are answered so by [`Coordinator::stop`]), so no request waits out the drain.
 
 pub mod answer;
 pub mod group;
@@ -80,6 +89,8 @@ pub struct Coordinator {
     /// Rebalances of groups since forgotten (live groups count their own).
     retired_rebalances: Cell<u64>,
     offset_commits: Cell<u64>,
+    /// Set by [`Coordinator::stop`]: no new JoinGroup or SyncGroup may wait.
+    stopped: Cell<bool>,
 }
 
 impl Coordinator {
@@ -93,6 +104,7 @@ impl Coordinator {
             offsets: RefCell::new(None),
             retired_rebalances: Cell::new(0),
             offset_commits: Cell::new(0),
+            stopped: Cell::new(false),
         }
     }
 
@@ -104,17 +116,22 @@ impl Coordinator {
             self.config.compact_min_records,
         )
         .await?;
+        // Offsets of groups another core coordinates are stale copies (a reshard that crashed
+        // before dropping them): dropped, so no later reshard can prefer them to the live ones.
+        for g in store.groups() {
+            let owner = coordinator_core(&g, self.cores);
+            if owner != self.core {
+                log::warn!(
+                    "core {}: dropping a stale copy of the offsets of group {g} (core {owner} \
+                     coordinates it)",
+                    self.core
+                );
+                store.delete_group(&g).await?;
+            }
+        }
         let now = Instant::now();
         let mut groups = self.groups.borrow_mut();
         for g in store.groups() {
-            if coordinator_core(&g, self.cores) != self.core {
-                log::warn!(
-                    "core {}: offsets of group {g} belong to core {}; ignored",
-                    self.core,
-                    coordinator_core(&g, self.cores)
-                );
-                continue;
-            }
             groups
                 .entry(g.clone())
                 .or_insert_with(|| Group::new(&g, self.group_config(), now));
@@ -129,11 +146,9 @@ impl Coordinator {
         }
     }
 
-    /// `NOT_COORDINATOR` unless this core coordinates `group_id`.
+    /// `NOT_COORDINATOR` unless this core coordinates `group_id` (which may be empty: OffsetCommit,
+    /// OffsetFetch, DescribeGroups and DeleteGroups accept the empty group id, as Kafka does).
     pub fn check(&self, group_id: &str) -> Result<(), ResponseError> {
-        if group_id.is_empty() {
-            return Err(ResponseError::InvalidGroupId);
-        }
         if coordinator_core(group_id, self.cores) != self.core {
             return Err(ResponseError::NotCoordinator);
         }
@@ -141,6 +156,15 @@ impl Coordinator {
             return Err(ResponseError::CoordinatorLoadInProgress);
         }
         Ok(())
+    }
+
+    /// [`Self::check`] for the membership APIs (JoinGroup, SyncGroup, Heartbeat, LeaveGroup), which
+    /// refuse the empty group id with `INVALID_GROUP_ID`.
+    fn check_membership(&self, group_id: &str) -> Result<(), ResponseError> {
+        if group_id.is_empty() {
+            return Err(ResponseError::InvalidGroupId);
+        }
+        self.check(group_id)
     }
 
     fn store(&self) -> Result<Rc<OffsetStore>, ResponseError> {
@@ -163,7 +187,10 @@ impl Coordinator {
                 skip_assignment: false,
             })
         };
-        if let Err(e) = self.check(group_id) {
+        if self.stopped.get() {
+            return error(ResponseError::NotCoordinator);
+        }
+        if let Err(e) = self.check_membership(group_id) {
             return error(e);
         }
         if req.session_timeout < self.config.min_session_timeout
@@ -197,7 +224,10 @@ impl Coordinator {
                 assignment: bytes::Bytes::new(),
             })
         };
-        if let Err(e) = self.check(group_id) {
+        if self.stopped.get() {
+            return error(ResponseError::NotCoordinator);
+        }
+        if let Err(e) = self.check_membership(group_id) {
             return error(e);
         }
         match self.groups.borrow_mut().get_mut(group_id) {
@@ -213,7 +243,7 @@ impl Coordinator {
         instance: Option<&str>,
         generation: i32,
     ) -> Option<ResponseError> {
-        if let Err(e) = self.check(group_id) {
+        if let Err(e) = self.check_membership(group_id) {
             return Some(e);
         }
         match self.groups.borrow_mut().get_mut(group_id) {
@@ -228,7 +258,7 @@ impl Coordinator {
         group_id: &str,
         members: &[(String, Option<String>)],
     ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
-        self.check(group_id)?;
+        self.check_membership(group_id)?;
         let now = Instant::now();
         let mut groups = self.groups.borrow_mut();
         let Some(g) = groups.get_mut(group_id) else {
@@ -268,7 +298,9 @@ impl Coordinator {
         Ok(store)
     }
 
-    /// Writes a commit's offsets (already checked) durably.
+    /// Writes a commit's offsets (already checked) durably. The write is in flight for the group
+    /// from the first poll (see [`OffsetStore::settled`]), so the caller must await this at once,
+    /// in the same poll as the check.
     pub async fn commit(
         &self,
         store: &OffsetStore,
@@ -286,6 +318,16 @@ impl Coordinator {
                 log::error!("core {}: committing offsets of {group_id}: {e}", self.core);
                 Err(ResponseError::CoordinatorNotAvailable)
             }
+        }
+    }
+
+    /// Waits until every commit of `group_id` begun before now has been applied, so a fetch sees
+    /// the commits sent before it (Kafka runs a connection's requests one at a time). Commits to
+    /// other groups are not waited for.
+    pub async fn settled(&self, group_id: &str) {
+        let store = self.offsets.borrow().clone();
+        if let Some(store) = store {
+            store.settled(group_id).await;
         }
     }
 
@@ -381,8 +423,11 @@ impl Coordinator {
             if !g.is_idle() {
                 return true;
             }
-            if !store.as_ref().is_some_and(|s| s.has_group(id)) {
-                retired += groups.remove(id).map_or(0, |g| g.rebalances);
+            match &store {
+                // A commit (maybe the group's first) is being written: look again once it lands.
+                Some(s) if s.writing(id) => return true,
+                Some(s) if s.has_group(id) => {}
+                _ => retired += groups.remove(id).map_or(0, |g| g.rebalances),
             }
             false
         });
@@ -404,6 +449,7 @@ impl Coordinator {
     /// Answers every waiting JoinGroup/SyncGroup: the core is stopping and clients must find the
     /// coordinator again.
     pub fn stop(&self) {
+        self.stopped.set(true);
         for g in self.groups.borrow_mut().values_mut() {
             g.cancel_waiters(ResponseError::NotCoordinator);
         }
@@ -482,7 +528,7 @@ pub fn reshard(data_dir: &Path, cores: usize) -> std::io::Result<()> {
     let data_dir = data_dir.to_path_buf();
     let handle = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
         .name("shoal-reshard")
-        .spawn(move || async move { reshard_on_executor(&data_dir, on_disk, cores).await })
+        .spawn(move || async move { reshard_on_executor(&data_dir, on_disk, old, cores).await })
         .map_err(|e| std::io::Error::other(e.to_string()))?;
     handle
         .join()
@@ -490,25 +536,62 @@ pub fn reshard(data_dir: &Path, cores: usize) -> std::io::Result<()> {
     crate::partition::write_atomically(&marker, cores.to_string().as_bytes())
 }
 
+/// One store's copy of a group's offsets: (store's core, offsets).
+type StoreCopy = (usize, Vec<(TopicPartition, Committed)>);
+
+/// The offsets of a group to keep when several stores hold a copy (a crashed reshard leaves
+/// copies behind): the copy of the group's coordinator under the old core count if it has one (the
+/// others may be stale), else per partition the most recent commit.
+fn pick_copy(
+    group: &str,
+    old: usize,
+    mut copies: Vec<StoreCopy>,
+) -> Vec<(TopicPartition, Committed)> {
+    let coordinator = coordinator_core(group, old);
+    if let Some(i) = copies.iter().position(|(c, _)| *c == coordinator) {
+        return copies.swap_remove(i).1;
+    }
+    let mut best: std::collections::BTreeMap<TopicPartition, Committed> = Default::default();
+    for (_, offsets) in copies {
+        for (tp, c) in offsets {
+            match best.get(&tp) {
+                Some(b) if b.commit_timestamp >= c.commit_timestamp => {}
+                _ => {
+                    best.insert(tp, c);
+                }
+            }
+        }
+    }
+    best.into_iter().collect()
+}
+
 async fn reshard_on_executor(
     data_dir: &Path,
     old_cores: Vec<usize>,
+    old: usize,
     cores: usize,
 ) -> std::io::Result<()> {
     let cache = Rc::new(shards::TailCache::new(4 << 20, 1 << 20));
     let err = std::io::Error::other;
-    let mut all: Vec<(String, TopicPartition, Committed)> = Vec::new();
+    let mut copies: HashMap<String, Vec<StoreCopy>> = HashMap::new();
     let mut stores = Vec::new();
+    let mut old_cores = old_cores;
+    old_cores.sort_unstable();
     for &c in &old_cores {
         let s = OffsetStore::open(&store_dir(data_dir, c), cache.clone(), u64::MAX)
             .await
             .map_err(err)?;
         for g in s.groups() {
-            for (tp, committed) in s.group_offsets(&g) {
-                all.push((g.clone(), tp, committed));
-            }
+            let offsets = s.group_offsets(&g);
+            copies.entry(g).or_default().push((c, offsets));
         }
         stores.push((c, s));
+    }
+    let mut all: Vec<(String, TopicPartition, Committed)> = Vec::new();
+    for (g, group_copies) in copies {
+        for (tp, committed) in pick_copy(&g, old, group_copies) {
+            all.push((g.clone(), tp, committed));
+        }
     }
     // Write each group's offsets to its new core's store first (a crash here leaves duplicates,
     // which are harmless: the same values), then drop them from stores that no longer own them.
@@ -531,9 +614,17 @@ async fn reshard_on_executor(
             e.insert(s);
         }
         let s = &targets[&c];
+        let keep: HashSet<TopicPartition> = changes.iter().map(|(tp, _)| tp.clone()).collect();
+        // Partitions the target's own (stale) copy has and the chosen copy has not go.
+        let extra = s
+            .group_offsets(&g)
+            .into_iter()
+            .filter(|(tp, _)| !keep.contains(tp))
+            .map(|(tp, _)| (tp, None));
         let moved: Vec<_> = changes
             .into_iter()
             .filter(|((t, p), v)| s.get(&g, t, *p).as_ref() != v.as_ref())
+            .chain(extra)
             .collect();
         s.write(&g, moved).await.map_err(err)?;
     }
@@ -573,5 +664,268 @@ mod tests {
         }
         assert!(per_core.iter().all(|&n| n > 800), "{per_core:?}");
         assert_eq!(coordinator_core("anything", 1), 0);
+    }
+
+    fn run<F: std::future::Future<Output = ()> + 'static>(f: impl FnOnce() -> F + Send + 'static) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                glommio::LocalExecutor::default().run(f());
+            }));
+            let _ = tx.send(outcome);
+        });
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(Ok(())) => {}
+            Ok(Err(panic)) => std::panic::resume_unwind(panic),
+            Err(_) => panic!("test did not finish within 60 s"),
+        }
+    }
+
+    fn cache() -> Rc<shards::TailCache> {
+        Rc::new(shards::TailCache::new(1 << 20, 1 << 16))
+    }
+
+    fn config() -> CoordinatorConfig {
+        CoordinatorConfig {
+            initial_rebalance_delay: Duration::ZERO,
+            min_session_timeout: Duration::from_millis(1),
+            max_session_timeout: Duration::from_secs(300),
+            compact_min_records: 1000,
+        }
+    }
+
+    fn committed(offset: i64, at: i64) -> Committed {
+        Committed {
+            offset,
+            leader_epoch: -1,
+            metadata: None,
+            commit_timestamp: at,
+        }
+    }
+
+    /// A group id coordinated by `a` of `na` cores and by `b` of `nb` cores.
+    fn group_on(a: usize, na: usize, b: usize, nb: usize) -> String {
+        (0..10_000)
+            .map(|i| format!("g-{i}"))
+            .find(|g| coordinator_core(g, na) == a && coordinator_core(g, nb) == b)
+            .unwrap()
+    }
+
+    fn join_req(member: &str) -> JoinRequest {
+        JoinRequest {
+            member_id: member.into(),
+            instance_id: None,
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            session_timeout: Duration::from_secs(10),
+            rebalance_timeout: Duration::from_secs(10),
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), bytes::Bytes::new())],
+            require_known_member_id: false,
+            supports_skip_assignment: true,
+        }
+    }
+
+    #[test]
+    fn after_stop_join_and_sync_answer_not_coordinator_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().to_path_buf();
+        run(move || async move {
+            let mut cfg = config();
+            cfg.initial_rebalance_delay = Duration::from_secs(60);
+            let c = Coordinator::new(0, 1, cfg);
+            c.load(&data, cache()).await.unwrap();
+            let Answer::Later(waiting) = c.join("g", join_req("")) else {
+                panic!("a first join waits for the initial rebalance delay")
+            };
+            c.stop();
+            assert_eq!(
+                waiting.await.unwrap().error,
+                Some(ResponseError::NotCoordinator)
+            );
+            let Answer::Now(j) = c.join("g", join_req("")) else {
+                panic!("a join after stop must not wait")
+            };
+            assert_eq!(j.error, Some(ResponseError::NotCoordinator));
+            let Answer::Now(s) = c.sync("g", SyncRequest::default()) else {
+                panic!("a sync after stop must not wait")
+            };
+            assert_eq!(s.error, Some(ResponseError::NotCoordinator));
+            c.close().await;
+        });
+    }
+
+    #[test]
+    fn the_empty_group_id_is_refused_only_by_the_membership_apis() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().to_path_buf();
+        run(move || async move {
+            let c = Coordinator::new(0, 1, config());
+            c.load(&data, cache()).await.unwrap();
+            let Answer::Now(j) = c.join("", join_req("")) else {
+                panic!()
+            };
+            assert_eq!(j.error, Some(ResponseError::InvalidGroupId));
+            assert_eq!(
+                c.heartbeat("", "m", None, 1),
+                Some(ResponseError::InvalidGroupId)
+            );
+            assert_eq!(c.leave("", &[]).err(), Some(ResponseError::InvalidGroupId));
+            assert_eq!(c.check(""), Ok(()));
+            let store = c.check_commit("", "", None, -1).unwrap();
+            c.commit(&store, "", vec![(("t".into(), 0), committed(4, 1))])
+                .await
+                .unwrap();
+            assert_eq!(c.fetch("", "t", 0), Some(committed(4, 1)));
+            assert_eq!(c.delete("").await, Ok(()));
+            assert_eq!(c.fetch("", "t", 0), None);
+            c.close().await;
+        });
+    }
+
+    #[test]
+    fn the_tick_keeps_a_new_simple_commit_group_while_its_first_commit_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().to_path_buf();
+        run(move || async move {
+            use futures_lite::future::poll_once;
+            let c = Coordinator::new(0, 1, config());
+            c.load(&data, cache()).await.unwrap();
+            let store = c.check_commit("simple", "", None, -1).unwrap();
+            let mut commit =
+                Box::pin(c.commit(&store, "simple", vec![(("t".into(), 0), committed(9, 1))]));
+            let first = poll_once(&mut commit).await;
+            // The tick runs while the commit waits for its fsync.
+            c.tick();
+            assert!(
+                c.exists("simple"),
+                "forgotten while its first commit was in flight"
+            );
+            match first {
+                Some(r) => r.unwrap(),
+                None => commit.await.unwrap(),
+            }
+            c.tick();
+            assert!(c.exists("simple"));
+            assert_eq!(c.fetch("simple", "t", 0), Some(committed(9, 1)));
+            // Without offsets an idle group is forgotten, as before.
+            c.check_commit("none", "", None, -1).unwrap();
+            c.tick();
+            assert!(!c.exists("none"));
+            c.close().await;
+        });
+    }
+
+    #[test]
+    fn a_stores_copy_of_a_group_it_does_not_coordinate_is_dropped_at_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().to_path_buf();
+        run(move || async move {
+            let mine = group_on(0, 2, 0, 2);
+            let foreign = group_on(1, 2, 1, 2);
+            let s = OffsetStore::open(&store_dir(&data, 0), cache(), 1000)
+                .await
+                .unwrap();
+            for g in [&mine, &foreign] {
+                s.write(g, vec![(("t".into(), 0), Some(committed(3, 1)))])
+                    .await
+                    .unwrap();
+            }
+            s.close().await;
+            let c = Coordinator::new(0, 2, config());
+            c.load(&data, cache()).await.unwrap();
+            assert_eq!(c.fetch(&mine, "t", 0), Some(committed(3, 1)));
+            assert!(!c.exists(&foreign));
+            c.close().await;
+            let s = OffsetStore::open(&store_dir(&data, 0), cache(), 1000)
+                .await
+                .unwrap();
+            assert!(s.has_group(&mine));
+            assert!(!s.has_group(&foreign), "dropped on disk, not only ignored");
+            s.close().await;
+        });
+    }
+
+    #[test]
+    fn a_reshard_after_a_crashed_one_keeps_the_old_coordinators_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().to_path_buf();
+        // Coordinated by core 0 of 2 and core 2 of 4.
+        let g = group_on(0, 2, 2, 4);
+        {
+            let data = data.clone();
+            let g = g.clone();
+            run(move || async move {
+                // A reshard from 2 to 4 cores crashed after copying g to core 2 and before the
+                // marker was rewritten; core 0 (g's coordinator on 2 cores) then moved on.
+                let live = OffsetStore::open(&store_dir(&data, 0), cache(), 1000)
+                    .await
+                    .unwrap();
+                live.write(&g, vec![(("t".into(), 0), Some(committed(50, 1_000)))])
+                    .await
+                    .unwrap();
+                live.close().await;
+                let stale = OffsetStore::open(&store_dir(&data, 2), cache(), 1000)
+                    .await
+                    .unwrap();
+                // Stale, though stamped later (clocks are not to be trusted across a restart).
+                stale
+                    .write(
+                        &g,
+                        vec![
+                            (("t".into(), 0), Some(committed(20, 2_000))),
+                            (("t".into(), 1), Some(committed(7, 2_000))),
+                        ],
+                    )
+                    .await
+                    .unwrap();
+                stale.close().await;
+            });
+        }
+        std::fs::write(data.join("__groups").join("cores"), "2").unwrap();
+        reshard(&data, 4).unwrap();
+        let check = data.clone();
+        run(move || async move {
+            let s = OffsetStore::open(&store_dir(&check, 2), cache(), 1000)
+                .await
+                .unwrap();
+            assert_eq!(
+                s.group_offsets(&g),
+                vec![(("t".to_string(), 0), committed(50, 1_000))],
+                "the old coordinator's copy, without the stale copy's extra partition"
+            );
+            s.close().await;
+            let s = OffsetStore::open(&store_dir(&check, 0), cache(), 1000)
+                .await
+                .unwrap();
+            assert!(!s.has_group(&g));
+            s.close().await;
+        });
+        assert_eq!(
+            std::fs::read_to_string(data.join("__groups").join("cores")).unwrap(),
+            "4"
+        );
+    }
+
+    #[test]
+    fn without_the_old_coordinators_copy_the_latest_commit_of_each_partition_wins() {
+        let copies = vec![
+            (
+                1,
+                vec![
+                    (("t".to_string(), 0), committed(5, 10)),
+                    (("t".to_string(), 1), committed(6, 30)),
+                ],
+            ),
+            (2, vec![(("t".to_string(), 0), committed(8, 20))]),
+        ];
+        let g = group_on(0, 3, 0, 3);
+        assert_eq!(
+            pick_copy(&g, 3, copies),
+            vec![
+                (("t".to_string(), 0), committed(8, 20)),
+                (("t".to_string(), 1), committed(6, 30)),
+            ]
+        );
     }
 }

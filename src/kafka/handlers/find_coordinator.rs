@@ -36,9 +36,8 @@ fn lookup(core: &Core, key: &StrBytes, key_type: i8) -> Coordinator {
             "transactions are not supported",
         );
     }
-    if key.is_empty() {
-        return error(ResponseError::InvalidRequest, "empty group id");
-    }
+    // The empty group id has a coordinator too: OffsetCommit, OffsetFetch, DescribeGroups and
+    // DeleteGroups accept it, as in Kafka (only the membership APIs refuse it).
     let owner = coordinator_core(key, core.cores);
     c.with_node_id(BrokerId(owner as i32))
         .with_host(StrBytes::from_string(core.advertised_host.clone()))

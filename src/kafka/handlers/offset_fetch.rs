@@ -1,6 +1,11 @@
 //! OffsetFetch: a group's committed offsets, for the partitions asked or (topics null, v2+) all of
 //! them; v8 asks for several groups at once, each answered by its own coordinator (a group another
 //! core coordinates gets `NOT_COORDINATOR`, as on a multi-broker Kafka cluster).
+//!
+//! A connection's requests run concurrently, but Kafka answers a fetch behind a commit on the same
+//! connection with the committed offset: the connection first awaits [`settle`], which waits until
+//! the commits of the groups asked for that were begun before it have been applied (only those
+//! groups' commits, and only those already begun).
 
 use super::{count_errors, frame, HandlerResult, Versions};
 use crate::core::Core;
@@ -64,6 +69,23 @@ fn fields(c: Option<Committed>, v: i16) -> (i64, i32, Option<StrBytes>) {
             Some(StrBytes::from_string(c.metadata.unwrap_or_default())),
         ),
         None => (-1, -1, Some(StrBytes::default())),
+    }
+}
+
+/// Waits until the commits in flight for the groups this request asks for are applied. The
+/// connection runs it before [`handle`], in the request's own task: tasks start in the order the
+/// requests arrived, and a commit counts as in flight from its task's first poll, so every commit
+/// sent before this fetch is waited for. A body that does not decode is left to [`handle`].
+pub async fn settle(core: &Core, req: &Request) {
+    let Ok(request) = decode::<OffsetFetchRequest>(req) else {
+        return;
+    };
+    if req.api_version >= 8 {
+        for g in &request.groups {
+            core.groups.settled(&g.group_id).await;
+        }
+    } else {
+        core.groups.settled(&request.group_id).await;
     }
 }
 
