@@ -34,6 +34,7 @@ const NOT_COORDINATOR: i16 = 16;
 const ILLEGAL_GENERATION: i16 = 22;
 const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
 const UNKNOWN_MEMBER_ID: i16 = 25;
+const INVALID_GROUP_ID: i16 = 24;
 const INVALID_SESSION_TIMEOUT: i16 = 26;
 const REBALANCE_IN_PROGRESS: i16 = 27;
 const OFFSET_METADATA_TOO_LARGE: i16 = 12;
@@ -526,16 +527,18 @@ fn group_errors_and_bad_input() {
     other.protocol_type = s("connect");
     let r: JoinGroupResponse = call(&mut c0, ApiKey::JoinGroup, 5, &other);
     assert_eq!(r.error_code, INCONSISTENT_GROUP_PROTOCOL);
-    // A second member starts a rebalance: the first learns it from its heartbeat.
+    // A second member starts a rebalance: the first learns it from its heartbeat. Both have
+    // sessions far longer than this test, so a slow machine cannot expire them before the end.
     let mut c0b = connect(shoal.ports[0]);
     let second = std::thread::spawn(move || {
-        join(
+        let r = join(
             &mut c0b,
             5,
             &group_on(0, 2, "g"),
-            10_000,
+            300_000,
             subscription(&["t"]),
-        )
+        );
+        (c0b, r)
     });
     let deadline = Instant::now() + Duration::from_secs(10);
     while heartbeat(&mut c0, 4, &g0, 1, &me) != REBALANCE_IN_PROGRESS {
@@ -546,14 +549,25 @@ fn group_errors_and_bad_input() {
         &mut c0,
         ApiKey::JoinGroup,
         5,
-        &join_req(&me, 10_000, subscription(&["t"])).with_group_id(gid(&g0)),
+        &join_req(&me, 300_000, subscription(&["t"])).with_group_id(gid(&g0)),
     );
     assert_eq!(
         (r.error_code, r.generation_id, r.members.len()),
         (NONE, 2, 2)
     );
-    let other = second.join().unwrap();
+    let (mut c0b, other) = second.join().unwrap();
     assert_eq!((other.error_code, other.generation_id), (NONE, 2));
+    // Both sync (members that never do are removed after the rebalance timeout, 10 s here).
+    assert_eq!(r.leader.as_str(), me);
+    let r: SyncGroupResponse = call(&mut c0, ApiKey::SyncGroup, 5, &sync_req(&g0, 2, &me, &[]));
+    assert_eq!(r.error_code, NONE);
+    let r: SyncGroupResponse = call(
+        &mut c0b,
+        ApiKey::SyncGroup,
+        5,
+        &sync_req(&g0, 2, &other.member_id, &[]),
+    );
+    assert_eq!(r.error_code, NONE);
     let r: DeleteGroupsResponse = call(
         &mut c0,
         ApiKey::DeleteGroups,
@@ -583,6 +597,19 @@ fn group_errors_and_bad_input() {
         (NONE, first.generation_id)
     );
     assert_ne!(second.member_id, first.member_id);
+    // The restarted static leader cannot skip the assignment below v9: it is told the old leader
+    // id and no members, so it acts as a follower (Kafka does the same).
+    assert_eq!(second.leader, first.member_id);
+    assert!(second.members.is_empty());
+    // From v9 it is told it leads, with the members, and to skip the assignment.
+    let third: JoinGroupResponse = call(&mut c1, ApiKey::JoinGroup, 9, &static_req);
+    assert_eq!(
+        (third.error_code, third.generation_id),
+        (NONE, first.generation_id)
+    );
+    assert_eq!(third.leader, third.member_id);
+    assert!(third.skip_assignment);
+    assert_eq!(third.members.len(), 1);
     let r: HeartbeatResponse = call(
         &mut c1,
         ApiKey::Heartbeat,
@@ -618,6 +645,8 @@ fn group_errors_and_bad_input() {
     assert_eq!(fetch_offset(&mut c1, 7, &g1, "t"), (77, "x".into(), NONE));
     assert_eq!(fetch_offset(&mut c0, 7, &g1, "t").2, NOT_COORDINATOR);
 
+    // A fresh heartbeat: the member's session then lasts well past the end of the test.
+    assert_eq!(heartbeat(&mut c0, 4, &g0, 2, &me), NONE);
     // Oversized blobs: a real 2 MiB metadata is refused with an error code; one that only claims
     // 1 GiB fails to decode and closes only its connection.
     let r: JoinGroupResponse = call(
@@ -650,7 +679,7 @@ fn group_errors_and_bad_input() {
         NONE,
         "the core still serves"
     );
-    drop((c0, c1));
+    drop((c0, c0b, c1));
     shoal.stop();
 }
 
@@ -700,6 +729,8 @@ fn a_silent_member_is_expelled_after_its_session_timeout() {
         let mut c = connect(port);
         let r = join(&mut c, 5, group, 3000, subscription(&["expel"]));
         assert_eq!(r.error_code, NONE);
+        // Its session restarts when the SyncGroup answer is sent, which is after this instant.
+        let sync_sent = Instant::now();
         let sync: SyncGroupResponse = call(
             &mut c,
             ApiKey::SyncGroup,
@@ -708,7 +739,7 @@ fn a_silent_member_is_expelled_after_its_session_timeout() {
         );
         assert_eq!(sync.error_code, NONE);
         tx.send((
-            Instant::now(),
+            sync_sent,
             assignment(&sync.assignment),
             r.member_id.to_string(),
             r.generation_id,
@@ -716,7 +747,7 @@ fn a_silent_member_is_expelled_after_its_session_timeout() {
         .unwrap();
         c // kept open until the test ends
     });
-    let (synced_at, raw_parts, raw_id, generation) = {
+    let (sync_sent, raw_parts, raw_id, generation) = {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Ok(x) = rx.try_recv() {
@@ -739,9 +770,11 @@ fn a_silent_member_is_expelled_after_its_session_timeout() {
     });
     assert_eq!(shoal.metric("shoal_group_members"), 2);
     poll_until("the consumer to get all six back", &|c| assigned(c) == 6);
-    let after = synced_at.elapsed();
+    // The session clock restarted no earlier than the SyncGroup was sent, and the member has been
+    // silent since: its expiry cannot come sooner than 3 s after that.
+    let after = sync_sent.elapsed();
     assert!(
-        after >= Duration::from_millis(2900),
+        after >= Duration::from_secs(3),
         "expelled after {after:?}, before its 3 s session timeout"
     );
     assert!(
@@ -817,4 +850,142 @@ fn the_offsets_log_is_compacted_and_survives_restarts() {
         drop(c);
         shoal.stop();
     }
+}
+
+/// Reads the response with correlation id `correlation` (responses come in request order).
+fn recv_as<Resp: Decodable>(
+    s: &mut TcpStream,
+    key: ApiKey,
+    version: i16,
+    correlation: i32,
+) -> Resp {
+    let mut frame = recv(s).unwrap_or_else(|| panic!("{key:?} v{version}: connection closed"));
+    let header = ResponseHeader::decode(&mut frame, key.response_header_version(version)).unwrap();
+    assert_eq!(header.correlation_id, correlation);
+    Resp::decode(&mut frame, version).unwrap_or_else(|e| panic!("{key:?} v{version} response: {e}"))
+}
+
+/// A fetch sent right behind a commit on the same connection, without waiting for the commit's
+/// answer, sees the committed offset (Kafka runs a connection's requests one at a time; shoal runs
+/// them concurrently, so the fetch waits for the group's commits in flight).
+#[test]
+fn a_fetch_pipelined_behind_a_commit_sees_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 1, &["--group-initial-rebalance-delay-ms", "0"]);
+    create_topics(&shoal.bootstrap(), &[("t", 1)]);
+    let mut c = connect(shoal.ports[0]);
+    for i in 1..=40i64 {
+        let fetch_v: i16 = if i % 2 == 0 { 8 } else { 7 };
+        let fetch = if fetch_v >= 8 {
+            OffsetFetchRequest::default().with_groups(vec![OffsetFetchRequestGroup::default()
+                .with_group_id(gid("pipelined"))
+                .with_topics(Some(vec![OffsetFetchRequestTopics::default()
+                    .with_name(TopicName(s("t")))
+                    .with_partition_indexes(vec![0])]))])
+        } else {
+            OffsetFetchRequest::default()
+                .with_group_id(gid("pipelined"))
+                .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+                    .with_name(TopicName(s("t")))
+                    .with_partition_indexes(vec![0])]))
+        };
+        let mut bytes = request_frame(
+            ApiKey::OffsetCommit,
+            8,
+            1,
+            &commit_req("pipelined", -1, "", "t", i, ""),
+        );
+        bytes.extend(request_frame(ApiKey::OffsetFetch, fetch_v, 2, &fetch));
+        c.write_all(&bytes).unwrap();
+        let commit: OffsetCommitResponse = recv_as(&mut c, ApiKey::OffsetCommit, 8, 1);
+        assert_eq!(commit_error(&commit), NONE);
+        let r: OffsetFetchResponse = recv_as(&mut c, ApiKey::OffsetFetch, fetch_v, 2);
+        let offset = if fetch_v >= 8 {
+            r.groups[0].topics[0].partitions[0].committed_offset
+        } else {
+            r.topics[0].partitions[0].committed_offset
+        };
+        assert_eq!(
+            offset, i,
+            "the fetch behind commit {i} (OffsetFetch v{fetch_v})"
+        );
+    }
+    drop(c);
+    shoal.stop();
+}
+
+/// The empty group id works where Kafka accepts it (FindCoordinator, OffsetCommit, OffsetFetch,
+/// DescribeGroups, DeleteGroups) and gets INVALID_GROUP_ID from the membership APIs.
+#[test]
+fn the_empty_group_id_is_a_group_for_offsets_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 2, &["--group-initial-rebalance-delay-ms", "0"]);
+    create_topics(&shoal.bootstrap(), &[("t", 1)]);
+    let core = coordinator_core("", 2);
+    let mut c = connect(shoal.ports[core]);
+    let r: FindCoordinatorResponse = call(
+        &mut c,
+        ApiKey::FindCoordinator,
+        4,
+        &FindCoordinatorRequest::default().with_coordinator_keys(vec![s("")]),
+    );
+    assert_eq!(
+        (r.coordinators[0].error_code, r.coordinators[0].node_id.0),
+        (NONE, core as i32)
+    );
+    let r: FindCoordinatorResponse = call(
+        &mut c,
+        ApiKey::FindCoordinator,
+        3,
+        &FindCoordinatorRequest::default().with_key(s("")),
+    );
+    assert_eq!((r.error_code, r.node_id.0), (NONE, core as i32));
+    let r: OffsetCommitResponse = call(
+        &mut c,
+        ApiKey::OffsetCommit,
+        8,
+        &commit_req("", -1, "", "t", 12, "e"),
+    );
+    assert_eq!(commit_error(&r), NONE);
+    assert_eq!(fetch_offset(&mut c, 7, "", "t"), (12, "e".into(), NONE));
+    let r: DescribeGroupsResponse = call(
+        &mut c,
+        ApiKey::DescribeGroups,
+        5,
+        &DescribeGroupsRequest::default().with_groups(vec![gid("")]),
+    );
+    assert_eq!(
+        (r.groups[0].error_code, r.groups[0].group_state.as_str()),
+        (NONE, "Empty")
+    );
+    let r: DeleteGroupsResponse = call(
+        &mut c,
+        ApiKey::DeleteGroups,
+        2,
+        &DeleteGroupsRequest::default().with_groups_names(vec![gid("")]),
+    );
+    assert_eq!(r.results[0].error_code, NONE);
+    assert_eq!(fetch_offset(&mut c, 7, "", "t").0, -1);
+    // The membership APIs refuse it.
+    let r: JoinGroupResponse = call(
+        &mut c,
+        ApiKey::JoinGroup,
+        5,
+        &join_req("", 10_000, subscription(&["t"])),
+    );
+    assert_eq!(r.error_code, INVALID_GROUP_ID);
+    let r: SyncGroupResponse = call(&mut c, ApiKey::SyncGroup, 5, &sync_req("", 1, "m", &[]));
+    assert_eq!(r.error_code, INVALID_GROUP_ID);
+    assert_eq!(heartbeat(&mut c, 4, "", 1, "m"), INVALID_GROUP_ID);
+    let r: LeaveGroupResponse = call(
+        &mut c,
+        ApiKey::LeaveGroup,
+        1,
+        &LeaveGroupRequest::default()
+            .with_group_id(gid(""))
+            .with_member_id(s("m")),
+    );
+    assert_eq!(r.error_code, INVALID_GROUP_ID);
+    drop(c);
+    shoal.stop();
 }
