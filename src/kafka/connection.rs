@@ -11,7 +11,6 @@ use futures_lite::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use glommio::channels::local_channel;
 use glommio::net::TcpStream;
 use glommio::Task;
-use kafka_protocol::messages::ApiKey;
 use std::cell::RefCell;
 use std::io;
 use std::os::unix::io::{AsRawFd, RawFd};
@@ -70,17 +69,7 @@ pub async fn serve(core: Rc<Core>, stream: TcpStream) {
             }
         };
         core.metrics.request(req.api_key);
-        let task = if req.api_key == ApiKey::OffsetFetch as i16 {
-            // A fetch sees the commits sent before it on this connection (as in Kafka, where a
-            // connection's requests run one at a time): it waits for its groups' commits in flight.
-            let (core, peer) = (core.clone(), peer.clone());
-            glommio::spawn_local(async move {
-                handlers::offset_fetch::settle(&core, &req).await;
-                handlers::handle(core, req, peer).await
-            })
-        } else {
-            glommio::spawn_local(handlers::handle(core.clone(), req, peer.clone()))
-        };
+        let task = glommio::spawn_local(handlers::handle(core.clone(), req, peer.clone()));
         if tx.send(task).await.is_err() {
             break; // the writer stopped: the connection is going away
         }

@@ -105,7 +105,7 @@ pub async fn handle(core: Rc<Core>, req: Request, peer: Rc<str>) -> Reply {
         ApiKey::Heartbeat => heartbeat::handle(&core, &req),
         ApiKey::LeaveGroup => leave_group::handle(&core, &req),
         ApiKey::OffsetCommit => offset_commit::handle(&core, &req).await,
-        ApiKey::OffsetFetch => offset_fetch::handle(&core, &req),
+        ApiKey::OffsetFetch => offset_fetch::handle(&core, &req).await,
         ApiKey::ListGroups => list_groups::handle(&core, &req),
         ApiKey::DescribeGroups => describe_groups::handle(&core, &req),
         ApiKey::DeleteGroups => delete_groups::handle(&core, &req).await,

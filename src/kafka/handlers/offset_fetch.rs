@@ -72,15 +72,12 @@ fn fields(c: Option<Committed>, v: i16) -> (i64, i32, Option<StrBytes>) {
     }
 }
 
-/// Waits until the commits in flight for the groups this request asks for are applied. The
-/// connection runs it before [`handle`], in the request's own task: tasks start in the order the
-/// requests arrived, and a commit counts as in flight from its task's first poll, so every commit
-/// sent before this fetch is waited for. A body that does not decode is left to [`handle`].
-pub async fn settle(core: &Core, req: &Request) {
-    let Ok(request) = decode::<OffsetFetchRequest>(req) else {
-        return;
-    };
-    if req.api_version >= 8 {
+/// Waits until the commits in flight for the groups this request asks for are applied. [`handle`]
+/// runs it first thing, in the request's own task: tasks start in the order the requests arrived,
+/// and a commit counts as in flight from its task's first poll, so every commit sent before this
+/// fetch is waited for.
+async fn settle(core: &Core, version: i16, request: &OffsetFetchRequest) {
+    if version >= 8 {
         for g in &request.groups {
             core.groups.settled(&g.group_id).await;
         }
@@ -89,8 +86,13 @@ pub async fn settle(core: &Core, req: &Request) {
     }
 }
 
-pub fn handle(core: &Core, req: &Request) -> HandlerResult {
+pub async fn handle(core: &Core, req: &Request) -> HandlerResult {
     let request: OffsetFetchRequest = decode(req)?;
+    // A fetch sees the commits sent before it on this connection, as in Kafka, where a
+    // connection's requests run one at a time: its groups' commits in flight are waited for. A
+    // connection's handlers start in arrival order, so a commit sent before it has already
+    // counted itself in flight when this runs.
+    settle(core, req.api_version, &request).await;
     let v = req.api_version;
     let response = if v >= 8 {
         let groups: Vec<OffsetFetchResponseGroup> = request
