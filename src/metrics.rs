@@ -244,7 +244,7 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
         (
             "evictions_total",
             "counter",
-            "Results evicted from the cache.",
+            "Results that left the cache: for space, or because they can never be fresh again.",
             |c| c.coalescer.evictions,
         ),
         (

@@ -513,6 +513,73 @@ fn views_with_shared_and_unshared_readers_side_by_side() {
     assert!(stdout.contains("view-sharing on vs off"), "{stdout}");
 }
 
+/// `--broker-process`: each run gets a fresh `shoal serve` child, measured on its own and gone at the
+/// end.
+#[test]
+fn a_fresh_broker_process_per_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = bench(
+        dir.path(),
+        &[
+            "--broker-process",
+            "--consumers",
+            "2",
+            "--message-bytes",
+            "200",
+            "--rate",
+            "3000",
+            "--duration",
+            "1s",
+            "--warmup",
+            "300ms",
+            "--compare",
+            "coalescing",
+            "--quiet",
+        ],
+    );
+    let (s, stdout) = (&b.summary, &b.stdout);
+    assert!(b.ok, "{stdout}");
+    let pids: Vec<u32> = stdout
+        .split("child process ")
+        .skip(1)
+        .map(|rest| {
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().unwrap()
+        })
+        .collect();
+    assert_eq!(pids.len(), 2, "one child per run: {stdout}");
+    assert_ne!(pids[0], pids[1], "{stdout}");
+    for pid in &pids {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "shoal child {pid} outlived the generator"
+        );
+    }
+    let runs = s["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    for (r, pid) in runs.iter().zip(&pids) {
+        check_run(&b, r);
+        let server = &r["server"];
+        assert_eq!(server["observed"], format!("pid {pid}"), "{server}");
+        assert_eq!(server["peak_rss_includes_generator"], false);
+        assert_eq!(server["peak_rss_since_consumers_start"], true);
+        let (peak, start, growth) = (
+            num(server, "peak_rss_bytes"),
+            num(server, "rss_at_consumers_start_bytes"),
+            num(server, "peak_rss_growth_bytes"),
+        );
+        assert!(start > 0.0 && peak >= start, "{server}");
+        assert_eq!(growth, peak - start, "{server}");
+    }
+    // Each child had its own data directory, under the bench's temporary directory, removed.
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("shoal-bench-"))
+        .collect();
+    assert!(left.is_empty(), "data directories left behind: {left:?}");
+}
+
 /// A backlog of 2 MiB (1 KiB messages) caught up by 3 consumers while producing goes on, acks=all.
 fn catch_up(codec: &str) {
     const BACKLOG: f64 = (2 << 20) as f64;

@@ -101,12 +101,14 @@ struct Cache {
     ghost: HashSet<CoalesceKey>,
     ghost_order: VecDeque<CoalesceKey>,
     next_generation: u64,
-    /// Per log, the keys of cached results that stay fresh only while the visible end is where
-    /// they saw it (not cut short). Once a newer read of that log has seen a later end they can
-    /// never be fresh again, and they are dropped at once rather than when eviction reaches them:
-    /// at the tail a result is a few KiB but its bytes are slices of the tail cache's 1 MiB
-    /// chunks, so dead results would otherwise pin chunks the tail cache has already let go.
-    uncut: HashMap<u64, Vec<CoalesceKey>>,
+    /// Per log, the latest visible end a cached read saw, and the keys of cached results that
+    /// stay fresh only while the visible end is where they saw it (not cut short). Once a read of
+    /// that log has seen a later end they can never be fresh again (the end only moves forward),
+    /// and they are dropped at once rather than when eviction reaches them, or not cached at all
+    /// if they finish after it: at the tail a result is a few KiB but its bytes are slices of the
+    /// tail cache's 1 MiB chunks, so dead results would otherwise pin chunks the tail cache has
+    /// already let go.
+    uncut: HashMap<u64, (i64, Vec<CoalesceKey>)>,
 }
 
 impl Cache {
@@ -128,13 +130,15 @@ impl Cache {
     /// returns whether it did and how many entries were evicted to make room or because they can
     /// no longer be fresh.
     fn insert(&mut self, key: CoalesceKey, mut entry: Entry) -> (bool, u64) {
-        let superseded = self.drop_superseded(key.log, entry.end_seen);
-        if entry.bytes > self.capacity / 2 {
+        let (latest, superseded) = self.drop_superseded(key.log, entry.end_seen);
+        let dead = !entry.cut_short && entry.end_seen < latest;
+        if dead || entry.bytes > self.capacity / 2 {
             return (false, superseded);
         }
         self.remove(&key);
         if !entry.cut_short {
-            self.uncut.entry(key.log).or_default().push(key);
+            let (_, keys) = self.uncut.entry(key.log).or_insert((latest, Vec::new()));
+            keys.push(key);
         }
         self.next_generation += 1;
         entry.generation = self.next_generation;
@@ -163,20 +167,27 @@ impl Cache {
                 |(k, g): &(CoalesceKey, u64)| entries.get(k).is_some_and(|e| e.generation == *g);
             self.small.retain(live);
             self.main.retain(live);
+            // Logs whose results have all left (an idle or deleted partition) are forgotten.
+            self.uncut.retain(|_, (_, keys)| {
+                keys.retain(|k| entries.get(k).is_some_and(|e| !e.cut_short));
+                !keys.is_empty()
+            });
         }
         (true, evicted)
     }
 
-    /// Drops the results of `log` that are not cut short and saw a visible end before `end_seen`
-    /// (a read has seen `end_seen` since, and the end only moves forward); how many.
-    fn drop_superseded(&mut self, log: u64, end_seen: i64) -> u64 {
-        let Some(mut keys) = self.uncut.remove(&log) else {
-            return 0;
+    /// A read of `log` saw the visible end at `end_seen`: drops the log's results that are not cut
+    /// short and saw an earlier end. Returns the latest end seen for the log and how many were
+    /// dropped.
+    fn drop_superseded(&mut self, log: u64, end_seen: i64) -> (i64, u64) {
+        let Some((latest, mut keys)) = self.uncut.remove(&log) else {
+            return (end_seen, 0);
         };
+        let latest = latest.max(end_seen);
         let mut dropped = 0;
         keys.retain(|k| match self.entries.get(k) {
             Some(e) if e.cut_short => false,
-            Some(e) if e.end_seen < end_seen => {
+            Some(e) if e.end_seen < latest => {
                 self.remove(k);
                 dropped += 1;
                 false
@@ -184,10 +195,8 @@ impl Cache {
             Some(_) => true,
             None => false,
         });
-        if !keys.is_empty() {
-            self.uncut.insert(log, keys);
-        }
-        dropped
+        self.uncut.insert(log, (latest, keys));
+        (latest, dropped)
     }
 
     fn live(&self, key: &CoalesceKey, generation: u64) -> bool {
@@ -355,19 +364,21 @@ impl FetchCoalescer {
                 None => false,
             }
         };
-        let flight = Rc::new(InFlight::default());
-        self.in_flight.borrow_mut().insert(key, flight.clone());
         self.bump(|s| s.reads += 1);
         // A read that needs no I/O (the tail cache) finishes on its first poll: it is done here,
-        // with no task to spawn and wait for (nobody can have joined it meanwhile). One that must
-        // wait goes on as a task of its own, detached from this fetch, so that this fetch timing
-        // out or its client leaving cannot cancel it for the others.
+        // with no task to spawn and wait for and no in-flight entry (nobody can join it
+        // meanwhile). One that must wait goes on as a task of its own, detached from this fetch,
+        // so that this fetch timing out or its client leaving cannot cancel it for the others.
         let mut fut = Box::pin(read());
         if let Some(result) = futures_lite::future::poll_once(&mut fut).await {
             let result = result.map(SharedRead::new);
-            self.finish(key, &flight, result.clone(), stale);
+            if let Ok(shared) = &result {
+                self.keep(key, shared, stale);
+            }
             return result;
         }
+        let flight = Rc::new(InFlight::default());
+        self.in_flight.borrow_mut().insert(key, flight.clone());
         let this = self.clone();
         let done = flight.clone();
         glommio::spawn_local(async move {

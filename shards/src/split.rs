@@ -135,22 +135,15 @@ pub fn compress_batch(plain: &[u8], codec: i16) -> Vec<u8> {
     out
 }
 
-/// One source batch split into `shards` batches (index = shard).
-pub fn split_batch(source: &[u8], shards: u32) -> Result<Vec<Vec<u8>>, InvalidBatch> {
-    split(source, shards, None)
-}
-
-/// Only shard `shard`'s batch of `source` (what a fetch that reads for itself needs: the other
-/// shards' batches are not built).
-pub fn shard_batch(source: &[u8], shards: u32, shard: u32) -> Result<Vec<u8>, InvalidBatch> {
-    assert!(shard < shards);
-    let mut one = split(source, shards, Some(shard))?;
-    Ok(one.pop().expect("one batch"))
-}
-
-/// Every shard's batch (`only` None, index = shard), or only one shard's.
-fn split(source: &[u8], shards: u32, only: Option<u32>) -> Result<Vec<Vec<u8>>, InvalidBatch> {
-    assert!(shards > 0);
+/// One source batch split into `shards` batches: every shard's (`only` None; index = shard), or
+/// only shard `i`'s (`only` Some(i); what a fetch that reads for itself needs, the other shards'
+/// batches are not built).
+pub fn split_batch(
+    source: &[u8],
+    shards: u32,
+    only: Option<u32>,
+) -> Result<Vec<Vec<u8>>, InvalidBatch> {
+    assert!(shards > 0 && only.is_none_or(|i| i < shards));
     let h = BatchHeader::parse(source)?;
     let records = records_section(&h, source)?;
     let outputs = if only.is_some() { 1 } else { shards as usize };
@@ -227,14 +220,11 @@ mod tests {
     fn check_split(source: &[u8], n: u32) {
         let plain = self::source();
         let all = records(&plain).unwrap();
-        let shards = split_batch(source, n).unwrap();
+        let shards = split_batch(source, n, None).unwrap();
         assert_eq!(shards.len(), n as usize);
         for (i, b) in shards.iter().enumerate() {
-            assert_eq!(
-                &shard_batch(source, n, i as u32).unwrap(),
-                b,
-                "shard {i} alone"
-            );
+            let alone = split_batch(source, n, Some(i as u32)).unwrap();
+            assert_eq!(alone, std::slice::from_ref(b), "shard {i} alone");
         }
         let mut seen = 0;
         for (i, b) in shards.iter().enumerate() {
@@ -280,7 +270,7 @@ mod tests {
     fn a_shard_without_records_still_gets_a_batch_over_the_range() {
         let mut b = BatchBuilder::new(0);
         b.push(0, Some(b"abc"), Some(b"v"), &[]);
-        let shards = split_batch(&b.finish(7), 4).unwrap();
+        let shards = split_batch(&b.finish(7), 4, None).unwrap();
         let mine = shard_of(Some(b"abc"), 4).unwrap() as usize;
         for (i, s) in shards.iter().enumerate() {
             let h = BatchHeader::parse(s).unwrap();
@@ -296,7 +286,7 @@ mod tests {
             let at = b.len() / 2 + 3;
             b[at] ^= 0xff;
             b.truncate(b.len() - 2);
-            let _ = split_batch(&b, 4);
+            let _ = split_batch(&b, 4, None);
         }
     }
 }

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::log::Log;
 use crate::monitor::OffsetMonitor;
 use crate::records::{LogRead, Records};
-use crate::split::{shard_batch, split_batch};
+use crate::split::split_batch;
 use bytes::Bytes;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
@@ -85,11 +85,7 @@ fn split_all(
     let outputs = if only.is_some() { 1 } else { shards };
     for (h, source) in read.batches().take_while(|(h, _)| h.base_offset < until) {
         let mut s = stats.get();
-        let split = match only {
-            None => split_batch(&source, shards),
-            Some(i) => shard_batch(&source, shards, i).map(|b| vec![b]),
-        };
-        let split = match split {
+        let split = match split_batch(&source, shards, only) {
             Ok(split) => split,
             Err(e) => {
                 log::warn!(

@@ -518,6 +518,16 @@ fn a_result_that_can_never_be_fresh_again_is_dropped_at_once() {
         .await
         .unwrap();
         assert_eq!(calls.get(), before);
+        // A read that saw an older end but finished after it (a slow disk read) is not kept.
+        c.read(
+            key(3),
+            15,
+            counted(&calls, NOW, Ok(fake_read(3, 14, 300, 15))),
+        )
+        .await
+        .unwrap();
+        let s = c.stats();
+        assert_eq!((s.cached_entries, s.insertions), (2, 3), "{s:?}");
         // Many tail reads in a row keep one live tail result, however many there were.
         for end in 21..2000 {
             c.read(

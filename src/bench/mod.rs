@@ -146,7 +146,7 @@ pub struct FanoutArgs {
     pub consumers: usize,
     /// Consumers read the N shard views `<topic>.shard-<i>-of-<N>` of the topic instead of the
     /// topic itself (shoal's sharded views); records get keys spread over the shards.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::router::MAX_VIEW_SHARDS)))]
     pub views: Option<u32>,
     /// Size of each message's value (at least 8: the first 8 bytes carry the send time).
     #[arg(long, default_value = "1KiB", value_parser = parse_size)]
@@ -398,16 +398,20 @@ impl Broker {
                 cores: None,
             });
         }
+        // A directory of our own (removed at the end) under the system's temporary directory, or
+        // under --data-dir when each run gets a fresh process (a fresh process must not replay
+        // the earlier runs' topics).
+        let fresh_under = |parent: PathBuf| {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            let d = parent.join(format!("shoal-bench-{}-{nanos}", std::process::id()));
+            (d.clone(), Some(d))
+        };
         let (dir, remove) = match &args.data_dir {
+            Some(d) if args.broker_process => fresh_under(d.clone()),
             Some(d) => (d.clone(), None),
-            None => {
-                let nanos = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.subsec_nanos());
-                let d = std::env::temp_dir()
-                    .join(format!("shoal-bench-{}-{nanos}", std::process::id()));
-                (d.clone(), Some(d))
-            }
+            None => fresh_under(std::env::temp_dir()),
         };
         let cores = args.broker_cores.max(1).to_string();
         let data_dir = dir.to_string_lossy().to_string();
@@ -501,7 +505,22 @@ impl Broker {
                 Embedded::Child(mut child) => {
                     // SAFETY: kill(2) on the child's pid, which is not reaped before wait().
                     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-                    match child.wait() {
+                    // An orderly stop, or SIGKILL after 30 s.
+                    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+                    let status = loop {
+                        match child.try_wait() {
+                            Ok(None) if std::time::Instant::now() < deadline => {
+                                std::thread::sleep(Duration::from_millis(20))
+                            }
+                            Ok(None) => {
+                                log::error!("embedded shoal process: no stop within 30 s, killed");
+                                let _ = child.kill();
+                                break child.wait();
+                            }
+                            done => break done.map(|s| s.expect("exited")),
+                        }
+                    };
+                    match status {
                         Ok(status) if !status.success() => {
                             log::error!("embedded shoal process: {status}")
                         }
@@ -517,12 +536,30 @@ impl Broker {
     }
 }
 
+/// Stops the embedded shoal however the generator ends (an error, a panic).
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 /// Starts `shoal serve ARGS` (this executable) as a child process and reads its Kafka port and
 /// admin address from the line it prints once it listens. Its other output goes to ours.
 fn spawn_broker(serve_args: &[String]) -> io::Result<(std::process::Child, u16, SocketAddr)> {
     use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe()?;
-    let mut child = std::process::Command::new(exe)
+    let mut command = std::process::Command::new(exe);
+    // SAFETY: prctl(2) only, between fork and exec. The child gets SIGTERM if the thread that
+    // started it dies, so a generator killed outright (SIGKILL) leaves no broker behind; the
+    // series starts every child from the main thread, which lives until the end.
+    unsafe {
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
+    let mut child = command
         .args(serve_args)
         // Its info lines would be interleaved with the report: warnings and errors only, unless
         // RUST_LOG says otherwise.
@@ -545,11 +582,15 @@ fn spawn_broker(serve_args: &[String]) -> io::Result<(std::process::Child, u16, 
     });
     let line = match rx.recv_timeout(Duration::from_secs(60)) {
         Ok(line) => line,
-        Err(_) => {
+        Err(e) => {
             let _ = child.kill();
             let status = child.wait()?;
+            let why = match e {
+                std::sync::mpsc::RecvTimeoutError::Timeout => "did not start listening within 60 s",
+                std::sync::mpsc::RecvTimeoutError::Disconnected => "exited before listening",
+            };
             return Err(io::Error::other(format!(
-                "the shoal process did not start listening within 60 s ({status})"
+                "the shoal process {why} ({status})"
             )));
         }
     };
@@ -704,6 +745,15 @@ fn validate(args: &FanoutArgs) -> Result<(), String> {
     }
     if args.broker_process && args.bootstrap.is_some() {
         return Err("--broker-process starts shoal itself: it does not go with --bootstrap".into());
+    }
+    if let Some(n) = args.views {
+        let records_per_batch = (args.batch_bytes / args.message_bytes.max(1)).max(1);
+        if u64::from(n) > records_per_batch {
+            return Err(format!(
+                "--views {n}: batches of {records_per_batch} records cannot reach every shard; \
+                 raise --batch-bytes or lower --message-bytes"
+            ));
+        }
     }
     if args.compare == Some(Compare::ViewSharing) && args.views.is_none() {
         return Err("--compare view-sharing compares shard views: give --views N".into());

@@ -1425,6 +1425,7 @@ pub fn run(
         messages: shared.error_messages(),
     };
     let correctness = check(&shared, &final_offsets, drain_s, !raw);
+    let peak_rss = rss_pid.and_then(stats::peak_rss);
     let gb = delivered.bytes as f64 / 1e9;
     let per_gb = |cpu: f64| (gb > 0.0).then(|| cpu / gb);
     let server_cpu = match (obs.thread_prefix, obs.pid) {
@@ -1443,12 +1444,11 @@ pub fn run(
         cpu_s: server_cpu,
         cores: server_cpu.map(|c| c / secs),
         cpu_s_per_delivered_gb: server_cpu.and_then(per_gb),
-        peak_rss_bytes: rss_pid.and_then(stats::peak_rss),
+        peak_rss_bytes: peak_rss,
         peak_rss_includes_generator: obs.rss_of_this_process,
         rss_at_consumers_start_bytes: rss_at_start,
         peak_rss_since_consumers_start: peak_reset,
-        peak_rss_growth_bytes: rss_pid
-            .and_then(stats::peak_rss)
+        peak_rss_growth_bytes: peak_rss
             .zip(rss_at_start)
             .filter(|_| peak_reset)
             .map(|(peak, start)| peak.saturating_sub(start)),

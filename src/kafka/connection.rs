@@ -135,14 +135,25 @@ async fn write_chunks(out: &mut Half, chunks: &[Bytes]) -> io::Result<()> {
 /// One non-blocking `sendmsg` of up to `IOV_MAX` chunks; the bytes the socket took.
 fn send_vectored(fd: RawFd, chunks: &[Bytes]) -> io::Result<usize> {
     const IOV_MAX: usize = 1024;
-    let iov: Vec<libc::iovec> = chunks
-        .iter()
-        .take(IOV_MAX)
-        .map(|c| libc::iovec {
-            iov_base: c.as_ptr() as *mut libc::c_void,
-            iov_len: c.len(),
-        })
-        .collect();
+    // A response is a handful of chunks: their iovecs fit on the stack.
+    const ON_STACK: usize = 16;
+    let empty = libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    };
+    let n = chunks.len().min(IOV_MAX);
+    let mut stack = [empty; ON_STACK];
+    let mut heap = Vec::new();
+    let iov: &mut [libc::iovec] = if n <= ON_STACK {
+        &mut stack[..n]
+    } else {
+        heap.resize(n, empty);
+        &mut heap
+    };
+    for (v, c) in iov.iter_mut().zip(chunks) {
+        v.iov_base = c.as_ptr() as *mut libc::c_void;
+        v.iov_len = c.len();
+    }
     // SAFETY: an all-zero msghdr is valid (no address, no control data); its iovecs point into
     // `chunks`, which outlive the call, and the kernel only reads them.
     let n = unsafe {
