@@ -9,7 +9,8 @@
 //!   have (and, for a group that was empty, the initial delay has passed, extended by each new member
 //!   up to the rebalance timeout) or when the largest rebalance timeout of its members runs out;
 //!   dynamic members that did not rejoin are removed. Static members that did not rejoin stay (with
-//!   their slot, in the member list the leader assigns for) until their session times out; the
+//!   their slot, in the member list the leader assigns for) until their session times out or, as
+//!   they owe a SyncGroup for the new generation, the rebalance timeout runs out; the
 //!   leader is chosen among the members that rejoined, and if none did the rebalance waits another
 //!   rebalance timeout (Kafka's `onCompleteJoin` / `maybeElectNewJoinedLeader`).
 //! - `CompletingRebalance`: the generation is chosen and the join answers are out; the leader's

@@ -392,7 +392,13 @@ impl Coordinator {
                     return Err(ResponseError::NonEmptyGroup)
                 }
                 Some(g) => g.mark_dead(),
-                None => {}
+                None => {
+                    // Known only by its offsets: a dead placeholder refuses commits (a simple
+                    // commit would recreate the group) while they are deleted.
+                    let mut g = Group::new(group_id, self.group_config(), Instant::now());
+                    g.mark_dead();
+                    groups.insert(group_id.to_string(), g);
+                }
             }
         }
         let written = store.delete_group(group_id).await;
@@ -628,6 +634,13 @@ async fn reshard_on_executor(
             .collect();
         s.write(&g, moved).await.map_err(err)?;
     }
+    // Every group now has a complete copy at its new coordinator: record the new count before
+    // removing the old copies, so that a crash from here on, followed by a start with either
+    // count, takes those complete copies rather than whatever the deletes left.
+    crate::partition::write_atomically(
+        &data_dir.join("__groups").join("cores"),
+        cores.to_string().as_bytes(),
+    )?;
     for (&c, s) in &targets {
         for g in s.groups() {
             if coordinator_core(&g, cores) != c {

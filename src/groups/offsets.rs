@@ -510,11 +510,15 @@ impl OffsetStore {
         Ok(())
     }
 
-    /// Deletes every committed offset of `group`. Under the write lock: commits in flight finish
-    /// first, the offsets to tombstone are read after them, and no commit lands in between.
+    /// Deletes every committed offset of `group`, which must already refuse new commits (the
+    /// coordinator marks it dead first): the group's commits in flight are applied first, then
+    /// the offsets left are read and tombstoned. Under the shared lock, like a commit: the lock
+    /// does not favour waiting writers, so the exclusive side would wait for as long as any
+    /// group on the core keeps committing.
     pub async fn delete_group(&self, group: &str) -> StoreResult<()> {
+        self.settled(group).await;
         let _flight = self.begin(group);
-        let _exclusive = self.lock.write().await.map_err(|e| e.to_string())?;
+        let _shared = self.lock.read().await.map_err(|e| e.to_string())?;
         let changes = self
             .group_offsets(group)
             .into_iter()
@@ -831,6 +835,49 @@ mod tests {
             let s = OffsetStore::open(&root, cache(), 1000).await.unwrap();
             assert!(!s.has_group("g"), "{:?}", s.group_offsets("g"));
             s.close().await;
+        });
+    }
+
+    #[test]
+    fn a_delete_is_not_held_back_by_other_groups_committing() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("core-0");
+        run(move || async move {
+            let s = Rc::new(OffsetStore::open(&root, cache(), 1_000_000).await.unwrap());
+            s.write("gone", vec![(("t".into(), 0), Some(committed(1, None)))])
+                .await
+                .unwrap();
+            // Two committers of another group overlap, so some commit is always in flight.
+            let busy = Rc::new(Cell::new(true));
+            let committers: Vec<_> = (0..2)
+                .map(|i| {
+                    let (s, busy) = (s.clone(), busy.clone());
+                    glommio::spawn_local(async move {
+                        let mut n = 0;
+                        while busy.get() {
+                            n += 1;
+                            let c = committed(n, None);
+                            s.write("busy", vec![(("t".into(), i), Some(c))])
+                                .await
+                                .unwrap();
+                        }
+                    })
+                })
+                .collect();
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+            let deleted =
+                futures_lite::future::or(async { Some(s.delete_group("gone").await) }, async {
+                    glommio::timer::sleep(Duration::from_secs(10)).await;
+                    None
+                })
+                .await;
+            busy.set(false);
+            for c in committers {
+                c.await;
+            }
+            deleted.expect("the delete finished within 10 s").unwrap();
+            assert!(!s.has_group("gone"));
+            assert!(s.has_group("busy"));
         });
     }
 }

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use futures_lite::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use glommio::channels::local_channel;
 use glommio::net::TcpStream;
-use glommio::Task;
+use glommio::task::JoinHandle;
 use std::cell::RefCell;
 use std::io;
 use std::os::unix::io::{AsRawFd, RawFd};
@@ -30,7 +30,7 @@ pub async fn serve(core: Rc<Core>, stream: TcpStream) {
     add(&core.metrics.connections_total, 1);
     let stream = Rc::new(RefCell::new(stream));
     let mut reader = Half(stream.clone());
-    let (tx, rx) = local_channel::new_bounded::<Task<Reply>>(MAX_IN_FLIGHT);
+    let (tx, rx) = local_channel::new_bounded::<JoinHandle<Reply>>(MAX_IN_FLIGHT);
     let writer = glommio::spawn_local(write_responses(core.clone(), Half(stream), rx));
     let limit = core.args.max_request_bytes;
     loop {
@@ -69,7 +69,10 @@ pub async fn serve(core: Rc<Core>, stream: TcpStream) {
             }
         };
         core.metrics.request(req.api_key);
-        let task = glommio::spawn_local(handlers::handle(core.clone(), req, peer.clone()));
+        // Detached: a request, once read, is handled to the end even if the connection goes away
+        // (as in Kafka); only its answer is dropped. A handler cancelled half-way could leave
+        // state behind (a group deletion between its steps, a commit written but not applied).
+        let task = glommio::spawn_local(handlers::handle(core.clone(), req, peer.clone())).detach();
         if tx.send(task).await.is_err() {
             break; // the writer stopped: the connection is going away
         }
@@ -84,13 +87,14 @@ pub async fn serve(core: Rc<Core>, stream: TcpStream) {
 async fn write_responses(
     core: Rc<Core>,
     mut out: Half,
-    rx: local_channel::LocalReceiver<Task<Reply>>,
+    rx: local_channel::LocalReceiver<JoinHandle<Reply>>,
 ) {
     while let Some(task) = rx.recv().await {
         match task.await {
-            Reply::None => {}
-            Reply::Close => break,
-            Reply::Frame(chunks) | Reply::Fetch(chunks, _) => {
+            Some(Reply::None) => {}
+            // A handler that did not finish (it panicked) closes the connection too.
+            Some(Reply::Close) | None => break,
+            Some(Reply::Frame(chunks) | Reply::Fetch(chunks, _)) => {
                 if write_chunks(&mut out, &chunks).await.is_err() {
                     return;
                 }
