@@ -6,6 +6,7 @@
 mod common;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use common::wire::{self, connect, recv, recv_decoded, request_frame};
 use common::{create_topics, Shoal};
 use kafka_protocol::messages::consumer_protocol_assignment::ConsumerProtocolAssignment;
 use kafka_protocol::messages::consumer_protocol_subscription::ConsumerProtocolSubscription;
@@ -22,11 +23,9 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use shoal::groups::coordinator_core;
-use std::io::{ErrorKind, Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-
-const IO_TIMEOUT: Duration = Duration::from_secs(20);
 
 const NONE: i16 = 0;
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
@@ -44,65 +43,14 @@ const GROUP_ID_NOT_FOUND: i16 = 69;
 const MEMBER_ID_REQUIRED: i16 = 79;
 const FENCED_INSTANCE_ID: i16 = 82;
 
-fn connect(port: u16) -> TcpStream {
-    let s = TcpStream::connect(("127.0.0.1", port)).expect("connect to shoal");
-    s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-    s.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
-    s.set_nodelay(true).unwrap();
-    s
-}
-
-fn request_frame<R: Encodable>(key: ApiKey, version: i16, correlation: i32, body: &R) -> Vec<u8> {
-    let header = RequestHeader::default()
-        .with_request_api_key(key as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(correlation)
-        .with_client_id(Some(StrBytes::from_static_str("groups_raw")));
-    let mut buf = BytesMut::new();
-    buf.put_i32(0);
-    header
-        .encode(&mut buf, key.request_header_version(version))
-        .unwrap();
-    body.encode(&mut buf, version).unwrap();
-    let len = (buf.len() - 4) as i32;
-    buf[..4].copy_from_slice(&len.to_be_bytes());
-    buf.to_vec()
-}
-
-/// One response frame, or `None` if the server closed the connection.
-fn recv(s: &mut TcpStream) -> Option<Bytes> {
-    let mut size = [0u8; 4];
-    match s.read_exact(&mut size) {
-        Ok(()) => {}
-        Err(e)
-            if matches!(
-                e.kind(),
-                ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset
-            ) =>
-        {
-            return None
-        }
-        Err(e) => panic!("reading a response: {e}"),
-    }
-    let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
-    s.read_exact(&mut body).expect("a whole response");
-    Some(Bytes::from(body))
-}
-
+/// A request and its decoded response (correlation id 7).
 fn call<Req: Encodable, Resp: Decodable>(
     s: &mut TcpStream,
     key: ApiKey,
     version: i16,
     body: &Req,
 ) -> Resp {
-    s.write_all(&request_frame(key, version, 7, body)).unwrap();
-    let mut frame = recv(s).unwrap_or_else(|| panic!("{key:?} v{version}: connection closed"));
-    let header = ResponseHeader::decode(&mut frame, key.response_header_version(version)).unwrap();
-    assert_eq!(header.correlation_id, 7);
-    let r = Resp::decode(&mut frame, version)
-        .unwrap_or_else(|e| panic!("{key:?} v{version} response: {e}"));
-    assert!(frame.is_empty(), "{key:?} v{version}: bytes after the body");
-    r
+    wire::call(s, key, version, 7, body)
 }
 
 fn s(v: &str) -> StrBytes {
@@ -852,19 +800,6 @@ fn the_offsets_log_is_compacted_and_survives_restarts() {
     }
 }
 
-/// Reads the response with correlation id `correlation` (responses come in request order).
-fn recv_as<Resp: Decodable>(
-    s: &mut TcpStream,
-    key: ApiKey,
-    version: i16,
-    correlation: i32,
-) -> Resp {
-    let mut frame = recv(s).unwrap_or_else(|| panic!("{key:?} v{version}: connection closed"));
-    let header = ResponseHeader::decode(&mut frame, key.response_header_version(version)).unwrap();
-    assert_eq!(header.correlation_id, correlation);
-    Resp::decode(&mut frame, version).unwrap_or_else(|e| panic!("{key:?} v{version} response: {e}"))
-}
-
 /// A fetch sent right behind a commit on the same connection, without waiting for the commit's
 /// answer, sees the committed offset (Kafka runs a connection's requests one at a time; shoal runs
 /// them concurrently, so the fetch waits for the group's commits in flight).
@@ -897,9 +832,9 @@ fn a_fetch_pipelined_behind_a_commit_sees_it() {
         );
         bytes.extend(request_frame(ApiKey::OffsetFetch, fetch_v, 2, &fetch));
         c.write_all(&bytes).unwrap();
-        let commit: OffsetCommitResponse = recv_as(&mut c, ApiKey::OffsetCommit, 8, 1);
+        let commit: OffsetCommitResponse = recv_decoded(&mut c, ApiKey::OffsetCommit, 8, 1);
         assert_eq!(commit_error(&commit), NONE);
-        let r: OffsetFetchResponse = recv_as(&mut c, ApiKey::OffsetFetch, fetch_v, 2);
+        let r: OffsetFetchResponse = recv_decoded(&mut c, ApiKey::OffsetFetch, fetch_v, 2);
         let offset = if fetch_v >= 8 {
             r.groups[0].topics[0].partitions[0].committed_offset
         } else {

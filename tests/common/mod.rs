@@ -2,6 +2,8 @@
 //! stopped with SIGTERM (and checked to exit cleanly) when dropped.
 #![allow(dead_code)]
 
+pub mod wire;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};

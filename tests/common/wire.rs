@@ -1,0 +1,157 @@
+//! Kafka requests as raw wire bytes over a plain `std::net::TcpStream`, for the tests that check
+//! framing, ordering, closing and error codes exactly as a client sees them: bodies are built with
+//! `kafka-protocol` (or by hand, [`raw_frame`]) and response frames read and decoded by hand.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// Longest any read or write of a test connection may block.
+const IO_TIMEOUT: Duration = Duration::from_secs(20);
+
+pub fn connect(port: u16) -> TcpStream {
+    let s = TcpStream::connect(("127.0.0.1", port)).expect("connect to shoal");
+    s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    s.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
+    s.set_nodelay(true).unwrap();
+    s
+}
+
+/// A whole request frame: size, header (in the version the API uses), body.
+pub fn request_frame<R: Encodable>(
+    key: ApiKey,
+    version: i16,
+    correlation: i32,
+    body: &R,
+) -> Vec<u8> {
+    let header = RequestHeader::default()
+        .with_request_api_key(key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation)
+        .with_client_id(Some(StrBytes::from_static_str("shoal-tests")));
+    let mut buf = BytesMut::new();
+    buf.put_i32(0);
+    header
+        .encode(&mut buf, key.request_header_version(version))
+        .unwrap();
+    body.encode(&mut buf, version).unwrap();
+    let len = (buf.len() - 4) as i32;
+    buf[..4].copy_from_slice(&len.to_be_bytes());
+    buf.to_vec()
+}
+
+/// A frame with a hand-written v1 header (v2 when `flexible`: plus an empty tagged-field section)
+/// and the given body bytes, for requests `kafka-protocol` will not encode.
+pub fn raw_frame(
+    api_key: i16,
+    version: i16,
+    correlation: i32,
+    flexible: bool,
+    body: &[u8],
+) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(&api_key.to_be_bytes());
+    b.extend_from_slice(&version.to_be_bytes());
+    b.extend_from_slice(&correlation.to_be_bytes());
+    b.extend_from_slice(&(-1i16).to_be_bytes()); // client id: null
+    if flexible {
+        b.push(0); // no tagged fields
+    }
+    b.extend_from_slice(body);
+    let mut frame = (b.len() as i32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&b);
+    frame
+}
+
+pub fn send<R: Encodable>(
+    s: &mut TcpStream,
+    key: ApiKey,
+    version: i16,
+    correlation: i32,
+    body: &R,
+) {
+    s.write_all(&request_frame(key, version, correlation, body))
+        .expect("write request");
+}
+
+/// Reads one response frame (without its size prefix); `None` when the server closed the
+/// connection before a frame started. Panics on a timeout or a frame cut short.
+pub fn recv(s: &mut TcpStream) -> Option<Bytes> {
+    let mut size = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        match s.read(&mut size[got..]) {
+            Ok(0) if got == 0 => return None,
+            Ok(0) => panic!("connection closed inside a frame's size"),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == ErrorKind::ConnectionReset && got == 0 => return None,
+            Err(e) => panic!("reading a response size: {e}"),
+        }
+    }
+    let n = i32::from_be_bytes(size);
+    assert!(n >= 4, "response frame size {n}");
+    let mut body = vec![0u8; n as usize];
+    s.read_exact(&mut body)
+        .unwrap_or_else(|e| panic!("reading a {n}-byte response: {e}"));
+    Some(Bytes::from(body))
+}
+
+/// Decodes a response frame: checks the correlation id and that the body is consumed exactly.
+pub fn decode<R: Decodable>(key: ApiKey, version: i16, correlation: i32, frame: Bytes) -> R {
+    let mut buf = frame;
+    let header = ResponseHeader::decode(&mut buf, key.response_header_version(version))
+        .unwrap_or_else(|e| panic!("{key:?} v{version} response header: {e}"));
+    assert_eq!(header.correlation_id, correlation, "{key:?} v{version}");
+    let body = R::decode(&mut buf, version)
+        .unwrap_or_else(|e| panic!("{key:?} v{version} response body: {e}"));
+    assert!(
+        buf.is_empty(),
+        "{key:?} v{version}: {} bytes after the response body",
+        buf.len()
+    );
+    body
+}
+
+/// Reads the next response frame, which must answer `correlation`, and decodes it.
+pub fn recv_decoded<R: Decodable>(
+    s: &mut TcpStream,
+    key: ApiKey,
+    version: i16,
+    correlation: i32,
+) -> R {
+    let frame = recv(s).unwrap_or_else(|| panic!("{key:?} v{version}: connection closed"));
+    decode(key, version, correlation, frame)
+}
+
+/// Sends a request and reads and decodes its response.
+pub fn call<Req: Encodable, Resp: Decodable>(
+    s: &mut TcpStream,
+    key: ApiKey,
+    version: i16,
+    correlation: i32,
+    body: &Req,
+) -> Resp {
+    send(s, key, version, correlation, body);
+    recv_decoded(s, key, version, correlation)
+}
+
+/// Asserts that the server closes the connection without sending a single byte.
+pub fn expect_closed(s: &mut TcpStream, what: &str) {
+    let mut buf = [0u8; 256];
+    let start = Instant::now();
+    match s.read(&mut buf) {
+        Ok(0) => {}
+        Err(e) if matches!(e.kind(), ErrorKind::ConnectionReset | ErrorKind::BrokenPipe) => {}
+        Ok(n) => panic!(
+            "{what}: expected the connection closed, got {n} bytes: {:?}",
+            &buf[..n]
+        ),
+        Err(e) => panic!(
+            "{what}: expected the connection closed, got {e} after {:?}",
+            start.elapsed()
+        ),
+    }
+}
