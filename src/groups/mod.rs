@@ -32,6 +32,8 @@
 pub mod answer;
 pub mod group;
 pub mod offsets;
+#[cfg(test)]
+mod testing;
 
 use crate::metrics::GroupStats;
 use group::{
@@ -661,6 +663,7 @@ async fn reshard_on_executor(
 
 #[cfg(test)]
 mod tests {
+    use super::testing::{cache, run};
     use super::*;
 
     #[test]
@@ -677,25 +680,6 @@ mod tests {
         }
         assert!(per_core.iter().all(|&n| n > 800), "{per_core:?}");
         assert_eq!(coordinator_core("anything", 1), 0);
-    }
-
-    fn run<F: std::future::Future<Output = ()> + 'static>(f: impl FnOnce() -> F + Send + 'static) {
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                glommio::LocalExecutor::default().run(f());
-            }));
-            let _ = tx.send(outcome);
-        });
-        match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(Ok(())) => {}
-            Ok(Err(panic)) => std::panic::resume_unwind(panic),
-            Err(_) => panic!("test did not finish within 60 s"),
-        }
-    }
-
-    fn cache() -> Rc<shards::TailCache> {
-        Rc::new(shards::TailCache::new(1 << 20, 1 << 16))
     }
 
     fn config() -> CoordinatorConfig {

@@ -630,21 +630,7 @@ impl OffsetStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn run<F: std::future::Future<Output = ()> + 'static>(f: impl FnOnce() -> F + Send + 'static) {
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                glommio::LocalExecutor::default().run(f());
-            }));
-            let _ = tx.send(outcome);
-        });
-        match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(Ok(())) => {}
-            Ok(Err(panic)) => std::panic::resume_unwind(panic),
-            Err(_) => panic!("test did not finish within 60 s"),
-        }
-    }
+    use crate::groups::testing::{cache, run};
 
     fn committed(offset: i64, meta: Option<&str>) -> Committed {
         Committed {
@@ -653,10 +639,6 @@ mod tests {
             metadata: meta.map(str::to_string),
             commit_timestamp: 1_700_000_000_000,
         }
-    }
-
-    fn cache() -> Rc<TailCache> {
-        Rc::new(TailCache::new(1 << 20, 1 << 16))
     }
 
     #[test]
