@@ -124,6 +124,8 @@ fn check_run(b: &Bench, run: &Value) {
         "message_bytes",
         "records_per_batch",
         "coalescing",
+        "views",
+        "view_sharing",
         "warmup_s",
         "measured_s",
         "produced.records",
@@ -169,6 +171,10 @@ fn check_run(b: &Bench, run: &Value) {
         "server.cpu_s_per_delivered_gb",
         "server.peak_rss_bytes",
         "server.peak_rss_includes_generator",
+        "server.rss_at_consumers_start_bytes",
+        "server.peak_rss_since_consumers_start",
+        "server.peak_rss_growth_bytes",
+        "server.views",
         "server.fetch.coalescer_reads",
         "server.fetch.coalescer_inflight_hits",
         "server.fetch.coalescer_ready_hits",
@@ -249,6 +255,12 @@ fn check_run(b: &Bench, run: &Value) {
     assert!(num(run, "generator.cpu_s") > 0.0);
     assert!(num(run, "server.cpu_s") > 0.0);
     assert!(num(run, "server.peak_rss_bytes") > 0.0);
+    // The run's peak counts from its consumers' start (in process too: /proc/self/clear_refs).
+    assert_eq!(run["server"]["peak_rss_since_consumers_start"], true);
+    assert_eq!(
+        num(run, "server.peak_rss_growth_bytes"),
+        num(run, "server.peak_rss_bytes") - num(run, "server.rss_at_consumers_start_bytes")
+    );
 }
 
 #[test]
