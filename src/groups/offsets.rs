@@ -632,6 +632,11 @@ mod tests {
     use super::*;
     use crate::groups::testing::{cache, run};
 
+    /// Partition `partition` of topic "t" committed at `offset`.
+    fn at(partition: i32, offset: i64) -> Changes {
+        vec![(("t".into(), partition), Some(committed(offset, None)))]
+    }
+
     fn committed(offset: i64, meta: Option<&str>) -> Committed {
         Committed {
             offset,
@@ -667,12 +672,8 @@ mod tests {
             s.write("g1", vec![(("t".into(), 0), Some(committed(5, Some("m"))))])
                 .await
                 .unwrap();
-            s.write("g1", vec![(("t".into(), 0), Some(committed(9, None)))])
-                .await
-                .unwrap();
-            s.write("g2", vec![(("t".into(), 1), Some(committed(3, None)))])
-                .await
-                .unwrap();
+            s.write("g1", at(0, 9)).await.unwrap();
+            s.write("g2", at(1, 3)).await.unwrap();
             s.delete_group("g2").await.unwrap();
             s.close().await;
             let s = OffsetStore::open(&root, cache(), 1000).await.unwrap();
@@ -739,14 +740,9 @@ mod tests {
         run(move || async move {
             use futures_lite::future::{poll_once, zip};
             let s = OffsetStore::open(&root, cache(), 1000).await.unwrap();
-            s.write("g", vec![(("t".into(), 0), Some(committed(1, None)))])
-                .await
-                .unwrap();
-            s.write("h", vec![(("t".into(), 0), Some(committed(7, None)))])
-                .await
-                .unwrap();
-            let mut commit =
-                Box::pin(s.write("g", vec![(("t".into(), 0), Some(committed(2, None)))]));
+            s.write("g", at(0, 1)).await.unwrap();
+            s.write("h", at(0, 7)).await.unwrap();
+            let mut commit = Box::pin(s.write("g", at(0, 2)));
             // Its first poll begins it (the fsync is still to come, or done but not yet seen).
             let first = poll_once(&mut commit).await;
             assert!(first.is_none() || s.get("g", "t", 0) == Some(committed(2, None)));
@@ -791,13 +787,10 @@ mod tests {
         run(move || async move {
             use futures_lite::future::{poll_once, zip};
             let s = OffsetStore::open(&root, cache(), 1000).await.unwrap();
-            s.write("g", vec![(("t".into(), 0), Some(committed(1, None)))])
-                .await
-                .unwrap();
+            s.write("g", at(0, 1)).await.unwrap();
             // A commit to a partition the group had no offset for is in flight when the delete
             // starts: the delete must cover it.
-            let mut commit =
-                Box::pin(s.write("g", vec![(("t".into(), 1), Some(committed(5, None)))]));
+            let mut commit = Box::pin(s.write("g", at(1, 5)));
             let first = poll_once(&mut commit).await;
             let (c, d) = zip(
                 async {
@@ -826,9 +819,7 @@ mod tests {
         let root = dir.path().join("core-0");
         run(move || async move {
             let s = Rc::new(OffsetStore::open(&root, cache(), 1_000_000).await.unwrap());
-            s.write("gone", vec![(("t".into(), 0), Some(committed(1, None)))])
-                .await
-                .unwrap();
+            s.write("gone", at(0, 1)).await.unwrap();
             // Two committers of another group overlap, so some commit is always in flight.
             let busy = Rc::new(Cell::new(true));
             let committers: Vec<_> = (0..2)
