@@ -43,6 +43,10 @@ pub struct ServeArgs {
     /// Admin HTTP address (/metrics, /v1/status).
     #[arg(long, default_value = "127.0.0.1:9644")]
     pub admin: SocketAddr,
+    /// At start-up, how long to keep retrying a listen address that is still in use (a process
+    /// killed a moment ago holds its sockets until the kernel tears down its io_uring rings), in ms.
+    #[arg(long, default_value_t = 10_000)]
+    pub bind_retry_ms: u64,
     /// Create a topic (with --default-partitions) when a Metadata request names a missing one.
     #[arg(long, default_value = "true", action = clap::ArgAction::Set)]
     pub auto_create_topics: bool,

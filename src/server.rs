@@ -11,6 +11,7 @@ use glommio::net::TcpListener;
 use glommio::{LocalExecutorBuilder, Placement};
 use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, IntoRawFd, RawFd};
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -31,11 +32,13 @@ pub struct Server {
 
 impl Server {
     /// Binds every listener, then starts the cores. Returns once the ports accept connections.
-    pub fn start(args: ServeArgs) -> std::io::Result<Server> {
+    pub fn start(mut args: ServeArgs) -> std::io::Result<Server> {
         let cores = args.cores();
-        std::fs::create_dir_all(args.data_dir.join("topics"))?;
+        args.data_dir = resolve_data_dir(&args.data_dir)?;
+        log::info!("data directory: {}", args.data_dir.display());
         let table = control::load_table(&args.data_dir)?;
         crate::groups::reshard(&args.data_dir, cores)?;
+        let retry = Duration::from_millis(args.bind_retry_ms);
         let mut listeners = Vec::with_capacity(cores);
         for i in 0..cores {
             let port = if args.listen.port() == 0 {
@@ -43,14 +46,12 @@ impl Server {
             } else {
                 args.listen.port() + i as u16
             };
-            let l = std::net::TcpListener::bind(SocketAddr::new(args.listen.ip(), port)).map_err(
-                |e| {
-                    std::io::Error::new(
-                        e.kind(),
-                        format!("core {i}: cannot listen on port {port}: {e}"),
-                    )
-                },
-            )?;
+            let l = bind_retrying(SocketAddr::new(args.listen.ip(), port), retry).map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!("core {i}: cannot listen on port {port}: {e}"),
+                )
+            })?;
             l.set_nonblocking(true)?;
             listeners.push(l);
         }
@@ -58,7 +59,7 @@ impl Server {
             .iter()
             .map(|l| l.local_addr().map(|a| a.port()))
             .collect::<Result<_, _>>()?;
-        let admin_listener = std::net::TcpListener::bind(args.admin).map_err(|e| {
+        let admin_listener = bind_retrying(args.admin, retry).map_err(|e| {
             std::io::Error::new(
                 e.kind(),
                 format!("cannot listen on the admin address {}: {e}", args.admin),
@@ -129,6 +130,47 @@ impl Server {
             false => Err(std::io::Error::other(format!(
                 "core(s) {failed:?} failed; see the log"
             ))),
+        }
+    }
+}
+
+/// Creates the data directory and resolves it to an absolute path with no `..` or symlinks, so
+/// every later path (logs opened long after start-up, group stores) is independent of the working
+/// directory and of how the user spelled it.
+fn resolve_data_dir(dir: &Path) -> std::io::Result<PathBuf> {
+    let context = |e: std::io::Error| {
+        std::io::Error::new(e.kind(), format!("data directory {}: {e}", dir.display()))
+    };
+    std::fs::create_dir_all(dir.join("topics")).map_err(context)?;
+    std::fs::canonicalize(dir).map_err(context)
+}
+
+/// Binds `addr`, retrying for up to `retry` while it is in use. A process killed with SIGKILL a
+/// moment ago keeps its listening sockets until the kernel has torn down its io_uring rings (a
+/// fraction of a second, longer with I/O in flight), and supervisors restart at once. No
+/// `SO_REUSEPORT`: a dying and a new process must never share a port.
+fn bind_retrying(addr: SocketAddr, retry: Duration) -> std::io::Result<std::net::TcpListener> {
+    let deadline = Instant::now() + retry;
+    let mut said = false;
+    loop {
+        match std::net::TcpListener::bind(addr) {
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && Instant::now() < deadline => {
+                if !said {
+                    log::warn!(
+                        "{addr} is in use; retrying for up to {} ms (a process that just exited may still hold it)",
+                        retry.as_millis()
+                    );
+                    said = true;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => return Err(e),
+            Ok(l) => {
+                if said {
+                    log::info!("{addr} is free again; listening");
+                }
+                return Ok(l);
+            }
         }
     }
 }

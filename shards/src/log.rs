@@ -171,7 +171,10 @@ impl Log {
         config: LogConfig,
         cache: Rc<TailCache>,
     ) -> Result<Log> {
+        // glommio opens files and directories relative to no directory at all (a relative path
+        // fails with EBADF), so the log works on an absolute path whatever its caller passes.
         let dir = dir.into();
+        let dir = std::path::absolute(&dir).map_err(|e| Error::storage(&dir, e))?;
         let config = config.sanitized();
         let listing = {
             let dir = dir.clone();

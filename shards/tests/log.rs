@@ -760,3 +760,41 @@ fn retention_runs_under_continuous_appends() {
         log.close().await.unwrap();
     });
 }
+
+/// A log opened under a relative path (the default `./shoal-data` of `shoal serve`) creates its
+/// directory, rolls segments (which syncs the directory) and reopens, with no absolute path given.
+#[test]
+fn a_log_under_a_relative_path_is_created_rolled_and_reopened() {
+    // `tempdir_in(".")` names the directory relative to the working directory; the partition
+    // directory below it does not exist yet, as for a topic created while the server runs.
+    // The path goes up and back down (`../<this dir>/<tmp>`), as a user's `--data-dir` may.
+    let base = tempfile::tempdir_in(".").unwrap();
+    let cwd = std::env::current_dir().unwrap();
+    let dir = Path::new("..")
+        .join(cwd.file_name().unwrap())
+        .join(base.path().strip_prefix(&cwd).unwrap())
+        .join("topics")
+        .join("t1")
+        .join("0");
+    assert!(dir.is_relative(), "{}", dir.display());
+    let dir2 = dir.clone();
+    run(move || async move {
+        let mut config = small_config();
+        config.segment_bytes = 4096;
+        let log = Log::open(&dir2, config.clone(), cache()).await.unwrap();
+        let written = fill(&log, 60, 7).await;
+        log.append(batch(1, 10, 1), DURABLE).await.unwrap();
+        assert!(
+            segment_files(&dir2).len() > 1,
+            "the test must roll segments"
+        );
+        log.close().await.unwrap();
+        let log = Log::open(&dir2, config, cache()).await.unwrap();
+        assert_eq!(
+            read_all(&log, 0).await[..concat(&written).len()],
+            concat(&written)[..]
+        );
+        log.close().await.unwrap();
+    });
+    assert!(dir.join(format!("{:020}.log", 0)).exists());
+}

@@ -8,6 +8,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub struct Shoal {
@@ -15,6 +16,7 @@ pub struct Shoal {
     pub ports: Vec<u16>,
     pub admin: String,
     pub data_dir: PathBuf,
+    log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Shoal {
@@ -25,26 +27,46 @@ impl Shoal {
 
     /// Same, with core 0 on `listen` (core i on its port + i).
     pub fn start_on(data_dir: &Path, cores: usize, listen: &str, extra: &[&str]) -> Shoal {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_shoal"))
-            .args([
-                "serve",
-                "--listen",
-                listen,
-                "--admin",
-                "127.0.0.1:0",
-                "--cores",
-            ])
-            .arg(cores.to_string())
-            .arg("--data-dir")
-            .arg(data_dir)
-            .args(extra)
-            .env(
-                "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
-            )
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_shoal"));
+        cmd.args([
+            "serve",
+            "--listen",
+            listen,
+            "--admin",
+            "127.0.0.1:0",
+            "--cores",
+        ])
+        .arg(cores.to_string())
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(extra)
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+        );
+        let shoal = Self::spawn(cmd, data_dir);
+        assert_eq!(shoal.ports.len(), cores);
+        shoal
+    }
+
+    /// Runs a prepared `shoal serve` command (its flags, working directory and environment are the
+    /// caller's) and waits for its ports. Its log (stderr) is passed through and kept for
+    /// [`Shoal::log_lines`].
+    pub fn spawn(mut cmd: Command, data_dir: &Path) -> Shoal {
+        let mut child = cmd
             .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("shoal binary starts");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let stderr = child.stderr.take().unwrap();
+        let kept = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = writeln!(std::io::stderr(), "{line}");
+                kept.lock().unwrap().push(line);
+            }
+        });
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -66,13 +88,30 @@ impl Shoal {
                 admin = a.to_string();
             }
         }
-        assert_eq!(ports.len(), cores);
         Shoal {
             child: Some(child),
             ports,
             admin,
             data_dir: data_dir.to_path_buf(),
+            log,
         }
+    }
+
+    /// The lines the server has logged so far.
+    pub fn log_lines(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// The process id, for signals and /proc.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// Kills the process with SIGKILL and reaps it, as a crash would.
+    pub fn kill_hard(mut self) {
+        let mut child = self.child.take().unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
     }
 
     pub fn bootstrap(&self) -> String {
