@@ -243,6 +243,7 @@ impl Core {
             connections_open: m.connections_open.get(),
             connections_total: m.connections_total.get(),
             protocol_errors: m.protocol_errors.get(),
+            handler_panics: m.handler_panics.get(),
             tail_cache_used: cache.used_bytes as u64,
             tail_cache_capacity: cache.capacity_bytes as u64,
             tail_cache_hits: cache.hits,

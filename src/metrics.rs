@@ -15,6 +15,8 @@ pub struct CoreMetrics {
     pub connections_open: Cell<u64>,
     pub connections_total: Cell<u64>,
     pub protocol_errors: Cell<u64>,
+    /// Requests whose handling panicked (each closed its connection).
+    pub handler_panics: Cell<u64>,
     /// Record bytes fetches read from the log (coalesced reads count once).
     pub fetch_log_read_bytes: Cell<u64>,
     /// Record bytes put in fetch responses.
@@ -31,6 +33,7 @@ impl Default for CoreMetrics {
             connections_open: Cell::new(0),
             connections_total: Cell::new(0),
             protocol_errors: Cell::new(0),
+            handler_panics: Cell::new(0),
             fetch_log_read_bytes: Cell::new(0),
             fetch_response_bytes: Cell::new(0),
         }
@@ -76,6 +79,7 @@ pub struct CoreSnapshot {
     pub connections_open: u64,
     pub connections_total: u64,
     pub protocol_errors: u64,
+    pub handler_panics: u64,
     pub tail_cache_used: u64,
     pub tail_cache_capacity: u64,
     pub tail_cache_hits: u64,
@@ -185,6 +189,12 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
         "counter",
         "Connections closed for bad frames or requests.",
         &mut per_core(|c| c.protocol_errors),
+    );
+    family(
+        "shoal_handler_panics_total",
+        "counter",
+        "Requests whose handling panicked; each closed its connection, the core went on serving.",
+        &mut per_core(|c| c.handler_panics),
     );
     family(
         "shoal_partitions",

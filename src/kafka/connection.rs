@@ -72,7 +72,8 @@ pub async fn serve(core: Rc<Core>, stream: TcpStream) {
         // Detached: a request, once read, is handled to the end even if the connection goes away
         // (as in Kafka); only its answer is dropped. A handler cancelled half-way could leave
         // state behind (a group deletion between its steps, a commit written but not applied).
-        let task = glommio::spawn_local(handlers::handle(core.clone(), req, peer.clone())).detach();
+        let task = glommio::spawn_local(handlers::handle_guarded(core.clone(), req, peer.clone()))
+            .detach();
         if tx.send(task).await.is_err() {
             break; // the writer stopped: the connection is going away
         }
@@ -92,7 +93,8 @@ async fn write_responses(
     while let Some(task) = rx.recv().await {
         match task.await {
             Some(Reply::None) => {}
-            // A handler that did not finish (it panicked) closes the connection too.
+            // A handler that did not finish closes the connection too (a panic is caught in
+            // `handle_guarded` and answers `Close`).
             Some(Reply::Close) | None => break,
             Some(Reply::Frame(chunks) | Reply::Fetch(chunks, _)) => {
                 if write_chunks(&mut out, &chunks).await.is_err() {

@@ -27,11 +27,22 @@ pub fn request_frame<R: Encodable>(
     correlation: i32,
     body: &R,
 ) -> Vec<u8> {
+    request_frame_as("shoal-tests", key, version, correlation, body)
+}
+
+/// Same, from a client with the given client id.
+pub fn request_frame_as<R: Encodable>(
+    client_id: &str,
+    key: ApiKey,
+    version: i16,
+    correlation: i32,
+    body: &R,
+) -> Vec<u8> {
     let header = RequestHeader::default()
         .with_request_api_key(key as i16)
         .with_request_api_version(version)
         .with_correlation_id(correlation)
-        .with_client_id(Some(StrBytes::from_static_str("shoal-tests")));
+        .with_client_id(Some(StrBytes::from_string(client_id.to_string())));
     let mut buf = BytesMut::new();
     buf.put_i32(0);
     header

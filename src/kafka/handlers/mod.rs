@@ -74,6 +74,66 @@ pub fn supports(api_key: i16, version: i16) -> bool {
         .any(|v| v.key as i16 == api_key && (v.min..=v.max).contains(&version))
 }
 
+/// Handles one request, run as a task of its own: a panic anywhere in its handling (a handler,
+/// the encoder, a shard) is caught here, logged with the request's API and version, counted in
+/// `shoal_handler_panics_total`, and closes only this connection; the core keeps serving. State a
+/// handler held is released by unwinding (borrows, permits, reservations are guards).
+pub async fn handle_guarded(core: Rc<Core>, req: Request, peer: Rc<str>) -> Reply {
+    use futures_lite::FutureExt;
+    let (api_key, version, correlation_id) = (req.api_key, req.api_version, req.correlation_id);
+    let panic_here = fault::panics_for(&req);
+    let handled = std::panic::AssertUnwindSafe(async {
+        if panic_here {
+            fault::panic_after_a_yield().await;
+        }
+        handle(core.clone(), req, peer.clone()).await
+    })
+    .catch_unwind()
+    .await;
+    match handled {
+        Ok(reply) => reply,
+        Err(payload) => {
+            let why = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "(no message)".into());
+            let api = ApiKey::try_from(api_key)
+                .map_or_else(|_| format!("api {api_key}"), |k| format!("{k:?}"));
+            log::error!(
+                "closing connection from {peer}: handling {api} v{version} (correlation id {correlation_id}) panicked: {why}"
+            );
+            crate::metrics::add(&core.metrics.handler_panics, 1);
+            core.metrics.error(api_key);
+            Reply::Close
+        }
+    }
+}
+
+/// Fault injection for the end-to-end tests, which run the real binary: when the environment
+/// variable `SHOAL_TEST_PANIC_CLIENT_ID` is set, every request whose client id equals it panics
+/// inside its handler task after its first yield. Unset (always, outside tests), it costs one
+/// branch per request.
+mod fault {
+    use crate::kafka::header::Request;
+    use std::sync::OnceLock;
+
+    const VAR: &str = "SHOAL_TEST_PANIC_CLIENT_ID";
+
+    pub fn panics_for(req: &Request) -> bool {
+        static CLIENT_ID: OnceLock<Option<String>> = OnceLock::new();
+        let Some(id) = CLIENT_ID.get_or_init(|| std::env::var(VAR).ok()) else {
+            return false;
+        };
+        req.header.client_id.as_deref() == Some(id.as_str())
+    }
+
+    pub async fn panic_after_a_yield() {
+        glommio::executor().yield_task_queue_now().await;
+        panic!("injected by {VAR}");
+    }
+}
+
 /// Handles one request. Malformed bodies and unsupported versions close the connection (there is no
 /// response format to report them in), except ApiVersions, which answers per KIP-511.
 pub async fn handle(core: Rc<Core>, req: Request, peer: Rc<str>) -> Reply {

@@ -1,0 +1,137 @@
+//! A panic while one request is handled closes that request's connection only: it is logged with
+//! the API and version and counted, and the core goes on serving every other connection, with the
+//! partition it was working on intact. The panic is injected through the test-only
+//! `SHOAL_TEST_PANIC_CLIENT_ID` (requests with that client id panic inside their handler task,
+//! after a first yield to the executor).
+
+mod common;
+
+use bytes::Bytes;
+use common::wire::{call, connect, expect_closed, request_frame_as};
+use common::Shoal;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, FetchRequest, FetchResponse, MetadataRequest, MetadataResponse, ProduceRequest,
+    ProduceResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use shards::batch::BatchBuilder;
+use std::io::Write;
+use std::process::Command;
+
+const BOOM: &str = "boom";
+const TOPIC: &str = "panicky";
+
+fn produce_req(value: &str) -> ProduceRequest {
+    let mut b = BatchBuilder::new(1_700_000_000_000);
+    b.push(1_700_000_000_000, None, Some(value.as_bytes()), &[]);
+    ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_static_str(TOPIC)))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(Bytes::from(b.finish(0))))])])
+}
+
+fn produce(s: &mut std::net::TcpStream, correlation: i32, value: &str) -> i64 {
+    let r: ProduceResponse = call(s, ApiKey::Produce, 9, correlation, &produce_req(value));
+    let p = &r.responses[0].partition_responses[0];
+    assert_eq!(p.error_code, 0);
+    p.base_offset
+}
+
+#[test]
+fn a_panicking_handler_closes_only_its_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shoal"));
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+        .args(["--cores", "1", "--data-dir"])
+        .arg(dir.path())
+        .env("RUST_LOG", "warn")
+        .env("SHOAL_TEST_PANIC_CLIENT_ID", BOOM);
+    let mut shoal = Shoal::spawn(cmd, dir.path());
+    let port = shoal.ports[0];
+
+    // A bystander connection, with a request in flight over the panic.
+    let mut other = connect(port);
+    let m: MetadataResponse = call(
+        &mut other,
+        ApiKey::Metadata,
+        12,
+        1,
+        &MetadataRequest::default()
+            .with_topics(Some(vec![MetadataRequestTopic::default()
+                .with_name(Some(TopicName(StrBytes::from_static_str(TOPIC))))]))
+            .with_allow_auto_topic_creation(true),
+    );
+    assert_eq!(m.topics[0].error_code, 0, "{TOPIC} auto-created");
+    assert_eq!(produce(&mut other, 2, "before"), 0);
+
+    // Metadata and Produce (to the same partition) from the panicking client: each closes its
+    // connection without an answer.
+    for (key, version, frame) in [
+        (
+            ApiKey::Metadata,
+            12,
+            request_frame_as(BOOM, ApiKey::Metadata, 12, 7, &MetadataRequest::default()),
+        ),
+        (
+            ApiKey::Produce,
+            9,
+            request_frame_as(BOOM, ApiKey::Produce, 9, 8, &produce_req("lost")),
+        ),
+    ] {
+        let mut victim = connect(port);
+        victim.write_all(&frame).unwrap();
+        expect_closed(&mut victim, &format!("{key:?} v{version} that panicked"));
+    }
+    assert!(shoal.is_running(), "the server survived");
+
+    // The bystander and new connections are served; the partition is intact.
+    assert_eq!(produce(&mut other, 3, "after"), 1);
+    let mut fresh = connect(port);
+    assert_eq!(produce(&mut fresh, 1, "fresh"), 2);
+    let f: FetchResponse = call(
+        &mut fresh,
+        ApiKey::Fetch,
+        12,
+        2,
+        &FetchRequest::default()
+            .with_max_wait_ms(0)
+            .with_max_bytes(1 << 20)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(TopicName(StrBytes::from_static_str(TOPIC)))
+                .with_partitions(vec![FetchPartition::default()
+                    .with_partition(0)
+                    .with_fetch_offset(0)
+                    .with_partition_max_bytes(1 << 20)])]),
+    );
+    let p = &f.responses[0].partitions[0];
+    assert_eq!((p.error_code, p.high_watermark), (0, 3));
+    let records = p.records.as_ref().unwrap();
+    let mut values = Vec::new();
+    let mut rest = &records[..];
+    while !rest.is_empty() {
+        let n = shards::batch::peek_total_len(rest).expect("whole batches");
+        for r in shards::batch::records(&rest[..n]).unwrap() {
+            values.push(String::from_utf8(r.value.unwrap().to_vec()).unwrap());
+        }
+        rest = &rest[n..];
+    }
+    assert_eq!(values, ["before", "after", "fresh"]);
+
+    assert_eq!(shoal.metric("shoal_handler_panics_total"), 2);
+    let log = shoal.log_lines();
+    for what in ["Metadata v12", "Produce v9"] {
+        assert!(
+            log.iter()
+                .any(|l| l.contains("ERROR") && l.contains(what) && l.contains("panicked")),
+            "no error line for {what}: {log:#?}"
+        );
+    }
+    shoal.stop();
+}
