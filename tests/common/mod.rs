@@ -8,6 +8,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub struct Shoal {
@@ -15,6 +16,8 @@ pub struct Shoal {
     pub ports: Vec<u16>,
     pub admin: String,
     pub data_dir: PathBuf,
+    /// The server's log lines (stderr), when started with [`Shoal::start_logged`].
+    log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Shoal {
@@ -25,7 +28,26 @@ impl Shoal {
 
     /// Same, with core 0 on `listen` (core i on its port + i).
     pub fn start_on(data_dir: &Path, cores: usize, listen: &str, extra: &[&str]) -> Shoal {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        Self::launch(data_dir, cores, listen, extra, false)
+    }
+
+    /// Same as [`Shoal::start`], keeping the server's log (stderr, still echoed) for
+    /// [`Shoal::log_lines`].
+    pub fn start_logged(data_dir: &Path, cores: usize, extra: &[&str]) -> Shoal {
+        Self::launch(data_dir, cores, "127.0.0.1:0", extra, true)
+    }
+
+    /// The server's log lines so far (only for [`Shoal::start_logged`]).
+    pub fn log_lines(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    fn launch(data_dir: &Path, cores: usize, listen: &str, extra: &[&str], logged: bool) -> Shoal {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_shoal"));
+        if logged {
+            command.stderr(Stdio::piped());
+        }
+        let mut child = command
             .args([
                 "serve",
                 "--listen",
@@ -45,6 +67,16 @@ impl Shoal {
             .stdout(Stdio::piped())
             .spawn()
             .expect("shoal binary starts");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        if let Some(stderr) = child.stderr.take() {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    eprintln!("{line}");
+                    log.lock().unwrap().push(line);
+                }
+            });
+        }
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -72,6 +104,7 @@ impl Shoal {
             ports,
             admin,
             data_dir: data_dir.to_path_buf(),
+            log,
         }
     }
 
