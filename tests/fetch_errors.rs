@@ -4,7 +4,8 @@
 //! librdkafka checks what matters to a consumer, mirroring librdkafka's own test `0034_offset_reset`:
 //! a consumer assigned past the end of a partition resets to the earliest or latest offset (or
 //! reports the reset error) within a bounded time, at each version (a proxy in front of shoal lowers
-//! the Fetch version shoal advertises, since librdkafka picks the highest).
+//! the Fetch version shoal advertises, since librdkafka picks the highest); and a consumer misled to
+//! the wrong core (NOT_LEADER_OR_FOLLOWER) moves to the right one.
 
 mod common;
 
@@ -289,7 +290,7 @@ fn librdkafka_offset_reset_like_0034_at_every_fetch_version() {
     create_topics(&shoal.bootstrap(), &[(TOPIC, 1)]);
     produce(&shoal.bootstrap());
     for version in 4..=11 {
-        let proxy = VersionCap::start(shoal.ports[0], version);
+        let proxy = Proxy::start(&shoal.ports, version, false);
         offset_reset_0034(&proxy.bootstrap(), &format!("Fetch v{version}"));
         let used = proxy.fetch_versions();
         assert_eq!(used, vec![version], "librdkafka spoke Fetch {used:?}");
@@ -297,52 +298,110 @@ fn librdkafka_offset_reset_like_0034_at_every_fetch_version() {
     shoal.stop();
 }
 
-/// A TCP proxy in front of a one-core shoal that advertises at most Fetch `max_fetch` in ApiVersions
-/// (librdkafka then uses that version) and itself as the broker in Metadata and FindCoordinator (so
-/// every connection goes through it). It records the Fetch versions clients use.
-struct VersionCap {
-    port: u16,
-    fetch_versions: Arc<Mutex<Vec<i16>>>,
+/// NOT_LEADER_OR_FOLLOWER end to end, at every version: a 2-core server behind a proxy whose first
+/// Metadata answers name the wrong core as partition 0's leader, so librdkafka's first fetches go
+/// there. The error must send it to refresh its metadata and fetch from the right core, and every
+/// record must arrive within a bounded time.
+#[test]
+fn librdkafka_follows_not_leader_to_the_right_core_at_every_fetch_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 2, &[]);
+    create_topics(&shoal.bootstrap(), &[(TOPIC, 1)]);
+    produce(&shoal.bootstrap());
+    for version in 4..=12 {
+        let proxy = Proxy::start(&shoal.ports, version, true);
+        let at = format!("Fetch v{version}");
+        let all = Seen {
+            messages: MESSAGES as usize,
+            eofs: 1,
+            ..Seen::default()
+        };
+        do_test_reset(&proxy.bootstrap(), "error", 0, all, &at);
+        assert_eq!(proxy.fetch_versions(), vec![version], "{at}");
+        let codes = proxy.fetch_error_codes();
+        assert!(
+            codes.contains(&NOT_LEADER_OR_FOLLOWER),
+            "{at}: the first fetch should have met the wrong core: {codes:?}"
+        );
+    }
+    shoal.stop();
+}
+
+/// A TCP proxy in front of shoal's cores (one listener per core) that advertises at most Fetch
+/// `max_fetch` in ApiVersions (librdkafka then uses that version) and itself as the brokers in
+/// Metadata and FindCoordinator (so every connection goes through it). With `mislead`, Metadata
+/// names the wrong core as every partition's leader until a Fetch response says
+/// NOT_LEADER_OR_FOLLOWER. It records the
+/// Fetch versions clients use and the partition error codes of the Fetch responses.
+struct Proxy {
+    ports: Vec<u16>,
+    state: Arc<ProxyState>,
+}
+
+struct ProxyState {
+    ports: Vec<u16>,
+    max_fetch: i16,
+    mislead: std::sync::atomic::AtomicBool,
+    fetch_versions: Mutex<Vec<i16>>,
+    fetch_error_codes: Mutex<Vec<i16>>,
 }
 
 /// Request (API key, version) by correlation id, per connection.
 type Asked = Arc<Mutex<HashMap<i32, (i16, i16)>>>;
 
-impl VersionCap {
-    fn start(upstream: u16, max_fetch: i16) -> VersionCap {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let fetch_versions = Arc::new(Mutex::new(Vec::new()));
-        let versions = fetch_versions.clone();
-        // Ends with the test process; each connection's threads end when either side closes.
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { return };
-                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
-                    continue;
-                };
-                let asked: Asked = Arc::default();
-                let (c, s) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-                let (a, v) = (asked.clone(), versions.clone());
-                std::thread::spawn(move || forward_requests(c, s, a, v));
-                std::thread::spawn(move || {
-                    forward_responses(server, client, asked, port, max_fetch)
-                });
-            }
+impl Proxy {
+    fn start(upstreams: &[u16], max_fetch: i16, mislead: bool) -> Proxy {
+        let listeners: Vec<TcpListener> = upstreams
+            .iter()
+            .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let ports: Vec<u16> = listeners
+            .iter()
+            .map(|l| l.local_addr().unwrap().port())
+            .collect();
+        let state = Arc::new(ProxyState {
+            ports: ports.clone(),
+            max_fetch,
+            mislead: mislead.into(),
+            fetch_versions: Mutex::default(),
+            fetch_error_codes: Mutex::default(),
         });
-        VersionCap {
-            port,
-            fetch_versions,
+        for (listener, &upstream) in listeners.into_iter().zip(upstreams) {
+            let state = state.clone();
+            // Ends with the test process; each connection's threads end when either side closes.
+            std::thread::spawn(move || {
+                for client in listener.incoming() {
+                    let Ok(client) = client else { return };
+                    let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                        continue;
+                    };
+                    let asked: Asked = Arc::default();
+                    let (c, s) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                    let (a, st) = (asked.clone(), state.clone());
+                    std::thread::spawn(move || forward_requests(c, s, a, &st));
+                    let st = state.clone();
+                    std::thread::spawn(move || forward_responses(server, client, asked, &st));
+                }
+            });
         }
+        Proxy { ports, state }
     }
 
     fn bootstrap(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("127.0.0.1:{}", self.ports[0])
     }
 
     /// The distinct Fetch versions requested through the proxy.
     fn fetch_versions(&self) -> Vec<i16> {
-        let mut v = self.fetch_versions.lock().unwrap().clone();
+        let mut v = self.state.fetch_versions.lock().unwrap().clone();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// The distinct partition error codes of the Fetch responses.
+    fn fetch_error_codes(&self) -> Vec<i16> {
+        let mut v = self.state.fetch_error_codes.lock().unwrap().clone();
         v.sort_unstable();
         v.dedup();
         v
@@ -367,7 +426,7 @@ fn forward_requests(
     mut client: TcpStream,
     mut server: TcpStream,
     asked: Asked,
-    fetches: Arc<Mutex<Vec<i16>>>,
+    state: &ProxyState,
 ) {
     while let Some(frame) = read_frame(&mut client) {
         if frame.len() < 8 {
@@ -378,7 +437,7 @@ fn forward_requests(
         let correlation = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
         asked.lock().unwrap().insert(correlation, (key, version));
         if key == ApiKey::Fetch as i16 {
-            fetches.lock().unwrap().push(version);
+            state.fetch_versions.lock().unwrap().push(version);
         }
         if write_frame(&mut server, &frame).is_err() {
             break;
@@ -391,14 +450,13 @@ fn forward_responses(
     mut server: TcpStream,
     mut client: TcpStream,
     asked: Asked,
-    port: u16,
-    max_fetch: i16,
+    state: &ProxyState,
 ) {
     while let Some(frame) = read_frame(&mut server) {
         let correlation = i32::from_be_bytes(frame[..4].try_into().unwrap());
         let request = asked.lock().unwrap().remove(&correlation);
         let frame = match request {
-            Some((key, version)) => rewrite(key, version, frame, port, max_fetch),
+            Some((key, version)) => rewrite(key, version, frame, state),
             None => frame,
         };
         if write_frame(&mut client, &frame).is_err() {
@@ -408,10 +466,10 @@ fn forward_responses(
     let _ = client.shutdown(Shutdown::Both);
 }
 
-/// Lowers Fetch's max version in an ApiVersions response and points the brokers of Metadata and
-/// FindCoordinator at the proxy;
+/// Lowers Fetch's max version in an ApiVersions response, points the brokers of Metadata and
+/// FindCoordinator at the proxy (misleading about leaders if asked to), and notes Fetch error codes;
 /// other responses (and any that does not decode, like an ApiVersions v0 fallback) pass unchanged.
-fn rewrite(key: i16, version: i16, frame: Vec<u8>, port: u16, max_fetch: i16) -> Vec<u8> {
+fn rewrite(key: i16, version: i16, frame: Vec<u8>, state: &ProxyState) -> Vec<u8> {
     let Ok(api) = ApiKey::try_from(key) else {
         return frame;
     };
@@ -422,6 +480,8 @@ fn rewrite(key: i16, version: i16, frame: Vec<u8>, port: u16, max_fetch: i16) ->
     };
     let mut out = BytesMut::new();
     header.encode(&mut out, header_version).unwrap();
+    let port =
+        |node: i32| i32::from(state.ports[usize::try_from(node).unwrap_or(0) % state.ports.len()]);
     match api {
         ApiKey::ApiVersions => {
             let Ok(mut r) = ApiVersionsResponse::decode(&mut buf, version) else {
@@ -429,7 +489,7 @@ fn rewrite(key: i16, version: i16, frame: Vec<u8>, port: u16, max_fetch: i16) ->
             };
             for k in r.api_keys.iter_mut() {
                 if k.api_key == ApiKey::Fetch as i16 {
-                    k.max_version = k.max_version.min(max_fetch);
+                    k.max_version = k.max_version.min(state.max_fetch);
                 }
             }
             r.encode(&mut out, version).unwrap();
@@ -439,7 +499,13 @@ fn rewrite(key: i16, version: i16, frame: Vec<u8>, port: u16, max_fetch: i16) ->
                 return frame;
             };
             for b in r.brokers.iter_mut() {
-                b.port = i32::from(port);
+                b.port = port(b.node_id.0);
+            }
+            if state.mislead.load(std::sync::atomic::Ordering::SeqCst) {
+                let cores = state.ports.len() as i32;
+                for p in r.topics.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
+                    p.leader_id.0 = (p.leader_id.0 + 1) % cores;
+                }
             }
             r.encode(&mut out, version).unwrap();
         }
@@ -447,11 +513,33 @@ fn rewrite(key: i16, version: i16, frame: Vec<u8>, port: u16, max_fetch: i16) ->
             let Ok(mut r) = FindCoordinatorResponse::decode(&mut buf, version) else {
                 return frame;
             };
-            r.port = i32::from(port);
+            r.port = port(r.node_id.0);
             for c in r.coordinators.iter_mut() {
-                c.port = i32::from(port);
+                c.port = port(c.node_id.0);
             }
             r.encode(&mut out, version).unwrap();
+        }
+        ApiKey::Fetch => {
+            if let Ok(r) = FetchResponse::decode(&mut buf, version) {
+                let misled = r
+                    .responses
+                    .iter()
+                    .flat_map(|t| &t.partitions)
+                    .any(|p| p.error_code == NOT_LEADER_OR_FOLLOWER);
+                if misled {
+                    // The misled fetch reached the wrong core: from now on Metadata tells the
+                    // truth (set before the client sees the error and asks again).
+                    state
+                        .mislead
+                        .store(false, std::sync::atomic::Ordering::SeqCst);
+                }
+                let codes = r
+                    .responses
+                    .iter()
+                    .flat_map(|t| t.partitions.iter().map(|p| p.error_code));
+                state.fetch_error_codes.lock().unwrap().extend(codes);
+            }
+            return frame;
         }
         _ => return frame,
     }
