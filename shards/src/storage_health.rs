@@ -121,3 +121,55 @@ impl Drop for StorageEpisode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn disk_full() -> Error {
+        Error::storage(
+            "/data/t/0/00000000000000000000.log",
+            "No space left on device",
+        )
+    }
+
+    /// Counts per thread: each test runs on its own thread, so the figures start at zero.
+    #[test]
+    fn an_episode_opens_once_counts_every_failure_and_closes_on_success() {
+        let dir = Path::new("/data/t/0");
+        let a = StorageEpisode::default();
+        let b = StorageEpisode::default();
+        a.succeeded(dir); // nothing open: nothing happens
+        assert_eq!(storage_health(), StorageHealth::default());
+        for _ in 0..3 {
+            a.failed(dir, disk_full(), false);
+        }
+        b.failed(dir, disk_full(), true);
+        assert_eq!(
+            storage_health(),
+            StorageHealth {
+                errors: 4,
+                failing_logs: 2
+            }
+        );
+        assert_eq!(a.errors(), 3);
+        assert!(a.current().unwrap().contains("No space left on device"));
+        a.succeeded(dir);
+        a.succeeded(dir);
+        assert_eq!(a.current(), None);
+        assert_eq!(storage_health().failing_logs, 1);
+        // A log dropped in the middle of an episode no longer counts as failing.
+        drop(b);
+        assert_eq!(
+            storage_health(),
+            StorageHealth {
+                errors: 4,
+                failing_logs: 0
+            }
+        );
+        // A new failure opens a new episode.
+        a.failed(dir, disk_full(), false);
+        assert_eq!(storage_health().failing_logs, 1);
+        assert_eq!(a.errors(), 4);
+    }
+}
