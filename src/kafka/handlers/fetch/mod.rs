@@ -333,3 +333,37 @@ impl<F: Future<Output = bool>> Future for AnyOf<F> {
         Poll::Pending
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storage_errors_become_not_leader_before_v6() {
+        let storage = ResponseError::KafkaStorageError.code();
+        let topics = || {
+            vec![TopicResult {
+                topic: Bytes::from_static(b"t"),
+                partitions: vec![
+                    PartitionResult::error(0, storage),
+                    PartitionResult::error(1, ResponseError::OffsetOutOfRange.code()),
+                ],
+            }]
+        };
+        for version in encode::MIN_VERSION..=encode::MAX_VERSION {
+            let mut t = topics();
+            down_convert_errors(version, &mut t);
+            let codes: Vec<i16> = t[0].partitions.iter().map(|p| p.error_code).collect();
+            let first = if version >= 6 {
+                storage
+            } else {
+                ResponseError::NotLeaderOrFollower.code()
+            };
+            assert_eq!(
+                codes,
+                [first, ResponseError::OffsetOutOfRange.code()],
+                "v{version}"
+            );
+        }
+    }
+}
