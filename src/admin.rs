@@ -176,6 +176,24 @@ async fn status_json(core: &Rc<Core>) -> String {
                 "partitions": s.partitions.len(),
                 "log_bytes": s.partitions.iter().map(|p| p.size_bytes).sum::<u64>(),
                 "tail_cache_bytes": s.tail_cache_used,
+                "storage_errors": s.storage.errors,
+                "storage_failing": s.storage.failing_logs,
+            })
+        })
+        .collect();
+    // Partitions whose appends fail now, with the failure that started it.
+    let storage_failures: Vec<serde_json::Value> = stats
+        .iter()
+        .flat_map(|s| {
+            s.partitions.iter().filter_map(move |p| {
+                p.storage_failure.as_ref().map(|error| {
+                    serde_json::json!({
+                        "core": s.core,
+                        "topic": p.topic,
+                        "partition": p.partition,
+                        "error": error,
+                    })
+                })
             })
         })
         .collect();
@@ -185,6 +203,7 @@ async fn status_json(core: &Rc<Core>) -> String {
         "topic_table_revision": table.revision,
         "topics": topics,
         "cores": cores,
+        "storage_failures": storage_failures,
     })
     .to_string()
 }

@@ -228,6 +228,7 @@ impl Core {
                     log_start_offset: p.log.log_start_offset(),
                     size_bytes: s.size_bytes,
                     segments: s.segments,
+                    storage_failure: p.log.storage_failure(),
                 }
             })
             .collect();
@@ -256,6 +257,7 @@ impl Core {
             response_memory_bytes: self.response_memory.used() as u64,
             views: self.views.stats(),
             groups: self.groups.stats(),
+            storage: shards::storage_health(),
             partitions,
         }
     }

@@ -66,6 +66,8 @@ pub struct PartitionSnapshot {
     pub log_start_offset: i64,
     pub size_bytes: u64,
     pub segments: usize,
+    /// The storage failure the partition's log is in the middle of (appends fail), as first logged.
+    pub storage_failure: Option<String>,
 }
 
 /// Everything one core reports, as plain data that can cross to core 0.
@@ -92,6 +94,8 @@ pub struct CoreSnapshot {
     pub response_memory_bytes: u64,
     pub views: shards::view_reader::ViewStats,
     pub groups: GroupStats,
+    /// Storage failures of every log on the core (partitions and group stores).
+    pub storage: shards::StorageHealth,
     pub partitions: Vec<PartitionSnapshot>,
 }
 
@@ -201,6 +205,18 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
         "gauge",
         "Partitions owned.",
         &mut per_core(|c| c.partitions.len() as u64),
+    );
+    family(
+        "shoal_storage_errors_total",
+        "counter",
+        "Storage operations that failed (log writes, fsyncs, segment rolls, index writes).",
+        &mut per_core(|c| c.storage.errors),
+    );
+    family(
+        "shoal_partitions_storage_failing",
+        "gauge",
+        "Logs (partitions, group stores) whose last storage operation failed: appends fail until one succeeds.",
+        &mut per_core(|c| c.storage.failing_logs),
     );
     family(
         "shoal_tail_cache_bytes",

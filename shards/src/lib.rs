@@ -13,6 +13,7 @@
 //! - `segment`      — one segment file (`<base_offset:020>.log`): writes, reads, the recovery scan.
 //! - `index`        — the sparse offset index and its file, which also marks a sealed segment clean.
 //! - [`split`]      — one source batch decompressed once, routed by key and encoded once per view shard.
+//! - [`storage_health`] — storage failures: logged once per episode per log, counted per core.
 //! - [`tail_cache`] — the per-core cache of recent batches that makes tail reads copy-free and I/O-free.
 //! - `chunk`        — the append-only memory behind the tail cache, shared as `Bytes` without copying.
 //! - [`view_reader`] — sharded views: one interpreting reader per (partition, shard count), a shared
@@ -38,6 +39,7 @@ pub mod producers;
 pub mod records;
 mod segment;
 pub mod split;
+pub mod storage_health;
 pub mod tail_cache;
 pub mod view_reader;
 
@@ -47,4 +49,5 @@ pub use crate::error::{Error, InvalidBatch, Result};
 pub use crate::log::{AppendOptions, AppendResult, Log, LogStats};
 pub use crate::monitor::OffsetMonitor;
 pub use crate::records::{LogRead, Records};
+pub use crate::storage_health::{storage_health, StorageHealth};
 pub use crate::tail_cache::{TailCache, TailCacheStats};

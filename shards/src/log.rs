@@ -20,6 +20,7 @@ use crate::index::{SegmentMeta, SparseIndex};
 use crate::monitor::OffsetMonitor;
 use crate::records::{LogRead, Records};
 use crate::segment::{index_file_name, now_ms, Segment};
+use crate::storage_health::StorageEpisode;
 use crate::tail_cache::{LogId, TailCache};
 use bytes::Bytes;
 use glommio::sync::Semaphore;
@@ -62,6 +63,8 @@ pub struct LogStats {
     pub disk_read_bytes: u64,
     pub segments: usize,
     pub size_bytes: u64,
+    /// Storage operations that failed (writes, fsyncs, segment rolls, index writes).
+    pub storage_errors: u64,
 }
 
 /// A partition log. Cheap to clone (`Rc`); all clones are the same log. `!Send`: it lives on one core.
@@ -93,6 +96,8 @@ struct Inner {
     sync_target: Cell<i64>,
     /// Set when an fsync failed: the page cache may have dropped data, so appends stop until restart.
     failure: RefCell<Option<String>>,
+    /// Storage failures, logged once per episode and counted.
+    storage: StorageEpisode,
     closed: Cell<bool>,
     stats: Cell<LogStats>,
 }
@@ -205,6 +210,7 @@ impl Log {
             syncing: Cell::new(false),
             sync_target: Cell::new(next),
             failure: RefCell::new(None),
+            storage: StorageEpisode::default(),
             closed: Cell::new(false),
             stats: Cell::new(LogStats::default()),
         });
@@ -254,8 +260,14 @@ impl Log {
         LogStats {
             segments: segs.len(),
             size_bytes: segs.iter().map(|s| s.size.get()).sum(),
+            storage_errors: self.inner.storage.errors(),
             ..self.inner.stats.get()
         }
+    }
+    /// The storage failure this log is in the middle of, as first logged: `None` once an append
+    /// succeeded after it (a failed fsync lasts until restart).
+    pub fn storage_failure(&self) -> Option<String> {
+        self.inner.storage.current()
     }
     /// Base offsets of the segments, oldest first.
     pub fn segment_base_offsets(&self) -> Vec<i64> {
@@ -482,7 +494,9 @@ impl Log {
         let last = segments.len().saturating_sub(1);
         for (i, seg) in segments.into_iter().enumerate() {
             if i < last && !seg.sealed.get() {
-                write_index(&seg).await;
+                if let Err(e) = write_index(&seg).await {
+                    log::warn!("{e}; the segment will be scanned at start-up");
+                }
             }
             if let Ok(seg) = Rc::try_unwrap(seg) {
                 let _ = seg.file.close().await;
@@ -658,9 +672,11 @@ impl Inner {
             .flat_map(|p| p.headers.iter().copied())
             .collect();
         if let Err(e) = self.active().append(data, &headers).await {
+            let e = self.storage.failed(&self.dir, e, false);
             fail_all(group, &e);
             return;
         }
+        self.storage.succeeded(&self.dir);
         let log_start_offset = self.log_start_offset();
         // Nothing awaits from here on: readers see the new watermark and the cached batches together.
         self.high_watermark.advance(next);
@@ -714,10 +730,15 @@ impl Inner {
         }
         self.bump(|s| s.fsyncs += 1);
         self.durable.advance(old.next_offset.get());
-        write_index(&old).await;
+        if let Err(e) = write_index(&old).await {
+            self.storage.failed(&self.dir, e, false);
+        }
         let interval = self.config.borrow().index_interval_bytes;
-        let new = Segment::create(&self.dir, old.next_offset.get(), interval).await?;
-        sync_dir(&self.dir).await?;
+        let failed = |e| self.storage.failed(&self.dir, e, false);
+        let new = Segment::create(&self.dir, old.next_offset.get(), interval)
+            .await
+            .map_err(failed)?;
+        sync_dir(&self.dir).await.map_err(failed)?;
         log::debug!(
             "rolled {} at offset {}",
             self.dir.display(),
@@ -732,10 +753,10 @@ impl Inner {
             "fsync of {} failed: {err}; appends are refused until restart",
             path.display()
         );
-        log::error!("{why}");
         *self.failure.borrow_mut() = Some(why.clone());
         self.durable.close();
-        Error::storage(path, why)
+        self.storage
+            .failed(&self.dir, Error::storage(path, why), true)
     }
 
     /// Waits until everything below `target` is fsynced, starting a group-commit fsync if none runs.
@@ -821,7 +842,7 @@ fn spawn_background(weak: Weak<Inner>) {
 }
 
 /// Saves a sealed segment's index, which also marks it clean. A failure only costs a scan at start-up.
-async fn write_index(seg: &Segment) {
+async fn write_index(seg: &Segment) -> Result<()> {
     let path = seg.index_path();
     let bytes = seg.index.borrow().encode(&seg.meta());
     let res = async {
@@ -842,13 +863,9 @@ async fn write_index(seg: &Segment) {
         f.close().await
     }
     .await;
-    match res {
-        Ok(()) => seg.sealed.set(true),
-        Err(e) => log::warn!(
-            "could not write {}: {e}; the segment will be scanned at start-up",
-            path.display()
-        ),
-    }
+    res.map_err(|e| Error::storage(&path, e))?;
+    seg.sealed.set(true);
+    Ok(())
 }
 
 async fn sync_dir(dir: &Path) -> Result<()> {

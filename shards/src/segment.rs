@@ -147,10 +147,7 @@ impl Segment {
         let len = data.len();
         let res = match self.file.write_at(data, pos).await {
             Ok(n) if n == len => Ok(()),
-            Ok(n) => Err(Error::storage(
-                &self.path,
-                format!("short write: {n} of {len} bytes (disk full?)"),
-            )),
+            Ok(n) => Err(self.short_write(pos, n, len).await),
             Err(e) => Err(Error::storage(&self.path, e)),
         };
         if let Err(e) = res {
@@ -173,6 +170,20 @@ impl Segment {
         self.size.set(at);
         self.last_modified_ms.set(now_ms());
         Ok(())
+    }
+
+    /// The error for a write of `len` bytes at `pos` that wrote only `n`. The kernel tells why (a
+    /// full disk: ENOSPC) only when asked again, so the rest is written once more, as zeros: the
+    /// append fails and is cut back either way, and the operator gets the OS error.
+    async fn short_write(&self, pos: u64, n: usize, len: usize) -> Error {
+        let why = match self.file.write_at(vec![0; len - n], pos + n as u64).await {
+            Err(e) => e.to_string(),
+            Ok(_) => "the disk may be full".to_string(),
+        };
+        Error::storage(
+            &self.path,
+            format!("short write: {n} of {len} bytes: {why}"),
+        )
     }
 
     /// Whether a batch with max timestamp `incoming_ts` should go to a new segment because this one is

@@ -16,7 +16,9 @@
 use super::client::Codec;
 use super::workload::template_batch;
 use crate::kafka::frame::{read_frame, FrameError};
-use crate::kafka::handlers::fetch::encode::{encode_fetch_response, PartitionResult, TopicResult};
+use crate::kafka::handlers::fetch::encode::{
+    encode_fetch_response, AbortedTransactions, PartitionResult, TopicResult,
+};
 use crate::kafka::header;
 use bytes::{Bytes, BytesMut};
 use futures_lite::AsyncWriteExt;
@@ -218,7 +220,8 @@ async fn serve(mut stream: TcpStream, ring: Arc<Ring>) {
                             high_watermark: hw,
                             last_stable_offset: hw,
                             log_start_offset: 0,
-                            records: Some(records),
+                            aborted_transactions: AbortedTransactions::Empty,
+                            records,
                         }
                     })
                     .collect(),

@@ -29,11 +29,16 @@
 //!     high_watermark      i64
 //!     last_stable_offset  i64     v4+
 //!     log_start_offset    i64     v5+
-//!     aborted_transactions [ ]    v4+, nullable v4+ (always written as an empty array here)
+//!     aborted_transactions [ ]    v4+, nullable v4+ (we keep no transactions: empty or null)
 //!     preferred_read_replica i32  v11+ (always -1 here)
-//!     records             nullable bytes
+//!     records             nullable bytes (never written null: see below)
 //!     (tagged: diverging_epoch, current_leader, snapshot_id; never written)
 //! ```
+//!
+//! A partition with an error is written as Kafka writes it ([`PartitionResult::error`]): watermarks
+//! and log start offset -1, records empty but not null. Clients parse the records of every partition
+//! before looking at its error code, and librdkafka rejects the whole response on null records
+//! ("invalid MessageSetSize -1"), so one errored partition would stall every partition of the fetch.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use shards::Records;
@@ -45,6 +50,14 @@ pub const MAX_VERSION: i16 = 12;
 /// First version using compact encodings and tagged fields (and response header v1).
 const FIRST_FLEXIBLE_VERSION: i16 = 12;
 
+/// What a partition's `aborted_transactions` holds. shoal keeps no transactions, so there is never
+/// an entry; Kafka writes null or an empty array depending on where the answer was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AbortedTransactions {
+    Empty,
+    Null,
+}
+
 /// One partition of a fetch response.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionResult {
@@ -53,8 +66,34 @@ pub struct PartitionResult {
     pub high_watermark: i64,
     pub last_stable_offset: i64,
     pub log_start_offset: i64,
-    /// None: null records (errors); Some(empty): zero-length records.
-    pub records: Option<Records>,
+    pub aborted_transactions: AbortedTransactions,
+    /// Never null on the wire: an error carries empty records, as in Kafka.
+    pub records: Records,
+}
+
+impl PartitionResult {
+    /// A partition answered with `error_code`, shaped as Kafka shapes it: high watermark, last
+    /// stable offset and log start offset -1, empty (non-null) records. Errors Kafka finds before
+    /// reading (the topic or partition is not in its metadata: `UNKNOWN_TOPIC_OR_PARTITION`,
+    /// `INVALID_TOPIC_EXCEPTION`) carry an empty aborted-transactions array; errors from the read
+    /// itself (`OFFSET_OUT_OF_RANGE`, `NOT_LEADER_OR_FOLLOWER`, `KAFKA_STORAGE_ERROR`, ...) carry null.
+    pub fn error(partition: i32, error_code: i16) -> Self {
+        const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+        const INVALID_TOPIC_EXCEPTION: i16 = 17;
+        let aborted_transactions = match error_code {
+            UNKNOWN_TOPIC_OR_PARTITION | INVALID_TOPIC_EXCEPTION => AbortedTransactions::Empty,
+            _ => AbortedTransactions::Null,
+        };
+        PartitionResult {
+            partition,
+            error_code,
+            high_watermark: -1,
+            last_stable_offset: -1,
+            log_start_offset: -1,
+            aborted_transactions,
+            records: Records::empty(),
+        }
+    }
 }
 
 /// One topic of a fetch response.
@@ -106,14 +145,12 @@ pub fn encode_fetch_response(
         small_len += l.string_size(t.topic.len()) + l.array_len_size(t.partitions.len());
         small_len += l.tags_size();
         for p in &t.partitions {
-            let len = p.records.as_ref().map(records_len);
-            small_len += l.partition_fixed_size() + l.bytes_len_size(len);
-            if let (Some(r), Some(len)) = (&p.records, len) {
-                records_total += len;
-                if len > 0 {
-                    record_runs += 1;
-                    record_parts += r.parts.iter().filter(|b| !b.is_empty()).count();
-                }
+            let len = records_len(&p.records);
+            small_len += l.partition_fixed_size(p.aborted_transactions) + l.bytes_len_size(len);
+            records_total += len;
+            if len > 0 {
+                record_runs += 1;
+                record_parts += p.records.parts.iter().filter(|b| !b.is_empty()).count();
             }
         }
     }
@@ -144,23 +181,17 @@ pub fn encode_fetch_response(
             if version >= 5 {
                 buf.put_i64(p.log_start_offset);
             }
-            // aborted_transactions: none (we have no transactions); an empty array is valid for
-            // every version and every client, null only since v4 (nullable) — keep it simple.
-            l.put_array_len(&mut buf, 0);
+            // aborted_transactions: nullable in every version written here (v4+).
+            l.put_aborted_transactions(&mut buf, p.aborted_transactions);
             if version >= 11 {
                 buf.put_i32(-1); // preferred_read_replica: none
             }
-            match &p.records {
-                None => l.put_bytes_len(&mut buf, None),
-                Some(r) => {
-                    let len = records_len(r);
-                    l.put_bytes_len(&mut buf, Some(len));
-                    if len > 0 {
-                        // Shares the allocation: `buf` keeps the remaining capacity, nothing is copied.
-                        chunks.push(buf.split().freeze());
-                        chunks.extend(r.parts.iter().filter(|b| !b.is_empty()).cloned());
-                    }
-                }
+            let len = records_len(&p.records);
+            l.put_bytes_len(&mut buf, len);
+            if len > 0 {
+                // Shares the allocation: `buf` keeps the remaining capacity, nothing is copied.
+                chunks.push(buf.split().freeze());
+                chunks.extend(p.records.parts.iter().filter(|b| !b.is_empty()).cloned());
             }
             l.put_tags(&mut buf); // partition
         }
@@ -219,14 +250,14 @@ impl Layout {
     }
 
     /// Every partition field except the records' length prefix (and the records themselves).
-    fn partition_fixed_size(self) -> usize {
+    fn partition_fixed_size(self, aborted: AbortedTransactions) -> usize {
         let log_start_offset = if self.version >= 5 { 8 } else { 0 };
         let preferred_read_replica = if self.version >= 11 { 4 } else { 0 };
         4 + 2
             + 8
             + 8
             + log_start_offset
-            + self.array_len_size(0)
+            + self.aborted_transactions_size(aborted)
             + preferred_read_replica
             + self.tags_size()
     }
@@ -274,21 +305,33 @@ impl Layout {
         buf.put_slice(s);
     }
 
-    /// Length prefix of nullable bytes.
-    fn bytes_len_size(self, len: Option<usize>) -> usize {
+    /// An empty or null array (compact null is 0, compact empty 1; both one byte).
+    fn aborted_transactions_size(self, _aborted: AbortedTransactions) -> usize {
+        self.array_len_size(0)
+    }
+
+    fn put_aborted_transactions(self, buf: &mut BytesMut, aborted: AbortedTransactions) {
+        match (aborted, self.flexible) {
+            (AbortedTransactions::Empty, _) => self.put_array_len(buf, 0),
+            (AbortedTransactions::Null, true) => put_uvarint(buf, 0),
+            (AbortedTransactions::Null, false) => buf.put_i32(-1),
+        }
+    }
+
+    /// Length prefix of (non-null) bytes.
+    fn bytes_len_size(self, len: usize) -> usize {
         if self.flexible {
-            uvarint_size(len.map_or(0, |n| n as u64 + 1))
+            uvarint_size(len as u64 + 1)
         } else {
             4
         }
     }
 
-    fn put_bytes_len(self, buf: &mut BytesMut, len: Option<usize>) {
+    fn put_bytes_len(self, buf: &mut BytesMut, len: usize) {
         if self.flexible {
-            put_uvarint(buf, len.map_or(0, |n| n as u64 + 1));
+            put_uvarint(buf, len as u64 + 1);
         } else {
-            let n = len.map_or(-1, |n| i32::try_from(n).expect("records too long"));
-            buf.put_i32(n);
+            buf.put_i32(i32::try_from(len).expect("records too long"));
         }
     }
 }
@@ -318,13 +361,14 @@ mod tests {
             .collect()
     }
 
-    fn partition(partition: i32, error_code: i16, records: Option<Records>) -> PartitionResult {
+    fn partition(partition: i32, records: Records) -> PartitionResult {
         PartitionResult {
             partition,
-            error_code,
+            error_code: 0,
             high_watermark: 1000 + i64::from(partition),
             last_stable_offset: 900 + i64::from(partition),
             log_start_offset: 5 + i64::from(partition),
+            aborted_transactions: AbortedTransactions::Empty,
             records,
         }
     }
@@ -335,22 +379,22 @@ mod tests {
                 topic: Bytes::from_static(b"alpha"),
                 partitions: vec![
                     // Two parts, the second long enough for a 3-byte compact length.
-                    partition(0, 0, Some(records(&[pattern(200, 1), pattern(20_000, 2)]))),
-                    partition(1, 0, Some(Records::empty())),
-                    partition(2, 6, None), // NOT_LEADER_OR_FOLLOWER
-                    partition(3, 0, Some(records(&[pattern(7, 3)]))),
+                    partition(0, records(&[pattern(200, 1), pattern(20_000, 2)])),
+                    partition(1, Records::empty()),
+                    PartitionResult::error(2, 6), // NOT_LEADER_OR_FOLLOWER
+                    partition(3, records(&[pattern(7, 3)])),
+                    PartitionResult::error(7, 3), // UNKNOWN_TOPIC_OR_PARTITION
                 ],
             },
             TopicResult {
                 topic: Bytes::from_static("bêta-topic.with_chars".as_bytes()),
                 partitions: vec![
-                    partition(9, 1, None), // OFFSET_OUT_OF_RANGE
-                    partition(4, 0, Some(Records::empty())),
+                    PartitionResult::error(9, 1), // OFFSET_OUT_OF_RANGE
+                    partition(4, Records::empty()),
                     // Records last: for non-flexible versions nothing follows them.
                     partition(
                         5,
-                        0,
-                        Some(records(&[pattern(130, 4), pattern(1, 5), pattern(64, 6)])),
+                        records(&[pattern(130, 4), pattern(1, 5), pattern(64, 6)]),
                     ),
                 ],
             },
@@ -420,14 +464,30 @@ mod tests {
                     -1
                 };
                 assert_eq!(gp.log_start_offset, log_start);
-                assert_eq!(gp.aborted_transactions, Some(vec![]));
+                let aborted = match wp.aborted_transactions {
+                    AbortedTransactions::Empty => Some(vec![]),
+                    AbortedTransactions::Null => None,
+                };
+                assert_eq!(gp.aborted_transactions, aborted, "v{version}");
                 assert_eq!(gp.preferred_read_replica.0, -1);
                 assert_eq!(gp.diverging_epoch, Default::default());
                 assert_eq!(gp.current_leader, Default::default());
                 assert_eq!(gp.snapshot_id, Default::default());
                 assert!(gp.unknown_tagged_fields.is_empty());
-                let want_records = wp.records.as_ref().map(|r| Bytes::from(r.to_vec()));
+                // Never null, errors included: clients reject null records.
+                let want_records = Some(Bytes::from(wp.records.to_vec()));
                 assert_eq!(gp.records, want_records, "v{version} p{}", wp.partition);
+                if wp.error_code != 0 {
+                    assert_eq!(
+                        (
+                            gp.high_watermark,
+                            gp.last_stable_offset,
+                            gp.log_start_offset
+                        ),
+                        (-1, -1, -1),
+                        "v{version}: an error's offsets are -1, as in Kafka"
+                    );
+                }
             }
         }
 
@@ -442,8 +502,7 @@ mod tests {
         let input: Vec<&Bytes> = topics
             .iter()
             .flat_map(|t| &t.partitions)
-            .filter_map(|p| p.records.as_ref())
-            .flat_map(|r| &r.parts)
+            .flat_map(|p| &p.records.parts)
             .filter(|b| !b.is_empty())
             .collect();
         let mut found = parts
@@ -459,7 +518,7 @@ mod tests {
         let runs = topics
             .iter()
             .flat_map(|t| &t.partitions)
-            .filter(|p| p.records.as_ref().is_some_and(|r| r.len > 0))
+            .filter(|p| p.records.len > 0)
             .count();
         assert!(
             parts.chunks.len() <= input.len() + runs + 1,
@@ -495,10 +554,11 @@ mod tests {
                                     } else {
                                         -1
                                     })
-                                    .with_aborted_transactions(Some(vec![]))
-                                    .with_records(
-                                        p.records.as_ref().map(|r| Bytes::from(r.to_vec())),
-                                    )
+                                    .with_aborted_transactions(match p.aborted_transactions {
+                                        AbortedTransactions::Empty => Some(vec![]),
+                                        AbortedTransactions::Null => None,
+                                    })
+                                    .with_records(Some(Bytes::from(p.records.to_vec())))
                             })
                             .collect(),
                     )
@@ -537,8 +597,9 @@ mod tests {
         let topics = vec![TopicResult {
             topic: Bytes::from_static(b"t"),
             partitions: vec![
-                partition(0, 0, Some(Records::empty())),
-                partition(1, 3, None),
+                partition(0, Records::empty()),
+                PartitionResult::error(1, 3),
+                PartitionResult::error(2, 1),
             ],
         }];
         for version in MIN_VERSION..=MAX_VERSION {
@@ -558,13 +619,10 @@ mod tests {
         let topics = vec![TopicResult {
             topic: Bytes::from(vec![b'x'; 200]),
             partitions: (0..300)
-                .map(|i| {
-                    let records = match i % 3 {
-                        0 => None,
-                        1 => Some(Records::empty()),
-                        _ => Some(records(&[pattern(i as usize, i as u8)])),
-                    };
-                    partition(i, 0, records)
+                .map(|i| match i % 3 {
+                    0 => PartitionResult::error(i, [1, 3, 6][i as usize % 9 / 3]),
+                    1 => partition(i, Records::empty()),
+                    _ => partition(i, records(&[pattern(i as usize, i as u8)])),
                 })
                 .collect(),
         }];
@@ -580,8 +638,7 @@ mod tests {
         let input: Vec<*const u8> = topics
             .iter()
             .flat_map(|t| &t.partitions)
-            .filter_map(|p| p.records.as_ref())
-            .flat_map(|r| &r.parts)
+            .flat_map(|p| &p.records.parts)
             .map(|b| b.as_ptr())
             .collect();
         let small: Vec<&Bytes> = parts
@@ -592,6 +649,30 @@ mod tests {
         // Consecutive small chunks are adjacent slices of one buffer.
         for w in small.windows(2) {
             assert_eq!(w[0].as_ptr().wrapping_add(w[0].len()), w[1].as_ptr());
+        }
+    }
+
+    /// The bytes librdkafka choked on: an errored partition's records length must be 0 (an empty
+    /// array), never -1 / compact 0 (null).
+    #[test]
+    fn an_error_has_empty_records_on_the_wire() {
+        let topics = vec![TopicResult {
+            topic: Bytes::from_static(b"t"),
+            partitions: vec![PartitionResult::error(0, 1)],
+        }];
+        for version in MIN_VERSION..=MAX_VERSION {
+            let frame = concat(&encode_fetch_response(version, 1, 0, 0, 0, &topics));
+            // The frame ends: ... aborted_transactions, [preferred_read_replica], records length,
+            // then (flexible) the partition's, topic's and response's tagged fields.
+            let tail: &[u8] = if version >= 12 {
+                // aborted null (0), replica -1, records empty (compact 1), three empty tag sections.
+                &[0, 0xff, 0xff, 0xff, 0xff, 1, 0, 0, 0]
+            } else if version >= 11 {
+                &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]
+            } else {
+                &[0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]
+            };
+            assert!(frame.ends_with(tail), "v{version}: {:?}", &frame[..]);
         }
     }
 

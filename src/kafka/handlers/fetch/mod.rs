@@ -11,7 +11,7 @@ use crate::kafka::errors::code_of;
 use crate::kafka::header::{decode, Request};
 use crate::partition::Partition;
 use bytes::Bytes;
-use encode::{encode_fetch_response, PartitionResult, TopicResult};
+use encode::{encode_fetch_response, AbortedTransactions, PartitionResult, TopicResult};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{ApiKey, FetchRequest};
 use shards::view_reader::ViewReader;
@@ -125,7 +125,7 @@ async fn execute(core: &Rc<Core>, plan: &Plan) -> Execution {
         let mut partitions = Vec::with_capacity(t.partitions.len());
         for p in &t.partitions {
             partitions.push(match &p.target {
-                Err(e) => error_result(p.index, *e, -1, -1),
+                Err(e) => PartitionResult::error(p.index, e.code()),
                 Ok(Target { part, view }) => {
                     let budget = p.max_bytes.min(plan.max_bytes.saturating_sub(total));
                     let obligatory = total == 0;
@@ -158,12 +158,7 @@ async fn execute(core: &Rc<Core>, plan: &Plan) -> Execution {
                             }
                             ok_result(p.index, part, records)
                         }
-                        Err(e) => error_result(
-                            p.index,
-                            code_of(&e),
-                            part.log.high_watermark(),
-                            part.log.log_start_offset(),
-                        ),
+                        Err(e) => PartitionResult::error(p.index, code_of(&e).code()),
                     }
                 }
             });
@@ -238,25 +233,29 @@ fn ok_result(partition: i32, part: &Partition, records: shards::Records) -> Part
         high_watermark: hw,
         last_stable_offset: hw,
         log_start_offset: part.log.log_start_offset(),
-        records: Some(records),
+        aborted_transactions: AbortedTransactions::Empty,
+        records,
     }
 }
 
-fn error_result(partition: i32, e: ResponseError, hw: i64, start: i64) -> PartitionResult {
-    PartitionResult {
-        partition,
-        error_code: e.code(),
-        high_watermark: hw,
-        last_stable_offset: hw,
-        log_start_offset: start,
-        records: None,
+/// Kafka answers `KAFKA_STORAGE_ERROR` only from Fetch v6 on; older clients get
+/// `NOT_LEADER_OR_FOLLOWER`, which they know to retry.
+fn down_convert_errors(version: i16, topics: &mut [TopicResult]) {
+    if version >= 6 {
+        return;
+    }
+    let storage = ResponseError::KafkaStorageError.code();
+    for p in topics.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
+        if p.error_code == storage {
+            p.error_code = ResponseError::NotLeaderOrFollower.code();
+        }
     }
 }
 
 pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
     let request: FetchRequest = decode(req)?;
     let plan = plan(core, &request);
-    let done = loop {
+    let mut done = loop {
         let run = execute(core, &plan).await;
         let errors = run
             .topics
@@ -275,6 +274,7 @@ pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
             break execute(core, &plan).await;
         }
     };
+    down_convert_errors(req.api_version, &mut done.topics);
     count_errors(
         core,
         req,
@@ -331,5 +331,39 @@ impl<F: Future<Output = bool>> Future for AnyOf<F> {
             }
         }
         Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storage_errors_become_not_leader_before_v6() {
+        let storage = ResponseError::KafkaStorageError.code();
+        let topics = || {
+            vec![TopicResult {
+                topic: Bytes::from_static(b"t"),
+                partitions: vec![
+                    PartitionResult::error(0, storage),
+                    PartitionResult::error(1, ResponseError::OffsetOutOfRange.code()),
+                ],
+            }]
+        };
+        for version in encode::MIN_VERSION..=encode::MAX_VERSION {
+            let mut t = topics();
+            down_convert_errors(version, &mut t);
+            let codes: Vec<i16> = t[0].partitions.iter().map(|p| p.error_code).collect();
+            let first = if version >= 6 {
+                storage
+            } else {
+                ResponseError::NotLeaderOrFollower.code()
+            };
+            assert_eq!(
+                codes,
+                [first, ResponseError::OffsetOutOfRange.code()],
+                "v{version}"
+            );
+        }
     }
 }
