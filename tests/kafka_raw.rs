@@ -919,6 +919,71 @@ fn produce_error_codes() {
     shoal.stop();
 }
 
+/// A batch whose header lies about its records is refused with INVALID_RECORD, as Kafka refuses it,
+/// even with its CRC recomputed, and nothing is appended: the record count of a one-record batch set
+/// to 2^31-1 (which once advanced the partition by 2^31 offsets), counts one too high and one too
+/// low, a record longer than the batch, and the same lie inside a compressed batch.
+#[test]
+fn produce_of_batches_lying_about_their_records_is_refused() {
+    const INVALID_RECORD: i16 = 87;
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 1, &[]);
+    create_topic(&shoal, "lies", 1);
+    let port = shoal.ports[0];
+    // Produce v3, acks=1, as an old client would send it.
+    let produce_v3 = |records: Vec<u8>| -> PartitionProduceResponse {
+        let mut s = connect(port);
+        let r: ProduceResponse = call(
+            &mut s,
+            ApiKey::Produce,
+            3,
+            9,
+            &produce_req("lies", 0, records, 1),
+        );
+        only_partition(&r).clone()
+    };
+    let ok = produce_v3(batch(&["first"]));
+    assert_eq!((ok.error_code, ok.base_offset), (NONE, 0));
+
+    // Rewrites a header field (count at 57, lastOffsetDelta at 23) and recomputes the CRC.
+    let lie = |mut b: Vec<u8>, count: i32, last_offset_delta: i32| -> Vec<u8> {
+        b[23..27].copy_from_slice(&last_offset_delta.to_be_bytes());
+        b[57..61].copy_from_slice(&count.to_be_bytes());
+        let crc = crc32c::crc32c(&b[21..]);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        b
+    };
+    let mut long_record = batch(&["abc"]);
+    long_record[61] = 0x7e; // the record's length varint: 63 bytes, past the batch's end
+    let crc = crc32c::crc32c(&long_record[21..]);
+    long_record[17..21].copy_from_slice(&crc.to_be_bytes());
+    let compressed = shards::split::compress_batch(&batch(&["a", "b"]), 3);
+    let cases = [
+        ("count 2^31-1", lie(batch(&["one"]), i32::MAX, i32::MAX - 1)),
+        ("count one too high", lie(batch(&["a", "b"]), 3, 2)),
+        ("count one too low", lie(batch(&["a", "b"]), 1, 0)),
+        ("record longer than the batch", long_record),
+        ("lz4 count one too high", lie(compressed.clone(), 3, 2)),
+        ("lz4 count one too low", lie(compressed, 1, 0)),
+    ];
+    for (what, records) in cases {
+        let r = produce_v3(records);
+        assert_eq!(
+            r.error_code, INVALID_RECORD,
+            "{what}: {:?}",
+            r.error_message
+        );
+        assert_eq!(
+            list_offset(port, "lies", 0, -1),
+            (NONE, 1),
+            "{what}: the high watermark moved"
+        );
+    }
+    let ok = produce_v3(batch(&["second"]));
+    assert_eq!((ok.error_code, ok.base_offset), (NONE, 1));
+    shoal.stop();
+}
+
 #[test]
 fn fetch_returns_exact_batches_and_out_of_range() {
     let dir = tempfile::tempdir().unwrap();
