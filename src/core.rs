@@ -149,6 +149,7 @@ impl Core {
                 index,
                 meta.id,
                 config,
+                self.args.producer_config(),
                 self.tail_cache.clone(),
             )
             .await;
@@ -228,6 +229,7 @@ impl Core {
                     log_start_offset: p.log.log_start_offset(),
                     size_bytes: s.size_bytes,
                     segments: s.segments,
+                    producer_ids: p.producer_ids() as u64,
                 }
             })
             .collect();

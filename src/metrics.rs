@@ -63,6 +63,8 @@ pub struct PartitionSnapshot {
     pub log_start_offset: i64,
     pub size_bytes: u64,
     pub segments: usize,
+    /// Idempotent producers whose sequence state is kept.
+    pub producer_ids: u64,
 }
 
 /// Everything one core reports, as plain data that can cross to core 0.
@@ -191,6 +193,12 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
         "gauge",
         "Partitions owned.",
         &mut per_core(|c| c.partitions.len() as u64),
+    );
+    family(
+        "shoal_producer_ids",
+        "gauge",
+        "Idempotent producers whose state is kept, summed over the core's partitions.",
+        &mut per_core(|c| c.partitions.iter().map(|p| p.producer_ids).sum()),
     );
     family(
         "shoal_tail_cache_bytes",
