@@ -187,17 +187,20 @@ const MIN_RECORD_LEN: usize = 7;
 pub fn check_records(h: &BatchHeader, b: &[u8]) -> Result<(), InvalidBatch> {
     let section = b.get(HEADER_LEN..).unwrap_or_default();
     let limit = crate::split::MAX_DECOMPRESSED;
+    // A header that claims more records than the bytes could hold is refused before any work.
+    let room = if h.compression() == 0 {
+        section.len()
+    } else {
+        limit
+    };
+    if (h.record_count.max(0) as usize).saturating_mul(MIN_RECORD_LEN) > room {
+        return Err(records_error(
+            h,
+            format!("{room} bytes of records cannot hold that many"),
+        ));
+    }
     match h.compression() {
-        0 => {
-            // A header that claims more records than the bytes could hold is refused before the walk.
-            if (h.record_count.max(0) as usize).saturating_mul(MIN_RECORD_LEN) > section.len() {
-                return Err(records_error(
-                    h,
-                    format!("{} bytes cannot hold that many records", section.len()),
-                ));
-            }
-            walk_records(h, &mut Reader { b: section, at: 0 })
-        }
+        0 => walk_records(h, &mut Reader { b: section, at: 0 }),
         1 => walk_records(
             h,
             &mut Stream::new(flate2::read::GzDecoder::new(section), limit),
@@ -277,6 +280,11 @@ fn decompress_error(e: std::io::Error) -> InvalidBatch {
 impl<R: std::io::Read> RecordSource for Stream<R> {
     fn byte(&mut self) -> Result<Option<u8>, InvalidBatch> {
         use std::io::BufRead;
+        if self.at >= self.limit {
+            return Err(InvalidBatch::Decompress(
+                "decompressed records exceed the limit".into(),
+            ));
+        }
         let buf = self.inner.fill_buf().map_err(decompress_error)?;
         let Some(&b) = buf.first() else {
             return Ok(None);
