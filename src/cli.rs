@@ -120,6 +120,13 @@ pub struct ServeArgs {
     /// holds at least this many records and more than twice the live ones.
     #[arg(long, default_value_t = 10_000)]
     pub group_offsets_compact_min_records: u64,
+    /// An idempotent producer with no batch for this long (ms) is forgotten per partition; its next
+    /// batch must start a new sequence (Kafka producer.id.expiration.ms).
+    #[arg(long, default_value_t = 86_400_000)]
+    pub producer_id_expiration_ms: u64,
+    /// Idempotent producers remembered per partition; beyond it the longest idle is forgotten.
+    #[arg(long, default_value_t = 10_000)]
+    pub max_producers_per_partition: usize,
 }
 
 /// `on`/`off` (also `true`/`false`).
@@ -145,6 +152,13 @@ impl ServeArgs {
             retention_check_interval: Duration::from_millis(self.retention_check_ms.max(1)),
             max_batch_bytes: self.max_batch_bytes,
             ..LogConfig::default()
+        }
+    }
+
+    pub fn producer_config(&self) -> shards::producers::ProducerConfig {
+        shards::producers::ProducerConfig {
+            expiration: Duration::from_millis(self.producer_id_expiration_ms),
+            max_producers: self.max_producers_per_partition.max(1),
         }
     }
 

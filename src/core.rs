@@ -149,6 +149,7 @@ impl Core {
                 index,
                 meta.id,
                 config,
+                self.args.producer_config(),
                 self.tail_cache.clone(),
             )
             .await;
@@ -229,6 +230,7 @@ impl Core {
                     size_bytes: s.size_bytes,
                     segments: s.segments,
                     storage_failure: p.log.storage_failure(),
+                    producer_ids: p.producer_ids() as u64,
                 }
             })
             .collect();

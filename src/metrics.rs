@@ -68,6 +68,8 @@ pub struct PartitionSnapshot {
     pub segments: usize,
     /// The storage failure the partition's log is in the middle of (appends fail), as first logged.
     pub storage_failure: Option<String>,
+    /// Idempotent producers whose sequence state is kept.
+    pub producer_ids: u64,
 }
 
 /// Everything one core reports, as plain data that can cross to core 0.
@@ -216,7 +218,13 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
         "shoal_partitions_storage_failing",
         "gauge",
         "Logs (partitions, group stores) whose last storage operation failed: appends fail until one succeeds.",
-        &mut per_core(|c| c.storage.failing_logs),
+        &mut per_core(|c| c.storage.failing_logs)
+    );
+    family(
+        "shoal_producer_ids",
+        "gauge",
+        "Idempotent producers whose state is kept, summed over the core's partitions.",
+        &mut per_core(|c| c.partitions.iter().map(|p| p.producer_ids).sum()),
     );
     family(
         "shoal_tail_cache_bytes",

@@ -1,8 +1,15 @@
 //! A partition on its owning core: the log plus the idempotent-producer state that must stay in step
 //! with it. The producer state is saved at clean shutdown and rebuilt from the log's batch headers
 //! after a crash, so duplicates are still recognised after a restart.
+//!
+//! Expiry and restarts, as in Kafka: the snapshot holds only the producers kept at shutdown and the
+//! offset it covers, and only batches after that offset are replayed, so a producer dropped (expired
+//! or over the limit) stays dropped across a clean restart. Without a snapshot (a crash) the whole log
+//! is replayed: a producer is then re-learned from its batches, with their timestamps as its last
+//! activity, and expiry and the limit apply again at once, so only producers whose batches are recent
+//! enough come back, which is what Kafka's replay of the log after its last snapshot does too.
 
-use shards::producers::ProducerStates;
+use shards::producers::{ProducerConfig, ProducerStates};
 use shards::{Log, LogConfig, TailCache};
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
@@ -30,11 +37,12 @@ impl Partition {
         index: i32,
         topic_id: [u8; 16],
         config: LogConfig,
+        producer_config: ProducerConfig,
         cache: Rc<TailCache>,
     ) -> shards::Result<Partition> {
         let dir = partition_dir(data_dir, topic, index);
         let log = Log::open(&dir, config, cache).await?;
-        let producers = load_producer_state(&log).await?;
+        let producers = load_producer_state(&log, producer_config).await?;
         Ok(Partition {
             topic: topic.to_string(),
             index,
@@ -65,10 +73,25 @@ impl Partition {
     pub async fn delete(&self) -> shards::Result<()> {
         self.log.clone().delete().await
     }
+
+    /// Idempotent producers whose state is kept, after forgetting the expired ones if a scan is due.
+    pub fn producer_ids(&self) -> usize {
+        let mut states = self.producers.borrow_mut();
+        states.expire_if_due(now_ms());
+        states.len()
+    }
 }
 
-/// The snapshot if it matches the log, then the batches after it replayed from the log.
-async fn load_producer_state(log: &Log) -> shards::Result<ProducerStates> {
+/// Wall-clock milliseconds since the Unix epoch: the clock producer expiry measures.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The snapshot if it matches the log, then the batches after it replayed from the log; expiry and
+/// the limit apply to the result.
+async fn load_producer_state(log: &Log, config: ProducerConfig) -> shards::Result<ProducerStates> {
     let path = log.dir().join(SNAPSHOT);
     let snapshot = glommio::executor()
         .spawn_blocking(move || {
@@ -83,14 +106,20 @@ async fn load_producer_state(log: &Log) -> shards::Result<ProducerStates> {
         Some((s, end)) if end <= hw && end >= log.log_start_offset() => (s, end),
         _ => (ProducerStates::default(), log.log_start_offset()),
     };
+    states.set_config(config);
+    let now = now_ms();
+    states.expire(now);
     while at < hw {
         let read = log.read(at, 4 << 20, true).await?;
-        read.records.batch_headers().for_each(|h| states.replay(&h));
+        read.records
+            .batch_headers()
+            .for_each(|h| states.replay(&h, now));
         match read.records.next_offset() {
             Some(next) => at = next,
             None => break,
         }
     }
+    states.expire(now);
     Ok(states)
 }
 

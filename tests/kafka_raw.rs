@@ -919,6 +919,71 @@ fn produce_error_codes() {
     shoal.stop();
 }
 
+/// A batch whose header lies about its records is refused with INVALID_RECORD, as Kafka refuses it,
+/// even with its CRC recomputed, and nothing is appended: the record count of a one-record batch set
+/// to 2^31-1 (which once advanced the partition by 2^31 offsets), counts one too high and one too
+/// low, a record longer than the batch, and the same lie inside a compressed batch.
+#[test]
+fn produce_of_batches_lying_about_their_records_is_refused() {
+    const INVALID_RECORD: i16 = 87;
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 1, &[]);
+    create_topic(&shoal, "lies", 1);
+    let port = shoal.ports[0];
+    // Produce v3, acks=1, as an old client would send it.
+    let produce_v3 = |records: Vec<u8>| -> PartitionProduceResponse {
+        let mut s = connect(port);
+        let r: ProduceResponse = call(
+            &mut s,
+            ApiKey::Produce,
+            3,
+            9,
+            &produce_req("lies", 0, records, 1),
+        );
+        only_partition(&r).clone()
+    };
+    let ok = produce_v3(batch(&["first"]));
+    assert_eq!((ok.error_code, ok.base_offset), (NONE, 0));
+
+    // Rewrites a header field (count at 57, lastOffsetDelta at 23) and recomputes the CRC.
+    let lie = |mut b: Vec<u8>, count: i32, last_offset_delta: i32| -> Vec<u8> {
+        b[23..27].copy_from_slice(&last_offset_delta.to_be_bytes());
+        b[57..61].copy_from_slice(&count.to_be_bytes());
+        let crc = crc32c::crc32c(&b[21..]);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        b
+    };
+    let mut long_record = batch(&["abc"]);
+    long_record[61] = 0x7e; // the record's length varint: 63 bytes, past the batch's end
+    let crc = crc32c::crc32c(&long_record[21..]);
+    long_record[17..21].copy_from_slice(&crc.to_be_bytes());
+    let compressed = shards::split::compress_batch(&batch(&["a", "b"]), 3);
+    let cases = [
+        ("count 2^31-1", lie(batch(&["one"]), i32::MAX, i32::MAX - 1)),
+        ("count one too high", lie(batch(&["a", "b"]), 3, 2)),
+        ("count one too low", lie(batch(&["a", "b"]), 1, 0)),
+        ("record longer than the batch", long_record),
+        ("lz4 count one too high", lie(compressed.clone(), 3, 2)),
+        ("lz4 count one too low", lie(compressed, 1, 0)),
+    ];
+    for (what, records) in cases {
+        let r = produce_v3(records);
+        assert_eq!(
+            r.error_code, INVALID_RECORD,
+            "{what}: {:?}",
+            r.error_message
+        );
+        assert_eq!(
+            list_offset(port, "lies", 0, -1),
+            (NONE, 1),
+            "{what}: the high watermark moved"
+        );
+    }
+    let ok = produce_v3(batch(&["second"]));
+    assert_eq!((ok.error_code, ok.base_offset), (NONE, 1));
+    shoal.stop();
+}
+
 #[test]
 fn fetch_returns_exact_batches_and_out_of_range() {
     let dir = tempfile::tempdir().unwrap();
@@ -1160,6 +1225,100 @@ fn idempotent_producer_state_survives_restarts() {
 
     let shoal = Shoal::start(dir.path(), 2, &[]);
     check(&shoal, 6, 6);
+    shoal.stop();
+}
+
+/// One request carrying sequences 0-4, 5-9 and then 20 of one producer is refused as a whole, and
+/// leaves the producer's state as it was: its retry from sequence 0 is accepted.
+#[test]
+fn a_refused_produce_request_leaves_sequences_as_they_were() {
+    const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 2, &[]);
+    create_topic(&shoal, "seqs", 1);
+    let port = shoal.ports[leader(&shoal, "seqs", 0)];
+    let pid = 77;
+    let request = |parts: &[(i32, usize)]| -> Vec<u8> {
+        parts
+            .iter()
+            .flat_map(|&(seq, n)| idempotent_batch(pid, seq, n))
+            .collect()
+    };
+    let refused = produce(port, "seqs", 0, request(&[(0, 5), (5, 5), (20, 1)]));
+    assert_eq!(refused.error_code, OUT_OF_ORDER_SEQUENCE_NUMBER);
+    assert_eq!(
+        list_offset(port, "seqs", 0, -1),
+        (NONE, 0),
+        "nothing appended"
+    );
+    // The producer retries the same batches without the bad one: accepted from sequence 0.
+    let retry = produce(port, "seqs", 0, request(&[(0, 5), (5, 5)]));
+    assert_eq!((retry.error_code, retry.base_offset), (NONE, 0));
+    let next = produce(port, "seqs", 0, request(&[(10, 1)]));
+    assert_eq!((next.error_code, next.base_offset), (NONE, 10));
+    // The same for a producer already known: a refused request moves nothing.
+    let refused = produce(port, "seqs", 0, request(&[(11, 2), (13, 2), (99, 1)]));
+    assert_eq!(refused.error_code, OUT_OF_ORDER_SEQUENCE_NUMBER);
+    let retry = produce(port, "seqs", 0, request(&[(11, 2)]));
+    assert_eq!((retry.error_code, retry.base_offset), (NONE, 11));
+    assert_eq!(list_offset(port, "seqs", 0, -1), (NONE, 13));
+    shoal.stop();
+}
+
+/// Producer state is bounded per partition (the longest idle producer goes first) and expires; the
+/// gauge counts what is kept, and a dropped producer stays dropped across a clean restart.
+#[test]
+fn producer_state_is_bounded_and_expires() {
+    const UNKNOWN_PRODUCER_ID: i16 = 59;
+    let dir = tempfile::tempdir().unwrap();
+    let limit = ["--max-producers-per-partition", "2"];
+    let shoal = Shoal::start(dir.path(), 1, &limit);
+    create_topic(&shoal, "pids", 1);
+    let port = shoal.ports[0];
+    for pid in [10, 11, 12] {
+        let r = produce(port, "pids", 0, idempotent_batch(pid, 0, 1));
+        assert_eq!(r.error_code, NONE);
+        std::thread::sleep(Duration::from_millis(5)); // distinct last-activity times
+    }
+    assert_eq!(shoal.metric_with("shoal_producer_ids", "core=\"0\""), 2);
+    // 10 was the longest idle: forgotten, so its next sequence is unknown; 11 and 12 are kept.
+    let r = produce(port, "pids", 0, idempotent_batch(10, 1, 1));
+    assert_eq!(r.error_code, UNKNOWN_PRODUCER_ID);
+    assert_eq!(
+        produce(port, "pids", 0, idempotent_batch(11, 1, 1)).error_code,
+        NONE
+    );
+    shoal.stop();
+
+    let shoal = Shoal::start(dir.path(), 1, &limit);
+    let port = shoal.ports[0];
+    assert_eq!(shoal.metric("shoal_producer_ids"), 2);
+    let r = produce(port, "pids", 0, idempotent_batch(10, 1, 1));
+    assert_eq!(
+        r.error_code, UNKNOWN_PRODUCER_ID,
+        "still dropped after a restart"
+    );
+    assert_eq!(
+        produce(port, "pids", 0, idempotent_batch(12, 1, 1)).error_code,
+        NONE
+    );
+    shoal.stop();
+
+    // Expiry: a producer idle longer than --producer-id-expiration-ms is forgotten.
+    let shoal = Shoal::start(dir.path(), 1, &["--producer-id-expiration-ms", "300"]);
+    let port = shoal.ports[0];
+    let r = produce(port, "pids", 0, idempotent_batch(20, 0, 1));
+    assert_eq!(r.error_code, NONE);
+    assert!(shoal.metric("shoal_producer_ids") >= 1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while shoal.metric("shoal_producer_ids") > 0 {
+        assert!(Instant::now() < deadline, "producer state did not expire");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let r = produce(port, "pids", 0, idempotent_batch(20, 1, 1));
+    assert_eq!(r.error_code, UNKNOWN_PRODUCER_ID);
+    let r = produce(port, "pids", 0, idempotent_batch(20, 0, 1));
+    assert_eq!(r.error_code, NONE, "a new sequence from 0 is accepted");
     shoal.stop();
 }
 

@@ -31,6 +31,12 @@ pub enum InvalidBatch {
     Unsupported,
     #[error("cannot read the records: {0}")]
     Decompress(String),
+    /// One append would span more offsets than a segment can index.
+    #[error("the batches span {offsets} offsets, more than the {limit} one segment holds")]
+    TooManyOffsets { offsets: i64, limit: i64 },
+    /// The records section does not match the header (Kafka: `INVALID_RECORD`).
+    #[error("records do not match the header's record count {count}: {why}")]
+    Records { count: i32, why: String },
 }
 
 /// Errors of the shard-local engine.

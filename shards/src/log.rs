@@ -15,11 +15,11 @@
 
 use crate::batch::{self, BatchHeader};
 use crate::config::LogConfig;
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidBatch, Result};
 use crate::index::{SegmentMeta, SparseIndex};
 use crate::monitor::OffsetMonitor;
 use crate::records::{LogRead, Records};
-use crate::segment::{index_file_name, now_ms, Segment};
+use crate::segment::{index_file_name, now_ms, Segment, MAX_RELATIVE_OFFSET};
 use crate::storage_health::StorageEpisode;
 use crate::tail_cache::{LogId, TailCache};
 use bytes::Bytes;
@@ -110,6 +110,8 @@ const MAX_GROUP_BYTES: u64 = 8 << 20;
 struct PendingAppend {
     blob: Bytes,
     headers: Vec<BatchHeader>,
+    /// Offsets the batches take (the sum of their `lastOffsetDelta + 1`).
+    offsets: i64,
     done: Rc<Slot<Result<AppendResult>>>,
 }
 
@@ -299,15 +301,24 @@ impl Log {
         opts: AppendOptions,
     ) -> impl Future<Output = Result<AppendResult>> + 'static {
         let inner = self.inner.clone();
-        let queued = inner.check_writable().map(|()| {
+        let offsets: i64 = headers.iter().map(BatchHeader::offset_count).sum();
+        let queued = inner.check_writable().and_then(|()| {
+            // One append goes into one segment, so it may not span more offsets than a segment holds.
+            if offsets - 1 > MAX_RELATIVE_OFFSET {
+                return Err(Error::InvalidBatch(InvalidBatch::TooManyOffsets {
+                    offsets,
+                    limit: MAX_RELATIVE_OFFSET + 1,
+                }));
+            }
             let done = Rc::new(Slot::default());
             inner.queue.borrow_mut().push_back(PendingAppend {
                 blob,
                 headers,
+                offsets,
                 done: done.clone(),
             });
             inner.start_writer();
-            done
+            Ok(done)
         });
         async move {
             let res = SlotWait(queued?).await?;
@@ -588,7 +599,7 @@ impl Inner {
     /// first if the oldest does not) and in `MAX_GROUP_BYTES`.
     async fn next_group(&self) -> Vec<PendingAppend> {
         let stamp = self.config.borrow().log_append_time;
-        let Some((first_len, first_ts)) = self.queue.borrow().front().map(|p| {
+        let Some((first_len, first_ts, first_offsets)) = self.queue.borrow().front().map(|p| {
             let ts = if stamp {
                 now_ms()
             } else {
@@ -598,43 +609,52 @@ impl Inner {
                     .max()
                     .unwrap_or(-1)
             };
-            (p.blob.len() as u64, ts)
+            (p.blob.len() as u64, ts, p.offsets)
         }) else {
             return Vec::new();
         };
-        if let Err(e) = self.roll_if_needed(first_len, first_ts).await {
+        if let Err(e) = self
+            .roll_if_needed(first_len, first_ts, first_offsets)
+            .await
+        {
             let failed: Vec<_> = self.queue.borrow_mut().drain(..).collect();
             fail_all(failed, &e);
             return Vec::new();
         }
-        let active_size = self.active().size.get();
+        let active = self.active();
         let segment_bytes = self.config.borrow().segment_bytes;
         let room = segment_bytes
-            .saturating_sub(active_size)
+            .saturating_sub(active.size.get())
             .min(MAX_GROUP_BYTES)
             .max(first_len);
         let mut queue = self.queue.borrow_mut();
         let mut total = 0;
+        let mut next_offset = self.high_watermark.value();
         let mut group = Vec::new();
         while let Some(p) = queue.front() {
             let len = p.blob.len() as u64;
-            if !group.is_empty() && total + len > room {
+            let fits_offsets = active.can_hold(next_offset + p.offsets - 1);
+            if !group.is_empty() && (total + len > room || !fits_offsets) {
                 break;
             }
             total += len;
+            next_offset += p.offsets;
             group.push(queue.pop_front().unwrap());
         }
         group
     }
 
-    async fn roll_if_needed(&self, next_len: u64, next_ts: i64) -> Result<()> {
+    /// Rolls the active segment unless the next append (`next_len` bytes, `next_offsets` offsets,
+    /// newest timestamp `next_ts`) fits it: by size, by age, and by relative offsets.
+    async fn roll_if_needed(&self, next_len: u64, next_ts: i64, next_offsets: i64) -> Result<()> {
         self.check_writable()?;
         let (segment_bytes, segment_age) = {
             let c = self.config.borrow();
             (c.segment_bytes, c.segment_age)
         };
         let active = self.active();
-        let full = active.size.get() + next_len > segment_bytes;
+        let full = active.size.get() + next_len > segment_bytes
+            || !active.can_hold(self.high_watermark.value() + next_offsets - 1);
         let old = segment_age.is_some_and(|age| active.is_older_than(age, next_ts));
         if active.size.get() > 0 && (full || old) {
             self.roll().await?;

@@ -1,15 +1,43 @@
 //! Idempotent producers: per producer id, the epoch, the next expected sequence number and the last
 //! five batches written, so a retried batch is acknowledged without being appended twice and a gap is
-//! refused. One `ProducerStates` per partition; the front end checks a batch before queueing its append
-//! (reserving its sequence numbers, so pipelined requests from one producer are checked in order) and
-//! confirms or releases the reservation when the append completes.
+//! refused. One `ProducerStates` per partition; the front end checks a request's batches before
+//! queueing its append (reserving their sequence numbers, so pipelined requests from one producer are
+//! checked in order; a refused request leaves the state exactly as it was) and confirms or releases
+//! the reservation when the append completes.
+//!
+//! State is bounded like Kafka's: a producer idle for [`ProducerConfig::expiration`] (Kafka
+//! `producer.id.expiration.ms`) is forgotten, and at most [`ProducerConfig::max_producers`] are kept,
+//! the longest idle dropped first. A forgotten producer's next batch gets `UNKNOWN_PRODUCER_ID` unless
+//! it starts a new sequence at 0.
 
 use crate::batch::BatchHeader;
 use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
 
 /// Batches remembered per producer for duplicate detection (Kafka's `max.in.flight` limit for
 /// idempotence is 5).
 const RECENT: usize = 5;
+
+/// Most time between two expiry scans.
+const MAX_EXPIRY_CHECK_MS: i64 = 60_000;
+
+/// How much producer state a partition keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerConfig {
+    /// A producer with no batch for this long is forgotten (Kafka `producer.id.expiration.ms`).
+    pub expiration: Duration,
+    /// Producers kept per partition; beyond it the longest idle is forgotten.
+    pub max_producers: usize,
+}
+
+impl Default for ProducerConfig {
+    fn default() -> Self {
+        Self {
+            expiration: Duration::from_millis(86_400_000),
+            max_producers: 10_000,
+        }
+    }
+}
 
 /// What to do with a batch from an idempotent producer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,12 +62,40 @@ struct Producer {
     next_seq: i32,
     /// (first sequence, last sequence, base offset or -1 while in flight), oldest first.
     recent: VecDeque<(i32, i32, i64)>,
+    /// When its last batch was reserved or written (ms since the epoch): what expiry measures.
+    last_ms: i64,
 }
 
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+impl Producer {
+    fn new(h: &BatchHeader, now_ms: i64) -> Self {
+        Self {
+            epoch: h.producer_epoch,
+            next_seq: last_seq(h).wrapping_add(1),
+            recent: VecDeque::from([(h.base_sequence, last_seq(h), -1)]),
+            last_ms: now_ms,
+        }
+    }
+    /// No append of it is in flight.
+    fn is_idle(&self) -> bool {
+        self.recent.iter().all(|r| r.2 >= 0)
+    }
+}
+
+#[derive(Debug, Default, Clone)]
 pub struct ProducerStates {
     producers: HashMap<i64, Producer>,
+    config: ProducerConfig,
+    /// Wall-clock ms at or after which the next expiry scan runs.
+    next_expiry_ms: i64,
 }
+
+/// Equal when they hold the same producers under the same limits (whenever they last scanned).
+impl PartialEq for ProducerStates {
+    fn eq(&self, other: &Self) -> bool {
+        self.producers == other.producers && self.config == other.config
+    }
+}
+impl Eq for ProducerStates {}
 
 fn last_seq(h: &BatchHeader) -> i32 {
     h.base_sequence.wrapping_add(h.last_offset_delta)
@@ -51,30 +107,81 @@ pub fn is_idempotent(h: &BatchHeader) -> bool {
 }
 
 impl ProducerStates {
+    pub fn new(config: ProducerConfig) -> Self {
+        Self {
+            config,
+            ..Self::default()
+        }
+    }
+    pub fn config(&self) -> ProducerConfig {
+        self.config
+    }
+    /// Changes the limits; they apply from the next check.
+    pub fn set_config(&mut self, config: ProducerConfig) {
+        self.config = config;
+        self.next_expiry_ms = 0;
+    }
     pub fn len(&self) -> usize {
         self.producers.len()
     }
     pub fn is_empty(&self) -> bool {
         self.producers.is_empty()
     }
+    /// Whether state for the producer is kept.
+    pub fn contains(&self, producer_id: i64) -> bool {
+        self.producers.contains_key(&producer_id)
+    }
 
-    /// Checks a batch and, when it should be appended, reserves its sequence numbers.
-    pub fn check_and_reserve(&mut self, h: &BatchHeader) -> SequenceCheck {
+    /// Checks a request's batches for one partition, all or nothing: either every idempotent batch
+    /// should be appended (their sequence numbers are then reserved) or the state is left exactly as
+    /// it was and the first refused batch's index and outcome are returned.
+    pub fn check_and_reserve_all(
+        &mut self,
+        headers: &[BatchHeader],
+        now_ms: i64,
+    ) -> Result<(), (usize, SequenceCheck)> {
+        self.expire_if_due(now_ms);
+        // Each producer's state before the request touched it (None: unknown before).
+        let mut before: Vec<(i64, Option<Producer>)> = Vec::new();
+        for (i, h) in headers.iter().enumerate() {
+            if !is_idempotent(h) {
+                continue;
+            }
+            if !before.iter().any(|(id, _)| *id == h.producer_id) {
+                before.push((h.producer_id, self.producers.get(&h.producer_id).cloned()));
+            }
+            let outcome = self.reserve(h, now_ms);
+            if outcome != SequenceCheck::Append {
+                for (id, p) in before {
+                    match p {
+                        Some(p) => self.producers.insert(id, p),
+                        None => self.producers.remove(&id),
+                    };
+                }
+                return Err((i, outcome));
+            }
+        }
+        self.enforce_limit();
+        Ok(())
+    }
+
+    /// Checks one batch and, when it should be appended, reserves its sequence numbers.
+    pub fn check_and_reserve(&mut self, h: &BatchHeader, now_ms: i64) -> SequenceCheck {
+        match self.check_and_reserve_all(std::slice::from_ref(h), now_ms) {
+            Ok(()) => SequenceCheck::Append,
+            Err((_, outcome)) => outcome,
+        }
+    }
+
+    fn reserve(&mut self, h: &BatchHeader, now_ms: i64) -> SequenceCheck {
         let first = h.base_sequence;
         let last = last_seq(h);
         let Some(p) = self.producers.get_mut(&h.producer_id) else {
             if first != 0 {
                 return SequenceCheck::UnknownProducer;
             }
-            let recent = VecDeque::from([(first, last, -1)]);
-            self.producers.insert(
-                h.producer_id,
-                Producer {
-                    epoch: h.producer_epoch,
-                    next_seq: last.wrapping_add(1),
-                    recent,
-                },
-            );
+            self.producers
+                .insert(h.producer_id, Producer::new(h, now_ms));
             return SequenceCheck::Append;
         };
         if h.producer_epoch < p.epoch {
@@ -84,11 +191,7 @@ impl ProducerStates {
             if first != 0 {
                 return SequenceCheck::OutOfOrder { expected: 0 };
             }
-            *p = Producer {
-                epoch: h.producer_epoch,
-                next_seq: last.wrapping_add(1),
-                recent: VecDeque::from([(first, last, -1)]),
-            };
+            *p = Producer::new(h, now_ms);
             return SequenceCheck::Append;
         }
         if let Some(&(_, _, offset)) = p.recent.iter().find(|r| r.0 == first && r.1 == last) {
@@ -106,6 +209,7 @@ impl ProducerStates {
             };
         }
         p.next_seq = last.wrapping_add(1);
+        p.last_ms = p.last_ms.max(now_ms);
         p.recent.push_back((first, last, -1));
         if p.recent.len() > RECENT {
             p.recent.pop_front();
@@ -114,7 +218,7 @@ impl ProducerStates {
     }
 
     /// The reserved batch was written at `base_offset`.
-    pub fn confirm(&mut self, h: &BatchHeader, base_offset: i64) {
+    pub fn confirm(&mut self, h: &BatchHeader, base_offset: i64, now_ms: i64) {
         if let Some(p) = self.producers.get_mut(&h.producer_id) {
             if let Some(r) = p
                 .recent
@@ -122,6 +226,7 @@ impl ProducerStates {
                 .find(|r| r.0 == h.base_sequence && r.1 == last_seq(h))
             {
                 r.2 = base_offset;
+                p.last_ms = p.last_ms.max(now_ms);
             }
         }
     }
@@ -137,37 +242,100 @@ impl ProducerStates {
         }
     }
 
-    /// Rebuilds state from a batch already in the log (start-up replay).
-    pub fn replay(&mut self, h: &BatchHeader) {
+    /// The reserved batches of one append were not written: released last to first, so each
+    /// producer next expects the first of its batches again.
+    pub fn release_all(&mut self, headers: &[BatchHeader]) {
+        for h in headers.iter().rev().filter(|h| is_idempotent(h)) {
+            self.release(h);
+        }
+    }
+
+    /// Rebuilds state from a batch already in the log (start-up replay). Its last activity is the
+    /// batch's newest timestamp (the broker's clock for LogAppendTime, the producer's otherwise),
+    /// or `now_ms` if it has none or one in the future: replay may keep a producer longer than the
+    /// live broker would have, never shorter.
+    pub fn replay(&mut self, h: &BatchHeader, now_ms: i64) {
         if !is_idempotent(h) {
             return;
         }
-        let p = self.producers.entry(h.producer_id).or_insert(Producer {
+        let ts = if (0..=now_ms).contains(&h.max_timestamp) {
+            h.max_timestamp
+        } else {
+            now_ms
+        };
+        let fresh = Producer {
             epoch: h.producer_epoch,
             next_seq: 0,
             recent: VecDeque::new(),
-        });
+            last_ms: ts,
+        };
+        let p = self.producers.entry(h.producer_id).or_insert(fresh.clone());
         if h.producer_epoch > p.epoch {
-            *p = Producer {
-                epoch: h.producer_epoch,
-                next_seq: 0,
-                recent: VecDeque::new(),
-            };
+            *p = fresh;
         } else if h.producer_epoch < p.epoch {
             return;
         }
         p.next_seq = last_seq(h).wrapping_add(1);
+        p.last_ms = p.last_ms.max(ts);
         p.recent
             .push_back((h.base_sequence, last_seq(h), h.base_offset));
         if p.recent.len() > RECENT {
             p.recent.pop_front();
+        }
+        if self.producers.len() > self.config.max_producers {
+            self.enforce_limit();
+        }
+    }
+
+    /// Forgets idle producers whose last batch is at least `expiration` old; returns how many.
+    pub fn expire(&mut self, now_ms: i64) -> usize {
+        let expiration = self.config.expiration.as_millis().min(i64::MAX as u128) as i64;
+        let before = self.producers.len();
+        self.producers
+            .retain(|_, p| !(p.is_idle() && now_ms.saturating_sub(p.last_ms) >= expiration));
+        self.next_expiry_ms = now_ms.saturating_add(expiration.clamp(1, MAX_EXPIRY_CHECK_MS));
+        before - self.producers.len()
+    }
+
+    /// Runs [`Self::expire`] if a scan is due: every `expiration` or minute, whichever is shorter.
+    pub fn expire_if_due(&mut self, now_ms: i64) -> usize {
+        if now_ms < self.next_expiry_ms {
+            return 0;
+        }
+        self.expire(now_ms)
+    }
+
+    /// Forgets producers beyond `max_producers`, the longest idle first (one with an append in
+    /// flight only if no idle one is left).
+    fn enforce_limit(&mut self) {
+        let excess = self
+            .producers
+            .len()
+            .saturating_sub(self.config.max_producers);
+        if excess == 0 {
+            return;
+        }
+        let key = |p: &Producer| (!p.is_idle(), p.last_ms);
+        let mut doomed: Vec<(bool, i64, i64)> = self
+            .producers
+            .iter()
+            .map(|(id, p)| {
+                let (busy, last) = key(p);
+                (busy, last, *id)
+            })
+            .collect();
+        if excess < doomed.len() {
+            doomed.select_nth_unstable(excess);
+        }
+        for (_, _, id) in doomed.into_iter().take(excess) {
+            self.producers.remove(&id);
         }
     }
 
     /// Serializes the confirmed state (in-flight reservations are dropped: they were never written).
     pub fn encode(&self, log_end_offset: i64) -> Vec<u8> {
         let mut b = Vec::new();
-        b.extend_from_slice(b"SHPS");
+        b.extend_from_slice(MAGIC);
         b.extend_from_slice(&log_end_offset.to_be_bytes());
         b.extend_from_slice(&(self.producers.len() as u32).to_be_bytes());
         for (id, p) in &self.producers {
@@ -181,6 +349,7 @@ impl ProducerStates {
             b.extend_from_slice(&id.to_be_bytes());
             b.extend_from_slice(&p.epoch.to_be_bytes());
             b.extend_from_slice(&next.to_be_bytes());
+            b.extend_from_slice(&p.last_ms.to_be_bytes());
             b.push(done.len() as u8);
             for r in done {
                 b.extend_from_slice(&r.0.to_be_bytes());
@@ -193,9 +362,10 @@ impl ProducerStates {
         b
     }
 
-    /// Parses a snapshot: the state and the log end offset it covers. `None` if damaged.
+    /// Parses a snapshot: the state (with the default config) and the log end offset it covers.
+    /// `None` if damaged or of an older format (the log is then replayed instead).
     pub fn decode(b: &[u8]) -> Option<(Self, i64)> {
-        if b.len() < 20 || &b[..4] != b"SHPS" {
+        if b.len() < 20 || &b[..4] != MAGIC {
             return None;
         }
         let (body, crc) = b.split_at(b.len() - 4);
@@ -216,6 +386,7 @@ impl ProducerStates {
             let id = i64::from_be_bytes(take(8)?.try_into().ok()?);
             let epoch = i16::from_be_bytes(take(2)?.try_into().ok()?);
             let next_seq = i32::from_be_bytes(take(4)?.try_into().ok()?);
+            let last_ms = i64::from_be_bytes(take(8)?.try_into().ok()?);
             let k = take(1)?[0] as usize;
             let mut recent = VecDeque::with_capacity(k.min(RECENT));
             for _ in 0..k {
@@ -230,12 +401,16 @@ impl ProducerStates {
                     epoch,
                     next_seq,
                     recent,
+                    last_ms,
                 },
             );
         }
         Some((states, end))
     }
 }
+
+/// Snapshot format 2 (format 1, `SHPS`, had no last-activity times).
+const MAGIC: &[u8; 4] = b"SHP2";
 
 #[cfg(test)]
 mod tests {
@@ -258,37 +433,171 @@ mod tests {
         }
     }
 
+    /// Reserves and confirms `b` at `now` as the front end does for a written batch.
+    fn write(s: &mut ProducerStates, b: &BatchHeader, offset: i64, now: i64) {
+        assert_eq!(s.check_and_reserve(b, now), SequenceCheck::Append);
+        s.confirm(b, offset, now);
+    }
+
     #[test]
     fn sequences_duplicates_gaps_and_epochs() {
         let mut s = ProducerStates::default();
         assert_eq!(
-            s.check_and_reserve(&h(7, 0, 5, 1)),
+            s.check_and_reserve(&h(7, 0, 5, 1), 0),
             SequenceCheck::UnknownProducer
         );
-        assert_eq!(s.check_and_reserve(&h(7, 0, 0, 10)), SequenceCheck::Append);
         assert_eq!(
-            s.check_and_reserve(&h(7, 0, 0, 10)),
+            s.check_and_reserve(&h(7, 0, 0, 10), 0),
+            SequenceCheck::Append
+        );
+        assert_eq!(
+            s.check_and_reserve(&h(7, 0, 0, 10), 0),
             SequenceCheck::InFlight
         );
-        s.confirm(&h(7, 0, 0, 10), 100);
+        s.confirm(&h(7, 0, 0, 10), 100, 0);
         assert_eq!(
-            s.check_and_reserve(&h(7, 0, 0, 10)),
+            s.check_and_reserve(&h(7, 0, 0, 10), 0),
             SequenceCheck::Duplicate { base_offset: 100 }
         );
         assert_eq!(
-            s.check_and_reserve(&h(7, 0, 11, 1)),
+            s.check_and_reserve(&h(7, 0, 11, 1), 0),
             SequenceCheck::OutOfOrder { expected: 10 }
         );
-        assert_eq!(s.check_and_reserve(&h(7, 0, 10, 5)), SequenceCheck::Append);
-        s.release(&h(7, 0, 10, 5)); // the write failed: a retry is accepted
-        assert_eq!(s.check_and_reserve(&h(7, 0, 10, 5)), SequenceCheck::Append);
-        s.confirm(&h(7, 0, 10, 5), 110);
         assert_eq!(
-            s.check_and_reserve(&h(7, 1, 3, 1)),
+            s.check_and_reserve(&h(7, 0, 10, 5), 0),
+            SequenceCheck::Append
+        );
+        s.release(&h(7, 0, 10, 5)); // the write failed: a retry is accepted
+        assert_eq!(
+            s.check_and_reserve(&h(7, 0, 10, 5), 0),
+            SequenceCheck::Append
+        );
+        s.confirm(&h(7, 0, 10, 5), 110, 0);
+        assert_eq!(
+            s.check_and_reserve(&h(7, 1, 3, 1), 0),
             SequenceCheck::OutOfOrder { expected: 0 }
         );
-        assert_eq!(s.check_and_reserve(&h(7, 1, 0, 1)), SequenceCheck::Append);
-        assert_eq!(s.check_and_reserve(&h(7, 0, 15, 1)), SequenceCheck::Fenced);
+        assert_eq!(
+            s.check_and_reserve(&h(7, 1, 0, 1), 0),
+            SequenceCheck::Append
+        );
+        assert_eq!(
+            s.check_and_reserve(&h(7, 0, 15, 1), 0),
+            SequenceCheck::Fenced
+        );
+    }
+
+    #[test]
+    fn a_refused_request_leaves_the_state_exactly_as_before() {
+        // Sequences 0-4, 5-9 and then 20 in one request, from a producer never seen before: the gap
+        // refuses the request, and the producer stays unknown.
+        let request = [h(3, 0, 0, 5), h(3, 0, 5, 5), h(3, 0, 20, 1)];
+        let mut s = ProducerStates::default();
+        assert_eq!(
+            s.check_and_reserve_all(&request, 0),
+            Err((2, SequenceCheck::OutOfOrder { expected: 10 }))
+        );
+        assert_eq!(s, ProducerStates::default());
+        assert!(!s.contains(3));
+        // The retry of sequence 0 succeeds.
+        assert_eq!(
+            s.check_and_reserve(&h(3, 0, 0, 5), 0),
+            SequenceCheck::Append
+        );
+
+        // A known producer with five batches remembered (a reservation pushes the oldest out) and
+        // one of another epoch (a reservation at a new epoch resets it): both restored.
+        let mut s = ProducerStates::default();
+        for i in 0..5 {
+            write(&mut s, &h(1, 0, i * 2, 2), i as i64 * 2, 10);
+        }
+        write(&mut s, &h(2, 0, 0, 1), 10, 10);
+        let before = s.clone();
+        let request = [
+            h(1, 0, 10, 5),
+            h(2, 1, 0, 1),
+            h(1, 0, 15, 5),
+            h(1, 0, 30, 1),
+        ];
+        assert_eq!(
+            s.check_and_reserve_all(&request, 20),
+            Err((3, SequenceCheck::OutOfOrder { expected: 20 }))
+        );
+        assert_eq!(s, before);
+        assert_eq!(
+            s.check_and_reserve(&h(1, 0, 0, 2), 20),
+            SequenceCheck::Duplicate { base_offset: 0 }
+        );
+        assert_eq!(
+            s.check_and_reserve(&h(2, 0, 1, 1), 20),
+            SequenceCheck::Append
+        );
+    }
+
+    #[test]
+    fn a_failed_append_releases_back_to_its_first_batch() {
+        let mut s = ProducerStates::default();
+        let request = [h(4, 0, 0, 5), h(4, 0, 5, 5)];
+        assert_eq!(s.check_and_reserve_all(&request, 0), Ok(()));
+        s.release_all(&request);
+        assert_eq!(s.check_and_reserve_all(&request, 0), Ok(()));
+    }
+
+    #[test]
+    fn idle_producers_expire_and_busy_ones_do_not() {
+        let config = ProducerConfig {
+            expiration: Duration::from_millis(1_000),
+            max_producers: 100,
+        };
+        let mut s = ProducerStates::new(config);
+        write(&mut s, &h(1, 0, 0, 5), 0, 5_000);
+        assert_eq!(
+            s.check_and_reserve(&h(2, 0, 0, 1), 5_000),
+            SequenceCheck::Append
+        ); // in flight
+        assert_eq!(s.expire(5_999), 0);
+        assert_eq!(s.expire(6_000), 1);
+        assert!(!s.contains(1) && s.contains(2));
+        // Forgotten: its next sequence is refused, a new one from 0 starts over.
+        assert_eq!(
+            s.check_and_reserve(&h(1, 0, 5, 1), 6_000),
+            SequenceCheck::UnknownProducer
+        );
+        assert_eq!(
+            s.check_and_reserve(&h(1, 0, 0, 1), 6_000),
+            SequenceCheck::Append
+        );
+        // A scan is not due on every check: the next one runs a full period after the last.
+        s.confirm(&h(1, 0, 0, 1), 9, 6_000);
+        s.confirm(&h(2, 0, 0, 1), 10, 6_000);
+        assert_eq!(s.expire_if_due(6_999), 0);
+        assert_eq!(s.expire_if_due(7_000), 2);
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn the_limit_drops_the_longest_idle_first() {
+        let config = ProducerConfig {
+            expiration: Duration::from_secs(3_600),
+            max_producers: 3,
+        };
+        let mut s = ProducerStates::new(config);
+        // Producer 1 is the oldest but has an append in flight; 2 is the oldest idle one.
+        assert_eq!(
+            s.check_and_reserve(&h(1, 0, 0, 1), 10),
+            SequenceCheck::Append
+        );
+        write(&mut s, &h(2, 0, 0, 1), 0, 20);
+        write(&mut s, &h(3, 0, 0, 1), 1, 30);
+        write(&mut s, &h(4, 0, 0, 1), 2, 40);
+        assert_eq!(s.len(), 3);
+        assert!(s.contains(1) && !s.contains(2) && s.contains(3) && s.contains(4));
+        // Activity makes a producer young again: 3 writes, so 1 (now idle) goes next.
+        s.confirm(&h(1, 0, 0, 1), 3, 10);
+        write(&mut s, &h(3, 0, 1, 1), 4, 50);
+        write(&mut s, &h(5, 0, 0, 1), 5, 60);
+        let kept: Vec<bool> = (1..=5).map(|id| s.contains(id)).collect();
+        assert_eq!(kept, [false, false, true, true, true]);
     }
 
     #[test]
@@ -297,10 +606,10 @@ mod tests {
         let mut replayed = ProducerStates::default();
         for (i, seq) in [0, 3, 6, 9, 12, 15, 18].into_iter().enumerate() {
             let mut b = h(1, 2, seq, 3);
-            assert_eq!(live.check_and_reserve(&b), SequenceCheck::Append);
+            b.max_timestamp = 1_000 + i as i64;
             b.base_offset = i as i64 * 3;
-            live.confirm(&b, b.base_offset);
-            replayed.replay(&b);
+            write(&mut live, &b, b.base_offset, b.max_timestamp);
+            replayed.replay(&b, 2_000);
         }
         assert_eq!(live, replayed);
         let (decoded, end) = ProducerStates::decode(&live.encode(21)).unwrap();
@@ -311,22 +620,55 @@ mod tests {
         // A reservation still in flight at snapshot time was never written: a retry is accepted.
         let mut pending = ProducerStates::default();
         assert_eq!(
-            pending.check_and_reserve(&h(9, 0, 0, 2)),
+            pending.check_and_reserve(&h(9, 0, 0, 2), 0),
             SequenceCheck::Append
         );
         let (mut restored, _) = ProducerStates::decode(&pending.encode(0)).unwrap();
         assert_eq!(
-            restored.check_and_reserve(&h(9, 0, 0, 2)),
+            restored.check_and_reserve(&h(9, 0, 0, 2), 0),
             SequenceCheck::Append
         );
         let mut live2 = live;
         assert_eq!(
-            live2.check_and_reserve(&h(1, 2, 18, 3)),
+            live2.check_and_reserve(&h(1, 2, 18, 3), 2_000),
             SequenceCheck::Duplicate { base_offset: 18 }
         );
         assert_eq!(
-            live2.check_and_reserve(&h(1, 2, 21, 1)),
+            live2.check_and_reserve(&h(1, 2, 21, 1), 2_000),
             SequenceCheck::Append
         );
+    }
+
+    #[test]
+    fn expiry_survives_the_snapshot_and_replay_uses_batch_times() {
+        let config = ProducerConfig {
+            expiration: Duration::from_millis(1_000),
+            max_producers: 2,
+        };
+        let mut s = ProducerStates::new(config);
+        write(&mut s, &h(1, 0, 0, 1), 0, 100);
+        write(&mut s, &h(2, 0, 0, 1), 1, 900);
+        // The snapshot keeps each producer's last activity: after decoding, expiry is where it was.
+        let (mut d, _) = ProducerStates::decode(&s.encode(2)).unwrap();
+        d.set_config(config);
+        assert_eq!(d.expire(1_100), 1);
+        assert!(!d.contains(1) && d.contains(2));
+
+        // Replay takes a batch's timestamp as its producer's last activity (the clock for batches
+        // without one or from the future), and keeps the limit.
+        let mut r = ProducerStates::new(config);
+        let at = |pid, ts| BatchHeader {
+            max_timestamp: ts,
+            ..h(pid, 0, 0, 1)
+        };
+        r.replay(&at(1, 100), 5_000);
+        r.replay(&at(2, -1), 5_000);
+        r.replay(&at(3, 99_999), 5_000);
+        assert!(
+            !r.contains(1) && r.contains(2) && r.contains(3),
+            "limit of 2"
+        );
+        assert_eq!(r.expire(5_999), 0);
+        assert_eq!(r.expire(6_000), 2);
     }
 }

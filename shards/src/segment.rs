@@ -19,6 +19,11 @@ const HEADER_WINDOW: usize = 64 << 10;
 /// Read size when scanning a segment at recovery.
 const SCAN_CHUNK: usize = 4 << 20;
 
+/// Most a segment's last offset may exceed its base offset. The index keeps offsets relative to the
+/// segment's base as `u32`; like Kafka (whose relative offsets are `i32`), a segment rolls before any
+/// offset would pass `i32::MAX`, whatever the batches claim.
+pub(crate) const MAX_RELATIVE_OFFSET: i64 = i32::MAX as i64;
+
 pub(crate) fn segment_file_name(base_offset: i64) -> String {
     format!("{base_offset:020}.log")
 }
@@ -139,6 +144,11 @@ impl Segment {
         }
     }
 
+    /// Whether offsets up to `last_offset` fit this segment's relative offsets.
+    pub(crate) fn can_hold(&self, last_offset: i64) -> bool {
+        last_offset - self.base_offset <= MAX_RELATIVE_OFFSET
+    }
+
     /// Writes `data` (whole batches with final offsets, described by `headers`) at the end. On error
     /// nothing is counted as written and the file is cut back to the last whole batch, best effort
     /// (recovery cuts it anyway).
@@ -162,6 +172,7 @@ impl Segment {
         let mut at = pos;
         let mut index = self.index.borrow_mut();
         for h in headers {
+            debug_assert!(self.can_hold(h.last_offset()), "the log rolls first");
             index.maybe_add((h.base_offset - self.base_offset) as u32, at as u32);
             at += h.total_len() as u64;
             self.note_timestamps(h);

@@ -7,6 +7,13 @@ pub fn code_of(e: &Error) -> ResponseError {
     match e {
         Error::InvalidBatch(InvalidBatch::TooLarge { .. }) => ResponseError::MessageTooLarge,
         Error::InvalidBatch(InvalidBatch::Unsupported) => ResponseError::InvalidRecord,
+        // A header whose counts do not match its records: Kafka's InvalidRecordException.
+        Error::InvalidBatch(
+            InvalidBatch::Records { .. }
+            | InvalidBatch::RecordCount(_)
+            | InvalidBatch::OffsetDelta { .. }
+            | InvalidBatch::TooManyOffsets { .. },
+        ) => ResponseError::InvalidRecord,
         Error::InvalidBatch(_) => ResponseError::CorruptMessage,
         Error::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
         Error::Storage { .. } => ResponseError::KafkaStorageError,

@@ -156,41 +156,38 @@ fn start_partition(
     )
 }
 
-/// Checks idempotent batches; reserves their sequence numbers or returns the answer for the partition.
+/// Checks idempotent batches, all or nothing: reserves their sequence numbers, or returns the answer
+/// for the partition and leaves the producers' state as it was before the request.
 fn check_sequences(partition: &Partition, headers: &[BatchHeader], index: i32) -> Option<Pending> {
-    let mut states = partition.producers.borrow_mut();
-    let mut reserved: Vec<&BatchHeader> = Vec::new();
-    for h in headers.iter().filter(|h| is_idempotent(h)) {
-        let outcome = states.check_and_reserve(h);
-        if outcome == SequenceCheck::Append {
-            reserved.push(h);
-            continue;
-        }
-        reserved.into_iter().for_each(|r| states.release(r));
-        return Some(match outcome {
-            SequenceCheck::Duplicate { base_offset } if headers.len() == 1 => Pending::Done(
-                PartitionProduceResponse::default()
-                    .with_index(index)
-                    .with_base_offset(base_offset)
-                    .with_log_start_offset(partition.log.log_start_offset()),
-            ),
-            SequenceCheck::Duplicate { .. } | SequenceCheck::InFlight => {
-                failed(index, ResponseError::DuplicateSequenceNumber, None)
-            }
-            SequenceCheck::OutOfOrder { expected } => failed(
-                index,
-                ResponseError::OutOfOrderSequenceNumber,
-                Some(format!(
-                    "expected sequence {expected}, got {}",
-                    h.base_sequence
-                )),
-            ),
-            SequenceCheck::Fenced => failed(index, ResponseError::InvalidProducerEpoch, None),
-            SequenceCheck::UnknownProducer => failed(index, ResponseError::UnknownProducerId, None),
-            SequenceCheck::Append => unreachable!(),
-        });
+    if !headers.iter().any(is_idempotent) {
+        return None;
     }
-    None
+    let mut states = partition.producers.borrow_mut();
+    let (i, outcome) = states
+        .check_and_reserve_all(headers, crate::partition::now_ms())
+        .err()?;
+    Some(match outcome {
+        SequenceCheck::Duplicate { base_offset } if headers.len() == 1 => Pending::Done(
+            PartitionProduceResponse::default()
+                .with_index(index)
+                .with_base_offset(base_offset)
+                .with_log_start_offset(partition.log.log_start_offset()),
+        ),
+        SequenceCheck::Duplicate { .. } | SequenceCheck::InFlight => {
+            failed(index, ResponseError::DuplicateSequenceNumber, None)
+        }
+        SequenceCheck::OutOfOrder { expected } => failed(
+            index,
+            ResponseError::OutOfOrderSequenceNumber,
+            Some(format!(
+                "expected sequence {expected}, got {}",
+                headers[i].base_sequence
+            )),
+        ),
+        SequenceCheck::Fenced => failed(index, ResponseError::InvalidProducerEpoch, None),
+        SequenceCheck::UnknownProducer => failed(index, ResponseError::UnknownProducerId, None),
+        SequenceCheck::Append => unreachable!("an accepted batch is not an error"),
+    })
 }
 
 fn finish(
@@ -202,10 +199,11 @@ fn finish(
     let mut states = partition.producers.borrow_mut();
     match result {
         Ok(r) => {
+            let now = crate::partition::now_ms();
             let mut base = r.base_offset;
             for h in headers {
                 if is_idempotent(h) {
-                    states.confirm(h, base);
+                    states.confirm(h, base, now);
                 }
                 base += h.offset_count();
             }
@@ -216,10 +214,7 @@ fn finish(
                 .with_log_start_offset(r.log_start_offset)
         }
         Err(e) => {
-            headers
-                .iter()
-                .filter(|h| is_idempotent(h))
-                .for_each(|h| states.release(h));
+            states.release_all(headers);
             PartitionProduceResponse::default()
                 .with_index(index)
                 .with_error_code(code_of(&e).code())
