@@ -199,7 +199,7 @@ async fn status_json(core: &Rc<Core>) -> String {
         .collect();
     serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),
-        "data_dir": core.args.data_dir,
+        "data_dir": core.config.data_dir,
         "topic_table_revision": table.revision,
         "topics": topics,
         "cores": cores,

@@ -1,6 +1,11 @@
 //! The command line: `shoal serve` and its flags. Every number a user may want to change is here.
 
+use crate::config::BrokerConfig;
+use crate::groups::CoordinatorConfig;
+use crate::server::ServerConfig;
 use clap::{Args, Parser, Subcommand};
+use shards::producers::ProducerConfig;
+use shards::view_reader::ViewConfig;
 use shards::LogConfig;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -54,13 +59,13 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1)]
     pub default_partitions: i32,
     /// Largest request accepted, checked before any allocation (Kafka socket.request.max.bytes).
-    #[arg(long, default_value_t = 100 << 20)]
+    #[arg(long, default_value_t = 100 << 20, value_parser = crate::units::parse_size_usize)]
     pub max_request_bytes: usize,
     /// Largest record batch accepted (Kafka message.max.bytes).
-    #[arg(long, default_value_t = 1_048_588)]
+    #[arg(long, default_value_t = 1_048_588, value_parser = crate::units::parse_size_usize)]
     pub max_batch_bytes: usize,
     /// Segment size before rolling (Kafka segment.bytes).
-    #[arg(long, default_value_t = 256 << 20)]
+    #[arg(long, default_value_t = 256 << 20, value_parser = crate::units::parse_size)]
     pub segment_bytes: u64,
     /// Segment age before rolling, in ms (Kafka segment.ms).
     #[arg(long, default_value_t = 7 * 24 * 3600 * 1000)]
@@ -70,7 +75,7 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1000)]
     pub flush_ms: u64,
     /// Delete old segments once a partition exceeds this many bytes; -1: no limit (Kafka retention.bytes).
-    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true, value_parser = crate::units::parse_size_or_minus_one)]
     pub retention_bytes: i64,
     /// Delete segments whose newest record is older than this, in ms; -1: keep forever (Kafka retention.ms).
     #[arg(long, default_value_t = 7 * 24 * 3600 * 1000, allow_negative_numbers = true)]
@@ -79,21 +84,21 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 300_000)]
     pub retention_check_ms: u64,
     /// Memory for recent batches per core (the tail cache), in bytes.
-    #[arg(long, default_value_t = 256 << 20)]
+    #[arg(long, default_value_t = 256 << 20, value_parser = crate::units::parse_size_usize)]
     pub tail_cache_bytes: usize,
     /// Fetch read coalescing: one read per (partition, offset, isolation, max_bytes, obligatory)
     /// serves every consumer asking for it. Also switchable live through the admin API.
     #[arg(long, default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set)]
     pub fetch_coalescing: bool,
     /// Memory for recent fetch results per core (the coalescer's cache), in bytes.
-    #[arg(long, default_value_t = 64 << 20)]
+    #[arg(long, default_value_t = 64 << 20, value_parser = crate::units::parse_size_usize)]
     pub fetch_cache_bytes: usize,
     /// Record bytes that fetch responses not yet written may hold per core; a result shared by many
     /// responses counts once. A fetch beyond it returns what fits (at least one batch).
-    #[arg(long, default_value_t = 512 << 20)]
+    #[arg(long, default_value_t = 512 << 20, value_parser = crate::units::parse_size_usize)]
     pub fetch_response_budget_bytes: usize,
     /// Memory for one view reader's window of per-shard batches, in bytes.
-    #[arg(long, default_value_t = 32 << 20)]
+    #[arg(long, default_value_t = 32 << 20, value_parser = crate::units::parse_size_usize)]
     pub view_window_bytes: usize,
     /// A view consumer this many offsets or fewer from the shared reader's window is served from it;
     /// further away it gets its own catch-up read. Also settable live through the admin API.
@@ -139,9 +144,17 @@ pub fn parse_on_off(s: &str) -> Result<bool, String> {
 }
 
 impl ServeArgs {
-    /// Log settings every partition starts from; topic configs override them per topic.
-    pub fn log_config(&self) -> LogConfig {
-        LogConfig {
+    /// The server's configuration from the flags.
+    pub fn into_config(self) -> ServerConfig {
+        let cores = self
+            .cores
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .max(1);
+        let advertised_host = self
+            .advertised_host
+            .clone()
+            .unwrap_or_else(|| self.listen.ip().to_string());
+        let log = LogConfig {
             segment_bytes: self.segment_bytes,
             segment_age: Some(Duration::from_millis(self.segment_ms)),
             flush_interval: (self.flush_ms > 0).then(|| Duration::from_millis(self.flush_ms)),
@@ -152,44 +165,92 @@ impl ServeArgs {
             retention_check_interval: Duration::from_millis(self.retention_check_ms.max(1)),
             max_batch_bytes: self.max_batch_bytes,
             ..LogConfig::default()
+        };
+        ServerConfig {
+            listen: self.listen,
+            admin: self.admin,
+            cores,
+            bind_retry: Duration::from_millis(self.bind_retry_ms),
+            broker: BrokerConfig {
+                data_dir: self.data_dir,
+                advertised_host,
+                auto_create_topics: self.auto_create_topics,
+                default_partitions: self.default_partitions,
+                max_request_bytes: self.max_request_bytes,
+                log,
+                producers: ProducerConfig {
+                    expiration: Duration::from_millis(self.producer_id_expiration_ms),
+                    max_producers: self.max_producers_per_partition.max(1),
+                },
+                tail_cache_bytes: self.tail_cache_bytes,
+                fetch_coalescing: self.fetch_coalescing,
+                fetch_cache_bytes: self.fetch_cache_bytes,
+                fetch_response_budget_bytes: self.fetch_response_budget_bytes,
+                views: ViewConfig {
+                    window_bytes: self.view_window_bytes,
+                    max_delta_for_fanout: self.max_delta_for_fanout.max(0),
+                    idle_stop: Duration::from_millis(self.view_idle_stop_ms),
+                    shared: self.view_sharing,
+                    ..Default::default()
+                },
+                groups: CoordinatorConfig {
+                    initial_rebalance_delay: Duration::from_millis(
+                        self.group_initial_rebalance_delay_ms,
+                    ),
+                    min_session_timeout: Duration::from_millis(self.group_min_session_timeout_ms),
+                    max_session_timeout: Duration::from_millis(self.group_max_session_timeout_ms),
+                    compact_min_records: self.group_offsets_compact_min_records.max(1),
+                },
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn serve(args: &[&str]) -> Result<ServerConfig, clap::Error> {
+        let argv = ["shoal", "serve"].iter().chain(args);
+        match Cli::try_parse_from(argv)?.command {
+            Command::Serve(a) => Ok(a.into_config()),
+            Command::Bench(_) => unreachable!(),
         }
     }
 
-    pub fn producer_config(&self) -> shards::producers::ProducerConfig {
-        shards::producers::ProducerConfig {
-            expiration: Duration::from_millis(self.producer_id_expiration_ms),
-            max_producers: self.max_producers_per_partition.max(1),
-        }
+    #[test]
+    fn size_flags_take_units_like_the_bench() {
+        let c = serve(&[
+            "--segment-bytes",
+            "64MiB",
+            "--tail-cache-bytes",
+            "1GiB",
+            "--retention-bytes",
+            "10GB",
+            "--max-batch-bytes",
+            "1048588",
+            "--fetch-cache-bytes",
+            "16k",
+        ])
+        .unwrap();
+        assert_eq!(c.broker.log.segment_bytes, 64 << 20);
+        assert_eq!(c.broker.tail_cache_bytes, 1 << 30);
+        assert_eq!(c.broker.log.retention_bytes, Some(10_000_000_000));
+        assert_eq!(c.broker.log.max_batch_bytes, 1_048_588);
+        assert_eq!(c.broker.fetch_cache_bytes, 16 << 10);
+        let d = serve(&["--retention-bytes", "-1"]).unwrap();
+        assert_eq!(d.broker.log.retention_bytes, None);
+        assert!(serve(&["--segment-bytes", "64 furlongs"]).is_err());
     }
 
-    pub fn view_config(&self) -> shards::view_reader::ViewConfig {
-        shards::view_reader::ViewConfig {
-            window_bytes: self.view_window_bytes,
-            max_delta_for_fanout: self.max_delta_for_fanout.max(0),
-            idle_stop: Duration::from_millis(self.view_idle_stop_ms),
-            shared: self.view_sharing,
-            ..Default::default()
-        }
-    }
-
-    pub fn group_config(&self) -> crate::groups::CoordinatorConfig {
-        crate::groups::CoordinatorConfig {
-            initial_rebalance_delay: Duration::from_millis(self.group_initial_rebalance_delay_ms),
-            min_session_timeout: Duration::from_millis(self.group_min_session_timeout_ms),
-            max_session_timeout: Duration::from_millis(self.group_max_session_timeout_ms),
-            compact_min_records: self.group_offsets_compact_min_records.max(1),
-        }
-    }
-
-    pub fn cores(&self) -> usize {
-        self.cores
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-            .max(1)
-    }
-
-    pub fn advertised_host(&self) -> String {
-        self.advertised_host
-            .clone()
-            .unwrap_or_else(|| self.listen.ip().to_string())
+    #[test]
+    fn defaults() {
+        let c = serve(&[]).unwrap();
+        assert_eq!(c.broker.data_dir, PathBuf::from("./shoal-data"));
+        assert_eq!(c.broker.advertised_host, "127.0.0.1");
+        assert_eq!(c.listen.port(), 9092);
+        assert_eq!(c.bind_retry, Duration::from_secs(10));
+        assert_eq!(c.broker.log.segment_bytes, 256 << 20);
+        assert!(c.cores >= 1);
     }
 }

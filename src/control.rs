@@ -346,7 +346,7 @@ async fn create_on_core0(
     let mut seen = std::collections::HashSet::new();
     for t in topics {
         let partitions = if t.partitions == -1 {
-            core.args.default_partitions
+            core.config.default_partitions
         } else {
             t.partitions
         };
@@ -377,7 +377,7 @@ async fn create_on_core0(
                 ResponseError::InvalidReplicationFactor,
                 "shoal keeps one replica: replication factor must be 1 or -1".into(),
             ))
-        } else if let Err(why) = apply_topic_configs(&core.args.log_config(), &t.configs) {
+        } else if let Err(why) = apply_topic_configs(&core.config.log, &t.configs) {
             Some((ResponseError::InvalidConfig, why))
         } else {
             None
@@ -401,7 +401,7 @@ async fn create_on_core0(
     }
     if changed {
         table.revision += 1;
-        if let Err(e) = persist_table(&core.args.data_dir, &table).await {
+        if let Err(e) = persist_table(&core.config.data_dir, &table).await {
             log::error!("could not persist the topic table: {e}");
             for o in &mut outcomes {
                 if o.error.is_none() {
@@ -443,7 +443,7 @@ async fn delete_on_core0(core: &Rc<Core>, names: Vec<String>) -> Vec<TopicOutcom
     }
     if !deleted.is_empty() {
         table.revision += 1;
-        if let Err(e) = persist_table(&core.args.data_dir, &table).await {
+        if let Err(e) = persist_table(&core.config.data_dir, &table).await {
             log::error!("could not persist the topic table: {e}");
             for o in &mut outcomes {
                 o.error.get_or_insert((
@@ -454,7 +454,7 @@ async fn delete_on_core0(core: &Rc<Core>, names: Vec<String>) -> Vec<TopicOutcom
             return outcomes;
         }
         broadcast(core, table).await;
-        let topics_dir = core.args.data_dir.join("topics");
+        let topics_dir = core.config.data_dir.join("topics");
         let _ = glommio::executor()
             .spawn_blocking(move || {
                 for name in deleted {

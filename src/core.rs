@@ -1,7 +1,7 @@
 //! One core's state: its copy of the topic table, the partitions it owns, its tail cache, its metrics
 //! and its end of the control plane. `!Send`: created on the core's executor and never leaves it.
 
-use crate::cli::ServeArgs;
+use crate::config::BrokerConfig;
 use crate::control::Control;
 use crate::metrics::{CoreMetrics, CoreSnapshot, PartitionSnapshot};
 use crate::partition::Partition;
@@ -17,7 +17,7 @@ use std::rc::Rc;
 pub struct Core {
     pub id: usize,
     pub cores: usize,
-    pub args: Rc<ServeArgs>,
+    pub config: Rc<BrokerConfig>,
     /// Each core's Kafka port, index = core = broker id.
     pub ports: Vec<u16>,
     pub advertised_host: String,
@@ -40,18 +40,18 @@ pub struct Core {
 }
 
 impl Core {
-    pub fn new(id: usize, args: Rc<ServeArgs>, ports: Vec<u16>, control: Control) -> Self {
+    pub fn new(id: usize, config: Rc<BrokerConfig>, ports: Vec<u16>, control: Control) -> Self {
         let cores = ports.len();
         Self {
             id,
             cores,
-            advertised_host: args.advertised_host(),
-            tail_cache: Rc::new(TailCache::new(args.tail_cache_bytes, 1 << 20)),
-            coalescer: FetchCoalescer::new(args.fetch_cache_bytes, args.fetch_coalescing),
-            response_memory: ResponseMemory::new(args.fetch_response_budget_bytes),
-            views: ViewReaders::new(args.view_config()),
-            groups: crate::groups::Coordinator::new(id, cores, args.group_config()),
-            args,
+            advertised_host: config.advertised_host.clone(),
+            tail_cache: Rc::new(TailCache::new(config.tail_cache_bytes, 1 << 20)),
+            coalescer: FetchCoalescer::new(config.fetch_cache_bytes, config.fetch_coalescing),
+            response_memory: ResponseMemory::new(config.fetch_response_budget_bytes),
+            views: ViewReaders::new(config.views),
+            groups: crate::groups::Coordinator::new(id, cores, config.groups),
+            config,
             ports,
             topics: RefCell::new(Rc::new(TopicTable::default())),
             partitions: RefCell::new(HashMap::new()),
@@ -138,18 +138,17 @@ impl Core {
                 continue;
             }
             let meta = table.get(&topic).expect("owned topic exists");
-            let config = apply_topic_configs(&self.args.log_config(), &meta.configs)
-                .unwrap_or_else(|e| {
-                    log::warn!("topic {topic}: {e}; using server defaults");
-                    self.args.log_config()
-                });
+            let config = apply_topic_configs(&self.config.log, &meta.configs).unwrap_or_else(|e| {
+                log::warn!("topic {topic}: {e}; using server defaults");
+                self.config.log.clone()
+            });
             let opened = Partition::open(
-                &self.args.data_dir,
+                &self.config.data_dir,
                 &topic,
                 index,
                 meta.id,
                 config,
-                self.args.producer_config(),
+                self.config.producers,
                 self.tail_cache.clone(),
             )
             .await;

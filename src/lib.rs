@@ -6,6 +6,8 @@
 //!
 //! ## Layout
 //! - [`cli`]         — `shoal` command line and every tunable flag.
+//! - [`config`]      — the broker settings every core runs with (`BrokerConfig`).
+//! - [`units`]       — sizes with units, the same for every flag.
 //! - [`server`]      — start-up: listeners, one pinned executor per core, the core mesh, orderly stop.
 //! - [`core`]        — one core's state: topic table copy, owned partitions, tail cache, metrics.
 //! - [`router`]      — the topic table and the partition -> core mapping; topic names and configs.
@@ -23,6 +25,7 @@ pub mod admin;
 pub mod alloc_guard;
 pub mod bench;
 pub mod cli;
+pub mod config;
 pub mod control;
 pub mod core;
 pub mod groups;
@@ -31,3 +34,4 @@ pub mod metrics;
 pub mod partition;
 pub mod router;
 pub mod server;
+pub mod units;

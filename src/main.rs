@@ -15,7 +15,7 @@ fn main() {
     };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
     let result = match cli.command {
-        Command::Serve(args) => shoal::server::run(args),
+        Command::Serve(args) => shoal::server::run(args.into_config()),
         Command::Bench(cmd) => shoal::bench::run(cmd),
     };
     if let Err(e) = result {

@@ -2,7 +2,7 @@
 //! by a channel mesh for the control plane; and an orderly stop on SIGINT/SIGTERM.
 
 use crate::admin;
-use crate::cli::ServeArgs;
+use crate::config::BrokerConfig;
 use crate::control::{self, spawn_receivers, Control, CoreMsg};
 use crate::core::Core;
 use crate::kafka::connection;
@@ -20,6 +20,21 @@ use std::time::{Duration, Instant};
 /// How long a stopping server waits for open connections to finish their requests.
 const DRAIN: Duration = Duration::from_secs(5);
 
+/// What the server process is told to do: where it listens, how many cores, and the broker
+/// settings every core runs with.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Core 0's Kafka address; core i listens on port + i (port 0: any free ports).
+    pub listen: SocketAddr,
+    /// Admin HTTP address.
+    pub admin: SocketAddr,
+    /// Cores (executors, brokers) to run.
+    pub cores: usize,
+    /// How long to keep retrying a listen address still in use at start-up.
+    pub bind_retry: Duration,
+    pub broker: BrokerConfig,
+}
+
 /// A running server.
 #[derive(Debug)]
 pub struct Server {
@@ -32,26 +47,28 @@ pub struct Server {
 
 impl Server {
     /// Binds every listener, then starts the cores. Returns once the ports accept connections.
-    pub fn start(mut args: ServeArgs) -> std::io::Result<Server> {
-        let cores = args.cores();
-        args.data_dir = resolve_data_dir(&args.data_dir)?;
-        log::info!("data directory: {}", args.data_dir.display());
-        let table = control::load_table(&args.data_dir)?;
-        crate::groups::reshard(&args.data_dir, cores)?;
-        let retry = Duration::from_millis(args.bind_retry_ms);
+    pub fn start(mut config: ServerConfig) -> std::io::Result<Server> {
+        let cores = config.cores.max(1);
+        let broker = &mut config.broker;
+        broker.data_dir = resolve_data_dir(&broker.data_dir)?;
+        log::info!("data directory: {}", broker.data_dir.display());
+        let table = control::load_table(&broker.data_dir)?;
+        crate::groups::reshard(&broker.data_dir, cores)?;
+        let retry = config.bind_retry;
         let mut listeners = Vec::with_capacity(cores);
         for i in 0..cores {
-            let port = if args.listen.port() == 0 {
+            let port = if config.listen.port() == 0 {
                 0
             } else {
-                args.listen.port() + i as u16
+                config.listen.port() + i as u16
             };
-            let l = bind_retrying(SocketAddr::new(args.listen.ip(), port), retry).map_err(|e| {
-                std::io::Error::new(
-                    e.kind(),
-                    format!("core {i}: cannot listen on port {port}: {e}"),
-                )
-            })?;
+            let l =
+                bind_retrying(SocketAddr::new(config.listen.ip(), port), retry).map_err(|e| {
+                    std::io::Error::new(
+                        e.kind(),
+                        format!("core {i}: cannot listen on port {port}: {e}"),
+                    )
+                })?;
             l.set_nonblocking(true)?;
             listeners.push(l);
         }
@@ -59,10 +76,10 @@ impl Server {
             .iter()
             .map(|l| l.local_addr().map(|a| a.port()))
             .collect::<Result<_, _>>()?;
-        let admin_listener = bind_retrying(args.admin, retry).map_err(|e| {
+        let admin_listener = bind_retrying(config.admin, retry).map_err(|e| {
             std::io::Error::new(
                 e.kind(),
-                format!("cannot listen on the admin address {}: {e}", args.admin),
+                format!("cannot listen on the admin address {}: {e}", config.admin),
             )
         })?;
         admin_listener.set_nonblocking(true)?;
@@ -71,7 +88,7 @@ impl Server {
         let stop = Arc::new(AtomicBool::new(false));
         let mesh = MeshBuilder::<CoreMsg, _>::full(cores, 1024);
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let args = Arc::new(args);
+        let broker = Arc::new(config.broker);
         let mut handles = Vec::with_capacity(cores);
         for (i, l) in listeners.into_iter().enumerate() {
             let placement = if cores <= cpus {
@@ -81,8 +98,8 @@ impl Server {
             };
             let fd = l.into_raw_fd();
             let admin_fd = if i == 0 { admin_fd.take() } else { None };
-            let (args, ports, stop, mesh, table) = (
-                args.clone(),
+            let (broker, ports, stop, mesh, table) = (
+                broker.clone(),
                 ports.clone(),
                 stop.clone(),
                 mesh.clone(),
@@ -92,7 +109,7 @@ impl Server {
                 .name(&format!("shoal-core-{i}"))
                 .spawn(move || async move {
                     let _stop_all = StopOnPanic(stop.clone());
-                    run_core(i, (*args).clone(), ports, fd, admin_fd, mesh, stop, table).await;
+                    run_core(i, (*broker).clone(), ports, fd, admin_fd, mesh, stop, table).await;
                 })
                 .map_err(|e| std::io::Error::other(format!("cannot start core {i}: {e}")))?;
             handles.push(h);
@@ -188,8 +205,8 @@ impl Drop for StopOnPanic {
 }
 
 /// `shoal serve`: runs until SIGINT or SIGTERM, then stops cleanly.
-pub fn run(args: ServeArgs) -> std::io::Result<()> {
-    let server = Server::start(args)?;
+pub fn run(config: ServerConfig) -> std::io::Result<()> {
+    let server = Server::start(config)?;
     // One machine-readable line for scripts and tests that start shoal on port 0.
     let ports: Vec<String> = server.ports.iter().map(u16::to_string).collect();
     println!(
@@ -208,7 +225,7 @@ pub fn run(args: ServeArgs) -> std::io::Result<()> {
 #[allow(clippy::too_many_arguments)]
 async fn run_core(
     id: usize,
-    args: ServeArgs,
+    config: BrokerConfig,
     ports: Vec<u16>,
     fd: RawFd,
     admin_fd: Option<RawFd>,
@@ -223,14 +240,14 @@ async fn run_core(
     } else {
         (None, None)
     };
-    let core = Rc::new(Core::new(id, Rc::new(args), ports, Control::new(senders)));
+    let core = Rc::new(Core::new(id, Rc::new(config), ports, Control::new(senders)));
     if let Some(r) = receivers {
         spawn_receivers(&core, r);
     }
     core.apply_table(table).await;
     if let Err(e) = core
         .groups
-        .load(&core.args.data_dir, core.tail_cache.clone())
+        .load(&core.config.data_dir, core.tail_cache.clone())
         .await
     {
         // Without its offsets the core must not coordinate groups (it would answer as if none

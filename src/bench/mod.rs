@@ -245,29 +245,7 @@ pub fn run(cmd: BenchCommand) -> io::Result<()> {
 // ---------------------------------------------------------------------------------------------------
 // Value parsers.
 
-/// "16KiB", "1MB", "1g", "4096" -> bytes. KiB/MiB/GiB and a bare k/m/g are powers of 1024;
-/// KB/MB/GB powers of 1000.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?}: expected a size like 1024, 16KiB, 1MB"))?;
-    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kib" => 1024.0,
-        "m" | "mib" => 1024.0 * 1024.0,
-        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        u => return Err(format!("{s:?}: unknown size unit {u:?}")),
-    };
-    Ok((v * mult).round() as u64)
-}
+pub use crate::units::parse_size;
 
 /// "0", "50000", "50k", "1.5M" messages/s, or "100MB/s", "64MiB/s" bytes/s.
 pub fn parse_rate(s: &str) -> Result<Rate, String> {
@@ -447,7 +425,7 @@ impl Broker {
                 cores,
             });
         }
-        let server = Server::start(serve)?;
+        let server = Server::start(serve.into_config())?;
         let bootstrap = SocketAddr::from(([127, 0, 0, 1], server.ports[0]));
         let admin = Some(server.admin);
         Ok(Broker {

@@ -32,7 +32,7 @@ pub async fn serve(core: Rc<Core>, stream: TcpStream) {
     let mut reader = Half(stream.clone());
     let (tx, rx) = local_channel::new_bounded::<JoinHandle<Reply>>(MAX_IN_FLIGHT);
     let writer = glommio::spawn_local(write_responses(core.clone(), Half(stream), rx));
-    let limit = core.args.max_request_bytes;
+    let limit = core.config.max_request_bytes;
     loop {
         let frame = futures_lite::future::or(
             async { Some(read_frame(&mut reader, limit).await) },

@@ -33,8 +33,8 @@ pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
                 .collect(),
         ),
     };
-    let auto_create =
-        core.args.auto_create_topics && (req.api_version < 4 || request.allow_auto_topic_creation);
+    let auto_create = core.config.auto_create_topics
+        && (req.api_version < 4 || request.allow_auto_topic_creation);
     if let (Some(names), true) = (&wanted, auto_create) {
         let missing: Vec<NewTopic> = names
             .iter()

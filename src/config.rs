@@ -1,0 +1,37 @@
+//! What one core is told to do: the broker settings the cores, the Kafka front end, the control
+//! plane and the groups read. The command line converts its flags into this (and into the
+//! process-level [`crate::server::ServerConfig`] around it); nothing here knows about flags.
+
+use crate::groups::CoordinatorConfig;
+use shards::producers::ProducerConfig;
+use shards::view_reader::ViewConfig;
+use shards::LogConfig;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// Topic table and partition logs; absolute once the server has started.
+    pub data_dir: PathBuf,
+    /// Host name clients are told to connect to (Metadata).
+    pub advertised_host: String,
+    /// Create a topic when a Metadata request names a missing one.
+    pub auto_create_topics: bool,
+    /// Partitions of auto-created topics and of CreateTopics asking for the default (-1).
+    pub default_partitions: i32,
+    /// Largest request frame, checked before allocating.
+    pub max_request_bytes: usize,
+    /// Settings every partition's log starts from; topic configs override them.
+    pub log: LogConfig,
+    /// Idempotent producer state per partition.
+    pub producers: ProducerConfig,
+    /// Memory for recent batches per core.
+    pub tail_cache_bytes: usize,
+    /// Fetch read coalescing on at start (switchable live).
+    pub fetch_coalescing: bool,
+    /// Memory for recent fetch results per core.
+    pub fetch_cache_bytes: usize,
+    /// Record bytes unsent fetch responses may hold per core.
+    pub fetch_response_budget_bytes: usize,
+    pub views: ViewConfig,
+    pub groups: CoordinatorConfig,
+}
