@@ -88,8 +88,8 @@ async fn handle(core: Rc<Core>, mut stream: TcpStream) {
 /// A live setting from its name and value.
 fn parse_setting(name: &str, value: &str) -> Result<Setting, String> {
     match name {
-        "fetch_coalescing" => crate::cli::parse_on_off(value).map(Setting::FetchCoalescing),
-        "view_sharing" => crate::cli::parse_on_off(value).map(Setting::ViewSharing),
+        "fetch_coalescing" => crate::units::parse_on_off(value).map(Setting::FetchCoalescing),
+        "view_sharing" => crate::units::parse_on_off(value).map(Setting::ViewSharing),
         "max_delta_for_fanout" => value
             .parse::<i64>()
             .ok()

@@ -1,12 +1,14 @@
-//! The command line: `shoal serve` and its flags. Every number a user may want to change is here.
+//! The command line: `shoal serve` and its flags (every number a user may want to change is here),
+//! and `shoal bench`, whose flags are the load generator's.
 
-use crate::config::BrokerConfig;
-use crate::groups::CoordinatorConfig;
-use crate::server::ServerConfig;
 use clap::{Args, Parser, Subcommand};
 use shards::producers::ProducerConfig;
 use shards::view_reader::ViewConfig;
 use shards::LogConfig;
+use shoal::config::BrokerConfig;
+use shoal::groups::CoordinatorConfig;
+use shoal::server::ServerConfig;
+use shoal::units::{parse_on_off, parse_size, parse_size_or_minus_one, parse_size_usize};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -59,13 +61,13 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1)]
     pub default_partitions: i32,
     /// Largest request accepted, checked before any allocation (Kafka socket.request.max.bytes).
-    #[arg(long, default_value_t = 100 << 20, value_parser = crate::units::parse_size_usize)]
+    #[arg(long, default_value_t = 100 << 20, value_parser = parse_size_usize)]
     pub max_request_bytes: usize,
     /// Largest record batch accepted (Kafka message.max.bytes).
-    #[arg(long, default_value_t = 1_048_588, value_parser = crate::units::parse_size_usize)]
+    #[arg(long, default_value_t = 1_048_588, value_parser = parse_size_usize)]
     pub max_batch_bytes: usize,
     /// Segment size before rolling (Kafka segment.bytes).
-    #[arg(long, default_value_t = 256 << 20, value_parser = crate::units::parse_size)]
+    #[arg(long, default_value_t = 256 << 20, value_parser = parse_size)]
     pub segment_bytes: u64,
     /// Segment age before rolling, in ms (Kafka segment.ms).
     #[arg(long, default_value_t = 7 * 24 * 3600 * 1000)]
@@ -75,7 +77,7 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1000)]
     pub flush_ms: u64,
     /// Delete old segments once a partition exceeds this many bytes; -1: no limit (Kafka retention.bytes).
-    #[arg(long, default_value_t = -1, allow_negative_numbers = true, value_parser = crate::units::parse_size_or_minus_one)]
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true, value_parser = parse_size_or_minus_one)]
     pub retention_bytes: i64,
     /// Delete segments whose newest record is older than this, in ms; -1: keep forever (Kafka retention.ms).
     #[arg(long, default_value_t = 7 * 24 * 3600 * 1000, allow_negative_numbers = true)]
@@ -84,21 +86,21 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 300_000)]
     pub retention_check_ms: u64,
     /// Memory for recent batches per core (the tail cache), in bytes.
-    #[arg(long, default_value_t = 256 << 20, value_parser = crate::units::parse_size_usize)]
+    #[arg(long, default_value_t = 256 << 20, value_parser = parse_size_usize)]
     pub tail_cache_bytes: usize,
     /// Fetch read coalescing: one read per (partition, offset, isolation, max_bytes, obligatory)
     /// serves every consumer asking for it. Also switchable live through the admin API.
     #[arg(long, default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set)]
     pub fetch_coalescing: bool,
     /// Memory for recent fetch results per core (the coalescer's cache), in bytes.
-    #[arg(long, default_value_t = 64 << 20, value_parser = crate::units::parse_size_usize)]
+    #[arg(long, default_value_t = 64 << 20, value_parser = parse_size_usize)]
     pub fetch_cache_bytes: usize,
     /// Record bytes that fetch responses not yet written may hold per core; a result shared by many
     /// responses counts once. A fetch beyond it returns what fits (at least one batch).
-    #[arg(long, default_value_t = 512 << 20, value_parser = crate::units::parse_size_usize)]
+    #[arg(long, default_value_t = 512 << 20, value_parser = parse_size_usize)]
     pub fetch_response_budget_bytes: usize,
     /// Memory for one view reader's window of per-shard batches, in bytes.
-    #[arg(long, default_value_t = 32 << 20, value_parser = crate::units::parse_size_usize)]
+    #[arg(long, default_value_t = 32 << 20, value_parser = parse_size_usize)]
     pub view_window_bytes: usize,
     /// A view consumer this many offsets or fewer from the shared reader's window is served from it;
     /// further away it gets its own catch-up read. Also settable live through the admin API.
@@ -134,12 +136,15 @@ pub struct ServeArgs {
     pub max_producers_per_partition: usize,
 }
 
-/// `on`/`off` (also `true`/`false`).
-pub fn parse_on_off(s: &str) -> Result<bool, String> {
-    match s {
-        "on" | "true" => Ok(true),
-        "off" | "false" => Ok(false),
-        _ => Err(format!("expected on or off, not {s:?}")),
+/// The server's configuration from `shoal serve` flags (the bench's `--broker-arg`s).
+pub fn serve_config(args: &[String]) -> Result<ServerConfig, String> {
+    let argv = ["shoal", "serve"].map(String::from).into_iter();
+    match Cli::try_parse_from(argv.chain(args.iter().cloned())) {
+        Ok(Cli {
+            command: Command::Serve(a),
+        }) => Ok(a.into_config()),
+        Ok(_) => unreachable!("parsed a serve command"),
+        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -210,12 +215,8 @@ impl ServeArgs {
 mod tests {
     use super::*;
 
-    fn serve(args: &[&str]) -> Result<ServerConfig, clap::Error> {
-        let argv = ["shoal", "serve"].iter().chain(args);
-        match Cli::try_parse_from(argv)?.command {
-            Command::Serve(a) => Ok(a.into_config()),
-            Command::Bench(_) => unreachable!(),
-        }
+    fn serve(args: &[&str]) -> Result<ServerConfig, String> {
+        serve_config(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>())
     }
 
     #[test]

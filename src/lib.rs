@@ -23,8 +23,6 @@
 
 pub mod admin;
 pub mod alloc_guard;
-pub mod bench;
-pub mod cli;
 pub mod config;
 pub mod control;
 pub mod core;
@@ -35,3 +33,4 @@ pub mod partition;
 pub mod router;
 pub mod server;
 pub mod units;
+pub mod wire;

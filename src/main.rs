@@ -1,7 +1,11 @@
-//! The `shoal` binary: parses the command line and runs the chosen command.
+//! The `shoal` binary: parses the command line and runs the chosen command, the broker (the `shoal`
+//! library) or the load generator (`bench`, part of this binary only).
+
+mod bench;
+mod cli;
 
 use clap::Parser;
-use shoal::cli::{Cli, Command};
+use cli::{Cli, Command};
 
 #[global_allocator]
 static ALLOC: shoal::alloc_guard::GuardedAllocator = shoal::alloc_guard::GuardedAllocator;
@@ -16,7 +20,7 @@ fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
     let result = match cli.command {
         Command::Serve(args) => shoal::server::run(args.into_config()),
-        Command::Bench(cmd) => shoal::bench::run(cmd),
+        Command::Bench(cmd) => bench::run(cmd, cli::serve_config),
     };
     if let Err(e) = result {
         eprintln!("shoal: {e}");

@@ -654,13 +654,15 @@ pub fn records(b: &[u8]) -> Result<Vec<Record<'_>>, InvalidBatch> {
     Ok(out)
 }
 
-pub(crate) struct Reader<'a> {
-    pub(crate) b: &'a [u8],
-    pub(crate) at: usize,
+/// Reads a records section field by field from `at` (Kafka's zig-zag varints); `None` past the end.
+#[derive(Debug)]
+pub struct Reader<'a> {
+    pub b: &'a [u8],
+    pub at: usize,
 }
 
 impl<'a> Reader<'a> {
-    pub(crate) fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+    pub fn take(&mut self, n: usize) -> Option<&'a [u8]> {
         let s = self.b.get(self.at..self.at.checked_add(n)?)?;
         self.at += n;
         Some(s)
@@ -677,14 +679,14 @@ impl<'a> Reader<'a> {
         }
         None
     }
-    pub(crate) fn varlong(&mut self) -> Option<i64> {
+    pub fn varlong(&mut self) -> Option<i64> {
         let u = self.uvarint()?;
         Some((u >> 1) as i64 ^ -((u & 1) as i64))
     }
-    pub(crate) fn varint(&mut self) -> Option<i32> {
+    pub fn varint(&mut self) -> Option<i32> {
         i32::try_from(self.varlong()?).ok()
     }
-    pub(crate) fn bytes(&mut self) -> Option<Option<&'a [u8]>> {
+    pub fn bytes(&mut self) -> Option<Option<&'a [u8]>> {
         let len = self.varint()?;
         if len < 0 {
             return Some(None);

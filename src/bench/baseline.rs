@@ -4,7 +4,7 @@
 //! built like the producers' (same message size, same records per batch, same compression codec,
 //! so that a delivered byte means the same in both). It answers every Fetch at once with the
 //! batches from the asked offset, up to the partition's `max_bytes`, as shoal would: the frame is read and decoded and the response encoded by shoal's own front-end code
-//! (`kafka::frame`, `kafka::header`, `fetch::encode`), and the record bytes are written straight
+//! (`shoal::wire`: `frame`, `header`, `fetch::encode`), and the record bytes are written straight
 //! from the ring without copying. No log, no coalescer, no waiting, no producers. The consumers are
 //! the same code as in a shoal run, counting the same way; offsets wrap at the ring's end, which
 //! their contiguity check is told.
@@ -15,16 +15,16 @@
 
 use super::client::Codec;
 use super::workload::template_batch;
-use crate::kafka::frame::{read_frame, FrameError};
-use crate::kafka::handlers::fetch::encode::{
-    encode_fetch_response, AbortedTransactions, PartitionResult, TopicResult,
-};
-use crate::kafka::header;
 use bytes::{Bytes, BytesMut};
 use futures_lite::AsyncWriteExt;
 use glommio::net::{TcpListener, TcpStream};
 use glommio::{LocalExecutorBuilder, Placement};
 use kafka_protocol::messages::{ApiKey, FetchRequest};
+use shoal::wire::fetch::encode::{
+    encode_fetch_response, AbortedTransactions, PartitionResult, TopicResult,
+};
+use shoal::wire::frame::{read_frame, FrameError};
+use shoal::wire::header;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, IntoRawFd};
@@ -61,7 +61,7 @@ impl Ring {
         let mut template = template_batch(message_bytes, records_per_batch, 7, None);
         let at = super::client::first_value_at(&template).expect("values are >= 8 bytes");
         super::client::stamp_batch(&mut template, &[at], 0);
-        let template = codec.compress_batch(&template)?;
+        let template = codec.compress_batch(&template);
         let batch_len = template.len();
         let batches = (bytes / batch_len).max(4);
         let stored = batches + max_response.div_ceil(batch_len) + 1;

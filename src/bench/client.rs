@@ -3,15 +3,14 @@
 //! Two halves:
 //! - a blocking client on `std::net::TcpStream` for the few set-up calls (ApiVersions, Metadata,
 //!   CreateTopics, ListOffsets), with bodies encoded and decoded by `kafka-protocol`;
-//! - the hot path on glommio sockets: [`FrameReader`], a small reusable receive buffer that response
-//!   frames stream through, and [`read_fetch_response`], which walks a FetchResponse field by field
-//!   and hands each record batch's header to a [`BatchVisitor`] without copying or decoding the
-//!   records. Fetch requests are encoded once and only their offset and correlation id are patched
-//!   ([`FetchTemplate`]); uncompressed produce requests likewise ([`ProduceFrame`]): the batch sits in
-//!   the request frame and only its timestamps and CRC are rewritten before each send.
+//! - the hot path's requests: Fetch requests are encoded once and only their offset and correlation
+//!   id are patched ([`FetchTemplate`]); uncompressed produce requests likewise ([`ProduceFrame`]):
+//!   the batch sits in the request frame and only its timestamps and CRC are rewritten before each
+//!   send. Fetch responses are read by `shoal::wire::fetch::decode`.
+//!
+//! Batches are built and read with `shards::batch`, and compressed with `shards::split`.
 
-use bytes::{BufMut, Bytes, BytesMut};
-use futures_lite::{AsyncRead, AsyncReadExt};
+use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
@@ -20,12 +19,13 @@ use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProdu
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, CreateTopicsRequest,
     CreateTopicsResponse, FetchRequest, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest,
-    MetadataResponse, ProduceRequest, RequestHeader, ResponseHeader, TopicName,
+    MetadataResponse, ProduceRequest, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-use shards::batch::{BatchHeader, HEADER_LEN, LOG_OVERHEAD};
+use shards::batch::{self, BatchHeader, HEADER_LEN};
+use shoal::wire::{frame, header};
 use std::collections::HashMap;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
@@ -55,21 +55,7 @@ pub fn request_frame<R: Encodable>(
     correlation: i32,
     body: &R,
 ) -> io::Result<BytesMut> {
-    let header = RequestHeader::default()
-        .with_request_api_key(key as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(correlation)
-        .with_client_id(Some(StrBytes::from_static_str(CLIENT_ID)));
-    let mut buf = BytesMut::with_capacity(128);
-    buf.put_i32(0);
-    header
-        .encode(&mut buf, key.request_header_version(version))
-        .map_err(|e| other(format!("{key:?} v{version} header: {e}")))?;
-    body.encode(&mut buf, version)
-        .map_err(|e| other(format!("{key:?} v{version} request: {e}")))?;
-    let len = (buf.len() - 4) as i32;
-    buf[..4].copy_from_slice(&len.to_be_bytes());
-    Ok(buf)
+    header::encode_request(CLIENT_ID, key, version, correlation, body).map_err(other)
 }
 
 /// Decodes a response frame (without its size): header, then body; checks the correlation id.
@@ -77,17 +63,9 @@ pub fn decode_response<R: Decodable>(
     key: ApiKey,
     version: i16,
     correlation: i32,
-    mut frame: Bytes,
+    frame: Bytes,
 ) -> io::Result<R> {
-    let header = ResponseHeader::decode(&mut frame, key.response_header_version(version))
-        .map_err(|e| other(format!("{key:?} v{version} response header: {e}")))?;
-    if header.correlation_id != correlation {
-        return Err(other(format!(
-            "{key:?}: correlation id {} answered where {correlation} was expected",
-            header.correlation_id
-        )));
-    }
-    R::decode(&mut frame, version).map_err(|e| other(format!("{key:?} v{version} response: {e}")))
+    header::decode_response(key, version, correlation, frame).map_err(other)
 }
 
 /// The API versions this client speaks, intersected with the broker's.
@@ -173,15 +151,9 @@ impl SyncConn {
         self.correlation += 1;
         let frame = request_frame(key, version, self.correlation, body)?;
         self.stream.write_all(&frame)?;
-        let mut size = [0u8; 4];
-        self.stream.read_exact(&mut size)?;
-        let n = i32::from_be_bytes(size);
-        if !(4..=(64 << 20)).contains(&n) {
-            return Err(other(format!("{key:?} response frame of {n} bytes")));
-        }
-        let mut body = vec![0u8; n as usize];
-        self.stream.read_exact(&mut body)?;
-        decode_response(key, version, self.correlation, Bytes::from(body))
+        let body = frame::read_blocking(&mut self.stream, 64 << 20)
+            .map_err(|e| other(format!("{key:?} response: {e}")))?;
+        decode_response(key, version, self.correlation, body)
     }
 }
 
@@ -377,341 +349,6 @@ impl Cluster {
     }
 }
 
-// ---------------------------------------------------------------------------------------------------
-// The hot path: streaming frames through a small buffer.
-
-/// A reusable receive buffer. Response frames stream through it: the parser asks for a few bytes at a
-/// time ([`fill`](Self::fill)) and skips record bytes it does not look at, so memory per connection
-/// stays at the buffer's size however large the responses are.
-#[derive(Debug)]
-pub struct FrameReader {
-    buf: Box<[u8]>,
-    start: usize,
-    end: usize,
-}
-
-impl FrameReader {
-    pub fn new(capacity: usize) -> FrameReader {
-        FrameReader {
-            buf: vec![0u8; capacity.max(256)].into_boxed_slice(),
-            start: 0,
-            end: 0,
-        }
-    }
-
-    /// The bytes received and not consumed yet.
-    pub fn buffered(&self) -> &[u8] {
-        &self.buf[self.start..self.end]
-    }
-
-    /// Makes at least `n` (at most the capacity) bytes available in [`buffered`](Self::buffered).
-    pub async fn fill<S: AsyncRead + Unpin>(&mut self, s: &mut S, n: usize) -> io::Result<()> {
-        debug_assert!(n <= self.buf.len());
-        while self.end - self.start < n {
-            if self.buf.len() - self.start < n {
-                self.buf.copy_within(self.start..self.end, 0);
-                self.end -= self.start;
-                self.start = 0;
-            }
-            let got = s.read(&mut self.buf[self.end..]).await?;
-            if got == 0 {
-                return Err(io::ErrorKind::UnexpectedEof.into());
-            }
-            self.end += got;
-        }
-        Ok(())
-    }
-
-    pub fn consume(&mut self, n: usize) {
-        debug_assert!(n <= self.end - self.start);
-        self.start += n;
-        if self.start == self.end {
-            self.start = 0;
-            self.end = 0;
-        }
-    }
-
-    /// Consumes `n` bytes, receiving them first where needed.
-    pub async fn skip<S: AsyncRead + Unpin>(&mut self, s: &mut S, mut n: usize) -> io::Result<()> {
-        loop {
-            let have = self.end - self.start;
-            if have >= n {
-                self.consume(n);
-                return Ok(());
-            }
-            n -= have;
-            self.start = 0;
-            self.end = 0;
-            let got = s.read(&mut self.buf[..]).await?;
-            if got == 0 {
-                return Err(io::ErrorKind::UnexpectedEof.into());
-            }
-            self.end = got;
-        }
-    }
-
-    /// Consumes `n` bytes into `out` (cleared first).
-    pub async fn copy_to<S: AsyncRead + Unpin>(
-        &mut self,
-        s: &mut S,
-        out: &mut Vec<u8>,
-        mut n: usize,
-    ) -> io::Result<()> {
-        out.clear();
-        loop {
-            let have = (self.end - self.start).min(n);
-            out.extend_from_slice(&self.buf[self.start..self.start + have]);
-            self.consume(have);
-            n -= have;
-            if n == 0 {
-                return Ok(());
-            }
-            let got = s.read(&mut self.buf[..]).await?;
-            if got == 0 {
-                return Err(io::ErrorKind::UnexpectedEof.into());
-            }
-            self.start = 0;
-            self.end = got;
-        }
-    }
-
-    /// Reads one whole frame (without its size prefix) into its own buffer: for small responses.
-    pub async fn read_frame<S: AsyncRead + Unpin>(
-        &mut self,
-        s: &mut S,
-        limit: usize,
-    ) -> io::Result<Bytes> {
-        self.fill(s, 4).await?;
-        let n = i32::from_be_bytes(self.buffered()[..4].try_into().expect("4 bytes"));
-        if n < 4 || n as usize > limit {
-            return Err(other(format!("response frame of {n} bytes")));
-        }
-        self.consume(4);
-        let mut out = Vec::with_capacity(n as usize);
-        self.copy_to(s, &mut out, n as usize).await?;
-        Ok(Bytes::from(out))
-    }
-}
-
-/// Reads a frame's fields in order, keeping count of what is left of the frame.
-struct Cursor<'a, S> {
-    r: &'a mut FrameReader,
-    s: &'a mut S,
-    left: usize,
-    flexible: bool,
-}
-
-impl<S: AsyncRead + Unpin> Cursor<'_, S> {
-    async fn take<const N: usize>(&mut self) -> io::Result<[u8; N]> {
-        if self.left < N {
-            return Err(other("fetch response: field runs past the frame"));
-        }
-        self.r.fill(self.s, N).await?;
-        let v: [u8; N] = self.r.buffered()[..N].try_into().expect("N bytes");
-        self.r.consume(N);
-        self.left -= N;
-        Ok(v)
-    }
-    async fn i16(&mut self) -> io::Result<i16> {
-        Ok(i16::from_be_bytes(self.take().await?))
-    }
-    async fn i32(&mut self) -> io::Result<i32> {
-        Ok(i32::from_be_bytes(self.take().await?))
-    }
-    async fn i64(&mut self) -> io::Result<i64> {
-        Ok(i64::from_be_bytes(self.take().await?))
-    }
-    async fn uvarint(&mut self) -> io::Result<u64> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let [b] = self.take::<1>().await?;
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(other("fetch response: varint too long"))
-    }
-    async fn skip(&mut self, n: usize) -> io::Result<()> {
-        if self.left < n {
-            return Err(other("fetch response: field runs past the frame"));
-        }
-        self.r.skip(self.s, n).await?;
-        self.left -= n;
-        Ok(())
-    }
-    /// An array's length; `None` for a null array.
-    async fn array_len(&mut self) -> io::Result<Option<usize>> {
-        if self.flexible {
-            Ok(self.uvarint().await?.checked_sub(1).map(|n| n as usize))
-        } else {
-            let n = self.i32().await?;
-            Ok((n >= 0).then_some(n as usize))
-        }
-    }
-    async fn skip_string(&mut self) -> io::Result<()> {
-        let n = if self.flexible {
-            self.uvarint().await?.saturating_sub(1) as usize
-        } else {
-            self.i16().await?.max(0) as usize
-        };
-        self.skip(n).await
-    }
-    /// Length of a nullable bytes field (records); `None` for null.
-    async fn bytes_len(&mut self) -> io::Result<Option<usize>> {
-        if self.flexible {
-            Ok(self.uvarint().await?.checked_sub(1).map(|n| n as usize))
-        } else {
-            let n = self.i32().await?;
-            Ok((n >= 0).then_some(n as usize))
-        }
-    }
-    async fn skip_tags(&mut self) -> io::Result<()> {
-        if !self.flexible {
-            return Ok(());
-        }
-        let n = self.uvarint().await?;
-        for _ in 0..n {
-            let _tag = self.uvarint().await?;
-            let size = self.uvarint().await? as usize;
-            self.skip(size).await?;
-        }
-        Ok(())
-    }
-}
-
-/// How many bytes of each batch a visitor sees without asking for the whole batch: the header and
-/// the start of the first record (enough for the timestamp the producers embed in its value).
-pub const BATCH_PEEK: usize = HEADER_LEN + 64;
-
-/// What the consumer does with each record batch of a fetch response.
-pub trait BatchVisitor {
-    /// A complete batch: its header and its first bytes (up to [`BATCH_PEEK`]). Returns true to be
-    /// handed the whole batch next, in [`whole_batch`](Self::whole_batch).
-    fn batch(&mut self, header: &BatchHeader, head: &[u8]) -> bool;
-    /// The whole batch, when [`batch`](Self::batch) asked for it.
-    fn whole_batch(&mut self, header: &BatchHeader, batch: &[u8]);
-}
-
-/// The per-response facts the consumer needs besides the batches.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FetchOutcome {
-    /// The first non-zero error code (top level or partition), or 0.
-    pub error_code: i16,
-    /// The high watermark of the last partition in the response (-1 if none).
-    pub high_watermark: i64,
-}
-
-/// Reads one FetchResponse (v4 to v12) from `s`, handing every complete batch to `visitor`. The
-/// records are never copied out of the receive buffer unless the visitor asks for a whole batch.
-pub async fn read_fetch_response<S: AsyncRead + Unpin, V: BatchVisitor>(
-    r: &mut FrameReader,
-    s: &mut S,
-    version: i16,
-    correlation: i32,
-    visitor: &mut V,
-    scratch: &mut Vec<u8>,
-) -> io::Result<FetchOutcome> {
-    r.fill(s, 4).await?;
-    let size = i32::from_be_bytes(r.buffered()[..4].try_into().expect("4 bytes"));
-    if size < 4 {
-        return Err(other(format!("fetch response frame of {size} bytes")));
-    }
-    r.consume(4);
-    let mut c = Cursor {
-        r,
-        s,
-        left: size as usize,
-        flexible: version >= 12,
-    };
-    let corr = c.i32().await?;
-    if corr != correlation {
-        return Err(other(format!(
-            "fetch: correlation id {corr} answered where {correlation} was expected"
-        )));
-    }
-    c.skip_tags().await?; // response header v1
-    let mut out = FetchOutcome {
-        high_watermark: -1,
-        ..FetchOutcome::default()
-    };
-    let _throttle = c.i32().await?;
-    if version >= 7 {
-        let e = c.i16().await?;
-        if out.error_code == 0 {
-            out.error_code = e;
-        }
-        let _session = c.i32().await?;
-    }
-    for _ in 0..c.array_len().await?.unwrap_or(0) {
-        c.skip_string().await?; // topic
-        for _ in 0..c.array_len().await?.unwrap_or(0) {
-            let _partition = c.i32().await?;
-            let e = c.i16().await?;
-            if out.error_code == 0 {
-                out.error_code = e;
-            }
-            out.high_watermark = c.i64().await?;
-            let _last_stable = c.i64().await?;
-            if version >= 5 {
-                let _log_start = c.i64().await?;
-            }
-            for _ in 0..c.array_len().await?.unwrap_or(0) {
-                c.skip(16).await?; // producer id, first offset
-                c.skip_tags().await?;
-            }
-            if version >= 11 {
-                let _preferred_read_replica = c.i32().await?;
-            }
-            if let Some(len) = c.bytes_len().await? {
-                walk_batches(&mut c, len, visitor, scratch).await?;
-            }
-            c.skip_tags().await?;
-        }
-        c.skip_tags().await?;
-    }
-    c.skip_tags().await?;
-    let left = c.left;
-    c.skip(left).await?; // fields of later versions, if any
-    Ok(out)
-}
-
-/// Walks `len` bytes of record batches; a partial batch at the end is skipped, not visited.
-async fn walk_batches<S: AsyncRead + Unpin, V: BatchVisitor>(
-    c: &mut Cursor<'_, S>,
-    len: usize,
-    visitor: &mut V,
-    scratch: &mut Vec<u8>,
-) -> io::Result<()> {
-    if len > c.left {
-        return Err(other("fetch response: records run past the frame"));
-    }
-    let mut left = len;
-    while left > 0 {
-        if left < HEADER_LEN {
-            return c.skip(left).await;
-        }
-        c.r.fill(c.s, left.min(BATCH_PEEK)).await?;
-        let head = c.r.buffered();
-        let total = shards::batch::peek_total_len(head).unwrap_or(0);
-        if total > left || total < HEADER_LEN {
-            // Cut by the broker's size limits (KIP-74 lets it), or not a batch we understand.
-            return c.skip(left).await;
-        }
-        let header = BatchHeader::parse(head).map_err(|e| other(e.to_string()))?;
-        let want_whole = visitor.batch(&header, &head[..total.min(BATCH_PEEK)]);
-        if want_whole {
-            c.r.copy_to(c.s, scratch, total).await?;
-            c.left -= total;
-            visitor.whole_batch(&header, scratch);
-        } else {
-            c.skip(total).await?;
-        }
-        left -= total;
-    }
-    Ok(())
-}
-
 /// A Fetch request for one partition, encoded once; each send patches the offset and correlation id.
 #[derive(Debug, Clone)]
 pub struct FetchTemplate {
@@ -787,7 +424,7 @@ pub fn first_value_at(batch: &[u8]) -> Option<usize> {
 /// first record carries it (`--views`).
 pub fn value_positions(batch: &[u8], k: usize) -> Option<Vec<usize>> {
     let mut out = Vec::with_capacity(k);
-    let mut r = VarReader {
+    let mut r = batch::Reader {
         b: batch,
         at: HEADER_LEN,
     };
@@ -802,15 +439,12 @@ pub fn value_positions(batch: &[u8], k: usize) -> Option<Vec<usize>> {
 
 /// The same for the first record starting at `at` in `b`.
 fn value_at(b: &[u8], at: usize) -> Option<usize> {
-    let mut r = VarReader { b, at };
+    let mut r = batch::Reader { b, at };
     r.varint()?; // record length
-    r.at += 1; // attributes
-    r.varint()?; // timestamp delta
+    r.take(1)?; // attributes
+    r.varlong()?; // timestamp delta
     r.varint()?; // offset delta
-    let key = r.varint()?;
-    if key > 0 {
-        r.at += key as usize;
-    }
+    r.bytes()?; // key
     let value = r.varint()?;
     (value >= 8 && r.at + 8 <= b.len()).then_some(r.at)
 }
@@ -825,22 +459,12 @@ pub fn embedded_timestamp(batch_head: &[u8]) -> Option<u64> {
 /// The embedded timestamp of a compressed batch: its records are decompressed (the whole batch is
 /// needed, so consumers do this for a sample of batches only). An uncompressed batch is read as is.
 pub fn embedded_timestamp_compressed(batch: &[u8], header: &BatchHeader) -> Option<u64> {
-    use kafka_protocol::compression::{Decompressor, Gzip, Lz4, Snappy, Zstd};
-    let mut src = Bytes::copy_from_slice(batch.get(HEADER_LEN..)?);
-    let keep = |b: &mut Bytes| Ok(b.clone());
-    let records = match Codec::from_id(header.compression())? {
-        Codec::None => return embedded_timestamp(batch),
-        Codec::Gzip => <Gzip as Decompressor<Bytes>>::decompress(&mut src, keep),
-        Codec::Snappy => <Snappy as Decompressor<Bytes>>::decompress(&mut src, keep),
-        Codec::Lz4 => <Lz4 as Decompressor<Bytes>>::decompress(&mut src, keep),
-        Codec::Zstd => <Zstd as Decompressor<Bytes>>::decompress(&mut src, keep),
-    }
-    .ok()?;
+    let records = shards::split::records_section(header, batch).ok()?;
     let at = value_at(&records, 0)?;
     Some(u64::from_be_bytes(records[at..at + 8].try_into().ok()?))
 }
 
-/// Record batch compression (`--compression`), through `kafka_protocol::compression`.
+/// Record batch compression (`--compression`), through `shards::split`'s codecs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Codec {
@@ -863,64 +487,10 @@ impl Codec {
         }
     }
 
-    pub fn from_id(id: u8) -> Option<Codec> {
-        Some(match id {
-            0 => Codec::None,
-            1 => Codec::Gzip,
-            2 => Codec::Snappy,
-            3 => Codec::Lz4,
-            4 => Codec::Zstd,
-            _ => return None,
-        })
-    }
-
     /// `batch` (uncompressed, as built by `BatchBuilder`) with its records compressed by this codec;
     /// for `None`, a copy of it.
-    pub fn compress_batch(self, batch: &[u8]) -> io::Result<Vec<u8>> {
-        use kafka_protocol::compression::{Compressor, Gzip, Lz4, Snappy, Zstd};
-        let (header, records) = batch.split_at(HEADER_LEN);
-        // The codecs append to `out`, after the header.
-        let mut out = Vec::with_capacity(HEADER_LEN + records.len() / 2 + 64);
-        out.extend_from_slice(header);
-        let fill = |tmp: &mut BytesMut| {
-            tmp.extend_from_slice(records);
-            Ok(())
-        };
-        match self {
-            Codec::None => return Ok(batch.to_vec()),
-            Codec::Gzip => <Gzip as Compressor<Vec<u8>>>::compress(&mut out, fill),
-            Codec::Snappy => <Snappy as Compressor<Vec<u8>>>::compress(&mut out, fill),
-            Codec::Lz4 => <Lz4 as Compressor<Vec<u8>>>::compress(&mut out, fill),
-            Codec::Zstd => <Zstd as Compressor<Vec<u8>>>::compress(&mut out, fill),
-        }
-        .map_err(|e| other(format!("{self:?} compression: {e}")))?;
-        let batch_length = (out.len() - LOG_OVERHEAD) as i32;
-        out[8..12].copy_from_slice(&batch_length.to_be_bytes());
-        let attributes = i16::from_be_bytes([out[21], out[22]]) | self.id();
-        out[21..23].copy_from_slice(&attributes.to_be_bytes());
-        let crc = crc32c::crc32c(&out[21..]);
-        out[17..21].copy_from_slice(&crc.to_be_bytes());
-        Ok(out)
-    }
-}
-
-struct VarReader<'a> {
-    b: &'a [u8],
-    at: usize,
-}
-
-impl VarReader<'_> {
-    fn varint(&mut self) -> Option<i64> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let byte = *self.b.get(self.at)?;
-            self.at += 1;
-            v |= u64::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Some((v >> 1) as i64 ^ -((v & 1) as i64));
-            }
-        }
-        None
+    pub fn compress_batch(self, batch: &[u8]) -> Vec<u8> {
+        shards::split::compress_batch(batch, self.id())
     }
 }
 
@@ -981,20 +551,28 @@ impl ProduceFrame {
 /// Writes `now_us` into an uncompressed batch (base and max timestamps in ms, the values at
 /// `value_ats` in µs) and recomputes its CRC.
 pub fn stamp_batch(b: &mut [u8], value_ats: &[usize], now_us: u64) {
-    let ms = (now_us / 1000) as i64;
-    b[27..35].copy_from_slice(&ms.to_be_bytes());
-    b[35..43].copy_from_slice(&ms.to_be_bytes());
     for &at in value_ats {
         b[at..at + 8].copy_from_slice(&now_us.to_be_bytes());
     }
-    let crc = crc32c::crc32c(&b[21..]);
-    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    let ms = (now_us / 1000) as i64;
+    let h = BatchHeader::parse(b).expect("a whole batch");
+    batch::write_header(
+        b,
+        &BatchHeader {
+            base_timestamp: ms,
+            max_timestamp: ms,
+            ..h
+        },
+    );
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::BufMut;
+    use kafka_protocol::messages::{RequestHeader, ResponseHeader};
     use shards::batch::BatchBuilder;
+    use shoal::wire::fetch::decode::{read_fetch_response, BatchVisitor, FrameReader};
 
     const NOT_LEADER_OR_FOLLOWER: i16 = 6;
 

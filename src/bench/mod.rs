@@ -5,8 +5,8 @@
 //! `--bootstrap` it starts an embedded shoal on a temporary data directory, so it works on a fresh
 //! machine; with it, it loads any Kafka-compatible broker.
 //!
-//! - [`client`]   — its own Kafka client: blocking set-up calls, and a streaming fetch-response reader
-//!   that walks batch headers without copying or decoding records.
+//! - [`client`]   — its own Kafka client: blocking set-up calls and request templates; fetch
+//!   responses are read by `shoal::wire::fetch::decode` without copying or decoding records.
 //! - [`workload`] — one run: producers and consumers on glommio executors, phases, the summary.
 //! - [`stats`]    — counters, histograms, `/proc` CPU and memory, shoal's `/metrics`, formatting.
 //! - [`baseline`] — the raw TCP fan-out from memory (`--raw-baseline`).
@@ -21,10 +21,10 @@ pub mod plot;
 pub mod stats;
 pub mod workload;
 
-use crate::server::Server;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Subcommand, ValueEnum};
 use client::{Cluster, Codec};
 use serde::Serialize;
+use shoal::server::{Server, ServerConfig};
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -146,7 +146,7 @@ pub struct FanoutArgs {
     pub consumers: usize,
     /// Consumers read the N shard views `<topic>.shard-<i>-of-<N>` of the topic instead of the
     /// topic itself (shoal's sharded views); records get keys spread over the shards.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::router::MAX_VIEW_SHARDS)))]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(shoal::router::MAX_VIEW_SHARDS)))]
     pub views: Option<u32>,
     /// Size of each message's value (at least 8: the first 8 bytes carry the send time).
     #[arg(long, default_value = "1KiB", value_parser = parse_size)]
@@ -236,16 +236,20 @@ fn opt_secs<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S
     }
 }
 
-pub fn run(cmd: BenchCommand) -> io::Result<()> {
+/// Turns `shoal serve` flags (`--broker-arg`s, after the bench's own) into the embedded broker's
+/// configuration; the command line owns that parsing.
+pub type ServeConfig = fn(&[String]) -> Result<ServerConfig, String>;
+
+pub fn run(cmd: BenchCommand, serve_config: ServeConfig) -> io::Result<()> {
     match cmd {
-        BenchCommand::Fanout(args) => fanout(args),
+        BenchCommand::Fanout(args) => fanout(args, serve_config),
     }
 }
 
 // ---------------------------------------------------------------------------------------------------
 // Value parsers.
 
-pub use crate::units::parse_size;
+pub use shoal::units::parse_size;
 
 /// "0", "50000", "50k", "1.5M" messages/s, or "100MB/s", "64MiB/s" bytes/s.
 pub fn parse_rate(s: &str) -> Result<Rate, String> {
@@ -355,10 +359,11 @@ struct Broker {
     admin: Option<SocketAddr>,
     pid: Option<u32>,
     cores: Option<usize>,
+    serve_config: ServeConfig,
 }
 
 impl Broker {
-    fn start(args: &FanoutArgs) -> io::Result<Broker> {
+    fn start(args: &FanoutArgs, serve_config: ServeConfig) -> io::Result<Broker> {
         if let Some(b) = &args.bootstrap {
             let admin = args.admin.as_deref().map(client::resolve).transpose()?;
             // The broker's CPU and memory can be read when it runs on this host.
@@ -374,6 +379,7 @@ impl Broker {
                 admin,
                 pid,
                 cores: None,
+                serve_config,
             });
         }
         // A directory of our own (removed at the end) under the system's temporary directory, or
@@ -409,11 +415,8 @@ impl Broker {
         .map(|s| s.to_string())
         .collect();
         argv.extend(args.broker_args.iter().cloned());
-        let cli = crate::cli::Cli::try_parse_from(&argv)
-            .map_err(|e| io::Error::other(format!("--broker-arg: {e}")))?;
-        let crate::cli::Command::Serve(serve) = cli.command else {
-            unreachable!("parsed a serve command");
-        };
+        let config =
+            serve_config(&argv[2..]).map_err(|e| io::Error::other(format!("--broker-arg: {e}")))?;
         let cores = Some(args.broker_cores.max(1));
         if args.broker_process {
             let (child, port, admin) = spawn_broker(&argv[1..])?;
@@ -423,9 +426,10 @@ impl Broker {
                 bootstrap: SocketAddr::from(([127, 0, 0, 1], port)),
                 admin: Some(admin),
                 cores,
+                serve_config,
             });
         }
-        let server = Server::start(serve.into_config())?;
+        let server = Server::start(config)?;
         let bootstrap = SocketAddr::from(([127, 0, 0, 1], server.ports[0]));
         let admin = Some(server.admin);
         Ok(Broker {
@@ -434,6 +438,7 @@ impl Broker {
             admin,
             pid: None,
             cores,
+            serve_config,
         })
     }
 
@@ -467,7 +472,7 @@ impl Broker {
     /// Stops the embedded shoal and starts a fresh one (a new process and data directory).
     fn restart(&mut self, args: &FanoutArgs) -> io::Result<()> {
         self.stop();
-        *self = Broker::start(args)?;
+        *self = Broker::start(args, self.serve_config)?;
         Ok(())
     }
 
@@ -712,7 +717,7 @@ fn validate(args: &FanoutArgs) -> Result<(), String> {
     if args.fetch_max_bytes < 1024 || args.fetch_max_bytes > i32::MAX as u64 {
         return Err("--fetch-max-bytes must be between 1KiB and 2GiB".into());
     }
-    if args.receive_buffer < (client::BATCH_PEEK as u64) {
+    if args.receive_buffer < (shoal::wire::fetch::decode::BATCH_PEEK as u64) {
         return Err("--receive-buffer is too small".into());
     }
     if let (Some(c), Some(_), None) = (args.compare, &args.bootstrap, &args.admin) {
@@ -742,10 +747,10 @@ fn validate(args: &FanoutArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn fanout(args: FanoutArgs) -> io::Result<()> {
+fn fanout(args: FanoutArgs, serve_config: ServeConfig) -> io::Result<()> {
     validate(&args).map_err(io::Error::other)?;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut broker = Broker::start(&args)?;
+    let mut broker = Broker::start(&args, serve_config)?;
     let result = series(&args, &mut broker, cpus);
     broker.stop();
     let report = result?;

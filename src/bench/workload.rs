@@ -12,8 +12,8 @@
 //! embedded timestamp (for compressed batches, from one batch per response, which it decompresses).
 
 use super::client::{
-    self, embedded_timestamp, embedded_timestamp_compressed, read_fetch_response, BatchVisitor,
-    Cluster, Codec, FetchTemplate, FrameReader, PartitionLeader, ProduceFrame,
+    self, embedded_timestamp, embedded_timestamp_compressed, Cluster, Codec, FetchTemplate,
+    PartitionLeader, ProduceFrame,
 };
 use super::stats::{
     self, cpu_sample, now_us, record, ConsumerStats, Counters, CpuSample, FetchMetrics, Hists,
@@ -412,7 +412,8 @@ async fn setup_over(shared: &Shared) {
     }
 }
 
-use crate::kafka::connection::Half;
+use shoal::wire::fetch::decode::{read_fetch_response, BatchVisitor, FrameReader};
+use shoal::wire::SharedStream;
 
 async fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
     let s = TcpStream::connect_timeout(addr, Duration::from_secs(10))
@@ -703,7 +704,7 @@ struct InFlight {
 }
 
 struct ProducerConn {
-    stream: Half,
+    stream: SharedStream,
     in_flight: Option<InFlight>,
 }
 
@@ -742,7 +743,7 @@ async fn producer(
             Some(&c) => c,
             None => {
                 let stream = match connect(p.leader).await {
-                    Ok(s) => Half(Rc::new(RefCell::new(s))),
+                    Ok(s) => SharedStream::new(s),
                     Err(e) => return report.fail(e),
                 };
                 let in_flight = (cfg.acks != 0).then(|| {
@@ -831,13 +832,12 @@ async fn producer(
             None => {
                 scratch.copy_from_slice(&template);
                 client::stamp_batch(&mut scratch, &value_ats, ts);
-                let request = cfg.compression.compress_batch(&scratch).and_then(|b| {
-                    let len = b.len();
-                    let req =
-                        client::produce_request(&cfg.topic, *partition, cfg.acks, Bytes::from(b));
+                let b = cfg.compression.compress_batch(&scratch);
+                let len = b.len();
+                let req = client::produce_request(&cfg.topic, *partition, cfg.acks, Bytes::from(b));
+                let request =
                     client::request_frame(ApiKey::Produce, cfg.produce_version, correlation, &req)
-                        .map(|f| (f, len))
-                });
+                        .map(|f| (f, len));
                 match request {
                     Ok((f, len)) => {
                         compressed = f;
@@ -890,7 +890,7 @@ async fn produce_responses(
     cfg: Arc<ClientCfg>,
     shared: Arc<Shared>,
     id: usize,
-    mut stream: Half,
+    mut stream: SharedStream,
     pending: LocalReceiver<Pending>,
     slots: Rc<Semaphore>,
     hists: Rc<RefCell<Hists>>,
@@ -1612,7 +1612,7 @@ mod tests {
             let mut s = b.clone();
             let at = client::first_value_at(&s).unwrap();
             client::stamp_batch(&mut s, &[at], 123_456_789);
-            let c = codec.compress_batch(&s).unwrap();
+            let c = codec.compress_batch(&s);
             let h = shards::batch::validate(&c, usize::MAX).unwrap();
             assert_eq!(h.compression(), codec.id() as u8, "{codec:?}");
             assert!(c.len() < b.len(), "{codec:?} compresses the letters");

@@ -2,21 +2,19 @@
 //! written strictly in request order by a writer task that awaits each handler in turn.
 
 use crate::core::Core;
-use crate::kafka::frame::{read_frame, FrameError};
 use crate::kafka::handlers::{self, Reply};
-use crate::kafka::header::{self, HeaderError};
 use crate::metrics::add;
+use crate::wire::frame::{read_frame, FrameError};
+use crate::wire::header::{self, HeaderError};
+use crate::wire::SharedStream;
 use bytes::Bytes;
-use futures_lite::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use futures_lite::AsyncWriteExt;
 use glommio::channels::local_channel;
 use glommio::net::TcpStream;
 use glommio::task::JoinHandle;
-use std::cell::RefCell;
 use std::io;
 use std::os::unix::io::{AsRawFd, RawFd};
-use std::pin::Pin;
 use std::rc::Rc;
-use std::task::{Context, Poll};
 
 /// Requests handled at once on one connection before reading waits for responses to drain.
 const MAX_IN_FLIGHT: usize = 64;
@@ -28,10 +26,9 @@ pub async fn serve(core: Rc<Core>, stream: TcpStream) {
     let _ = stream.set_nodelay(true);
     add(&core.metrics.connections_open, 1);
     add(&core.metrics.connections_total, 1);
-    let stream = Rc::new(RefCell::new(stream));
-    let mut reader = Half(stream.clone());
+    let mut reader = SharedStream::new(stream);
     let (tx, rx) = local_channel::new_bounded::<JoinHandle<Reply>>(MAX_IN_FLIGHT);
-    let writer = glommio::spawn_local(write_responses(core.clone(), Half(stream), rx));
+    let writer = glommio::spawn_local(write_responses(core.clone(), reader.clone(), rx));
     let limit = core.config.max_request_bytes;
     loop {
         let frame = futures_lite::future::or(
@@ -87,7 +84,7 @@ pub async fn serve(core: Rc<Core>, stream: TcpStream) {
 
 async fn write_responses(
     core: Rc<Core>,
-    mut out: Half,
+    mut out: SharedStream,
     rx: local_channel::LocalReceiver<JoinHandle<Reply>>,
 ) {
     while let Some(task) = rx.recv().await {
@@ -113,10 +110,10 @@ async fn write_responses(
 /// `sendmsg` over all of them (a fetch response is a header, shared record parts and a trailer:
 /// written one by one, each would be a system call of its own), then glommio's writes, which wait
 /// for the socket, for whatever it did not take at once.
-async fn write_chunks(out: &mut Half, chunks: &[Bytes]) -> io::Result<()> {
+async fn write_chunks(out: &mut SharedStream, chunks: &[Bytes]) -> io::Result<()> {
     let mut sent = 0;
     if chunks.len() > 1 {
-        let fd = out.0.borrow().as_raw_fd();
+        let fd = out.as_raw_fd();
         match send_vectored(fd, chunks) {
             Ok(n) => sent = n,
             Err(e)
@@ -172,37 +169,5 @@ fn send_vectored(fd: RawFd, chunks: &[Bytes]) -> io::Result<usize> {
         Err(io::Error::last_os_error())
     } else {
         Ok(n as usize)
-    }
-}
-
-/// One direction of a connection shared by a reader and a writer task (the server's connections, the
-/// load generator's producers). Polls never overlap (one thread, and a poll never awaits), so a
-/// `RefCell` borrow per poll is enough.
-#[derive(Debug, Clone)]
-pub struct Half(pub Rc<RefCell<TcpStream>>);
-
-impl AsyncRead for Half {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut [u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut *self.0.borrow_mut()).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Half {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut *self.0.borrow_mut()).poll_write(cx, buf)
-    }
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut *self.0.borrow_mut()).poll_flush(cx)
-    }
-    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut *self.0.borrow_mut()).poll_close(cx)
     }
 }

@@ -1,7 +1,6 @@
-//! The Kafka front end: framing, connections, request headers, and one handler module per API.
+//! The Kafka front end: connections and one handler module per API (framing and headers are
+//! [`crate::wire`]'s).
 
 pub mod connection;
 pub mod errors;
-pub mod frame;
 pub mod handlers;
-pub mod header;

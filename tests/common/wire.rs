@@ -1,10 +1,13 @@
 //! Kafka requests as raw wire bytes over a plain `std::net::TcpStream`, for the tests that check
-//! framing, ordering, closing and error codes exactly as a client sees them: bodies are built with
-//! `kafka-protocol` (or by hand, [`raw_frame`]) and response frames read and decoded by hand.
+//! framing, ordering, closing and error codes exactly as a client sees them: frames are written and
+//! read with `shoal::wire` (bodies by `kafka-protocol`, or by hand: [`raw_frame`]), and every
+//! failure panics with what went wrong.
 
-use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use bytes::Bytes;
+use kafka_protocol::messages::ApiKey;
+use kafka_protocol::protocol::{Decodable, Encodable};
+use shoal::wire::frame::{self, FrameError};
+use shoal::wire::header;
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -38,20 +41,9 @@ pub fn request_frame_as<R: Encodable>(
     correlation: i32,
     body: &R,
 ) -> Vec<u8> {
-    let header = RequestHeader::default()
-        .with_request_api_key(key as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(correlation)
-        .with_client_id(Some(StrBytes::from_string(client_id.to_string())));
-    let mut buf = BytesMut::new();
-    buf.put_i32(0);
-    header
-        .encode(&mut buf, key.request_header_version(version))
-        .unwrap();
-    body.encode(&mut buf, version).unwrap();
-    let len = (buf.len() - 4) as i32;
-    buf[..4].copy_from_slice(&len.to_be_bytes());
-    buf.to_vec()
+    header::encode_request(client_id, key, version, correlation, body)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .to_vec()
 }
 
 /// A frame with a hand-written v1 header (v2 when `flexible`: plus an empty tagged-field section)
@@ -91,39 +83,16 @@ pub fn send<R: Encodable>(
 /// Reads one response frame (without its size prefix); `None` when the server closed the
 /// connection before a frame started. Panics on a timeout or a frame cut short.
 pub fn recv(s: &mut TcpStream) -> Option<Bytes> {
-    let mut size = [0u8; 4];
-    let mut got = 0;
-    while got < 4 {
-        match s.read(&mut size[got..]) {
-            Ok(0) if got == 0 => return None,
-            Ok(0) => panic!("connection closed inside a frame's size"),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == ErrorKind::ConnectionReset && got == 0 => return None,
-            Err(e) => panic!("reading a response size: {e}"),
-        }
+    match frame::read_blocking(s, i32::MAX as usize) {
+        Ok(body) => Some(body),
+        Err(FrameError::Eof) => None,
+        Err(e) => panic!("reading a response frame: {e}"),
     }
-    let n = i32::from_be_bytes(size);
-    assert!(n >= 4, "response frame size {n}");
-    let mut body = vec![0u8; n as usize];
-    s.read_exact(&mut body)
-        .unwrap_or_else(|e| panic!("reading a {n}-byte response: {e}"));
-    Some(Bytes::from(body))
 }
 
 /// Decodes a response frame: checks the correlation id and that the body is consumed exactly.
 pub fn decode<R: Decodable>(key: ApiKey, version: i16, correlation: i32, frame: Bytes) -> R {
-    let mut buf = frame;
-    let header = ResponseHeader::decode(&mut buf, key.response_header_version(version))
-        .unwrap_or_else(|e| panic!("{key:?} v{version} response header: {e}"));
-    assert_eq!(header.correlation_id, correlation, "{key:?} v{version}");
-    let body = R::decode(&mut buf, version)
-        .unwrap_or_else(|e| panic!("{key:?} v{version} response body: {e}"));
-    assert!(
-        buf.is_empty(),
-        "{key:?} v{version}: {} bytes after the response body",
-        buf.len()
-    );
-    body
+    header::decode_response(key, version, correlation, frame).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Reads the next response frame, which must answer `correlation`, and decodes it.

@@ -1,7 +1,7 @@
 //! ApiVersions: the APIs and versions shoal serves, derived from the handlers' declarations.
 
 use super::{frame, frame_at, HandlerResult, Reply, Versions, APIS};
-use crate::kafka::header::Request;
+use crate::wire::header::Request;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};

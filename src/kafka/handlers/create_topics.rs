@@ -3,7 +3,7 @@
 use super::{count_errors, frame, HandlerResult, Versions};
 use crate::control::{self, NewTopic};
 use crate::core::Core;
-use crate::kafka::header::{decode, Request};
+use crate::wire::header::{decode, Request};
 use kafka_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult,
 };

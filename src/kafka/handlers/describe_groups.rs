@@ -4,7 +4,7 @@
 use super::{count_errors, frame, HandlerResult, Versions};
 use crate::core::Core;
 use crate::groups::group::GroupState;
-use crate::kafka::header::{decode, Request};
+use crate::wire::header::{decode, Request};
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::{ApiKey, DescribeGroupsRequest, DescribeGroupsResponse};
 use kafka_protocol::protocol::StrBytes;

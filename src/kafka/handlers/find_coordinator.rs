@@ -5,7 +5,7 @@
 use super::{count_errors, frame, HandlerResult, Versions};
 use crate::core::Core;
 use crate::groups::coordinator_core;
-use crate::kafka::header::{decode, Request};
+use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{ApiKey, BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};

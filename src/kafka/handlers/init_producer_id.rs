@@ -4,7 +4,7 @@
 
 use super::{frame, HandlerResult, Versions};
 use crate::core::Core;
-use crate::kafka::header::{decode, Request};
+use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 use std::cell::Cell;

@@ -3,7 +3,7 @@
 use super::{count_errors, frame, HandlerResult, Versions};
 use crate::core::Core;
 use crate::kafka::errors::code;
-use crate::kafka::header::{decode, Request};
+use crate::wire::header::{decode, Request};
 use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::{ApiKey, LeaveGroupRequest, LeaveGroupResponse};
 use kafka_protocol::protocol::StrBytes;

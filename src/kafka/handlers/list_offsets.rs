@@ -4,7 +4,7 @@
 use super::{count_errors, frame, HandlerResult, Versions};
 use crate::core::Core;
 use crate::kafka::errors::code_of;
-use crate::kafka::header::{decode, Request};
+use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,

@@ -21,7 +21,7 @@ pub mod produce;
 pub mod sync_group;
 
 use crate::core::Core;
-use crate::kafka::header::Request;
+use crate::wire::header::Request;
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use std::rc::Rc;
@@ -115,7 +115,7 @@ pub async fn handle_guarded(core: Rc<Core>, req: Request, peer: Rc<str>) -> Repl
 /// inside its handler task after its first yield. Unset (always, outside tests), it costs one
 /// branch per request.
 mod fault {
-    use crate::kafka::header::Request;
+    use crate::wire::header::Request;
     use std::sync::OnceLock;
 
     const VAR: &str = "SHOAL_TEST_PANIC_CLIENT_ID";
@@ -204,7 +204,7 @@ pub fn frame_at<R: kafka_protocol::protocol::Encodable>(
     correlation_id: i32,
     body: &R,
 ) -> Reply {
-    match crate::kafka::header::encode(key, version, correlation_id, body) {
+    match crate::wire::header::encode(key, version, correlation_id, body) {
         Ok(bytes) => Reply::Frame(vec![bytes]),
         Err(e) => {
             log::error!("cannot encode a response, closing the connection: {e}");

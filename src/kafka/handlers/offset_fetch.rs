@@ -10,7 +10,7 @@
 use super::{count_errors, frame, HandlerResult, Versions};
 use crate::core::Core;
 use crate::groups::offsets::Committed;
-use crate::kafka::header::{decode, Request};
+use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,

@@ -5,8 +5,8 @@
 use super::{count_errors, frame, HandlerResult, Reply, Versions};
 use crate::core::Core;
 use crate::kafka::errors::code_of;
-use crate::kafka::header::{decode, Request};
 use crate::partition::Partition;
+use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};

@@ -6,7 +6,7 @@ use crate::core::Core;
 use crate::groups::group::{Answer, SyncRequest};
 use crate::groups::MAX_MEMBER_BLOB_BYTES;
 use crate::kafka::errors::code;
-use crate::kafka::header::{decode, Request};
+use crate::wire::header::{decode, Request};
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{ApiKey, SyncGroupRequest, SyncGroupResponse};

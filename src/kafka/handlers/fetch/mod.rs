@@ -1,17 +1,17 @@
 //! Fetch, in parts with one job each: the request's plan (which partitions, which budget), its
 //! execution (reads, and long polling on the partitions' offset monitors until `min_bytes` or
-//! `max_wait_ms`), and the hand-written response encoding (`encode`), which writes the log's shared
-//! record bytes to the socket without copying them.
-
-pub mod encode;
+//! `max_wait_ms`), and the response, encoded by the hand-written [`crate::wire::fetch::encode`], which
+//! writes the log's shared record bytes to the socket without copying them.
 
 use super::{count_errors, HandlerResult, Reply, Versions};
 use crate::core::Core;
 use crate::kafka::errors::code_of;
-use crate::kafka::header::{decode, Request};
 use crate::partition::Partition;
+use crate::wire::fetch::encode::{
+    self, encode_fetch_response, AbortedTransactions, PartitionResult, TopicResult,
+};
+use crate::wire::header::{decode, Request};
 use bytes::Bytes;
-use encode::{encode_fetch_response, AbortedTransactions, PartitionResult, TopicResult};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{ApiKey, FetchRequest};
 use shards::view_reader::ViewReader;

@@ -1,8 +1,9 @@
-//! Request and response headers, and encoding control-plane responses with `kafka-protocol`.
+//! Request and response headers with `kafka-protocol`: the broker's side (parse a request, encode a
+//! response) and the client's (encode a request, decode a response).
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
-use kafka_protocol::protocol::{Decodable, Encodable};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 /// A decoded request header and the rest of the frame.
 #[derive(Debug)]
@@ -83,4 +84,56 @@ pub fn decode<R: Decodable>(req: &Request) -> Result<R, String> {
         Ok(r) => r.map_err(|e| e.to_string()),
         Err(_) => Err("the decoder panicked".to_string()),
     }
+}
+
+/// Encodes a whole request frame (size, header in the version the API uses, body) from `client_id`.
+pub fn encode_request<R: Encodable>(
+    client_id: &str,
+    api_key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &R,
+) -> Result<BytesMut, String> {
+    let header = RequestHeader::default()
+        .with_request_api_key(api_key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(StrBytes::from_string(client_id.to_string())));
+    let mut buf = BytesMut::with_capacity(128);
+    buf.put_i32(0);
+    header
+        .encode(&mut buf, api_key.request_header_version(version))
+        .map_err(|e| format!("{api_key:?} v{version} header: {e}"))?;
+    body.encode(&mut buf, version)
+        .map_err(|e| format!("{api_key:?} v{version} request: {e}"))?;
+    let len = (buf.len() - 4) as i32;
+    buf[..4].copy_from_slice(&len.to_be_bytes());
+    Ok(buf)
+}
+
+/// Decodes a response frame (without its size): the header, whose correlation id must be
+/// `correlation_id`, then the body, which must use up the frame.
+pub fn decode_response<R: Decodable>(
+    api_key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    mut frame: Bytes,
+) -> Result<R, String> {
+    let header = ResponseHeader::decode(&mut frame, api_key.response_header_version(version))
+        .map_err(|e| format!("{api_key:?} v{version} response header: {e}"))?;
+    if header.correlation_id != correlation_id {
+        return Err(format!(
+            "{api_key:?} v{version}: correlation id {} answered where {correlation_id} was expected",
+            header.correlation_id
+        ));
+    }
+    let body = R::decode(&mut frame, version)
+        .map_err(|e| format!("{api_key:?} v{version} response body: {e}"))?;
+    if !frame.is_empty() {
+        return Err(format!(
+            "{api_key:?} v{version}: {} bytes after the response body",
+            frame.len()
+        ));
+    }
+    Ok(body)
 }
