@@ -1,0 +1,391 @@
+//! The command line of `shoal bench`: its flags, their value parsers, and the checks across flags.
+
+use super::client::Codec;
+use clap::{Args, Subcommand, ValueEnum};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Fan-out load: producers write, many independent consumers per partition read everything.
+    /// Without --bootstrap, an embedded shoal is started on a temporary directory.
+    Fanout(FanoutArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Start {
+    /// Consumers start at the end of the log: they read what is produced after they start.
+    Latest,
+    /// Consumers start at the beginning of the log.
+    Earliest,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compare {
+    /// Runs with shoal's fetch coalescing on, then off (through the admin API).
+    Coalescing,
+    /// Runs with shard-view readers shared, then not shared (each view fetch decodes and filters
+    /// the source for itself); needs --views.
+    ViewSharing,
+}
+
+impl Compare {
+    /// The admin API's name of the setting switched.
+    pub fn setting(self) -> &'static str {
+        match self {
+            Compare::Coalescing => "fetch_coalescing",
+            Compare::ViewSharing => "view_sharing",
+        }
+    }
+
+    /// Its name in labels and headings.
+    pub fn label(self) -> &'static str {
+        match self {
+            Compare::Coalescing => "coalescing",
+            Compare::ViewSharing => "view-sharing",
+        }
+    }
+}
+
+/// `--rate`: messages or bytes per second over all producers; 0 is as fast as possible.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rate {
+    Unlimited,
+    MessagesPerSec(f64),
+    BytesPerSec(f64),
+}
+
+impl Rate {
+    pub fn messages_per_sec(self, message_bytes: usize) -> f64 {
+        match self {
+            Rate::Unlimited => 0.0,
+            Rate::MessagesPerSec(m) => m,
+            Rate::BytesPerSec(b) => b / message_bytes.max(1) as f64,
+        }
+    }
+}
+
+/// `--sweep KEY=V1,V2,...`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Sweep {
+    pub key: SweepKey,
+    pub values: Vec<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SweepKey {
+    Consumers,
+    Producers,
+    Partitions,
+}
+
+#[derive(Debug, Clone, Args, Serialize)]
+pub struct FanoutArgs {
+    /// Kafka address (HOST:PORT) of the broker under test. Without it, an embedded shoal is started.
+    #[arg(long)]
+    pub bootstrap: Option<String>,
+    /// shoal's admin HTTP address (HOST:PORT) when --bootstrap is a shoal: broker metrics, and the
+    /// coalescing switch for --compare.
+    #[arg(long)]
+    pub admin: Option<String>,
+    /// Cores of the embedded shoal.
+    #[arg(long, default_value_t = 1)]
+    pub broker_cores: usize,
+    /// Run the embedded shoal as a child process (this binary's `shoal serve`), a fresh one for
+    /// each run, rather than in this process: its CPU and peak RSS are then measured alone,
+    /// without the generator's or an earlier run's.
+    #[arg(long)]
+    pub broker_process: bool,
+    /// Extra `shoal serve` flag for the embedded shoal, e.g. --broker-arg=--flush-ms=0 (repeatable).
+    #[arg(long = "broker-arg", allow_hyphen_values = true, value_name = "FLAG")]
+    pub broker_args: Vec<String>,
+    /// Data directory of the embedded shoal (default: a new directory under the system temporary
+    /// directory, removed at the end; note that it may be tmpfs, where fsync costs nothing).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Topic name. Created with --partitions if missing; later runs of a series use NAME-2, NAME-3...
+    #[arg(long, default_value = "shoal-bench")]
+    pub topic: String,
+    #[arg(long, default_value_t = 1)]
+    pub partitions: i32,
+    #[arg(long, default_value_t = 1)]
+    pub producers: usize,
+    /// Independent consumers per partition (with --views: per shard view of each partition).
+    #[arg(long, default_value_t = 8)]
+    pub consumers: usize,
+    /// Consumers read the N shard views `<topic>.shard-<i>-of-<N>` of the topic instead of the
+    /// topic itself (shoal's sharded views); records get keys spread over the shards.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(shoal::router::MAX_VIEW_SHARDS)))]
+    pub views: Option<u32>,
+    /// Size of each message's value (at least 8: the first 8 bytes carry the send time).
+    #[arg(long, default_value = "1KiB", value_parser = parse_size)]
+    pub message_bytes: u64,
+    /// Target batch size: each batch holds max(1, batch-bytes / message-bytes) messages.
+    #[arg(long, default_value = "16KiB", value_parser = parse_size)]
+    pub batch_bytes: u64,
+    /// Total produce rate: messages per second (e.g. 50000, 50k) or bytes per second with a unit
+    /// (e.g. 100MB/s, 64MiB/s); 0 is as fast as possible.
+    #[arg(long, default_value = "0", value_parser = parse_rate)]
+    pub rate: Rate,
+    /// Produce acks: 0, 1, or -1/all.
+    #[arg(long, default_value = "1", value_parser = parse_acks, allow_negative_numbers = true)]
+    pub acks: i16,
+    /// Measured time (e.g. 10s, 500ms, 1m).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[serde(serialize_with = "secs")]
+    pub duration: Duration,
+    /// Time before the measurement starts (same load, not counted). Default: 2s, or 0 with --backlog
+    /// (the catch-up is what is measured).
+    #[arg(long, value_parser = parse_duration)]
+    #[serde(serialize_with = "opt_secs")]
+    pub warmup: Option<Duration>,
+    /// Where consumers start.
+    #[arg(long, value_enum, default_value_t = Start::Latest)]
+    pub start: Start,
+    /// Pre-produce this much (e.g. 1GiB) before the consumers start, then start them at the earliest
+    /// offset: the catch-up workload. Producers keep producing at --rate during the run; with
+    /// --producers 0 (a pure catch-up) the measurement ends when every consumer has read the backlog.
+    #[arg(long, value_parser = parse_size)]
+    pub backlog: Option<u64>,
+    #[arg(long, value_enum, default_value_t = Codec::None)]
+    pub compression: Codec,
+    /// Write the summary (every figure of every run) to FILE as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Run the workload twice, with a shoal setting on and then off, side by side: fetch
+    /// coalescing, or view-sharing (with --views).
+    #[arg(long, value_enum)]
+    pub compare: Option<Compare>,
+    /// Also run a plain TCP fan-out from memory to the same number of consumers (same batches, same
+    /// compression) and, when the producers are not paced (--rate 0), print the broker's delivered
+    /// throughput as a fraction of it.
+    #[arg(long)]
+    pub raw_baseline: bool,
+    /// Run a series over KEY (consumers, producers or partitions), e.g. consumers=1,8,64,256.
+    #[arg(long, value_parser = parse_sweep)]
+    pub sweep: Option<Sweep>,
+    /// Draw delivered MB/s and p99 end-to-end latency against the swept value into FILE.svg.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Client executors (threads) for producers and consumers (default: the CPUs the embedded
+    /// broker leaves, 1 to 4).
+    #[arg(long)]
+    pub client_threads: Option<usize>,
+    /// Produce requests outstanding per connection.
+    #[arg(long, default_value_t = 5)]
+    pub max_in_flight: usize,
+    /// Fetch max_wait_ms (long polling).
+    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+    #[serde(serialize_with = "secs")]
+    pub fetch_max_wait: Duration,
+    /// Fetch max_bytes (and the partition's max_bytes).
+    #[arg(long, default_value = "1MiB", value_parser = parse_size)]
+    pub fetch_max_bytes: u64,
+    /// Longest the consumers may take, after the producers stop, to reach the final offsets.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    #[serde(serialize_with = "secs")]
+    pub drain_timeout: Duration,
+    /// Receive buffer of each consumer connection (responses stream through it).
+    #[arg(long, default_value = "128KiB", value_parser = parse_size)]
+    pub receive_buffer: u64,
+    /// No live lines, only the summaries.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// Durations go to JSON as seconds.
+fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+fn opt_secs<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => s.serialize_some(&d.as_secs_f64()),
+        None => s.serialize_none(),
+    }
+}
+
+// Value parsers.
+
+pub use shoal::units::parse_size;
+
+/// "0", "50000", "50k", "1.5M" messages/s, or "100MB/s", "64MiB/s" bytes/s.
+pub fn parse_rate(s: &str) -> Result<Rate, String> {
+    let t = s.trim();
+    if let Some(size) = t.strip_suffix("/s") {
+        let b = parse_size(size)?;
+        return Ok(if b == 0 {
+            Rate::Unlimited
+        } else {
+            Rate::BytesPerSec(b as f64)
+        });
+    }
+    let (num, mult) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1e3),
+        Some('m' | 'M') => (&t[..t.len() - 1], 1e6),
+        _ => (t, 1.0),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?}: expected msg/s (50000, 50k) or bytes/s (100MB/s)"))?;
+    if v < 0.0 {
+        return Err(format!("{s:?}: a rate cannot be negative"));
+    }
+    Ok(if v == 0.0 {
+        Rate::Unlimited
+    } else {
+        Rate::MessagesPerSec(v * mult)
+    })
+}
+
+pub fn parse_acks(s: &str) -> Result<i16, String> {
+    match s {
+        "all" | "-1" => Ok(-1),
+        "0" => Ok(0),
+        "1" => Ok(1),
+        _ => Err(format!("{s:?}: acks is 0, 1, or -1/all")),
+    }
+}
+
+/// "10s", "500ms", "2m", "1.5" (seconds).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let (num, mult) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = t.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        (t, 1.0)
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?}: expected a duration like 10s, 500ms, 2m"))?;
+    if !(0.0..=1e7).contains(&v) {
+        return Err(format!("{s:?}: out of range"));
+    }
+    Ok(Duration::from_secs_f64(v * mult))
+}
+
+pub fn parse_sweep(s: &str) -> Result<Sweep, String> {
+    let (key, values) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: expected KEY=V1,V2,... e.g. consumers=1,8,64,256"))?;
+    let key = match key.trim() {
+        "consumers" => SweepKey::Consumers,
+        "producers" => SweepKey::Producers,
+        "partitions" => SweepKey::Partitions,
+        k => {
+            return Err(format!(
+                "cannot sweep {k:?}: consumers, producers or partitions"
+            ))
+        }
+    };
+    let values = values
+        .split(',')
+        .map(|v| {
+            v.trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|v| *v > 0 || key == SweepKey::Producers)
+                .ok_or_else(|| format!("{v:?} in --sweep is not a count"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if values.is_empty() {
+        return Err("--sweep needs at least one value".into());
+    }
+    Ok(Sweep { key, values })
+}
+
+pub fn validate(args: &FanoutArgs) -> Result<(), String> {
+    if args.message_bytes < 8 {
+        return Err("--message-bytes must be at least 8 (the send time rides in the value)".into());
+    }
+    if args.partitions < 1 {
+        return Err("--partitions must be at least 1".into());
+    }
+    if args.consumers == 0
+        && args
+            .sweep
+            .as_ref()
+            .is_none_or(|s| s.key != SweepKey::Consumers)
+    {
+        return Err("--consumers must be at least 1".into());
+    }
+    if args.duration.is_zero() {
+        return Err("--duration must be positive".into());
+    }
+    if args.fetch_max_bytes < 1024 || args.fetch_max_bytes > i32::MAX as u64 {
+        return Err("--fetch-max-bytes must be between 1KiB and 2GiB".into());
+    }
+    if args.receive_buffer < (shoal::wire::fetch::decode::BATCH_PEEK as u64) {
+        return Err("--receive-buffer is too small".into());
+    }
+    if let (Some(c), Some(_), None) = (args.compare, &args.bootstrap, &args.admin) {
+        return Err(format!(
+            "--compare {} switches a shoal setting through its admin API: give --admin",
+            c.label()
+        ));
+    }
+    if args.broker_process && args.bootstrap.is_some() {
+        return Err("--broker-process starts shoal itself: it does not go with --bootstrap".into());
+    }
+    if let Some(n) = args.views {
+        let records_per_batch = (args.batch_bytes / args.message_bytes.max(1)).max(1);
+        if u64::from(n) > records_per_batch {
+            return Err(format!(
+                "--views {n}: batches of {records_per_batch} records cannot reach every shard; \
+                 raise --batch-bytes or lower --message-bytes"
+            ));
+        }
+    }
+    if args.compare == Some(Compare::ViewSharing) && args.views.is_none() {
+        return Err("--compare view-sharing compares shard views: give --views N".into());
+    }
+    if args.plot.is_some() && args.sweep.is_none() {
+        return Err("--plot draws a --sweep: give one, e.g. --sweep consumers=1,8,64".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn value_parsers() {
+        assert_eq!(parse_size("16KiB"), Ok(16384));
+        assert_eq!(parse_size("1MB"), Ok(1_000_000));
+        assert_eq!(parse_size("1g"), Ok(1 << 30));
+        assert_eq!(parse_size("100"), Ok(100));
+        assert!(parse_size("1 parsec").is_err());
+        assert_eq!(parse_rate("0"), Ok(Rate::Unlimited));
+        assert_eq!(parse_rate("50k"), Ok(Rate::MessagesPerSec(50_000.0)));
+        assert_eq!(parse_rate("100MB/s"), Ok(Rate::BytesPerSec(1e8)));
+        assert_eq!(
+            parse_rate("100MB/s").unwrap().messages_per_sec(1000),
+            100_000.0
+        );
+        assert_eq!(parse_acks("all"), Ok(-1));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(
+            parse_sweep("consumers=1,8,64"),
+            Ok(Sweep {
+                key: SweepKey::Consumers,
+                values: vec![1, 8, 64]
+            })
+        );
+        assert!(parse_sweep("colour=1").is_err());
+    }
+}

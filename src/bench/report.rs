@@ -1,0 +1,584 @@
+//! What a series prints: each run's summary, comparisons, the raw-baseline table, and the SVG plot
+//! of a sweep.
+
+use super::args::{Compare, FanoutArgs, Rate, Start, Sweep, SweepKey};
+use super::workload::{RunSummary, Workload};
+use super::{plot, ratio, stats, Report};
+use std::net::SocketAddr;
+
+/// One of shoal's switches, from its `/metrics` (None without an admin API or a shoal).
+pub fn switch_enabled(admin: Option<SocketAddr>, c: Compare) -> Option<bool> {
+    let metrics = stats::scrape(admin?).ok()?;
+    let gauge = match c {
+        Compare::Coalescing => "shoal_fetch_coalescer_enabled",
+        Compare::ViewSharing => "shoal_view_sharing_enabled",
+    };
+    metrics.get(gauge).map(|v| *v > 0.0)
+}
+
+fn rate_label(rate: Rate) -> String {
+    match rate {
+        Rate::Unlimited => "as fast as possible".to_string(),
+        Rate::MessagesPerSec(m) => format!("{} msg/s", stats::thousands(m as u64)),
+        Rate::BytesPerSec(b) => format!("{:.1} MB/s", stats::mb(b)),
+    }
+}
+
+/// Why runs at `rate` are not compared with the raw baseline, if they are not: the raw server
+/// answers every fetch at once, a paced run delivers only what is produced.
+fn raw_comparison_gap(rate: Rate) -> Option<String> {
+    (rate != Rate::Unlimited).then(|| {
+        format!(
+            "n/a: the producers were paced (--rate {}) while the raw server never waits for data; \
+             compare with --rate 0",
+            rate_label(rate)
+        )
+    })
+}
+
+pub fn run_label(w: &Workload, mode: Option<(Compare, bool)>) -> String {
+    let mut l = match w.views {
+        None => format!("consumers={}x{}", w.consumers_per_partition, w.partitions),
+        Some(n) => format!(
+            "consumers={}x{n}x{} views={n}",
+            w.consumers_per_partition, w.partitions
+        ),
+    };
+    l.push_str(&format!(" producers={}", w.producers));
+    if let Some((c, on)) = mode {
+        l.push_str(&format!(" {}={}", c.label(), if on { "on" } else { "off" }));
+    }
+    l
+}
+
+pub fn describe_workload(w: &Workload, args: &FanoutArgs) -> String {
+    let rate = if w.rate > 0.0 {
+        format!(
+            "{} msg/s ({:.1} MB/s)",
+            stats::thousands(w.rate as u64),
+            stats::mb(w.rate * w.message_bytes as f64)
+        )
+    } else {
+        "as fast as possible".into()
+    };
+    format!(
+        "topic {} ({} partition{}), {} producer{} at {rate}, acks={}, {} messages of {} B in batches of {}, \
+         compression {}; {} consumer{} per {} from {}{}; {:.1} s warm-up + {:.1} s measured; \
+         {} client thread{}",
+        w.topic,
+        w.partitions,
+        plural(w.partitions as usize),
+        w.producers,
+        plural(w.producers),
+        if w.acks == -1 { "all".to_string() } else { w.acks.to_string() },
+        if w.rate > 0.0 { "paced" } else { "unpaced" },
+        w.message_bytes,
+        w.records_per_batch,
+        format!("{:?}", args.compression).to_lowercase(),
+        w.consumers_per_partition,
+        plural(w.consumers_per_partition),
+        match w.views {
+            None => "partition".to_string(),
+            Some(n) => format!("shard view of each partition ({n} views, keyed records)"),
+        },
+        if w.earliest || w.backlog_bytes > 0 { "the earliest offset" } else { "the latest offset" },
+        if w.backlog_bytes > 0 {
+            format!(" after a backlog of {}", stats::size(w.backlog_bytes))
+        } else {
+            String::new()
+        },
+        w.warmup.as_secs_f64(),
+        w.duration.as_secs_f64(),
+        w.client_threads,
+        plural(w.client_threads),
+    )
+}
+
+pub fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+fn latency_line(name: &str, l: &Option<stats::Latency>) -> String {
+    match l {
+        None => format!("{name:<16} -"),
+        Some(l) => format!(
+            "{name:<16} p50 {}  p99 {}  p99.9 {}  p99.99 {}  max {}  ({} samples)",
+            stats::us(l.p50),
+            stats::us(l.p99),
+            stats::us(l.p99_9),
+            stats::us(l.p99_99),
+            stats::us(l.max),
+            stats::thousands(l.samples)
+        ),
+    }
+}
+
+pub fn print_summary(s: &RunSummary) {
+    println!(
+        "-- summary: {} ({:.1} s measured) --",
+        s.label, s.measured_s
+    );
+    if s.kind == "kafka" {
+        println!(
+            "{:<16} {} msgs, {}: {} msg/s, {:.1} MB/s",
+            "produced",
+            stats::thousands(s.produced.records),
+            stats::size(s.produced.bytes),
+            stats::thousands(s.produced.msg_per_s as u64),
+            s.produced.mb_per_s
+        );
+    }
+    println!(
+        "{:<16} {} msgs, {} to {} consumers: {} msg/s, {:.1} MB/s (slowest consumer {} msg/s, {:.1} MB/s; {} fetches of {} on average)",
+        "delivered",
+        stats::thousands(s.delivered.records),
+        stats::size(s.delivered.bytes),
+        s.consumers,
+        stats::thousands(s.delivered.msg_per_s as u64),
+        s.delivered.mb_per_s,
+        stats::thousands(s.delivered.slowest_consumer_msg_per_s as u64),
+        s.delivered.slowest_consumer_mb_per_s,
+        stats::thousands(s.delivered.fetches),
+        stats::size(s.delivered.mean_fetch_bytes as u64),
+    );
+    if s.kind == "kafka" {
+        println!("{}", latency_line("publish latency", &s.publish_latency_us));
+        println!("{}", latency_line("e2e latency", &s.e2e_latency_us));
+        let c = &s.correctness;
+        if c.all_received {
+            println!(
+                "{:<16} OK: all {} consumers received every record produced after they started ({} records in all, {} produced; drained in {:.2} s)",
+                "correctness",
+                c.consumers,
+                stats::thousands(c.received_records),
+                stats::thousands(s.totals.produced_records),
+                c.drain_s
+            );
+        } else {
+            println!(
+                "{:<16} FAILED: {} of {} consumers received everything ({} of {} expected records; {} gaps)",
+                "correctness",
+                c.complete_consumers,
+                c.consumers,
+                stats::thousands(c.received_records),
+                stats::thousands(c.expected_records),
+                c.gaps
+            );
+            for i in &c.incomplete {
+                println!(
+                    "{:<16}   consumer {} (partition {}): from {} reached {} of {}, {} records received, {} offsets missing between batches",
+                    "", i.consumer, i.partition, i.start_offset, i.position, i.final_offset,
+                    i.received_records, i.gap_offsets
+                );
+            }
+        }
+    }
+    println!(
+        "{:<16} {} ({} produce, {} consume){}",
+        "errors",
+        s.errors.count,
+        s.errors.produce,
+        s.errors.consume,
+        if s.errors.messages.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", s.errors.messages.join("; "))
+        }
+    );
+    println!(
+        "{:<16} {:.2} CPU-s = {:.2} cores{}",
+        "generator CPU",
+        s.generator.cpu_s,
+        s.generator.cores,
+        s.generator
+            .cpu_s_per_delivered_gb
+            .map(|g| format!(", {g:.2} CPU-s per delivered GB"))
+            .unwrap_or_default()
+    );
+    let who = if s.kind == "kafka" {
+        "broker"
+    } else {
+        "raw server"
+    };
+    let sv = &s.server;
+    let mut parts = Vec::new();
+    if let Some(cpu) = sv.cpu_s {
+        parts.push(format!(
+            "{cpu:.2} CPU-s = {:.2} cores{}",
+            sv.cores.unwrap_or(0.0),
+            sv.cpu_s_per_delivered_gb
+                .map(|g| format!(", {g:.2} CPU-s per delivered GB"))
+                .unwrap_or_default()
+        ));
+    } else {
+        parts.push("CPU not observable (not on this host; give --admin of a local shoal)".into());
+    }
+    if let Some(rss) = sv.peak_rss_bytes {
+        parts.push(format!(
+            "peak RSS {}{}{}",
+            stats::size(rss),
+            match (sv.rss_at_consumers_start_bytes, sv.peak_rss_growth_bytes) {
+                (Some(start), Some(growth)) => format!(
+                    " ({} when the consumers started, +{} while serving them)",
+                    stats::size(start),
+                    stats::size(growth)
+                ),
+                _ => String::new(),
+            },
+            if sv.peak_rss_includes_generator {
+                " (process, generator included)"
+            } else {
+                ""
+            }
+        ));
+    }
+    println!("{who:<16} {}", parts.join("; "));
+    if let Some(f) = &sv.fetch {
+        println!(
+            "{:<16} coalescer hit ratio {}; log bytes read {} for {} delivered ({})",
+            "fetch path",
+            f.coalescer_hit_ratio
+                .map(|r| format!("{:.1}%", r * 100.0))
+                .unwrap_or_else(|| "-".into()),
+            stats::size(f.log_read_bytes),
+            stats::size(f.response_bytes),
+            f.fan_out_saving
+                .map(|x| format!("each byte read served {x:.1} times"))
+                .unwrap_or_else(|| "nothing read".into())
+        );
+    }
+    if let Some(v) = &sv.views {
+        println!(
+            "{:<16} {} source batches decoded for {} produced ({} per batch), {} shard batches \
+             encoded, {} view fetches, {} catch-up reads, {} decode errors{}",
+            "views",
+            stats::thousands(v.source_batches_decoded),
+            stats::thousands(v.source_batches),
+            v.decodes_per_source_batch
+                .map_or_else(|| "-".into(), |d| format!("{d:.2}")),
+            stats::thousands(v.shard_batches_encoded),
+            stats::thousands(v.fetches_served),
+            stats::thousands(v.catch_up_reads),
+            v.decode_errors,
+            match s.view_sharing {
+                Some(true) => "; readers shared",
+                Some(false) => "; readers not shared",
+                None => "",
+            }
+        );
+    }
+}
+
+fn fmt_ratio(r: Option<f64>) -> String {
+    r.map_or_else(|| "-".into(), |r| format!("{r:.2}x"))
+}
+
+pub fn print_comparison(compared: Compare, on: &RunSummary, off: &RunSummary) {
+    println!(
+        "\n-- {} on vs off: {} consumers --",
+        compared.label(),
+        on.consumers
+    );
+    type Row<'a> = (
+        &'a str,
+        Option<f64>,
+        Option<f64>,
+        Box<dyn Fn(f64) -> String>,
+    );
+    let rows: Vec<Row> = vec![
+        (
+            "delivered MB/s",
+            Some(on.delivered.mb_per_s),
+            Some(off.delivered.mb_per_s),
+            Box::new(|v| format!("{v:.1}")),
+        ),
+        (
+            "produced MB/s",
+            Some(on.produced.mb_per_s),
+            Some(off.produced.mb_per_s),
+            Box::new(|v| format!("{v:.1}")),
+        ),
+        (
+            "e2e p50",
+            on.e2e_latency_us.map(|l| l.p50 as f64),
+            off.e2e_latency_us.map(|l| l.p50 as f64),
+            Box::new(|v| stats::us(v as u64)),
+        ),
+        (
+            "e2e p99",
+            on.e2e_latency_us.map(|l| l.p99 as f64),
+            off.e2e_latency_us.map(|l| l.p99 as f64),
+            Box::new(|v| stats::us(v as u64)),
+        ),
+        (
+            "e2e max",
+            on.e2e_latency_us.map(|l| l.max as f64),
+            off.e2e_latency_us.map(|l| l.max as f64),
+            Box::new(|v| stats::us(v as u64)),
+        ),
+        (
+            "broker CPU-s/GB",
+            on.server.cpu_s_per_delivered_gb,
+            off.server.cpu_s_per_delivered_gb,
+            Box::new(|v| format!("{v:.2}")),
+        ),
+        (
+            "log bytes read",
+            on.server.fetch.map(|f| f.log_read_bytes as f64),
+            off.server.fetch.map(|f| f.log_read_bytes as f64),
+            Box::new(|v| stats::size(v as u64)),
+        ),
+        (
+            "coalescer hits",
+            on.server
+                .fetch
+                .and_then(|f| f.coalescer_hit_ratio)
+                .map(|r| r * 100.0),
+            off.server
+                .fetch
+                .and_then(|f| f.coalescer_hit_ratio)
+                .map(|r| r * 100.0),
+            Box::new(|v| format!("{v:.1}%")),
+        ),
+        (
+            "generator CPU-s/GB",
+            on.generator.cpu_s_per_delivered_gb,
+            off.generator.cpu_s_per_delivered_gb,
+            Box::new(|v| format!("{v:.2}")),
+        ),
+        (
+            "peak RSS",
+            on.server.peak_rss_bytes.map(|b| b as f64),
+            off.server.peak_rss_bytes.map(|b| b as f64),
+            Box::new(|v| stats::size(v as u64)),
+        ),
+        (
+            "RSS growth",
+            on.server.peak_rss_growth_bytes.map(|b| b as f64),
+            off.server.peak_rss_growth_bytes.map(|b| b as f64),
+            Box::new(|v| stats::size(v as u64)),
+        ),
+        (
+            "view decodes",
+            on.server.views.map(|v| v.source_batches_decoded as f64),
+            off.server.views.map(|v| v.source_batches_decoded as f64),
+            Box::new(|v| stats::thousands(v as u64)),
+        ),
+        (
+            "decodes/src batch",
+            on.server.views.and_then(|v| v.decodes_per_source_batch),
+            off.server.views.and_then(|v| v.decodes_per_source_batch),
+            Box::new(|v| format!("{v:.2}")),
+        ),
+    ];
+    println!("{:<20} {:>14} {:>14} {:>10}", "", "on", "off", "on/off");
+    for (name, a, b, f) in rows {
+        println!(
+            "{name:<20} {:>14} {:>14} {:>10}",
+            a.map_or_else(|| "-".into(), &f),
+            b.map_or_else(|| "-".into(), &f),
+            fmt_ratio(ratio(a, b))
+        );
+    }
+}
+
+pub fn print_raw(raw: &RunSummary, runs: &[RunSummary], rate: Rate) {
+    for r in runs {
+        match raw_comparison_gap(rate) {
+            Some(gap) => println!(
+                "{:<16} {}: {:.1} MB/s delivered, the raw baseline {:.1} MB/s; fraction {gap}",
+                "vs raw baseline", r.label, r.delivered.mb_per_s, raw.delivered.mb_per_s
+            ),
+            None => println!(
+                "{:<16} {}: {:.1} MB/s delivered = {} of the raw baseline's {:.1} MB/s",
+                "vs raw baseline",
+                r.label,
+                r.delivered.mb_per_s,
+                r.raw_baseline_fraction
+                    .map_or_else(|| "-".into(), |f| format!("{:.1}%", f * 100.0)),
+                raw.delivered.mb_per_s
+            ),
+        }
+    }
+}
+
+pub fn print_table(runs: &[RunSummary], raws: &[RunSummary], rate: Rate) {
+    let gap = raw_comparison_gap(rate).filter(|_| !raws.is_empty());
+    println!("\n== all runs ==");
+    println!(
+        "{:<44} {:>10} {:>12} {:>10} {:>10} {:>11} {:>10} {:>9} {:>9}",
+        "run",
+        "prod MB/s",
+        "deliv MB/s",
+        "slowest",
+        "e2e p50",
+        "e2e p99",
+        "brk CPU/GB",
+        "gen cores",
+        "vs raw"
+    );
+    for r in runs.iter().chain(raws) {
+        println!(
+            "{:<44} {:>10} {:>12.1} {:>10.1} {:>10} {:>11} {:>10} {:>9.2} {:>9}",
+            r.label,
+            if r.kind == "kafka" {
+                format!("{:.1}", r.produced.mb_per_s)
+            } else {
+                "-".into()
+            },
+            r.delivered.mb_per_s,
+            r.delivered.slowest_consumer_mb_per_s,
+            r.e2e_latency_us
+                .map_or_else(|| "-".into(), |l| stats::us(l.p50)),
+            r.e2e_latency_us
+                .map_or_else(|| "-".into(), |l| stats::us(l.p99)),
+            r.server
+                .cpu_s_per_delivered_gb
+                .map_or_else(|| "-".into(), |g| format!("{g:.2}")),
+            r.generator.cores,
+            match (r.raw_baseline_fraction, &gap) {
+                (Some(f), _) => format!("{:.1}%", f * 100.0),
+                (None, Some(_)) if r.kind == "kafka" => "n/a".into(),
+                (None, _) => "-".into(),
+            },
+        );
+    }
+    if let Some(gap) = gap {
+        println!("vs raw {gap}");
+    }
+}
+
+pub fn render_plot(report: &Report, sweep: &Sweep) -> String {
+    let x_of = |r: &RunSummary| -> f64 {
+        match sweep.key {
+            SweepKey::Consumers => r.consumers_per_partition as f64,
+            SweepKey::Producers => r.producers as f64,
+            SweepKey::Partitions => r.partitions as f64,
+        }
+    };
+    // One line per setting of the compared switch (coalescing without --compare), in the order
+    // the runs met them.
+    let compared = report.config.compare;
+    let mode_of = |r: &RunSummary| match compared {
+        Some(Compare::ViewSharing) => r.view_sharing,
+        _ => r.coalescing,
+    };
+    let mut modes: Vec<Option<bool>> = Vec::new();
+    for r in &report.runs {
+        if !modes.contains(&mode_of(r)) {
+            modes.push(mode_of(r));
+        }
+    }
+    let mut throughput = Vec::new();
+    let mut latency = Vec::new();
+    for mode in modes {
+        let name = match (mode, compared) {
+            (Some(on), Some(c)) => {
+                format!("shoal, {} {}", c.label(), if on { "on" } else { "off" })
+            }
+            (Some(true), None) => "shoal".into(),
+            (Some(false), None) => "shoal (coalescing off)".into(),
+            (None, _) => "broker".into(),
+        };
+        let pick = |f: &dyn Fn(&RunSummary) -> Option<f64>| -> Vec<(f64, f64)> {
+            report
+                .runs
+                .iter()
+                .filter(|r| mode_of(r) == mode)
+                .filter_map(|r| f(r).map(|y| (x_of(r), y)))
+                .collect()
+        };
+        // "off" is drawn dashed so that it stays visible where it lies on top of "on".
+        let dash = (mode == Some(false)).then_some("3,3");
+        throughput.push(plot::Series {
+            name: name.clone(),
+            points: pick(&|r| Some(r.delivered.mb_per_s)),
+            dash,
+        });
+        latency.push(plot::Series {
+            name,
+            points: pick(&|r| r.e2e_latency_us.map(|l| l.p99 as f64 / 1e3)),
+            dash,
+        });
+    }
+    if !report.raw_baselines.is_empty() {
+        throughput.push(plot::Series {
+            name: "raw TCP baseline".into(),
+            points: report
+                .raw_baselines
+                .iter()
+                .map(|r| (x_of(r), r.delivered.mb_per_s))
+                .collect(),
+            dash: Some("8,4"),
+        });
+    }
+    // A log axis where the values span more than 20x (the raw baseline beside a paced workload).
+    let spans_decades = |series: &[plot::Series]| {
+        let ys = series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
+        let (lo, hi) = ys.fold((f64::MAX, 0.0f64), |(lo, hi), y| (lo.min(y), hi.max(y)));
+        lo > 0.0 && hi / lo > 20.0
+    };
+    let (log_throughput, log_latency) = (spans_decades(&throughput), spans_decades(&latency));
+    let xs: Vec<f64> = sweep.values.iter().map(|v| *v as f64).collect();
+    let first = report.runs.first();
+    let title = format!(
+        "shoal bench fanout: {} B messages, {} partition{}, {} producer{}",
+        first.map_or(0, |r| r.message_bytes),
+        first.map_or(0, |r| r.partitions),
+        plural(first.map_or(0, |r| r.partitions as usize)),
+        first.map_or(0, |r| r.producers),
+        plural(first.map_or(0, |r| r.producers)),
+    );
+    let x_label = match sweep.key {
+        SweepKey::Consumers => "consumers per partition",
+        SweepKey::Producers => "producers",
+        SweepKey::Partitions => "partitions",
+    };
+    let c = &report.config;
+    let subtitle = format!(
+        "produce rate {}, acks={}, {} from {}, compression {}; {}; {} s measured per run",
+        rate_label(c.rate),
+        if c.acks == -1 {
+            "all".to_string()
+        } else {
+            c.acks.to_string()
+        },
+        if c.backlog.is_some() {
+            "catch-up"
+        } else {
+            "tail"
+        },
+        if c.backlog.is_some() || c.start == Start::Earliest {
+            "earliest"
+        } else {
+            "latest"
+        },
+        format!("{:?}", c.compression).to_lowercase(),
+        report.broker.split(" on ").next().unwrap_or_default(),
+        c.duration.as_secs_f64(),
+    );
+    plot::render(
+        &title,
+        &subtitle,
+        x_label,
+        &xs,
+        &[
+            plot::Panel {
+                title: "delivered throughput".into(),
+                y_label: "MB/s delivered (all consumers)".into(),
+                series: throughput,
+                log_y: log_throughput,
+            },
+            plot::Panel {
+                title: "end-to-end latency, p99".into(),
+                y_label: "p99 e2e latency (ms)".into(),
+                series: latency,
+                log_y: log_latency,
+            },
+        ],
+    )
+}
