@@ -1,0 +1,78 @@
+//! The check after a run: did every consumer receive every record?
+
+use super::summary::{Correctness, IncompleteConsumer};
+use crate::bench::stats::Shared;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// Did every consumer receive every record from its start offset to the final end offset?
+pub(super) fn check(
+    shared: &Shared,
+    final_offsets: &[i64],
+    drain_s: f64,
+    checked: bool,
+) -> Correctness {
+    let mut c = Correctness {
+        checked,
+        consumers: shared.consumers.len(),
+        final_offsets: final_offsets.to_vec(),
+        drain_s,
+        ..Correctness::default()
+    };
+    if !checked {
+        return c;
+    }
+    let end_of = |p: i32| final_offsets.get(p as usize).copied().unwrap_or(-1);
+    // Shard views (--views): which records a shard holds is the broker's to decide (its own tests
+    // check that record by record), so here every consumer of a shard must receive the same
+    // records, and the shards of a partition together exactly the partition's.
+    let mut shard_records: HashMap<(i32, u32), u64> = HashMap::new();
+    for s in &shared.consumers {
+        if let Some(shard) = s.shard {
+            let e = shard_records.entry((s.partition, shard)).or_default();
+            *e = (*e).max(s.records.load(Relaxed));
+        }
+    }
+    let mut partition_records: HashMap<i32, u64> = HashMap::new();
+    for ((p, _), n) in &shard_records {
+        *partition_records.entry(*p).or_default() += n;
+    }
+    for (i, s) in shared.consumers.iter().enumerate() {
+        let end = end_of(s.partition);
+        let start = s.start_offset.load(Relaxed);
+        let position = s.position.load(Relaxed);
+        let received = s.records.load(Relaxed);
+        let gaps = s.gap_offsets.load(Relaxed);
+        let whole = (end - start).max(0) as u64;
+        let (expected, shards_add_up) = match s.shard {
+            None => (whole, true),
+            Some(shard) => (
+                shard_records[&(s.partition, shard)],
+                partition_records[&s.partition] == whole,
+            ),
+        };
+        c.expected_records += expected;
+        c.received_records += received;
+        c.gaps += s.gaps.load(Relaxed);
+        let complete = !s.failed.load(Relaxed)
+            && shards_add_up
+            && s.gaps.load(Relaxed) == 0
+            && position == end
+            && received == expected;
+        if complete {
+            c.complete_consumers += 1;
+        } else if c.incomplete.len() < 10 {
+            c.incomplete.push(IncompleteConsumer {
+                consumer: i,
+                partition: s.partition,
+                start_offset: start,
+                position,
+                final_offset: end,
+                received_records: received,
+                gap_offsets: gaps,
+            });
+        }
+    }
+    c.all_received = c.complete_consumers == c.consumers;
+    c
+}

@@ -1,0 +1,217 @@
+//! The client executors: glommio threads that run the consumers and producers assigned to them,
+//! flush their histograms into the shared counters, and wait for set-up to end.
+
+use super::consumer::consumer;
+use super::producer::producer;
+use crate::bench::client::{Codec, PartitionLeader};
+use crate::bench::stats::{Hists, Phase, Shared};
+use glommio::net::TcpStream;
+use glommio::{LocalExecutorBuilder, Placement};
+use std::cell::RefCell;
+use std::fmt::Display;
+use std::io;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What every client task needs to know.
+#[derive(Debug, Clone)]
+pub(super) struct ClientCfg {
+    pub(super) topic: String,
+    pub(super) produce_version: i16,
+    pub(super) fetch_version: i16,
+    pub(super) acks: i16,
+    pub(super) compression: Codec,
+    pub(super) message_bytes: usize,
+    pub(super) records_per_batch: usize,
+    /// Shard views read (records get keys, and the first records of each batch one per shard).
+    pub(super) views: Option<u32>,
+    /// Seconds between two batches of one producer (0: no pacing).
+    pub(super) batch_interval: f64,
+    pub(super) max_in_flight: usize,
+    pub(super) fetch_max_wait: Duration,
+    pub(super) fetch_max_bytes: i32,
+    pub(super) receive_buffer: usize,
+    /// Raw baseline: offsets wrap at this.
+    pub(super) modulus: Option<i64>,
+    pub(super) sample_latency: bool,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct ConsumerPlan {
+    pub(super) id: usize,
+    /// The topic it fetches: the workload's, or one of its shard views.
+    pub(super) topic: Arc<str>,
+    pub(super) partition: i32,
+    pub(super) leader: SocketAddr,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct ProducerPlan {
+    pub(super) id: usize,
+    pub(super) partitions: Vec<PartitionLeader>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub(super) struct ExecPlan {
+    pub(super) consumers: Vec<ConsumerPlan>,
+    pub(super) producers: Vec<ProducerPlan>,
+}
+
+/// Starts one glommio executor per plan; each runs its tasks to the end.
+pub(super) fn spawn_clients(
+    cfg: ClientCfg,
+    shared: &Arc<Shared>,
+    plans: Vec<ExecPlan>,
+    cpus: &[Option<usize>],
+) -> io::Result<Vec<glommio::ExecutorJoinHandle<()>>> {
+    let cfg = Arc::new(cfg);
+    let mut handles = Vec::new();
+    for (i, plan) in plans.into_iter().enumerate() {
+        let placement = match cpus.get(i).copied().flatten() {
+            Some(cpu) => Placement::Fixed(cpu),
+            None => Placement::Unbound,
+        };
+        let (cfg, shared) = (cfg.clone(), shared.clone());
+        let h = LocalExecutorBuilder::new(placement)
+            .name(&format!("bench-client-{i}"))
+            .spawn(move || async move { executor_main(i, cfg, shared, plan).await })
+            .map_err(|e| io::Error::other(format!("cannot start client executor {i}: {e}")))?;
+        handles.push(h);
+    }
+    Ok(handles)
+}
+
+pub(super) async fn executor_main(
+    idx: usize,
+    cfg: Arc<ClientCfg>,
+    shared: Arc<Shared>,
+    plan: ExecPlan,
+) {
+    let local = Rc::new(RefCell::new(Hists::default()));
+    let mut tasks = Vec::new();
+    for c in plan.consumers {
+        tasks.push(glommio::spawn_local(consumer(
+            cfg.clone(),
+            shared.clone(),
+            c,
+            local.clone(),
+        )));
+    }
+    for p in plan.producers {
+        tasks.push(glommio::spawn_local(producer(
+            cfg.clone(),
+            shared.clone(),
+            p,
+            local.clone(),
+        )));
+    }
+    let flusher = {
+        let local = local.clone();
+        let shared = shared.clone();
+        glommio::spawn_local(async move {
+            loop {
+                glommio::timer::sleep(Duration::from_millis(200)).await;
+                flush(&shared, idx, &local);
+            }
+        })
+    };
+    for t in tasks {
+        t.await;
+    }
+    drop(flusher);
+    flush(&shared, idx, &local);
+}
+
+/// Moves executor `idx`'s histograms into its shared copy.
+pub(super) fn flush(shared: &Shared, idx: usize, local: &RefCell<Hists>) {
+    let mut to = shared.hists[idx].lock().unwrap_or_else(|e| e.into_inner());
+    to.drain_from(&mut local.borrow_mut());
+}
+
+/// How a client task reports errors: in the run's list and its own counter.
+pub(super) struct Reporter<'a> {
+    pub(super) shared: &'a Shared,
+    pub(super) who: String,
+    pub(super) errors: &'a AtomicU64,
+    /// Set by [`fail`](Self::fail): a consumer that gave up did not receive everything.
+    pub(super) failed: Option<&'a AtomicBool>,
+}
+
+impl Reporter<'_> {
+    /// An error the task carries on after.
+    pub(super) fn error(&self, msg: impl Display) {
+        self.shared.error(format!("{}: {msg}", self.who));
+        self.errors.fetch_add(1, Relaxed);
+    }
+
+    /// An error that ends the task.
+    pub(super) fn fail(&self, msg: impl Display) {
+        self.error(msg);
+        if let Some(f) = self.failed {
+            f.store(true, Relaxed);
+        }
+    }
+}
+
+/// Sets a task's `done` flag when the task ends, however it ends.
+pub(super) struct DoneOnDrop<'a>(pub(super) &'a AtomicBool);
+
+impl Drop for DoneOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Relaxed);
+    }
+}
+
+/// Waits for the end of the set-up phase: every task starts together, once all consumers are
+/// connected.
+pub(super) async fn setup_over(shared: &Shared) {
+    while shared.phase() == Phase::Setup {
+        glommio::timer::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+pub(super) async fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
+    let s = TcpStream::connect_timeout(addr, Duration::from_secs(10))
+        .await
+        .map_err(|e| io::Error::other(format!("connecting to {addr}: {e}")))?;
+    s.set_nodelay(true)
+        .and_then(|_| s.set_read_timeout(Some(Duration::from_secs(60))))
+        .and_then(|_| s.set_write_timeout(Some(Duration::from_secs(60))))
+        .map_err(|e| io::Error::other(e.to_string()))?;
+    Ok(s)
+}
+
+/// Spreads producers and consumers over the client executors, round robin. Producer i writes
+/// partitions i, i + producers, ... (or partition i mod partitions when there are more producers).
+pub(super) fn assign(
+    threads: usize,
+    leaders: &[PartitionLeader],
+    producers: usize,
+    consumers: Vec<ConsumerPlan>,
+) -> Vec<ExecPlan> {
+    let mut plans = vec![ExecPlan::default(); threads];
+    for (i, c) in consumers.into_iter().enumerate() {
+        plans[i % threads].consumers.push(c);
+    }
+    for id in 0..producers {
+        let partitions: Vec<PartitionLeader> = if producers >= leaders.len() {
+            vec![leaders[id % leaders.len()]]
+        } else {
+            leaders
+                .iter()
+                .skip(id)
+                .step_by(producers)
+                .copied()
+                .collect()
+        };
+        // Producers start from executor 1, away from executor 0's first consumers.
+        plans[(id + 1) % threads]
+            .producers
+            .push(ProducerPlan { id, partitions });
+    }
+    plans
+}

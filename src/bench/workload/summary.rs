@@ -1,0 +1,162 @@
+//! The summary of a run: what `--json` writes and the report prints.
+
+use crate::bench::stats;
+use crate::bench::stats::{FetchMetrics, Latency, ViewMetrics};
+use serde::Serialize;
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Throughput {
+    pub records: u64,
+    pub bytes: u64,
+    pub msg_per_s: f64,
+    pub mb_per_s: f64,
+}
+
+impl Throughput {
+    pub(super) fn of(records: u64, bytes: u64, secs: f64) -> Throughput {
+        Throughput {
+            records,
+            bytes,
+            msg_per_s: records as f64 / secs,
+            mb_per_s: stats::mb(bytes as f64) / secs,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Delivered {
+    pub records: u64,
+    pub bytes: u64,
+    pub msg_per_s: f64,
+    pub mb_per_s: f64,
+    pub slowest_consumer_msg_per_s: f64,
+    pub slowest_consumer_mb_per_s: f64,
+    pub fetches: u64,
+    /// Record bytes per fetch response, on average (small at the tail, up to max_bytes catching up).
+    pub mean_fetch_bytes: f64,
+}
+
+/// Whole-run counts (warm-up, backlog and drain included), for the correctness check. Bytes are
+/// record-batch bytes as sent and received: compressed ones with `--compression`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Totals {
+    pub produced_records: u64,
+    pub produced_bytes: u64,
+    pub acked_records: u64,
+    pub consumed_records: u64,
+    pub consumed_bytes: u64,
+    /// The part of the produced figures that is the backlog (`--backlog`).
+    pub backlog_records: u64,
+    pub backlog_bytes: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Errors {
+    pub count: u64,
+    pub produce: u64,
+    pub consume: u64,
+    pub messages: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct IncompleteConsumer {
+    pub consumer: usize,
+    pub partition: i32,
+    pub start_offset: i64,
+    pub position: i64,
+    pub final_offset: i64,
+    pub received_records: u64,
+    pub gap_offsets: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Correctness {
+    /// False for the raw baseline (nothing was produced).
+    pub checked: bool,
+    /// Every consumer received every record produced after its start offset, in order, no gaps.
+    pub all_received: bool,
+    pub consumers: usize,
+    pub complete_consumers: usize,
+    /// Sum over consumers of (final offset - start offset).
+    pub expected_records: u64,
+    pub received_records: u64,
+    pub gaps: u64,
+    /// End offset of each partition after the producers stopped.
+    pub final_offsets: Vec<i64>,
+    /// Seconds the consumers took to reach those after the producers stopped.
+    pub drain_s: f64,
+    /// Up to 10 consumers that did not receive everything.
+    pub incomplete: Vec<IncompleteConsumer>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct GeneratorCpu {
+    /// CPU seconds of the load generator (this process minus the server's threads).
+    pub cpu_s: f64,
+    /// cpu_s over the measured seconds.
+    pub cores: f64,
+    pub cpu_s_per_delivered_gb: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ServerFigures {
+    /// Where its CPU figure comes from: "threads" (in this process), "pid N", or null.
+    pub observed: Option<String>,
+    pub cpu_s: Option<f64>,
+    pub cores: Option<f64>,
+    pub cpu_s_per_delivered_gb: Option<f64>,
+    /// The peak from the moment the consumers start (or over the process's life where the peak
+    /// cannot be reset: see `peak_rss_since_consumers_start`).
+    pub peak_rss_bytes: Option<u64>,
+    pub peak_rss_includes_generator: bool,
+    /// Resident set when the consumers start (after any backlog was produced).
+    pub rss_at_consumers_start_bytes: Option<u64>,
+    pub peak_rss_since_consumers_start: bool,
+    /// peak_rss_bytes - rss_at_consumers_start_bytes: what serving the consumers cost in memory,
+    /// beyond what was resident already (caches filled by producing, the process itself).
+    pub peak_rss_growth_bytes: Option<u64>,
+    /// From shoal's /metrics, over the measured interval.
+    pub fetch: Option<FetchMetrics>,
+    /// From shoal's /metrics, over the whole run (`--views`).
+    pub views: Option<ViewMetrics>,
+}
+
+/// The shoal settings a run was made with, where known (None: not set by the generator and not
+/// read back).
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct Settings {
+    pub coalescing: Option<bool>,
+    pub view_sharing: Option<bool>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunSummary {
+    pub label: String,
+    /// "kafka" or "raw-baseline".
+    pub kind: &'static str,
+    pub topic: Option<String>,
+    pub partitions: i32,
+    pub producers: usize,
+    pub consumers_per_partition: usize,
+    pub consumers: usize,
+    /// Shard views read per partition (`--views`).
+    pub views: Option<u32>,
+    pub message_bytes: usize,
+    pub records_per_batch: usize,
+    pub coalescing: Option<bool>,
+    pub view_sharing: Option<bool>,
+    pub warmup_s: f64,
+    pub measured_s: f64,
+    pub produced: Throughput,
+    pub delivered: Delivered,
+    pub publish_latency_us: Option<Latency>,
+    pub e2e_latency_us: Option<Latency>,
+    pub totals: Totals,
+    pub errors: Errors,
+    pub correctness: Correctness,
+    pub generator: GeneratorCpu,
+    pub server: ServerFigures,
+    /// Delivered MB/s over the raw baseline's with the same consumers: only when it ran and the
+    /// producers were not paced (`--rate 0`), as the raw server answers every fetch at once.
+    pub raw_baseline_fraction: Option<f64>,
+}
