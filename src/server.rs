@@ -254,7 +254,10 @@ async fn run_core(
         // were committed); it answers COORDINATOR_LOAD_IN_PROGRESS instead.
         log::error!("core {id}: cannot load committed offsets: {e}");
     }
-    let ticker = glommio::spawn_local(crate::groups::run_ticker(core.clone()));
+    let ticker = glommio::spawn_local({
+        let core = core.clone();
+        async move { core.groups.run_ticker(&core.shutdown).await }
+    });
     // SAFETY: `fd` is a listening socket this process owns, handed over by `Server::start`.
     let listener = unsafe { TcpListener::from_raw_fd(fd) };
     let accept = glommio::spawn_local(accept_until_shutdown(

@@ -35,7 +35,6 @@ pub mod offsets;
 #[cfg(test)]
 mod testing;
 
-use crate::metrics::GroupStats;
 use group::{
     Answer, Group, GroupConfig, GroupState, JoinAnswer, JoinRequest, SyncAnswer, SyncRequest,
 };
@@ -65,6 +64,17 @@ pub fn coordinator_core(group_id: &str, cores: usize) -> usize {
 /// Where core `core`'s committed offsets live.
 pub fn store_dir(data_dir: &Path, core: usize) -> PathBuf {
     data_dir.join("__groups").join(format!("core-{core}"))
+}
+
+/// The consumer groups a core coordinates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupStats {
+    /// Groups per state, indexed by `GroupState as usize`.
+    pub by_state: [u64; 5],
+    pub members: u64,
+    pub rebalances: u64,
+    /// Partition offsets committed (one OffsetCommit may commit many).
+    pub offset_commits: u64,
 }
 
 /// Settings from the command line.
@@ -470,6 +480,27 @@ impl Coordinator {
         }
     }
 
+    /// Runs the deadline checks every [`TICK`] until `shutdown` moves past 0.
+    pub async fn run_ticker(&self, shutdown: &shards::OffsetMonitor) {
+        loop {
+            let stopped = futures_lite::future::or(
+                async {
+                    glommio::timer::sleep(TICK).await;
+                    false
+                },
+                async {
+                    shutdown.wait_for(1).await;
+                    true
+                },
+            )
+            .await;
+            if stopped {
+                return;
+            }
+            self.tick();
+        }
+    }
+
     pub fn stats(&self) -> GroupStats {
         let groups = self.groups.borrow();
         let mut by_state = [0u64; 5];
@@ -483,27 +514,6 @@ impl Coordinator {
                 + groups.values().map(|g| g.rebalances).sum::<u64>(),
             offset_commits: self.offset_commits.get(),
         }
-    }
-}
-
-/// Runs the core's deadline checks until it stops.
-pub async fn run_ticker(core: Rc<crate::core::Core>) {
-    loop {
-        let stopped = futures_lite::future::or(
-            async {
-                glommio::timer::sleep(TICK).await;
-                false
-            },
-            async {
-                core.shutdown.wait_for(1).await;
-                true
-            },
-        )
-        .await;
-        if stopped {
-            return;
-        }
-        core.groups.tick();
     }
 }
 
