@@ -1,5 +1,6 @@
 //! The command line: `shoal serve` and its flags. Every number a user may want to change is here.
 
+use crate::admin::parse_on_off;
 use clap::{Args, Parser, Subcommand};
 use shards::LogConfig;
 use std::net::SocketAddr;
@@ -120,15 +121,6 @@ pub struct ServeArgs {
     /// holds at least this many records and more than twice the live ones.
     #[arg(long, default_value_t = 10_000)]
     pub group_offsets_compact_min_records: u64,
-}
-
-/// `on`/`off` (also `true`/`false`).
-pub fn parse_on_off(s: &str) -> Result<bool, String> {
-    match s {
-        "on" | "true" => Ok(true),
-        "off" | "false" => Ok(false),
-        _ => Err(format!("expected on or off, not {s:?}")),
-    }
 }
 
 impl ServeArgs {

@@ -4,7 +4,8 @@
 //! revision number) and broadcasts it; every core opens or deletes the partitions it owns and
 //! acknowledges; the request is answered once all cores have applied it. Cores talk only through
 //! messages on a glommio channel mesh, never through shared memory or locks. The same channels carry
-//! the admin server's requests for per-core statistics.
+//! the admin requests for per-core statistics and live settings, which reach core 0 from the admin
+//! thread as [`AdminRequest`]s on a crossbeam channel.
 
 use crate::core::Core;
 use crate::metrics::CoreSnapshot;
@@ -274,7 +275,70 @@ async fn ask_core0(core: &Rc<Core>, msg: impl FnOnce(usize, u64) -> CoreMsg) -> 
     }
 }
 
-/// Every core's statistics, gathered by the admin server on core 0.
+/// A request from the admin HTTP thread to core 0, with the channel its answer goes back on.
+#[derive(Debug)]
+pub enum AdminRequest {
+    /// Every core's figures.
+    Stats(crossbeam_channel::Sender<Vec<CoreSnapshot>>),
+    /// Every core's figures and the topic table.
+    Status(crossbeam_channel::Sender<(Vec<CoreSnapshot>, TopicTable)>),
+    /// A live setting, answered once every core has applied it.
+    Set(Setting, crossbeam_channel::Sender<()>),
+}
+
+/// How often core 0 looks for admin requests. The admin thread cannot wake a glommio executor, so
+/// core 0 polls; at this period that is a few hundred cheap wake-ups a second.
+const ADMIN_POLL: Duration = Duration::from_millis(5);
+
+/// Core 0's end of the admin channel, until the core stops: takes requests with `try_recv` (never
+/// blocking the executor) and answers each in its own task. An answer the admin thread no longer
+/// waits for is dropped.
+pub async fn serve_admin(core: Rc<Core>, requests: crossbeam_channel::Receiver<AdminRequest>) {
+    loop {
+        match requests.try_recv() {
+            Ok(request) => {
+                let core = core.clone();
+                glommio::spawn_local(async move { answer_admin(&core, request).await }).detach();
+            }
+            Err(crossbeam_channel::TryRecvError::Disconnected) => return,
+            Err(crossbeam_channel::TryRecvError::Empty) => {
+                let stopping = futures_lite::future::or(
+                    async {
+                        glommio::timer::sleep(ADMIN_POLL).await;
+                        false
+                    },
+                    async {
+                        core.shutdown.wait_for(1).await;
+                        true
+                    },
+                )
+                .await;
+                if stopping {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+async fn answer_admin(core: &Rc<Core>, request: AdminRequest) {
+    match request {
+        AdminRequest::Stats(reply) => {
+            let _ = reply.try_send(gather_stats(core).await);
+        }
+        AdminRequest::Status(reply) => {
+            let stats = gather_stats(core).await;
+            let table = (**core.topics.borrow()).clone();
+            let _ = reply.try_send((stats, table));
+        }
+        AdminRequest::Set(setting, reply) => {
+            set_everywhere(core, setting).await;
+            let _ = reply.try_send(());
+        }
+    }
+}
+
+/// Every core's statistics, gathered on core 0 for the admin thread.
 pub async fn gather_stats(core: &Rc<Core>) -> Vec<CoreSnapshot> {
     let mut asked = Vec::new();
     for peer in (0..core.cores).filter(|&p| p != core.id) {
