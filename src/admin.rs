@@ -27,12 +27,14 @@ const MAX_REQUEST_HEAD: usize = 16 << 10;
 const MAX_HEADERS: usize = 64;
 /// Largest body read (settings are a few bytes).
 const MAX_BODY: usize = 16 << 10;
-/// A client must have sent its whole request within this; then it gets 408.
-const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 /// Connections served at once; more get 503 at once.
 const MAX_CONNECTIONS: usize = 32;
 /// How often the thread looks at the stop flag while no connection arrives.
 const STOP_POLL: Duration = Duration::from_millis(100);
+/// Longest a connection is kept open after its answer, to read what the client sent unread.
+const LINGER: Duration = Duration::from_millis(500);
+/// The same for connections refused past [`MAX_CONNECTIONS`], answered on the admin thread itself.
+const BUSY_LINGER: Duration = Duration::from_millis(50);
 
 /// What the admin thread knows of the server: the way to core 0, and the facts fixed at start.
 #[derive(Debug, Clone)]
@@ -45,6 +47,8 @@ pub struct Cores {
     /// How long core 0 has to answer before the client gets 503. Longer than the few seconds core 0
     /// itself waits for a stuck peer's figures, so a slow peer yields a partial answer, not an error.
     pub answer_timeout: Duration,
+    /// How long a client has to send its whole request before it gets 408.
+    pub request_deadline: Duration,
 }
 
 /// A response: status line, content type, body.
@@ -80,8 +84,10 @@ fn serve(listener: TcpListener, cores: Cores, stop: Arc<AtomicBool>) {
         };
         if open.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
             open.fetch_sub(1, Ordering::SeqCst);
+            // Answered here, so with short timeouts: a short answer fits the socket's buffer.
+            let _ = stream.set_write_timeout(Some(BUSY_LINGER));
             let busy = unavailable("too many admin connections");
-            let _ = respond(stream, &busy);
+            let _ = respond(stream, &busy, BUSY_LINGER);
             continue;
         }
         let (cores, done) = (cores.clone(), OpenGuard(open.clone()));
@@ -118,14 +124,15 @@ fn readable(listener: &TcpListener, timeout: Duration) -> bool {
 }
 
 fn serve_connection(mut stream: TcpStream, cores: &Cores) {
-    let deadline = Instant::now() + REQUEST_DEADLINE;
+    let deadline = Instant::now() + cores.request_deadline;
     let _ = stream.set_nonblocking(false);
     let response = match read_request(&mut stream, deadline) {
         Ok(Some(request)) => route(&request, cores),
         Ok(None) => return,
         Err(response) => response,
     };
-    let _ = respond(stream, &response);
+    let _ = stream.set_write_timeout(Some(cores.request_deadline));
+    let _ = respond(stream, &response, LINGER);
 }
 
 /// A request as read off the wire.
@@ -406,27 +413,33 @@ fn body_text(body: &[u8]) -> Option<String> {
 }
 
 /// Writes the response and closes the connection. What the client sent and was not read is drained
-/// for a moment first, so the close is a FIN the client reads the answer before, not a reset.
-fn respond(mut stream: TcpStream, (status, kind, body): &Response) -> std::io::Result<()> {
-    let _ = stream.set_write_timeout(Some(REQUEST_DEADLINE));
+/// for a moment first (at most `linger`), so the close is a FIN the client reads the answer
+/// before, not a reset.
+fn respond(mut stream: TcpStream, response: &Response, linger: Duration) -> std::io::Result<()> {
+    write_response(&mut stream, response)?;
+    stream.shutdown(Shutdown::Write)?;
+    let until = Instant::now() + linger;
+    let mut sink = [0u8; 4096];
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            break;
+        }
+        match stream.read(&mut sink) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    Ok(())
+}
+
+fn write_response(stream: &mut TcpStream, (status, kind, body): &Response) -> std::io::Result<()> {
     let head = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes())?;
-    stream.write_all(body.as_bytes())?;
-    stream.shutdown(Shutdown::Write)?;
-    let _ = stream.set_nonblocking(false);
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
-    let mut sink = [0u8; 4096];
-    let mut drained = 0;
-    while drained < (1 << 20) {
-        match stream.read(&mut sink) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => drained += n,
-        }
-    }
-    Ok(())
+    stream.write_all(body.as_bytes())
 }
 
 #[cfg(test)]
@@ -436,6 +449,7 @@ mod tests {
     /// An admin thread on a free port, with a stand-in for core 0 that answers as `core0` says.
     fn start(
         answer_timeout: Duration,
+        request_deadline: Duration,
         core0: impl FnOnce(crossbeam_channel::Receiver<AdminRequest>) + Send + 'static,
     ) -> (std::net::SocketAddr, Arc<AtomicBool>, JoinHandle<()>) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -448,6 +462,7 @@ mod tests {
             ports: vec![9092],
             data_dir: PathBuf::from("/data"),
             answer_timeout,
+            request_deadline,
         };
         let stop = Arc::new(AtomicBool::new(false));
         let thread = spawn(listener, cores, stop.clone()).unwrap();
@@ -482,7 +497,8 @@ mod tests {
 
     #[test]
     fn answers_each_path_with_its_status_and_closes() {
-        let (addr, stop, thread) = start(Duration::from_secs(5), idle_core0);
+        let (addr, stop, thread) =
+            start(Duration::from_secs(5), Duration::from_secs(10), idle_core0);
         let get = |path: &str| {
             exchange(
                 addr,
@@ -542,11 +558,15 @@ mod tests {
     fn a_core_that_does_not_answer_gets_503_in_bounded_time() {
         // Core 0 takes requests but never answers them.
         let (kept, keep) = crossbeam_channel::unbounded();
-        let (addr, stop, thread) = start(Duration::from_millis(300), move |rx| {
-            for request in rx {
-                kept.send(request).unwrap();
-            }
-        });
+        let (addr, stop, thread) = start(
+            Duration::from_millis(300),
+            Duration::from_secs(10),
+            move |rx| {
+                for request in rx {
+                    kept.send(request).unwrap();
+                }
+            },
+        );
         let started = Instant::now();
         let answer = exchange(addr, b"GET /metrics HTTP/1.1\r\n\r\n");
         assert_eq!(status_line(&answer), "HTTP/1.1 503 Service Unavailable");
@@ -562,7 +582,8 @@ mod tests {
 
     #[test]
     fn a_stuck_client_delays_no_one_and_the_thread_stops_on_the_flag() {
-        let (addr, stop, thread) = start(Duration::from_secs(5), idle_core0);
+        let (addr, stop, thread) =
+            start(Duration::from_secs(5), Duration::from_secs(10), idle_core0);
         // Half a head, and half a body, never finished.
         let mut half_head = TcpStream::connect(addr).unwrap();
         half_head.write_all(b"GET /metrics HTTP/1.1\r\nHo").unwrap();
@@ -586,6 +607,34 @@ mod tests {
         thread.join().unwrap();
         assert!(stopping.elapsed() < Duration::from_secs(1));
         assert!(TcpStream::connect(addr).is_err(), "the listener is closed");
+    }
+
+    #[test]
+    fn a_request_not_sent_in_time_gets_408_and_connections_past_the_cap_503() {
+        let deadline = Duration::from_millis(500);
+        let (addr, stop, thread) = start(Duration::from_secs(5), deadline, idle_core0);
+        let started = Instant::now();
+        let answer = exchange(
+            addr,
+            b"PUT /v1/config/view_sharing HTTP/1.1\r\nContent-Length: 3\r\n\r\no",
+        );
+        assert_eq!(status_line(&answer), "HTTP/1.1 408 Request Timeout");
+        assert!(started.elapsed() >= deadline && started.elapsed() < deadline * 10);
+        // The cap: as many quiet connections as are served at once, then one more.
+        let quiet: Vec<TcpStream> = (0..MAX_CONNECTIONS)
+            .map(|_| TcpStream::connect(addr).unwrap())
+            .collect();
+        std::thread::sleep(Duration::from_millis(100));
+        let answer = exchange(addr, b"GET /metrics HTTP/1.1\r\n\r\n");
+        assert_eq!(status_line(&answer), "HTTP/1.1 503 Service Unavailable");
+        assert!(answer.ends_with("too many admin connections\n"), "{answer}");
+        // Once they are timed out, connections are served again.
+        std::thread::sleep(deadline + LINGER + Duration::from_millis(300));
+        let answer = exchange(addr, b"GET /metrics HTTP/1.1\r\n\r\n");
+        assert_eq!(status_line(&answer), "HTTP/1.1 200 OK");
+        drop(quiet);
+        stop.store(true, Ordering::SeqCst);
+        thread.join().unwrap();
     }
 
     #[test]

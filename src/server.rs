@@ -24,6 +24,8 @@ const DRAIN: Duration = Duration::from_secs(5);
 const ADMIN_QUEUE: usize = 64;
 /// How long core 0 has to answer an admin request.
 const ADMIN_ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an admin client has to send its request.
+const ADMIN_REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 
 /// A running server.
 #[derive(Debug)]
@@ -119,6 +121,7 @@ impl Server {
             ports: ports.clone(),
             data_dir: args.data_dir.clone(),
             answer_timeout: ADMIN_ANSWER_TIMEOUT,
+            request_deadline: ADMIN_REQUEST_DEADLINE,
         };
         let admin_thread =
             admin::spawn(admin_listener, admin_cores, stop.clone()).map_err(|e| {
