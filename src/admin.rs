@@ -9,7 +9,7 @@
 //! per connection, and each connection on its own short-lived thread, so a slow client holds up
 //! neither Kafka nor other admin requests.
 
-use crate::control::{AdminRequest, Setting};
+use crate::control::{AdminRequest, AdminSender, Setting};
 use crate::metrics::{render_prometheus, CoreSnapshot};
 use crate::router::TopicTable;
 use std::io::{ErrorKind, Read, Write};
@@ -40,7 +40,7 @@ const BUSY_LINGER: Duration = Duration::from_millis(50);
 #[derive(Debug, Clone)]
 pub struct Cores {
     /// Requests to core 0, which gathers from and applies to every core.
-    pub requests: crossbeam_channel::Sender<AdminRequest>,
+    pub requests: AdminSender,
     /// Kafka port of each core.
     pub ports: Vec<u16>,
     pub data_dir: PathBuf,
@@ -299,7 +299,7 @@ impl Cores {
         make: impl FnOnce(crossbeam_channel::Sender<T>) -> AdminRequest,
     ) -> Result<T, Response> {
         let (reply, answer) = crossbeam_channel::bounded(1);
-        if self.requests.try_send(make(reply)).is_err() {
+        if !self.requests.send(make(reply)) {
             return Err(unavailable("core 0 is not taking admin requests"));
         }
         answer.recv_timeout(self.answer_timeout).map_err(|_| {
@@ -455,8 +455,8 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
-        let (requests, rx) = crossbeam_channel::bounded(16);
-        std::thread::spawn(move || core0(rx));
+        let (requests, inbox) = crate::control::admin_link(16).unwrap();
+        std::thread::spawn(move || core0(inbox.requests));
         let cores = Cores {
             requests,
             ports: vec![9092],

@@ -4,7 +4,7 @@
 
 use crate::admin;
 use crate::cli::ServeArgs;
-use crate::control::{self, spawn_receivers, AdminRequest, Control, CoreMsg};
+use crate::control::{self, spawn_receivers, AdminInbox, Control, CoreMsg};
 use crate::core::Core;
 use crate::kafka::connection;
 use glommio::channels::channel_mesh::MeshBuilder;
@@ -75,7 +75,7 @@ impl Server {
         })?;
         admin_listener.set_nonblocking(true)?;
         let admin = admin_listener.local_addr()?;
-        let (admin_requests, admin_inbox) = crossbeam_channel::bounded(ADMIN_QUEUE);
+        let (admin_requests, admin_inbox) = control::admin_link(ADMIN_QUEUE)?;
         let mut admin_inbox = Some(admin_inbox);
         let stop = Arc::new(AtomicBool::new(false));
         let mesh = MeshBuilder::<CoreMsg, _>::full(cores, 1024);
@@ -248,7 +248,7 @@ async fn run_core(
     args: ServeArgs,
     ports: Vec<u16>,
     fd: RawFd,
-    admin_inbox: Option<crossbeam_channel::Receiver<AdminRequest>>,
+    admin_inbox: Option<AdminInbox>,
     mesh: MeshBuilder<CoreMsg, glommio::channels::channel_mesh::Full>,
     stop: Arc<AtomicBool>,
     table: crate::router::TopicTable,
