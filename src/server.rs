@@ -89,7 +89,7 @@ impl Server {
                 Placement::Unbound
             };
             let fd = l.into_raw_fd();
-            let admin_inbox = if i == 0 { admin_inbox.take() } else { None };
+            let inbox = if i == 0 { admin_inbox.take() } else { None };
             let (args, ports, stop, mesh, table) = (
                 args.clone(),
                 ports.clone(),
@@ -101,17 +101,7 @@ impl Server {
                 .name(&format!("shoal-core-{i}"))
                 .spawn(move || async move {
                     let _stop_all = StopOnPanic(stop.clone());
-                    run_core(
-                        i,
-                        (*args).clone(),
-                        ports,
-                        fd,
-                        admin_inbox,
-                        mesh,
-                        stop,
-                        table,
-                    )
-                    .await;
+                    run_core(i, (*args).clone(), ports, fd, inbox, mesh, stop, table).await;
                 })
                 .map_err(|e| std::io::Error::other(format!("cannot start core {i}: {e}")))?;
             handles.push(h);
