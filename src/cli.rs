@@ -1,5 +1,6 @@
 //! The command line: `shoal serve` and its flags. Every number a user may want to change is here.
 
+use crate::admin::parse_on_off;
 use crate::config::BrokerConfig;
 use crate::groups::CoordinatorConfig;
 use crate::server::ServerConfig;
@@ -132,15 +133,6 @@ pub struct ServeArgs {
     /// Idempotent producers remembered per partition; beyond it the longest idle is forgotten.
     #[arg(long, default_value_t = 10_000)]
     pub max_producers_per_partition: usize,
-}
-
-/// `on`/`off` (also `true`/`false`).
-pub fn parse_on_off(s: &str) -> Result<bool, String> {
-    match s {
-        "on" | "true" => Ok(true),
-        "off" | "false" => Ok(false),
-        _ => Err(format!("expected on or off, not {s:?}")),
-    }
 }
 
 impl ServeArgs {

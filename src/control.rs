@@ -4,19 +4,25 @@
 //! revision number) and broadcasts it; every core opens or deletes the partitions it owns and
 //! acknowledges; the request is answered once all cores have applied it. Cores talk only through
 //! messages on a glommio channel mesh, never through shared memory or locks. The same channels carry
-//! the admin server's requests for per-core statistics.
+//! the admin requests for per-core statistics and live settings, which reach core 0 from the admin
+//! thread as [`AdminRequest`]s on a crossbeam channel.
 
 use crate::core::Core;
 use crate::metrics::CoreSnapshot;
 use crate::partition::write_atomically;
 use crate::router::{apply_topic_configs, validate_topic_name, TopicMeta, TopicTable};
+use futures_lite::AsyncReadExt;
 use glommio::channels::channel_mesh::{Receivers, Senders};
 use glommio::channels::local_channel::{self, LocalSender};
 use kafka_protocol::error::ResponseError;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::os::fd::{FromRawFd, IntoRawFd};
+use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Most partitions a topic may have.
@@ -274,7 +280,109 @@ async fn ask_core0(core: &Rc<Core>, msg: impl FnOnce(usize, u64) -> CoreMsg) -> 
     }
 }
 
-/// Every core's statistics, gathered by the admin server on core 0.
+/// A request from the admin HTTP thread to core 0, with the channel its answer goes back on.
+#[derive(Debug)]
+pub enum AdminRequest {
+    /// Every core's figures.
+    Stats(crossbeam_channel::Sender<Vec<CoreSnapshot>>),
+    /// Every core's figures and the topic table.
+    Status(crossbeam_channel::Sender<(Vec<CoreSnapshot>, TopicTable)>),
+    /// A live setting, answered once every core has applied it.
+    Set(Setting, crossbeam_channel::Sender<()>),
+}
+
+/// The admin thread's end of its link to core 0: requests on a crossbeam channel, each followed by
+/// a byte on a doorbell socket that core 0's executor awaits like any other socket, so core 0 sleeps
+/// while no admin request comes and wakes at once when one does.
+#[derive(Debug, Clone)]
+pub struct AdminSender {
+    requests: crossbeam_channel::Sender<AdminRequest>,
+    doorbell: Arc<UnixStream>,
+}
+
+/// Core 0's end of the link, moved into its executor and served by [`serve_admin`].
+#[derive(Debug)]
+pub struct AdminInbox {
+    pub(crate) requests: crossbeam_channel::Receiver<AdminRequest>,
+    doorbell: UnixStream,
+}
+
+/// A link from the admin thread to core 0 that holds at most `capacity` waiting requests.
+pub fn admin_link(capacity: usize) -> std::io::Result<(AdminSender, AdminInbox)> {
+    let (ring, doorbell) = UnixStream::pair()?;
+    ring.set_nonblocking(true)?;
+    doorbell.set_nonblocking(true)?;
+    let (requests, inbox) = crossbeam_channel::bounded(capacity);
+    let sender = AdminSender {
+        requests,
+        doorbell: Arc::new(ring),
+    };
+    Ok((
+        sender,
+        AdminInbox {
+            requests: inbox,
+            doorbell,
+        },
+    ))
+}
+
+impl AdminSender {
+    /// Queues `request` for core 0 and wakes it; `false` if the queue is full or core 0 is gone.
+    pub fn send(&self, request: AdminRequest) -> bool {
+        if self.requests.try_send(request).is_err() {
+            return false;
+        }
+        // A doorbell too full to take a byte has rings pending: core 0 looks at the queue anyway.
+        let _ = (&*self.doorbell).write(&[1]);
+        true
+    }
+}
+
+/// Core 0's end of the admin link, until the core stops: takes the waiting requests with `try_recv`
+/// (never blocking the executor) whenever the doorbell rings, and answers each in its own task. An
+/// answer the admin thread no longer waits for is dropped.
+pub async fn serve_admin(core: Rc<Core>, inbox: AdminInbox) {
+    // SAFETY: the doorbell socket is owned by `inbox` and handed over to the glommio stream.
+    let mut doorbell =
+        unsafe { glommio::net::UnixStream::from_raw_fd(inbox.doorbell.into_raw_fd()) };
+    let mut rings = [0u8; 256];
+    loop {
+        while let Ok(request) = inbox.requests.try_recv() {
+            let core = core.clone();
+            glommio::spawn_local(async move { answer_admin(&core, request).await }).detach();
+        }
+        let rang = futures_lite::future::or(
+            async { matches!(doorbell.read(&mut rings).await, Ok(n) if n > 0) },
+            async {
+                core.shutdown.wait_for(1).await;
+                false
+            },
+        )
+        .await;
+        if !rang {
+            return;
+        }
+    }
+}
+
+async fn answer_admin(core: &Rc<Core>, request: AdminRequest) {
+    match request {
+        AdminRequest::Stats(reply) => {
+            let _ = reply.try_send(gather_stats(core).await);
+        }
+        AdminRequest::Status(reply) => {
+            let stats = gather_stats(core).await;
+            let table = (**core.topics.borrow()).clone();
+            let _ = reply.try_send((stats, table));
+        }
+        AdminRequest::Set(setting, reply) => {
+            set_everywhere(core, setting).await;
+            let _ = reply.try_send(());
+        }
+    }
+}
+
+/// Every core's statistics, gathered on core 0 for the admin thread.
 pub async fn gather_stats(core: &Rc<Core>) -> Vec<CoreSnapshot> {
     let mut asked = Vec::new();
     for peer in (0..core.cores).filter(|&p| p != core.id) {

@@ -16,7 +16,8 @@
 //! - [`groups`]      — consumer groups: the per-core coordinator, the group state machine, committed
 //!   offsets in a compacted internal log.
 //! - [`kafka`]       — the Kafka front end: framing, connections, headers, one handler per API.
-//! - [`admin`]       — admin HTTP on core 0: `/metrics`, `/v1/status`.
+//! - [`admin`]       — admin HTTP on its own thread (`/metrics`, `/v1/status`, live settings), asking
+//!   core 0 by message.
 //! - [`metrics`]     — per-core counters and the Prometheus rendering.
 //! - [`alloc_guard`] — the global allocator that defuses allocation bombs in request decoding.
 //! - [`bench`]       — `shoal bench fanout`: the fan-out load generator, its Kafka client and baseline.
