@@ -11,6 +11,7 @@
 //! - [`server`]      — start-up: listeners, one pinned executor per core, the core mesh, orderly stop.
 //! - [`core`]        — one core's state: topic table copy, owned partitions, tail cache, metrics.
 //! - [`router`]      — the topic table and the partition -> core mapping; topic names and configs.
+//! - [`mesh`]        — the messages cores send each other and a core's end of the channels.
 //! - [`control`]     — the control plane: create/delete topics via core 0, persisted and broadcast.
 //! - [`partition`]   — a partition on its core: the log plus idempotent-producer state.
 //! - [`groups`]      — consumer groups: the per-core coordinator, the group state machine, committed
@@ -31,6 +32,7 @@ pub mod control;
 pub mod core;
 pub mod groups;
 pub mod kafka;
+pub mod mesh;
 pub mod metrics;
 pub mod partition;
 pub mod router;

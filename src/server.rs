@@ -4,9 +4,10 @@
 
 use crate::admin;
 use crate::config::BrokerConfig;
-use crate::control::{self, spawn_receivers, AdminInbox, Control, CoreMsg};
+use crate::control::{self, spawn_receivers, AdminInbox};
 use crate::core::Core;
 use crate::kafka::connection;
+use crate::mesh::{CoreMsg, Mesh};
 use glommio::channels::channel_mesh::MeshBuilder;
 use glommio::net::TcpListener;
 use glommio::{LocalExecutorBuilder, Placement};
@@ -267,7 +268,7 @@ async fn run_core(
     } else {
         (None, None)
     };
-    let core = Rc::new(Core::new(id, Rc::new(config), ports, Control::new(senders)));
+    let core = Rc::new(Core::new(id, Rc::new(config), ports, Mesh::new(senders)));
     if let Some(r) = receivers {
         spawn_receivers(&core, r);
     }
