@@ -34,9 +34,9 @@
 //! protocol's metadata is unchanged it gets the current generation and its old assignment with no
 //! rebalance.
 
-use super::answer::{self, Receiver, Sender};
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
+use shards::oneshot::{self as answer, Receiver, Sender};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 

@@ -5,11 +5,10 @@
 //! other group request that reaches another core gets `NOT_COORDINATOR`, so a group's state is only
 //! ever touched by one core and needs no lock: the [`Coordinator`] lives in `Core`, its groups in a
 //! `RefCell`, and request handlers that must wait (JoinGroup until the rebalance completes, SyncGroup
-//! until the leader's assignment) simply await an [`answer`] from the state machine.
+//! until the leader's assignment) simply await a one-shot answer (`shards::oneshot`) from the state machine.
 //!
 //! - [`group`]   — one group's state machine (Kafka's classic protocol), pure and synchronous.
 //! - [`offsets`] — committed offsets: in memory, durable in an internal log per core, compacted.
-//! - [`answer`]  — the one-shot answer a waiting handler awaits.
 //! - `reshard`   — moving committed offsets when `--cores` changes ([`reshard()`]).
 //!
 //! Time: deadlines (session and rebalance timeouts, the initial rebalance delay) are checked by one
@@ -21,7 +20,6 @@
 //! Kafka does. Once the core stops, JoinGroup and SyncGroup answer `NOT_COORDINATOR` at once (the
 //! waiting ones are answered so by [`Coordinator::stop`]), so no request waits out the drain.
 
-pub mod answer;
 pub mod group;
 pub mod offsets;
 mod reshard;

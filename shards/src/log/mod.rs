@@ -28,16 +28,14 @@ use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::rc::{Rc, Weak};
-use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 mod recovery;
 mod writer;
 
 use recovery::{list_segments, recover};
-use writer::{spawn_background, write_index, PendingAppend, Slot, SlotWait};
+use writer::{spawn_background, write_index, PendingAppend};
 
 /// How an append wants to be acknowledged.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -248,18 +246,19 @@ impl Log {
                     limit: MAX_RELATIVE_OFFSET + 1,
                 }));
             }
-            let done = Rc::new(Slot::default());
+            let (done, result) = crate::oneshot::channel();
             inner.queue.borrow_mut().push_back(PendingAppend {
                 blob,
                 headers,
                 offsets,
-                done: done.clone(),
+                done,
             });
             inner.start_writer();
-            Ok(done)
+            Ok(result)
         });
         async move {
-            let res = SlotWait(queued?).await?;
+            // A writer that drops an append unanswered has stopped: the log is closed.
+            let res = queued?.await.unwrap_or(Err(Error::Closed))?;
             if opts.durable {
                 inner.sync_to(res.high_watermark).await?;
             }

@@ -3,6 +3,7 @@
 //! checks retention.
 
 use super::*;
+use crate::oneshot;
 
 /// Most bytes written by one write of grouped appends.
 pub(super) const MAX_GROUP_BYTES: u64 = 8 << 20;
@@ -14,52 +15,12 @@ pub(super) struct PendingAppend {
     pub(super) headers: Vec<BatchHeader>,
     /// Offsets the batches take (the sum of their `lastOffsetDelta + 1`).
     pub(super) offsets: i64,
-    pub(super) done: Rc<Slot<Result<AppendResult>>>,
+    pub(super) done: oneshot::Sender<Result<AppendResult>>,
 }
 
 /// Answers every append of `group` with `e` (the same error, not a re-worded one).
 pub(super) fn fail_all(group: Vec<PendingAppend>, e: &Error) {
-    group.into_iter().for_each(|p| p.done.set(Err(e.clone())));
-}
-
-/// A one-shot result the writer task fills in and the appender awaits.
-#[derive(Debug)]
-pub(super) struct Slot<T> {
-    value: RefCell<Option<T>>,
-    waker: RefCell<Option<Waker>>,
-}
-
-impl<T> Default for Slot<T> {
-    fn default() -> Self {
-        Self {
-            value: RefCell::new(None),
-            waker: RefCell::new(None),
-        }
-    }
-}
-
-impl<T> Slot<T> {
-    pub(super) fn set(&self, value: T) {
-        *self.value.borrow_mut() = Some(value);
-        if let Some(w) = self.waker.borrow_mut().take() {
-            w.wake();
-        }
-    }
-}
-
-pub(super) struct SlotWait<T>(pub(super) Rc<Slot<T>>);
-
-impl<T> Future for SlotWait<T> {
-    type Output = T;
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
-        match self.0.value.borrow_mut().take() {
-            Some(v) => Poll::Ready(v),
-            None => {
-                *self.0.waker.borrow_mut() = Some(cx.waker().clone());
-                Poll::Pending
-            }
-        }
-    }
+    group.into_iter().for_each(|p| p.done.send(Err(e.clone())));
 }
 
 impl Inner {
@@ -76,7 +37,7 @@ impl Inner {
                     let closed: Vec<_> = inner.queue.borrow_mut().drain(..).collect();
                     closed
                         .into_iter()
-                        .for_each(|p| p.done.set(Err(Error::Closed)));
+                        .for_each(|p| p.done.send(Err(Error::Closed)));
                     break;
                 };
                 let group = inner.next_group().await;
@@ -230,7 +191,7 @@ impl Inner {
             bytes += p.blob.len() as u64;
             let first = p.headers[0].base_offset;
             let end = p.headers.last().unwrap().last_offset() + 1;
-            p.done.set(Ok(AppendResult {
+            p.done.send(Ok(AppendResult {
                 base_offset: first,
                 last_offset: end - 1,
                 high_watermark: next,
