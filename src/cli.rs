@@ -1,14 +1,15 @@
 //! The command line: `shoal serve` and its flags (every number a user may want to change is here),
 //! and `shoal bench`, whose flags are the load generator's.
 
+use crate::units::{parse_size, parse_size_or_minus_one, parse_size_usize};
 use clap::{Args, Parser, Subcommand};
 use shards::producers::ProducerConfig;
 use shards::view_reader::ViewConfig;
 use shards::LogConfig;
+use shoal::admin::parse_on_off;
 use shoal::config::BrokerConfig;
 use shoal::groups::CoordinatorConfig;
 use shoal::server::ServerConfig;
-use shoal::units::{parse_on_off, parse_size, parse_size_or_minus_one, parse_size_usize};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;

@@ -4,181 +4,28 @@
 //! revision number) and broadcasts it; every core opens or deletes the partitions it owns and
 //! acknowledges; the request is answered once all cores have applied it. Cores talk only through
 //! messages on a glommio channel mesh, never through shared memory or locks. The same channels carry
-//! the admin server's requests for per-core statistics.
+//! the admin requests for per-core statistics and live settings, which reach core 0 from the admin
+//! thread as [`AdminRequest`]s on a crossbeam channel.
 
 use crate::core::Core;
+use crate::mesh::{CoreMsg, CHANGE_TIMEOUT, QUESTION_TIMEOUT};
+pub use crate::mesh::{NewTopic, Setting, TopicOutcome};
 use crate::metrics::CoreSnapshot;
 use crate::partition::write_atomically;
 use crate::router::{apply_topic_configs, validate_topic_name, TopicMeta, TopicTable};
-use glommio::channels::channel_mesh::{Receivers, Senders};
-use glommio::channels::local_channel::{self, LocalSender};
+use futures_lite::AsyncReadExt;
+use glommio::channels::channel_mesh::Receivers;
 use kafka_protocol::error::ResponseError;
-use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::os::fd::{FromRawFd, IntoRawFd};
+use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
 /// Most partitions a topic may have.
 pub const MAX_PARTITIONS: i32 = 10_000;
-
-/// A topic to create, as asked.
-#[derive(Debug, Clone)]
-pub struct NewTopic {
-    pub name: String,
-    /// -1: the server default.
-    pub partitions: i32,
-    pub replication_factor: i16,
-    pub configs: BTreeMap<String, String>,
-}
-
-/// The outcome for one topic of a create or delete.
-#[derive(Debug, Clone)]
-pub struct TopicOutcome {
-    pub name: String,
-    pub error: Option<(ResponseError, String)>,
-    pub partitions: i32,
-    pub id: [u8; 16],
-}
-
-/// What cores send each other.
-#[derive(Debug)]
-pub enum CoreMsg {
-    Create {
-        from: usize,
-        id: u64,
-        topics: Vec<NewTopic>,
-        validate_only: bool,
-    },
-    Delete {
-        from: usize,
-        id: u64,
-        names: Vec<String>,
-    },
-    Outcomes {
-        id: u64,
-        outcomes: Vec<TopicOutcome>,
-    },
-    Apply {
-        from: usize,
-        id: u64,
-        table: TopicTable,
-    },
-    Applied {
-        id: u64,
-    },
-    Stats {
-        from: usize,
-        id: u64,
-    },
-    /// A live setting changed through the admin API.
-    Set {
-        from: usize,
-        id: u64,
-        setting: Setting,
-    },
-    StatsReply {
-        id: u64,
-        snapshot: Box<CoreSnapshot>,
-    },
-}
-
-/// Settings that change without a restart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Setting {
-    FetchCoalescing(bool),
-    ViewSharing(bool),
-    MaxDeltaForFanout(i64),
-}
-
-/// A request sent to another core, waiting for its answer.
-struct Asked {
-    id: u64,
-    rx: glommio::channels::local_channel::LocalReceiver<CoreMsg>,
-    to: usize,
-}
-
-/// How long a core waits for another to apply a change or answer a question.
-const CHANGE_TIMEOUT: Duration = Duration::from_secs(60);
-const QUESTION_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// A core's end of the control plane.
-#[derive(Debug)]
-pub struct Control {
-    senders: Option<Senders<CoreMsg>>,
-    next_id: Cell<u64>,
-    waiting: RefCell<HashMap<u64, LocalSender<CoreMsg>>>,
-    /// Core 0 applies one change at a time.
-    changes: glommio::sync::Semaphore,
-}
-
-impl Control {
-    pub fn new(senders: Option<Senders<CoreMsg>>) -> Self {
-        Self {
-            senders,
-            next_id: Cell::new(1),
-            waiting: RefCell::new(HashMap::new()),
-            changes: glommio::sync::Semaphore::new(1),
-        }
-    }
-
-    fn register(
-        &self,
-    ) -> (
-        u64,
-        glommio::channels::local_channel::LocalReceiver<CoreMsg>,
-    ) {
-        let id = self.next_id.get();
-        self.next_id.set(id + 1);
-        let (tx, rx) = local_channel::new_bounded(1);
-        self.waiting.borrow_mut().insert(id, tx);
-        (id, rx)
-    }
-
-    async fn send(&self, to: usize, msg: CoreMsg) -> bool {
-        let sent = match &self.senders {
-            Some(s) => s.send_to(to, msg).await.is_ok(),
-            None => false,
-        };
-        if !sent {
-            log::error!("control message to core {to} could not be sent");
-        }
-        sent
-    }
-
-    /// Sends the request `msg(id)` to core `to`; `None` if it could not be sent.
-    async fn ask(&self, to: usize, msg: impl FnOnce(u64) -> CoreMsg) -> Option<Asked> {
-        let (id, rx) = self.register();
-        if self.send(to, msg(id)).await {
-            Some(Asked { id, rx, to })
-        } else {
-            self.waiting.borrow_mut().remove(&id);
-            None
-        }
-    }
-
-    /// The answer to `asked`, or `None` after `deadline` (a dead or stuck core must not wedge the
-    /// control plane; the late answer, if any, is dropped).
-    async fn answer(&self, asked: Asked, deadline: Instant) -> Option<CoreMsg> {
-        let timeout = async {
-            glommio::timer::sleep(deadline.saturating_duration_since(Instant::now())).await;
-            None
-        };
-        let reply = futures_lite::future::or(asked.rx.recv(), timeout).await;
-        if reply.is_none() {
-            self.waiting.borrow_mut().remove(&asked.id);
-            log::error!("core {} did not answer a control request in time", asked.to);
-        }
-        reply
-    }
-
-    /// Delivers a reply to whoever waits for `id`.
-    fn complete(&self, id: u64, msg: CoreMsg) {
-        if let Some(tx) = self.waiting.borrow_mut().remove(&id) {
-            let _ = tx.try_send(msg);
-        }
-    }
-}
 
 /// Starts one task per peer that receives its messages.
 pub fn spawn_receivers(core: &Rc<Core>, mut receivers: Receivers<CoreMsg>) {
@@ -203,33 +50,33 @@ async fn handle(core: &Rc<Core>, _peer: usize, msg: CoreMsg) {
             validate_only,
         } => {
             let outcomes = create_on_core0(core, topics, validate_only).await;
-            core.control
+            core.mesh
                 .send(from, CoreMsg::Outcomes { id, outcomes })
                 .await;
         }
         CoreMsg::Delete { from, id, names } => {
             let outcomes = delete_on_core0(core, names).await;
-            core.control
+            core.mesh
                 .send(from, CoreMsg::Outcomes { id, outcomes })
                 .await;
         }
         CoreMsg::Apply { from, id, table } => {
             core.apply_table(table).await;
-            core.control.send(from, CoreMsg::Applied { id }).await;
+            core.mesh.send(from, CoreMsg::Applied { id }).await;
         }
         CoreMsg::Set { from, id, setting } => {
             core.apply_setting(setting);
-            core.control.send(from, CoreMsg::Applied { id }).await;
+            core.mesh.send(from, CoreMsg::Applied { id }).await;
         }
         CoreMsg::Stats { from, id } => {
             let snapshot = Box::new(core.snapshot());
-            core.control
+            core.mesh
                 .send(from, CoreMsg::StatsReply { id, snapshot })
                 .await;
         }
         reply @ (CoreMsg::Outcomes { id, .. }
         | CoreMsg::Applied { id }
-        | CoreMsg::StatsReply { id, .. }) => core.control.complete(id, reply),
+        | CoreMsg::StatsReply { id, .. }) => core.mesh.complete(id, reply),
     }
 }
 
@@ -261,11 +108,11 @@ pub async fn delete_topics(core: &Rc<Core>, names: Vec<String>) -> Vec<TopicOutc
 
 /// Sends a topic change to core 0 and waits for its outcomes.
 async fn ask_core0(core: &Rc<Core>, msg: impl FnOnce(usize, u64) -> CoreMsg) -> Vec<TopicOutcome> {
-    let Some(asked) = core.control.ask(0, |id| msg(core.id, id)).await else {
+    let Some(asked) = core.mesh.ask(0, |id| msg(core.id, id)).await else {
         return Vec::new();
     };
     match core
-        .control
+        .mesh
         .answer(asked, Instant::now() + CHANGE_TIMEOUT)
         .await
     {
@@ -274,12 +121,114 @@ async fn ask_core0(core: &Rc<Core>, msg: impl FnOnce(usize, u64) -> CoreMsg) -> 
     }
 }
 
-/// Every core's statistics, gathered by the admin server on core 0.
+/// A request from the admin HTTP thread to core 0, with the channel its answer goes back on.
+#[derive(Debug)]
+pub enum AdminRequest {
+    /// Every core's figures.
+    Stats(crossbeam_channel::Sender<Vec<CoreSnapshot>>),
+    /// Every core's figures and the topic table.
+    Status(crossbeam_channel::Sender<(Vec<CoreSnapshot>, TopicTable)>),
+    /// A live setting, answered once every core has applied it.
+    Set(Setting, crossbeam_channel::Sender<()>),
+}
+
+/// The admin thread's end of its link to core 0: requests on a crossbeam channel, each followed by
+/// a byte on a doorbell socket that core 0's executor awaits like any other socket, so core 0 sleeps
+/// while no admin request comes and wakes at once when one does.
+#[derive(Debug, Clone)]
+pub struct AdminSender {
+    requests: crossbeam_channel::Sender<AdminRequest>,
+    doorbell: Arc<UnixStream>,
+}
+
+/// Core 0's end of the link, moved into its executor and served by [`serve_admin`].
+#[derive(Debug)]
+pub struct AdminInbox {
+    pub(crate) requests: crossbeam_channel::Receiver<AdminRequest>,
+    doorbell: UnixStream,
+}
+
+/// A link from the admin thread to core 0 that holds at most `capacity` waiting requests.
+pub fn admin_link(capacity: usize) -> std::io::Result<(AdminSender, AdminInbox)> {
+    let (ring, doorbell) = UnixStream::pair()?;
+    ring.set_nonblocking(true)?;
+    doorbell.set_nonblocking(true)?;
+    let (requests, inbox) = crossbeam_channel::bounded(capacity);
+    let sender = AdminSender {
+        requests,
+        doorbell: Arc::new(ring),
+    };
+    Ok((
+        sender,
+        AdminInbox {
+            requests: inbox,
+            doorbell,
+        },
+    ))
+}
+
+impl AdminSender {
+    /// Queues `request` for core 0 and wakes it; `false` if the queue is full or core 0 is gone.
+    pub fn send(&self, request: AdminRequest) -> bool {
+        if self.requests.try_send(request).is_err() {
+            return false;
+        }
+        // A doorbell too full to take a byte has rings pending: core 0 looks at the queue anyway.
+        let _ = (&*self.doorbell).write(&[1]);
+        true
+    }
+}
+
+/// Core 0's end of the admin link, until the core stops: takes the waiting requests with `try_recv`
+/// (never blocking the executor) whenever the doorbell rings, and answers each in its own task. An
+/// answer the admin thread no longer waits for is dropped.
+pub async fn serve_admin(core: Rc<Core>, inbox: AdminInbox) {
+    // SAFETY: the doorbell socket is owned by `inbox` and handed over to the glommio stream.
+    let mut doorbell =
+        unsafe { glommio::net::UnixStream::from_raw_fd(inbox.doorbell.into_raw_fd()) };
+    let mut rings = [0u8; 256];
+    loop {
+        while let Ok(request) = inbox.requests.try_recv() {
+            let core = core.clone();
+            glommio::spawn_local(async move { answer_admin(&core, request).await }).detach();
+        }
+        let rang = futures_lite::future::or(
+            async { matches!(doorbell.read(&mut rings).await, Ok(n) if n > 0) },
+            async {
+                core.shutdown.wait_for(1).await;
+                false
+            },
+        )
+        .await;
+        if !rang {
+            return;
+        }
+    }
+}
+
+async fn answer_admin(core: &Rc<Core>, request: AdminRequest) {
+    match request {
+        AdminRequest::Stats(reply) => {
+            let _ = reply.try_send(gather_stats(core).await);
+        }
+        AdminRequest::Status(reply) => {
+            let stats = gather_stats(core).await;
+            let table = (**core.topics.borrow()).clone();
+            let _ = reply.try_send((stats, table));
+        }
+        AdminRequest::Set(setting, reply) => {
+            set_everywhere(core, setting).await;
+            let _ = reply.try_send(());
+        }
+    }
+}
+
+/// Every core's statistics, gathered on core 0 for the admin thread.
 pub async fn gather_stats(core: &Rc<Core>) -> Vec<CoreSnapshot> {
     let mut asked = Vec::new();
     for peer in (0..core.cores).filter(|&p| p != core.id) {
         asked.extend(
-            core.control
+            core.mesh
                 .ask(peer, |id| CoreMsg::Stats { from: core.id, id })
                 .await,
         );
@@ -287,7 +236,7 @@ pub async fn gather_stats(core: &Rc<Core>) -> Vec<CoreSnapshot> {
     let mut out = vec![core.snapshot()];
     let deadline = Instant::now() + QUESTION_TIMEOUT;
     for a in asked {
-        if let Some(CoreMsg::StatsReply { snapshot, .. }) = core.control.answer(a, deadline).await {
+        if let Some(CoreMsg::StatsReply { snapshot, .. }) = core.mesh.answer(a, deadline).await {
             out.push(*snapshot);
         }
     }
@@ -310,12 +259,12 @@ async fn on_every_core(
 ) {
     let mut asked = Vec::new();
     for peer in (0..core.cores).filter(|&p| p != core.id) {
-        asked.extend(core.control.ask(peer, |id| msg(core.id, id)).await);
+        asked.extend(core.mesh.ask(peer, |id| msg(core.id, id)).await);
     }
     local.await;
     let deadline = Instant::now() + CHANGE_TIMEOUT;
     for a in asked {
-        core.control.answer(a, deadline).await;
+        core.mesh.answer(a, deadline).await;
     }
 }
 
@@ -337,7 +286,7 @@ async fn create_on_core0(
     topics: Vec<NewTopic>,
     validate_only: bool,
 ) -> Vec<TopicOutcome> {
-    let Ok(_permit) = core.control.changes.acquire_permit(1).await else {
+    let Ok(_permit) = core.mesh.changes.acquire_permit(1).await else {
         return Vec::new();
     };
     let mut table = (**core.topics.borrow()).clone();
@@ -419,7 +368,7 @@ async fn create_on_core0(
 }
 
 async fn delete_on_core0(core: &Rc<Core>, names: Vec<String>) -> Vec<TopicOutcome> {
-    let Ok(_permit) = core.control.changes.acquire_permit(1).await else {
+    let Ok(_permit) = core.mesh.changes.acquire_permit(1).await else {
         return Vec::new();
     };
     let mut table = (**core.topics.borrow()).clone();

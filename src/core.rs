@@ -2,7 +2,7 @@
 //! and its end of the control plane. `!Send`: created on the core's executor and never leaves it.
 
 use crate::config::BrokerConfig;
-use crate::control::Control;
+use crate::mesh::Mesh;
 use crate::metrics::{CoreMetrics, CoreSnapshot, PartitionSnapshot};
 use crate::partition::Partition;
 use crate::router::{apply_topic_configs, parse_view_name, TopicTable, ViewName};
@@ -31,7 +31,7 @@ pub struct Core {
     pub coalescer: Rc<FetchCoalescer>,
     pub response_memory: Rc<ResponseMemory>,
     pub views: ViewReaders,
-    pub control: Control,
+    pub mesh: Mesh,
     pub metrics: CoreMetrics,
     /// The consumer groups this core coordinates and their committed offsets.
     pub groups: crate::groups::Coordinator,
@@ -40,7 +40,7 @@ pub struct Core {
 }
 
 impl Core {
-    pub fn new(id: usize, config: Rc<BrokerConfig>, ports: Vec<u16>, control: Control) -> Self {
+    pub fn new(id: usize, config: Rc<BrokerConfig>, ports: Vec<u16>, mesh: Mesh) -> Self {
         let cores = ports.len();
         Self {
             id,
@@ -56,7 +56,7 @@ impl Core {
             topics: RefCell::new(Rc::new(TopicTable::default())),
             partitions: RefCell::new(HashMap::new()),
             applying: glommio::sync::Semaphore::new(1),
-            control,
+            mesh,
             metrics: CoreMetrics::default(),
             shutdown: OffsetMonitor::new(0),
         }
@@ -183,21 +183,21 @@ impl Core {
         }
     }
 
-    pub fn apply_setting(&self, setting: crate::control::Setting) {
+    pub fn apply_setting(&self, setting: crate::mesh::Setting) {
         match setting {
-            crate::control::Setting::ViewSharing(shared) => {
+            crate::mesh::Setting::ViewSharing(shared) => {
                 self.views.set_config(shards::view_reader::ViewConfig {
                     shared,
                     ..self.views.config()
                 })
             }
-            crate::control::Setting::MaxDeltaForFanout(delta) => {
+            crate::mesh::Setting::MaxDeltaForFanout(delta) => {
                 self.views.set_config(shards::view_reader::ViewConfig {
                     max_delta_for_fanout: delta.max(0),
                     ..self.views.config()
                 })
             }
-            crate::control::Setting::FetchCoalescing(on) => {
+            crate::mesh::Setting::FetchCoalescing(on) => {
                 if on != self.coalescer.is_enabled() {
                     log::info!(
                         "core {}: fetch coalescing {}",

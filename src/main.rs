@@ -3,6 +3,7 @@
 
 mod bench;
 mod cli;
+mod units;
 
 use clap::Parser;
 use cli::{Cli, Command};

@@ -95,21 +95,10 @@ pub struct CoreSnapshot {
     pub fetch_response_bytes: u64,
     pub response_memory_bytes: u64,
     pub views: shards::view_reader::ViewStats,
-    pub groups: GroupStats,
+    pub groups: crate::groups::GroupStats,
     /// Storage failures of every log on the core (partitions and group stores).
     pub storage: shards::StorageHealth,
     pub partitions: Vec<PartitionSnapshot>,
-}
-
-/// The consumer groups a core coordinates.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct GroupStats {
-    /// Groups per state, indexed by `GroupState as usize`.
-    pub by_state: [u64; 5],
-    pub members: u64,
-    pub rebalances: u64,
-    /// Partition offsets committed (one OffsetCommit may commit many).
-    pub offset_commits: u64,
 }
 
 fn api_name(key: i16) -> String {

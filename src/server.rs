@@ -1,11 +1,13 @@
 //! Runtime bootstrap: one pinned glommio executor per core, each a Kafka broker on its own port, joined
-//! by a channel mesh for the control plane; and an orderly stop on SIGINT/SIGTERM.
+//! by a channel mesh for the control plane; the admin HTTP thread beside them; and an orderly stop on
+//! SIGINT/SIGTERM.
 
 use crate::admin;
 use crate::config::BrokerConfig;
-use crate::control::{self, spawn_receivers, Control, CoreMsg};
+use crate::control::{self, spawn_receivers, AdminInbox};
 use crate::core::Core;
 use crate::kafka::connection;
+use crate::mesh::{CoreMsg, Mesh};
 use glommio::channels::channel_mesh::MeshBuilder;
 use glommio::net::TcpListener;
 use glommio::{LocalExecutorBuilder, Placement};
@@ -19,6 +21,12 @@ use std::time::{Duration, Instant};
 
 /// How long a stopping server waits for open connections to finish their requests.
 const DRAIN: Duration = Duration::from_secs(5);
+/// Admin requests waiting for core 0; more are answered 503.
+const ADMIN_QUEUE: usize = 64;
+/// How long core 0 has to answer an admin request.
+const ADMIN_ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an admin client has to send its request.
+const ADMIN_REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 
 /// What the server process is told to do: where it listens, how many cores, and the broker
 /// settings every core runs with.
@@ -43,6 +51,7 @@ pub struct Server {
     pub admin: SocketAddr,
     stop: Arc<AtomicBool>,
     cores: Vec<glommio::ExecutorJoinHandle<()>>,
+    admin_thread: std::thread::JoinHandle<()>,
 }
 
 impl Server {
@@ -84,7 +93,8 @@ impl Server {
         })?;
         admin_listener.set_nonblocking(true)?;
         let admin = admin_listener.local_addr()?;
-        let mut admin_fd = Some(admin_listener.into_raw_fd());
+        let (admin_requests, admin_inbox) = control::admin_link(ADMIN_QUEUE)?;
+        let mut admin_inbox = Some(admin_inbox);
         let stop = Arc::new(AtomicBool::new(false));
         let mesh = MeshBuilder::<CoreMsg, _>::full(cores, 1024);
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -97,7 +107,7 @@ impl Server {
                 Placement::Unbound
             };
             let fd = l.into_raw_fd();
-            let admin_fd = if i == 0 { admin_fd.take() } else { None };
+            let inbox = if i == 0 { admin_inbox.take() } else { None };
             let (broker, ports, stop, mesh, table) = (
                 broker.clone(),
                 ports.clone(),
@@ -109,17 +119,30 @@ impl Server {
                 .name(&format!("shoal-core-{i}"))
                 .spawn(move || async move {
                     let _stop_all = StopOnPanic(stop.clone());
-                    run_core(i, (*broker).clone(), ports, fd, admin_fd, mesh, stop, table).await;
+                    run_core(i, (*broker).clone(), ports, fd, inbox, mesh, stop, table).await;
                 })
                 .map_err(|e| std::io::Error::other(format!("cannot start core {i}: {e}")))?;
             handles.push(h);
         }
+        let admin_cores = admin::Cores {
+            requests: admin_requests,
+            ports: ports.clone(),
+            data_dir: broker.data_dir.clone(),
+            answer_timeout: ADMIN_ANSWER_TIMEOUT,
+            request_deadline: ADMIN_REQUEST_DEADLINE,
+        };
+        let admin_thread =
+            admin::spawn(admin_listener, admin_cores, stop.clone()).map_err(|e| {
+                stop.store(true, Ordering::SeqCst);
+                std::io::Error::other(format!("cannot start the admin thread: {e}"))
+            })?;
         log::info!("shoal serving on ports {ports:?} ({cores} cores), admin on {admin}");
         Ok(Server {
             ports,
             admin,
             stop,
             cores: handles,
+            admin_thread,
         })
     }
 
@@ -133,7 +156,8 @@ impl Server {
         self.stop.clone()
     }
 
-    /// Waits for every core to finish; an error if any core failed (the others were stopped).
+    /// Waits for every core and the admin thread to finish; an error if any core failed (the others
+    /// were stopped).
     pub fn wait(self) -> std::io::Result<()> {
         let mut failed = Vec::new();
         for (i, h) in self.cores.into_iter().enumerate() {
@@ -141,6 +165,10 @@ impl Server {
                 log::error!("core {i} failed: {e}");
                 failed.push(i);
             }
+        }
+        self.stop.store(true, Ordering::SeqCst);
+        if self.admin_thread.join().is_err() {
+            log::error!("the admin thread panicked");
         }
         match failed.is_empty() {
             true => Ok(()),
@@ -228,7 +256,7 @@ async fn run_core(
     config: BrokerConfig,
     ports: Vec<u16>,
     fd: RawFd,
-    admin_fd: Option<RawFd>,
+    admin_inbox: Option<AdminInbox>,
     mesh: MeshBuilder<CoreMsg, glommio::channels::channel_mesh::Full>,
     stop: Arc<AtomicBool>,
     table: crate::router::TopicTable,
@@ -240,7 +268,7 @@ async fn run_core(
     } else {
         (None, None)
     };
-    let core = Rc::new(Core::new(id, Rc::new(config), ports, Control::new(senders)));
+    let core = Rc::new(Core::new(id, Rc::new(config), ports, Mesh::new(senders)));
     if let Some(r) = receivers {
         spawn_receivers(&core, r);
     }
@@ -254,7 +282,10 @@ async fn run_core(
         // were committed); it answers COORDINATOR_LOAD_IN_PROGRESS instead.
         log::error!("core {id}: cannot load committed offsets: {e}");
     }
-    let ticker = glommio::spawn_local(crate::groups::run_ticker(core.clone()));
+    let ticker = glommio::spawn_local({
+        let core = core.clone();
+        async move { core.groups.run_ticker(&core.shutdown).await }
+    });
     // SAFETY: `fd` is a listening socket this process owns, handed over by `Server::start`.
     let listener = unsafe { TcpListener::from_raw_fd(fd) };
     let accept = glommio::spawn_local(accept_until_shutdown(
@@ -263,11 +294,8 @@ async fn run_core(
         "kafka",
         connection::serve,
     ));
-    let admin = admin_fd.map(|fd| {
-        // SAFETY: as above, for the admin socket.
-        let l = unsafe { TcpListener::from_raw_fd(fd) };
-        glommio::spawn_local(admin::serve(core.clone(), l))
-    });
+    let admin =
+        admin_inbox.map(|inbox| glommio::spawn_local(control::serve_admin(core.clone(), inbox)));
     while !stop.load(Ordering::SeqCst) {
         glommio::timer::sleep(Duration::from_millis(50)).await;
     }
@@ -289,12 +317,8 @@ async fn run_core(
 }
 
 /// Accepts connections until the core stops, serving each with `serve` in its own task.
-pub async fn accept_until_shutdown<F, Fut>(
-    core: Rc<Core>,
-    listener: TcpListener,
-    what: &str,
-    serve: F,
-) where
+async fn accept_until_shutdown<F, Fut>(core: Rc<Core>, listener: TcpListener, what: &str, serve: F)
+where
     F: Fn(Rc<Core>, glommio::net::TcpStream) -> Fut,
     Fut: std::future::Future<Output = ()> + 'static,
 {

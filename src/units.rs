@@ -1,5 +1,5 @@
-//! Values of flags and settings, parsed the same everywhere (`shoal serve`, `shoal bench`, the admin
-//! API): sizes such as `16KiB`, `64MiB`, `1GB`, `4096`, and switches (`on`/`off`).
+//! Values with units, the same for every flag that takes them (`shoal serve` and `shoal bench`):
+//! sizes such as `16KiB`, `64MiB`, `1GB`, `4096`.
 
 /// "16KiB", "1MB", "1g", "4096" -> bytes. KiB/MiB/GiB and a bare k/m/g are powers of 1024;
 /// KB/MB/GB powers of 1000.
@@ -40,15 +40,6 @@ pub fn parse_size_or_minus_one(s: &str) -> Result<i64, String> {
         return Ok(-1);
     }
     i64::try_from(parse_size(s)?).map_err(|_| format!("{s:?}: too large"))
-}
-
-/// `on`/`off` (also `true`/`false`).
-pub fn parse_on_off(s: &str) -> Result<bool, String> {
-    match s {
-        "on" | "true" => Ok(true),
-        "off" | "false" => Ok(false),
-        _ => Err(format!("expected on or off, not {s:?}")),
-    }
 }
 
 #[cfg(test)]

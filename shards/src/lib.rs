@@ -20,6 +20,8 @@
 //!   window of per-shard batches, catch-up reads for consumers outside it.
 //! - [`monitor`]    — the offset monitor: wait until a watermark reaches an offset (group commit,
 //!   long polling).
+//! - [`oneshot`]    — a one-shot value from one task to another on the core (append results,
+//!   group answers).
 //! - [`partitioner`] — Kafka's default partitioner (murmur2), which decides a record's view shard.
 //! - [`producers`]  — idempotent producer state per partition: duplicates, gaps, epochs, snapshots.
 //! - [`records`]    — what a read returns: whole batches as shared slices, plus counts.
@@ -34,6 +36,7 @@ pub mod error;
 mod index;
 pub mod log;
 pub mod monitor;
+pub mod oneshot;
 pub mod partitioner;
 pub mod producers;
 pub mod records;

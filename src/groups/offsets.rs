@@ -23,10 +23,10 @@
 //! tombstone are read once every commit in flight is applied, and none starts until the tombstones
 //! are written and applied, so memory and the log agree.
 
-use super::answer::{self, Sender};
 use crate::partition::write_atomically;
 use bytes::Bytes;
 use shards::batch::{records, BatchBuilder};
+use shards::oneshot::{self as answer, Sender};
 use shards::{AppendOptions, Log, LogConfig, TailCache};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeSet, HashMap};

@@ -1,7 +1,8 @@
-//! A one-shot answer from the group state machine to a request handler that waits for it (JoinGroup
-//! until the rebalance completes, SyncGroup until the leader's assignment arrives). Single-threaded:
-//! the state machine and the handlers run on the same core, so an `Rc<RefCell<..>>` is enough, and it
-//! works without an executor so the state machine can be unit-tested synchronously.
+//! A one-shot value from one task to another on the same core: an appended batch's result from the
+//! log's writer task to the appender, a group state machine's answer to the handler waiting for it.
+//! Single-threaded (`Rc<RefCell<..>>`), and it works without an executor, so a state machine that
+//! sends can be unit-tested synchronously. (The coalescer's in-flight read is the other kind: one
+//! value cloned to many waiters.)
 
 use std::cell::RefCell;
 use std::future::Future;

@@ -1,0 +1,524 @@
+//! One partition's log: segments on disk, offsets, durability (group commit), the tail cache, recovery
+//! at open, retention and deletion.
+//!
+//! What each durability mode can lose on a crash:
+//! - a **durable** append (Kafka `acks=all`) is acknowledged only after an fsync that covers it: a crash of
+//!   the process or the machine loses nothing acknowledged;
+//! - a **non-durable** append (`acks=1`, `acks=0`) is acknowledged once written to the page cache: a crash
+//!   of the process loses nothing (the kernel still has it), a crash of the machine (power, kernel) loses
+//!   what was appended since the last fsync, at most about `flush_interval` of data (never a partial
+//!   batch: recovery cuts the log at the first torn batch).
+//!
+//! Appends to one log are serialized by an async permit (never a thread lock): offsets are assigned,
+//! the bytes written and the high watermark advanced in order. Fsyncs run outside it, in a detached
+//! task, so every durable append that arrives while one fsync runs shares the next one.
+
+use crate::batch::{self, BatchHeader};
+use crate::config::LogConfig;
+use crate::error::{Error, InvalidBatch, Result};
+use crate::index::{SegmentMeta, SparseIndex};
+use crate::monitor::OffsetMonitor;
+use crate::records::{LogRead, Records};
+use crate::segment::{index_file_name, now_ms, Segment, MAX_RELATIVE_OFFSET};
+use crate::storage_health::StorageEpisode;
+use crate::tail_cache::{LogId, TailCache};
+use bytes::Bytes;
+use glommio::sync::Semaphore;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::rc::{Rc, Weak};
+use std::time::{Duration, Instant};
+
+mod recovery;
+mod writer;
+
+use recovery::{list_segments, recover};
+use writer::{spawn_background, write_index, PendingAppend};
+
+/// How an append wants to be acknowledged.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AppendOptions {
+    /// Return only after the batches are fsynced (shared with concurrent durable appends).
+    pub durable: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendResult {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    pub high_watermark: i64,
+    /// The time stamped into the batches for LogAppendTime logs, else `-1`.
+    pub log_append_time: i64,
+    pub log_start_offset: i64,
+}
+
+/// Counters of one log, as a plain snapshot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogStats {
+    pub appended_batches: u64,
+    pub appended_bytes: u64,
+    /// Writes to disk; fewer than appends when concurrent appends were written together.
+    pub append_writes: u64,
+    pub fsyncs: u64,
+    pub cache_reads: u64,
+    pub disk_reads: u64,
+    pub disk_read_bytes: u64,
+    pub segments: usize,
+    pub size_bytes: u64,
+    /// Storage operations that failed (writes, fsyncs, segment rolls, index writes).
+    pub storage_errors: u64,
+}
+
+/// A partition log. Cheap to clone (`Rc`); all clones are the same log. `!Send`: it lives on one core.
+#[derive(Debug, Clone)]
+pub struct Log {
+    inner: Rc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    id: u64,
+    dir: PathBuf,
+    config: RefCell<LogConfig>,
+    cache: Rc<TailCache>,
+    cache_id: LogId,
+    /// Oldest first; the last one is the active segment. Never empty while open.
+    segments: RefCell<Vec<Rc<Segment>>>,
+    /// The next offset to assign: everything below is written and readable.
+    high_watermark: OffsetMonitor,
+    /// Everything below is fsynced. Closed when the log fails or closes.
+    durable: OffsetMonitor,
+    /// Held by whoever changes the segment list or writes: the writer task, retention, close.
+    append_permit: Semaphore,
+    /// Validated appends waiting for the writer task, in arrival order.
+    queue: RefCell<VecDeque<PendingAppend>>,
+    writing: Cell<bool>,
+    syncing: Cell<bool>,
+    /// The highest offset someone asked to be durable (a durable append, a flush tick, close).
+    sync_target: Cell<i64>,
+    /// Set when an fsync failed: the page cache may have dropped data, so appends stop until restart.
+    failure: RefCell<Option<String>>,
+    /// Storage failures, logged once per episode and counted.
+    storage: StorageEpisode,
+    closed: Cell<bool>,
+    stats: Cell<LogStats>,
+}
+
+impl Log {
+    /// Opens (or creates) the log in `dir`, recovering it: sealed segments with an intact index are
+    /// trusted, the last one and any other without are scanned and cut at the first bad batch.
+    pub async fn open(
+        dir: impl Into<PathBuf>,
+        config: LogConfig,
+        cache: Rc<TailCache>,
+    ) -> Result<Log> {
+        // glommio opens files and directories relative to no directory at all (a relative path
+        // fails with EBADF), so the log works on an absolute path whatever its caller passes.
+        let dir = dir.into();
+        let dir = std::path::absolute(&dir).map_err(|e| Error::storage(&dir, e))?;
+        let config = config.sanitized();
+        let listing = {
+            let dir = dir.clone();
+            glommio::executor()
+                .spawn_blocking(move || list_segments(&dir))
+                .await
+        }
+        .map_err(|e| Error::storage(&dir, e))?;
+        let segments = recover(&dir, &config, listing).await?;
+        let next = segments
+            .last()
+            .expect("recover leaves a segment")
+            .next_offset
+            .get();
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let inner = Rc::new(Inner {
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            cache_id: cache.register(),
+            cache,
+            dir,
+            config: RefCell::new(config),
+            segments: RefCell::new(segments),
+            high_watermark: OffsetMonitor::new(next),
+            durable: OffsetMonitor::new(next),
+            append_permit: Semaphore::new(1),
+            queue: RefCell::new(VecDeque::new()),
+            writing: Cell::new(false),
+            syncing: Cell::new(false),
+            sync_target: Cell::new(next),
+            failure: RefCell::new(None),
+            storage: StorageEpisode::default(),
+            closed: Cell::new(false),
+            stats: Cell::new(LogStats::default()),
+        });
+        spawn_background(Rc::downgrade(&inner));
+        Ok(Log { inner })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+    /// Identifies this open log among all logs ever opened by the process (a re-created topic's
+    /// partition gets a new id), for keys of per-core caches such as the fetch coalescer.
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+    pub fn high_watermark(&self) -> i64 {
+        self.inner.high_watermark.value()
+    }
+    /// Closed or deleted: nothing more will be appended or read.
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.get()
+    }
+    /// The watermark long-polling fetches wait on.
+    pub fn high_watermark_monitor(&self) -> &OffsetMonitor {
+        &self.inner.high_watermark
+    }
+    pub fn log_start_offset(&self) -> i64 {
+        self.inner.log_start_offset()
+    }
+    /// Offsets below this are fsynced.
+    pub fn durable_offset(&self) -> i64 {
+        self.inner.durable.value()
+    }
+    /// Largest batch this log accepts.
+    pub fn max_batch_bytes(&self) -> usize {
+        self.inner.config.borrow().max_batch_bytes
+    }
+    pub fn config(&self) -> LogConfig {
+        self.inner.config.borrow().clone()
+    }
+    /// Changes settings (topic config updates); they apply from the next append or check.
+    pub fn set_config(&self, config: LogConfig) {
+        *self.inner.config.borrow_mut() = config.sanitized();
+    }
+    pub fn stats(&self) -> LogStats {
+        let segs = self.inner.segments.borrow();
+        LogStats {
+            segments: segs.len(),
+            size_bytes: segs.iter().map(|s| s.size.get()).sum(),
+            storage_errors: self.inner.storage.errors(),
+            ..self.inner.stats.get()
+        }
+    }
+    /// The storage failure this log is in the middle of, as first logged: `None` once an append
+    /// succeeded after it (a failed fsync lasts until restart).
+    pub fn storage_failure(&self) -> Option<String> {
+        self.inner.storage.current()
+    }
+    /// Base offsets of the segments, oldest first.
+    pub fn segment_base_offsets(&self) -> Vec<i64> {
+        self.inner
+            .segments
+            .borrow()
+            .iter()
+            .map(|s| s.base_offset)
+            .collect()
+    }
+
+    /// Validates and appends one or more batches (a Produce request's records for this partition).
+    /// All or nothing: a refused batch appends nothing. The append is queued to the log's writer task
+    /// and runs to completion even if the caller stops waiting, so a disconnecting producer cannot leave
+    /// a half-done append behind. Appends queued while a write or fsync is in progress are written
+    /// together (one write, then one fsync for all of them: group commit).
+    pub async fn append(&self, blob: Bytes, opts: AppendOptions) -> Result<AppendResult> {
+        let headers = batch::validate_all(&blob, self.inner.config.borrow().max_batch_bytes)?;
+        self.append_validated(blob, headers, opts).await
+    }
+
+    /// Appends batches already checked with [`batch::validate_all`] (`headers` are its result). The
+    /// append is queued when this is called, not when the future is first polled, so appends issued
+    /// one after another are written in that order even if their futures are awaited together.
+    pub fn append_validated(
+        &self,
+        blob: Bytes,
+        headers: Vec<BatchHeader>,
+        opts: AppendOptions,
+    ) -> impl Future<Output = Result<AppendResult>> + 'static {
+        let inner = self.inner.clone();
+        let offsets: i64 = headers.iter().map(BatchHeader::offset_count).sum();
+        let queued = inner.check_writable().and_then(|()| {
+            // One append goes into one segment, so it may not span more offsets than a segment holds.
+            if offsets - 1 > MAX_RELATIVE_OFFSET {
+                return Err(Error::InvalidBatch(InvalidBatch::TooManyOffsets {
+                    offsets,
+                    limit: MAX_RELATIVE_OFFSET + 1,
+                }));
+            }
+            let (done, result) = crate::oneshot::channel();
+            inner.queue.borrow_mut().push_back(PendingAppend {
+                blob,
+                headers,
+                offsets,
+                done,
+            });
+            inner.start_writer();
+            Ok(result)
+        });
+        async move {
+            // A writer that drops an append unanswered has stopped: the log is closed.
+            let res = queued?.await.unwrap_or(Err(Error::Closed))?;
+            if opts.durable {
+                inner.sync_to(res.high_watermark).await?;
+            }
+            Ok(res)
+        }
+    }
+
+    /// Whole batches from the one holding `offset`: at most `max_bytes`, or at least one batch when
+    /// `obligatory` (KIP-74: the first partition of a fetch must make progress). Empty at the high
+    /// watermark; `OffsetOutOfRange` below the log start or above the high watermark.
+    pub async fn read(&self, offset: i64, max_bytes: usize, obligatory: bool) -> Result<LogRead> {
+        let inner = &self.inner;
+        if inner.closed.get() {
+            return Err(Error::Closed);
+        }
+        let high_watermark = inner.high_watermark.value();
+        let log_start_offset = self.log_start_offset();
+        if offset < log_start_offset || offset > high_watermark {
+            return Err(Error::OffsetOutOfRange {
+                offset,
+                log_start_offset,
+                high_watermark,
+            });
+        }
+        let done = |records, from_cache| LogRead {
+            records,
+            high_watermark,
+            log_start_offset,
+            from_cache,
+        };
+        if offset == high_watermark {
+            return Ok(done(Records::empty(), true));
+        }
+        if let Some(records) = inner
+            .cache
+            .read(inner.cache_id, offset, max_bytes, obligatory)
+        {
+            inner.bump(|s| s.cache_reads += 1);
+            return Ok(done(records, true));
+        }
+        let segments: Vec<Rc<Segment>> = {
+            let segs = inner.segments.borrow();
+            let first = segs
+                .partition_point(|s| s.base_offset <= offset)
+                .saturating_sub(1);
+            segs[first..].to_vec()
+        };
+        let mut out = Records::empty();
+        let mut at = offset;
+        for seg in segments {
+            if at >= high_watermark {
+                break;
+            }
+            let budget = max_bytes.saturating_sub(out.len);
+            let part = seg.read(at, budget, obligatory && out.is_empty()).await?;
+            inner.bump(|s| {
+                s.disk_reads += 1;
+                s.disk_read_bytes += part.len as u64;
+            });
+            let reached_end = part.next_offset() == Some(seg.next_offset.get());
+            if let Some(next) = part.next_offset() {
+                at = next;
+            }
+            let empty = part.is_empty();
+            out.extend(part);
+            if !(reached_end || empty && at >= seg.next_offset.get()) {
+                break;
+            }
+        }
+        Ok(done(out, false))
+    }
+
+    /// The largest record timestamp in the log, if any record carries one.
+    pub fn max_timestamp(&self) -> Option<i64> {
+        self.inner
+            .segments
+            .borrow()
+            .iter()
+            .map(|s| s.max_timestamp.get())
+            .max()
+            .filter(|&t| t >= 0)
+    }
+
+    /// The first offset whose record timestamp is at least `timestamp`, with that record's timestamp
+    /// (Kafka ListOffsets by time). `None` if every record is older. Segments are skipped by their
+    /// largest timestamp; within one, batches by theirs; within an uncompressed batch, records.
+    pub async fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<(i64, i64)>> {
+        let start = {
+            let segs = self.inner.segments.borrow();
+            match segs.iter().find(|s| s.max_timestamp.get() >= timestamp) {
+                Some(s) => s.base_offset,
+                None => return Ok(None),
+            }
+        };
+        let mut at = start;
+        while at < self.high_watermark() {
+            let read = self.read(at, 1 << 20, true).await?;
+            for (h, bytes) in read.records.batches() {
+                if h.max_timestamp < timestamp {
+                    continue;
+                }
+                if h.compression() == 0 && !h.is_log_append_time() {
+                    if let Ok(records) = batch::records(&bytes) {
+                        if let Some(r) = records.iter().find(|r| r.timestamp >= timestamp) {
+                            return Ok(Some((r.offset, r.timestamp)));
+                        }
+                    }
+                }
+                return Ok(Some((h.base_offset, h.max_timestamp)));
+            }
+            match read.records.next_offset() {
+                Some(next) => at = next,
+                None => break,
+            }
+        }
+        Ok(None)
+    }
+
+    /// Deletes whole old segments beyond the retention limits (never the active one) and returns how many.
+    pub async fn enforce_retention(&self) -> Result<usize> {
+        let inner = &self.inner;
+        let _permit = inner
+            .append_permit
+            .acquire_permit(1)
+            .await
+            .map_err(|_| Error::Closed)?;
+        if inner.closed.get() {
+            return Err(Error::Closed);
+        }
+        let (max_bytes, max_age) = {
+            let c = inner.config.borrow();
+            (c.retention_bytes, c.retention_age)
+        };
+        let cutoff = max_age.map(|a| now_ms() - a.as_millis() as i64);
+        let doomed: Vec<Rc<Segment>> = {
+            let mut segs = inner.segments.borrow_mut();
+            let mut total: u64 = segs.iter().map(|s| s.size.get()).sum();
+            let mut n = 0;
+            for s in &segs[..segs.len() - 1] {
+                let over_size = max_bytes.is_some_and(|m| total - s.size.get() >= m);
+                let too_old = cutoff.is_some_and(|c| s.retention_timestamp() < c);
+                if !(over_size || too_old) {
+                    break;
+                }
+                total -= s.size.get();
+                n += 1;
+            }
+            segs.drain(..n).collect()
+        };
+        for seg in &doomed {
+            log::info!(
+                "retention: deleting {} (offsets {}..{}, {} bytes)",
+                seg.path.display(),
+                seg.base_offset,
+                seg.next_offset.get(),
+                seg.size.get()
+            );
+            remove_segment_files(seg).await;
+        }
+        Ok(doomed.len())
+    }
+
+    /// Flushes, marks every sealed segment clean and closes the files. Appends still waiting fail with
+    /// `Closed`; durable appends already written are synced first.
+    pub async fn close(self) -> Result<()> {
+        let inner = self.inner;
+        let permit = inner
+            .append_permit
+            .acquire_permit(1)
+            .await
+            .map_err(|_| Error::Closed)?;
+        inner.closed.set(true);
+        drop(permit);
+        inner.append_permit.close();
+        let result = if inner.failure.borrow().is_none() {
+            inner.sync_to(inner.high_watermark.value()).await
+        } else {
+            Ok(())
+        };
+        let segments = std::mem::take(&mut *inner.segments.borrow_mut());
+        let last = segments.len().saturating_sub(1);
+        for (i, seg) in segments.into_iter().enumerate() {
+            if i < last && !seg.sealed.get() {
+                if let Err(e) = write_index(&seg).await {
+                    log::warn!("{e}; the segment will be scanned at start-up");
+                }
+            }
+            if let Ok(seg) = Rc::try_unwrap(seg) {
+                let _ = seg.file.close().await;
+            }
+        }
+        inner.cache.forget(inner.cache_id);
+        inner.high_watermark.close();
+        inner.durable.close();
+        result
+    }
+
+    /// Deletes the whole partition: its files and its directory.
+    pub async fn delete(self) -> Result<()> {
+        let dir = self.inner.dir.clone();
+        let _ = self.close().await;
+        glommio::executor()
+            .spawn_blocking(move || match std::fs::remove_dir_all(&dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::storage(&dir, e)),
+                _ => Ok(()),
+            })
+            .await
+    }
+}
+
+impl Inner {
+    /// The first segment's base offset; a closed log (no segments) reports its end.
+    fn log_start_offset(&self) -> i64 {
+        self.segments
+            .borrow()
+            .first()
+            .map_or(self.high_watermark.value(), |s| s.base_offset)
+    }
+
+    fn active(&self) -> Rc<Segment> {
+        self.segments
+            .borrow()
+            .last()
+            .expect("an open log has a segment")
+            .clone()
+    }
+
+    fn bump(&self, f: impl FnOnce(&mut LogStats)) {
+        let mut s = self.stats.get();
+        f(&mut s);
+        self.stats.set(s);
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        if self.closed.get() {
+            return Err(Error::Closed);
+        }
+        match &*self.failure.borrow() {
+            Some(why) => Err(Error::storage(&self.dir, why)),
+            None => Ok(()),
+        }
+    }
+}
+
+async fn sync_dir(dir: &Path) -> Result<()> {
+    let d = glommio::io::Directory::open(dir)
+        .await
+        .map_err(|e| Error::storage(dir, e))?;
+    d.sync().await.map_err(|e| Error::storage(dir, e))?;
+    let _ = d.close().await;
+    Ok(())
+}
+
+async fn remove_segment_files(seg: &Segment) {
+    for path in [seg.path.clone(), seg.index_path()] {
+        if let Err(e) = glommio::io::remove(&path).await {
+            if !matches!(&e, glommio::GlommioError::IoError(io) if io.kind() == std::io::ErrorKind::NotFound)
+            {
+                log::warn!("could not remove {}: {e}", path.display());
+            }
+        }
+    }
+}

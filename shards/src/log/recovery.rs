@@ -1,0 +1,162 @@
+//! Recovery at open: segment files are listed, sealed ones with an intact index trusted, the rest
+//! scanned and cut at the first bad batch; damaged files are set aside, never deleted.
+
+use super::*;
+
+/// A segment file found at open.
+#[derive(Debug)]
+pub(super) struct Found {
+    base_offset: i64,
+    path: PathBuf,
+    len: u64,
+    mtime_ms: i64,
+    index: Option<(SparseIndex, SegmentMeta)>,
+}
+
+/// Lists `<base:020>.log` files, oldest first, with their index files if intact (blocking; run off the
+/// executor thread).
+pub(super) fn list_segments(dir: &Path) -> std::io::Result<Vec<Found>> {
+    std::fs::create_dir_all(dir)?;
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(stem) = name.strip_suffix(".log") else {
+            continue;
+        };
+        let Ok(base_offset) = stem.parse::<i64>() else {
+            continue;
+        };
+        if stem.len() != 20 || base_offset < 0 {
+            continue;
+        }
+        let md = entry.metadata()?;
+        let mtime_ms = md
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or_else(now_ms, |d| d.as_millis() as i64);
+        let index = std::fs::read(dir.join(index_file_name(base_offset)))
+            .ok()
+            .and_then(|b| SparseIndex::decode(&b));
+        found.push(Found {
+            base_offset,
+            path: entry.path(),
+            len: md.len(),
+            mtime_ms,
+            index,
+        });
+    }
+    found.sort_by_key(|f| f.base_offset);
+    Ok(found)
+}
+
+/// Opens the segments found, scanning the ones not known clean, and cuts the log at the first damage.
+/// Whatever lies after the damage is renamed aside (`.corrupt`), never deleted.
+pub(super) async fn recover(
+    dir: &Path,
+    config: &LogConfig,
+    found: Vec<Found>,
+) -> Result<Vec<Rc<Segment>>> {
+    let interval = config.index_interval_bytes;
+    let first_base = found.first().map_or(0, |f| f.base_offset);
+    let mut segments: Vec<Rc<Segment>> = Vec::new();
+    let n = found.len();
+    let mut rest = found.into_iter().enumerate();
+    while let Some((i, mut f)) = rest.next() {
+        let is_last = i + 1 == n;
+        let expected = segments.last().map(|s| s.next_offset.get());
+        if expected.is_some_and(|e| e != f.base_offset) {
+            log::error!(
+                "{}: starts at offset {} but the log before it ends at {}; setting it and later segments aside",
+                f.path.display(),
+                f.base_offset,
+                expected.unwrap()
+            );
+            set_aside(std::iter::once(f).chain(rest.map(|(_, f)| f))).await;
+            break;
+        }
+        let file = match Segment::open_file(&f.path).await {
+            Ok(file) => file,
+            Err(e) => {
+                log::error!(
+                    "{}: cannot be opened ({e}); setting it and later segments aside",
+                    f.path.display()
+                );
+                set_aside(std::iter::once(f).chain(rest.map(|(_, f)| f))).await;
+                break;
+            }
+        };
+        if let Some((index, meta)) = f.index.take().filter(|(_, m)| !is_last && m.size == f.len) {
+            let seg = Segment::with_meta(f.path, file, f.base_offset, index, meta, f.mtime_ms);
+            seg.sealed.set(true);
+            segments.push(Rc::new(seg));
+            continue;
+        }
+        let scan = match Segment::scan(&file, &f.path, f.base_offset, interval).await {
+            Ok(scan) => scan,
+            Err(e) => {
+                log::error!(
+                    "{}: cannot be read ({e}); setting it and later segments aside",
+                    f.path.display()
+                );
+                let _ = file.close().await;
+                set_aside(std::iter::once(f).chain(rest.map(|(_, f)| f))).await;
+                break;
+            }
+        };
+        let damaged = scan.damage.is_some();
+        if let Some(why) = &scan.damage {
+            log::warn!(
+                "recovery: cutting {} bytes from {} at position {} ({why})",
+                f.len - scan.valid_len,
+                f.path.display(),
+                scan.valid_len
+            );
+            file.truncate(scan.valid_len)
+                .await
+                .map_err(|e| Error::storage(&f.path, e))?;
+        }
+        // Whatever survived a crash may sit only in the page cache: make it durable before counting it so.
+        file.fdatasync()
+            .await
+            .map_err(|e| Error::storage(&f.path, e))?;
+        let seg = Segment::with_meta(
+            f.path,
+            file,
+            f.base_offset,
+            scan.index,
+            scan.meta,
+            f.mtime_ms,
+        );
+        segments.push(Rc::new(seg));
+        if damaged && !is_last {
+            log::error!(
+                "recovery: segments after the damage in {} are set aside",
+                dir.display()
+            );
+            set_aside(rest.map(|(_, f)| f)).await;
+            break;
+        }
+    }
+    if segments.is_empty() {
+        segments.push(Rc::new(Segment::create(dir, first_base, interval).await?));
+        sync_dir(dir).await?;
+    }
+    Ok(segments)
+}
+
+pub(super) async fn set_aside(found: impl Iterator<Item = Found>) {
+    for f in found {
+        let mut aside = f.path.with_extension("log.corrupt");
+        if aside.exists() {
+            aside = f.path.with_extension(format!("log.corrupt.{}", now_ms()));
+        }
+        match glommio::io::rename(&f.path, &aside).await {
+            Ok(()) => log::error!("set aside {} as {}", f.path.display(), aside.display()),
+            Err(e) => log::error!("could not set aside {}: {e}", f.path.display()),
+        }
+        let _ = glommio::io::remove(f.path.with_file_name(index_file_name(f.base_offset))).await;
+    }
+}

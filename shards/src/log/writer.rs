@@ -1,0 +1,353 @@
+//! The writer: appends queued on a log are written in groups, in order, by one task; fsyncs are
+//! shared by every durable append waiting for them (group commit); a background task flushes and
+//! checks retention.
+
+use super::*;
+use crate::oneshot;
+
+/// Most bytes written by one write of grouped appends.
+pub(super) const MAX_GROUP_BYTES: u64 = 8 << 20;
+
+/// An append waiting for the writer task.
+#[derive(Debug)]
+pub(super) struct PendingAppend {
+    pub(super) blob: Bytes,
+    pub(super) headers: Vec<BatchHeader>,
+    /// Offsets the batches take (the sum of their `lastOffsetDelta + 1`).
+    pub(super) offsets: i64,
+    pub(super) done: oneshot::Sender<Result<AppendResult>>,
+}
+
+/// Answers every append of `group` with `e` (the same error, not a re-worded one).
+pub(super) fn fail_all(group: Vec<PendingAppend>, e: &Error) {
+    group.into_iter().for_each(|p| p.done.send(Err(e.clone())));
+}
+
+impl Inner {
+    /// Starts the writer task unless it runs: it drains the append queue in groups, in order.
+    pub(super) fn start_writer(self: &Rc<Self>) {
+        if self.writing.replace(true) {
+            return;
+        }
+        let inner = self.clone();
+        glommio::spawn_local(async move {
+            // The permit is taken per group, so retention and close get their turn under load.
+            while !inner.queue.borrow().is_empty() {
+                let Ok(permit) = inner.append_permit.acquire_permit(1).await else {
+                    let closed: Vec<_> = inner.queue.borrow_mut().drain(..).collect();
+                    closed
+                        .into_iter()
+                        .for_each(|p| p.done.send(Err(Error::Closed)));
+                    break;
+                };
+                let group = inner.next_group().await;
+                if group.is_empty() {
+                    break;
+                }
+                inner.write_group(group).await;
+                drop(permit);
+                // Let a waiting retention or close take the permit before the next group.
+                futures_lite::future::yield_now().await;
+            }
+            inner.writing.set(false);
+        })
+        .detach();
+    }
+
+    /// Takes the next appends to write together: as many as fit in the active segment (rolling it
+    /// first if the oldest does not) and in `MAX_GROUP_BYTES`.
+    pub(super) async fn next_group(&self) -> Vec<PendingAppend> {
+        let stamp = self.config.borrow().log_append_time;
+        let Some((first_len, first_ts, first_offsets)) = self.queue.borrow().front().map(|p| {
+            let ts = if stamp {
+                now_ms()
+            } else {
+                p.headers
+                    .iter()
+                    .map(|h| h.max_timestamp)
+                    .max()
+                    .unwrap_or(-1)
+            };
+            (p.blob.len() as u64, ts, p.offsets)
+        }) else {
+            return Vec::new();
+        };
+        if let Err(e) = self
+            .roll_if_needed(first_len, first_ts, first_offsets)
+            .await
+        {
+            let failed: Vec<_> = self.queue.borrow_mut().drain(..).collect();
+            fail_all(failed, &e);
+            return Vec::new();
+        }
+        let active = self.active();
+        let segment_bytes = self.config.borrow().segment_bytes;
+        let room = segment_bytes
+            .saturating_sub(active.size.get())
+            .min(MAX_GROUP_BYTES)
+            .max(first_len);
+        let mut queue = self.queue.borrow_mut();
+        let mut total = 0;
+        let mut next_offset = self.high_watermark.value();
+        let mut group = Vec::new();
+        while let Some(p) = queue.front() {
+            let len = p.blob.len() as u64;
+            let fits_offsets = active.can_hold(next_offset + p.offsets - 1);
+            if !group.is_empty() && (total + len > room || !fits_offsets) {
+                break;
+            }
+            total += len;
+            next_offset += p.offsets;
+            group.push(queue.pop_front().unwrap());
+        }
+        group
+    }
+
+    /// Rolls the active segment unless the next append (`next_len` bytes, `next_offsets` offsets,
+    /// newest timestamp `next_ts`) fits it: by size, by age, and by relative offsets.
+    pub(super) async fn roll_if_needed(
+        &self,
+        next_len: u64,
+        next_ts: i64,
+        next_offsets: i64,
+    ) -> Result<()> {
+        self.check_writable()?;
+        let (segment_bytes, segment_age) = {
+            let c = self.config.borrow();
+            (c.segment_bytes, c.segment_age)
+        };
+        let active = self.active();
+        let full = active.size.get() + next_len > segment_bytes
+            || !active.can_hold(self.high_watermark.value() + next_offsets - 1);
+        let old = segment_age.is_some_and(|age| active.is_older_than(age, next_ts));
+        if active.size.get() > 0 && (full || old) {
+            self.roll().await?;
+        }
+        Ok(())
+    }
+
+    /// Assigns offsets to a group of appends, writes them with one write and completes each.
+    pub(super) async fn write_group(&self, mut group: Vec<PendingAppend>) {
+        if let Err(e) = self.check_writable() {
+            fail_all(group, &e);
+            return;
+        }
+        let stamp = self.config.borrow().log_append_time;
+        let now = now_ms();
+        let base = self.high_watermark.value();
+        let mut data = Vec::with_capacity(group.iter().map(|p| p.blob.len()).sum());
+        let mut next = base;
+        for p in &mut group {
+            let mut at = data.len();
+            data.extend_from_slice(&p.blob);
+            for h in p.headers.iter_mut() {
+                batch::set_base_offset(&mut data[at..], next);
+                if stamp {
+                    batch::stamp_log_append_time(&mut data[at..], now);
+                    h.max_timestamp = now;
+                }
+                h.base_offset = next;
+                next += h.offset_count();
+                at += h.total_len();
+            }
+        }
+        let headers: Vec<BatchHeader> = group
+            .iter()
+            .flat_map(|p| p.headers.iter().copied())
+            .collect();
+        if let Err(e) = self.active().append(data, &headers).await {
+            let e = self.storage.failed(&self.dir, e, false);
+            fail_all(group, &e);
+            return;
+        }
+        self.storage.succeeded(&self.dir);
+        let log_start_offset = self.log_start_offset();
+        // Nothing awaits from here on: readers see the new watermark and the cached batches together.
+        self.high_watermark.advance(next);
+        let mut batches = 0;
+        let mut bytes = 0;
+        for p in group {
+            let mut at = 0;
+            for h in &p.headers {
+                let len = h.total_len();
+                let fix = |b: &mut [u8]| {
+                    batch::set_base_offset(b, h.base_offset);
+                    if stamp {
+                        batch::stamp_log_append_time(b, now);
+                    }
+                };
+                let (first, last) = (h.base_offset, h.last_offset());
+                self.cache.insert(
+                    self.cache_id,
+                    &p.blob[at..at + len],
+                    fix,
+                    first,
+                    last,
+                    h.record_count as u64,
+                );
+                at += len;
+            }
+            batches += p.headers.len() as u64;
+            bytes += p.blob.len() as u64;
+            let first = p.headers[0].base_offset;
+            let end = p.headers.last().unwrap().last_offset() + 1;
+            p.done.send(Ok(AppendResult {
+                base_offset: first,
+                last_offset: end - 1,
+                high_watermark: next,
+                log_append_time: if stamp { now } else { -1 },
+                log_start_offset,
+            }));
+        }
+        self.bump(|s| {
+            s.appended_batches += batches;
+            s.appended_bytes += bytes;
+            s.append_writes += 1;
+        });
+    }
+
+    /// Seals the active segment (fsync, index file) and starts a new one at the high watermark.
+    pub(super) async fn roll(&self) -> Result<()> {
+        let old = self.active();
+        if let Err(e) = old.file.fdatasync().await {
+            return Err(self.fail(&old.path, e));
+        }
+        self.bump(|s| s.fsyncs += 1);
+        self.durable.advance(old.next_offset.get());
+        if let Err(e) = write_index(&old).await {
+            self.storage.failed(&self.dir, e, false);
+        }
+        let interval = self.config.borrow().index_interval_bytes;
+        let failed = |e| self.storage.failed(&self.dir, e, false);
+        let new = Segment::create(&self.dir, old.next_offset.get(), interval)
+            .await
+            .map_err(failed)?;
+        sync_dir(&self.dir).await.map_err(failed)?;
+        log::debug!(
+            "rolled {} at offset {}",
+            self.dir.display(),
+            new.base_offset
+        );
+        self.segments.borrow_mut().push(Rc::new(new));
+        Ok(())
+    }
+
+    pub(super) fn fail(&self, path: &Path, err: impl std::fmt::Display) -> Error {
+        let why = format!(
+            "fsync of {} failed: {err}; appends are refused until restart",
+            path.display()
+        );
+        *self.failure.borrow_mut() = Some(why.clone());
+        self.durable.close();
+        self.storage
+            .failed(&self.dir, Error::storage(path, why), true)
+    }
+
+    /// Waits until everything below `target` is fsynced, starting a group-commit fsync if none runs.
+    pub(super) async fn sync_to(self: &Rc<Self>, target: i64) -> Result<()> {
+        self.request_sync(target);
+        if self.durable.wait_for(target).await {
+            return Ok(());
+        }
+        match &*self.failure.borrow() {
+            Some(why) => Err(Error::storage(&self.dir, why)),
+            None => Err(Error::Closed),
+        }
+    }
+
+    /// Asks for everything below `target` to be fsynced, starting the group-commit task unless it
+    /// runs. Each fsync covers all that is written when it starts, so appends that arrive during one
+    /// fsync share the next; the task stops once the highest target asked for is durable, so steady
+    /// non-durable traffic does not keep it fsyncing.
+    pub(super) fn request_sync(self: &Rc<Self>, target: i64) {
+        self.sync_target.set(self.sync_target.get().max(target));
+        if self.syncing.replace(true) {
+            return;
+        }
+        let inner = self.clone();
+        glommio::spawn_local(async move {
+            while inner.failure.borrow().is_none()
+                && inner.durable.value() < inner.sync_target.get()
+            {
+                let written = inner.high_watermark.value();
+                let seg = inner.active();
+                match seg.file.fdatasync().await {
+                    Ok(()) => {
+                        inner.bump(|s| s.fsyncs += 1);
+                        inner.durable.advance(written);
+                    }
+                    Err(e) => {
+                        inner.fail(&seg.path, e);
+                    }
+                }
+            }
+            inner.syncing.set(false);
+        })
+        .detach();
+    }
+}
+
+/// Flushes on `flush_interval` and checks retention on `retention_check_interval`, until the log closes.
+pub(super) fn spawn_background(weak: Weak<Inner>) {
+    glommio::spawn_local(async move {
+        let start = Instant::now();
+        let mut last_flush = start;
+        let mut last_retention = start;
+        loop {
+            let tick = {
+                let Some(inner) = weak.upgrade() else { return };
+                let c = inner.config.borrow();
+                c.flush_interval
+                    .unwrap_or(c.retention_check_interval)
+                    .min(c.retention_check_interval)
+            };
+            glommio::timer::sleep(tick.max(Duration::from_millis(1))).await;
+            let Some(inner) = weak.upgrade() else { return };
+            if inner.closed.get() {
+                return;
+            }
+            let (flush, retention) = {
+                let c = inner.config.borrow();
+                (c.flush_interval, c.retention_check_interval)
+            };
+            if flush.is_some_and(|f| last_flush.elapsed() >= f) {
+                last_flush = Instant::now();
+                inner.request_sync(inner.high_watermark.value());
+            }
+            if last_retention.elapsed() >= retention {
+                last_retention = Instant::now();
+                if let Err(e) = (Log { inner }).enforce_retention().await {
+                    log::warn!("retention check failed: {e}");
+                }
+            }
+        }
+    })
+    .detach();
+}
+
+/// Saves a sealed segment's index, which also marks it clean. A failure only costs a scan at start-up.
+pub(super) async fn write_index(seg: &Segment) -> Result<()> {
+    let path = seg.index_path();
+    let bytes = seg.index.borrow().encode(&seg.meta());
+    let res = async {
+        let f = glommio::io::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .buffered_open(&path)
+            .await?;
+        let len = bytes.len();
+        let n = f.write_at(bytes, 0).await?;
+        if n != len {
+            return Err(glommio::GlommioError::IoError(std::io::Error::other(
+                "short write",
+            )));
+        }
+        f.fdatasync().await?;
+        f.close().await
+    }
+    .await;
+    res.map_err(|e| Error::storage(&path, e))?;
+    seg.sealed.set(true);
+    Ok(())
+}

@@ -1,0 +1,168 @@
+//! Changing `--cores` moves groups to other cores. Each core's offsets live in
+//! `DATA/__groups/core-<i>/`, and `DATA/__groups/cores` records the count they were written with;
+//! when it differs at start-up, [`reshard`] rewrites every stored offset into the store of its new
+//! coordinator before any core starts, so committed offsets survive the change. Where a crashed
+//! reshard left a group in several stores, the copy of its coordinator under the old count wins
+//! (the others are stale copies); and every core drops, at start-up, the offsets its store holds
+//! for groups it does not coordinate, also when the count did not change, so a stale copy never
+//! outlives the run that could have been misled by it.
+
+use super::offsets::{self, Committed, OffsetStore, TopicPartition};
+use super::{coordinator_core, store_dir};
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::rc::Rc;
+
+/// Moves committed offsets to their coordinators' stores when the core count changed since they
+/// were written (see the module docs). Runs before the cores start, on an executor of its own.
+pub fn reshard(data_dir: &Path, cores: usize) -> std::io::Result<()> {
+    let root = data_dir.join("__groups");
+    std::fs::create_dir_all(&root)?;
+    let marker = root.join("cores");
+    let previous = match std::fs::read_to_string(&marker) {
+        Ok(s) => s.trim().parse::<usize>().ok(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    let on_disk: Vec<usize> = std::fs::read_dir(&root)?
+        .filter_map(|e| {
+            e.ok()?
+                .file_name()
+                .to_str()?
+                .strip_prefix("core-")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    let old = previous.unwrap_or_else(|| on_disk.iter().map(|c| c + 1).max().unwrap_or(cores));
+    if old == cores && on_disk.iter().all(|&c| c < cores) {
+        return crate::partition::write_atomically(&marker, cores.to_string().as_bytes());
+    }
+    log::info!("re-sharding committed offsets from {old} to {cores} cores");
+    let data_dir = data_dir.to_path_buf();
+    let handle = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+        .name("shoal-reshard")
+        .spawn(move || async move { reshard_on_executor(&data_dir, on_disk, old, cores).await })
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    handle
+        .join()
+        .map_err(|e| std::io::Error::other(e.to_string()))??;
+    crate::partition::write_atomically(&marker, cores.to_string().as_bytes())
+}
+
+/// One store's copy of a group's offsets: (store's core, offsets).
+type StoreCopy = (usize, Vec<(TopicPartition, Committed)>);
+
+/// The offsets of a group to keep when several stores hold a copy (a crashed reshard leaves
+/// copies behind): the copy of the group's coordinator under the old core count if it has one (the
+/// others may be stale), else per partition the most recent commit.
+pub(super) fn pick_copy(
+    group: &str,
+    old: usize,
+    mut copies: Vec<StoreCopy>,
+) -> Vec<(TopicPartition, Committed)> {
+    let coordinator = coordinator_core(group, old);
+    if let Some(i) = copies.iter().position(|(c, _)| *c == coordinator) {
+        return copies.swap_remove(i).1;
+    }
+    let mut best: std::collections::BTreeMap<TopicPartition, Committed> = Default::default();
+    for (_, offsets) in copies {
+        for (tp, c) in offsets {
+            match best.get(&tp) {
+                Some(b) if b.commit_timestamp >= c.commit_timestamp => {}
+                _ => {
+                    best.insert(tp, c);
+                }
+            }
+        }
+    }
+    best.into_iter().collect()
+}
+
+async fn reshard_on_executor(
+    data_dir: &Path,
+    old_cores: Vec<usize>,
+    old: usize,
+    cores: usize,
+) -> std::io::Result<()> {
+    let cache = Rc::new(shards::TailCache::new(4 << 20, 1 << 20));
+    let err = std::io::Error::other;
+    let mut copies: HashMap<String, Vec<StoreCopy>> = HashMap::new();
+    let mut stores = Vec::new();
+    let mut old_cores = old_cores;
+    old_cores.sort_unstable();
+    for &c in &old_cores {
+        let s = OffsetStore::open(&store_dir(data_dir, c), cache.clone(), u64::MAX)
+            .await
+            .map_err(err)?;
+        for g in s.groups() {
+            let offsets = s.group_offsets(&g);
+            copies.entry(g).or_default().push((c, offsets));
+        }
+        stores.push((c, s));
+    }
+    let mut all: Vec<(String, TopicPartition, Committed)> = Vec::new();
+    for (g, group_copies) in copies {
+        for (tp, committed) in pick_copy(&g, old, group_copies) {
+            all.push((g.clone(), tp, committed));
+        }
+    }
+    // Write each group's offsets to its new core's store first (a crash here leaves duplicates,
+    // which are harmless: the same values), then drop them from stores that no longer own them.
+    let mut targets: HashMap<usize, OffsetStore> = HashMap::new();
+    for (c, s) in stores {
+        targets.insert(c, s);
+    }
+    let mut by_group: HashMap<(usize, String), offsets::Changes> = HashMap::new();
+    for (g, tp, committed) in &all {
+        by_group
+            .entry((coordinator_core(g, cores), g.clone()))
+            .or_default()
+            .push((tp.clone(), Some(committed.clone())));
+    }
+    for ((c, g), changes) in by_group {
+        if let std::collections::hash_map::Entry::Vacant(e) = targets.entry(c) {
+            let s = OffsetStore::open(&store_dir(data_dir, c), cache.clone(), u64::MAX)
+                .await
+                .map_err(err)?;
+            e.insert(s);
+        }
+        let s = &targets[&c];
+        let keep: HashSet<TopicPartition> = changes.iter().map(|(tp, _)| tp.clone()).collect();
+        // Partitions the target's own (stale) copy has and the chosen copy has not go.
+        let extra = s
+            .group_offsets(&g)
+            .into_iter()
+            .filter(|(tp, _)| !keep.contains(tp))
+            .map(|(tp, _)| (tp, None));
+        let moved: Vec<_> = changes
+            .into_iter()
+            .filter(|((t, p), v)| s.get(&g, t, *p).as_ref() != v.as_ref())
+            .chain(extra)
+            .collect();
+        s.write(&g, moved).await.map_err(err)?;
+    }
+    // Every group now has a complete copy at its new coordinator: record the new count before
+    // removing the old copies, so that a crash from here on, followed by a start with either
+    // count, takes those complete copies rather than whatever the deletes left.
+    crate::partition::write_atomically(
+        &data_dir.join("__groups").join("cores"),
+        cores.to_string().as_bytes(),
+    )?;
+    for (&c, s) in &targets {
+        for g in s.groups() {
+            if coordinator_core(&g, cores) != c {
+                s.delete_group(&g).await.map_err(err)?;
+            }
+        }
+        s.compact().await.map_err(err)?;
+    }
+    for (c, s) in targets {
+        s.close().await;
+        if c >= cores {
+            let dir = store_dir(data_dir, c);
+            std::fs::remove_dir_all(&dir)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,170 @@
+//! The core-to-core mesh: the messages cores send each other ([`CoreMsg`]) and a core's end of
+//! the channels ([`Mesh`]): send, ask and wait for an answer with a deadline. What the messages
+//! mean (topic changes, statistics, live settings) is the control plane's ([`crate::control`]).
+
+use crate::metrics::CoreSnapshot;
+use crate::router::TopicTable;
+use glommio::channels::channel_mesh::Senders;
+use glommio::channels::local_channel::{self, LocalSender};
+use kafka_protocol::error::ResponseError;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+/// A topic to create, as asked.
+#[derive(Debug, Clone)]
+pub struct NewTopic {
+    pub name: String,
+    /// -1: the server default.
+    pub partitions: i32,
+    pub replication_factor: i16,
+    pub configs: BTreeMap<String, String>,
+}
+
+/// The outcome for one topic of a create or delete.
+#[derive(Debug, Clone)]
+pub struct TopicOutcome {
+    pub name: String,
+    pub error: Option<(ResponseError, String)>,
+    pub partitions: i32,
+    pub id: [u8; 16],
+}
+
+/// What cores send each other.
+#[derive(Debug)]
+pub enum CoreMsg {
+    Create {
+        from: usize,
+        id: u64,
+        topics: Vec<NewTopic>,
+        validate_only: bool,
+    },
+    Delete {
+        from: usize,
+        id: u64,
+        names: Vec<String>,
+    },
+    Outcomes {
+        id: u64,
+        outcomes: Vec<TopicOutcome>,
+    },
+    Apply {
+        from: usize,
+        id: u64,
+        table: TopicTable,
+    },
+    Applied {
+        id: u64,
+    },
+    Stats {
+        from: usize,
+        id: u64,
+    },
+    /// A live setting changed through the admin API.
+    Set {
+        from: usize,
+        id: u64,
+        setting: Setting,
+    },
+    StatsReply {
+        id: u64,
+        snapshot: Box<CoreSnapshot>,
+    },
+}
+
+/// Settings that change without a restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setting {
+    FetchCoalescing(bool),
+    ViewSharing(bool),
+    MaxDeltaForFanout(i64),
+}
+
+/// A request sent to another core, waiting for its answer.
+pub(crate) struct Asked {
+    id: u64,
+    rx: glommio::channels::local_channel::LocalReceiver<CoreMsg>,
+    to: usize,
+}
+
+/// How long a core waits for another to apply a change or answer a question.
+pub(crate) const CHANGE_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const QUESTION_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A core's end of the control plane.
+#[derive(Debug)]
+pub struct Mesh {
+    senders: Option<Senders<CoreMsg>>,
+    next_id: Cell<u64>,
+    waiting: RefCell<HashMap<u64, LocalSender<CoreMsg>>>,
+    /// Core 0 applies one change at a time.
+    pub(crate) changes: glommio::sync::Semaphore,
+}
+
+impl Mesh {
+    pub fn new(senders: Option<Senders<CoreMsg>>) -> Self {
+        Self {
+            senders,
+            next_id: Cell::new(1),
+            waiting: RefCell::new(HashMap::new()),
+            changes: glommio::sync::Semaphore::new(1),
+        }
+    }
+
+    pub(crate) fn register(
+        &self,
+    ) -> (
+        u64,
+        glommio::channels::local_channel::LocalReceiver<CoreMsg>,
+    ) {
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
+        let (tx, rx) = local_channel::new_bounded(1);
+        self.waiting.borrow_mut().insert(id, tx);
+        (id, rx)
+    }
+
+    pub(crate) async fn send(&self, to: usize, msg: CoreMsg) -> bool {
+        let sent = match &self.senders {
+            Some(s) => s.send_to(to, msg).await.is_ok(),
+            None => false,
+        };
+        if !sent {
+            log::error!("control message to core {to} could not be sent");
+        }
+        sent
+    }
+
+    /// Sends the request `msg(id)` to core `to`; `None` if it could not be sent.
+    pub(crate) async fn ask(&self, to: usize, msg: impl FnOnce(u64) -> CoreMsg) -> Option<Asked> {
+        let (id, rx) = self.register();
+        if self.send(to, msg(id)).await {
+            Some(Asked { id, rx, to })
+        } else {
+            self.waiting.borrow_mut().remove(&id);
+            None
+        }
+    }
+
+    /// The answer to `asked`, or `None` after `deadline` (a dead or stuck core must not wedge the
+    /// control plane; the late answer, if any, is dropped).
+    pub(crate) async fn answer(&self, asked: Asked, deadline: Instant) -> Option<CoreMsg> {
+        let timeout = async {
+            glommio::timer::sleep(deadline.saturating_duration_since(Instant::now())).await;
+            None
+        };
+        let reply = futures_lite::future::or(asked.rx.recv(), timeout).await;
+        if reply.is_none() {
+            self.waiting.borrow_mut().remove(&asked.id);
+            log::error!("core {} did not answer a control request in time", asked.to);
+        }
+        reply
+    }
+
+    /// Delivers a reply to whoever waits for `id`.
+    pub(crate) fn complete(&self, id: u64, msg: CoreMsg) {
+        if let Some(tx) = self.waiting.borrow_mut().remove(&id) {
+            let _ = tx.try_send(msg);
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! The admin endpoint against the real binary: it runs on its own thread, so admin clients that
+//! never finish their request delay neither Kafka requests on core 0 nor other admin requests, nor
+//! hold up a stop.
+
+mod common;
+
+use common::wire::{call, connect};
+use common::Shoal;
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
+use kafka_protocol::protocol::StrBytes;
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// Admin clients that opened a connection, sent part of a request and went quiet: half a head, or
+/// a whole head and half its body.
+fn stuck_admin_clients(admin: &str) -> Vec<TcpStream> {
+    let mut stuck = Vec::new();
+    for _ in 0..4 {
+        let mut s = TcpStream::connect(admin).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nAcc")
+            .unwrap();
+        stuck.push(s);
+        let mut s = TcpStream::connect(admin).unwrap();
+        s.write_all(b"PUT /v1/config/view_sharing HTTP/1.1\r\nContent-Length: 3\r\n\r\no")
+            .unwrap();
+        stuck.push(s);
+    }
+    stuck
+}
+
+#[test]
+fn stuck_admin_clients_delay_neither_kafka_on_core_0_nor_other_admin_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 2, &[]);
+    let stuck = stuck_admin_clients(&shoal.admin);
+    std::thread::sleep(Duration::from_millis(200));
+
+    let mut kafka = connect(shoal.ports[0]);
+    let request = ApiVersionsRequest::default()
+        .with_client_software_name(StrBytes::from_static_str("admin-test"))
+        .with_client_software_version(StrBytes::from_static_str("1.0"));
+    let mut slowest = Duration::ZERO;
+    for correlation in 0..50 {
+        let started = Instant::now();
+        let r: ApiVersionsResponse =
+            call(&mut kafka, ApiKey::ApiVersions, 3, correlation, &request);
+        assert_eq!(r.error_code, 0);
+        slowest = slowest.max(started.elapsed());
+    }
+    assert!(
+        slowest < Duration::from_secs(1),
+        "a Kafka request on core 0 took {slowest:?} beside stuck admin clients"
+    );
+
+    let mut slowest = Duration::ZERO;
+    for _ in 0..5 {
+        for path in ["/metrics", "/v1/status"] {
+            let started = Instant::now();
+            let (status, body) = shoal.admin_get(path);
+            assert_eq!(status, "HTTP/1.1 200 OK", "{path}: {body}");
+            slowest = slowest.max(started.elapsed());
+        }
+    }
+    assert!(
+        slowest < Duration::from_secs(2),
+        "an admin request took {slowest:?} beside stuck admin clients"
+    );
+    // Settings still reach every core.
+    let (status, _) = shoal.admin_request("PUT", "/v1/config/fetch_coalescing", "off");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert_eq!(shoal.metric("shoal_fetch_coalescer_enabled"), 0);
+
+    // Nor do they hold up a stop (SIGTERM; the Kafka connection is closed first, so the cores have
+    // nothing to drain).
+    drop(kafka);
+    let stopping = Instant::now();
+    shoal.stop();
+    assert!(
+        stopping.elapsed() < Duration::from_secs(4),
+        "stopping took {:?} with stuck admin clients",
+        stopping.elapsed()
+    );
+    drop(stuck);
+}
+
+#[test]
+fn admin_answers_every_path_as_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 2, &[]);
+    let (status, body) = shoal.admin_get("/nope");
+    assert_eq!(status, "HTTP/1.1 404 Not Found");
+    assert_eq!(body, "not found: try /metrics or /v1/status\n");
+    let (status, body) = shoal.admin_request("DELETE", "/v1/status", "");
+    assert_eq!(status, "HTTP/1.1 405 Method Not Allowed");
+    assert_eq!(body, "only GET is served\n");
+    let (status, body) = shoal.admin_request("POST", "/v1/config/view_sharing?value=off", "");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert_eq!(body, "ViewSharing(false)\n");
+    assert_eq!(
+        shoal.metric("shoal_view_sharing_enabled"),
+        0,
+        "off on both cores"
+    );
+    let (status, body) = shoal.admin_get(&format!("/metrics?{}", "x".repeat(20 << 10)));
+    assert_eq!(status, "HTTP/1.1 431 Request Header Fields Too Large");
+    assert_eq!(body, "request too large\n");
+    let (status, body) = shoal.admin_get("/v1/status");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(json["cores"][1]["port"], shoal.ports[1]);
+    shoal.stop();
+}
