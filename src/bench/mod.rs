@@ -5,16 +5,18 @@
 //! `--bootstrap` it starts an embedded shoal on a temporary data directory, so it works on a fresh
 //! machine; with it, it loads any Kafka-compatible broker.
 //!
+//! It is part of the `shoal` binary, not of the library: it embeds the broker through
+//! `shoal::server` and speaks Kafka through `shoal::wire`.
+//!
+//! - [`args`]     — the command line: flags, value parsers, checks.
+//! - [`broker`]   — the broker under test: embedded (in process or a child) or external.
 //! - [`client`]   — its own Kafka client: blocking set-up calls and request templates; fetch
 //!   responses are read by `shoal::wire::fetch::decode` without copying or decoding records.
 //! - [`workload`] — one run: producers and consumers on glommio executors, phases, the summary.
 //! - [`stats`]    — counters, histograms, `/proc` CPU and memory, shoal's `/metrics`, formatting.
 //! - [`baseline`] — the raw TCP fan-out from memory (`--raw-baseline`).
-//! - [`plot`]     — the SVG of a sweep (`--plot`).
-//!
-//! - [`args`]     — the command line: flags, value parsers, checks.
-//! - [`broker`]   — the broker under test: embedded (in process or a child) or external.
 //! - [`report`]   — what is printed: summaries, comparisons, tables, the plot of a sweep.
+//! - [`plot`]     — the SVG of a sweep (`--plot`).
 //!
 //! This module runs the series: one run, or `--compare coalescing` (on, then off), over each
 //! `--sweep` value, each followed by the raw baseline when asked.
