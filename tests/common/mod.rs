@@ -75,6 +75,68 @@ impl Shoal {
         }
     }
 
+    /// Same as [`Shoal::start`], with the server's stderr (its log) handed to `on_line` line by line
+    /// (from a thread of its own) instead of inherited: for tests that watch the log.
+    pub fn start_watching_log(
+        data_dir: &Path,
+        cores: usize,
+        extra: &[&str],
+        mut on_line: impl FnMut(&str) + Send + 'static,
+    ) -> Shoal {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_shoal"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin",
+                "127.0.0.1:0",
+                "--cores",
+            ])
+            .arg(cores.to_string())
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(extra)
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("shoal binary starts");
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                on_line(&line);
+            }
+        });
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if line.starts_with("shoal listening:") {
+                    let _ = tx.send(line);
+                }
+            }
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("shoal printed its ports within 30 s");
+        let (ports, admin) = parse_listening(&line);
+        assert_eq!(ports.len(), cores);
+        Shoal {
+            child: Some(child),
+            ports,
+            admin,
+            data_dir: data_dir.to_path_buf(),
+        }
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
     pub fn bootstrap(&self) -> String {
         format!("127.0.0.1:{}", self.ports[0])
     }
@@ -214,6 +276,20 @@ pub fn free_port_run(n: u16) -> u16 {
         }
     }
     panic!("no run of {n} free ports");
+}
+
+/// The Kafka ports and the admin address from the line `shoal listening: kafka_ports=... admin=...`.
+fn parse_listening(line: &str) -> (Vec<u16>, String) {
+    let mut ports = Vec::new();
+    let mut admin = String::new();
+    for word in line.split_whitespace() {
+        if let Some(p) = word.strip_prefix("kafka_ports=") {
+            ports = p.split(',').map(|p| p.parse().unwrap()).collect();
+        } else if let Some(a) = word.strip_prefix("admin=") {
+            admin = a.to_string();
+        }
+    }
+    (ports, admin)
 }
 
 fn terminate(child: &mut Child) -> Option<std::process::ExitStatus> {
