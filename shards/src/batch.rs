@@ -416,12 +416,18 @@ pub fn records(b: &[u8]) -> Result<Vec<Record<'_>>, InvalidBatch> {
         if r.at != end {
             return Err(malformed());
         }
+        // Deltas beyond i64 (a batch whose CRC is right and whose records are not) make it malformed.
         out.push(Record {
-            offset: h.base_offset + off_delta as i64,
+            offset: h
+                .base_offset
+                .checked_add(off_delta as i64)
+                .ok_or_else(malformed)?,
             timestamp: if h.is_log_append_time() {
                 h.max_timestamp
             } else {
-                h.base_timestamp + ts_delta
+                h.base_timestamp
+                    .checked_add(ts_delta)
+                    .ok_or_else(malformed)?
             },
             key,
             value,
