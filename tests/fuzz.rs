@@ -198,19 +198,21 @@ fn frames_sent(bytes: &[u8]) -> Vec<(i16, i16, i32)> {
 /// Checks what came back on an input's connection, which the broker has closed: whole response
 /// frames, each answering a request sent (in order) and decoding as that API's response; for an
 /// unmutated input, the ApiVersions request after it answered too. Returns whether it was.
-fn check_answers(input: &Input, sent: &[u8], received: &[u8]) -> Result<bool, String> {
+fn check_answers(input: &Input, sent: &[u8], received: &[u8], reset: bool) -> Result<bool, String> {
     let requests = frames_sent(sent);
     let mut next = 0;
     let mut at = 0;
     let mut sentinel_answered = false;
     while at < received.len() {
-        if received.len() - at < 4 {
-            return Err(format!(
-                "{} bytes after the last response frame",
-                received.len() - at
-            ));
+        let left = received.len() - at;
+        let size =
+            (left >= 4).then(|| i32::from_be_bytes(received[at..at + 4].try_into().unwrap()));
+        if reset && size.is_none_or(|s| s >= 4 && s as usize > left - 4) {
+            break; // the last frame, cut by the reset
         }
-        let size = i32::from_be_bytes(received[at..at + 4].try_into().unwrap());
+        let Some(size) = size else {
+            return Err(format!("{left} bytes after the last response frame"));
+        };
         if size < 4 || at + 4 + size as usize > received.len() {
             return Err(format!(
                 "response frame of size {size} with {} bytes left (cut short or bad size)",
@@ -300,6 +302,9 @@ struct Pending {
     sent: Vec<u8>,
     stream: TcpStream,
     received: Vec<u8>,
+    /// The connection ended with a reset, not an orderly close: the broker closed it with bytes of
+    /// ours unread (after a frame it refused), and the kernel dropped what it had not sent yet.
+    reset: bool,
     deadline: Instant,
 }
 
@@ -310,7 +315,10 @@ fn pump(p: &mut Pending) -> Option<()> {
         match p.stream.read(&mut buf) {
             Ok(0) => return Some(()),
             Ok(n) => p.received.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == ErrorKind::ConnectionReset => return Some(()),
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => {
+                p.reset = true;
+                return Some(());
+            }
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
                 return None
             }
@@ -338,7 +346,7 @@ fn describe(input: &Input, seed: u64) -> String {
 }
 
 fn settle(shared: &Shared, p: &Pending, seed: u64) {
-    match check_answers(&p.input, &p.sent, &p.received) {
+    match check_answers(&p.input, &p.sent, &p.received, p.reset) {
         Ok(true) => {
             shared.answered.fetch_add(1, Ordering::Relaxed);
         }
@@ -400,6 +408,7 @@ fn run_input(shared: &Shared, ports: &[u16], input: Input, seed: u64) {
         sent,
         stream,
         received: Vec::new(),
+        reset: false,
         deadline: Instant::now() + ANSWER_DEADLINE,
     };
     let quick = Instant::now() + Duration::from_millis(300);
@@ -788,12 +797,12 @@ fn run(config: Config) {
         led,
     };
     // The bound: what the broker holds after start-up and set-up, plus what its caches and response
-    // budget may legitimately grow to, plus 256 MiB for everything else it keeps per connection and
+    // budget (each per core) may legitimately grow to, plus 256 MiB for everything else it keeps per connection and
     // per topic (the fuzzer keeps at most `workers + MAX_SLOW` connections open, and prunes topics).
     // A leak of a kilobyte per input passes it within a few hundred thousand inputs.
     let rss_start = rss(pid).expect("broker RSS");
-    let rss_bound =
-        rss_start + TAIL_CACHE_BYTES + FETCH_CACHE_BYTES + RESPONSE_BUDGET_BYTES + (256 << 20);
+    let per_core = TAIL_CACHE_BYTES + FETCH_CACHE_BYTES + RESPONSE_BUDGET_BYTES;
+    let rss_bound = rss_start + config.cores as u64 * per_core + (256 << 20);
     let mut rss_peak = rss_start;
     let next = Arc::new(AtomicU64::new(0));
     let only = config.only.clone();
