@@ -29,7 +29,7 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::protocol::{Decodable, StrBytes};
 use mutate::Rng;
 use requests::{DATA_TOPIC, HEALTH_TOPIC, POOL};
 use shards::batch::BatchBuilder;
@@ -116,6 +116,15 @@ struct Input {
     core: usize,
     /// Written a few bytes at a time, with pauses, instead of in one write.
     trickled: bool,
+    /// A consumer group session: `bytes` is its JoinGroup; what follows is generated from the answer.
+    session: Option<Session>,
+}
+
+/// The rest of a consumer group session, once its JoinGroup is answered.
+#[derive(Debug, Clone)]
+struct Session {
+    rng: Rng,
+    group: String,
 }
 
 /// The inputs' generator: the APIs and versions the broker advertised, and the run's seed.
@@ -134,6 +143,12 @@ impl Generator {
     fn input(&self, index: u64) -> Input {
         let mut rng = Rng::for_input(self.seed, index);
         let sweep = (index as usize) < self.apis.len();
+        if !sweep && rng.one_in(16) {
+            return self.session(index, rng);
+        }
+        if !sweep && rng.one_in(5) {
+            return self.pipeline(index, rng);
+        }
         let (key, version) = if sweep {
             self.apis[index as usize]
         } else {
@@ -157,6 +172,66 @@ impl Generator {
             bytes,
             core,
             trickled: rng.one_in(25),
+            session: None,
+        }
+    }
+
+    /// 2-4 requests in one write (pipelined), one of them mutated nine times in ten.
+    fn pipeline(&self, index: u64, mut rng: Rng) -> Input {
+        let core = rng.below(self.cores);
+        let led = &self.led[core];
+        let n = 2 + rng.below(3);
+        let mut first = None;
+        let mut frames: Vec<Vec<u8>> = (0..n)
+            .map(|i| {
+                let (k, v) = *rng.pick(&self.apis);
+                first.get_or_insert((k, v));
+                requests::build(&mut rng, k, v, i as i32 + 1, index, led)
+            })
+            .collect();
+        let first = first.unwrap();
+        let mut notes = Vec::new();
+        if !rng.one_in(10) {
+            let (j, o) = (rng.below(n), rng.below(n));
+            let other = frames[o].clone();
+            let (m, what) = mutate::mutate(&mut rng, &frames[j], &other);
+            frames[j] = m;
+            notes.push(format!("request {} of {n}: {}", j + 1, what.join(", ")));
+        }
+        let (key, version) = first;
+        Input {
+            index,
+            key,
+            version,
+            notes,
+            bytes: frames.concat(),
+            core,
+            trickled: rng.one_in(25),
+            session: None,
+        }
+    }
+
+    /// A consumer group session on a group of its own: JoinGroup, then (see [`requests::session`])
+    /// what a member does, one request of it mutated nine times in ten.
+    fn session(&self, index: u64, mut rng: Rng) -> Input {
+        let versions: Vec<i16> = self
+            .apis
+            .iter()
+            .filter(|(k, _)| *k == ApiKey::JoinGroup)
+            .map(|(_, v)| *v)
+            .collect();
+        let version = *rng.pick(&versions);
+        let group = format!("fz-session-{index}");
+        Input {
+            index,
+            key: ApiKey::JoinGroup,
+            version,
+            notes: Vec::new(),
+            bytes: requests::join(version, 1, &group, ""),
+            // Its coordinator: elsewhere the session would end at NOT_COORDINATOR.
+            core: shoal::groups::coordinator_core(&group, self.cores),
+            trickled: false,
+            session: Some(Session { rng, group }),
         }
     }
 }
@@ -330,8 +405,13 @@ fn pump(p: &mut Pending) -> Option<()> {
 
 fn describe(input: &Input, seed: u64) -> String {
     format!(
-        "seed {seed}, input {} ({:?} v{}, to core {}{}; {})\n  input hex: {}",
+        "seed {seed}, input {} ({}{:?} v{}, to core {}{}; {})\n  input hex: {}",
         input.index,
+        if input.session.is_some() {
+            "session after "
+        } else {
+            ""
+        },
         input.key,
         input.version,
         input.core,
@@ -358,12 +438,92 @@ fn settle(shared: &Shared, p: &Pending, seed: u64) {
     shared.in_flight.lock().unwrap().remove(&p.input.index);
 }
 
+/// Reads one response frame (size prefix included) into `received`, waiting at most 10 s.
+fn read_response(stream: &mut TcpStream, received: &mut Vec<u8>) -> Result<Bytes, String> {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut size = [0u8; 4];
+    stream
+        .read_exact(&mut size)
+        .map_err(|e| format!("reading a JoinGroup answer: {e}"))?;
+    let n = i32::from_be_bytes(size);
+    if !(4..=1 << 20).contains(&n) {
+        return Err(format!("JoinGroup answer of size {n}"));
+    }
+    let mut frame = vec![0u8; n as usize];
+    stream
+        .read_exact(&mut frame)
+        .map_err(|e| format!("reading a JoinGroup answer: {e}"))?;
+    received.extend_from_slice(&size);
+    received.extend_from_slice(&frame);
+    Ok(Bytes::from(frame))
+}
+
+/// Joins the session's group (twice for v4+, which first hands out a member id), then generates the
+/// rest of the session from the answer into `input.bytes`. Returns the JoinGroup requests sent.
+fn start_session(
+    stream: &mut TcpStream,
+    input: &mut Input,
+    apis: &[(ApiKey, i16)],
+    received: &mut Vec<u8>,
+) -> Result<Vec<u8>, String> {
+    let Session { mut rng, group } = input.session.clone().unwrap();
+    let v = input.version;
+    let mut sent = Vec::new();
+    let mut join = input.bytes.clone();
+    let answer = loop {
+        stream
+            .write_all(&join)
+            .map_err(|e| format!("sending a JoinGroup: {e}"))?;
+        sent.extend_from_slice(&join);
+        let mut frame = read_response(stream, received)?;
+        ResponseHeader::decode(&mut frame, ApiKey::JoinGroup.response_header_version(v))
+            .map_err(|e| e.to_string())?;
+        let r = JoinGroupResponse::decode(&mut frame, v).map_err(|e| e.to_string())?;
+        const MEMBER_ID_REQUIRED: i16 = 79;
+        if r.error_code == MEMBER_ID_REQUIRED && sent.len() == join.len() {
+            join = requests::join(v, 2, &group, &r.member_id);
+            continue;
+        }
+        if r.error_code != 0 {
+            return Err(format!(
+                "JoinGroup v{v} of a fresh group answered error {}",
+                r.error_code
+            ));
+        }
+        break r;
+    };
+    let leader = answer.leader == answer.member_id;
+    let mut frames = requests::session(
+        &mut rng,
+        apis,
+        &group,
+        &answer.member_id,
+        answer.generation_id,
+        leader,
+    );
+    if !rng.one_in(10) {
+        let n = frames.len();
+        let (j, o) = (rng.below(n), rng.below(n));
+        let other = frames[o].clone();
+        let (m, what) = mutate::mutate(&mut rng, &frames[j], &other);
+        frames[j] = m;
+        input.notes.push(format!(
+            "session request {} of {n}: {}",
+            j + 1,
+            what.join(", ")
+        ));
+    }
+    input.bytes = frames.concat();
+    Ok(sent)
+}
+
 /// Sends one input (and the ApiVersions after it), half-closes, and waits briefly for the broker to
 /// answer and close; a slow one is left to [`wait_for_slow`].
-fn run_input(shared: &Shared, ports: &[u16], input: Input, seed: u64) {
+fn run_input(shared: &Shared, ports: &[u16], mut input: Input, generator: &Generator) {
+    let seed = generator.seed;
     shared.in_flight.lock().unwrap().insert(input.index, ());
-    let mut sent = input.bytes.clone();
-    sent.extend_from_slice(&sentinel());
     let port = ports[input.core];
     let mut stream = match TcpStream::connect(("127.0.0.1", port)) {
         Ok(s) => s,
@@ -379,13 +539,27 @@ fn run_input(shared: &Shared, ports: &[u16], input: Input, seed: u64) {
     stream
         .set_write_timeout(Some(Duration::from_secs(10)))
         .unwrap();
+    let mut received = Vec::new();
+    let mut sent = Vec::new();
+    if input.session.is_some() {
+        match start_session(&mut stream, &mut input, &generator.apis, &mut received) {
+            Ok(s) => sent = s,
+            Err(e) => {
+                shared.fail(format!("{e}\n  {}", describe(&input, seed)));
+                return;
+            }
+        }
+    }
+    sent.extend_from_slice(&input.bytes);
+    sent.extend_from_slice(&sentinel());
+    let to_write = &sent[sent.len() - input.bytes.len() - sentinel().len()..];
     let written = if input.trickled {
-        sent.chunks(3).try_for_each(|c| {
+        to_write.chunks(3).try_for_each(|c| {
             std::thread::sleep(Duration::from_micros(300));
             stream.write_all(c)
         })
     } else {
-        stream.write_all(&sent)
+        stream.write_all(to_write)
     };
     match written {
         // The broker may close early: a frame it refuses ends the connection.
@@ -407,7 +581,7 @@ fn run_input(shared: &Shared, ports: &[u16], input: Input, seed: u64) {
         input,
         sent,
         stream,
-        received: Vec::new(),
+        received,
         reset: false,
         deadline: Instant::now() + ANSWER_DEADLINE,
     };
@@ -772,6 +946,9 @@ fn run(config: Config) {
             &FETCH_CACHE_BYTES.to_string(),
             "--fetch-response-budget-bytes",
             &RESPONSE_BUDGET_BYTES.to_string(),
+            // A fresh group's first JoinGroup is answered at once (sessions start with one).
+            "--group-initial-rebalance-delay-ms",
+            "0",
         ],
         move |line| {
             // The panic hook's "panicked at", or the line of a panic caught per request.
@@ -831,7 +1008,7 @@ fn run(config: Config) {
                 };
                 let input = generator.input(index);
                 shared.tried.fetch_add(1, Ordering::Relaxed);
-                run_input(&shared, &ports, input, generator.seed);
+                run_input(&shared, &ports, input, &generator);
                 if only.is_some() {
                     // A replay settles each input before the next.
                     while !shared.in_flight.lock().unwrap().is_empty() && !shared.failed() {

@@ -816,3 +816,153 @@ pub fn decode_response(key: ApiKey, version: i16, frame: Bytes) -> Result<(), St
         )),
     }
 }
+
+/// A JoinGroup that a fresh group answers at once (with `--group-initial-rebalance-delay-ms 0`): the
+/// first step of a consumer group session.
+pub fn join(version: i16, correlation: i32, group: &str, member: &str) -> Vec<u8> {
+    let r = JoinGroupRequest::default()
+        .with_group_id(GroupId(s(group)))
+        .with_session_timeout_ms(10_000)
+        .with_member_id(s(member))
+        .with_protocol_type(s("consumer"))
+        .with_protocols(vec![join_group_request::JoinGroupRequestProtocol::default(
+        )
+        .with_name(s("range"))
+        .with_metadata(Bytes::from_static(b"\0\0\0\0\0\x01\0\x07fz-data\0\0\0\0"))]);
+    let r = if version >= 1 {
+        r.with_rebalance_timeout_ms(5_000)
+    } else {
+        r
+    };
+    request_frame(ApiKey::JoinGroup, version, correlation, &r)
+}
+
+/// What a member of a group does after joining (member id and generation from the JoinGroup
+/// answer): sync (the leader with an assignment), heartbeat, commit and fetch offsets, describe,
+/// list, and leave last; a random subset, each at a random advertised version.
+pub fn session(
+    rng: &mut Rng,
+    apis: &[(ApiKey, i16)],
+    group: &str,
+    member: &str,
+    generation: i32,
+    leader: bool,
+) -> Vec<Vec<u8>> {
+    let version = |rng: &mut Rng, key: ApiKey| {
+        let vs: Vec<i16> = apis
+            .iter()
+            .filter(|(k, _)| *k == key)
+            .map(|(_, v)| *v)
+            .collect();
+        *rng.pick(&vs)
+    };
+    let g = GroupId(s(group));
+    let mut out = Vec::new();
+    let mut correlation = 10;
+    let mut push = |frame: Vec<u8>| out.push(frame);
+    let steps = [
+        ApiKey::SyncGroup,
+        ApiKey::Heartbeat,
+        ApiKey::OffsetCommit,
+        ApiKey::OffsetFetch,
+        ApiKey::DescribeGroups,
+        ApiKey::ListGroups,
+        ApiKey::LeaveGroup,
+    ];
+    for key in steps {
+        if key != ApiKey::SyncGroup && rng.one_in(3) {
+            continue;
+        }
+        let v = version(rng, key);
+        correlation += 1;
+        let frame = match key {
+            ApiKey::SyncGroup => {
+                let r = SyncGroupRequest::default()
+                    .with_group_id(g.clone())
+                    .with_generation_id(generation)
+                    .with_member_id(s(member))
+                    .with_assignments(if leader {
+                        vec![sync_group_request::SyncGroupRequestAssignment::default()
+                            .with_member_id(s(member))
+                            .with_assignment(blob(rng))]
+                    } else {
+                        vec![]
+                    });
+                let r = if v >= 5 {
+                    r.with_protocol_type(Some(s("consumer")))
+                        .with_protocol_name(Some(s("range")))
+                } else {
+                    r
+                };
+                request_frame(key, v, correlation, &r)
+            }
+            ApiKey::Heartbeat => request_frame(
+                key,
+                v,
+                correlation,
+                &HeartbeatRequest::default()
+                    .with_group_id(g.clone())
+                    .with_generation_id(generation)
+                    .with_member_id(s(member)),
+            ),
+            ApiKey::OffsetCommit => {
+                let r = OffsetCommitRequest::default()
+                    .with_group_id(g.clone())
+                    .with_generation_id_or_member_epoch(generation)
+                    .with_member_id(s(member))
+                    .with_topics(
+                        vec![offset_commit_request::OffsetCommitRequestTopic::default()
+                        .with_name(TopicName(s(DATA_TOPIC)))
+                        .with_partitions(
+                            (0..2)
+                                .map(|p| {
+                                    offset_commit_request::OffsetCommitRequestPartition::default()
+                                        .with_partition_index(p)
+                                        .with_committed_offset(offset(rng))
+                                        .with_committed_metadata(Some(s("")))
+                                })
+                                .collect(),
+                        )],
+                    );
+                request_frame(key, v, correlation, &r)
+            }
+            ApiKey::OffsetFetch => {
+                let r = OffsetFetchRequest::default();
+                let r = if v >= 8 {
+                    r.with_groups(vec![
+                        offset_fetch_request::OffsetFetchRequestGroup::default()
+                            .with_group_id(g.clone())
+                            .with_topics(None),
+                    ])
+                } else {
+                    r.with_group_id(g.clone()).with_topics(Some(vec![
+                        offset_fetch_request::OffsetFetchRequestTopic::default()
+                            .with_name(TopicName(s(DATA_TOPIC)))
+                            .with_partition_indexes(vec![0, 1]),
+                    ]))
+                };
+                request_frame(key, v, correlation, &r)
+            }
+            ApiKey::DescribeGroups => request_frame(
+                key,
+                v,
+                correlation,
+                &DescribeGroupsRequest::default().with_groups(vec![g.clone()]),
+            ),
+            ApiKey::ListGroups => request_frame(key, v, correlation, &ListGroupsRequest::default()),
+            _ => {
+                let r = LeaveGroupRequest::default().with_group_id(g.clone());
+                let r = if v >= 3 {
+                    r.with_members(vec![
+                        leave_group_request::MemberIdentity::default().with_member_id(s(member))
+                    ])
+                } else {
+                    r.with_member_id(s(member))
+                };
+                request_frame(key, v, correlation, &r)
+            }
+        };
+        push(frame);
+    }
+    out
+}
