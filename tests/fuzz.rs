@@ -32,7 +32,10 @@ mod mutate;
 mod requests;
 
 use answers::frames_sent;
-use broker::{advertised, caught, check_produce_fetch, check_served, prune_topics, rss, set_up};
+use broker::{
+    advertised, caught, check_produce_fetch, check_served, prune_topics, restore_data_topic, rss,
+    set_up,
+};
 use common::wire::connect;
 use common::Shoal;
 use connections::{run_input, wait_for_slow, Shared};
@@ -81,11 +84,15 @@ impl Config {
                 .map_or(8, |w| w.parse().expect("SHOAL_FUZZ_WORKERS")),
             cores: var("SHOAL_FUZZ_CORES").map_or(2, |c| c.parse().expect("SHOAL_FUZZ_CORES")),
             only: var("SHOAL_FUZZ_INPUTS").map(|l| {
+                let index = |i: &str| -> u64 {
+                    i.trim()
+                        .parse()
+                        .expect("SHOAL_FUZZ_INPUTS: indexes and ranges (a-b), comma-separated")
+                };
                 l.split(',')
-                    .map(|i| {
-                        i.trim()
-                            .parse()
-                            .expect("SHOAL_FUZZ_INPUTS: indexes, comma-separated")
+                    .flat_map(|i| match i.split_once('-') {
+                        Some((a, b)) => index(a)..=index(b),
+                        None => index(i)..=index(i),
                     })
                     .collect()
             }),
@@ -127,13 +134,12 @@ fn run(config: Config) {
     );
     let ports = shoal.ports.clone();
     let pid = shoal.pid();
-    let (health_port, led) = set_up(&ports);
+    let health_port = set_up(&ports);
     let metadata_port = ports[0];
     let generator = Generator {
         seed: config.seed,
         apis: advertised(ports[0]),
         cores: config.cores,
-        led,
     };
     // The bound: what the broker holds after start-up and set-up, plus what its caches and response
     // budget (each per core) may legitimately grow to, plus 256 MiB for everything else it keeps
@@ -170,6 +176,9 @@ fn run(config: Config) {
                     None => n,
                 };
                 let input = generator.input(index);
+                if only.is_some() {
+                    eprintln!("replaying {}", describe(&input, generator.seed));
+                }
                 shared.tried.fetch_add(1, Ordering::Relaxed);
                 run_input(&shared, &ports, input, &generator);
                 if only.is_some() {
@@ -187,6 +196,7 @@ fn run(config: Config) {
     };
     let mut health = connect(metadata_port);
     let mut checks = 0u64;
+    let mut restored = 0u64;
     let mut last_report = Instant::now();
     loop {
         std::thread::sleep(Duration::from_millis(500));
@@ -229,6 +239,11 @@ fn run(config: Config) {
             if let Err(e) = caught("pruning fuzzed topics", || prune_topics(metadata_port)) {
                 shared.fail(e);
             }
+            match caught("restoring the data topic", || restore_data_topic(&ports)) {
+                Ok(true) => restored += 1,
+                Ok(false) => {}
+                Err(e) => shared.fail(e),
+            }
         }
         if last_report.elapsed() >= Duration::from_secs(60) {
             last_report = Instant::now();
@@ -252,8 +267,9 @@ fn run(config: Config) {
     let elapsed = start.elapsed().as_secs_f64();
     let tried = shared.tried.load(Ordering::Relaxed);
     let summary = format!(
-        "fuzz: seed {}: {tried} inputs in {elapsed:.1} s ({:.0}/s) over {} API versions; answered in \
-         full {}, closed by the broker {}, slow (over 300 ms) {} ({} still waiting at the end, not checked); broker RSS {} MiB at start, peak {} \
+        "fuzz: seed {}: {tried} inputs in {elapsed:.1} s ({:.0}/s) over {} API versions; answered \
+         in full {}, closed by the broker {}, slow (over 300 ms) {} ({} still waiting at the end, \
+         not checked); data topic re-created {restored} times; broker RSS {} MiB at start, peak {} \
          MiB, bound {} MiB",
         config.seed,
         tried as f64 / elapsed,
@@ -268,7 +284,7 @@ fn run(config: Config) {
     );
     eprintln!("{summary}");
     if let Some(failure) = shared.failure.lock().unwrap().clone() {
-        let in_flight: Vec<u64> = shared.in_flight.lock().unwrap().keys().copied().collect();
+        let in_flight: Vec<u64> = shared.in_flight.lock().unwrap().iter().copied().collect();
         let mut report = format!("fuzz FAILED (seed {}): {failure}\n", config.seed);
         if !in_flight.is_empty() {
             report += &format!(

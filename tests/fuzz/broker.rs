@@ -72,27 +72,19 @@ pub fn create_topic(port: u16, topic: &str, partitions: i32) {
 }
 
 /// The core leading `topic`/`partition`.
-pub fn leader(port: u16, topic: &str, partition: i32) -> usize {
+pub fn leader(port: u16, topic: &str, partition: i32) -> Result<usize, String> {
     let mut s = connect(port);
-    let r: MetadataResponse = call(
-        &mut s,
-        ApiKey::Metadata,
-        12,
-        1,
-        &MetadataRequest::default().with_topics(Some(vec![
-            MetadataRequestTopic::default().with_name(Some(name(topic)))
-        ])),
-    );
+    let r: MetadataResponse = call(&mut s, ApiKey::Metadata, 12, 1, &metadata_of(&[topic]));
     let p = r.topics[0]
         .partitions
         .iter()
         .find(|p| p.partition_index == partition)
-        .expect("partition in metadata");
-    p.leader_id.0 as usize
+        .ok_or_else(|| format!("{topic}/{partition} is not in Metadata"))?;
+    Ok(p.leader_id.0 as usize)
 }
 
 /// Produces one batch; returns its base offset.
-pub fn produce(port: u16, topic: &str, partition: i32, batch: Vec<u8>) -> i64 {
+pub fn produce(port: u16, topic: &str, partition: i32, batch: Vec<u8>) -> Result<i64, String> {
     let mut s = connect(port);
     let r: ProduceResponse = call(
         &mut s,
@@ -109,19 +101,71 @@ pub fn produce(port: u16, topic: &str, partition: i32, batch: Vec<u8>) -> i64 {
                     .with_records(Some(Bytes::from(batch)))])]),
     );
     let p = &r.responses[0].partition_responses[0];
-    assert_eq!(p.error_code, 0, "produce to {topic}/{partition}");
-    p.base_offset
+    match p.error_code {
+        0 => Ok(p.base_offset),
+        e => Err(format!("produce to {topic}/{partition}: error {e}")),
+    }
 }
 
-/// The broker's state the fuzzer builds on: the data topic with ordinary records and records whose
-/// timestamps are extreme, and the health checks' topic.
-pub fn set_up(ports: &[u16]) -> (u16, Vec<Vec<i32>>) {
-    create_topic(ports[0], DATA_TOPIC, 2);
+/// The broker's state the fuzzer builds on: the health checks' topic (which no fuzzed request
+/// names), and the data topic; returns the port of the health topic's leader.
+pub fn set_up(ports: &[u16]) -> u16 {
     create_topic(ports[0], HEALTH_TOPIC, 1);
-    let mut led = vec![Vec::new(); ports.len()];
+    let restored = restore_data_topic(ports);
+    assert_eq!(restored, Ok(true), "the data topic is created");
+    ports[leader(ports[0], HEALTH_TOPIC, 0).expect("the health topic's leader")]
+}
+
+/// Makes sure the data topic exists with its two partitions: fuzzed requests may delete it (a splice
+/// can make a valid DeleteTopics naming it) or re-create it with one (auto-creation). When it is
+/// missing it is created with ordinary records and records whose timestamps are extreme; when it has
+/// the wrong partitions it is deleted (and created by the next call). Returns whether it created it.
+pub fn restore_data_topic(ports: &[u16]) -> Result<bool, String> {
+    let mut s = connect(ports[0]);
+    let r: MetadataResponse = call(&mut s, ApiKey::Metadata, 12, 1, &metadata_of(&[DATA_TOPIC]));
+    match (r.topics[0].error_code, r.topics[0].partitions.len()) {
+        (0, 2) => return Ok(false),
+        (0, _) => {
+            let r: DeleteTopicsResponse = call(
+                &mut s,
+                ApiKey::DeleteTopics,
+                6,
+                2,
+                &DeleteTopicsRequest::default()
+                    .with_timeout_ms(30_000)
+                    .with_topics(vec![
+                        DeleteTopicState::default().with_name(Some(name(DATA_TOPIC)))
+                    ]),
+            );
+            return match r.responses[0].error_code {
+                0 | 3 => Ok(false),
+                e => Err(format!("deleting the data topic: error {e}")),
+            };
+        }
+        _ => {}
+    }
+    let r: CreateTopicsResponse = call(
+        &mut s,
+        ApiKey::CreateTopics,
+        7,
+        3,
+        &CreateTopicsRequest::default()
+            .with_timeout_ms(10_000)
+            .with_topics(vec![CreatableTopic::default()
+                .with_name(name(DATA_TOPIC))
+                .with_num_partitions(2)
+                .with_replication_factor(1)]),
+    );
+    match r.topics[0].error_code {
+        0 => {}
+        36 => return Ok(false), // created meanwhile (auto-creation): checked next time
+        e => return Err(format!("creating the data topic: error {e}")),
+    }
+    // Best effort: a fuzzed request may delete it again meanwhile (then the next call re-creates it).
     for partition in 0..2 {
-        let core = leader(ports[0], DATA_TOPIC, partition);
-        led[core].push(partition);
+        let Ok(core) = leader(ports[0], DATA_TOPIC, partition) else {
+            return Ok(true);
+        };
         let port = ports[core];
         let now = now_ms();
         for i in 0..20 {
@@ -134,7 +178,9 @@ pub fn set_up(ports: &[u16]) -> (u16, Vec<Vec<i32>>) {
                     &[],
                 );
             }
-            produce(port, DATA_TOPIC, partition, b.finish(0));
+            if produce(port, DATA_TOPIC, partition, b.finish(0)).is_err() {
+                return Ok(true);
+            }
         }
         // Timestamps at the edges of i64, deltas as large as they go (a record's timestamp is the
         // batch's base plus its delta: the first batch's overflows i64).
@@ -153,10 +199,24 @@ pub fn set_up(ports: &[u16]) -> (u16, Vec<Vec<i32>>) {
                 h.base_timestamp = base;
                 shards::batch::write_header(&mut batch, &h);
             }
-            produce(port, DATA_TOPIC, partition, batch);
+            if produce(port, DATA_TOPIC, partition, batch).is_err() {
+                return Ok(true);
+            }
         }
     }
-    (ports[leader(ports[0], HEALTH_TOPIC, 0)], led)
+    Ok(true)
+}
+
+/// A Metadata request for `topics` that creates none.
+fn metadata_of(topics: &[&str]) -> MetadataRequest {
+    MetadataRequest::default()
+        .with_allow_auto_topic_creation(false)
+        .with_topics(Some(
+            topics
+                .iter()
+                .map(|t| MetadataRequestTopic::default().with_name(Some(name(t))))
+                .collect(),
+        ))
 }
 
 /// ApiVersions and Metadata on a long-lived connection.
@@ -176,20 +236,15 @@ pub fn check_served(s: &mut TcpStream, correlation: i32) -> Result<(), String> {
         ApiKey::Metadata,
         12,
         correlation + 1,
-        &MetadataRequest::default().with_topics(Some(
-            [DATA_TOPIC, HEALTH_TOPIC]
-                .iter()
-                .map(|t| MetadataRequestTopic::default().with_name(Some(name(t))))
-                .collect(),
-        )),
+        &metadata_of(&[HEALTH_TOPIC]),
     );
-    let partitions: Vec<(i16, usize)> = r
-        .topics
-        .iter()
-        .map(|t| (t.error_code, t.partitions.len()))
-        .collect();
-    if partitions != [(0, 2), (0, 1)] {
-        return Err(format!("Metadata of the fuzzer's topics: {partitions:?}"));
+    let t = &r.topics[0];
+    if (t.error_code, t.partitions.len()) != (0, 1) {
+        return Err(format!(
+            "Metadata of the health topic: error {}, {} partitions",
+            t.error_code,
+            t.partitions.len()
+        ));
     }
     Ok(())
 }
@@ -199,7 +254,7 @@ pub fn check_produce_fetch(port: u16, n: u64) -> Result<(), String> {
     let value = format!("probe {n}");
     let mut b = BatchBuilder::new(now_ms());
     b.push(now_ms(), None, Some(value.as_bytes()), &[]);
-    let offset = produce(port, HEALTH_TOPIC, 0, b.finish(0));
+    let offset = produce(port, HEALTH_TOPIC, 0, b.finish(0))?;
     let mut s = connect(port);
     let r: FetchResponse = call(
         &mut s,

@@ -8,7 +8,7 @@ use crate::requests;
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, JoinGroupResponse, ResponseHeader};
 use kafka_protocol::protocol::Decodable;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -33,11 +33,11 @@ pub struct Shared {
     pub unsettled: AtomicU64,
     pub failure: Mutex<Option<String>>,
     /// Inputs sent and not yet settled.
-    pub in_flight: Mutex<BTreeMap<u64, ()>>,
+    pub in_flight: Mutex<BTreeSet<u64>>,
     /// Connections waiting for an answer.
     pub waiting: Mutex<Vec<Pending>>,
     pub alarms: AtomicUsize,
-    /// The broker's log lines that tell of a panic.
+    /// The broker's log lines that tell of a panic or an error.
     pub alarm_lines: Mutex<Vec<String>>,
     pub log_tail: Mutex<VecDeque<String>>,
 }
@@ -186,7 +186,7 @@ pub fn start_session(
 /// answer and close; a slow one is left to [`wait_for_slow`].
 pub fn run_input(shared: &Shared, ports: &[u16], mut input: Input, generator: &Generator) {
     let seed = generator.seed;
-    shared.in_flight.lock().unwrap().insert(input.index, ());
+    shared.in_flight.lock().unwrap().insert(input.index);
     let port = ports[input.core];
     let mut stream = match TcpStream::connect(("127.0.0.1", port)) {
         Ok(s) => s,

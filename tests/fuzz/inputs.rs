@@ -20,6 +20,9 @@ pub struct Input {
     pub core: usize,
     /// Written a few bytes at a time, with pauses, instead of in one write.
     pub trickled: bool,
+    /// Valid, and yet the broker may close the connection instead of answering (see
+    /// [`requests::may_close`]).
+    pub may_close: bool,
     /// A consumer group session: `bytes` is its JoinGroup; what follows is generated from the answer.
     pub session: Option<Session>,
 }
@@ -37,8 +40,6 @@ pub struct Generator {
     pub seed: u64,
     pub apis: Vec<(ApiKey, i16)>,
     pub cores: usize,
-    /// The partitions of the data topic each core leads.
-    pub led: Vec<Vec<i32>>,
 }
 
 impl Generator {
@@ -59,13 +60,13 @@ impl Generator {
             *rng.pick(&self.apis)
         };
         let core = rng.below(self.cores);
-        let led = &self.led[core];
-        let frame = requests::build(&mut rng, key, version, 1, index, led);
+        let frame = requests::build(&mut rng, key, version, 1, index);
+        let may_close = requests::may_close(&frame);
         let (bytes, notes) = if sweep || rng.one_in(10) {
             (frame, Vec::new())
         } else {
             let (k, v) = *rng.pick(&self.apis);
-            let other = requests::build(&mut rng, k, v, 2, index, led);
+            let other = requests::build(&mut rng, k, v, 2, index);
             mutate::mutate(&mut rng, &frame, &other)
         };
         Input {
@@ -76,6 +77,7 @@ impl Generator {
             bytes,
             core,
             trickled: rng.one_in(25),
+            may_close,
             session: None,
         }
     }
@@ -83,16 +85,16 @@ impl Generator {
     /// 2-4 requests in one write (pipelined), one of them mutated nine times in ten.
     pub fn pipeline(&self, index: u64, mut rng: Rng) -> Input {
         let core = rng.below(self.cores);
-        let led = &self.led[core];
         let n = 2 + rng.below(3);
         let mut first = None;
         let mut frames: Vec<Vec<u8>> = (0..n)
             .map(|i| {
                 let (k, v) = *rng.pick(&self.apis);
                 first.get_or_insert((k, v));
-                requests::build(&mut rng, k, v, i as i32 + 1, index, led)
+                requests::build(&mut rng, k, v, i as i32 + 1, index)
             })
             .collect();
+        let may_close = frames.iter().any(|f| requests::may_close(f));
         let first = first.unwrap();
         let mut notes = Vec::new();
         if !rng.one_in(10) {
@@ -111,6 +113,7 @@ impl Generator {
             bytes: frames.concat(),
             core,
             trickled: rng.one_in(25),
+            may_close,
             session: None,
         }
     }
@@ -135,6 +138,7 @@ impl Generator {
             // Its coordinator: elsewhere the session would end at NOT_COORDINATOR.
             core: shoal::groups::coordinator_core(&group, self.cores),
             trickled: false,
+            may_close: false,
             session: Some(Session { rng, group }),
         }
     }

@@ -269,16 +269,8 @@ fn hostile_batch(rng: &mut Rng, count: usize) -> Vec<u8> {
     bytes
 }
 
-/// The frame of a valid request for `key` at `version`, with `correlation` as its correlation id, for
-/// a core that leads partitions `led` of the data topic.
-pub fn build(
-    rng: &mut Rng,
-    key: ApiKey,
-    version: i16,
-    correlation: i32,
-    index: u64,
-    led: &[i32],
-) -> Vec<u8> {
+/// The frame of a valid request for `key` at `version`, with `correlation` as its correlation id.
+pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: u64) -> Vec<u8> {
     let v = version;
     macro_rules! frame {
         ($body:expr) => {
@@ -287,13 +279,14 @@ pub fn build(
     }
     match key {
         ApiKey::Produce => {
-            let acks_zero = !led.is_empty() && rng.one_in(8);
+            let acks_zero = rng.one_in(8);
             let topics = if acks_zero {
-                // acks=0 to a partition this core leads: an error closes the connection, by design.
+                // acks=0 to the data topic; an error (the partition led by another core) closes the
+                // connection, by design: see `may_close`.
                 vec![produce_request::TopicProduceData::default()
                     .with_name(TopicName(s(DATA_TOPIC)))
                     .with_partition_data(vec![produce_request::PartitionProduceData::default()
-                        .with_index(*rng.pick(led))
+                        .with_index(rng.below(2) as i32)
                         .with_records(Some(plain_records(rng)))])]
             } else {
                 (0..1 + rng.below(2))
@@ -775,6 +768,16 @@ pub fn build(
         )),
         other => panic!("the fuzzer has no request generator for {other:?}: add one"),
     }
+}
+
+/// Whether a valid request may be answered by closing the connection: a Produce with acks=0 has no
+/// response to carry an error in (a partition led by another core, or a topic deleted meanwhile).
+pub fn may_close(frame: &[u8]) -> bool {
+    let mut body = Bytes::copy_from_slice(&frame[4..]);
+    let version = i16::from_be_bytes([frame[6], frame[7]]);
+    i16::from_be_bytes([frame[4], frame[5]]) == ApiKey::Produce as i16
+        && RequestHeader::decode(&mut body, ApiKey::Produce.request_header_version(version)).is_ok()
+        && ProduceRequest::decode(&mut body, version).is_ok_and(|r| r.acks == 0)
 }
 
 /// Decodes a response frame (without its size prefix) to `key` at `version`: the header, then the
