@@ -269,7 +269,7 @@ fn run(config: Config) {
     let summary = format!(
         "fuzz: seed {}: {tried} inputs in {elapsed:.1} s ({:.0}/s) over {} API versions; answered \
          in full {}, closed by the broker {}, slow (over 300 ms) {} ({} still waiting at the end, \
-         not checked); data topic re-created {restored} times; broker RSS {} MiB at start, peak {} \
+         not checked); data topic restored {restored} times; broker RSS {} MiB at start, peak {} \
          MiB, bound {} MiB",
         config.seed,
         tried as f64 / elapsed,

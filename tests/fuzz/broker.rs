@@ -117,54 +117,67 @@ pub fn set_up(ports: &[u16]) -> u16 {
 }
 
 /// Makes sure the data topic exists with its two partitions: fuzzed requests may delete it (a splice
-/// can make a valid DeleteTopics naming it) or re-create it with one (auto-creation). When it is
-/// missing it is created with ordinary records and records whose timestamps are extreme; when it has
-/// the wrong partitions it is deleted (and created by the next call). Returns whether it created it.
+/// can make a valid DeleteTopics naming it) and re-create it with one (auto-creation, which may win
+/// the race again: a few tries). A topic it creates gets ordinary records and records whose
+/// timestamps are extreme. Returns whether it had to act.
 pub fn restore_data_topic(ports: &[u16]) -> Result<bool, String> {
     let mut s = connect(ports[0]);
-    let r: MetadataResponse = call(&mut s, ApiKey::Metadata, 12, 1, &metadata_of(&[DATA_TOPIC]));
-    match (r.topics[0].error_code, r.topics[0].partitions.len()) {
-        (0, 2) => return Ok(false),
-        (0, _) => {
-            let r: DeleteTopicsResponse = call(
-                &mut s,
-                ApiKey::DeleteTopics,
-                6,
-                2,
-                &DeleteTopicsRequest::default()
-                    .with_timeout_ms(30_000)
-                    .with_topics(vec![
-                        DeleteTopicState::default().with_name(Some(name(DATA_TOPIC)))
-                    ]),
-            );
-            return match r.responses[0].error_code {
-                0 | 3 => Ok(false),
-                e => Err(format!("deleting the data topic: error {e}")),
-            };
+    for attempt in 0..5 {
+        let r: MetadataResponse =
+            call(&mut s, ApiKey::Metadata, 12, 1, &metadata_of(&[DATA_TOPIC]));
+        match (r.topics[0].error_code, r.topics[0].partitions.len()) {
+            (0, 2) => return Ok(attempt > 0),
+            (0, _) => {
+                let r: DeleteTopicsResponse = call(
+                    &mut s,
+                    ApiKey::DeleteTopics,
+                    6,
+                    2,
+                    &DeleteTopicsRequest::default()
+                        .with_timeout_ms(30_000)
+                        .with_topics(vec![
+                            DeleteTopicState::default().with_name(Some(name(DATA_TOPIC)))
+                        ]),
+                );
+                if !matches!(r.responses[0].error_code, 0 | 3) {
+                    return Err(format!(
+                        "deleting the data topic: error {}",
+                        r.responses[0].error_code
+                    ));
+                }
+            }
+            _ => {}
         }
-        _ => {}
+        let r: CreateTopicsResponse = call(
+            &mut s,
+            ApiKey::CreateTopics,
+            7,
+            3,
+            &CreateTopicsRequest::default()
+                .with_timeout_ms(10_000)
+                .with_topics(vec![CreatableTopic::default()
+                    .with_name(name(DATA_TOPIC))
+                    .with_num_partitions(2)
+                    .with_replication_factor(1)]),
+        );
+        match r.topics[0].error_code {
+            0 => {
+                seed_data_topic(ports);
+                return Ok(true);
+            }
+            36 => continue, // created meanwhile (auto-creation): look again
+            e => return Err(format!("creating the data topic: error {e}")),
+        }
     }
-    let r: CreateTopicsResponse = call(
-        &mut s,
-        ApiKey::CreateTopics,
-        7,
-        3,
-        &CreateTopicsRequest::default()
-            .with_timeout_ms(10_000)
-            .with_topics(vec![CreatableTopic::default()
-                .with_name(name(DATA_TOPIC))
-                .with_num_partitions(2)
-                .with_replication_factor(1)]),
-    );
-    match r.topics[0].error_code {
-        0 => {}
-        36 => return Ok(false), // created meanwhile (auto-creation): checked next time
-        e => return Err(format!("creating the data topic: error {e}")),
-    }
+    Ok(true)
+}
+
+/// Writes the data topic's records (see [`restore_data_topic`]).
+fn seed_data_topic(ports: &[u16]) {
     // Best effort: a fuzzed request may delete it again meanwhile (then the next call re-creates it).
     for partition in 0..2 {
         let Ok(core) = leader(ports[0], DATA_TOPIC, partition) else {
-            return Ok(true);
+            return;
         };
         let port = ports[core];
         let now = now_ms();
@@ -179,7 +192,7 @@ pub fn restore_data_topic(ports: &[u16]) -> Result<bool, String> {
                 );
             }
             if produce(port, DATA_TOPIC, partition, b.finish(0)).is_err() {
-                return Ok(true);
+                return;
             }
         }
         // Timestamps at the edges of i64, deltas as large as they go (a record's timestamp is the
@@ -200,11 +213,10 @@ pub fn restore_data_topic(ports: &[u16]) -> Result<bool, String> {
                 shards::batch::write_header(&mut batch, &h);
             }
             if produce(port, DATA_TOPIC, partition, batch).is_err() {
-                return Ok(true);
+                return;
             }
         }
     }
-    Ok(true)
 }
 
 /// A Metadata request for `topics` that creates none.

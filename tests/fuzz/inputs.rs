@@ -128,7 +128,9 @@ impl Generator {
             .map(|(_, v)| *v)
             .collect();
         let version = *rng.pick(&versions);
-        let group = format!("fz-session-{index}");
+        // Bounded too (see `requests::OWN_GROUPS`); inputs this far apart are seconds apart, when a
+        // member an earlier session left behind has expired, or is waited for by the rebalance.
+        let group = format!("fz-session-{}", index % (4 * requests::OWN_GROUPS));
         Input {
             index,
             key: ApiKey::JoinGroup,

@@ -107,12 +107,17 @@ fn timestamp(rng: &mut Rng) -> i64 {
     }
 }
 
-/// A group id: one of a few shared groups, the empty id, or one of this input's own.
+/// Groups with committed offsets are kept for good (as offsets never expire): the fuzzer's own group
+/// ids are this many at most, so that what the broker keeps for them stays bounded.
+pub const OWN_GROUPS: u64 = 10_000;
+
+/// A group id: one of a few shared groups, the empty id, or one of this input's own (shared only
+/// with inputs [`OWN_GROUPS`] apart).
 fn group(rng: &mut Rng, index: u64) -> String {
     match rng.below(6) {
         0 | 1 => format!("fz-group-{}", rng.below(3)),
         2 => String::new(),
-        _ => format!("fz-own-{index}"),
+        _ => format!("fz-own-{}", index % OWN_GROUPS),
     }
 }
 
