@@ -71,7 +71,7 @@ fn topic(rng: &mut Rng) -> String {
 }
 
 fn name(rng: &mut Rng) -> TopicName {
-    TopicName(s(&topic(rng)))
+    TopicName(s(topic(rng)))
 }
 
 fn partition(rng: &mut Rng) -> i32 {
@@ -474,7 +474,7 @@ pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: 
                         vec![]
                     };
                     create_topics_request::CreatableTopic::default()
-                        .with_name(TopicName(s(&name)))
+                        .with_name(TopicName(s(name)))
                         .with_num_partitions(*rng.pick(&[1, 2, 3, -1, 0, 10_001, i32::MAX]))
                         .with_replication_factor(*rng.pick(&[1, -1, 3]))
                         .with_assignments(assignments)
@@ -537,24 +537,24 @@ pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: 
             let r = FindCoordinatorRequest::default();
             let r = if v >= 1 { r.with_key_type(key_type) } else { r };
             let r = if v >= 4 {
-                r.with_coordinator_keys((0..rng.below(3)).map(|_| s(&group(rng, index))).collect())
+                r.with_coordinator_keys((0..rng.below(3)).map(|_| s(group(rng, index))).collect())
             } else {
-                r.with_key(s(&group(rng, index)))
+                r.with_key(s(group(rng, index)))
             };
             frame!(r)
         }
         ApiKey::JoinGroup => {
             // Its own group: a join into a shared group would wait for that group's rebalance.
             let r = JoinGroupRequest::default()
-                .with_group_id(GroupId(s(&format!("fz-join-{index}"))))
+                .with_group_id(GroupId(s(format!("fz-join-{index}"))))
                 .with_session_timeout_ms(*rng.pick(&[10_000, 6_000, 0, -1, i32::MAX]))
-                .with_member_id(s(&member(rng)))
+                .with_member_id(s(member(rng)))
                 .with_protocol_type(s(rng.pick(&["consumer", "", "other"])))
                 .with_protocols(
                     (0..rng.below(3))
                         .map(|i| {
                             join_group_request::JoinGroupRequestProtocol::default()
-                                .with_name(s(&format!("proto-{i}")))
+                                .with_name(s(format!("proto-{i}")))
                                 .with_metadata(blob(rng))
                         })
                         .collect(),
@@ -578,14 +578,14 @@ pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: 
         }
         ApiKey::SyncGroup => {
             let r = SyncGroupRequest::default()
-                .with_group_id(GroupId(s(&group(rng, index))))
+                .with_group_id(GroupId(s(group(rng, index))))
                 .with_generation_id(generation(rng))
-                .with_member_id(s(&member(rng)))
+                .with_member_id(s(member(rng)))
                 .with_assignments(
                     (0..rng.below(3))
                         .map(|_| {
                             sync_group_request::SyncGroupRequestAssignment::default()
-                                .with_member_id(s(&member(rng)))
+                                .with_member_id(s(member(rng)))
                                 .with_assignment(blob(rng))
                         })
                         .collect(),
@@ -605,9 +605,9 @@ pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: 
         }
         ApiKey::Heartbeat => {
             let r = HeartbeatRequest::default()
-                .with_group_id(GroupId(s(&group(rng, index))))
+                .with_group_id(GroupId(s(group(rng, index))))
                 .with_generation_id(generation(rng))
-                .with_member_id(s(&member(rng)));
+                .with_member_id(s(member(rng)));
             let r = if v >= 3 && rng.one_in(3) {
                 r.with_group_instance_id(Some(s("fz-instance")))
             } else {
@@ -616,13 +616,13 @@ pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: 
             frame!(r)
         }
         ApiKey::LeaveGroup => {
-            let r = LeaveGroupRequest::default().with_group_id(GroupId(s(&group(rng, index))));
+            let r = LeaveGroupRequest::default().with_group_id(GroupId(s(group(rng, index))));
             let r = if v >= 3 {
                 r.with_members(
                     (0..rng.below(3))
                         .map(|_| {
                             let m = leave_group_request::MemberIdentity::default()
-                                .with_member_id(s(&member(rng)))
+                                .with_member_id(s(member(rng)))
                                 .with_group_instance_id(rng.one_in(3).then(|| s("fz-instance")));
                             if v >= 5 {
                                 m.with_reason(Some(s("fuzz")))
@@ -633,7 +633,7 @@ pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: 
                         .collect(),
                 )
             } else {
-                r.with_member_id(s(&member(rng)))
+                r.with_member_id(s(member(rng)))
             };
             frame!(r)
         }
@@ -651,7 +651,7 @@ pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: 
                                         .with_committed_metadata(match rng.below(3) {
                                             0 => None,
                                             1 => Some(s("meta")),
-                                            _ => Some(s(&"m".repeat(5000))),
+                                            _ => Some(s("m".repeat(5000))),
                                         });
                                     if v >= 6 {
                                         p.with_committed_leader_epoch(*rng.pick(&[-1, 0, 7]))
@@ -664,9 +664,9 @@ pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: 
                 })
                 .collect();
             let r = OffsetCommitRequest::default()
-                .with_group_id(GroupId(s(&group(rng, index))))
+                .with_group_id(GroupId(s(group(rng, index))))
                 .with_generation_id_or_member_epoch(*rng.pick(&[-1, -1, 0, 1]))
-                .with_member_id(s(&member(rng)))
+                .with_member_id(s(member(rng)))
                 .with_topics(topics);
             let r = if v <= 4 {
                 r.with_retention_time_ms(*rng.pick(&[-1, 0, i64::MAX]))
@@ -697,7 +697,7 @@ pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: 
                     (0..1 + rng.below(2))
                         .map(|_| {
                             let g = offset_fetch_request::OffsetFetchRequestGroup::default()
-                                .with_group_id(GroupId(s(&group(rng, index))));
+                                .with_group_id(GroupId(s(group(rng, index))));
                             if rng.one_in(3) {
                                 g.with_topics(None)
                             } else {
@@ -717,7 +717,7 @@ pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: 
                         .collect(),
                 )
             } else {
-                let r = r.with_group_id(GroupId(s(&group(rng, index))));
+                let r = r.with_group_id(GroupId(s(group(rng, index))));
                 if v >= 2 && rng.one_in(3) {
                     r.with_topics(None)
                 } else {
@@ -756,7 +756,7 @@ pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: 
         ApiKey::DescribeGroups => {
             let r = DescribeGroupsRequest::default().with_groups(
                 (0..rng.below(3))
-                    .map(|_| GroupId(s(&group(rng, index))))
+                    .map(|_| GroupId(s(group(rng, index))))
                     .collect(),
             );
             let r = if v >= 3 {
@@ -768,7 +768,7 @@ pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: 
         }
         ApiKey::DeleteGroups => frame!(DeleteGroupsRequest::default().with_groups_names(
             (0..rng.below(3))
-                .map(|_| GroupId(s(&group(rng, index))))
+                .map(|_| GroupId(s(group(rng, index))))
                 .collect(),
         )),
         other => panic!("the fuzzer has no request generator for {other:?}: add one"),
