@@ -75,8 +75,8 @@ fn produce(port: u16, topic: &str, batch: Vec<u8>) -> (i16, i64) {
 
 /// A record's timestamp is its batch's base timestamp plus its delta; a batch with base 100 and a
 /// delta of `i64::MAX` (CRC right) was accepted, and a ListOffsets by timestamp that reached it
-/// overflowed i64 while decoding its records: a panic. It is now a batch whose records do not
-/// decode, found by its header (offset 0, its max timestamp), as for a compressed batch.
+/// overflowed i64 while decoding its records: a panic. Such a batch is now refused at produce
+/// (`INVALID_RECORD`), and one already in a log decodes as malformed (the `batch` unit tests).
 #[test]
 fn list_offsets_by_timestamp_over_a_record_timestamp_beyond_i64() {
     let dir = tempfile::tempdir().unwrap();
@@ -89,7 +89,8 @@ fn list_offsets_by_timestamp_over_a_record_timestamp_beyond_i64() {
     let mut h = BatchHeader::parse(&batch).unwrap();
     h.base_timestamp = 100;
     shards::batch::write_header(&mut batch, &h);
-    assert_eq!(produce(port, "t", batch), (0, 0));
+    const INVALID_RECORD: i16 = 87;
+    assert_eq!(produce(port, "t", batch).0, INVALID_RECORD);
     for v in [1, 7] {
         let r: ListOffsetsResponse = call(
             &mut connect(port),
@@ -105,11 +106,7 @@ fn list_offsets_by_timestamp_over_a_record_timestamp_beyond_i64() {
                         .with_timestamp(1000)])]),
         );
         let p = &r.topics[0].partitions[0];
-        assert_eq!(
-            (p.error_code, p.offset, p.timestamp),
-            (0, 0, i64::MAX),
-            "v{v}"
-        );
+        assert_eq!((p.error_code, p.offset, p.timestamp), (0, -1, -1), "v{v}");
     }
     no_panic(&log);
     shoal.stop();
