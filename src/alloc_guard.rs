@@ -1,17 +1,6 @@
 //! Guards the process against allocation bombs in request decoding.
 //!
-//! `kafka-protocol` 0.18 decodes an array by calling `Vec::with_capacity(n)` with `n` read from the
-//! wire, before it checks that `n` elements could fit in the bytes left. A 12-byte request claiming
-//! 2^31 elements asks for hundreds of GiB; the allocation fails and Rust aborts the process. One
-//! crashed core is a crashed broker.
-//!
-//! The guard is the global allocator: requests of `RESERVE_ONLY` bytes or more are served by an
-//! anonymous `MAP_NORESERVE` mapping, which reserves address space and commits no memory until a page
-//! is written. A bogus claimed length therefore costs nothing: decoding fails at the first missing
-//! element and the mapping is unmapped. Real allocations of that size (none on shoal's paths) work
-//! as usual, their pages committed as they are touched. Smaller requests go to the system allocator.
-//! Frames are also capped by `--max-request-bytes` before they are read, and decoding runs under
-//! `catch_unwind`, so a malformed request closes its connection and nothing else.
+//! Design notes: `docs/front-end.md`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 

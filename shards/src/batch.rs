@@ -356,7 +356,11 @@ fn walk_records<S: RecordSource>(h: &BatchHeader, s: &mut S) -> Result<(), Inval
             Ok(())
         };
         s.byte()?.ok_or_else(short)?; // attributes
-        read_varlong(s)?.ok_or_else(short)?; // timestamp delta
+        let ts_delta = read_varlong(s)?.ok_or_else(short)?;
+        // A record timestamp beyond i64 cannot be read back (timestamp lookups would fail on it).
+        if h.base_timestamp.checked_add(ts_delta).is_none() {
+            return Err(bad(format!("record {i} has timestamp delta {ts_delta}")));
+        }
         let delta = read_varint(s)?.ok_or_else(short)?;
         if delta != i {
             return Err(bad(format!("record {i} has offset delta {delta}")));
@@ -639,12 +643,18 @@ pub fn records(b: &[u8]) -> Result<Vec<Record<'_>>, InvalidBatch> {
         if r.at != end {
             return Err(malformed());
         }
+        // Deltas beyond i64 (a batch whose CRC is right and whose records are not) make it malformed.
         out.push(Record {
-            offset: h.base_offset + off_delta as i64,
+            offset: h
+                .base_offset
+                .checked_add(off_delta as i64)
+                .ok_or_else(malformed)?,
             timestamp: if h.is_log_append_time() {
                 h.max_timestamp
             } else {
-                h.base_timestamp + ts_delta
+                h.base_timestamp
+                    .checked_add(ts_delta)
+                    .ok_or_else(malformed)?
             },
             key,
             value,
@@ -832,6 +842,12 @@ mod tests {
         matches!(r, Err(InvalidBatch::Records { .. }))
     }
 
+    fn put_varlong_bytes(v: i64) -> Vec<u8> {
+        let mut out = Vec::new();
+        put_varlong(&mut out, v);
+        out
+    }
+
     #[test]
     fn records_must_match_the_header() {
         let one = {
@@ -857,6 +873,18 @@ mod tests {
                 "record length {len} accepted"
             );
         }
+        // A record whose timestamp overflows i64 (found by the fuzzer on the read side).
+        let mut late = BatchBuilder::new(100);
+        late.push(i64::MAX, None, Some(b"t"), &[]);
+        let mut late = late.finish(0);
+        // The builder's delta is i64::MAX - 100; make it i64::MAX (a varlong of the same width).
+        let at = HEADER_LEN + 2; // record length (1 byte), attributes
+        assert_eq!(late[at..at + 10], put_varlong_bytes(i64::MAX - 100)[..]);
+        late[at..at + 10].copy_from_slice(&put_varlong_bytes(i64::MAX));
+        let late = lie(late, 1, 0);
+        assert!(is_records_error(validate(&late, usize::MAX)));
+        // Already in a log (written before this check), it decodes as malformed, never panics.
+        assert!(records(&late).is_err());
         // A record whose offset delta is not its position.
         let mut gap = BatchBuilder::new(0);
         gap.push(0, None, Some(b"a"), &[]);

@@ -3,18 +3,7 @@
 //! the same moment (in-flight sharing) and shortly after (a small cache of fresh results). Results are
 //! shared by `Rc`: every response holds the same record bytes.
 //!
-//! - **In flight**: the read runs as a detached task, so the fetch that started it can time out or its
-//!   client can disconnect without cancelling or failing the read for the others waiting on it.
-//! - **Fresh**: a finished, non-empty, error-free result is reused while the partition's visible end
-//!   (high watermark, or last stable offset for read_committed) has not moved past the end the read
-//!   saw, or for as long as it lives if the read was cut short by `max_bytes` (new data cannot change
-//!   a prefix). Empty and failed results go to the waiters already there and are never kept.
-//! - **Bounded**: the cache is bounded in bytes with S3-FIFO eviction: new results enter a small FIFO
-//!   (a tenth of the space) and move to the main FIFO only if asked for again before they leave it, so
-//!   a scan of results read once (a catch-up consumer) cannot push out the hot tail; keys recently
-//!   evicted from the small FIFO go straight to the main one when they come back. An evicted result
-//!   stays valid for the responses still holding it (`Rc`).
-//! - **Switchable**: turning it off drops the cache; every fetch then reads for itself.
+//! Design notes: `docs/engine.md`.
 
 use crate::error::Error;
 use crate::records::LogRead;

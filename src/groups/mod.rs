@@ -1,24 +1,10 @@
 //! Consumer groups: the per-core group coordinator.
 //!
-//! Every group has one coordinator core, `murmur2(group id) % cores` ([`coordinator_core`]), the same
-//! across restarts with the same core count. FindCoordinator names that core's broker, and every
-//! other group request that reaches another core gets `NOT_COORDINATOR`, so a group's state is only
-//! ever touched by one core and needs no lock: the [`Coordinator`] lives in `Core`, its groups in a
-//! `RefCell`, and request handlers that must wait (JoinGroup until the rebalance completes, SyncGroup
-//! until the leader's assignment) simply await a one-shot answer (`shards::oneshot`) from the state machine.
-//!
 //! - [`group`]   — one group's state machine (Kafka's classic protocol), pure and synchronous.
 //! - [`offsets`] — committed offsets: in memory, durable in an internal log per core, compacted.
 //! - `reshard`   — moving committed offsets when `--cores` changes ([`reshard()`]).
 //!
-//! Time: deadlines (session and rebalance timeouts, the initial rebalance delay) are checked by one
-//! ticker task per core every [`TICK`], so they fire up to one tick late. It visits only groups
-//! with members or pending member ids; groups that only hold offsets cost nothing per tick.
-//!
-//! Group ids: JoinGroup, SyncGroup, Heartbeat and LeaveGroup refuse the empty id
-//! (`INVALID_GROUP_ID`); OffsetCommit, OffsetFetch, DescribeGroups and DeleteGroups accept it, as
-//! Kafka does. Once the core stops, JoinGroup and SyncGroup answer `NOT_COORDINATOR` at once (the
-//! waiting ones are answered so by [`Coordinator::stop`]), so no request waits out the drain.
+//! Design notes: `docs/groups.md`.
 
 pub mod group;
 pub mod offsets;

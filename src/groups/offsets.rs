@@ -2,26 +2,7 @@
 //! log on that core (a `shards::Log`, so it gets the same CRC-checked recovery and group-committed
 //! fsyncs as partitions).
 //!
-//! Layout: `DATA/__groups/core-<i>/CURRENT` names the live log directory (`log-<n>`) beside it. Every
-//! OffsetCommit appends one record per partition (key: group, topic, partition; value: offset,
-//! leader epoch, commit time, metadata), and is answered once it is fsynced; a deleted group appends
-//! tombstones (null values). At start-up the live log is replayed into the map.
-//!
-//! Compaction keeps start-up time proportional to the live entries, not to the commits ever made:
-//! when the log holds more than `compact_min` records and more than twice the live entries, a task
-//! started by the coordinator's tick (never a commit) writes the live entries to `log-<n+1>`,
-//! fsyncs it and its directory, replaces `CURRENT` atomically (write, fsync, rename, fsync the
-//! directory) and deletes the old log. A crash at any point leaves `CURRENT`
-//! naming a complete log; directories it does not name are removed at the next start. Commits wait
-//! while a compaction runs (a read/write lock), so none is written to a log about to be dropped.
-//!
-//! A write is applied to memory only once it is durable, so the store counts the writes in flight
-//! per group: [`OffsetStore::settled`] waits until a group has none (OffsetFetch awaits it, so a
-//! fetch behind a commit on the same connection sees the commit, as in Kafka where a connection's
-//! requests run one at a time), and the coordinator never forgets a group with a write in flight.
-//! Other groups never wait for it. Deleting a group takes the store's write lock: the offsets to
-//! tombstone are read once every commit in flight is applied, and none starts until the tombstones
-//! are written and applied, so memory and the log agree.
+//! Design notes: `docs/groups.md`.
 
 use crate::partition::write_atomically;
 use bytes::Bytes;

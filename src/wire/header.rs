@@ -27,6 +27,12 @@ pub enum HeaderError {
 /// Reads api key, version and correlation id, then the rest of the header in the version the API
 /// uses. The header of an unsupported version is read as v1 (all header versions start the same).
 pub fn parse(mut frame: Bytes) -> Result<Request, HeaderError> {
+    if frame.len() < 8 {
+        return Err(HeaderError::Malformed(format!(
+            "{} bytes: shorter than api key, version and correlation id",
+            frame.len()
+        )));
+    }
     let api_key = i16::from_be_bytes([frame[0], frame[1]]);
     let api_version = i16::from_be_bytes([frame[2], frame[3]]);
     let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
@@ -136,4 +142,27 @@ pub fn decode_response<R: Decodable>(
         ));
     }
     Ok(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_too_short_for_a_header_is_malformed() {
+        for len in 0..8 {
+            let frame = Bytes::from(vec![0u8; len]);
+            assert!(
+                matches!(parse(frame), Err(HeaderError::Malformed(_))),
+                "{len} bytes"
+            );
+        }
+        // ApiVersions v0, correlation id 7, null client id: the shortest whole header.
+        let frame = Bytes::from_static(&[0, 18, 0, 0, 0, 0, 0, 7, 0xff, 0xff]);
+        let req = parse(frame).unwrap();
+        assert_eq!(
+            (req.api_key, req.api_version, req.correlation_id),
+            (18, 0, 7)
+        );
+    }
 }

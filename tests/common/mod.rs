@@ -27,24 +27,21 @@ impl Shoal {
 
     /// Same, with core 0 on `listen` (core i on its port + i).
     pub fn start_on(data_dir: &Path, cores: usize, listen: &str, extra: &[&str]) -> Shoal {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_shoal"));
-        cmd.args([
-            "serve",
-            "--listen",
-            listen,
-            "--admin",
-            "127.0.0.1:0",
-            "--cores",
-        ])
-        .arg(cores.to_string())
-        .arg("--data-dir")
-        .arg(data_dir)
-        .args(extra)
-        .env(
-            "RUST_LOG",
-            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
-        );
-        let shoal = Self::spawn(cmd, data_dir);
+        let shoal = Self::spawn(serve_command(data_dir, cores, listen, extra), data_dir);
+        assert_eq!(shoal.ports.len(), cores);
+        shoal
+    }
+
+    /// Same as [`Shoal::start`], with the server's stderr (its log) handed to `on_line` line by line
+    /// (from a thread of its own) instead of kept: for long runs that watch the log.
+    pub fn start_watching_log(
+        data_dir: &Path,
+        cores: usize,
+        extra: &[&str],
+        on_line: impl FnMut(&str) + Send + 'static,
+    ) -> Shoal {
+        let cmd = serve_command(data_dir, cores, "127.0.0.1:0", extra);
+        let shoal = Self::spawn_with(cmd, data_dir, Box::new(on_line));
         assert_eq!(shoal.ports.len(), cores);
         shoal
     }
@@ -52,19 +49,35 @@ impl Shoal {
     /// Runs a prepared `shoal serve` command (its flags, working directory and environment are the
     /// caller's) and waits for its ports. Its log (stderr) is passed through and kept for
     /// [`Shoal::log_lines`].
-    pub fn spawn(mut cmd: Command, data_dir: &Path) -> Shoal {
+    pub fn spawn(cmd: Command, data_dir: &Path) -> Shoal {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let kept = log.clone();
+        let mut shoal = Self::spawn_with(
+            cmd,
+            data_dir,
+            Box::new(move |line: &str| {
+                let _ = writeln!(std::io::stderr(), "{line}");
+                kept.lock().unwrap().push(line.to_string());
+            }),
+        );
+        shoal.log = log;
+        shoal
+    }
+
+    fn spawn_with(
+        mut cmd: Command,
+        data_dir: &Path,
+        mut on_line: Box<dyn FnMut(&str) + Send>,
+    ) -> Shoal {
         let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .expect("shoal binary starts");
-        let log = Arc::new(Mutex::new(Vec::new()));
         let stderr = child.stderr.take().unwrap();
-        let kept = log.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = writeln!(std::io::stderr(), "{line}");
-                kept.lock().unwrap().push(line);
+                on_line(&line);
             }
         });
         let stdout = child.stdout.take().unwrap();
@@ -79,32 +92,24 @@ impl Shoal {
         let line = rx
             .recv_timeout(Duration::from_secs(30))
             .expect("shoal printed its ports within 30 s");
-        let mut ports = Vec::new();
-        let mut admin = String::new();
-        for word in line.split_whitespace() {
-            if let Some(p) = word.strip_prefix("kafka_ports=") {
-                ports = p.split(',').map(|p| p.parse().unwrap()).collect();
-            } else if let Some(a) = word.strip_prefix("admin=") {
-                admin = a.to_string();
-            }
-        }
+        let (ports, admin) = parse_listening(&line);
         Shoal {
             child: Some(child),
             ports,
             admin,
             data_dir: data_dir.to_path_buf(),
-            log,
+            log: Arc::default(),
         }
     }
 
-    /// The lines the server has logged so far.
+    /// The lines the server has logged so far (not kept by [`Shoal::start_watching_log`]).
     pub fn log_lines(&self) -> Vec<String> {
         self.log.lock().unwrap().clone()
     }
 
     /// The process id, for signals and /proc.
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().unwrap().id()
+        self.child.as_ref().map_or(0, Child::id)
     }
 
     /// Kills the process with SIGKILL and reaps it, as a crash would.
@@ -237,22 +242,60 @@ pub fn key_in_shard(shard: u32, n: u32, prefix: &str) -> String {
         .expect("some key lands in every shard")
 }
 
-/// A port P such that P..P+n are all free right now.
+/// A port P such that P..P+n are all free right now, below the kernel's ephemeral range: client
+/// connections hold ports in that range for a minute after they close (TIME_WAIT), and a test that
+/// made tens of thousands of them (the fuzzer) would leave no run of free ports there.
 pub fn free_port_run(n: u16) -> u16 {
-    for _ in 0..100 {
-        let first = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        if first.checked_add(n).is_none() {
-            continue;
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let (from, to) = (10_000u16, low.saturating_sub(n).max(10_001));
+    // Start somewhere different in each process, so tests running at once rarely collide.
+    let mut p = from + (std::process::id() as u16 % (to - from));
+    for _ in 0..1000 {
+        if (p..p + n).all(|q| std::net::TcpListener::bind(("127.0.0.1", q)).is_ok()) {
+            return p;
         }
-        if (first..first + n).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()) {
-            return first;
-        }
+        p = if p + n >= to { from } else { p + n };
     }
     panic!("no run of {n} free ports");
+}
+
+/// The Kafka ports and the admin address from the line `shoal listening: kafka_ports=... admin=...`.
+/// `shoal serve` on `data_dir` with `cores` cores, core 0 on `listen`, admin on a free port.
+fn serve_command(data_dir: &Path, cores: usize, listen: &str, extra: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shoal"));
+    cmd.args([
+        "serve",
+        "--listen",
+        listen,
+        "--admin",
+        "127.0.0.1:0",
+        "--cores",
+    ])
+    .arg(cores.to_string())
+    .arg("--data-dir")
+    .arg(data_dir)
+    .args(extra)
+    .env(
+        "RUST_LOG",
+        std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+    );
+    cmd
+}
+
+fn parse_listening(line: &str) -> (Vec<u16>, String) {
+    let mut ports = Vec::new();
+    let mut admin = String::new();
+    for word in line.split_whitespace() {
+        if let Some(p) = word.strip_prefix("kafka_ports=") {
+            ports = p.split(',').map(|p| p.parse().unwrap()).collect();
+        } else if let Some(a) = word.strip_prefix("admin=") {
+            admin = a.to_string();
+        }
+    }
+    (ports, admin)
 }
 
 fn terminate(child: &mut Child) -> Option<std::process::ExitStatus> {

@@ -1,17 +1,7 @@
 //! One partition's log: segments on disk, offsets, durability (group commit), the tail cache, recovery
 //! at open, retention and deletion.
 //!
-//! What each durability mode can lose on a crash:
-//! - a **durable** append (Kafka `acks=all`) is acknowledged only after an fsync that covers it: a crash of
-//!   the process or the machine loses nothing acknowledged;
-//! - a **non-durable** append (`acks=1`, `acks=0`) is acknowledged once written to the page cache: a crash
-//!   of the process loses nothing (the kernel still has it), a crash of the machine (power, kernel) loses
-//!   what was appended since the last fsync, at most about `flush_interval` of data (never a partial
-//!   batch: recovery cuts the log at the first torn batch).
-//!
-//! Appends to one log are serialized by an async permit (never a thread lock): offsets are assigned,
-//! the bytes written and the high watermark advanced in order. Fsyncs run outside it, in a detached
-//! task, so every durable append that arrives while one fsync runs shares the next one.
+//! Design notes: `docs/engine.md`.
 
 use crate::batch::{self, BatchHeader};
 use crate::config::LogConfig;

@@ -3,36 +3,7 @@
 //! (session timeouts, rebalance timeouts, the initial rebalance delay, unanswered member ids) fire.
 //! That keeps it testable synchronously and lock-free: it lives on its coordinator core only.
 //!
-//! States, as in Kafka:
-//! - `Empty`: no members (maybe committed offsets).
-//! - `PreparingRebalance`: waiting for every known member to (re)send JoinGroup. It completes when all
-//!   have (and, for a group that was empty, the initial delay has passed, extended by each new member
-//!   up to the rebalance timeout) or when the largest rebalance timeout of its members runs out;
-//!   dynamic members that did not rejoin are removed. Static members that did not rejoin stay (with
-//!   their slot, in the member list the leader assigns for) until their session times out or, as
-//!   they owe a SyncGroup for the new generation, the rebalance timeout runs out; the
-//!   leader is chosen among the members that rejoined, and if none did the rebalance waits another
-//!   rebalance timeout (Kafka's `onCompleteJoin` / `maybeElectNewJoinedLeader`).
-//! - `CompletingRebalance`: the generation is chosen and the join answers are out; the leader's
-//!   SyncGroup carries the assignment, which is then handed to every member waiting in SyncGroup.
-//!   Every member owes a SyncGroup within the rebalance timeout of the join's completion; those that
-//!   have not sent one by then (in this state or in `Stable`) are removed and the group rebalances
-//!   (Kafka 3.x's pending-sync expiration), so a leader that heartbeats but never syncs cannot hold
-//!   the group.
-//! - `Stable`: everyone has its assignment; heartbeats keep members in.
-//!
-//! Sessions: a member's session clock restarts with each join, sync, heartbeat or commit, and when
-//! its JoinGroup or SyncGroup answer is sent (a member that waited in SyncGroup for a slow leader
-//! gets a full session from the moment it has its assignment).
-//! - `Dead`: being deleted.
-//!
-//! The broker never looks inside protocol metadata or assignments: the client-side assignor of the
-//! leader (range, roundrobin, cooperative-sticky, ...) decides, and the broker relays.
-//!
-//! Static members (`group.instance.id`) keep their place across restarts: a join with a known
-//! instance id and no member id replaces the old member id, and in a `Stable` group whose selected
-//! protocol's metadata is unchanged it gets the current generation and its old assignment with no
-//! rebalance.
+//! Design notes: `docs/groups.md`.
 
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;

@@ -30,6 +30,22 @@ pub const VERSIONS: Versions = Versions {
 /// Longest a fetch may wait, whatever it asks.
 const MAX_WAIT: Duration = Duration::from_secs(30);
 
+/// Most record bytes one response carries, whatever the request and `--fetch-response-budget-bytes`
+/// allow: a response frame's size is an `i32`. The other GiB holds the rest with room to spare: the
+/// one batch by which the first partition may exceed the limit (at most a request's size), and the
+/// per-partition fields, a few times the size of the request that listed the partitions.
+const MAX_RESPONSE_RECORDS: usize = 1 << 30;
+
+/// The record bytes a response may carry: what the request asks (`max_bytes` of 0 or less: no limit
+/// of its own), within the response memory available now and [`MAX_RESPONSE_RECORDS`].
+fn response_limit(asked: i32, available: usize) -> usize {
+    let asked = usize::try_from(asked)
+        .ok()
+        .filter(|&a| a > 0)
+        .unwrap_or(usize::MAX);
+    asked.min(available).min(MAX_RESPONSE_RECORDS)
+}
+
 /// One partition of the request, resolved against this core.
 struct PlannedPartition {
     index: i32,
@@ -98,15 +114,10 @@ fn plan(core: &Core, request: &FetchRequest) -> Plan {
         })
         .collect();
     let wait = Duration::from_millis(request.max_wait_ms.max(0) as u64).min(MAX_WAIT);
-    let asked = if request.max_bytes > 0 {
-        request.max_bytes as usize
-    } else {
-        usize::MAX
-    };
     Plan {
         topics,
         // Under memory pressure a fetch returns what fits: at least one batch (KIP-74), never waiting.
-        max_bytes: asked.min(core.response_memory.available()),
+        max_bytes: response_limit(request.max_bytes, core.response_memory.available()),
         min_bytes: request.min_bytes.max(0) as usize,
         deadline: Instant::now() + wait,
         read_committed: request.isolation_level == 1,
@@ -365,5 +376,20 @@ mod tests {
                 "v{version}"
             );
         }
+    }
+
+    #[test]
+    fn a_response_never_outgrows_an_i32_frame() {
+        let budget = 8usize << 30; // --fetch-response-budget-bytes 8GiB
+        for asked in [i32::MAX, 0, -1, i32::MIN] {
+            assert_eq!(
+                response_limit(asked, budget),
+                MAX_RESPONSE_RECORDS,
+                "{asked}"
+            );
+        }
+        assert_eq!(response_limit(1 << 20, budget), 1 << 20);
+        assert_eq!(response_limit(i32::MAX, 5000), 5000);
+        assert_eq!(response_limit(-1, 0), 0);
     }
 }

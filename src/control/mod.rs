@@ -11,18 +11,18 @@ use crate::core::Core;
 use crate::mesh::{CoreMsg, CHANGE_TIMEOUT, QUESTION_TIMEOUT};
 pub use crate::mesh::{NewTopic, Setting, TopicOutcome};
 use crate::metrics::CoreSnapshot;
-use crate::partition::write_atomically;
 use crate::router::{apply_topic_configs, validate_topic_name, TopicMeta, TopicTable};
-use futures_lite::AsyncReadExt;
 use glommio::channels::channel_mesh::Receivers;
 use kafka_protocol::error::ResponseError;
-use std::io::Write;
-use std::os::fd::{FromRawFd, IntoRawFd};
-use std::os::unix::net::UnixStream;
-use std::path::Path;
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::Instant;
+
+mod admin_link;
+mod table_file;
+
+pub use admin_link::{admin_link, serve_admin, AdminInbox, AdminRequest, AdminSender};
+use table_file::persist_table;
+pub use table_file::{load_table, table_path};
 
 /// Most partitions a topic may have.
 pub const MAX_PARTITIONS: i32 = 10_000;
@@ -118,108 +118,6 @@ async fn ask_core0(core: &Rc<Core>, msg: impl FnOnce(usize, u64) -> CoreMsg) -> 
     {
         Some(CoreMsg::Outcomes { outcomes, .. }) => outcomes,
         _ => Vec::new(),
-    }
-}
-
-/// A request from the admin HTTP thread to core 0, with the channel its answer goes back on.
-#[derive(Debug)]
-pub enum AdminRequest {
-    /// Every core's figures.
-    Stats(crossbeam_channel::Sender<Vec<CoreSnapshot>>),
-    /// Every core's figures and the topic table.
-    Status(crossbeam_channel::Sender<(Vec<CoreSnapshot>, TopicTable)>),
-    /// A live setting, answered once every core has applied it.
-    Set(Setting, crossbeam_channel::Sender<()>),
-}
-
-/// The admin thread's end of its link to core 0: requests on a crossbeam channel, each followed by
-/// a byte on a doorbell socket that core 0's executor awaits like any other socket, so core 0 sleeps
-/// while no admin request comes and wakes at once when one does.
-#[derive(Debug, Clone)]
-pub struct AdminSender {
-    requests: crossbeam_channel::Sender<AdminRequest>,
-    doorbell: Arc<UnixStream>,
-}
-
-/// Core 0's end of the link, moved into its executor and served by [`serve_admin`].
-#[derive(Debug)]
-pub struct AdminInbox {
-    pub(crate) requests: crossbeam_channel::Receiver<AdminRequest>,
-    doorbell: UnixStream,
-}
-
-/// A link from the admin thread to core 0 that holds at most `capacity` waiting requests.
-pub fn admin_link(capacity: usize) -> std::io::Result<(AdminSender, AdminInbox)> {
-    let (ring, doorbell) = UnixStream::pair()?;
-    ring.set_nonblocking(true)?;
-    doorbell.set_nonblocking(true)?;
-    let (requests, inbox) = crossbeam_channel::bounded(capacity);
-    let sender = AdminSender {
-        requests,
-        doorbell: Arc::new(ring),
-    };
-    Ok((
-        sender,
-        AdminInbox {
-            requests: inbox,
-            doorbell,
-        },
-    ))
-}
-
-impl AdminSender {
-    /// Queues `request` for core 0 and wakes it; `false` if the queue is full or core 0 is gone.
-    pub fn send(&self, request: AdminRequest) -> bool {
-        if self.requests.try_send(request).is_err() {
-            return false;
-        }
-        // A doorbell too full to take a byte has rings pending: core 0 looks at the queue anyway.
-        let _ = (&*self.doorbell).write(&[1]);
-        true
-    }
-}
-
-/// Core 0's end of the admin link, until the core stops: takes the waiting requests with `try_recv`
-/// (never blocking the executor) whenever the doorbell rings, and answers each in its own task. An
-/// answer the admin thread no longer waits for is dropped.
-pub async fn serve_admin(core: Rc<Core>, inbox: AdminInbox) {
-    // SAFETY: the doorbell socket is owned by `inbox` and handed over to the glommio stream.
-    let mut doorbell =
-        unsafe { glommio::net::UnixStream::from_raw_fd(inbox.doorbell.into_raw_fd()) };
-    let mut rings = [0u8; 256];
-    loop {
-        while let Ok(request) = inbox.requests.try_recv() {
-            let core = core.clone();
-            glommio::spawn_local(async move { answer_admin(&core, request).await }).detach();
-        }
-        let rang = futures_lite::future::or(
-            async { matches!(doorbell.read(&mut rings).await, Ok(n) if n > 0) },
-            async {
-                core.shutdown.wait_for(1).await;
-                false
-            },
-        )
-        .await;
-        if !rang {
-            return;
-        }
-    }
-}
-
-async fn answer_admin(core: &Rc<Core>, request: AdminRequest) {
-    match request {
-        AdminRequest::Stats(reply) => {
-            let _ = reply.try_send(gather_stats(core).await);
-        }
-        AdminRequest::Status(reply) => {
-            let stats = gather_stats(core).await;
-            let table = (**core.topics.borrow()).clone();
-            let _ = reply.try_send((stats, table));
-        }
-        AdminRequest::Set(setting, reply) => {
-            set_everywhere(core, setting).await;
-            let _ = reply.try_send(());
-        }
     }
 }
 
@@ -423,28 +321,6 @@ async fn broadcast(core: &Rc<Core>, table: TopicTable) {
         table: table.clone(),
     };
     on_every_core(core, msg, core.apply_table(table.clone())).await
-}
-
-pub fn table_path(data_dir: &Path) -> std::path::PathBuf {
-    data_dir.join("topics.json")
-}
-
-async fn persist_table(data_dir: &Path, table: &TopicTable) -> std::io::Result<()> {
-    let path = table_path(data_dir);
-    let bytes = serde_json::to_vec_pretty(table).map_err(std::io::Error::other)?;
-    glommio::executor()
-        .spawn_blocking(move || write_atomically(&path, &bytes))
-        .await
-}
-
-/// Reads the persisted table at start-up (blocking is fine then).
-pub fn load_table(data_dir: &Path) -> std::io::Result<TopicTable> {
-    match std::fs::read(table_path(data_dir)) {
-        Ok(b) => serde_json::from_slice(&b)
-            .map_err(|e| std::io::Error::other(format!("topics.json: {e}"))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(TopicTable::default()),
-        Err(e) => Err(e),
-    }
 }
 
 /// `<source>.shard-<i>-of-<n>` (valid or not): reserved for sharded views.

@@ -1,0 +1,976 @@
+//! Valid requests of every API the fuzzer knows, at any version, built with `kafka-protocol`; and the
+//! decoding of the broker's responses, to check they are well-formed.
+//!
+//! "Valid" means well-formed for the version, not sensible: names, partitions, offsets, timestamps,
+//! producer ids and record batches are drawn from pools that mix the ordinary with the hostile (a view
+//! name, partition -1, a batch whose timestamps are far apart, with its CRC right).
+
+use crate::common::wire::request_frame;
+use crate::mutate::Rng;
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Decodable, StrBytes};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use shards::batch::{BatchBuilder, BatchHeader};
+
+/// The topic the fuzzer's requests read and write: created at start, two partitions, with records.
+pub const DATA_TOPIC: &str = "fz-data";
+/// The topic only the health checks use (one partition).
+pub const HEALTH_TOPIC: &str = "fz-health";
+/// Topics the fuzzed CreateTopics and DeleteTopics requests create and delete.
+pub const POOL: [&str; 3] = ["fz-pool-0", "fz-pool-1", "fz-pool-2"];
+
+/// Every API this module builds requests for.
+pub const KNOWN: &[ApiKey] = &[
+    ApiKey::Produce,
+    ApiKey::Fetch,
+    ApiKey::ListOffsets,
+    ApiKey::Metadata,
+    ApiKey::ApiVersions,
+    ApiKey::CreateTopics,
+    ApiKey::DeleteTopics,
+    ApiKey::InitProducerId,
+    ApiKey::FindCoordinator,
+    ApiKey::JoinGroup,
+    ApiKey::SyncGroup,
+    ApiKey::Heartbeat,
+    ApiKey::LeaveGroup,
+    ApiKey::OffsetCommit,
+    ApiKey::OffsetFetch,
+    ApiKey::ListGroups,
+    ApiKey::DescribeGroups,
+    ApiKey::DeleteGroups,
+];
+
+fn s(v: impl AsRef<str>) -> StrBytes {
+    StrBytes::from_string(v.as_ref().to_string())
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// A topic name: mostly the data topic, else a pool topic, a view of the data topic (valid or not),
+/// an unknown name, or an invalid one.
+fn topic(rng: &mut Rng) -> String {
+    match rng.below(14) {
+        0..=5 => DATA_TOPIC.into(),
+        6 | 7 => rng.pick(&POOL).to_string(),
+        8 => format!("{DATA_TOPIC}.shard-{}-of-2", rng.below(2)),
+        9 => format!("{DATA_TOPIC}.shard-{}-of-{}", rng.below(9), rng.below(9)),
+        10 => "fz-unknown".into(),
+        11 => String::new(),
+        12 => "bad name/..".into(),
+        _ => "x".repeat(250),
+    }
+}
+
+fn name(rng: &mut Rng) -> TopicName {
+    TopicName(s(topic(rng)))
+}
+
+fn partition(rng: &mut Rng) -> i32 {
+    *rng.pick(&[0, 0, 0, 1, 1, 2, -1, 10_000, i32::MAX])
+}
+
+fn offset(rng: &mut Rng) -> i64 {
+    match rng.below(8) {
+        0..=3 => rng.below(64) as i64,
+        4 => -1,
+        5 => i64::MAX,
+        6 => 1 << 32,
+        _ => i64::MIN,
+    }
+}
+
+fn max_bytes(rng: &mut Rng) -> i32 {
+    *rng.pick(&[1 << 20, 1 << 20, 100, 1, 0, -1, i32::MAX])
+}
+
+/// A ListOffsets timestamp: the special values, or a time before, among or after the records'.
+fn timestamp(rng: &mut Rng) -> i64 {
+    match rng.below(9) {
+        0 => -1,
+        1 => -2,
+        2 => -3,
+        3 => -4,
+        4 => 0,
+        5 => now_ms() - rng.below(100_000) as i64,
+        6 => now_ms() + 1_000_000,
+        7 => i64::MAX,
+        _ => i64::MIN,
+    }
+}
+
+/// Groups with committed offsets are kept for good (as offsets never expire): the fuzzer's own group
+/// ids are this many at most, so that what the broker keeps for them stays bounded.
+pub const OWN_GROUPS: u64 = 10_000;
+
+/// A group id: one of a few shared groups, the empty id, or one of this input's own (shared only
+/// with inputs [`OWN_GROUPS`] apart).
+fn group(rng: &mut Rng, index: u64) -> String {
+    match rng.below(6) {
+        0 | 1 => format!("fz-group-{}", rng.below(3)),
+        2 => String::new(),
+        _ => format!("fz-own-{}", index % OWN_GROUPS),
+    }
+}
+
+fn member(rng: &mut Rng) -> String {
+    match rng.below(3) {
+        0 => String::new(),
+        1 => "fz-member".into(),
+        _ => format!("fz-member-{}", rng.below(1000)),
+    }
+}
+
+fn generation(rng: &mut Rng) -> i32 {
+    *rng.pick(&[-1, 0, 1, 2, i32::MAX])
+}
+
+fn blob(rng: &mut Rng) -> Bytes {
+    let n = *rng.pick(&[0usize, 1, 16, 200]);
+    Bytes::from(rng.bytes(n))
+}
+
+/// A producer id: none, one of a few, or an arbitrary one.
+fn producer_id(rng: &mut Rng) -> i64 {
+    match rng.below(4) {
+        0 | 1 => -1,
+        2 => 1000 + rng.below(4) as i64,
+        _ => rng.next_u64() as i64 >> 1,
+    }
+}
+
+/// One record batch (or several back to back): plain, compressed, or with header fields a producer
+/// would not send (CRC recomputed, so they reach the broker's checks beyond the CRC).
+fn records(rng: &mut Rng) -> Bytes {
+    let now = now_ms();
+    let count = 1 + rng.below(3);
+    match rng.below(6) {
+        0 | 1 => {
+            let mut b = BatchBuilder::new(now);
+            let pid = producer_id(rng);
+            if pid >= 0 {
+                b = b.producer(pid, 0, rng.below(8) as i32);
+            }
+            for i in 0..count {
+                let key = format!("k{i}");
+                b.push(
+                    now + i as i64,
+                    Some(key.as_bytes()),
+                    Some(b"fuzz value"),
+                    &[],
+                );
+            }
+            Bytes::from(b.finish(0))
+        }
+        2 => {
+            let compression = *rng.pick(&[
+                Compression::None,
+                Compression::Gzip,
+                Compression::Snappy,
+                Compression::Lz4,
+                Compression::Zstd,
+            ]);
+            let recs: Vec<Record> = (0..count)
+                .map(|i| Record {
+                    transactional: false,
+                    control: false,
+                    delete_horizon: false,
+                    partition_leader_epoch: -1,
+                    producer_id: -1,
+                    producer_epoch: -1,
+                    timestamp_type: TimestampType::Creation,
+                    offset: i as i64,
+                    sequence: -1,
+                    timestamp: now,
+                    key: None,
+                    value: Some(Bytes::from(vec![b'z'; 1 + rng.below(300)])),
+                    headers: Default::default(),
+                })
+                .collect();
+            let mut buf = BytesMut::new();
+            RecordBatchEncoder::encode(
+                &mut buf,
+                &recs,
+                &RecordEncodeOptions {
+                    version: 2,
+                    compression,
+                },
+            )
+            .expect("records encode");
+            buf.freeze()
+        }
+        3 => {
+            let mut blob = Vec::new();
+            for _ in 0..2 + rng.below(3) {
+                let mut b = BatchBuilder::new(now);
+                b.push(now, None, Some(b"one of several"), &[]);
+                blob.extend_from_slice(&b.finish(0));
+            }
+            Bytes::from(blob)
+        }
+        _ => Bytes::from(hostile_batch(rng, count)),
+    }
+}
+
+/// A batch every broker accepts.
+fn plain_records(rng: &mut Rng) -> Bytes {
+    let now = now_ms();
+    let mut b = BatchBuilder::new(now);
+    for i in 0..1 + rng.below(3) {
+        b.push(now, None, Some(format!("plain {i}").as_bytes()), &[]);
+    }
+    Bytes::from(b.finish(0))
+}
+
+/// A batch with extreme header fields and record deltas, its CRC right.
+fn hostile_batch(rng: &mut Rng, count: usize) -> Vec<u8> {
+    let mut b = BatchBuilder::new(0);
+    let ts: i64 = *rng.pick(&[0, 1, i64::MAX, i64::MAX / 2, -1]);
+    for i in 0..count {
+        let delta = if rng.one_in(3) {
+            *rng.pick(&[-1, i32::MAX, i32::MIN, 7])
+        } else {
+            i as i32
+        };
+        b.push_with_delta(delta, ts, None, Some(b"hostile"), &[]);
+    }
+    let mut bytes = b.finish(0);
+    let mut h = BatchHeader::parse(&bytes).expect("own batch");
+    match rng.below(7) {
+        0 => {
+            h.base_timestamp = *rng.pick(&[0, 100, i64::MAX - 1, -1]);
+            h.max_timestamp = *rng.pick(&[i64::MAX, 100, -1]);
+        }
+        1 => h.base_offset = *rng.pick(&[-1, i64::MAX, i64::MIN]),
+        2 => {
+            h.record_count = *rng.pick(&[0, -1, i32::MAX, 2]);
+            h.last_offset_delta = h.record_count.wrapping_sub(1);
+        }
+        3 => h.attributes = *rng.pick(&[0x08, 0x10, 0x20, 0x01, 0x07, 0x05, -1]),
+        4 => {
+            h.producer_id = *rng.pick(&[0, 1000, i64::MAX]);
+            h.producer_epoch = *rng.pick(&[0, -1, i16::MAX]);
+            h.base_sequence = *rng.pick(&[0, i32::MAX, i32::MAX - 1, -1]);
+        }
+        5 => {
+            // Record bytes that do not parse, under a valid CRC.
+            let from = shards::batch::HEADER_LEN;
+            for _ in 0..1 + rng.below(4) {
+                let at = from + rng.below(bytes.len() - from);
+                bytes[at] = rng.next_u64() as u8;
+            }
+        }
+        _ => {}
+    }
+    shards::batch::write_header(&mut bytes, &h);
+    bytes
+}
+
+/// The frame of a valid request for `key` at `version`, with `correlation` as its correlation id.
+pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: u64) -> Vec<u8> {
+    let v = version;
+    macro_rules! frame {
+        ($body:expr) => {
+            request_frame(key, version, correlation, &$body)
+        };
+    }
+    match key {
+        ApiKey::Produce => {
+            let acks_zero = rng.one_in(8);
+            let topics = if acks_zero {
+                // acks=0 to the data topic; an error (the partition led by another core) closes the
+                // connection, by design: see `may_close`.
+                vec![produce_request::TopicProduceData::default()
+                    .with_name(TopicName(s(DATA_TOPIC)))
+                    .with_partition_data(vec![produce_request::PartitionProduceData::default()
+                        .with_index(rng.below(2) as i32)
+                        .with_records(Some(plain_records(rng)))])]
+            } else {
+                (0..1 + rng.below(2))
+                    .map(|_| {
+                        produce_request::TopicProduceData::default()
+                            .with_name(name(rng))
+                            .with_partition_data(
+                                (0..1 + rng.below(2))
+                                    .map(|_| {
+                                        produce_request::PartitionProduceData::default()
+                                            .with_index(partition(rng))
+                                            .with_records(if rng.one_in(10) {
+                                                None
+                                            } else {
+                                                Some(records(rng))
+                                            })
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect()
+            };
+            let acks = if acks_zero {
+                0
+            } else {
+                *rng.pick(&[1, -1, 1, 2])
+            };
+            frame!(ProduceRequest::default()
+                .with_transactional_id(
+                    (!acks_zero && rng.one_in(10)).then(|| TransactionalId(s("fz-tx"))),
+                )
+                .with_acks(acks)
+                .with_timeout_ms(*rng.pick(&[1000, 0, -1, i32::MAX]))
+                .with_topic_data(topics))
+        }
+        ApiKey::Fetch => {
+            let topics = (0..1 + rng.below(2))
+                .map(|_| {
+                    fetch_request::FetchTopic::default()
+                        .with_topic(name(rng))
+                        .with_partitions(
+                            (0..1 + rng.below(3))
+                                .map(|_| {
+                                    let p = fetch_request::FetchPartition::default()
+                                        .with_partition(partition(rng))
+                                        .with_fetch_offset(offset(rng))
+                                        .with_partition_max_bytes(max_bytes(rng));
+                                    let p = if v >= 5 {
+                                        p.with_log_start_offset(*rng.pick(&[-1, 0, i64::MAX]))
+                                    } else {
+                                        p
+                                    };
+                                    if v >= 9 {
+                                        p.with_current_leader_epoch(*rng.pick(&[-1, 0, 5]))
+                                    } else {
+                                        p
+                                    }
+                                })
+                                .collect(),
+                        )
+                })
+                .collect();
+            let mut r = FetchRequest::default()
+                .with_replica_id(BrokerId(*rng.pick(&[-1, -1, 0, 1])))
+                .with_max_wait_ms(*rng.pick(&[0, 0, 10, 100, -1]))
+                .with_min_bytes(*rng.pick(&[0, 1, 1, -1, 1 << 20]))
+                .with_max_bytes(max_bytes(rng))
+                .with_isolation_level(*rng.pick(&[0, 1]))
+                .with_topics(topics);
+            if v >= 7 {
+                r = r
+                    .with_session_id(*rng.pick(&[0, 0, 1, -1]))
+                    .with_session_epoch(*rng.pick(&[-1, 0, 1]))
+                    .with_forgotten_topics_data(if rng.one_in(4) {
+                        vec![fetch_request::ForgottenTopic::default()
+                            .with_topic(name(rng))
+                            .with_partitions(vec![partition(rng)])]
+                    } else {
+                        vec![]
+                    });
+            }
+            if v >= 11 {
+                r = r.with_rack_id(s("rack"));
+            }
+            frame!(r)
+        }
+        ApiKey::ListOffsets => {
+            let topics = (0..1 + rng.below(2))
+                .map(|_| {
+                    list_offsets_request::ListOffsetsTopic::default()
+                        .with_name(name(rng))
+                        .with_partitions(
+                            (0..1 + rng.below(3))
+                                .map(|_| {
+                                    let p = list_offsets_request::ListOffsetsPartition::default()
+                                        .with_partition_index(partition(rng))
+                                        .with_timestamp(timestamp(rng));
+                                    if v >= 4 {
+                                        p.with_current_leader_epoch(*rng.pick(&[-1, 0, 3]))
+                                    } else {
+                                        p
+                                    }
+                                })
+                                .collect(),
+                        )
+                })
+                .collect();
+            let r = ListOffsetsRequest::default()
+                .with_replica_id(BrokerId(-1))
+                .with_topics(topics);
+            let r = if v >= 2 {
+                r.with_isolation_level(*rng.pick(&[0, 1]))
+            } else {
+                r
+            };
+            frame!(r)
+        }
+        ApiKey::Metadata => {
+            let topics = if v >= 1 && rng.one_in(4) {
+                None
+            } else {
+                Some(
+                    (0..rng.below(3) + usize::from(v == 0))
+                        .map(|_| {
+                            metadata_request::MetadataRequestTopic::default()
+                                .with_name(Some(name(rng)))
+                        })
+                        .collect(),
+                )
+            };
+            let mut r = MetadataRequest::default().with_topics(topics);
+            if v >= 4 {
+                r = r.with_allow_auto_topic_creation(rng.one_in(2));
+            }
+            if (8..=10).contains(&v) {
+                r = r.with_include_cluster_authorized_operations(rng.one_in(2));
+            }
+            if v >= 8 {
+                r = r.with_include_topic_authorized_operations(rng.one_in(2));
+            }
+            frame!(r)
+        }
+        ApiKey::ApiVersions => {
+            let r = ApiVersionsRequest::default();
+            let r = if v >= 3 {
+                r.with_client_software_name(s("shoal-fuzz"))
+                    .with_client_software_version(s("1.0"))
+            } else {
+                r
+            };
+            frame!(r)
+        }
+        ApiKey::CreateTopics => {
+            let topics = (0..1 + rng.below(2))
+                .map(|_| {
+                    let name = if rng.one_in(2) {
+                        rng.pick(&POOL).to_string()
+                    } else {
+                        topic(rng)
+                    };
+                    let configs = match rng.below(4) {
+                        0 => vec![create_topics_request::CreatableTopicConfig::default()
+                            .with_name(s("retention.ms"))
+                            .with_value(Some(s(rng.pick(&[
+                                "1000",
+                                "-1",
+                                "x",
+                                "9223372036854775807",
+                            ]))))],
+                        1 => vec![create_topics_request::CreatableTopicConfig::default()
+                            .with_name(s(rng.pick(&["segment.bytes", "cleanup.policy", "nope"])))
+                            .with_value(rng.one_in(4).then(|| s("1")))],
+                        _ => vec![],
+                    };
+                    let assignments = if rng.one_in(6) {
+                        vec![create_topics_request::CreatableReplicaAssignment::default()
+                            .with_partition_index(0)
+                            .with_broker_ids(vec![BrokerId(0)])]
+                    } else {
+                        vec![]
+                    };
+                    create_topics_request::CreatableTopic::default()
+                        .with_name(TopicName(s(name)))
+                        .with_num_partitions(*rng.pick(&[1, 2, 3, -1, 0, 10_001, i32::MAX]))
+                        .with_replication_factor(*rng.pick(&[1, -1, 3]))
+                        .with_assignments(assignments)
+                        .with_configs(configs)
+                })
+                .collect();
+            frame!(CreateTopicsRequest::default()
+                .with_topics(topics)
+                .with_timeout_ms(*rng.pick(&[10_000, 0, -1]))
+                .with_validate_only(rng.one_in(2)))
+        }
+        ApiKey::DeleteTopics => {
+            let n = 1 + rng.below(2);
+            let names: Vec<TopicName> = (0..n)
+                .map(|_| {
+                    if rng.one_in(2) {
+                        TopicName(s(rng.pick(&POOL)))
+                    } else {
+                        TopicName(s(rng.pick(&["fz-unknown", "", "bad name/.."])))
+                    }
+                })
+                .collect();
+            let r = DeleteTopicsRequest::default().with_timeout_ms(10_000);
+            let r = if v >= 6 {
+                r.with_topics(
+                    names
+                        .into_iter()
+                        .map(|n| {
+                            let t = delete_topics_request::DeleteTopicState::default();
+                            if rng.one_in(3) {
+                                t.with_topic_id(uuid::Uuid::from_u64_pair(
+                                    rng.next_u64(),
+                                    rng.next_u64(),
+                                ))
+                            } else {
+                                t.with_name(Some(n))
+                            }
+                        })
+                        .collect(),
+                )
+            } else {
+                r.with_topic_names(names)
+            };
+            frame!(r)
+        }
+        ApiKey::InitProducerId => {
+            let r = InitProducerIdRequest::default()
+                .with_transactional_id(rng.one_in(5).then(|| TransactionalId(s("fz-tx"))))
+                .with_transaction_timeout_ms(*rng.pick(&[60_000, -1, 0]));
+            let r = if v >= 3 {
+                r.with_producer_id(ProducerId(producer_id(rng)))
+                    .with_producer_epoch(*rng.pick(&[-1, 0, 5, i16::MAX - 1, i16::MAX]))
+            } else {
+                r
+            };
+            frame!(r)
+        }
+        ApiKey::FindCoordinator => {
+            let key_type = *rng.pick(&[0, 0, 1, 2, -1]);
+            let r = FindCoordinatorRequest::default();
+            let r = if v >= 1 { r.with_key_type(key_type) } else { r };
+            let r = if v >= 4 {
+                r.with_coordinator_keys((0..rng.below(3)).map(|_| s(group(rng, index))).collect())
+            } else {
+                r.with_key(s(group(rng, index)))
+            };
+            frame!(r)
+        }
+        ApiKey::JoinGroup => {
+            // Its own group: a join into a shared group would wait for that group's rebalance.
+            let r = JoinGroupRequest::default()
+                .with_group_id(GroupId(s(format!("fz-join-{index}"))))
+                .with_session_timeout_ms(*rng.pick(&[10_000, 6_000, 0, -1, i32::MAX]))
+                .with_member_id(s(member(rng)))
+                .with_protocol_type(s(rng.pick(&["consumer", "", "other"])))
+                .with_protocols(
+                    (0..rng.below(3))
+                        .map(|i| {
+                            join_group_request::JoinGroupRequestProtocol::default()
+                                .with_name(s(format!("proto-{i}")))
+                                .with_metadata(blob(rng))
+                        })
+                        .collect(),
+                );
+            let r = if v >= 1 {
+                r.with_rebalance_timeout_ms(*rng.pick(&[1_000, 0, -1, 5_000]))
+            } else {
+                r
+            };
+            let r = if v >= 5 && rng.one_in(3) {
+                r.with_group_instance_id(Some(s("fz-instance")))
+            } else {
+                r
+            };
+            let r = if v >= 8 {
+                r.with_reason(Some(s("fuzz")))
+            } else {
+                r
+            };
+            frame!(r)
+        }
+        ApiKey::SyncGroup => {
+            let r = SyncGroupRequest::default()
+                .with_group_id(GroupId(s(group(rng, index))))
+                .with_generation_id(generation(rng))
+                .with_member_id(s(member(rng)))
+                .with_assignments(
+                    (0..rng.below(3))
+                        .map(|_| {
+                            sync_group_request::SyncGroupRequestAssignment::default()
+                                .with_member_id(s(member(rng)))
+                                .with_assignment(blob(rng))
+                        })
+                        .collect(),
+                );
+            let r = if v >= 3 && rng.one_in(3) {
+                r.with_group_instance_id(Some(s("fz-instance")))
+            } else {
+                r
+            };
+            let r = if v >= 5 {
+                r.with_protocol_type(Some(s("consumer")))
+                    .with_protocol_name(Some(s("proto-0")))
+            } else {
+                r
+            };
+            frame!(r)
+        }
+        ApiKey::Heartbeat => {
+            let r = HeartbeatRequest::default()
+                .with_group_id(GroupId(s(group(rng, index))))
+                .with_generation_id(generation(rng))
+                .with_member_id(s(member(rng)));
+            let r = if v >= 3 && rng.one_in(3) {
+                r.with_group_instance_id(Some(s("fz-instance")))
+            } else {
+                r
+            };
+            frame!(r)
+        }
+        ApiKey::LeaveGroup => {
+            let r = LeaveGroupRequest::default().with_group_id(GroupId(s(group(rng, index))));
+            let r = if v >= 3 {
+                r.with_members(
+                    (0..rng.below(3))
+                        .map(|_| {
+                            let m = leave_group_request::MemberIdentity::default()
+                                .with_member_id(s(member(rng)))
+                                .with_group_instance_id(rng.one_in(3).then(|| s("fz-instance")));
+                            if v >= 5 {
+                                m.with_reason(Some(s("fuzz")))
+                            } else {
+                                m
+                            }
+                        })
+                        .collect(),
+                )
+            } else {
+                r.with_member_id(s(member(rng)))
+            };
+            frame!(r)
+        }
+        ApiKey::OffsetCommit => {
+            let topics = (0..1 + rng.below(2))
+                .map(|_| {
+                    offset_commit_request::OffsetCommitRequestTopic::default()
+                        .with_name(name(rng))
+                        .with_partitions(
+                            (0..1 + rng.below(3))
+                                .map(|_| {
+                                    let p = offset_commit_request::OffsetCommitRequestPartition::default()
+                                        .with_partition_index(partition(rng))
+                                        .with_committed_offset(offset(rng))
+                                        .with_committed_metadata(match rng.below(3) {
+                                            0 => None,
+                                            1 => Some(s("meta")),
+                                            _ => Some(s("m".repeat(5000))),
+                                        });
+                                    if v >= 6 {
+                                        p.with_committed_leader_epoch(*rng.pick(&[-1, 0, 7]))
+                                    } else {
+                                        p
+                                    }
+                                })
+                                .collect(),
+                        )
+                })
+                .collect();
+            let r = OffsetCommitRequest::default()
+                .with_group_id(GroupId(s(group(rng, index))))
+                .with_generation_id_or_member_epoch(*rng.pick(&[-1, -1, 0, 1]))
+                .with_member_id(s(member(rng)))
+                .with_topics(topics);
+            let r = if v <= 4 {
+                r.with_retention_time_ms(*rng.pick(&[-1, 0, i64::MAX]))
+            } else {
+                r
+            };
+            let r = if v >= 7 && rng.one_in(3) {
+                r.with_group_instance_id(Some(s("fz-instance")))
+            } else {
+                r
+            };
+            frame!(r)
+        }
+        ApiKey::OffsetFetch => {
+            let topics = |rng: &mut Rng| {
+                (0..1 + rng.below(2))
+                    .map(|_| {
+                        (
+                            name(rng),
+                            (0..rng.below(3)).map(|_| partition(rng)).collect(),
+                        )
+                    })
+                    .collect::<Vec<(TopicName, Vec<i32>)>>()
+            };
+            let r = OffsetFetchRequest::default();
+            let r = if v >= 8 {
+                r.with_groups(
+                    (0..1 + rng.below(2))
+                        .map(|_| {
+                            let g = offset_fetch_request::OffsetFetchRequestGroup::default()
+                                .with_group_id(GroupId(s(group(rng, index))));
+                            if rng.one_in(3) {
+                                g.with_topics(None)
+                            } else {
+                                g.with_topics(Some(
+                                    topics(rng)
+                                        .into_iter()
+                                        .map(|(n, p)| {
+                                            offset_fetch_request::OffsetFetchRequestTopics::default(
+                                            )
+                                            .with_name(n)
+                                            .with_partition_indexes(p)
+                                        })
+                                        .collect(),
+                                ))
+                            }
+                        })
+                        .collect(),
+                )
+            } else {
+                let r = r.with_group_id(GroupId(s(group(rng, index))));
+                if v >= 2 && rng.one_in(3) {
+                    r.with_topics(None)
+                } else {
+                    r.with_topics(Some(
+                        topics(rng)
+                            .into_iter()
+                            .map(|(n, p)| {
+                                offset_fetch_request::OffsetFetchRequestTopic::default()
+                                    .with_name(n)
+                                    .with_partition_indexes(p)
+                            })
+                            .collect(),
+                    ))
+                }
+            };
+            let r = if v >= 7 {
+                r.with_require_stable(rng.one_in(2))
+            } else {
+                r
+            };
+            frame!(r)
+        }
+        ApiKey::ListGroups => {
+            let r = ListGroupsRequest::default();
+            let r = if v >= 4 {
+                r.with_states_filter(
+                    (0..rng.below(3))
+                        .map(|_| s(rng.pick(&["Stable", "Empty", "dead", "nonsense"])))
+                        .collect(),
+                )
+            } else {
+                r
+            };
+            frame!(r)
+        }
+        ApiKey::DescribeGroups => {
+            let r = DescribeGroupsRequest::default().with_groups(
+                (0..rng.below(3))
+                    .map(|_| GroupId(s(group(rng, index))))
+                    .collect(),
+            );
+            let r = if v >= 3 {
+                r.with_include_authorized_operations(rng.one_in(2))
+            } else {
+                r
+            };
+            frame!(r)
+        }
+        ApiKey::DeleteGroups => frame!(DeleteGroupsRequest::default().with_groups_names(
+            (0..rng.below(3))
+                .map(|_| GroupId(s(group(rng, index))))
+                .collect(),
+        )),
+        other => panic!("the fuzzer has no request generator for {other:?}: add one"),
+    }
+}
+
+/// Whether a valid request may be answered by closing the connection: a Produce with acks=0 has no
+/// response to carry an error in (a partition led by another core, or a topic deleted meanwhile).
+pub fn may_close(frame: &[u8]) -> bool {
+    let mut body = Bytes::copy_from_slice(&frame[4..]);
+    let version = i16::from_be_bytes([frame[6], frame[7]]);
+    i16::from_be_bytes([frame[4], frame[5]]) == ApiKey::Produce as i16
+        && RequestHeader::decode(&mut body, ApiKey::Produce.request_header_version(version)).is_ok()
+        && ProduceRequest::decode(&mut body, version).is_ok_and(|r| r.acks == 0)
+}
+
+/// Decodes a response frame (without its size prefix) to `key` at `version`: the header, then the
+/// body, which must use every byte.
+pub fn decode_response(key: ApiKey, version: i16, frame: Bytes) -> Result<(), String> {
+    fn body<R: Decodable>(mut buf: Bytes, version: i16) -> Result<(), String> {
+        R::decode(&mut buf, version).map_err(|e| e.to_string())?;
+        if buf.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{} bytes after the body", buf.len()))
+        }
+    }
+    let mut buf = frame;
+    ResponseHeader::decode(&mut buf, key.response_header_version(version))
+        .map_err(|e| format!("header: {e}"))?;
+    let v = version;
+    match key {
+        ApiKey::Produce => body::<ProduceResponse>(buf, v),
+        ApiKey::Fetch => body::<FetchResponse>(buf, v),
+        ApiKey::ListOffsets => body::<ListOffsetsResponse>(buf, v),
+        ApiKey::Metadata => body::<MetadataResponse>(buf, v),
+        ApiKey::ApiVersions => body::<ApiVersionsResponse>(buf, v),
+        ApiKey::CreateTopics => body::<CreateTopicsResponse>(buf, v),
+        ApiKey::DeleteTopics => body::<DeleteTopicsResponse>(buf, v),
+        ApiKey::InitProducerId => body::<InitProducerIdResponse>(buf, v),
+        ApiKey::FindCoordinator => body::<FindCoordinatorResponse>(buf, v),
+        ApiKey::JoinGroup => body::<JoinGroupResponse>(buf, v),
+        ApiKey::SyncGroup => body::<SyncGroupResponse>(buf, v),
+        ApiKey::Heartbeat => body::<HeartbeatResponse>(buf, v),
+        ApiKey::LeaveGroup => body::<LeaveGroupResponse>(buf, v),
+        ApiKey::OffsetCommit => body::<OffsetCommitResponse>(buf, v),
+        ApiKey::OffsetFetch => body::<OffsetFetchResponse>(buf, v),
+        ApiKey::ListGroups => body::<ListGroupsResponse>(buf, v),
+        ApiKey::DescribeGroups => body::<DescribeGroupsResponse>(buf, v),
+        ApiKey::DeleteGroups => body::<DeleteGroupsResponse>(buf, v),
+        other => Err(format!(
+            "an answer to {other:?}, which shoal does not serve"
+        )),
+    }
+}
+
+/// A JoinGroup that a fresh group answers at once (with `--group-initial-rebalance-delay-ms 0`): the
+/// first step of a consumer group session.
+pub fn join(version: i16, correlation: i32, group: &str, member: &str) -> Vec<u8> {
+    let r = JoinGroupRequest::default()
+        .with_group_id(GroupId(s(group)))
+        .with_session_timeout_ms(10_000)
+        .with_member_id(s(member))
+        .with_protocol_type(s("consumer"))
+        .with_protocols(vec![join_group_request::JoinGroupRequestProtocol::default(
+        )
+        .with_name(s("range"))
+        .with_metadata(Bytes::from_static(b"\0\0\0\0\0\x01\0\x07fz-data\0\0\0\0"))]);
+    let r = if version >= 1 {
+        r.with_rebalance_timeout_ms(5_000)
+    } else {
+        r
+    };
+    request_frame(ApiKey::JoinGroup, version, correlation, &r)
+}
+
+/// What a member of a group does after joining (member id and generation from the JoinGroup
+/// answer): sync (the leader with an assignment), heartbeat, commit and fetch offsets, describe,
+/// list, and leave last; a random subset, each at a random advertised version.
+pub fn session(
+    rng: &mut Rng,
+    apis: &[(ApiKey, i16)],
+    group: &str,
+    member: &str,
+    generation: i32,
+    leader: bool,
+) -> Vec<Vec<u8>> {
+    let version = |rng: &mut Rng, key: ApiKey| {
+        let vs: Vec<i16> = apis
+            .iter()
+            .filter(|(k, _)| *k == key)
+            .map(|(_, v)| *v)
+            .collect();
+        *rng.pick(&vs)
+    };
+    let g = GroupId(s(group));
+    let mut out = Vec::new();
+    let mut correlation = 10;
+    let mut push = |frame: Vec<u8>| out.push(frame);
+    let steps = [
+        ApiKey::SyncGroup,
+        ApiKey::Heartbeat,
+        ApiKey::OffsetCommit,
+        ApiKey::OffsetFetch,
+        ApiKey::DescribeGroups,
+        ApiKey::ListGroups,
+        ApiKey::LeaveGroup,
+    ];
+    for key in steps {
+        if key != ApiKey::SyncGroup && rng.one_in(3) {
+            continue;
+        }
+        let v = version(rng, key);
+        correlation += 1;
+        let frame = match key {
+            ApiKey::SyncGroup => {
+                let r = SyncGroupRequest::default()
+                    .with_group_id(g.clone())
+                    .with_generation_id(generation)
+                    .with_member_id(s(member))
+                    .with_assignments(if leader {
+                        vec![sync_group_request::SyncGroupRequestAssignment::default()
+                            .with_member_id(s(member))
+                            .with_assignment(blob(rng))]
+                    } else {
+                        vec![]
+                    });
+                let r = if v >= 5 {
+                    r.with_protocol_type(Some(s("consumer")))
+                        .with_protocol_name(Some(s("range")))
+                } else {
+                    r
+                };
+                request_frame(key, v, correlation, &r)
+            }
+            ApiKey::Heartbeat => request_frame(
+                key,
+                v,
+                correlation,
+                &HeartbeatRequest::default()
+                    .with_group_id(g.clone())
+                    .with_generation_id(generation)
+                    .with_member_id(s(member)),
+            ),
+            ApiKey::OffsetCommit => {
+                let r = OffsetCommitRequest::default()
+                    .with_group_id(g.clone())
+                    .with_generation_id_or_member_epoch(generation)
+                    .with_member_id(s(member))
+                    .with_topics(
+                        vec![offset_commit_request::OffsetCommitRequestTopic::default()
+                        .with_name(TopicName(s(DATA_TOPIC)))
+                        .with_partitions(
+                            (0..2)
+                                .map(|p| {
+                                    offset_commit_request::OffsetCommitRequestPartition::default()
+                                        .with_partition_index(p)
+                                        .with_committed_offset(offset(rng))
+                                        .with_committed_metadata(Some(s("")))
+                                })
+                                .collect(),
+                        )],
+                    );
+                request_frame(key, v, correlation, &r)
+            }
+            ApiKey::OffsetFetch => {
+                let r = OffsetFetchRequest::default();
+                let r = if v >= 8 {
+                    r.with_groups(vec![
+                        offset_fetch_request::OffsetFetchRequestGroup::default()
+                            .with_group_id(g.clone())
+                            .with_topics(None),
+                    ])
+                } else {
+                    r.with_group_id(g.clone()).with_topics(Some(vec![
+                        offset_fetch_request::OffsetFetchRequestTopic::default()
+                            .with_name(TopicName(s(DATA_TOPIC)))
+                            .with_partition_indexes(vec![0, 1]),
+                    ]))
+                };
+                request_frame(key, v, correlation, &r)
+            }
+            ApiKey::DescribeGroups => request_frame(
+                key,
+                v,
+                correlation,
+                &DescribeGroupsRequest::default().with_groups(vec![g.clone()]),
+            ),
+            ApiKey::ListGroups => request_frame(key, v, correlation, &ListGroupsRequest::default()),
+            _ => {
+                let r = LeaveGroupRequest::default().with_group_id(g.clone());
+                let r = if v >= 3 {
+                    r.with_members(vec![
+                        leave_group_request::MemberIdentity::default().with_member_id(s(member))
+                    ])
+                } else {
+                    r.with_member_id(s(member))
+                };
+                request_frame(key, v, correlation, &r)
+            }
+        };
+        push(frame);
+    }
+    out
+}
