@@ -11,7 +11,7 @@
 
 use crate::control::{AdminRequest, AdminSender, Setting};
 use crate::metrics::{render_prometheus, CoreSnapshot};
-use crate::router::TopicTable;
+use crate::topics::TopicTable;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;

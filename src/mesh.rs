@@ -3,7 +3,7 @@
 //! mean (topic changes, statistics, live settings) is the control plane's ([`crate::control`]).
 
 use crate::metrics::CoreSnapshot;
-use crate::router::TopicTable;
+use crate::topics::TopicTable;
 use glommio::channels::channel_mesh::Senders;
 use glommio::channels::local_channel::{self, LocalSender};
 use kafka_protocol::error::ResponseError;

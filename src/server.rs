@@ -5,7 +5,7 @@
 use crate::admin;
 use crate::config::BrokerConfig;
 use crate::control::{self, spawn_receivers, AdminInbox};
-use crate::core::Core;
+use crate::core_state::Core;
 use crate::kafka::connection;
 use crate::mesh::{CoreMsg, Mesh};
 use glommio::channels::channel_mesh::MeshBuilder;
@@ -259,7 +259,7 @@ async fn run_core(
     admin_inbox: Option<AdminInbox>,
     mesh: MeshBuilder<CoreMsg, glommio::channels::channel_mesh::Full>,
     stop: Arc<AtomicBool>,
-    table: crate::router::TopicTable,
+    table: crate::topics::TopicTable,
 ) {
     let cores = ports.len();
     let (senders, receivers) = if cores > 1 {

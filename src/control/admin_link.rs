@@ -2,9 +2,9 @@
 //! wakes core 0, and core 0's side that answers them.
 
 use super::{gather_stats, set_everywhere, Setting};
-use crate::core::Core;
+use crate::core_state::Core;
 use crate::metrics::CoreSnapshot;
-use crate::router::TopicTable;
+use crate::topics::TopicTable;
 use futures_lite::AsyncReadExt;
 use std::io::Write;
 use std::os::fd::{FromRawFd, IntoRawFd};

@@ -7,11 +7,11 @@
 //! the admin requests for per-core statistics and live settings, which reach core 0 from the admin
 //! thread as [`AdminRequest`]s on a crossbeam channel.
 
-use crate::core::Core;
+use crate::core_state::Core;
 use crate::mesh::{CoreMsg, CHANGE_TIMEOUT, QUESTION_TIMEOUT};
 pub use crate::mesh::{NewTopic, Setting, TopicOutcome};
 use crate::metrics::CoreSnapshot;
-use crate::router::{apply_topic_configs, validate_topic_name, TopicMeta, TopicTable};
+use crate::topics::{apply_topic_configs, validate_topic_name, TopicMeta, TopicTable};
 use glommio::channels::channel_mesh::Receivers;
 use kafka_protocol::error::ResponseError;
 use std::rc::Rc;
@@ -325,7 +325,7 @@ async fn broadcast(core: &Rc<Core>, table: TopicTable) {
 
 /// `<source>.shard-<i>-of-<n>` (valid or not): reserved for sharded views.
 pub fn is_view_name(name: &str) -> bool {
-    crate::router::parse_view_name(name).is_some()
+    crate::topics::parse_view_name(name).is_some()
 }
 
 fn new_topic_id() -> [u8; 16] {

@@ -1,7 +1,7 @@
 //! The topic table on disk: `DATA/topics.json`, written atomically.
 
 use crate::partition::write_atomically;
-use crate::router::TopicTable;
+use crate::topics::TopicTable;
 use std::path::Path;
 
 pub fn table_path(data_dir: &Path) -> std::path::PathBuf {

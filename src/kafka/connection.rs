@@ -1,7 +1,7 @@
 //! One client connection: frames are read and handled concurrently (pipelining), and responses are
 //! written strictly in request order by a writer task that awaits each handler in turn.
 
-use crate::core::Core;
+use crate::core_state::Core;
 use crate::kafka::handlers::{self, Reply};
 use crate::metrics::add;
 use crate::wire::frame::{read_frame, FrameError};

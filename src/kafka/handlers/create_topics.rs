@@ -2,7 +2,7 @@
 
 use super::{count_errors, frame, HandlerResult, Versions};
 use crate::control::{self, NewTopic};
-use crate::core::Core;
+use crate::core_state::Core;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult,

@@ -2,7 +2,7 @@
 //! offsets log); a group with members gets `NON_EMPTY_GROUP`, an unknown one `GROUP_ID_NOT_FOUND`.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::core::Core;
+use crate::core_state::Core;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::{ApiKey, DeleteGroupsRequest, DeleteGroupsResponse};

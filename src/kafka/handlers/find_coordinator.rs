@@ -3,7 +3,7 @@
 //! supported, so transaction coordinators are never available.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::core::Core;
+use crate::core_state::Core;
 use crate::groups::coordinator_core;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;

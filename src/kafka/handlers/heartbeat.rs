@@ -1,7 +1,7 @@
 //! Heartbeat: keeps a member's session alive and tells it when a rebalance is under way.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::core::Core;
+use crate::core_state::Core;
 use crate::kafka::errors::code;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::messages::{ApiKey, HeartbeatRequest, HeartbeatResponse};

@@ -3,7 +3,7 @@
 //! number in the low bits, so no two cores and no two runs hand out the same id.
 
 use super::{frame, HandlerResult, Versions};
-use crate::core::Core;
+use crate::core_state::Core;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProducerId};

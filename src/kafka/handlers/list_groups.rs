@@ -2,7 +2,7 @@
 //! by state from v4.
 
 use super::{frame, HandlerResult, Versions};
-use crate::core::Core;
+use crate::core_state::Core;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::{ApiKey, GroupId, ListGroupsRequest, ListGroupsResponse};

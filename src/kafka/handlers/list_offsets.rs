@@ -2,7 +2,7 @@
 //! offset at or after a timestamp.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::core::Core;
+use crate::core_state::Core;
 use crate::kafka::errors::code_of;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;

@@ -3,8 +3,8 @@
 
 use super::{count_errors, frame, HandlerResult, Versions};
 use crate::control::{self, NewTopic};
-use crate::core::Core;
-use crate::router::{parse_view_name, validate_topic_name, view_topic_id};
+use crate::core_state::Core;
+use crate::topics::{parse_view_name, validate_topic_name, view_topic_id};
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::metadata_response::{

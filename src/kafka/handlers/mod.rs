@@ -20,7 +20,7 @@ pub mod offset_fetch;
 pub mod produce;
 pub mod sync_group;
 
-use crate::core::Core;
+use crate::core_state::Core;
 use crate::wire::header::Request;
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;

@@ -4,10 +4,10 @@
 //! deleted.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::core::Core;
+use crate::core_state::Core;
 use crate::groups::offsets::{now_ms, Committed};
 use crate::groups::MAX_OFFSET_METADATA_BYTES;
-use crate::router::parse_view_name;
+use crate::topics::parse_view_name;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::offset_commit_response::{

@@ -8,7 +8,7 @@
 //! commits, and only those already begun).
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::core::Core;
+use crate::core_state::Core;
 use crate::groups::offsets::Committed;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;

@@ -3,7 +3,7 @@
 //! acks=0 gets no response at all, as in Kafka.
 
 use super::{count_errors, frame, HandlerResult, Reply, Versions};
-use crate::core::Core;
+use crate::core_state::Core;
 use crate::kafka::errors::code_of;
 use crate::partition::Partition;
 use crate::wire::header::{decode, Request};

@@ -4,7 +4,7 @@
 //! writes the log's shared record bytes to the socket without copying them.
 
 use super::{count_errors, HandlerResult, Reply, Versions};
-use crate::core::Core;
+use crate::core_state::Core;
 use crate::kafka::errors::code_of;
 use crate::partition::Partition;
 use crate::wire::fetch::encode::{

@@ -1,4 +1,4 @@
-//! The router: the topic table every core holds a copy of, and the partition -> core mapping derived
+//! The topic table every core holds a copy of, and the partition -> core mapping derived
 //! from it. A partition is owned by exactly one core; Metadata names that core as its leader, so
 //! produce and fetch requests reach the core that holds the data and nothing crosses cores.
 

@@ -5,7 +5,7 @@ use crate::config::BrokerConfig;
 use crate::mesh::Mesh;
 use crate::metrics::{CoreMetrics, CoreSnapshot, PartitionSnapshot};
 use crate::partition::Partition;
-use crate::router::{apply_topic_configs, parse_view_name, TopicTable, ViewName};
+use crate::topics::{apply_topic_configs, parse_view_name, TopicTable, ViewName};
 use kafka_protocol::error::ResponseError;
 use shards::view_reader::ViewReaders;
 use shards::{FetchCoalescer, OffsetMonitor, ResponseMemory, TailCache};
