@@ -244,14 +244,14 @@ type ReadResult = Result<Rc<SharedRead>, Error>;
 
 /// A read in progress and the fetches waiting for it.
 #[derive(Debug, Default)]
-struct InFlight {
+struct PendingRead {
     result: RefCell<Option<ReadResult>>,
     wakers: RefCell<Vec<Waker>>,
 }
 
-struct InFlightWait(Rc<InFlight>);
+struct PendingReadWait(Rc<PendingRead>);
 
-impl Future for InFlightWait {
+impl Future for PendingReadWait {
     type Output = ReadResult;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<ReadResult> {
         if let Some(r) = &*self.0.result.borrow() {
@@ -266,7 +266,7 @@ impl Future for InFlightWait {
 #[derive(Debug)]
 pub struct FetchCoalescer {
     enabled: Cell<bool>,
-    in_flight: RefCell<HashMap<CoalesceKey, Rc<InFlight>>>,
+    in_flight: RefCell<HashMap<CoalesceKey, Rc<PendingRead>>>,
     cache: RefCell<Cache>,
     stats: Cell<CoalescerStats>,
 }
@@ -337,7 +337,7 @@ impl FetchCoalescer {
         let in_flight = self.in_flight.borrow().get(&key).cloned();
         if let Some(flight) = in_flight {
             self.bump(|s| s.inflight_hits += 1);
-            return InFlightWait(flight).await;
+            return PendingReadWait(flight).await;
         }
         let stale = {
             let mut cache = self.cache.borrow_mut();
@@ -366,7 +366,7 @@ impl FetchCoalescer {
             }
             return result;
         }
-        let flight = Rc::new(InFlight::default());
+        let flight = Rc::new(PendingRead::default());
         self.in_flight.borrow_mut().insert(key, flight.clone());
         let this = self.clone();
         let done = flight.clone();
@@ -375,12 +375,12 @@ impl FetchCoalescer {
             this.finish(key, &done, result, stale);
         })
         .detach();
-        InFlightWait(flight).await
+        PendingReadWait(flight).await
     }
 
     /// A read for `key` is over: it leaves the in-flight table, its result is cached if worth it,
     /// and the fetches waiting on it get it.
-    fn finish(&self, key: CoalesceKey, flight: &InFlight, result: ReadResult, stale: bool) {
+    fn finish(&self, key: CoalesceKey, flight: &PendingRead, result: ReadResult, stale: bool) {
         self.in_flight.borrow_mut().remove(&key);
         if let Ok(shared) = &result {
             self.keep(key, shared, stale);

@@ -54,11 +54,11 @@ pub struct OffsetStore {
     compacting: Cell<bool>,
     lock: glommio::sync::RwLock<()>,
     /// Per group: writes begun and not yet applied (or failed), and who waits for none.
-    in_flight: RefCell<HashMap<String, InFlight>>,
+    in_flight: RefCell<HashMap<String, PendingWrites>>,
 }
 
 #[derive(Debug, Default)]
-struct InFlight {
+struct PendingWrites {
     /// Number of the next write of the group.
     next: u64,
     /// Writes begun and not yet finished.

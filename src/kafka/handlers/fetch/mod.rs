@@ -51,17 +51,17 @@ struct PlannedPartition {
     index: i32,
     offset: i64,
     max_bytes: usize,
-    target: Result<Target, ResponseError>,
+    target: Result<ReadSource, ResponseError>,
 }
 
 /// What a planned partition reads: a partition's log (through the coalescer), or a view shard
 /// (through the source partition's shared view reader).
-struct Target {
+struct ReadSource {
     part: Rc<Partition>,
     view: Option<(Rc<ViewReader>, u32)>,
 }
 
-impl Target {
+impl ReadSource {
     /// What a fetch waiting for more data watches: a running shared view reader's progress, else the
     /// partition's high watermark.
     fn monitor(&self) -> shards::OffsetMonitor {
@@ -106,7 +106,7 @@ fn plan(core: &Core, request: &FetchRequest) -> Plan {
                             .map(|(part, view)| {
                                 let view =
                                     view.map(|v| (core.views.reader(&part.log, v.shards), v.shard));
-                                Target { part, view }
+                                ReadSource { part, view }
                             }),
                     })
                     .collect(),
@@ -137,7 +137,7 @@ async fn execute(core: &Rc<Core>, plan: &Plan) -> Execution {
         for p in &t.partitions {
             partitions.push(match &p.target {
                 Err(e) => PartitionResult::error(p.index, e.code()),
-                Ok(Target { part, view }) => {
+                Ok(ReadSource { part, view }) => {
                     let budget = p.max_bytes.min(plan.max_bytes.saturating_sub(total));
                     let obligatory = total == 0;
                     // A view's records are window buffers shared by all its consumers (bounded by the
