@@ -11,6 +11,7 @@
 //! rewritten without touching it; stamping LogAppendTime changes covered bytes and recomputes it.
 
 use crate::error::InvalidBatch;
+use std::borrow::Cow;
 
 pub const HEADER_LEN: usize = 61;
 /// `baseOffset` + `batchLength`: the bytes not counted by `batchLength`.
@@ -183,10 +184,10 @@ const MIN_RECORD_LEN: usize = 7;
 /// adding up to its declared length, its offset delta equal to its position (so `lastOffsetDelta`,
 /// already checked to be `recordCount - 1`, is the last record's), and nothing after the last one.
 /// A compressed section is decompressed as a stream (nothing kept) up to
-/// [`crate::split::MAX_DECOMPRESSED`] bytes.
+/// [`crate::compression::MAX_DECOMPRESSED`] bytes.
 pub fn check_records(h: &BatchHeader, b: &[u8]) -> Result<(), InvalidBatch> {
     let section = b.get(HEADER_LEN..).unwrap_or_default();
-    let limit = crate::split::MAX_DECOMPRESSED;
+    let limit = crate::compression::MAX_DECOMPRESSED;
     // A header that claims more records than the bytes could hold is refused before any work.
     let room = if h.compression() == 0 {
         section.len()
@@ -199,30 +200,48 @@ pub fn check_records(h: &BatchHeader, b: &[u8]) -> Result<(), InvalidBatch> {
             format!("{room} bytes of records cannot hold that many"),
         ));
     }
-    match h.compression() {
-        0 => walk_records(h, &mut Reader { b: section, at: 0 }),
-        1 => walk_records(
-            h,
-            &mut Stream::new(flate2::read::GzDecoder::new(section), limit),
-        ),
-        2 => {
-            // Snappy blocks carry their decompressed length, bounded by the codec's ratio.
-            let plain = crate::split::records_section(h, b)?;
+    match crate::compression::stream_decoder(h.compression(), section)? {
+        Some(decoder) => walk_records(h, &mut Stream::new(decoder, limit)),
+        // Uncompressed, or snappy, whose blocks carry their decompressed length (bounded by the
+        // codec's ratio): walked in memory.
+        None => {
+            let plain = records_section(h, b)?;
             walk_records(h, &mut Reader { b: &plain, at: 0 })
         }
-        3 => walk_records(
-            h,
-            &mut Stream::new(lz4_flex::frame::FrameDecoder::new(section), limit),
-        ),
-        4 => {
-            let decoder = zstd::stream::read::Decoder::new(section)
-                .map_err(|e| InvalidBatch::Decompress(e.to_string()))?;
-            walk_records(h, &mut Stream::new(decoder, limit))
-        }
-        c => Err(InvalidBatch::Decompress(format!(
-            "unknown compression codec {c}"
-        ))),
     }
+}
+
+/// The records section of a whole batch, decompressed if needed (borrowed when it is not).
+pub fn records_section<'a>(
+    h: &BatchHeader,
+    batch: &'a [u8],
+) -> Result<Cow<'a, [u8]>, InvalidBatch> {
+    let body = batch
+        .get(HEADER_LEN..h.total_len())
+        .ok_or(InvalidBatch::Truncated {
+            needed: h.total_len(),
+            available: batch.len(),
+        })?;
+    crate::compression::decompress(h.compression(), body)
+}
+
+/// `plain` (an uncompressed batch) with its records section compressed by `codec` (1 gzip, 2 snappy,
+/// 3 lz4, 4 zstd), as a producer would send it; unchanged for 0 or an unknown codec.
+pub fn compress_batch(plain: &[u8], codec: i16) -> Vec<u8> {
+    let Some(packed) = crate::compression::compress(codec, &plain[HEADER_LEN..]) else {
+        return plain.to_vec();
+    };
+    let mut out = vec![0u8; HEADER_LEN];
+    out.extend_from_slice(&packed);
+    let h = BatchHeader::parse(plain).expect("a whole batch");
+    write_header(
+        &mut out,
+        &BatchHeader {
+            attributes: (h.attributes & !ATTR_COMPRESSION) | codec,
+            ..h
+        },
+    );
+    out
 }
 
 fn records_error(h: &BatchHeader, why: String) -> InvalidBatch {
@@ -902,7 +921,7 @@ mod tests {
     #[test]
     fn compressed_records_are_counted_too() {
         for codec in 1..=4 {
-            let packed = crate::split::compress_batch(&sample(), codec);
+            let packed = compress_batch(&sample(), codec);
             let h = validate(&packed, usize::MAX).unwrap();
             assert_eq!((h.compression(), h.record_count), (codec as u8, 3));
             for (count, delta) in [(4, 3), (2, 1), (i32::MAX, i32::MAX - 1)] {

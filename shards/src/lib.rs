@@ -9,6 +9,7 @@
 //!   LogAppendTime stamping, and a builder/decoder for uncompressed batches.
 //! - [`coalescer`]  — the fetch read coalescer (one read per key serves every fetch; fresh S3-FIFO
 //!   cache) and the response-memory budget.
+//! - [`compression`] — Kafka's record codecs (gzip, snappy, lz4, zstd), bounded decompression.
 //! - [`log`]        — one partition's log: append (offsets, group commit), read, recovery, retention, delete.
 //! - `segment`      — one segment file (`<base_offset:020>.log`): writes, reads, the recovery scan.
 //! - `index`        — the sparse offset index and its file, which also marks a sealed segment clean.
@@ -31,6 +32,7 @@
 pub mod batch;
 mod chunk;
 pub mod coalescer;
+pub mod compression;
 pub mod config;
 pub mod error;
 mod index;

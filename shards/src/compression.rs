@@ -1,0 +1,117 @@
+//! Kafka's record compression codecs (attributes bits 0-2: 1 gzip, 2 snappy, 3 lz4, 4 zstd) over a
+//! records section, with a bound on what decompression may produce (a guard against decompression
+//! bombs). Batch-level helpers are in [`crate::batch`].
+
+use crate::error::InvalidBatch;
+use std::borrow::Cow;
+use std::io::Read;
+
+/// Largest decompressed records section accepted.
+pub const MAX_DECOMPRESSED: usize = 256 << 20;
+
+const XERIAL_MAGIC: &[u8] = &[0x82, b'S', b'N', b'A', b'P', b'P', b'Y', 0];
+
+fn bad(why: impl Into<String>) -> InvalidBatch {
+    InvalidBatch::Decompress(why.into())
+}
+
+/// A decompressing reader over `body` for the stream codecs (gzip, lz4, zstd); `None` for
+/// uncompressed (0) and snappy (2), whose blocks are decompressed whole by [`decompress`].
+pub fn stream_decoder<'a>(
+    codec: u8,
+    body: &'a [u8],
+) -> Result<Option<Box<dyn Read + 'a>>, InvalidBatch> {
+    Ok(Some(match codec {
+        0 | 2 => return Ok(None),
+        1 => Box::new(flate2::read::GzDecoder::new(body)),
+        3 => Box::new(lz4_flex::frame::FrameDecoder::new(body)),
+        4 => Box::new(zstd::stream::read::Decoder::new(body).map_err(|e| bad(e.to_string()))?),
+        c => return Err(bad(format!("unknown compression codec {c}"))),
+    }))
+}
+
+/// `body` decompressed with `codec` (borrowed when uncompressed), at most [`MAX_DECOMPRESSED`].
+pub fn decompress(codec: u8, body: &[u8]) -> Result<Cow<'_, [u8]>, InvalidBatch> {
+    if codec == 0 {
+        return Ok(Cow::Borrowed(body));
+    }
+    if codec == 2 {
+        return snappy(body).map(Cow::Owned);
+    }
+    let mut r = stream_decoder(codec, body)?.expect("a stream codec");
+    let mut out = Vec::new();
+    r.by_ref()
+        .take(MAX_DECOMPRESSED as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| bad(e.to_string()))?;
+    if out.len() > MAX_DECOMPRESSED {
+        return Err(bad("decompressed records exceed the limit"));
+    }
+    Ok(Cow::Owned(out))
+}
+
+/// Kafka's snappy: the Java client's xerial framing (magic, versions, then length-prefixed raw
+/// blocks), or a raw snappy block as some clients write.
+fn snappy(body: &[u8]) -> Result<Vec<u8>, InvalidBatch> {
+    let mut dec = snap::raw::Decoder::new();
+    let mut raw = |block: &[u8], out: &mut Vec<u8>| -> Result<(), InvalidBatch> {
+        let n = snap::raw::decompress_len(block).map_err(|e| bad(e.to_string()))?;
+        if out.len() + n > MAX_DECOMPRESSED {
+            return Err(bad("decompressed records exceed the limit"));
+        }
+        let at = out.len();
+        out.resize(at + n, 0);
+        dec.decompress(block, &mut out[at..])
+            .map_err(|e| bad(e.to_string()))?;
+        Ok(())
+    };
+    let mut out = Vec::new();
+    if !body.starts_with(XERIAL_MAGIC) {
+        raw(body, &mut out)?;
+        return Ok(out);
+    }
+    let mut at = XERIAL_MAGIC.len() + 8; // version and compatible version
+    while at < body.len() {
+        let len = body
+            .get(at..at + 4)
+            .ok_or_else(|| bad("truncated snappy block length"))?;
+        let len = u32::from_be_bytes(len.try_into().unwrap()) as usize;
+        let block = body
+            .get(at + 4..at + 4 + len)
+            .ok_or_else(|| bad("truncated snappy block"))?;
+        raw(block, &mut out)?;
+        at += 4 + len;
+    }
+    Ok(out)
+}
+
+/// `body` compressed with `codec` (snappy in the Java client's xerial framing, lz4 as a frame), as a
+/// producer would send it; `None` for an unknown codec or 0.
+pub fn compress(codec: i16, body: &[u8]) -> Option<Vec<u8>> {
+    use std::io::Write;
+    Some(match codec {
+        1 => {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(body).expect("in-memory write");
+            e.finish().expect("in-memory write")
+        }
+        2 => {
+            let block = snap::raw::Encoder::new()
+                .compress_vec(body)
+                .expect("snappy block");
+            let mut v = XERIAL_MAGIC.to_vec();
+            v.extend_from_slice(&1i32.to_be_bytes());
+            v.extend_from_slice(&1i32.to_be_bytes());
+            v.extend_from_slice(&(block.len() as u32).to_be_bytes());
+            v.extend_from_slice(&block);
+            v
+        }
+        3 => {
+            let mut e = lz4_flex::frame::FrameEncoder::new(Vec::new());
+            e.write_all(body).expect("in-memory write");
+            e.finish().expect("in-memory write")
+        }
+        4 => zstd::stream::encode_all(body, 3).expect("in-memory write"),
+        _ => return None,
+    })
+}
