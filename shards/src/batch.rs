@@ -337,8 +337,15 @@ impl<R: std::io::Read> RecordSource for Stream<R> {
 }
 
 fn read_varlong(s: &mut impl RecordSource) -> Result<Option<i64>, InvalidBatch> {
+    read_var(s, 10)
+}
+
+/// A zigzag varint of at most `max_bytes` bytes (5 for an int, 10 for a long: Java's readers refuse
+/// longer encodings, so a batch holding one would poison the partition for Java consumers); `None`
+/// if the section ends first or the encoding is longer.
+fn read_var(s: &mut impl RecordSource, max_bytes: usize) -> Result<Option<i64>, InvalidBatch> {
     let mut v = 0u64;
-    for shift in (0..70).step_by(7) {
+    for shift in (0..7 * max_bytes).step_by(7) {
         let Some(byte) = s.byte()? else {
             return Ok(None);
         };
@@ -351,14 +358,18 @@ fn read_varlong(s: &mut impl RecordSource) -> Result<Option<i64>, InvalidBatch> 
 }
 
 fn read_varint(s: &mut impl RecordSource) -> Result<Option<i32>, InvalidBatch> {
-    Ok(read_varlong(s)?.and_then(|v| i32::try_from(v).ok()))
+    Ok(read_var(s, 5)?.and_then(|v| i32::try_from(v).ok()))
 }
 
 /// Walks exactly `h.record_count` records of `s` and checks that nothing follows them.
 fn walk_records<S: RecordSource>(h: &BatchHeader, s: &mut S) -> Result<(), InvalidBatch> {
     let bad = |why: String| records_error(h, why);
     for i in 0..h.record_count {
-        let short = || bad(format!("the section ends inside record {i}"));
+        let short = || {
+            bad(format!(
+                "record {i} is cut short or has an over-long varint"
+            ))
+        };
         let len = read_varint(s)?.ok_or_else(short)?;
         let len = usize::try_from(len).map_err(|_| bad(format!("record {i} has length {len}")))?;
         let start = s.position();
@@ -904,6 +915,20 @@ mod tests {
         assert!(is_records_error(validate(&late, usize::MAX)));
         // Already in a log (written before this check), it decodes as malformed, never panics.
         assert!(records(&late).is_err());
+        // A record length in an over-long (6-byte) varint: Java's readers refuse it.
+        let long = {
+            let mut b = one.clone();
+            let first = b[HEADER_LEN];
+            assert!(first < 0x80);
+            b.splice(
+                HEADER_LEN..HEADER_LEN + 1,
+                [first | 0x80, 0x80, 0x80, 0x80, 0x80, 0x00],
+            );
+            let len = i32::from_be_bytes(b[8..12].try_into().unwrap()) + 5;
+            b[8..12].copy_from_slice(&len.to_be_bytes());
+            lie(b, 1, 0)
+        };
+        assert!(is_records_error(validate(&long, usize::MAX)));
         // A record whose offset delta is not its position.
         let mut gap = BatchBuilder::new(0);
         gap.push(0, None, Some(b"a"), &[]);

@@ -56,6 +56,14 @@ fn snappy(body: &[u8]) -> Result<Vec<u8>, InvalidBatch> {
     let mut dec = snap::raw::Decoder::new();
     let mut raw = |block: &[u8], out: &mut Vec<u8>| -> Result<(), InvalidBatch> {
         let n = snap::raw::decompress_len(block).map_err(|e| bad(e.to_string()))?;
+        // The length is the block's claim: snappy expands at most about 22x (a 3-byte copy of 64
+        // bytes), so a larger claim is a lie, refused before allocating for it.
+        if n > block.len().saturating_mul(24).saturating_add(64) {
+            return Err(bad(format!(
+                "a {}-byte snappy block claims {n} bytes",
+                block.len()
+            )));
+        }
         if out.len() + n > MAX_DECOMPRESSED {
             return Err(bad("decompressed records exceed the limit"));
         }
@@ -114,4 +122,36 @@ pub fn compress(codec: i16, body: &[u8]) -> Option<Vec<u8>> {
         4 => zstd::stream::encode_all(body, 3).expect("in-memory write"),
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_lying_snappy_blocks() {
+        let body: Vec<u8> = (0..10_000u32)
+            .flat_map(|i| (i % 251).to_be_bytes())
+            .collect();
+        for codec in 1..=4 {
+            let packed = compress(codec, &body).unwrap();
+            assert_eq!(
+                decompress(codec as u8, &packed).unwrap()[..],
+                body[..],
+                "{codec}"
+            );
+        }
+        assert!(compress(0, &body).is_none());
+        // A raw snappy block claiming 200 MiB in a few bytes is refused before allocating.
+        let mut lie = Vec::new();
+        let mut n = 200u64 << 20;
+        while n >= 0x80 {
+            lie.push((n as u8) | 0x80);
+            n >>= 7;
+        }
+        lie.push(n as u8);
+        lie.extend_from_slice(&[0u8; 16]);
+        let e = decompress(2, &lie).unwrap_err();
+        assert!(format!("{e}").contains("claims"), "{e}");
+    }
 }

@@ -237,7 +237,12 @@ impl ProducerStates {
             if p.epoch == h.producer_epoch {
                 p.recent
                     .retain(|r| !(r.0 == h.base_sequence && r.1 == last_seq(h)));
-                p.next_seq = h.base_sequence;
+                // Only backwards (sequences wrap at i32::MAX): releasing a later batch after an
+                // earlier one must leave the producer expecting the earlier one.
+                let behind = p.next_seq.wrapping_sub(h.base_sequence) & i32::MAX;
+                if behind > 0 && behind < 1 << 30 {
+                    p.next_seq = h.base_sequence;
+                }
             }
         }
     }
@@ -541,6 +546,16 @@ mod tests {
         assert_eq!(s.check_and_reserve_all(&request, 0), Ok(()));
         s.release_all(&request);
         assert_eq!(s.check_and_reserve_all(&request, 0), Ok(()));
+        // Two pipelined requests failed by one write are released first to first: the producer
+        // still expects the first one's sequence, not the second's.
+        let (a, b) = (h(4, 0, 10, 5), h(4, 0, 15, 5));
+        s.release_all(&request);
+        assert_eq!(s.check_and_reserve_all(&request, 0), Ok(()));
+        assert_eq!(s.check_and_reserve_all(&[a], 0), Ok(()));
+        assert_eq!(s.check_and_reserve_all(&[b], 0), Ok(()));
+        s.release_all(&[a]);
+        s.release_all(&[b]);
+        assert_eq!(s.check_and_reserve_all(&[a], 0), Ok(()));
     }
 
     #[test]

@@ -158,6 +158,10 @@ impl Inner {
         if let Err(e) = self.active().append(data, &headers).await {
             let e = self.storage.failed(&self.dir, e, false);
             fail_all(group, &e);
+            // Appends queued behind a failed write fail too: one written without the batches
+            // before it would reorder a producer's records (its retry of those would land after).
+            let behind: Vec<_> = self.queue.borrow_mut().drain(..).collect();
+            fail_all(behind, &e);
             return;
         }
         self.storage.succeeded(&self.dir);

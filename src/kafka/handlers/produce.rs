@@ -173,9 +173,18 @@ fn check_sequences(partition: &Partition, headers: &[BatchHeader], index: i32) -
                 .with_base_offset(base_offset)
                 .with_log_start_offset(partition.log.log_start_offset()),
         ),
-        SequenceCheck::Duplicate { .. } | SequenceCheck::InFlight => {
+        SequenceCheck::Duplicate { .. } => {
             failed(index, ResponseError::DuplicateSequenceNumber, None)
         }
+        // A retry of a batch still being written (or fsynced): not a duplicate yet, since the
+        // write may still fail, and clients take DUPLICATE_SEQUENCE_NUMBER as success. A retriable
+        // error makes them try again, by when it is a duplicate (answered with its offset) or was
+        // released (and is appended).
+        SequenceCheck::InFlight => failed(
+            index,
+            ResponseError::RequestTimedOut,
+            Some("the same batch is still being written".into()),
+        ),
         SequenceCheck::OutOfOrder { expected } => failed(
             index,
             ResponseError::OutOfOrderSequenceNumber,
