@@ -150,6 +150,15 @@ pub fn check_integrity(b: &[u8], max_batch_bytes: usize) -> Result<BatchHeader, 
 /// Checks one whole batch from a producer at the start of `b` (which may hold more after it) and
 /// returns its header: integrity, then everything a producer could get wrong (counts, timestamps).
 pub fn validate(b: &[u8], max_batch_bytes: usize) -> Result<BatchHeader, InvalidBatch> {
+    validate_within(b, max_batch_bytes, crate::compression::MAX_DECOMPRESSED).map(|(h, _)| h)
+}
+
+/// [`validate`], decompressing at most `decompress_budget` bytes; also returns how many it did.
+fn validate_within(
+    b: &[u8],
+    max_batch_bytes: usize,
+    decompress_budget: usize,
+) -> Result<(BatchHeader, usize), InvalidBatch> {
     let h = check_integrity(b, max_batch_bytes)?;
     if h.record_count < 1 {
         return Err(InvalidBatch::RecordCount(h.record_count));
@@ -171,8 +180,8 @@ pub fn validate(b: &[u8], max_batch_bytes: usize) -> Result<BatchHeader, Invalid
             max: h.max_timestamp,
         });
     }
-    check_records(&h, &b[..h.total_len()])?;
-    Ok(h)
+    let used = check_records_within(&h, &b[..h.total_len()], decompress_budget)?;
+    Ok((h, used))
 }
 
 /// Smallest encoded record: its length, attributes, timestamp delta, offset delta, key length, value
@@ -186,8 +195,12 @@ const MIN_RECORD_LEN: usize = 7;
 /// A compressed section is decompressed as a stream (nothing kept) up to
 /// [`crate::compression::MAX_DECOMPRESSED`] bytes.
 pub fn check_records(h: &BatchHeader, b: &[u8]) -> Result<(), InvalidBatch> {
+    check_records_within(h, b, crate::compression::MAX_DECOMPRESSED).map(|_| ())
+}
+
+/// [`check_records`], decompressing at most `limit` bytes; returns how many it decompressed.
+fn check_records_within(h: &BatchHeader, b: &[u8], limit: usize) -> Result<usize, InvalidBatch> {
     let section = b.get(HEADER_LEN..).unwrap_or_default();
-    let limit = crate::compression::MAX_DECOMPRESSED;
     // A header that claims more records than the bytes could hold is refused before any work.
     let room = if h.compression() == 0 {
         section.len()
@@ -201,12 +214,23 @@ pub fn check_records(h: &BatchHeader, b: &[u8]) -> Result<(), InvalidBatch> {
         ));
     }
     match crate::compression::stream_decoder(h.compression(), section)? {
-        Some(decoder) => walk_records(h, &mut Stream::new(decoder, limit)),
+        Some(decoder) => {
+            let mut s = Stream::new(decoder, limit);
+            walk_records(h, &mut s)?;
+            Ok(s.at)
+        }
         // Uncompressed, or snappy, whose blocks carry their decompressed length (bounded by the
         // codec's ratio): walked in memory.
         None => {
             let plain = records_section(h, b)?;
-            walk_records(h, &mut Reader { b: &plain, at: 0 })
+            let used = if h.compression() == 0 { 0 } else { plain.len() };
+            if used > limit {
+                return Err(InvalidBatch::Decompress(
+                    "decompressed records exceed the limit".into(),
+                ));
+            }
+            walk_records(h, &mut Reader { b: &plain, at: 0 })?;
+            Ok(used)
         }
     }
 }
@@ -299,15 +323,16 @@ fn decompress_error(e: std::io::Error) -> InvalidBatch {
 impl<R: std::io::Read> RecordSource for Stream<R> {
     fn byte(&mut self) -> Result<Option<u8>, InvalidBatch> {
         use std::io::BufRead;
+        let buf = self.inner.fill_buf().map_err(decompress_error)?;
+        let Some(&b) = buf.first() else {
+            return Ok(None);
+        };
+        // Reaching the limit is fine; going past it is not.
         if self.at >= self.limit {
             return Err(InvalidBatch::Decompress(
                 "decompressed records exceed the limit".into(),
             ));
         }
-        let buf = self.inner.fill_buf().map_err(decompress_error)?;
-        let Some(&b) = buf.first() else {
-            return Ok(None);
-        };
         self.inner.consume(1);
         self.at += 1;
         Ok(Some(b))
@@ -438,8 +463,12 @@ pub fn validate_all(blob: &[u8], max_batch_bytes: usize) -> Result<Vec<BatchHead
     }
     let mut headers = Vec::new();
     let mut at = 0;
+    // One decompression budget for all the batches of the blob, not one per batch: a request of
+    // many small decompression bombs must not cost the core many times the limit.
+    let mut budget = crate::compression::MAX_DECOMPRESSED;
     while at < blob.len() {
-        let h = validate(&blob[at..], max_batch_bytes)?;
+        let (h, used) = validate_within(&blob[at..], max_batch_bytes, budget)?;
+        budget -= used;
         if h.is_control() || h.is_transactional() {
             return Err(InvalidBatch::Unsupported);
         }
@@ -876,6 +905,28 @@ mod tests {
         let mut out = Vec::new();
         put_varlong(&mut out, v);
         out
+    }
+
+    #[test]
+    fn one_decompression_budget_per_blob() {
+        // Each batch alone is within the limit; the blob of all of them is not.
+        let mut b = BatchBuilder::new(0);
+        let value = vec![0u8; 1 << 20];
+        for _ in 0..40 {
+            b.push(0, None, Some(&value), &[]);
+        }
+        let big = compress_batch(&b.finish(0), 4);
+        assert!(big.len() < 64 << 10, "zeros compress well: {}", big.len());
+        let per_batch = 40 << 20;
+        let n = crate::compression::MAX_DECOMPRESSED / per_batch + 1;
+        assert!(validate(&big, usize::MAX).is_ok());
+        let blob: Vec<u8> = (0..n).flat_map(|_| big.clone()).collect();
+        assert!(matches!(
+            validate_all(&blob, usize::MAX),
+            Err(InvalidBatch::Decompress(_))
+        ));
+        let fits: Vec<u8> = (0..n - 1).flat_map(|_| big.clone()).collect();
+        assert_eq!(validate_all(&fits, usize::MAX).unwrap().len(), n - 1);
     }
 
     #[test]
