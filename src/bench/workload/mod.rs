@@ -73,7 +73,7 @@ pub struct Workload {
 
 /// What the consumers read from.
 #[derive(Debug)]
-pub enum Target<'a> {
+pub enum Endpoint<'a> {
     /// A Kafka broker (shoal or another).
     Kafka(&'a Cluster),
     /// The raw TCP baseline: fetch answers from memory whose offsets wrap at `period`.
@@ -112,24 +112,24 @@ struct Backlog {
     acked_records: u64,
 }
 
-/// Runs the workload once against `target` and returns its summary.
+/// Runs the workload once against `endpoint` and returns its summary.
 pub fn run(
     w: &Workload,
-    target: &Target<'_>,
+    endpoint: &Endpoint<'_>,
     obs: &Observer,
     label: &str,
     settings: Settings,
 ) -> io::Result<RunSummary> {
     let epoch_us = now_us();
     let partitions = w.partitions as usize;
-    let (leaders, fetch_version, produce_version, modulus) = match target {
-        Target::Kafka(cluster) => (
+    let (leaders, fetch_version, produce_version, modulus) = match endpoint {
+        Endpoint::Kafka(cluster) => (
             cluster.ensure_topic(&w.topic, w.partitions)?,
             cluster.versions.fetch,
             cluster.versions.produce,
             None,
         ),
-        Target::Raw {
+        Endpoint::Raw {
             addrs,
             period,
             fetch_version,
@@ -224,16 +224,16 @@ pub fn run(
     }
 
     // The end of a pure catch-up: the backlog's end offsets.
-    let caught_up_ends: Option<Vec<i64>> = match target {
-        Target::Kafka(cluster) if w.backlog_bytes > 0 && producers == 0 => {
+    let caught_up_ends: Option<Vec<i64>> = match endpoint {
+        Endpoint::Kafka(cluster) if w.backlog_bytes > 0 && producers == 0 => {
             Some(cluster.offsets(&w.topic, &leaders, client::LATEST)?)
         }
         _ => None,
     };
 
     // Where consumers start.
-    let starts: Vec<i64> = match target {
-        Target::Kafka(cluster) => {
+    let starts: Vec<i64> = match endpoint {
+        Endpoint::Kafka(cluster) => {
             let ts = if w.earliest || w.backlog_bytes > 0 {
                 client::EARLIEST
             } else {
@@ -241,7 +241,7 @@ pub fn run(
             };
             cluster.offsets(&w.topic, &leaders, ts)?
         }
-        Target::Raw { .. } => vec![0; partitions],
+        Endpoint::Raw { .. } => vec![0; partitions],
     };
     // Without views, `consumers_per_partition` consumers of the topic; with --views N, that many
     // for each shard view of it (a view partition has the source partition's leader and offsets).
@@ -380,7 +380,7 @@ pub fn run(
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        if let Target::Kafka(cluster) = target {
+        if let Endpoint::Kafka(cluster) = endpoint {
             // acks=0 requests may still be on their way in: wait until the end offsets settle.
             let mut last = cluster.offsets(&w.topic, &leaders, client::LATEST)?;
             if w.acks == 0 {
