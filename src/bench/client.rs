@@ -70,7 +70,7 @@ pub fn decode_response<R: Decodable>(
 
 /// The API versions this client speaks, intersected with the broker's.
 #[derive(Debug, Clone, Copy)]
-pub struct Versions {
+pub struct Negotiated {
     pub produce: i16,
     pub fetch: i16,
     pub metadata: i16,
@@ -87,8 +87,8 @@ const WANTED: [(ApiKey, i16, i16); 5] = [
     (ApiKey::CreateTopics, 2, 7),
 ];
 
-impl Versions {
-    fn negotiate(r: &ApiVersionsResponse) -> io::Result<Versions> {
+impl Negotiated {
+    fn negotiate(r: &ApiVersionsResponse) -> io::Result<Negotiated> {
         let mut chosen = HashMap::new();
         for (key, lo, hi) in WANTED {
             let k = r
@@ -105,7 +105,7 @@ impl Versions {
             }
             chosen.insert(key as i16, v);
         }
-        Ok(Versions {
+        Ok(Negotiated {
             produce: chosen[&(ApiKey::Produce as i16)],
             fetch: chosen[&(ApiKey::Fetch as i16)],
             metadata: chosen[&(ApiKey::Metadata as i16)],
@@ -167,7 +167,7 @@ pub struct PartitionLeader {
 /// The cluster as seen from the bootstrap address: versions, brokers.
 #[derive(Debug)]
 pub struct Cluster {
-    pub versions: Versions,
+    pub versions: Negotiated,
     bootstrap: SocketAddr,
 }
 
@@ -181,7 +181,7 @@ impl Cluster {
             return Err(other(format!("ApiVersions: error {}", r.error_code)));
         }
         Ok(Cluster {
-            versions: Versions::negotiate(&r)?,
+            versions: Negotiated::negotiate(&r)?,
             bootstrap,
         })
     }

@@ -44,7 +44,7 @@ use serde::Serialize;
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
-use workload::{Observer, RunSummary, Settings, Target, Workload};
+use workload::{Endpoint, Observer, RunSummary, Settings, Workload};
 
 pub fn run(cmd: BenchCommand, serve_config: ServeConfig) -> io::Result<()> {
     match cmd {
@@ -214,7 +214,7 @@ fn series(args: &FanoutArgs, broker: &mut Broker, cpus: usize) -> io::Result<Rep
                 coalescing: state(Compare::Coalescing),
                 view_sharing: w.views.and(state(Compare::ViewSharing)),
             };
-            let s = workload::run(&w, &Target::Kafka(&cluster), &obs, &label, settings)?;
+            let s = workload::run(&w, &Endpoint::Kafka(&cluster), &obs, &label, settings)?;
             print_summary(&s);
             runs.push(s);
         }
@@ -321,7 +321,7 @@ fn raw_baseline(w: &Workload, fetch_version: i16, threads: usize) -> io::Result<
         w.fetch_max_bytes as usize,
     )?);
     let server = baseline::RawServer::start(threads, ring.clone())?;
-    let target = Target::Raw {
+    let endpoint = Endpoint::Raw {
         addrs: server.addrs.clone(),
         period: ring.period(),
         fetch_version,
@@ -338,7 +338,7 @@ fn raw_baseline(w: &Workload, fetch_version: i16, threads: usize) -> io::Result<
         "raw TCP baseline consumers={}x{}",
         per_partition, w.partitions
     );
-    let result = workload::run(&rw, &target, &obs, &label, Settings::default());
+    let result = workload::run(&rw, &endpoint, &obs, &label, Settings::default());
     server.stop();
     let s = result?;
     print_summary(&s);

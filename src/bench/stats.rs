@@ -289,6 +289,11 @@ impl Shared {
         out
     }
 
+    /// Records the producers had acknowledged.
+    pub fn acked_records(&self) -> u64 {
+        self.producers.iter().map(|p| p.acked_records.load(R)).sum()
+    }
+
     /// The measured-phase histograms of all executors merged: (publish, e2e).
     pub fn totals(&self) -> (Histogram<u64>, Histogram<u64>) {
         let (mut p, mut e) = (new_histogram(), new_histogram());

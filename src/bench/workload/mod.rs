@@ -31,12 +31,13 @@ use check::check;
 use executors::{assign, spawn_clients, ClientCfg, ConsumerPlan};
 use live::{Live, Snap};
 pub(crate) use producer::template_batch;
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use summary::{Delivered, Errors, GeneratorCpu, ServerFigures, Throughput, Totals};
+use summary::{per_gb, Delivered, Errors, GeneratorCpu, ServerFigures, Throughput, Totals};
 pub use summary::{RunSummary, Settings};
 
 /// Everything a run does, resolved from the command line.
@@ -73,7 +74,7 @@ pub struct Workload {
 
 /// What the consumers read from.
 #[derive(Debug)]
-pub enum Target<'a> {
+pub enum Endpoint<'a> {
     /// A Kafka broker (shoal or another).
     Kafka(&'a Cluster),
     /// The raw TCP baseline: fetch answers from memory whose offsets wrap at `period`.
@@ -112,79 +113,174 @@ struct Backlog {
     acked_records: u64,
 }
 
-/// Runs the workload once against `target` and returns its summary.
+/// Runs the workload once against `endpoint` and returns its summary. The steps are [`Run`]'s:
+/// plan, produce the backlog, start the clients, measure, drain, summarize.
 pub fn run(
     w: &Workload,
-    target: &Target<'_>,
+    endpoint: &Endpoint<'_>,
     obs: &Observer,
     label: &str,
     settings: Settings,
 ) -> io::Result<RunSummary> {
-    let epoch_us = now_us();
-    let partitions = w.partitions as usize;
-    let (leaders, fetch_version, produce_version, modulus) = match target {
-        Target::Kafka(cluster) => (
-            cluster.ensure_topic(&w.topic, w.partitions)?,
-            cluster.versions.fetch,
-            cluster.versions.produce,
-            None,
-        ),
-        Target::Raw {
-            addrs,
-            period,
-            fetch_version,
-        } => (
-            (0..w.partitions)
-                .map(|p| PartitionLeader {
-                    partition: p,
-                    leader: addrs[p as usize % addrs.len()],
-                })
-                .collect(),
-            *fetch_version,
-            0,
-            Some(*period),
-        ),
-    };
-    let raw = modulus.is_some();
-    let producers = if raw { 0 } else { w.producers };
-    let per_producer = if producers > 0 {
-        w.rate / producers as f64
-    } else {
-        0.0
-    };
-    let cfg = ClientCfg {
-        topic: w.topic.clone(),
-        produce_version,
-        fetch_version,
-        acks: w.acks,
-        compression: w.compression,
-        message_bytes: w.message_bytes,
-        records_per_batch: w.records_per_batch,
-        views: w.views,
-        batch_interval: if per_producer > 0.0 {
-            w.records_per_batch as f64 / per_producer
+    let run = Run::plan(w, endpoint, obs, label, settings)?;
+    let backlog = run.produce_backlog()?;
+    let mut clients = run.start_clients()?;
+    let mut measured = run.measure(&clients);
+    let drained = run.drain(&clients.shared, &mut measured.live)?;
+    let views_after = clients.join(obs);
+    Ok(run.summarize(&backlog, &clients, &measured, &drained, views_after))
+}
+
+/// One run: what it was asked for, and its plan (the partitions' leaders, what every client is told).
+struct Run<'a> {
+    w: &'a Workload,
+    endpoint: &'a Endpoint<'a>,
+    obs: &'a Observer,
+    label: &'a str,
+    settings: Settings,
+    /// Timestamps before this (µs since the epoch) are not this run's batches.
+    epoch_us: u64,
+    leaders: Vec<PartitionLeader>,
+    cfg: ClientCfg,
+    /// The raw baseline: nothing is produced, nothing checked, latency not sampled.
+    raw: bool,
+    /// Producers of the measured run (none against the raw baseline).
+    producers: usize,
+    /// Client executors.
+    threads: usize,
+}
+
+/// The measured run's clients at work, and what was noted as they started.
+struct Clients {
+    shared: Arc<Shared>,
+    handles: Vec<glommio::ExecutorJoinHandle<()>>,
+    consumers: usize,
+    /// A pure catch-up (a backlog and no producers) ends at these offsets: the backlog's ends.
+    caught_up_ends: Option<Vec<i64>>,
+    memory: Memory,
+    /// shoal's /metrics when the consumers started (`--views`).
+    views_before: Option<HashMap<String, f64>>,
+}
+
+/// The server's resident set when the consumers start: the run's memory peak starts there.
+struct Memory {
+    /// Whose: `Some(None)` this process's, `Some(Some(pid))` another's, `None` nobody's.
+    pid: Option<Option<u32>>,
+    /// The peak could be reset, so it is the run's own.
+    peak_reset: bool,
+    at_start: Option<u64>,
+}
+
+/// The measured interval's first and last snapshot, and the live line (it goes on in the drain).
+struct Measured {
+    begin: Snap,
+    end: Snap,
+    live: Live,
+}
+
+/// The end offsets once the producers stopped, and the seconds the consumers took to reach them.
+struct Drained {
+    final_offsets: Vec<i64>,
+    secs: f64,
+}
+
+impl<'a> Run<'a> {
+    /// The topic's leaders (the topic created on a Kafka cluster if missing), the API versions and
+    /// pacing every client is given.
+    fn plan(
+        w: &'a Workload,
+        endpoint: &'a Endpoint<'a>,
+        obs: &'a Observer,
+        label: &'a str,
+        settings: Settings,
+    ) -> io::Result<Run<'a>> {
+        let epoch_us = now_us();
+        let (leaders, fetch_version, produce_version, modulus) = match endpoint {
+            Endpoint::Kafka(cluster) => (
+                cluster.ensure_topic(&w.topic, w.partitions)?,
+                cluster.versions.fetch,
+                cluster.versions.produce,
+                None,
+            ),
+            Endpoint::Raw {
+                addrs,
+                period,
+                fetch_version,
+            } => (
+                (0..w.partitions)
+                    .map(|p| PartitionLeader {
+                        partition: p,
+                        leader: addrs[p as usize % addrs.len()],
+                    })
+                    .collect(),
+                *fetch_version,
+                0,
+                Some(*period),
+            ),
+        };
+        let raw = modulus.is_some();
+        let producers = if raw { 0 } else { w.producers };
+        let per_producer = if producers > 0 {
+            w.rate / producers as f64
         } else {
             0.0
-        },
-        max_in_flight: w.max_in_flight,
-        fetch_max_wait: w.fetch_max_wait,
-        fetch_max_bytes: w.fetch_max_bytes,
-        receive_buffer: w.receive_buffer,
-        modulus,
-        sample_latency: !raw,
-    };
-    let threads = w.client_threads.max(1);
+        };
+        let cfg = ClientCfg {
+            topic: w.topic.clone(),
+            produce_version,
+            fetch_version,
+            acks: w.acks,
+            compression: w.compression,
+            message_bytes: w.message_bytes,
+            records_per_batch: w.records_per_batch,
+            views: w.views,
+            batch_interval: if per_producer > 0.0 {
+                w.records_per_batch as f64 / per_producer
+            } else {
+                0.0
+            },
+            max_in_flight: w.max_in_flight,
+            fetch_max_wait: w.fetch_max_wait,
+            fetch_max_bytes: w.fetch_max_bytes,
+            receive_buffer: w.receive_buffer,
+            modulus,
+            sample_latency: !raw,
+        };
+        Ok(Run {
+            w,
+            endpoint,
+            obs,
+            label,
+            settings,
+            epoch_us,
+            leaders,
+            cfg,
+            raw,
+            producers,
+            threads: w.client_threads.max(1),
+        })
+    }
 
-    // The catch-up workload: pre-produce the backlog before any consumer starts.
-    let mut backlog = Backlog::default();
-    if !raw && w.backlog_bytes > 0 {
+    /// The catch-up workload (`--backlog`): produces the backlog before any consumer starts.
+    fn produce_backlog(&self) -> io::Result<Backlog> {
+        let w = self.w;
+        if self.raw || w.backlog_bytes == 0 {
+            return Ok(Backlog::default());
+        }
         let n = w.producers.max(1);
-        let shared = Arc::new(Shared::new(n, Vec::new(), partitions, threads, epoch_us));
+        let partitions = w.partitions as usize;
+        let shared = Arc::new(Shared::new(
+            n,
+            Vec::new(),
+            partitions,
+            self.threads,
+            self.epoch_us,
+        ));
         shared.byte_limit.store(w.backlog_bytes, Relaxed);
-        let plans = assign(threads, &leaders, n, Vec::new());
-        let mut bcfg = cfg.clone();
-        bcfg.batch_interval = 0.0;
-        let handles = spawn_clients(bcfg, &shared, plans, &w.client_cpus)?;
+        let plans = assign(self.threads, &self.leaders, n, Vec::new());
+        let mut cfg = self.cfg.clone();
+        cfg.batch_interval = 0.0;
+        let handles = spawn_clients(cfg, &shared, plans, &w.client_cpus)?;
         let started = Instant::now();
         shared.set_phase(Phase::Backlog);
         if w.live {
@@ -197,14 +293,10 @@ pub fn run(
             let _ = h.join();
         }
         let c = shared.snapshot();
-        backlog = Backlog {
+        let backlog = Backlog {
             records: c.produced_records,
             bytes: c.produced_bytes,
-            acked_records: shared
-                .producers
-                .iter()
-                .map(|p| p.acked_records.load(Relaxed))
-                .sum(),
+            acked_records: shared.acked_records(),
         };
         if w.live {
             let secs = started.elapsed().as_secs_f64();
@@ -221,339 +313,382 @@ pub fn run(
                 shared.error_messages().join("; ")
             )));
         }
+        Ok(backlog)
     }
 
-    // The end of a pure catch-up: the backlog's end offsets.
-    let caught_up_ends: Option<Vec<i64>> = match target {
-        Target::Kafka(cluster) if w.backlog_bytes > 0 && producers == 0 => {
-            Some(cluster.offsets(&w.topic, &leaders, client::LATEST)?)
+    /// Starts the consumers and the producers, and waits until every consumer has connected.
+    fn start_clients(&self) -> io::Result<Clients> {
+        let w = self.w;
+        let (starts, caught_up_ends) = self.start_offsets()?;
+        let (consumer_plans, consumer_stats) = self.consumer_plans(&starts);
+        let consumers = consumer_plans.len();
+        let shared = Arc::new(Shared::new(
+            self.producers,
+            consumer_stats,
+            w.partitions as usize,
+            self.threads,
+            self.epoch_us,
+        ));
+        for (p, s) in starts.iter().enumerate() {
+            shared.note_end(p, *s);
         }
-        _ => None,
-    };
+        let plans = assign(self.threads, &self.leaders, self.producers, consumer_plans);
+        let memory = Memory::at_start(self.obs);
+        // View figures cover the whole run: every batch produced in it is read through the views.
+        let views_before = w
+            .views
+            .and(self.obs.admin)
+            .and_then(|a| stats::scrape(a).ok());
+        let handles = spawn_clients(self.cfg.clone(), &shared, plans, &w.client_cpus)?;
+        wait_ready(&shared, consumers)?;
+        Ok(Clients {
+            shared,
+            handles,
+            consumers,
+            caught_up_ends,
+            memory,
+            views_before,
+        })
+    }
 
-    // Where consumers start.
-    let starts: Vec<i64> = match target {
-        Target::Kafka(cluster) => {
-            let ts = if w.earliest || w.backlog_bytes > 0 {
-                client::EARLIEST
-            } else {
-                client::LATEST
-            };
-            cluster.offsets(&w.topic, &leaders, ts)?
-        }
-        Target::Raw { .. } => vec![0; partitions],
-    };
-    // Without views, `consumers_per_partition` consumers of the topic; with --views N, that many
-    // for each shard view of it (a view partition has the source partition's leader and offsets).
-    let topics: Vec<(Option<u32>, Arc<str>)> = match w.views {
-        None => vec![(None, w.topic.as_str().into())],
-        Some(n) => (0..n)
-            .map(|i| (Some(i), format!("{}.shard-{i}-of-{n}", w.topic).into()))
-            .collect(),
-    };
-    let mut consumer_plans = Vec::new();
-    let mut consumer_stats = Vec::new();
-    for l in &leaders {
-        for (shard, topic) in &topics {
-            for _ in 0..w.consumers_per_partition {
-                consumer_plans.push(ConsumerPlan {
-                    id: consumer_plans.len(),
-                    topic: topic.clone(),
-                    partition: l.partition,
-                    leader: l.leader,
-                });
-                let mut stats = ConsumerStats::new(l.partition, starts[l.partition as usize]);
-                stats.shard = *shard;
-                consumer_stats.push(stats);
+    /// Where the consumers start, and where a pure catch-up (a backlog and no producers) ends.
+    fn start_offsets(&self) -> io::Result<(Vec<i64>, Option<Vec<i64>>)> {
+        let w = self.w;
+        let Endpoint::Kafka(cluster) = self.endpoint else {
+            return Ok((vec![0; w.partitions as usize], None));
+        };
+        let caught_up_ends = if w.backlog_bytes > 0 && self.producers == 0 {
+            Some(cluster.offsets(&w.topic, &self.leaders, client::LATEST)?)
+        } else {
+            None
+        };
+        let ts = if w.earliest || w.backlog_bytes > 0 {
+            client::EARLIEST
+        } else {
+            client::LATEST
+        };
+        let starts = cluster.offsets(&w.topic, &self.leaders, ts)?;
+        Ok((starts, caught_up_ends))
+    }
+
+    /// Without views, `consumers_per_partition` consumers of the topic; with --views N, that many
+    /// for each shard view of it (a view partition has the source partition's leader and offsets).
+    fn consumer_plans(&self, starts: &[i64]) -> (Vec<ConsumerPlan>, Vec<ConsumerStats>) {
+        let w = self.w;
+        let topics: Vec<(Option<u32>, Arc<str>)> = match w.views {
+            None => vec![(None, w.topic.as_str().into())],
+            Some(n) => (0..n)
+                .map(|i| (Some(i), format!("{}.shard-{i}-of-{n}", w.topic).into()))
+                .collect(),
+        };
+        let mut plans = Vec::new();
+        let mut stats = Vec::new();
+        for l in &self.leaders {
+            for (shard, topic) in &topics {
+                for _ in 0..w.consumers_per_partition {
+                    plans.push(ConsumerPlan {
+                        id: plans.len(),
+                        topic: topic.clone(),
+                        partition: l.partition,
+                        leader: l.leader,
+                    });
+                    let mut s = ConsumerStats::new(l.partition, starts[l.partition as usize]);
+                    s.shard = *shard;
+                    stats.push(s);
+                }
             }
         }
+        (plans, stats)
     }
-    let total_consumers = consumer_plans.len();
-    let shared = Arc::new(Shared::new(
-        producers,
-        consumer_stats,
-        partitions,
-        threads,
-        epoch_us,
-    ));
-    for (p, s) in starts.iter().enumerate() {
-        shared.note_end(p, *s);
-    }
-    let plans = assign(threads, &leaders, producers, consumer_plans);
-    // The run's memory peak starts here, when the consumers do.
-    let rss_pid = if obs.rss_of_this_process {
-        Some(None)
-    } else {
-        obs.pid.map(Some)
-    };
-    let peak_reset = rss_pid.is_some_and(stats::reset_peak_rss);
-    let rss_at_start = rss_pid.and_then(stats::rss);
-    // View figures cover the whole run: every batch produced in it is read through the views.
-    let views_before = w.views.and(obs.admin).and_then(|a| stats::scrape(a).ok());
-    let handles = spawn_clients(cfg, &shared, plans, &w.client_cpus)?;
 
+    /// Warm-up, then the measured interval, with a live line every second. A pure catch-up is
+    /// measured until every consumer has read the backlog.
+    fn measure(&self, clients: &Clients) -> Measured {
+        let (w, shared) = (self.w, &*clients.shared);
+        let t0 = Instant::now();
+        shared.set_phase(Phase::Warmup);
+        let mut live = Live {
+            enabled: w.live,
+            raw: self.raw,
+            t0,
+            prev: shared.snapshot(),
+            prev_at: t0,
+        };
+        let measure_start = t0 + w.warmup;
+        let measure_end = measure_start + w.duration;
+        let backlog_end = clients.caught_up_ends.as_deref();
+        let mut tick = 1u32;
+        let mut begin: Option<Snap> = None;
+        let (end, caught_up) = loop {
+            let next_tick = t0 + Duration::from_secs(u64::from(tick));
+            let boundary = if begin.is_none() {
+                measure_start
+            } else {
+                measure_end
+            };
+            let mut wake = next_tick.min(boundary);
+            if backlog_end.is_some() {
+                wake = wake.min(Instant::now() + Duration::from_millis(2));
+            }
+            sleep_until(wake);
+            let now = Instant::now();
+            let done_early =
+                begin.is_some() && backlog_end.is_some_and(|ends| all_reached(shared, |p| ends[p]));
+            if now >= next_tick {
+                // The line covers the second just ended, named after the phase it was in.
+                let phase = if shared.phase() == Phase::Measure {
+                    "measure"
+                } else {
+                    "warmup"
+                };
+                live.line(shared, phase);
+                tick += 1;
+            }
+            if begin.is_none() && now >= measure_start {
+                begin = Some(Snap::take(shared, self.obs));
+                shared.set_phase(Phase::Measure);
+            } else if begin.is_some() && (now >= measure_end || done_early) {
+                let s = Snap::take(shared, self.obs);
+                shared.set_phase(if self.raw { Phase::Stop } else { Phase::Drain });
+                break (s, done_early);
+            }
+        };
+        let begin = begin.expect("taken before the end");
+        if caught_up && w.live {
+            println!(
+                "every consumer has read the backlog: the measurement ends after {:.2} s",
+                (end.at - begin.at).as_secs_f64()
+            );
+        }
+        Measured { begin, end, live }
+    }
+
+    /// Drain: producers stop; consumers read up to the final end offsets (against the raw
+    /// baseline nothing was produced, so there is nothing to drain).
+    fn drain(&self, shared: &Shared, live: &mut Live) -> io::Result<Drained> {
+        let started = Instant::now();
+        if self.raw {
+            return Ok(Drained {
+                final_offsets: Vec::new(),
+                secs: 0.0,
+            });
+        }
+        wait_for_producers(shared);
+        let final_offsets = match self.endpoint {
+            Endpoint::Kafka(cluster) => self.settled_end_offsets(cluster)?,
+            Endpoint::Raw { .. } => Vec::new(),
+        };
+        for (p, end) in final_offsets.iter().enumerate() {
+            shared.drain_target[p].store(*end, Relaxed);
+            shared.note_end(p, *end);
+        }
+        let deadline = Instant::now() + self.w.drain_timeout;
+        let mut next_tick = Instant::now() + Duration::from_secs(1);
+        while !all_reached(shared, |p| shared.drain_target[p].load(Relaxed))
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(5));
+            if Instant::now() >= next_tick {
+                live.line(shared, "drain");
+                next_tick += Duration::from_secs(1);
+            }
+        }
+        let secs = started.elapsed().as_secs_f64();
+        shared.set_phase(Phase::Stop);
+        Ok(Drained {
+            final_offsets,
+            secs,
+        })
+    }
+
+    /// The end offsets after the producers stopped. acks=0 requests may still be on their way in:
+    /// then wait until the end offsets settle.
+    fn settled_end_offsets(&self, cluster: &Cluster) -> io::Result<Vec<i64>> {
+        let (topic, leaders) = (&self.w.topic, &self.leaders);
+        let mut last = cluster.offsets(topic, leaders, client::LATEST)?;
+        if self.w.acks == 0 {
+            loop {
+                std::thread::sleep(Duration::from_millis(200));
+                let again = cluster.offsets(topic, leaders, client::LATEST)?;
+                if again == last {
+                    break;
+                }
+                last = again;
+            }
+        }
+        Ok(last)
+    }
+
+    /// The run's summary, from the snapshots around the measured interval and the whole-run counts.
+    fn summarize(
+        &self,
+        backlog: &Backlog,
+        clients: &Clients,
+        measured: &Measured,
+        drained: &Drained,
+        views_after: Option<HashMap<String, f64>>,
+    ) -> RunSummary {
+        let (w, raw, shared) = (self.w, self.raw, &*clients.shared);
+        let (begin, end) = (&measured.begin, &measured.end);
+        let secs = (end.at - begin.at).as_secs_f64().max(1e-6);
+        let produced = Throughput::of(
+            end.counters.produced_records - begin.counters.produced_records,
+            end.counters.produced_bytes - begin.counters.produced_bytes,
+            secs,
+        );
+        let delivered = Delivered::between(&begin.counters, &end.counters, secs);
+        let (publish, e2e) = shared.totals();
+        let totals = Totals::of(shared, backlog);
+        let errors = Errors::of(shared);
+        let correctness = check(shared, &drained.final_offsets, drained.secs, !raw);
+        let gb = delivered.bytes as f64 / 1e9;
+        let views = clients.views_before.as_ref().zip(views_after.as_ref());
+        let batches = totals.produced_records / w.records_per_batch.max(1) as u64;
+        let views = views.map(|(a, b)| ViewMetrics::between(a, b, batches));
+        let server = self.server_figures(&clients.memory, measured, secs, gb, views);
+        RunSummary {
+            label: self.label.to_string(),
+            kind: if raw { "raw-baseline" } else { "kafka" },
+            topic: (!raw).then(|| w.topic.clone()),
+            partitions: w.partitions,
+            producers: self.producers,
+            consumers_per_partition: w.consumers_per_partition,
+            consumers: clients.consumers,
+            views: w.views,
+            message_bytes: w.message_bytes,
+            records_per_batch: w.records_per_batch,
+            coalescing: self.settings.coalescing,
+            view_sharing: self.settings.view_sharing,
+            warmup_s: w.warmup.as_secs_f64(),
+            measured_s: secs,
+            produced,
+            delivered,
+            publish_latency_us: if raw || w.acks == 0 {
+                None
+            } else {
+                Latency::of(&publish)
+            },
+            e2e_latency_us: if raw { None } else { Latency::of(&e2e) },
+            totals,
+            errors,
+            correctness,
+            generator: GeneratorCpu::between(&begin.cpu, &end.cpu, secs, gb),
+            server,
+            raw_baseline_fraction: None,
+        }
+    }
+
+    /// The server's CPU over the measured interval (`gb`: gigabytes delivered in it), its memory,
+    /// and shoal's fetch and view figures.
+    fn server_figures(
+        &self,
+        memory: &Memory,
+        m: &Measured,
+        secs: f64,
+        gb: f64,
+        views: Option<ViewMetrics>,
+    ) -> ServerFigures {
+        let obs = self.obs;
+        let (begin, end) = (&m.begin, &m.end);
+        let cpu_s = match (obs.thread_prefix, obs.pid) {
+            (Some(_), _) => Some(end.cpu.server_s - begin.cpu.server_s),
+            (None, Some(_)) => end.pid_cpu.zip(begin.pid_cpu).map(|(a, b)| a - b),
+            (None, None) => None,
+        };
+        let peak_rss = memory.pid.and_then(stats::peak_rss);
+        ServerFigures {
+            observed: match (obs.thread_prefix, obs.pid) {
+                (Some(p), _) => Some(format!("threads {p}*")),
+                (None, Some(pid)) => Some(format!("pid {pid}")),
+                _ => None,
+            },
+            cpu_s,
+            cores: cpu_s.map(|c| c / secs),
+            cpu_s_per_delivered_gb: cpu_s.and_then(|c| per_gb(c, gb)),
+            peak_rss_bytes: peak_rss,
+            peak_rss_includes_generator: obs.rss_of_this_process,
+            rss_at_consumers_start_bytes: memory.at_start,
+            peak_rss_since_consumers_start: memory.peak_reset,
+            peak_rss_growth_bytes: peak_rss
+                .zip(memory.at_start)
+                .filter(|_| memory.peak_reset)
+                .map(|(peak, start)| peak.saturating_sub(start)),
+            fetch: begin
+                .metrics
+                .as_ref()
+                .zip(end.metrics.as_ref())
+                .map(|(a, b)| FetchMetrics::between(a, b)),
+            views,
+        }
+    }
+}
+
+impl Clients {
+    /// Waits for the client executors to end; then reads shoal's /metrics again (`--views`).
+    fn join(&mut self, obs: &Observer) -> Option<HashMap<String, f64>> {
+        for h in std::mem::take(&mut self.handles) {
+            let _ = h.join();
+        }
+        self.views_before
+            .as_ref()
+            .and(obs.admin)
+            .and_then(|a| stats::scrape(a).ok())
+    }
+}
+
+impl Memory {
+    /// Resets the observed process's peak (where it can) and reads its resident set.
+    fn at_start(obs: &Observer) -> Memory {
+        let pid = if obs.rss_of_this_process {
+            Some(None)
+        } else {
+            obs.pid.map(Some)
+        };
+        let peak_reset = pid.is_some_and(stats::reset_peak_rss);
+        let at_start = pid.and_then(stats::rss);
+        Memory {
+            pid,
+            peak_reset,
+            at_start,
+        }
+    }
+}
+
+/// Waits up to 60 s for every consumer to connect.
+fn wait_ready(shared: &Shared, consumers: usize) -> io::Result<()> {
     let ready_by = Instant::now() + Duration::from_secs(60);
-    while shared.consumers_ready.load(Relaxed) < total_consumers {
+    while shared.consumers_ready.load(Relaxed) < consumers {
         if Instant::now() > ready_by {
             shared.set_phase(Phase::Stop);
             return Err(io::Error::other(format!(
-                "only {} of {total_consumers} consumers connected within 60 s",
+                "only {} of {consumers} consumers connected within 60 s",
                 shared.consumers_ready.load(Relaxed)
             )));
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+    Ok(())
+}
 
-    // Warm-up, then the measured interval, with a live line every second.
-    let t0 = Instant::now();
-    shared.set_phase(Phase::Warmup);
-    let mut live = Live {
-        enabled: w.live,
-        raw,
-        t0,
-        prev: shared.snapshot(),
-        prev_at: t0,
-    };
-    let measure_start = t0 + w.warmup;
-    let measure_end = measure_start + w.duration;
-    // A pure catch-up (a backlog and no producers) is measured until every consumer has read it.
-    let backlog_end = caught_up_ends.map(|ends| {
-        move |shared: &Shared| {
-            shared.consumers.iter().all(|c| {
-                c.done.load(Relaxed) || c.position.load(Relaxed) >= ends[c.partition as usize]
-            })
+/// Waits up to 60 s for the producers to stop after the measured interval.
+fn wait_for_producers(shared: &Shared) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !shared.producers.iter().all(|p| p.done.load(Relaxed)) {
+        if Instant::now() > deadline {
+            shared.error("producers did not finish within 60 s of the end".into());
+            break;
         }
-    });
-    let mut tick = 1u32;
-    let mut begin: Option<Snap> = None;
-    let (end, caught_up) = loop {
-        let next_tick = t0 + Duration::from_secs(u64::from(tick));
-        let boundary = if begin.is_none() {
-            measure_start
-        } else {
-            measure_end
-        };
-        let mut wake = next_tick.min(boundary);
-        if backlog_end.is_some() {
-            wake = wake.min(Instant::now() + Duration::from_millis(2));
-        }
-        sleep_until(wake);
-        let now = Instant::now();
-        let done_early = begin.is_some() && backlog_end.as_ref().is_some_and(|f| f(&shared));
-        if now >= next_tick {
-            // The line covers the second just ended, named after the phase it was in.
-            let phase = if shared.phase() == Phase::Measure {
-                "measure"
-            } else {
-                "warmup"
-            };
-            live.line(&shared, phase);
-            tick += 1;
-        }
-        if begin.is_none() && now >= measure_start {
-            begin = Some(Snap::take(&shared, obs));
-            shared.set_phase(Phase::Measure);
-        } else if begin.is_some() && (now >= measure_end || done_early) {
-            let s = Snap::take(&shared, obs);
-            shared.set_phase(if raw { Phase::Stop } else { Phase::Drain });
-            break (s, done_early);
-        }
-    };
-    let begin = begin.expect("taken before the end");
-    if caught_up && w.live {
-        println!(
-            "every consumer has read the backlog: the measurement ends after {:.2} s",
-            (end.at - begin.at).as_secs_f64()
-        );
+        std::thread::sleep(Duration::from_millis(5));
     }
+}
 
-    // Drain: producers stop; consumers read up to the final end offsets.
-    let drain_started = Instant::now();
-    let mut final_offsets = Vec::new();
-    let mut drain_s = 0.0;
-    if !raw {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !shared.producers.iter().all(|p| p.done.load(Relaxed)) {
-            if Instant::now() > deadline {
-                shared.error("producers did not finish within 60 s of the end".into());
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        if let Target::Kafka(cluster) = target {
-            // acks=0 requests may still be on their way in: wait until the end offsets settle.
-            let mut last = cluster.offsets(&w.topic, &leaders, client::LATEST)?;
-            if w.acks == 0 {
-                loop {
-                    std::thread::sleep(Duration::from_millis(200));
-                    let again = cluster.offsets(&w.topic, &leaders, client::LATEST)?;
-                    if again == last {
-                        break;
-                    }
-                    last = again;
-                }
-            }
-            final_offsets = last;
-        }
-        for (p, end) in final_offsets.iter().enumerate() {
-            shared.drain_target[p].store(*end, Relaxed);
-            shared.note_end(p, *end);
-        }
-        let deadline = Instant::now() + w.drain_timeout;
-        let mut next_tick = Instant::now() + Duration::from_secs(1);
-        // A consumer at its target may still be in a long poll: reaching the target is enough.
-        let drained = || {
-            shared.consumers.iter().all(|c| {
-                c.done.load(Relaxed)
-                    || c.position.load(Relaxed)
-                        >= shared.drain_target[c.partition as usize].load(Relaxed)
-            })
-        };
-        while !drained() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-            if Instant::now() >= next_tick {
-                live.line(&shared, "drain");
-                next_tick += Duration::from_secs(1);
-            }
-        }
-        drain_s = drain_started.elapsed().as_secs_f64();
-        shared.set_phase(Phase::Stop);
-    }
-    for h in handles {
-        let _ = h.join();
-    }
-    let views_after = views_before
-        .as_ref()
-        .and(obs.admin)
-        .and_then(|a| stats::scrape(a).ok());
-
-    // The summary.
-    let secs = (end.at - begin.at).as_secs_f64().max(1e-6);
-    let produced = Throughput::of(
-        end.counters.produced_records - begin.counters.produced_records,
-        end.counters.produced_bytes - begin.counters.produced_bytes,
-        secs,
-    );
-    let (er, eb) = end.counters.consumed();
-    let (br, bb) = begin.counters.consumed();
-    let (sr, sb) = end.counters.slowest_since(&begin.counters);
-    let delivered = Delivered {
-        records: er - br,
-        bytes: eb - bb,
-        msg_per_s: (er - br) as f64 / secs,
-        mb_per_s: stats::mb((eb - bb) as f64) / secs,
-        slowest_consumer_msg_per_s: sr as f64 / secs,
-        slowest_consumer_mb_per_s: stats::mb(sb as f64) / secs,
-        fetches: end.counters.fetches - begin.counters.fetches,
-        mean_fetch_bytes: (eb - bb) as f64
-            / (end.counters.fetches - begin.counters.fetches).max(1) as f64,
-    };
-    let (publish, e2e) = shared.totals();
-    let all = shared.snapshot();
-    let (consumed_records, consumed_bytes) = all.consumed();
-    let totals = Totals {
-        produced_records: backlog.records + all.produced_records,
-        produced_bytes: backlog.bytes + all.produced_bytes,
-        acked_records: backlog.acked_records
-            + shared
-                .producers
-                .iter()
-                .map(|p| p.acked_records.load(Relaxed))
-                .sum::<u64>(),
-        consumed_records,
-        consumed_bytes,
-        backlog_records: backlog.records,
-        backlog_bytes: backlog.bytes,
-    };
-    let errors = Errors {
-        count: shared.error_count.load(Relaxed),
-        produce: shared
-            .producers
-            .iter()
-            .map(|p| p.errors.load(Relaxed))
-            .sum(),
-        consume: shared
-            .consumers
-            .iter()
-            .map(|c| c.errors.load(Relaxed))
-            .sum(),
-        messages: shared.error_messages(),
-    };
-    let correctness = check(&shared, &final_offsets, drain_s, !raw);
-    let peak_rss = rss_pid.and_then(stats::peak_rss);
-    let gb = delivered.bytes as f64 / 1e9;
-    let per_gb = |cpu: f64| (gb > 0.0).then(|| cpu / gb);
-    let server_cpu = match (obs.thread_prefix, obs.pid) {
-        (Some(_), _) => Some(end.cpu.server_s - begin.cpu.server_s),
-        (None, Some(_)) => end.pid_cpu.zip(begin.pid_cpu).map(|(a, b)| a - b),
-        (None, None) => None,
-    };
-    let generator_cpu =
-        (end.cpu.process_s - end.cpu.server_s) - (begin.cpu.process_s - begin.cpu.server_s);
-    let server = ServerFigures {
-        observed: match (obs.thread_prefix, obs.pid) {
-            (Some(p), _) => Some(format!("threads {p}*")),
-            (None, Some(pid)) => Some(format!("pid {pid}")),
-            _ => None,
-        },
-        cpu_s: server_cpu,
-        cores: server_cpu.map(|c| c / secs),
-        cpu_s_per_delivered_gb: server_cpu.and_then(per_gb),
-        peak_rss_bytes: peak_rss,
-        peak_rss_includes_generator: obs.rss_of_this_process,
-        rss_at_consumers_start_bytes: rss_at_start,
-        peak_rss_since_consumers_start: peak_reset,
-        peak_rss_growth_bytes: peak_rss
-            .zip(rss_at_start)
-            .filter(|_| peak_reset)
-            .map(|(peak, start)| peak.saturating_sub(start)),
-        fetch: begin
-            .metrics
-            .as_ref()
-            .zip(end.metrics.as_ref())
-            .map(|(a, b)| FetchMetrics::between(a, b)),
-        views: views_before
-            .as_ref()
-            .zip(views_after.as_ref())
-            .map(|(a, b)| {
-                let records = totals.produced_records;
-                ViewMetrics::between(a, b, records / w.records_per_batch.max(1) as u64)
-            }),
-    };
-    Ok(RunSummary {
-        label: label.to_string(),
-        kind: if raw { "raw-baseline" } else { "kafka" },
-        topic: (!raw).then(|| w.topic.clone()),
-        partitions: w.partitions,
-        producers,
-        consumers_per_partition: w.consumers_per_partition,
-        consumers: total_consumers,
-        views: w.views,
-        message_bytes: w.message_bytes,
-        records_per_batch: w.records_per_batch,
-        coalescing: settings.coalescing,
-        view_sharing: settings.view_sharing,
-        warmup_s: w.warmup.as_secs_f64(),
-        measured_s: secs,
-        produced,
-        delivered,
-        publish_latency_us: if raw || w.acks == 0 {
-            None
-        } else {
-            Latency::of(&publish)
-        },
-        e2e_latency_us: if raw { None } else { Latency::of(&e2e) },
-        totals,
-        errors,
-        correctness,
-        generator: GeneratorCpu {
-            cpu_s: generator_cpu,
-            cores: generator_cpu / secs,
-            cpu_s_per_delivered_gb: per_gb(generator_cpu),
-        },
-        server,
-        raw_baseline_fraction: None,
-    })
+/// Has every consumer stopped or read up to `end(partition)`? A consumer there may still be in a
+/// long poll: reaching the offset is enough.
+fn all_reached(shared: &Shared, end: impl Fn(usize) -> i64) -> bool {
+    shared
+        .consumers
+        .iter()
+        .all(|c| c.done.load(Relaxed) || c.position.load(Relaxed) >= end(c.partition as usize))
 }
 
 #[cfg(test)]

@@ -93,7 +93,7 @@ pub(super) struct Pending {
 }
 
 /// With acks: the requests in flight on a connection, and the task reading their responses.
-pub(super) struct InFlight {
+pub(super) struct Unacked {
     /// `--max-in-flight` slots; closed if the reader stops early.
     pub(super) slots: Rc<Semaphore>,
     pub(super) pending: LocalSender<Pending>,
@@ -102,7 +102,7 @@ pub(super) struct InFlight {
 
 pub(super) struct ProducerConn {
     pub(super) stream: SharedStream,
-    pub(super) in_flight: Option<InFlight>,
+    pub(super) unacked: Option<Unacked>,
 }
 
 pub(super) async fn producer(
@@ -143,7 +143,7 @@ pub(super) async fn producer(
                     Ok(s) => SharedStream::new(s),
                     Err(e) => return report.fail(e),
                 };
-                let in_flight = (cfg.acks != 0).then(|| {
+                let unacked = (cfg.acks != 0).then(|| {
                     let slots = Rc::new(Semaphore::new(cfg.max_in_flight.max(1) as u64));
                     let (pending, rx) = local_channel::new_unbounded();
                     let reader = glommio::spawn_local(produce_responses(
@@ -155,13 +155,13 @@ pub(super) async fn producer(
                         slots.clone(),
                         hists.clone(),
                     ));
-                    InFlight {
+                    Unacked {
                         slots,
                         pending,
                         reader,
                     }
                 });
-                conns.push(ProducerConn { stream, in_flight });
+                conns.push(ProducerConn { stream, unacked });
                 by_leader.insert(p.leader, conns.len() - 1);
                 conns.len() - 1
             }
@@ -211,7 +211,7 @@ pub(super) async fn producer(
         let conn = &mut conns[*conn];
         i += 1;
         // Waits while --max-in-flight requests are outstanding on this connection.
-        let slot = match &conn.in_flight {
+        let slot = match &conn.unacked {
             Some(f) => match f.slots.acquire_static_permit(1).await {
                 Ok(slot) => Some(slot),
                 Err(_) => break, // the reader stopped on an error (reported)
@@ -249,7 +249,7 @@ pub(super) async fn producer(
         };
         // Publish latency starts here: the slot is taken and the request built.
         let sent = Instant::now();
-        if let (Some(f), Some(slot)) = (&conn.in_flight, slot) {
+        if let (Some(f), Some(slot)) = (&conn.unacked, slot) {
             let p = Pending {
                 correlation,
                 sent,
@@ -273,9 +273,9 @@ pub(super) async fn producer(
     }
     // Let the readers collect the outstanding responses.
     for c in &mut conns {
-        if let Some(InFlight {
+        if let Some(Unacked {
             pending, reader, ..
-        }) = c.in_flight.take()
+        }) = c.unacked.take()
         {
             drop(pending);
             reader.await;

@@ -1,8 +1,10 @@
 //! The summary of a run: what `--json` writes and the report prints.
 
+use super::Backlog;
 use crate::bench::stats;
-use crate::bench::stats::{FetchMetrics, Latency, ViewMetrics};
+use crate::bench::stats::{Counters, CpuSample, FetchMetrics, Latency, Shared, ViewMetrics};
 use serde::Serialize;
+use std::sync::atomic::Ordering::Relaxed;
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Throughput {
@@ -36,6 +38,26 @@ pub struct Delivered {
     pub mean_fetch_bytes: f64,
 }
 
+impl Delivered {
+    /// What the consumers received between two snapshots `secs` apart.
+    pub(super) fn between(begin: &Counters, end: &Counters, secs: f64) -> Delivered {
+        let (er, eb) = end.consumed();
+        let (br, bb) = begin.consumed();
+        let (sr, sb) = end.slowest_since(begin);
+        let fetches = end.fetches - begin.fetches;
+        Delivered {
+            records: er - br,
+            bytes: eb - bb,
+            msg_per_s: (er - br) as f64 / secs,
+            mb_per_s: stats::mb((eb - bb) as f64) / secs,
+            slowest_consumer_msg_per_s: sr as f64 / secs,
+            slowest_consumer_mb_per_s: stats::mb(sb as f64) / secs,
+            fetches,
+            mean_fetch_bytes: (eb - bb) as f64 / fetches.max(1) as f64,
+        }
+    }
+}
+
 /// Whole-run counts (warm-up, backlog and drain included), for the correctness check. Bytes are
 /// record-batch bytes as sent and received: compressed ones with `--compression`.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -50,12 +72,48 @@ pub struct Totals {
     pub backlog_bytes: u64,
 }
 
+impl Totals {
+    /// The whole run's counts: the backlog's and the measured run's (its clients stopped).
+    pub(super) fn of(shared: &Shared, backlog: &Backlog) -> Totals {
+        let all = shared.snapshot();
+        let (consumed_records, consumed_bytes) = all.consumed();
+        Totals {
+            produced_records: backlog.records + all.produced_records,
+            produced_bytes: backlog.bytes + all.produced_bytes,
+            acked_records: backlog.acked_records + shared.acked_records(),
+            consumed_records,
+            consumed_bytes,
+            backlog_records: backlog.records,
+            backlog_bytes: backlog.bytes,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Errors {
     pub count: u64,
     pub produce: u64,
     pub consume: u64,
     pub messages: Vec<String>,
+}
+
+impl Errors {
+    pub(super) fn of(shared: &Shared) -> Errors {
+        Errors {
+            count: shared.error_count.load(Relaxed),
+            produce: shared
+                .producers
+                .iter()
+                .map(|p| p.errors.load(Relaxed))
+                .sum(),
+            consume: shared
+                .consumers
+                .iter()
+                .map(|c| c.errors.load(Relaxed))
+                .sum(),
+            messages: shared.error_messages(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -96,6 +154,24 @@ pub struct GeneratorCpu {
     /// cpu_s over the measured seconds.
     pub cores: f64,
     pub cpu_s_per_delivered_gb: Option<f64>,
+}
+
+impl GeneratorCpu {
+    /// This process's CPU less the server threads' between two samples `secs` apart, in which
+    /// `gb` gigabytes were delivered.
+    pub(super) fn between(begin: &CpuSample, end: &CpuSample, secs: f64, gb: f64) -> GeneratorCpu {
+        let cpu_s = (end.process_s - end.server_s) - (begin.process_s - begin.server_s);
+        GeneratorCpu {
+            cpu_s,
+            cores: cpu_s / secs,
+            cpu_s_per_delivered_gb: per_gb(cpu_s, gb),
+        }
+    }
+}
+
+/// CPU seconds per delivered gigabyte (none when nothing was delivered).
+pub(super) fn per_gb(cpu_s: f64, gb: f64) -> Option<f64> {
+    (gb > 0.0).then(|| cpu_s / gb)
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
