@@ -150,9 +150,24 @@ fn start_partition(
     let append = partition
         .log
         .append_validated(blob, headers, AppendOptions { durable });
+    // A task of its own (the append is shared by the request's partitions), so outside the
+    // request's `catch_unwind`: a panic finishing it answers this partition with an error instead
+    // of taking the core down.
+    let finished = std::panic::AssertUnwindSafe(async move {
+        finish(index, &partition, &idempotent, append.await)
+    });
     Pending::Appending(
-        glommio::spawn_local(async move { finish(index, &partition, &idempotent, append.await) })
-            .detach(),
+        glommio::spawn_local(async move {
+            use futures_lite::FutureExt;
+            finished.catch_unwind().await.unwrap_or_else(|_| {
+                log::error!("finishing a produce to partition {index} panicked");
+                PartitionProduceResponse::default()
+                    .with_index(index)
+                    .with_error_code(ResponseError::UnknownServerError.code())
+                    .with_base_offset(-1)
+            })
+        })
+        .detach(),
     )
 }
 
