@@ -366,22 +366,34 @@ pub struct CpuSample {
 
 pub fn cpu_sample(server_prefix: &str) -> CpuSample {
     let hz = clock_ticks();
-    let process = std::fs::read_to_string("/proc/self/stat")
-        .ok()
-        .and_then(|s| stat_ticks(&s))
-        .unwrap_or(0);
+    // Nanoseconds where the kernel gives them (the process clock, each thread's schedstat): a
+    // light generator uses a few 10 ms clock ticks a second, too coarse to tell apart.
+    let process_s = process_cpu_s().unwrap_or_else(|| {
+        std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .and_then(|s| stat_ticks(&s))
+            .unwrap_or(0) as f64
+            / hz
+    });
     let mut threads = Vec::new();
     if let Ok(dir) = std::fs::read_dir("/proc/self/task") {
         for t in dir.flatten() {
             let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-            let ticks = std::fs::read_to_string(t.path().join("stat"))
+            let secs = std::fs::read_to_string(t.path().join("schedstat"))
                 .ok()
-                .and_then(|s| stat_ticks(&s))
-                .unwrap_or(0);
+                .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+                .map(|ns| ns as f64 / 1e9)
+                .or_else(|| {
+                    std::fs::read_to_string(t.path().join("stat"))
+                        .ok()
+                        .and_then(|s| stat_ticks(&s))
+                        .map(|ticks| ticks as f64 / hz)
+                })
+                .unwrap_or(0.0);
             threads.push((
                 t.file_name().to_string_lossy().to_string(),
                 comm.trim_end().to_string(),
-                ticks,
+                secs,
             ));
         }
     }
@@ -390,7 +402,7 @@ pub fn cpu_sample(server_prefix: &str) -> CpuSample {
         .filter(|(_, comm, _)| comm.starts_with(server_prefix))
         .map(|(tid, _, _)| tid.as_str())
         .collect();
-    let server: u64 = threads
+    let server_s: f64 = threads
         .iter()
         .filter(|(_, comm, _)| {
             comm.starts_with(server_prefix)
@@ -398,12 +410,24 @@ pub fn cpu_sample(server_prefix: &str) -> CpuSample {
                     .strip_prefix("iou-wrk-")
                     .is_some_and(|owner| server_tids.contains(&owner))
         })
-        .map(|(_, _, ticks)| ticks)
+        .map(|(_, _, secs)| secs)
         .sum();
     CpuSample {
-        process_s: process as f64 / hz,
-        server_s: server as f64 / hz,
+        process_s,
+        server_s,
     }
+}
+
+/// This process's CPU time (all threads, exited ones included), in seconds at nanosecond
+/// resolution.
+fn process_cpu_s() -> Option<f64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    (rc == 0).then(|| ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9)
 }
 
 /// CPU seconds of another process, if this host can see it.
