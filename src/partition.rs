@@ -77,16 +77,9 @@ impl Partition {
     /// Idempotent producers whose state is kept, after forgetting the expired ones if a scan is due.
     pub fn producer_ids(&self) -> usize {
         let mut states = self.producers.borrow_mut();
-        states.expire_if_due(now_ms());
+        states.expire_if_due(shards::now_ms());
         states.len()
     }
-}
-
-/// Wall-clock milliseconds since the Unix epoch: the clock producer expiry measures.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// The snapshot if it matches the log, then the batches after it replayed from the log; expiry and
@@ -107,7 +100,7 @@ async fn load_producer_state(log: &Log, config: ProducerConfig) -> shards::Resul
         _ => (ProducerStates::default(), log.log_start_offset()),
     };
     states.set_config(config);
-    let now = now_ms();
+    let now = shards::now_ms();
     states.expire(now);
     while at < hw {
         let read = log.read(at, 4 << 20, true).await?;

@@ -54,5 +54,6 @@ pub use crate::error::{Error, InvalidBatch, Result};
 pub use crate::log::{AppendOptions, AppendResult, Log, LogStats};
 pub use crate::monitor::OffsetMonitor;
 pub use crate::records::{LogRead, Records};
+pub use crate::segment::now_ms;
 pub use crate::storage_health::{storage_health, StorageHealth};
 pub use crate::tail_cache::{TailCache, TailCacheStats};

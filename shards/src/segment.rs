@@ -454,7 +454,8 @@ impl Window {
     }
 }
 
-pub(crate) fn now_ms() -> i64 {
+/// Wall-clock milliseconds since the Unix epoch (record timestamps, segment ages, producer expiry).
+pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)

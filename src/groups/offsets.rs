@@ -7,6 +7,7 @@
 use crate::partition::write_atomically;
 use bytes::Bytes;
 use shards::batch::{records, BatchBuilder};
+use shards::now_ms;
 use shards::oneshot::{self as answer, Sender};
 use shards::{AppendOptions, Log, LogConfig, TailCache};
 use std::cell::{Cell, RefCell};
@@ -230,12 +231,6 @@ fn encode_batches(recs: &[(Vec<u8>, Option<Vec<u8>>)]) -> Bytes {
         out.extend_from_slice(&b.finish(0));
     }
     Bytes::from(out)
-}
-
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 impl OffsetStore {

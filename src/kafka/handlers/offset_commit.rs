@@ -5,7 +5,7 @@
 
 use super::{count_errors, frame, HandlerResult, Versions};
 use crate::core_state::Core;
-use crate::groups::offsets::{now_ms, Committed};
+use crate::groups::offsets::Committed;
 use crate::groups::MAX_OFFSET_METADATA_BYTES;
 use crate::topics::parse_view_name;
 use crate::wire::header::{decode, Request};
@@ -14,6 +14,7 @@ use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
 use kafka_protocol::messages::{ApiKey, OffsetCommitRequest, OffsetCommitResponse};
+use shards::now_ms;
 
 pub const VERSIONS: Versions = Versions {
     key: ApiKey::OffsetCommit,

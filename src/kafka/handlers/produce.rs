@@ -179,7 +179,7 @@ fn check_sequences(partition: &Partition, headers: &[BatchHeader], index: i32) -
     }
     let mut states = partition.producers.borrow_mut();
     let (i, outcome) = states
-        .check_and_reserve_all(headers, crate::partition::now_ms())
+        .check_and_reserve_all(headers, shards::now_ms())
         .err()?;
     Some(match outcome {
         SequenceCheck::Duplicate { base_offset } if headers.len() == 1 => Pending::Done(
@@ -223,7 +223,7 @@ fn finish(
     let mut states = partition.producers.borrow_mut();
     match result {
         Ok(r) => {
-            let now = crate::partition::now_ms();
+            let now = shards::now_ms();
             let mut base = r.base_offset;
             for h in headers {
                 if is_idempotent(h) {
