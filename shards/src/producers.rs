@@ -141,13 +141,17 @@ impl ProducerStates {
         now_ms: i64,
     ) -> Result<(), (usize, SequenceCheck)> {
         self.expire_if_due(now_ms);
-        // Each producer's state before the request touched it (None: unknown before).
+        // Each producer's state before the request touched it (None: unknown before), kept only
+        // when a later batch could be refused after an earlier one was reserved: a refused batch
+        // itself changes nothing, so a request of one idempotent batch (the usual case) needs no
+        // copy.
+        let several = headers.iter().filter(|h| is_idempotent(h)).nth(1).is_some();
         let mut before: Vec<(i64, Option<Producer>)> = Vec::new();
         for (i, h) in headers.iter().enumerate() {
             if !is_idempotent(h) {
                 continue;
             }
-            if !before.iter().any(|(id, _)| *id == h.producer_id) {
+            if several && !before.iter().any(|(id, _)| *id == h.producer_id) {
                 before.push((h.producer_id, self.producers.get(&h.producer_id).cloned()));
             }
             let outcome = self.reserve(h, now_ms);

@@ -31,13 +31,16 @@ enum Pending {
 }
 
 fn failed(index: i32, err: ResponseError, message: Option<String>) -> Pending {
-    Pending::Done(
-        PartitionProduceResponse::default()
-            .with_index(index)
-            .with_error_code(err.code())
-            .with_base_offset(-1)
-            .with_error_message(message.map(StrBytes::from_string)),
-    )
+    Pending::Done(error_response(index, err.code(), message))
+}
+
+/// A partition's answer with an error: no offset.
+fn error_response(index: i32, code: i16, message: Option<String>) -> PartitionProduceResponse {
+    PartitionProduceResponse::default()
+        .with_index(index)
+        .with_error_code(code)
+        .with_base_offset(-1)
+        .with_error_message(message.map(StrBytes::from_string))
 }
 
 pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
@@ -161,10 +164,7 @@ fn start_partition(
             use futures_lite::FutureExt;
             finished.catch_unwind().await.unwrap_or_else(|_| {
                 log::error!("finishing a produce to partition {index} panicked");
-                PartitionProduceResponse::default()
-                    .with_index(index)
-                    .with_error_code(ResponseError::UnknownServerError.code())
-                    .with_base_offset(-1)
+                error_response(index, ResponseError::UnknownServerError.code(), None)
             })
         })
         .detach(),
@@ -239,11 +239,7 @@ fn finish(
         }
         Err(e) => {
             states.release_all(headers);
-            PartitionProduceResponse::default()
-                .with_index(index)
-                .with_error_code(code_of(&e).code())
-                .with_base_offset(-1)
-                .with_error_message(Some(StrBytes::from_string(e.to_string())))
+            error_response(index, code_of(&e).code(), Some(e.to_string()))
         }
     }
 }

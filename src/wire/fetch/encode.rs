@@ -78,11 +78,15 @@ impl PartitionResult {
     /// `INVALID_TOPIC_EXCEPTION`) carry an empty aborted-transactions array; errors from the read
     /// itself (`OFFSET_OUT_OF_RANGE`, `NOT_LEADER_OR_FOLLOWER`, `KAFKA_STORAGE_ERROR`, ...) carry null.
     pub fn error(partition: i32, error_code: i16) -> Self {
-        const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
-        const INVALID_TOPIC_EXCEPTION: i16 = 17;
-        let aborted_transactions = match error_code {
-            UNKNOWN_TOPIC_OR_PARTITION | INVALID_TOPIC_EXCEPTION => AbortedTransactions::Empty,
-            _ => AbortedTransactions::Null,
+        use kafka_protocol::error::ResponseError::{
+            InvalidTopicException, UnknownTopicOrPartition,
+        };
+        let aborted_transactions = if error_code == UnknownTopicOrPartition.code()
+            || error_code == InvalidTopicException.code()
+        {
+            AbortedTransactions::Empty
+        } else {
+            AbortedTransactions::Null
         };
         PartitionResult {
             partition,
