@@ -1,8 +1,9 @@
-//! Storage failures, told once: a log's failed writes, fsyncs, segment rolls and index writes open a
+//! Storage failures, told once: a log's failed writes, fsyncs and segment rolls open a
 //! *failure episode*, logged once (with the path and the OS error) and closed, with one more line, by
 //! the next successful append. Every failure is counted, and the counts of all logs on a thread (a
 //! core: every log lives on its core's thread) are kept here for the core's metrics, so they survive
 //! the logs themselves (a deleted partition) and cover every log (partitions and group stores alike).
+//! A failed index file write is counted and logged as a warning, without an episode: appends go on.
 
 use crate::error::Error;
 use std::cell::{Cell, RefCell};
@@ -90,10 +91,8 @@ impl StorageEpisode {
 
     /// An append reached the disk: closes the episode, if one is open, with one line.
     pub(crate) fn succeeded(&self, dir: &Path) {
-        if self.open.borrow().is_none() {
-            return;
-        }
-        if let Some(ep) = self.open.borrow_mut().take() {
+        let closed = self.open.borrow_mut().take();
+        if let Some(ep) = closed {
             update(|h| h.failing_logs -= 1);
             log::warn!(
                 "{}: storage works again, appends resume ({} failed operations in {:.1} s)",
@@ -102,6 +101,14 @@ impl StorageEpisode {
                 ep.since.elapsed().as_secs_f64(),
             );
         }
+    }
+
+    /// A segment's index file could not be written: counted and logged, but no episode (appends
+    /// go on; the segment is only scanned at the next start-up).
+    pub(crate) fn index_write_failed(&self, e: &Error) {
+        self.errors.set(self.errors.get() + 1);
+        update(|h| h.errors += 1);
+        log::warn!("{e}; the segment will be scanned at start-up");
     }
 
     /// The failure that opened the current episode.

@@ -433,7 +433,7 @@ impl Log {
         for (i, seg) in segments.into_iter().enumerate() {
             if i < last && !seg.sealed.get() {
                 if let Err(e) = write_index(&seg).await {
-                    log::warn!("{e}; the segment will be scanned at start-up");
+                    inner.storage.index_write_failed(&e);
                 }
             }
             if let Ok(seg) = Rc::try_unwrap(seg) {

@@ -34,10 +34,7 @@ impl Inner {
             // The permit is taken per group, so retention and close get their turn under load.
             while !inner.queue.borrow().is_empty() {
                 let Ok(permit) = inner.append_permit.acquire_permit(1).await else {
-                    let closed: Vec<_> = inner.queue.borrow_mut().drain(..).collect();
-                    closed
-                        .into_iter()
-                        .for_each(|p| p.done.send(Err(Error::Closed)));
+                    inner.fail_queued(&Error::Closed);
                     break;
                 };
                 let group = inner.next_group().await;
@@ -76,8 +73,7 @@ impl Inner {
             .roll_if_needed(first_len, first_ts, first_offsets)
             .await
         {
-            let failed: Vec<_> = self.queue.borrow_mut().drain(..).collect();
-            fail_all(failed, &e);
+            self.fail_queued(&e);
             return Vec::new();
         }
         let active = self.active();
@@ -160,8 +156,7 @@ impl Inner {
             fail_all(group, &e);
             // Appends queued behind a failed write fail too: one written without the batches
             // before it would reorder a producer's records (its retry of those would land after).
-            let behind: Vec<_> = self.queue.borrow_mut().drain(..).collect();
-            fail_all(behind, &e);
+            self.fail_queued(&e);
             return;
         }
         self.storage.succeeded(&self.dir);
@@ -210,6 +205,12 @@ impl Inner {
         });
     }
 
+    /// Answers every queued append with `e`.
+    pub(super) fn fail_queued(&self, e: &Error) {
+        let queued: Vec<_> = self.queue.borrow_mut().drain(..).collect();
+        fail_all(queued, e);
+    }
+
     /// Seals the active segment (fsync, index file) and starts a new one at the high watermark.
     pub(super) async fn roll(&self) -> Result<()> {
         let old = self.active();
@@ -219,7 +220,7 @@ impl Inner {
         self.bump(|s| s.fsyncs += 1);
         self.durable.advance(old.next_offset.get());
         if let Err(e) = write_index(&old).await {
-            self.storage.failed(&self.dir, e, false);
+            self.storage.index_write_failed(&e);
         }
         let interval = self.config.borrow().index_interval_bytes;
         let failed = |e| self.storage.failed(&self.dir, e, false);
