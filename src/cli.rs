@@ -152,10 +152,10 @@ pub fn serve_config(args: &[String]) -> Result<ServerConfig, String> {
 impl ServeArgs {
     /// The server's configuration from the flags.
     pub fn into_config(self) -> ServerConfig {
+        // `--cores 0` is taken as 1 by the server.
         let cores = self
             .cores
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-            .max(1);
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         let advertised_host = self
             .advertised_host
             .clone()

@@ -111,12 +111,7 @@ impl Mesh {
         }
     }
 
-    pub(crate) fn register(
-        &self,
-    ) -> (
-        u64,
-        glommio::channels::local_channel::LocalReceiver<CoreMsg>,
-    ) {
+    fn register(&self) -> (u64, local_channel::LocalReceiver<CoreMsg>) {
         let id = self.next_id.get();
         self.next_id.set(id + 1);
         let (tx, rx) = local_channel::new_bounded(1);

@@ -288,12 +288,7 @@ async fn run_core(
     });
     // SAFETY: `fd` is a listening socket this process owns, handed over by `Server::start`.
     let listener = unsafe { TcpListener::from_raw_fd(fd) };
-    let accept = glommio::spawn_local(accept_until_shutdown(
-        core.clone(),
-        listener,
-        "kafka",
-        connection::serve,
-    ));
+    let accept = glommio::spawn_local(accept_until_shutdown(core.clone(), listener));
     let admin =
         admin_inbox.map(|inbox| glommio::spawn_local(control::serve_admin(core.clone(), inbox)));
     while !stop.load(Ordering::SeqCst) {
@@ -316,12 +311,8 @@ async fn run_core(
     log::info!("core {id}: stopped");
 }
 
-/// Accepts connections until the core stops, serving each with `serve` in its own task.
-async fn accept_until_shutdown<F, Fut>(core: Rc<Core>, listener: TcpListener, what: &str, serve: F)
-where
-    F: Fn(Rc<Core>, glommio::net::TcpStream) -> Fut,
-    Fut: std::future::Future<Output = ()> + 'static,
-{
+/// Accepts Kafka connections until the core stops, serving each in its own task.
+async fn accept_until_shutdown(core: Rc<Core>, listener: TcpListener) {
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
             core.shutdown.wait_for(1).await;
@@ -331,10 +322,10 @@ where
         match accepted {
             None => return,
             Some(Ok(stream)) => {
-                glommio::spawn_local(serve(core.clone(), stream)).detach();
+                glommio::spawn_local(connection::serve(core.clone(), stream)).detach();
             }
             Some(Err(e)) => {
-                log::warn!("core {}: {what} accept failed: {e}", core.id);
+                log::warn!("core {}: kafka accept failed: {e}", core.id);
                 glommio::timer::sleep(Duration::from_millis(10)).await;
             }
         }

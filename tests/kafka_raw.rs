@@ -957,7 +957,7 @@ fn produce_of_batches_lying_about_their_records_is_refused() {
     long_record[61] = 0x7e; // the record's length varint: 63 bytes, past the batch's end
     let crc = crc32c::crc32c(&long_record[21..]);
     long_record[17..21].copy_from_slice(&crc.to_be_bytes());
-    let compressed = shards::split::compress_batch(&batch(&["a", "b"]), 3);
+    let compressed = shards::batch::compress_batch(&batch(&["a", "b"]), 3);
     let cases = [
         ("count 2^31-1", lie(batch(&["one"]), i32::MAX, i32::MAX - 1)),
         ("count one too high", lie(batch(&["a", "b"]), 3, 2)),

@@ -8,14 +8,9 @@
 //! it. Records are copied verbatim: their offset and timestamp deltas are relative to the batch base,
 //! which the shard batch keeps, so keys, values, headers and timestamps are exactly the source's.
 
-use crate::batch::{self, BatchHeader, Reader, ATTR_TIMESTAMP_TYPE, HEADER_LEN};
+use crate::batch::{self, records_section, BatchHeader, Reader, ATTR_TIMESTAMP_TYPE, HEADER_LEN};
 use crate::error::InvalidBatch;
 use crate::partitioner::shard_of;
-
-// The codecs moved to `compression`, the batch-level helpers to `batch`; kept here by their old
-// names for callers that use them with views.
-pub use crate::batch::{compress_batch, records_section};
-pub use crate::compression::MAX_DECOMPRESSED;
 
 /// One source batch split into `shards` batches: every shard's (`only` None; index = shard), or
 /// only shard `i`'s (`only` Some(i); what a fetch that reads for itself needs, the other shards'
@@ -76,7 +71,7 @@ pub fn split_batch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::batch::{records, BatchBuilder};
+    use crate::batch::{compress_batch, records, BatchBuilder};
 
     /// A source batch with keyed and null-key records, base offset 100.
     fn source() -> Vec<u8> {

@@ -6,9 +6,9 @@ mod common;
 
 use bytes::Bytes;
 use common::*;
+use shards::batch::compress_batch;
 use shards::batch::{self, BatchBuilder};
 use shards::partitioner::shard_of;
-use shards::split::compress_batch;
 use shards::view_reader::{ViewConfig, ViewReader, ViewReaders};
 use shards::{AppendOptions, Log};
 use std::rc::Rc;

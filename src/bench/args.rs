@@ -212,7 +212,7 @@ fn opt_secs<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S
 
 // Value parsers.
 
-pub use crate::units::parse_size;
+use crate::units::parse_size;
 
 /// "0", "50000", "50k", "1.5M" messages/s, or "100MB/s", "64MiB/s" bytes/s.
 pub fn parse_rate(s: &str) -> Result<Rate, String> {

@@ -459,7 +459,7 @@ pub fn embedded_timestamp(batch_head: &[u8]) -> Option<u64> {
 /// The embedded timestamp of a compressed batch: its records are decompressed (the whole batch is
 /// needed, so consumers do this for a sample of batches only). An uncompressed batch is read as is.
 pub fn embedded_timestamp_compressed(batch: &[u8], header: &BatchHeader) -> Option<u64> {
-    let records = shards::split::records_section(header, batch).ok()?;
+    let records = shards::batch::records_section(header, batch).ok()?;
     let at = value_at(&records, 0)?;
     Some(u64::from_be_bytes(records[at..at + 8].try_into().ok()?))
 }
@@ -490,7 +490,7 @@ impl Codec {
     /// `batch` (uncompressed, as built by `BatchBuilder`) with its records compressed by this codec;
     /// for `None`, a copy of it.
     pub fn compress_batch(self, batch: &[u8]) -> Vec<u8> {
-        shards::split::compress_batch(batch, self.id())
+        shards::batch::compress_batch(batch, self.id())
     }
 }
 

@@ -21,8 +21,8 @@ mod admin_link;
 mod table_file;
 
 pub use admin_link::{admin_link, serve_admin, AdminInbox, AdminRequest, AdminSender};
+pub use table_file::load_table;
 use table_file::persist_table;
-pub use table_file::{load_table, table_path};
 
 /// Most partitions a topic may have.
 pub const MAX_PARTITIONS: i32 = 10_000;

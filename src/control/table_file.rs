@@ -4,7 +4,7 @@ use crate::partition::write_atomically;
 use crate::topics::TopicTable;
 use std::path::Path;
 
-pub fn table_path(data_dir: &Path) -> std::path::PathBuf {
+fn table_path(data_dir: &Path) -> std::path::PathBuf {
     data_dir.join("topics.json")
 }
 
