@@ -76,7 +76,8 @@ fn produce(port: u16, topic: &str, batch: Vec<u8>) -> (i16, i64) {
 /// A record's timestamp is its batch's base timestamp plus its delta; a batch with base 100 and a
 /// delta of `i64::MAX` (CRC right) was accepted, and a ListOffsets by timestamp that reached it
 /// overflowed i64 while decoding its records: a panic. Such a batch is now refused at produce
-/// (`INVALID_RECORD`), and one already in a log decodes as malformed (the `batch` unit tests).
+/// (`INVALID_RECORD`); one already in a log (written before that check) is put there by hand, and
+/// the lookup answers from its header (offset 0, its max timestamp) without a panic.
 #[test]
 fn list_offsets_by_timestamp_over_a_record_timestamp_beyond_i64() {
     let dir = tempfile::tempdir().unwrap();
@@ -90,24 +91,48 @@ fn list_offsets_by_timestamp_over_a_record_timestamp_beyond_i64() {
     h.base_timestamp = 100;
     shards::batch::write_header(&mut batch, &h);
     const INVALID_RECORD: i16 = 87;
-    assert_eq!(produce(port, "t", batch).0, INVALID_RECORD);
-    for v in [1, 7] {
-        let r: ListOffsetsResponse = call(
-            &mut connect(port),
-            ApiKey::ListOffsets,
-            v,
-            2,
-            &ListOffsetsRequest::default()
-                .with_replica_id(BrokerId(-1))
-                .with_topics(vec![ListOffsetsTopic::default()
-                    .with_name(name("t"))
-                    .with_partitions(vec![ListOffsetsPartition::default()
-                        .with_partition_index(0)
-                        .with_timestamp(1000)])]),
-        );
-        let p = &r.topics[0].partitions[0];
-        assert_eq!((p.error_code, p.offset, p.timestamp), (0, -1, -1), "v{v}");
-    }
+    assert_eq!(produce(port, "t", batch.clone()).0, INVALID_RECORD);
+    assert_eq!(list_offsets_at(port, 1000), [(0, -1, -1), (0, -1, -1)]);
     no_panic(&log);
     shoal.stop();
+
+    // The same batch already in the log, as an older shoal would have written it.
+    let segment = dir.path().join("topics/t/0").join(format!("{:020}.log", 0));
+    let mut bytes = std::fs::read(&segment).unwrap();
+    assert!(bytes.is_empty(), "the refused batch left nothing behind");
+    bytes.extend_from_slice(&batch);
+    std::fs::write(&segment, bytes).unwrap();
+    let (shoal, log) = start(dir.path());
+    let port = shoal.ports[0];
+    assert_eq!(
+        list_offsets_at(port, 1000),
+        [(0, 0, i64::MAX), (0, 0, i64::MAX)],
+        "v1 and v7 answer from the batch header"
+    );
+    no_panic(&log);
+    shoal.stop();
+}
+
+/// (error code, offset, timestamp) of ListOffsets v1 and v7 for `timestamp` on t-0.
+fn list_offsets_at(port: u16, timestamp: i64) -> Vec<(i16, i64, i64)> {
+    [1, 7]
+        .into_iter()
+        .map(|v| {
+            let r: ListOffsetsResponse = call(
+                &mut connect(port),
+                ApiKey::ListOffsets,
+                v,
+                2,
+                &ListOffsetsRequest::default()
+                    .with_replica_id(BrokerId(-1))
+                    .with_topics(vec![ListOffsetsTopic::default()
+                        .with_name(name("t"))
+                        .with_partitions(vec![ListOffsetsPartition::default()
+                            .with_partition_index(0)
+                            .with_timestamp(timestamp)])]),
+            );
+            let p = &r.topics[0].partitions[0];
+            (p.error_code, p.offset, p.timestamp)
+        })
+        .collect()
 }
