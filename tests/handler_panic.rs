@@ -113,15 +113,7 @@ fn a_panicking_handler_closes_only_its_connection() {
     let p = &f.responses[0].partitions[0];
     assert_eq!((p.error_code, p.high_watermark), (0, 3));
     let records = p.records.as_ref().unwrap();
-    let mut values = Vec::new();
-    let mut rest = &records[..];
-    while !rest.is_empty() {
-        let n = shards::batch::peek_total_len(rest).expect("whole batches");
-        for r in shards::batch::records(&rest[..n]).unwrap() {
-            values.push(String::from_utf8(r.value.unwrap().to_vec()).unwrap());
-        }
-        rest = &rest[n..];
-    }
+    let values = common::wire::record_values(records);
     assert_eq!(values, ["before", "after", "fresh"]);
 
     assert_eq!(shoal.metric("shoal_handler_panics_total"), 2);

@@ -135,3 +135,18 @@ pub fn expect_closed(s: &mut TcpStream, what: &str) {
         ),
     }
 }
+
+/// The values of the records in `records` (whole uncompressed batches back to back, as a Fetch
+/// returns them), in order.
+pub fn record_values(records: &[u8]) -> Vec<String> {
+    let mut values = Vec::new();
+    let mut rest = records;
+    while !rest.is_empty() {
+        let n = shards::batch::peek_total_len(rest).expect("whole batches");
+        for r in shards::batch::records(&rest[..n]).expect("uncompressed batches") {
+            values.push(String::from_utf8(r.value.expect("a value").to_vec()).unwrap());
+        }
+        rest = &rest[n..];
+    }
+    values
+}
