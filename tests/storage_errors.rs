@@ -7,6 +7,8 @@
 //! Mounting a tmpfs needs root (CI and the development machines run as root).
 
 mod common;
+#[path = "../shards/tests/support/mount.rs"]
+mod mount;
 
 use bytes::Bytes;
 use common::wire::{call, connect};
@@ -16,43 +18,10 @@ use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, TopicNam
 use kafka_protocol::protocol::StrBytes;
 use shards::batch::BatchBuilder;
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 const TOPIC: &str = "full";
 const KAFKA_STORAGE_ERROR: i16 = 56;
-
-struct Mount(PathBuf);
-
-impl Mount {
-    fn tmpfs(dir: &Path, size: &str) -> Option<Mount> {
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir)
-            .status()
-            .is_ok_and(|s| s.success());
-        ok.then(|| Mount(dir.to_path_buf()))
-    }
-    fn resize(&self, size: &str) {
-        let s = Command::new("mount")
-            .args(["-o", &format!("remount,size={size}")])
-            .arg(&self.0)
-            .status()
-            .unwrap();
-        assert!(s.success(), "remount failed");
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
-fn is_root() -> bool {
-    let out = Command::new("id").arg("-u").output().unwrap();
-    String::from_utf8_lossy(&out.stdout).trim() == "0"
-}
 
 /// Produces one record of `len` bytes (acks=all) and returns (error code, base offset).
 fn produce(s: &mut TcpStream, correlation: i32, len: usize) -> (i16, i64) {
@@ -84,9 +53,11 @@ fn lines_about(shoal: &Shoal, dir: &Path) -> Vec<String> {
 #[test]
 fn a_full_disk_is_logged_counted_and_shown_until_it_clears() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(mount) = Mount::tmpfs(dir.path(), "2m") else {
-        eprintln!("SKIPPED: mounting a tmpfs needs root");
-        assert!(!is_root(), "running as root but the tmpfs mount failed");
+    let Some(mount) = mount::tmpfs_or_skip(
+        dir.path(),
+        "2m",
+        "a_full_disk_is_logged_counted_and_shown_until_it_clears",
+    ) else {
         return;
     };
     let shoal = Shoal::start(dir.path(), 1, &[]);

@@ -5,11 +5,12 @@
 //! Uses a real size-limited tmpfs, which needs root (CI and the development machines run as root).
 
 mod common;
+#[path = "support/mount.rs"]
+mod mount;
 
 use common::*;
+use mount::tmpfs_or_skip;
 use shards::{storage_health, AppendOptions, Error, Log, LogConfig, StorageHealth};
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Mutex;
 
 /// Every log line of the test process, kept for the assertions on what the logs say.
@@ -45,47 +46,6 @@ fn lines_about(what: &str) -> Vec<(log::Level, String)> {
         .filter(|(_, l)| l.contains(what))
         .cloned()
         .collect()
-}
-
-struct Mount(PathBuf);
-
-impl Mount {
-    fn tmpfs(dir: &Path, size: &str) -> Option<Mount> {
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir)
-            .status()
-            .is_ok_and(|s| s.success());
-        ok.then(|| Mount(dir.to_path_buf()))
-    }
-    fn resize(&self, size: &str) {
-        let s = Command::new("mount")
-            .args(["-o", &format!("remount,size={size}")])
-            .arg(&self.0)
-            .status()
-            .unwrap();
-        assert!(s.success(), "remount failed");
-    }
-}
-
-/// Mounts a tmpfs of `size` on `dir`, or says why the test cannot run (and fails if it should).
-fn tmpfs_or_skip(dir: &Path, size: &str, test: &str) -> Option<Mount> {
-    let mount = Mount::tmpfs(dir, size);
-    if mount.is_none() {
-        // Without root there is no way to make a real disk full; say so loudly rather than pass quietly.
-        eprintln!("SKIPPED {test}: mounting a tmpfs needs root");
-        assert!(
-            effective_uid() != 0,
-            "running as root but the tmpfs mount failed: {test} could not run"
-        );
-    }
-    mount
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
 }
 
 #[test]
@@ -275,13 +235,4 @@ fn storage_failures_are_logged_once_per_episode_and_counted() {
         a.close().await.unwrap();
         b.close().await.unwrap();
     });
-}
-
-fn effective_uid() -> u32 {
-    // `id -u` avoids a libc dependency for one call.
-    let out = Command::new("id").arg("-u").output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .unwrap_or(u32::MAX)
 }
