@@ -4,15 +4,12 @@
 
 mod common;
 
-use bytes::Bytes;
-use common::wire::{call, connect};
+use common::wire::{call, connect, create_topic_request, produce_request};
 use common::Shoal;
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, CreateTopicsRequest, CreateTopicsResponse, ListOffsetsRequest,
-    ListOffsetsResponse, ProduceRequest, ProduceResponse, TopicName,
+    ApiKey, BrokerId, CreateTopicsResponse, ListOffsetsRequest, ListOffsetsResponse,
+    ProduceResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use shards::batch::{BatchBuilder, BatchHeader};
@@ -44,12 +41,7 @@ fn create_topic(port: u16, topic: &str) {
         ApiKey::CreateTopics,
         7,
         1,
-        &CreateTopicsRequest::default()
-            .with_timeout_ms(10_000)
-            .with_topics(vec![CreatableTopic::default()
-                .with_name(name(topic))
-                .with_num_partitions(1)
-                .with_replication_factor(1)]),
+        &create_topic_request(topic, 1),
     );
     assert_eq!(r.topics[0].error_code, 0);
 }
@@ -60,14 +52,7 @@ fn produce(port: u16, topic: &str, batch: Vec<u8>) -> (i16, i64) {
         ApiKey::Produce,
         9,
         1,
-        &ProduceRequest::default()
-            .with_acks(-1)
-            .with_timeout_ms(10_000)
-            .with_topic_data(vec![TopicProduceData::default()
-                .with_name(name(topic))
-                .with_partition_data(vec![PartitionProduceData::default()
-                    .with_index(0)
-                    .with_records(Some(Bytes::from(batch)))])]),
+        &produce_request(topic, 0, batch, -1),
     );
     let p = &r.responses[0].partition_responses[0];
     (p.error_code, p.base_offset)

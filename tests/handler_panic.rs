@@ -6,12 +6,10 @@
 
 mod common;
 
-use bytes::Bytes;
-use common::wire::{call, connect, expect_closed, request_frame_as};
+use common::wire::{call, connect, expect_closed, produce_request, request_frame_as};
 use common::Shoal;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     ApiKey, FetchRequest, FetchResponse, MetadataRequest, MetadataResponse, ProduceRequest,
     ProduceResponse, TopicName,
@@ -27,14 +25,7 @@ const TOPIC: &str = "panicky";
 fn produce_req(value: &str) -> ProduceRequest {
     let mut b = BatchBuilder::new(1_700_000_000_000);
     b.push(1_700_000_000_000, None, Some(value.as_bytes()), &[]);
-    ProduceRequest::default()
-        .with_acks(-1)
-        .with_timeout_ms(5000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(TopicName(StrBytes::from_static_str(TOPIC)))
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(0)
-                .with_records(Some(Bytes::from(b.finish(0))))])])
+    produce_request(TOPIC, 0, b.finish(0), -1)
 }
 
 fn produce(s: &mut std::net::TcpStream, correlation: i32, value: &str) -> i64 {

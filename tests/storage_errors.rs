@@ -10,12 +10,9 @@ mod common;
 #[path = "../shards/tests/support/mount.rs"]
 mod mount;
 
-use bytes::Bytes;
-use common::wire::{call, connect};
+use common::wire::{call, connect, produce_request};
 use common::{create_topics, Shoal};
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, TopicName};
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::messages::{ApiKey, ProduceResponse};
 use shards::batch::BatchBuilder;
 use std::net::TcpStream;
 use std::path::Path;
@@ -27,14 +24,7 @@ const KAFKA_STORAGE_ERROR: i16 = 56;
 fn produce(s: &mut TcpStream, correlation: i32, len: usize) -> (i16, i64) {
     let mut b = BatchBuilder::new(1_700_000_000_000);
     b.push(1_700_000_000_000, None, Some(&vec![7u8; len]), &[]);
-    let req = ProduceRequest::default()
-        .with_acks(-1)
-        .with_timeout_ms(10_000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(TopicName(StrBytes::from_static_str(TOPIC)))
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(0)
-                .with_records(Some(Bytes::from(b.finish(0))))])]);
+    let req = produce_request(TOPIC, 0, b.finish(0), -1);
     let r: ProduceResponse = call(s, ApiKey::Produce, 9, correlation, &req);
     let p = &r.responses[0].partition_responses[0];
     (p.error_code, p.base_offset)

@@ -150,3 +150,41 @@ pub fn record_values(records: &[u8]) -> Vec<String> {
     }
     values
 }
+
+/// A Produce request of one records blob to one partition.
+pub fn produce_request(
+    topic: &str,
+    partition: i32,
+    records: Vec<u8>,
+    acks: i16,
+) -> kafka_protocol::messages::ProduceRequest {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    kafka_protocol::messages::ProduceRequest::default()
+        .with_acks(acks)
+        .with_timeout_ms(10_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(topic_name(topic))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(Bytes::from(records)))])])
+}
+
+/// A CreateTopics request for one topic (replication factor 1).
+pub fn create_topic_request(
+    topic: &str,
+    partitions: i32,
+) -> kafka_protocol::messages::CreateTopicsRequest {
+    use kafka_protocol::messages::create_topics_request::CreatableTopic;
+    kafka_protocol::messages::CreateTopicsRequest::default()
+        .with_timeout_ms(10_000)
+        .with_topics(vec![CreatableTopic::default()
+            .with_name(topic_name(topic))
+            .with_num_partitions(partitions)
+            .with_replication_factor(1)])
+}
+
+pub fn topic_name(topic: &str) -> kafka_protocol::messages::TopicName {
+    kafka_protocol::messages::TopicName(kafka_protocol::protocol::StrBytes::from_string(
+        topic.to_string(),
+    ))
+}

@@ -1,13 +1,10 @@
 //! The broker's state the fuzzer builds on, and the checks of its health between inputs.
 
-use crate::common::wire::{call, connect};
+use crate::common::wire::{call, connect, create_topic_request, produce_request};
 use crate::requests::{self, DATA_TOPIC, HEALTH_TOPIC, POOL};
-use bytes::Bytes;
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use shards::batch::BatchBuilder;
@@ -61,12 +58,7 @@ pub fn create_topic(port: u16, topic: &str, partitions: i32) {
         ApiKey::CreateTopics,
         7,
         1,
-        &CreateTopicsRequest::default()
-            .with_timeout_ms(10_000)
-            .with_topics(vec![CreatableTopic::default()
-                .with_name(name(topic))
-                .with_num_partitions(partitions)
-                .with_replication_factor(1)]),
+        &create_topic_request(topic, partitions),
     );
     assert_eq!(r.topics[0].error_code, 0, "create {topic}");
 }
@@ -91,14 +83,7 @@ pub fn produce(port: u16, topic: &str, partition: i32, batch: Vec<u8>) -> Result
         ApiKey::Produce,
         9,
         1,
-        &ProduceRequest::default()
-            .with_acks(-1)
-            .with_timeout_ms(10_000)
-            .with_topic_data(vec![TopicProduceData::default()
-                .with_name(name(topic))
-                .with_partition_data(vec![PartitionProduceData::default()
-                    .with_index(partition)
-                    .with_records(Some(Bytes::from(batch)))])]),
+        &produce_request(topic, partition, batch, -1),
     );
     let p = &r.responses[0].partition_responses[0];
     match p.error_code {
@@ -153,12 +138,7 @@ pub fn restore_data_topic(ports: &[u16]) -> Result<bool, String> {
             ApiKey::CreateTopics,
             7,
             3,
-            &CreateTopicsRequest::default()
-                .with_timeout_ms(10_000)
-                .with_topics(vec![CreatableTopic::default()
-                    .with_name(name(DATA_TOPIC))
-                    .with_num_partitions(2)
-                    .with_replication_factor(1)]),
+            &create_topic_request(DATA_TOPIC, 2),
         );
         match r.topics[0].error_code {
             0 => {
