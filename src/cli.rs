@@ -9,6 +9,7 @@ use shards::LogConfig;
 use shoal::admin::parse_on_off;
 use shoal::config::BrokerConfig;
 use shoal::groups::CoordinatorConfig;
+use shoal::load::PacingConfig;
 use shoal::server::ServerConfig;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -100,6 +101,14 @@ pub struct ServeArgs {
     /// responses counts once. A fetch beyond it returns what fits (at least one batch).
     #[arg(long, default_value_t = 512 << 20, value_parser = parse_size_usize)]
     pub fetch_response_budget_bytes: usize,
+    /// Longest a long poll woken by new data waits before it reads while its core is saturated, so
+    /// that each response carries more (fetch pacing); bounded by the fetch's own max wait and by
+    /// about the time the core needs to answer every fetch waiting on the partition once. 0: off.
+    #[arg(long, default_value_t = 50)]
+    pub fetch_pacing_max_ms: u64,
+    /// Busy share of a core's time (percent) above which fetch pacing grows its delay.
+    #[arg(long, default_value_t = 85, value_parser = clap::value_parser!(u8).range(1..=100))]
+    pub fetch_pacing_target_busy_percent: u8,
     /// Memory for one view reader's window of per-shard batches, in bytes.
     #[arg(long, default_value_t = 32 << 20, value_parser = parse_size_usize)]
     pub view_window_bytes: usize,
@@ -192,6 +201,10 @@ impl ServeArgs {
                 fetch_coalescing: self.fetch_coalescing,
                 fetch_cache_bytes: self.fetch_cache_bytes,
                 fetch_response_budget_bytes: self.fetch_response_budget_bytes,
+                fetch_pacing: PacingConfig {
+                    max_delay: Duration::from_millis(self.fetch_pacing_max_ms),
+                    target_busy: f64::from(self.fetch_pacing_target_busy_percent) / 100.0,
+                },
                 views: ViewConfig {
                     window_bytes: self.view_window_bytes,
                     max_delta_for_fanout: self.max_delta_for_fanout.max(0),

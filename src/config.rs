@@ -3,6 +3,7 @@
 //! process-level [`crate::server::ServerConfig`] around it); nothing here knows about flags.
 
 use crate::groups::CoordinatorConfig;
+use crate::load::PacingConfig;
 use shards::producers::ProducerConfig;
 use shards::view_reader::ViewConfig;
 use shards::LogConfig;
@@ -34,4 +35,6 @@ pub struct BrokerConfig {
     pub fetch_response_budget_bytes: usize,
     pub views: ViewConfig,
     pub groups: CoordinatorConfig,
+    /// Long polls on a saturated core wait a little to carry more per response.
+    pub fetch_pacing: PacingConfig,
 }

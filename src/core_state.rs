@@ -2,6 +2,7 @@
 //! and its end of the control plane. `!Send`: created on the core's executor and never leaves it.
 
 use crate::config::BrokerConfig;
+use crate::load::CoreLoad;
 use crate::mesh::Mesh;
 use crate::metrics::{CoreMetrics, CoreSnapshot, PartitionSnapshot};
 use crate::partition::Partition;
@@ -33,6 +34,8 @@ pub struct Core {
     pub views: ViewReaders,
     pub mesh: Mesh,
     pub metrics: CoreMetrics,
+    /// How busy this core is (sampled), and the fetch pacing derived from it.
+    pub load: Rc<CoreLoad>,
     /// The consumer groups this core coordinates and their committed offsets.
     pub groups: crate::groups::Coordinator,
     /// Moves from 0 to 1 when the server is asked to stop.
@@ -51,6 +54,7 @@ impl Core {
             response_memory: ResponseMemory::new(config.fetch_response_budget_bytes),
             views: ViewReaders::new(config.views),
             groups: crate::groups::Coordinator::new(id, cores, config.groups),
+            load: Rc::new(CoreLoad::new(config.fetch_pacing)),
             config,
             ports,
             topics: RefCell::new(Rc::new(TopicTable::default())),
@@ -255,6 +259,10 @@ impl Core {
             coalescer,
             fetch_log_read_bytes: m.fetch_log_read_bytes.get(),
             fetch_response_bytes: m.fetch_response_bytes.get(),
+            fetch_paced: m.fetch_paced.get(),
+            fetch_paced_us: m.fetch_paced_us.get(),
+            fetch_pacing_delay_us: self.load.delay().as_micros() as u64,
+            busy_percent: (self.load.busy() * 100.0).round() as u64,
             response_memory_bytes: self.response_memory.used() as u64,
             views: self.views.stats(),
             groups: self.groups.stats(),

@@ -22,6 +22,7 @@
 //!   topic names and configs.
 //! - [`metrics`]     — per-core counters and the Prometheus rendering.
 //! - [`config`]      — the broker settings every core runs with (`BrokerConfig`).
+//! - [`load`]        — how busy a core is, and the fetch pacing derived from it.
 //! - [`wire`]        — the Kafka wire format shared with the load generator and the tests: frames,
 //!   headers, the FetchResponse codec, the shared TCP stream.
 //! - [`alloc_guard`] — the global allocator that defuses allocation bombs in request decoding.
@@ -33,6 +34,7 @@ pub mod control;
 pub mod core_state;
 pub mod groups;
 pub mod kafka;
+pub mod load;
 pub mod mesh;
 pub mod metrics;
 pub mod partition;

@@ -21,6 +21,9 @@ pub struct CoreMetrics {
     pub fetch_log_read_bytes: Cell<u64>,
     /// Record bytes put in fetch responses.
     pub fetch_response_bytes: Cell<u64>,
+    /// Long polls that waited for fetch pacing after new data arrived, and the time they waited.
+    pub fetch_paced: Cell<u64>,
+    pub fetch_paced_us: Cell<u64>,
 }
 
 impl Default for CoreMetrics {
@@ -36,6 +39,8 @@ impl Default for CoreMetrics {
             handler_panics: Cell::new(0),
             fetch_log_read_bytes: Cell::new(0),
             fetch_response_bytes: Cell::new(0),
+            fetch_paced: Cell::new(0),
+            fetch_paced_us: Cell::new(0),
         }
     }
 }
@@ -93,6 +98,12 @@ pub struct CoreSnapshot {
     pub coalescer: shards::coalescer::CoalescerStats,
     pub fetch_log_read_bytes: u64,
     pub fetch_response_bytes: u64,
+    pub fetch_paced: u64,
+    pub fetch_paced_us: u64,
+    /// The current fetch pacing delay (before the per-partition cap), in microseconds.
+    pub fetch_pacing_delay_us: u64,
+    /// Smoothed busy share of the core, in percent.
+    pub busy_percent: u64,
     pub response_memory_bytes: u64,
     pub views: shards::view_reader::ViewStats,
     pub groups: crate::groups::GroupStats,
@@ -300,6 +311,35 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
         "Record bytes sent to consumers in fetch responses.",
         &mut per_core(|c| c.fetch_response_bytes),
     );
+    let pacing: [Family; 4] = [
+        (
+            "shoal_fetch_paced_total",
+            "counter",
+            "Long polls that waited for fetch pacing after new data arrived (their core was busy).",
+            |c| c.fetch_paced,
+        ),
+        (
+            "shoal_fetch_paced_microseconds_total",
+            "counter",
+            "Time long polls waited for fetch pacing.",
+            |c| c.fetch_paced_us,
+        ),
+        (
+            "shoal_fetch_pacing_delay_microseconds",
+            "gauge",
+            "The core's current fetch pacing delay (capped per fetch by its partition's waiters and its max wait).",
+            |c| c.fetch_pacing_delay_us,
+        ),
+        (
+            "shoal_core_busy_percent",
+            "gauge",
+            "Smoothed share of the core's time spent running tasks.",
+            |c| c.busy_percent,
+        ),
+    ];
+    for (name, kind, help, f) in pacing {
+        family(name, kind, help, &mut per_core(f));
+    }
     family(
         "shoal_fetch_response_memory_bytes",
         "gauge",

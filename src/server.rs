@@ -286,6 +286,12 @@ async fn run_core(
         let core = core.clone();
         async move { core.groups.run_ticker(&core.shutdown).await }
     });
+    let sampler = glommio::spawn_local(crate::load::run_sampler(core.load.clone(), {
+        let shutdown = core.shutdown.clone();
+        async move {
+            shutdown.wait_for(1).await;
+        }
+    }));
     // SAFETY: `fd` is a listening socket this process owns, handed over by `Server::start`.
     let listener = unsafe { TcpListener::from_raw_fd(fd) };
     let accept = glommio::spawn_local(accept_until_shutdown(core.clone(), listener));
@@ -298,6 +304,7 @@ async fn run_core(
     core.shutdown.advance(1);
     core.groups.stop();
     ticker.await;
+    sampler.await;
     accept.await;
     if let Some(a) = admin {
         a.await;

@@ -281,8 +281,9 @@ pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
             break run;
         }
         drop(run);
-        if !wait_for_data(core, &plan).await {
-            break execute(core, &plan).await;
+        match wait_for_data(core, &plan).await {
+            None => break execute(core, &plan).await,
+            Some(waiters) => pace(core, &plan, waiters).await,
         }
     };
     down_convert_errors(req.api_version, &mut done.topics);
@@ -298,9 +299,29 @@ pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
     Ok(Reply::Fetch(parts.chunks, done.holds))
 }
 
-/// Waits until any planned partition gets more data than it has now; `false` at the deadline or on
-/// shutdown.
-async fn wait_for_data(core: &Core, plan: &Plan) -> bool {
+/// Fetch pacing: on a saturated core, a long poll woken by new data waits a little longer (never
+/// past its deadline) so that its response carries more; see [`crate::load`].
+async fn pace(core: &Core, plan: &Plan, waiters: usize) {
+    let delay = core
+        .load
+        .fetch_delay(waiters)
+        .min(plan.deadline.saturating_duration_since(Instant::now()));
+    if delay.is_zero() {
+        return;
+    }
+    crate::metrics::add(&core.metrics.fetch_paced, 1);
+    crate::metrics::add(&core.metrics.fetch_paced_us, delay.as_micros() as u64);
+    futures_lite::future::or(glommio::timer::sleep(delay), async {
+        core.shutdown.wait_for(1).await;
+    })
+    .await;
+}
+
+/// Waits until any planned partition gets more data than it has now: then the most fetches woken
+/// at once by one of its partitions' latest advances (this one included), or `None` at the deadline
+/// or on shutdown.
+async fn wait_for_data(core: &Core, plan: &Plan) -> Option<usize> {
+    let mut monitors = Vec::new();
     let waits: Vec<_> = plan
         .topics
         .iter()
@@ -310,6 +331,7 @@ async fn wait_for_data(core: &Core, plan: &Plan) -> bool {
                 // Past what is there now, not past the fetch offset: with some data but less
                 // than min_bytes, the latter is already true and the fetch would spin.
                 let m = t.monitor();
+                monitors.push(m.clone());
                 Box::pin(m.wait_for(m.value().max(p.offset) + 1))
             })
         })
@@ -324,7 +346,9 @@ async fn wait_for_data(core: &Core, plan: &Plan) -> bool {
         core.shutdown.wait_for(1).await;
         false
     };
-    futures_lite::future::or(any, futures_lite::future::or(timeout, shutdown)).await
+    futures_lite::future::or(any, futures_lite::future::or(timeout, shutdown))
+        .await
+        .then(|| monitors.iter().map(|m| m.last_woken()).max().unwrap_or(1))
 }
 
 /// Resolves when any of the futures does (true only if it resolved true).

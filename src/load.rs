@@ -1,0 +1,201 @@
+//! How busy this core is, and what that asks of long polls (fetch pacing).
+//!
+//! Each answered fetch costs the core a fixed amount of work whatever it carries (on loopback about
+//! 30 us, mostly the kernel's send and wake-up path), so a saturated core that answers every long
+//! poll as soon as one batch arrives spends itself on small responses and starves the producers
+//! that would fill them. A sampler measures the share of wall time the core's executor spends
+//! running tasks; while it is above a target, long polls woken by new data wait a short, growing
+//! delay before they read, so that each response carries more; below the target the delay decays to
+//! nothing within a few ticks and an idle core answers at once, as before.
+//!
+//! The delay for one wake-up is also capped by the number of fetches waiting on the same partition
+//! (times [`PER_WAITER`]): about the time the core needs to answer each of them once. A saturated
+//! core already makes every waiter wait that long, so pacing at most doubles the latency it imposes
+//! anyway; a partition with few readers is never held back for long. And a fetch never waits past
+//! its own `max_wait_ms`.
+
+use std::cell::Cell;
+use std::time::{Duration, Instant};
+
+/// Fetch pacing settings (`--fetch-pacing-*`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PacingConfig {
+    /// Longest delay a woken long poll waits before it reads; zero turns pacing off.
+    pub max_delay: Duration,
+    /// Busy share of the core above which the delay grows (0..1).
+    pub target_busy: f64,
+}
+
+impl Default for PacingConfig {
+    fn default() -> Self {
+        Self {
+            max_delay: Duration::from_millis(50),
+            target_busy: 0.85,
+        }
+    }
+}
+
+/// How often the sampler measures.
+pub const TICK: Duration = Duration::from_millis(5);
+/// Cap of one wake-up's delay per fetch waiting on the partition: about what answering one costs.
+pub const PER_WAITER: Duration = Duration::from_micros(40);
+/// Step by which the delay grows when the core stays busy (and the floor it starts from).
+const STEP: Duration = Duration::from_micros(250);
+/// Below this busy share the delay decays.
+const DECAY_BELOW: f64 = 0.6;
+
+/// One core's load and the fetch delay derived from it. Single-threaded (`Cell`s): one per core.
+#[derive(Debug)]
+pub struct CoreLoad {
+    config: Cell<PacingConfig>,
+    /// Smoothed busy share of the last ticks.
+    busy: Cell<f64>,
+    delay: Cell<Duration>,
+    last: Cell<Option<(Instant, Duration)>>,
+}
+
+impl CoreLoad {
+    pub fn new(config: PacingConfig) -> Self {
+        Self {
+            config: Cell::new(config),
+            busy: Cell::new(0.0),
+            delay: Cell::new(Duration::ZERO),
+            last: Cell::new(None),
+        }
+    }
+
+    /// The smoothed busy share of the core (0..1).
+    pub fn busy(&self) -> f64 {
+        self.busy.get()
+    }
+
+    /// The current delay before a woken long poll reads (before the per-partition cap).
+    pub fn delay(&self) -> Duration {
+        self.delay.get()
+    }
+
+    /// The delay a long poll woken by new data waits, with `waiters` fetches waiting on its
+    /// partition.
+    pub fn fetch_delay(&self, waiters: usize) -> Duration {
+        let d = self.delay.get();
+        if d.is_zero() {
+            return d;
+        }
+        d.min(PER_WAITER * waiters.min(1 << 20) as u32)
+    }
+
+    /// Feeds one measurement: the executor's cumulative busy time at `now`.
+    pub fn sample(&self, now: Instant, busy_total: Duration) {
+        let Some((then, busy_then)) = self.last.replace(Some((now, busy_total))) else {
+            return;
+        };
+        let wall = now.saturating_duration_since(then).as_secs_f64();
+        if wall <= 0.0 {
+            return;
+        }
+        let share = (busy_total.saturating_sub(busy_then).as_secs_f64() / wall).clamp(0.0, 1.0);
+        self.observe(share);
+    }
+
+    /// One tick's busy share: smooths it and moves the delay.
+    pub fn observe(&self, share: f64) {
+        let busy = 0.5 * self.busy.get() + 0.5 * share;
+        self.busy.set(busy);
+        let c = self.config.get();
+        let d = self.delay.get();
+        let next = if c.max_delay.is_zero() {
+            Duration::ZERO
+        } else if busy > c.target_busy {
+            (d + d / 4).max(d + STEP).min(c.max_delay)
+        } else if busy < DECAY_BELOW {
+            let half = d / 2;
+            if half < STEP {
+                Duration::ZERO
+            } else {
+                half
+            }
+        } else {
+            d
+        };
+        self.delay.set(next);
+    }
+}
+
+/// Measures the current executor's busy time every [`TICK`] into `load` until `stop` resolves.
+pub async fn run_sampler(load: std::rc::Rc<CoreLoad>, stop: impl std::future::Future<Output = ()>) {
+    let sample = async {
+        loop {
+            let stats = glommio::executor().executor_stats();
+            load.sample(Instant::now(), stats.total_runtime());
+            glommio::timer::sleep(TICK).await;
+        }
+    };
+    futures_lite::future::or(sample, stop).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load() -> CoreLoad {
+        CoreLoad::new(PacingConfig::default())
+    }
+
+    #[test]
+    fn an_idle_core_never_delays() {
+        let l = load();
+        for _ in 0..100 {
+            l.observe(0.3);
+        }
+        assert_eq!(l.fetch_delay(1000), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_busy_core_delays_more_up_to_the_maximum_and_recovers() {
+        let l = load();
+        let mut last = Duration::ZERO;
+        for _ in 0..4 {
+            l.observe(1.0);
+            assert!(l.delay() >= last);
+            last = l.delay();
+        }
+        assert!(l.delay() > Duration::ZERO);
+        for _ in 0..200 {
+            l.observe(1.0);
+        }
+        assert_eq!(l.delay(), PacingConfig::default().max_delay);
+        // Few waiters: capped by what answering them costs.
+        assert_eq!(l.fetch_delay(8), PER_WAITER * 8);
+        assert_eq!(l.fetch_delay(100_000), PacingConfig::default().max_delay);
+        // Between the thresholds it holds; below, it decays to nothing within a few ticks.
+        l.observe(0.7);
+        l.observe(0.7);
+        l.observe(0.7);
+        assert_eq!(l.delay(), PacingConfig::default().max_delay);
+        for _ in 0..20 {
+            l.observe(0.0);
+        }
+        assert_eq!(l.delay(), Duration::ZERO);
+    }
+
+    #[test]
+    fn pacing_off_never_delays() {
+        let l = CoreLoad::new(PacingConfig {
+            max_delay: Duration::ZERO,
+            ..PacingConfig::default()
+        });
+        for _ in 0..100 {
+            l.observe(1.0);
+        }
+        assert_eq!(l.fetch_delay(1000), Duration::ZERO);
+    }
+
+    #[test]
+    fn sample_measures_the_busy_share_of_wall_time() {
+        let l = load();
+        let t0 = Instant::now();
+        l.sample(t0, Duration::from_millis(100));
+        l.sample(t0 + Duration::from_millis(10), Duration::from_millis(110));
+        assert!((l.busy() - 0.5).abs() < 1e-9, "{}", l.busy());
+    }
+}
