@@ -13,6 +13,47 @@ use shards::{FetchCoalescer, OffsetMonitor, ResponseMemory, TailCache};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::time::Duration;
+use glommio::{Latency, Shares, TaskQueueHandle};
+
+/// The task queues a core's request handlers run in (with the writes of their responses), so that
+/// a flood of one kind of work cannot starve another: glommio shares the core between queues that
+/// have work by their shares, and the produce queue also preempts the others within
+/// [`PRODUCE_LATENCY`] when it has work.
+#[derive(Debug, Clone, Copy)]
+pub struct TaskQueues {
+    pub produce: TaskQueueHandle,
+    pub fetch: TaskQueueHandle,
+    /// Everything else (metadata, groups, admin): small and latency-sensitive.
+    pub other: TaskQueueHandle,
+}
+
+/// How soon produce work preempts fetch work.
+pub const PRODUCE_LATENCY: Duration = Duration::from_millis(1);
+
+impl TaskQueues {
+    /// Creates the queues on the current executor.
+    pub fn create() -> Self {
+        let ex = glommio::executor();
+        let queue = |shares, latency, name| {
+            ex.create_task_queue(Shares::Static(shares), latency, name)
+        };
+        Self {
+            produce: queue(1000, Latency::Matters(PRODUCE_LATENCY), "produce"),
+            fetch: queue(1000, Latency::NotImportant, "fetch"),
+            other: queue(1000, Latency::Matters(PRODUCE_LATENCY), "requests"),
+        }
+    }
+
+    /// The queue a request of this API runs in.
+    pub fn for_api(&self, api_key: i16) -> TaskQueueHandle {
+        match api_key {
+            0 => self.produce,
+            1 => self.fetch,
+            _ => self.other,
+        }
+    }
+}
 
 #[derive(Debug)]
 pub struct Core {
@@ -36,6 +77,7 @@ pub struct Core {
     pub metrics: CoreMetrics,
     /// How busy this core is (sampled), and the fetch pacing derived from it.
     pub load: Rc<CoreLoad>,
+    pub queues: TaskQueues,
     /// The consumer groups this core coordinates and their committed offsets.
     pub groups: crate::groups::Coordinator,
     /// Moves from 0 to 1 when the server is asked to stop.
@@ -55,6 +97,7 @@ impl Core {
             views: ViewReaders::new(config.views),
             groups: crate::groups::Coordinator::new(id, cores, config.groups),
             load: Rc::new(CoreLoad::new(config.fetch_pacing)),
+            queues: TaskQueues::create(),
             config,
             ports,
             topics: RefCell::new(Rc::new(TopicTable::default())),

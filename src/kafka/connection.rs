@@ -1,5 +1,8 @@
-//! One client connection: frames are read and handled concurrently (pipelining), and responses are
-//! written strictly in request order by a writer task that awaits each handler in turn.
+//! One client connection: frames are read and handled concurrently (pipelining), and each handler
+//! writes its own response once every earlier response on the connection is written (responses go
+//! out strictly in request order). A handler runs in the task queue of its kind of work (produce,
+//! fetch, the rest: [`crate::core_state::TaskQueues`]), and so does the write of its response, which
+//! for a fetch is most of its cost: a core flooded with fetches keeps serving its producers.
 
 use crate::core_state::Core;
 use crate::kafka::handlers::{self, Reply};
@@ -9,15 +12,57 @@ use crate::wire::header::{self, HeaderError};
 use crate::wire::SharedStream;
 use bytes::Bytes;
 use futures_lite::AsyncWriteExt;
-use glommio::channels::local_channel;
 use glommio::net::TcpStream;
-use glommio::task::JoinHandle;
+use shards::OffsetMonitor;
+use std::cell::Cell;
 use std::io;
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::rc::Rc;
 
 /// Requests handled at once on one connection before reading waits for responses to drain.
-const MAX_IN_FLIGHT: usize = 64;
+const MAX_IN_FLIGHT: i64 = 64;
+
+/// The writing end of a connection, shared by its handlers in request order.
+struct Responses {
+    out: SharedStream,
+    /// Responses written (or skipped once the connection broke): request `n` (from 0) writes when
+    /// this reaches `n`.
+    written: OffsetMonitor,
+    /// Set when a write failed or a handler asked to close: later responses are dropped.
+    closed: Cell<bool>,
+}
+
+impl Responses {
+    /// Writes request `seq`'s reply after every earlier one, then lets the next go.
+    async fn write_in_turn(&self, core: &Core, seq: i64, reply: Reply) {
+        self.written.wait_for(seq).await;
+        if !self.closed.get() {
+            match reply {
+                Reply::None => {}
+                Reply::Close => self.close(),
+                Reply::Frame(chunks) | Reply::Fetch(chunks, _) => {
+                    let mut out = self.out.clone();
+                    if write_chunks(&mut out, &chunks).await.is_err() {
+                        self.close();
+                    } else {
+                        let n: usize = chunks.iter().map(Bytes::len).sum();
+                        add(&core.metrics.bytes_out, n as u64);
+                    }
+                }
+            }
+        }
+        self.written.advance(seq + 1);
+    }
+
+    /// Drops every later response and ends the connection: the reader's pending read returns at
+    /// once (end of stream), the client sees the connection close.
+    fn close(&self) {
+        self.closed.set(true);
+        // SAFETY: shutdown(2) on the connection's own descriptor, which stays open (and owned by
+        // the stream) until the connection's tasks are done.
+        unsafe { libc::shutdown(self.out.as_raw_fd(), libc::SHUT_RDWR) };
+    }
+}
 
 pub async fn serve(core: Rc<Core>, stream: TcpStream) {
     let peer: Rc<str> = stream
@@ -27,10 +72,19 @@ pub async fn serve(core: Rc<Core>, stream: TcpStream) {
     add(&core.metrics.connections_open, 1);
     add(&core.metrics.connections_total, 1);
     let mut reader = SharedStream::new(stream);
-    let (tx, rx) = local_channel::new_bounded::<JoinHandle<Reply>>(MAX_IN_FLIGHT);
-    let writer = glommio::spawn_local(write_responses(core.clone(), reader.clone(), rx));
+    let responses = Rc::new(Responses {
+        out: reader.clone(),
+        written: OffsetMonitor::new(0),
+        closed: Cell::new(false),
+    });
     let limit = core.config.max_request_bytes;
+    let mut seq: i64 = 0;
     loop {
+        // Bounded pipelining: wait for the oldest responses to go out.
+        responses.written.wait_for(seq - MAX_IN_FLIGHT + 1).await;
+        if responses.closed.get() {
+            break;
+        }
         let frame = futures_lite::future::or(
             async { Some(read_frame(&mut reader, limit).await) },
             async {
@@ -66,44 +120,34 @@ pub async fn serve(core: Rc<Core>, stream: TcpStream) {
             }
         };
         core.metrics.request(req.api_key);
+        let queue = core.queues.for_api(req.api_key);
         // Detached: a request, once read, is handled to the end even if the connection goes away
         // (as in Kafka); only its answer is dropped. A handler cancelled half-way could leave
         // state behind (a group deletion between its steps, a commit written but not applied).
-        let task = glommio::spawn_local(handlers::handle_guarded(core.clone(), req, peer.clone()))
-            .detach();
-        if tx.send(task).await.is_err() {
-            break; // the writer stopped: the connection is going away
-        }
+        let task = {
+            let (core, responses, peer) = (core.clone(), responses.clone(), peer.clone());
+            async move {
+                let reply = handlers::handle_guarded(core.clone(), req, peer).await;
+                responses.write_in_turn(&core, seq, reply).await;
+            }
+        };
+        match glommio::spawn_local_into(task, queue) {
+            Ok(t) => t.detach(),
+            Err(e) => {
+                log::error!("closing connection from {peer}: cannot start a handler: {e}");
+                break;
+            }
+        };
+        seq += 1;
     }
-    drop(tx);
-    writer.await;
+    // Every response already asked for goes out before the connection closes.
+    responses.written.wait_for(seq).await;
+    let mut out = responses.out.clone();
+    let _ = out.flush().await;
+    let _ = out.close().await;
     core.metrics
         .connections_open
         .set(core.metrics.connections_open.get().saturating_sub(1));
-}
-
-async fn write_responses(
-    core: Rc<Core>,
-    mut out: SharedStream,
-    rx: local_channel::LocalReceiver<JoinHandle<Reply>>,
-) {
-    while let Some(task) = rx.recv().await {
-        match task.await {
-            Some(Reply::None) => {}
-            // A handler that did not finish closes the connection too (a panic is caught in
-            // `handle_guarded` and answers `Close`).
-            Some(Reply::Close) | None => break,
-            Some(Reply::Frame(chunks) | Reply::Fetch(chunks, _)) => {
-                if write_chunks(&mut out, &chunks).await.is_err() {
-                    return;
-                }
-                let n: usize = chunks.iter().map(Bytes::len).sum();
-                add(&core.metrics.bytes_out, n as u64);
-            }
-        }
-    }
-    let _ = out.flush().await;
-    let _ = out.close().await;
 }
 
 /// Writes a response's chunks with as few system calls as it can: first one non-blocking
@@ -134,7 +178,6 @@ async fn write_chunks(out: &mut SharedStream, chunks: &[Bytes]) -> io::Result<()
     }
     Ok(())
 }
-
 /// One non-blocking `sendmsg` of up to `IOV_MAX` chunks; the bytes the socket took.
 fn send_vectored(fd: RawFd, chunks: &[Bytes]) -> io::Result<usize> {
     const IOV_MAX: usize = 1024;
