@@ -26,6 +26,9 @@ pub struct TaskQueues {
     pub fetch: TaskQueueHandle,
     /// Everything else (metadata, groups, admin): small and latency-sensitive.
     pub other: TaskQueueHandle,
+    /// The connections' readers (one per connection: reads a frame, starts its handler). Cheap,
+    /// and latency-sensitive: a producer's request waits here before it reaches its queue.
+    pub readers: TaskQueueHandle,
 }
 
 /// How soon produce work preempts fetch work.
@@ -42,6 +45,7 @@ impl TaskQueues {
             produce: queue(1000, Latency::Matters(PRODUCE_LATENCY), "produce"),
             fetch: queue(1000, Latency::NotImportant, "fetch"),
             other: queue(1000, Latency::Matters(PRODUCE_LATENCY), "requests"),
+            readers: queue(1000, Latency::Matters(PRODUCE_LATENCY), "readers"),
         }
     }
 

@@ -4,15 +4,16 @@
 //! 30 us, mostly the kernel's send and wake-up path), so a saturated core that answers every long
 //! poll as soon as one batch arrives spends itself on small responses and starves the producers
 //! that would fill them. A sampler measures the share of wall time the core's executor spends
-//! running tasks; while it is above a target, long polls woken by new data wait a short, growing
-//! delay before they read, so that each response carries more; below the target the delay decays to
-//! nothing within a few ticks and an idle core answers at once, as before.
+//! running tasks; while it is above a target, fetches wait a short, growing delay before they read
+//! (and again when a long poll is woken by new data), so that each response carries more; below the
+//! target the delay decays to nothing within a few ticks and an idle core answers at once, as
+//! before. Delaying work on a saturated core costs no throughput (the core stays busy with the
+//! rest); it only makes the work bigger per response.
 //!
-//! The delay for one wake-up is also capped by the number of fetches waiting on the same partition
-//! (times [`PER_WAITER`]): about the time the core needs to answer each of them once. A saturated
-//! core already makes every waiter wait that long, so pacing at most doubles the latency it imposes
-//! anyway; a partition with few readers is never held back for long. And a fetch never waits past
-//! its own `max_wait_ms`.
+//! The delay is also capped by the number of fetches the core holds (times [`PER_FETCH`]): about the
+//! time the core needs to answer each of them once. A saturated core already makes every fetch wait
+//! that long, so pacing at most doubles the latency it imposes anyway, and a core serving a handful
+//! of consumers never holds them back for long. A fetch never waits past its own `max_wait_ms`.
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};
@@ -37,8 +38,8 @@ impl Default for PacingConfig {
 
 /// How often the sampler measures.
 pub const TICK: Duration = Duration::from_millis(5);
-/// Cap of one wake-up's delay per fetch waiting on the partition: about what answering one costs.
-pub const PER_WAITER: Duration = Duration::from_micros(40);
+/// Cap of the delay per fetch the core holds: about what answering one costs.
+pub const PER_FETCH: Duration = Duration::from_micros(40);
 /// Step by which the delay grows when the core stays busy (and the floor it starts from).
 const STEP: Duration = Duration::from_micros(250);
 /// Below this busy share the delay decays.
@@ -52,6 +53,18 @@ pub struct CoreLoad {
     busy: Cell<f64>,
     delay: Cell<Duration>,
     last: Cell<Option<(Instant, Duration)>>,
+    /// Fetches being handled on the core now.
+    fetches: Cell<usize>,
+}
+
+/// Counts a fetch as held by the core while it lives.
+#[derive(Debug)]
+pub struct FetchHeld<'a>(&'a CoreLoad);
+
+impl Drop for FetchHeld<'_> {
+    fn drop(&mut self) {
+        self.0.fetches.set(self.0.fetches.get() - 1);
+    }
 }
 
 impl CoreLoad {
@@ -61,7 +74,19 @@ impl CoreLoad {
             busy: Cell::new(0.0),
             delay: Cell::new(Duration::ZERO),
             last: Cell::new(None),
+            fetches: Cell::new(0),
         }
+    }
+
+    /// Counts a fetch until the guard is dropped.
+    pub fn hold_fetch(&self) -> FetchHeld<'_> {
+        self.fetches.set(self.fetches.get() + 1);
+        FetchHeld(self)
+    }
+
+    /// Fetches being handled on the core now.
+    pub fn fetches(&self) -> usize {
+        self.fetches.get()
     }
 
     /// The smoothed busy share of the core (0..1).
@@ -74,14 +99,14 @@ impl CoreLoad {
         self.delay.get()
     }
 
-    /// The delay a long poll woken by new data waits, with `waiters` fetches waiting on its
-    /// partition.
-    pub fn fetch_delay(&self, waiters: usize) -> Duration {
+    /// The delay a fetch waits before it reads now: the pacing delay within what answering every
+    /// fetch the core holds once costs.
+    pub fn fetch_delay(&self) -> Duration {
         let d = self.delay.get();
         if d.is_zero() {
             return d;
         }
-        d.min(PER_WAITER * waiters.min(1 << 20) as u32)
+        d.min(PER_FETCH * self.fetches.get().min(1 << 20) as u32)
     }
 
     /// Feeds one measurement: the executor's cumulative busy time at `now`.
@@ -124,9 +149,11 @@ impl CoreLoad {
 /// Measures the current executor's busy time every [`TICK`] into `load` until `stop` resolves.
 pub async fn run_sampler(load: std::rc::Rc<CoreLoad>, stop: impl std::future::Future<Output = ()>) {
     let sample = async {
+        // glommio hands out the busy time since the previous call (and resets it): summed here.
+        let mut busy = Duration::ZERO;
         loop {
-            let stats = glommio::executor().executor_stats();
-            load.sample(Instant::now(), stats.total_runtime());
+            busy += glommio::executor().executor_stats().total_runtime();
+            load.sample(Instant::now(), busy);
             glommio::timer::sleep(TICK).await;
         }
     };
@@ -147,7 +174,8 @@ mod tests {
         for _ in 0..100 {
             l.observe(0.3);
         }
-        assert_eq!(l.fetch_delay(1000), Duration::ZERO);
+        let _held: Vec<_> = (0..1000).map(|_| l.hold_fetch()).collect();
+        assert_eq!(l.fetch_delay(), Duration::ZERO);
     }
 
     #[test]
@@ -164,9 +192,13 @@ mod tests {
             l.observe(1.0);
         }
         assert_eq!(l.delay(), PacingConfig::default().max_delay);
-        // Few waiters: capped by what answering them costs.
-        assert_eq!(l.fetch_delay(8), PER_WAITER * 8);
-        assert_eq!(l.fetch_delay(100_000), PacingConfig::default().max_delay);
+        // Few fetches: capped by what answering them costs.
+        let held: Vec<_> = (0..8).map(|_| l.hold_fetch()).collect();
+        assert_eq!(l.fetch_delay(), PER_FETCH * 8);
+        drop(held);
+        assert_eq!(l.fetches(), 0);
+        let _held: Vec<_> = (0..100_000).map(|_| l.hold_fetch()).collect();
+        assert_eq!(l.fetch_delay(), PacingConfig::default().max_delay);
         // Between the thresholds it holds; below, it decays to nothing within a few ticks.
         l.observe(0.7);
         l.observe(0.7);
@@ -187,7 +219,8 @@ mod tests {
         for _ in 0..100 {
             l.observe(1.0);
         }
-        assert_eq!(l.fetch_delay(1000), Duration::ZERO);
+        let _held: Vec<_> = (0..1000).map(|_| l.hold_fetch()).collect();
+        assert_eq!(l.fetch_delay(), Duration::ZERO);
     }
 
     #[test]

@@ -329,7 +329,13 @@ async fn accept_until_shutdown(core: Rc<Core>, listener: TcpListener) {
         match accepted {
             None => return,
             Some(Ok(stream)) => {
-                glommio::spawn_local(connection::serve(core.clone(), stream)).detach();
+                let serve = connection::serve(core.clone(), stream);
+                match glommio::spawn_local_into(serve, core.queues.readers) {
+                    Ok(task) => {
+                        task.detach();
+                    }
+                    Err(e) => log::error!("core {}: cannot serve a connection: {e}", core.id),
+                }
             }
             Some(Err(e)) => {
                 log::warn!("core {}: kafka accept failed: {e}", core.id);

@@ -265,7 +265,9 @@ fn down_convert_errors(version: i16, topics: &mut [TopicResult]) {
 
 pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
     let request: FetchRequest = decode(req)?;
+    let _held = core.load.hold_fetch();
     let plan = plan(core, &request);
+    pace(core, &plan).await;
     let mut done = loop {
         let run = execute(core, &plan).await;
         let errors = run
@@ -281,10 +283,10 @@ pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
             break run;
         }
         drop(run);
-        match wait_for_data(core, &plan).await {
-            None => break execute(core, &plan).await,
-            Some(waiters) => pace(core, &plan, waiters).await,
+        if !wait_for_data(core, &plan).await {
+            break execute(core, &plan).await;
         }
+        pace(core, &plan).await;
     };
     down_convert_errors(req.api_version, &mut done.topics);
     count_errors(
@@ -299,12 +301,12 @@ pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
     Ok(Reply::Fetch(parts.chunks, done.holds))
 }
 
-/// Fetch pacing: on a saturated core, a long poll woken by new data waits a little longer (never
-/// past its deadline) so that its response carries more; see [`crate::load`].
-async fn pace(core: &Core, plan: &Plan, waiters: usize) {
+/// Fetch pacing: on a saturated core, a fetch (and a long poll woken by new data) waits a little
+/// before it reads (never past its deadline) so that its response carries more; see [`crate::load`].
+async fn pace(core: &Core, plan: &Plan) {
     let delay = core
         .load
-        .fetch_delay(waiters)
+        .fetch_delay()
         .min(plan.deadline.saturating_duration_since(Instant::now()));
     if delay.is_zero() {
         return;
@@ -317,11 +319,9 @@ async fn pace(core: &Core, plan: &Plan, waiters: usize) {
     .await;
 }
 
-/// Waits until any planned partition gets more data than it has now: then the most fetches woken
-/// at once by one of its partitions' latest advances (this one included), or `None` at the deadline
-/// or on shutdown.
-async fn wait_for_data(core: &Core, plan: &Plan) -> Option<usize> {
-    let mut monitors = Vec::new();
+/// Waits until any planned partition gets more data than it has now; `false` at the deadline or on
+/// shutdown.
+async fn wait_for_data(core: &Core, plan: &Plan) -> bool {
     let waits: Vec<_> = plan
         .topics
         .iter()
@@ -331,7 +331,6 @@ async fn wait_for_data(core: &Core, plan: &Plan) -> Option<usize> {
                 // Past what is there now, not past the fetch offset: with some data but less
                 // than min_bytes, the latter is already true and the fetch would spin.
                 let m = t.monitor();
-                monitors.push(m.clone());
                 Box::pin(m.wait_for(m.value().max(p.offset) + 1))
             })
         })
@@ -348,7 +347,6 @@ async fn wait_for_data(core: &Core, plan: &Plan) -> Option<usize> {
     };
     futures_lite::future::or(any, futures_lite::future::or(timeout, shutdown))
         .await
-        .then(|| monitors.iter().map(|m| m.last_woken()).max().unwrap_or(1))
 }
 
 /// Resolves when any of the futures does (true only if it resolved true).
