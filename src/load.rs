@@ -39,7 +39,7 @@ impl Default for PacingConfig {
 /// How often the sampler measures.
 pub const TICK: Duration = Duration::from_millis(5);
 /// Cap of the delay per fetch the core holds: about what answering one costs.
-pub const PER_FETCH: Duration = Duration::from_micros(40);
+pub const PER_FETCH: Duration = Duration::from_micros(70);
 /// Step by which the delay grows when the core stays busy (and the floor it starts from).
 const STEP: Duration = Duration::from_micros(250);
 /// Below this busy share the delay decays.

@@ -192,6 +192,17 @@ impl Log {
             ..self.inner.stats.get()
         }
     }
+    /// About how many record bytes lie from `offset` to the high watermark: the offsets between
+    /// them times the log's average bytes per offset (an estimate: batches differ in size).
+    pub fn estimated_bytes_from(&self, offset: i64) -> u64 {
+        let (hw, start) = (self.high_watermark(), self.log_start_offset());
+        let behind = (hw - offset).max(0) as u64;
+        if behind == 0 || hw <= start {
+            return 0;
+        }
+        let size: u64 = self.inner.segments.borrow().iter().map(|s| s.size.get()).sum();
+        (behind as u128 * size as u128 / (hw - start) as u128) as u64
+    }
     /// The storage failure this log is in the middle of, as first logged: `None` once an append
     /// succeeded after it (a failed fsync lasts until restart).
     pub fn storage_failure(&self) -> Option<String> {
