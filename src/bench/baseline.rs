@@ -9,9 +9,12 @@
 //! the same code as in a shoal run, counting the same way; offsets wrap at the ring's end, which
 //! their contiguity check is told.
 //!
-//! Since it never waits for data, it is the ceiling of a run whose producers keep the log ahead of
-//! the consumers (`--rate 0`); a paced run delivers what is produced, whatever the ceiling, and is
-//! not compared with it.
+//! Unpaced, it never waits for data: the ceiling of a run whose producers keep the log ahead of the
+//! consumers (`--rate 0`). Paced (`--rate`), it is the floor of a paced run's cost instead: batches
+//! become available at the run's rate (one every `batch interval` per partition, offsets counted
+//! from the server's start), and a fetch at the end of what is available waits until the next batch
+//! is due (within its `max_wait_ms`), so it sends as many responses, of the same sizes, as a broker
+//! serving that stream must.
 
 use super::client::Codec;
 use super::workload::template_batch;
@@ -112,8 +115,9 @@ pub struct RawServer {
 
 impl RawServer {
     /// Starts `threads` server threads, each with its own listener on 127.0.0.1 (thread i on CPU i
-    /// where there are enough, as shoal places its cores).
-    pub fn start(threads: usize, ring: Arc<Ring>) -> io::Result<RawServer> {
+    /// where there are enough, as shoal places its cores); with `pace`, one new batch per partition
+    /// becomes available every `pace`.
+    pub fn start(threads: usize, ring: Arc<Ring>, pace: Option<Duration>) -> io::Result<RawServer> {
         let stop = Arc::new(AtomicBool::new(false));
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mut addrs = Vec::new();
@@ -134,7 +138,11 @@ impl RawServer {
                 .spawn(move || async move {
                     // SAFETY: `fd` is the listening socket bound above, handed over here only.
                     let listener = unsafe { TcpListener::from_raw_fd(fd) };
-                    accept(listener, ring, stop).await;
+                    let pace = pace.map(|interval| Pace {
+                        interval,
+                        start: std::time::Instant::now(),
+                    });
+                    accept(listener, ring, stop, pace).await;
                 })
                 .map_err(|e| {
                     io::Error::other(format!("cannot start raw server thread {i}: {e}"))
@@ -156,7 +164,32 @@ impl RawServer {
     }
 }
 
-async fn accept(listener: TcpListener, ring: Arc<Ring>, stop: Arc<AtomicBool>) {
+/// When a paced server's batches become available.
+#[derive(Debug, Clone, Copy)]
+struct Pace {
+    interval: Duration,
+    start: std::time::Instant,
+}
+
+impl Pace {
+    /// Batches available at `at`.
+    fn batches_at(&self, at: std::time::Instant) -> i64 {
+        (at.saturating_duration_since(self.start).as_nanos() / self.interval.as_nanos().max(1))
+            as i64
+    }
+
+    /// When batch `n` (from 0) becomes available.
+    fn due(&self, n: i64) -> std::time::Instant {
+        self.start + self.interval * u32::try_from(n.max(0)).unwrap_or(u32::MAX)
+    }
+}
+
+async fn accept(
+    listener: TcpListener,
+    ring: Arc<Ring>,
+    stop: Arc<AtomicBool>,
+    pace: Option<Pace>,
+) {
     let mut conns = Vec::new();
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
@@ -168,7 +201,7 @@ async fn accept(listener: TcpListener, ring: Arc<Ring>, stop: Arc<AtomicBool>) {
         .await;
         match accepted {
             None => break,
-            Some(Ok(s)) => conns.push(glommio::spawn_local(serve(s, ring.clone()))),
+            Some(Ok(s)) => conns.push(glommio::spawn_local(serve(s, ring.clone(), pace))),
             Some(Err(e)) => {
                 log::warn!("raw baseline: accept failed: {e}");
                 glommio::timer::sleep(Duration::from_millis(10)).await;
@@ -178,7 +211,7 @@ async fn accept(listener: TcpListener, ring: Arc<Ring>, stop: Arc<AtomicBool>) {
     drop(conns); // cancels the connections still open
 }
 
-async fn serve(mut stream: TcpStream, ring: Arc<Ring>) {
+async fn serve(mut stream: TcpStream, ring: Arc<Ring>, pace: Option<Pace>) {
     let _ = stream.set_nodelay(true);
     loop {
         let frame = match read_frame(&mut stream, 1 << 20).await {
@@ -202,6 +235,23 @@ async fn serve(mut stream: TcpStream, ring: Arc<Ring>) {
         let Ok(fetch) = header::decode::<FetchRequest>(&req) else {
             return;
         };
+        // Paced: what is available now; at its end, wait for the next batch (within max_wait).
+        let rpb = ring.records_per_batch;
+        let available = |at| pace.map(|p: Pace| p.batches_at(at) * rpb);
+        let offset = fetch
+            .topics
+            .first()
+            .and_then(|t| t.partitions.first())
+            .map_or(0, |p| p.fetch_offset);
+        if let (Some(p), Some(hw)) = (pace, available(std::time::Instant::now())) {
+            if offset >= hw {
+                let wait = Duration::from_millis(fetch.max_wait_ms.max(0) as u64);
+                let next = p.due(offset / rpb + 1).min(std::time::Instant::now() + wait);
+                glommio::timer::sleep(next.saturating_duration_since(std::time::Instant::now()))
+                    .await;
+            }
+        }
+        let hw_now = available(std::time::Instant::now());
         let topics: Vec<TopicResult> = fetch
             .topics
             .iter()
@@ -211,9 +261,17 @@ async fn serve(mut stream: TcpStream, ring: Arc<Ring>) {
                     .partitions
                     .iter()
                     .map(|p| {
-                        let records =
-                            ring.records(p.fetch_offset, p.partition_max_bytes.max(0) as usize);
-                        let hw = records.last_offset + 1;
+                        let max_bytes = p.partition_max_bytes.max(0) as usize;
+                        let records = match hw_now {
+                            Some(hw) if p.fetch_offset >= hw => shards::Records::empty(),
+                            Some(hw) => {
+                                let batches = ((hw - p.fetch_offset) / rpb) as usize;
+                                let len = ring.batch_len * batches.max(1);
+                                ring.records(p.fetch_offset, max_bytes.min(len))
+                            }
+                            None => ring.records(p.fetch_offset, max_bytes),
+                        };
+                        let hw = hw_now.unwrap_or(records.last_offset + 1);
                         PartitionResult {
                             partition: p.partition,
                             error_code: 0,

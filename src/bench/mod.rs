@@ -320,7 +320,11 @@ fn raw_baseline(w: &Workload, fetch_version: i16, threads: usize) -> io::Result<
         64 << 20,
         w.fetch_max_bytes as usize,
     )?);
-    let server = baseline::RawServer::start(threads, ring.clone())?;
+    // Paced runs: one batch per partition every records-per-batch / (rate / partitions) seconds.
+    let pace = (w.rate > 0.0).then(|| {
+        Duration::from_secs_f64(w.records_per_batch as f64 * f64::from(w.partitions) / w.rate)
+    });
+    let server = baseline::RawServer::start(threads, ring.clone(), pace)?;
     let endpoint = Endpoint::Raw {
         addrs: server.addrs.clone(),
         period: ring.period(),

@@ -196,7 +196,7 @@ impl Log {
     /// them times the log's average bytes per offset (an estimate: batches differ in size).
     pub fn estimated_bytes_from(&self, offset: i64) -> u64 {
         let (hw, start) = (self.high_watermark(), self.log_start_offset());
-        let behind = (hw - offset).max(0) as u64;
+        let behind = hw.saturating_sub(offset).max(0) as u64;
         if behind == 0 || hw <= start {
             return 0;
         }
