@@ -260,10 +260,15 @@ fn series(args: &FanoutArgs, broker: &mut Broker, cpus: usize) -> io::Result<Rep
         }
         if args.raw_baseline {
             let raw = raw_baseline(&w, cluster.versions.fetch, broker.cores.unwrap_or(1))?;
-            if args.rate == Rate::Unlimited {
-                for r in &mut runs[first_of_point..] {
+            for r in &mut runs[first_of_point..] {
+                if args.rate == Rate::Unlimited {
                     r.raw_baseline_fraction =
                         ratio(Some(r.delivered.mb_per_s), Some(raw.delivered.mb_per_s));
+                } else {
+                    r.raw_cpu_ratio = ratio(
+                        r.server.cpu_s_per_delivered_gb,
+                        raw.server.cpu_s_per_delivered_gb,
+                    );
                 }
             }
             print_raw(&raw, &runs[first_of_point..], args.rate);

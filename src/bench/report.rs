@@ -24,13 +24,13 @@ fn rate_label(rate: Rate) -> String {
     }
 }
 
-/// Why runs at `rate` are not compared with the raw baseline, if they are not: the raw server
-/// answers every fetch at once, a paced run delivers only what is produced.
+/// How runs at `rate` are compared with the raw baseline: unpaced, by the share of its delivery
+/// (it answers every fetch at once: the ceiling); paced, by broker CPU-s per delivered GB over its
+/// own (it answers each long poll when the next batch is due: the floor of the cost).
 fn raw_comparison_gap(rate: Rate) -> Option<String> {
     (rate != Rate::Unlimited).then(|| {
         format!(
-            "n/a: the producers were paced (--rate {}) while the raw server never waits for data; \
-             compare with --rate 0",
+            "(paced, --rate {}): broker CPU-s per delivered GB over the paced raw server's",
             rate_label(rate)
         )
     })
@@ -389,9 +389,18 @@ pub fn print_comparison(compared: Compare, on: &RunSummary, off: &RunSummary) {
 pub fn print_raw(raw: &RunSummary, runs: &[RunSummary], rate: Rate) {
     for r in runs {
         match raw_comparison_gap(rate) {
-            Some(gap) => println!(
-                "{:<16} {}: {:.1} MB/s delivered, the raw baseline {:.1} MB/s; fraction {gap}",
-                "vs raw baseline", r.label, r.delivered.mb_per_s, raw.delivered.mb_per_s
+            Some(_) => println!(
+                "{:<16} {}: {} broker CPU-s per delivered GB = {} the paced raw server's {}",
+                "vs raw baseline",
+                r.label,
+                r.server
+                    .cpu_s_per_delivered_gb
+                    .map_or_else(|| "-".into(), |g| format!("{g:.2}")),
+                r.raw_cpu_ratio
+                    .map_or_else(|| "-".into(), |f| format!("{f:.2}x")),
+                raw.server
+                    .cpu_s_per_delivered_gb
+                    .map_or_else(|| "-".into(), |g| format!("{g:.2}")),
             ),
             None => println!(
                 "{:<16} {}: {:.1} MB/s delivered = {} of the raw baseline's {:.1} MB/s",
@@ -440,10 +449,10 @@ pub fn print_table(runs: &[RunSummary], raws: &[RunSummary], rate: Rate) {
                 .cpu_s_per_delivered_gb
                 .map_or_else(|| "-".into(), |g| format!("{g:.2}")),
             r.generator.cores,
-            match (r.raw_baseline_fraction, &gap) {
+            match (r.raw_baseline_fraction, r.raw_cpu_ratio) {
                 (Some(f), _) => format!("{:.1}%", f * 100.0),
-                (None, Some(_)) if r.kind == "kafka" => "n/a".into(),
-                (None, _) => "-".into(),
+                (None, Some(c)) => format!("{c:.2}x CPU"),
+                (None, None) => "-".into(),
             },
         );
     }

@@ -575,6 +575,7 @@ impl<'a> Run<'a> {
             generator: GeneratorCpu::between(&begin.cpu, &end.cpu, secs, gb),
             server,
             raw_baseline_fraction: None,
+            raw_cpu_ratio: None,
         }
     }
 

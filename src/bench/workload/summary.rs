@@ -235,4 +235,7 @@ pub struct RunSummary {
     /// Delivered MB/s over the raw baseline's with the same consumers: only when it ran and the
     /// producers were not paced (`--rate 0`), as the raw server answers every fetch at once.
     pub raw_baseline_fraction: Option<f64>,
+    /// Paced runs (`--rate`): the broker's CPU-s per delivered GB over the paced raw server's with
+    /// the same consumers (which sends as many responses of the same sizes, at no other cost).
+    pub raw_cpu_ratio: Option<f64>,
 }
