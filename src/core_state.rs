@@ -7,6 +7,7 @@ use crate::mesh::Mesh;
 use crate::metrics::{CoreMetrics, CoreSnapshot, PartitionSnapshot};
 use crate::partition::Partition;
 use crate::topics::{apply_topic_configs, parse_view_name, TopicTable, ViewName};
+use glommio::{Latency, Shares, TaskQueueHandle};
 use kafka_protocol::error::ResponseError;
 use shards::view_reader::ViewReaders;
 use shards::{FetchCoalescer, OffsetMonitor, ResponseMemory, TailCache};
@@ -14,7 +15,6 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
-use glommio::{Latency, Shares, TaskQueueHandle};
 
 /// The task queues a core's request handlers run in (with the writes of their responses), so that
 /// a flood of one kind of work cannot starve another: glommio shares the core between queues that
@@ -38,9 +38,8 @@ impl TaskQueues {
     /// Creates the queues on the current executor.
     pub fn create() -> Self {
         let ex = glommio::executor();
-        let queue = |shares, latency, name| {
-            ex.create_task_queue(Shares::Static(shares), latency, name)
-        };
+        let queue =
+            |shares, latency, name| ex.create_task_queue(Shares::Static(shares), latency, name);
         Self {
             produce: queue(1000, Latency::Matters(PRODUCE_LATENCY), "produce"),
             fetch: queue(1000, Latency::NotImportant, "fetch"),

@@ -184,12 +184,7 @@ impl Pace {
     }
 }
 
-async fn accept(
-    listener: TcpListener,
-    ring: Arc<Ring>,
-    stop: Arc<AtomicBool>,
-    pace: Option<Pace>,
-) {
+async fn accept(listener: TcpListener, ring: Arc<Ring>, stop: Arc<AtomicBool>, pace: Option<Pace>) {
     let mut conns = Vec::new();
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
@@ -246,7 +241,9 @@ async fn serve(mut stream: TcpStream, ring: Arc<Ring>, pace: Option<Pace>) {
         if let (Some(p), Some(hw)) = (pace, available(std::time::Instant::now())) {
             if offset >= hw {
                 let wait = Duration::from_millis(fetch.max_wait_ms.max(0) as u64);
-                let next = p.due(offset / rpb + 1).min(std::time::Instant::now() + wait);
+                let next = p
+                    .due(offset / rpb + 1)
+                    .min(std::time::Instant::now() + wait);
                 glommio::timer::sleep(next.saturating_duration_since(std::time::Instant::now()))
                     .await;
             }

@@ -200,7 +200,13 @@ impl Log {
         if behind == 0 || hw <= start {
             return 0;
         }
-        let size: u64 = self.inner.segments.borrow().iter().map(|s| s.size.get()).sum();
+        let size: u64 = self
+            .inner
+            .segments
+            .borrow()
+            .iter()
+            .map(|s| s.size.get())
+            .sum();
         (behind as u128 * size as u128 / (hw - start) as u128) as u64
     }
     /// The storage failure this log is in the middle of, as first logged: `None` once an append

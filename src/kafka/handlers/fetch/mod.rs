@@ -359,8 +359,7 @@ async fn wait_for_data(core: &Core, plan: &Plan) -> bool {
         core.shutdown.wait_for(1).await;
         false
     };
-    futures_lite::future::or(any, futures_lite::future::or(timeout, shutdown))
-        .await
+    futures_lite::future::or(any, futures_lite::future::or(timeout, shutdown)).await
 }
 
 /// Resolves when any of the futures does (true only if it resolved true).
