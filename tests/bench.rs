@@ -375,7 +375,7 @@ fn raw_baseline_is_the_ceiling_of_an_unpaced_run() {
 }
 
 #[test]
-fn raw_baseline_is_not_compared_with_a_paced_run() {
+fn a_paced_raw_baseline_delivers_the_pace_and_is_compared_by_cpu() {
     let dir = tempfile::tempdir().unwrap();
     let b = bench(
         dir.path(),
@@ -400,12 +400,18 @@ fn raw_baseline_is_not_compared_with_a_paced_run() {
     assert_eq!(raw["kind"], "raw-baseline");
     assert!(num(raw, "delivered.mb_per_s") > 0.0);
     assert_eq!(num(raw, "errors.count"), 0.0, "{:#}", raw["errors"]);
-    // A paced run delivers what is produced, whatever the ceiling: no fraction, and the reason.
-    assert!(run["raw_baseline_fraction"].is_null(), "{run:#}");
+    // Paced, the raw server delivers the run's pace (2 consumers x 2 MB/s), not its ceiling (GB/s).
+    let paced = num(raw, "delivered.mb_per_s");
     assert!(
-        stdout.contains("fraction n/a: the producers were paced"),
-        "{stdout}"
+        paced < 4.0 * 3.0,
+        "the raw baseline ignored --rate: {paced} MB/s"
     );
+    // Compared by CPU per delivered GB, not by a share of its delivery.
+    assert!(run["raw_baseline_fraction"].is_null(), "{run:#}");
+    if !run["server"]["cpu_s_per_delivered_gb"].is_null() {
+        assert!(num(run, "raw_cpu_ratio") > 0.0, "{run:#}");
+    }
+    assert!(stdout.contains("the paced raw server's"), "{stdout}");
     assert!(!stdout.contains("of the raw baseline's"), "{stdout}");
 }
 
