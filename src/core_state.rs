@@ -9,6 +9,7 @@ use crate::partition::Partition;
 use crate::topics::{apply_topic_configs, parse_view_name, TopicTable, ViewName};
 use glommio::{Latency, Shares, TaskQueueHandle};
 use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::ApiKey;
 use shards::view_reader::ViewReaders;
 use shards::{FetchCoalescer, OffsetMonitor, ResponseMemory, TailCache};
 use std::cell::RefCell;
@@ -17,9 +18,8 @@ use std::rc::Rc;
 use std::time::Duration;
 
 /// The task queues a core's request handlers run in (with the writes of their responses), so that
-/// a flood of one kind of work cannot starve another: glommio shares the core between queues that
-/// have work by their shares, and the produce queue also preempts the others within
-/// [`PRODUCE_LATENCY`] when it has work.
+/// a flood of fetches cannot starve the rest: every queue but fetch is latency-sensitive, and
+/// glommio preempts a run of fetch tasks within [`PREEMPT_FETCH_WITHIN`] when one of them has work.
 #[derive(Debug, Clone, Copy)]
 pub struct TaskQueues {
     pub produce: TaskQueueHandle,
@@ -31,28 +31,28 @@ pub struct TaskQueues {
     pub readers: TaskQueueHandle,
 }
 
-/// How soon produce work preempts fetch work.
-pub const PRODUCE_LATENCY: Duration = Duration::from_millis(1);
+/// How soon work in the other queues preempts fetch work.
+pub const PREEMPT_FETCH_WITHIN: Duration = Duration::from_millis(1);
 
 impl TaskQueues {
-    /// Creates the queues on the current executor.
+    /// Creates the queues on the current executor, with equal shares.
     pub fn create() -> Self {
         let ex = glommio::executor();
-        let queue =
-            |shares, latency, name| ex.create_task_queue(Shares::Static(shares), latency, name);
+        let queue = |latency, name| ex.create_task_queue(Shares::default(), latency, name);
+        let urgent = Latency::Matters(PREEMPT_FETCH_WITHIN);
         Self {
-            produce: queue(1000, Latency::Matters(PRODUCE_LATENCY), "produce"),
-            fetch: queue(1000, Latency::NotImportant, "fetch"),
-            other: queue(1000, Latency::Matters(PRODUCE_LATENCY), "requests"),
-            readers: queue(1000, Latency::Matters(PRODUCE_LATENCY), "readers"),
+            produce: queue(urgent, "produce"),
+            fetch: queue(Latency::NotImportant, "fetch"),
+            other: queue(urgent, "requests"),
+            readers: queue(urgent, "readers"),
         }
     }
 
     /// The queue a request of this API runs in.
     pub fn for_api(&self, api_key: i16) -> TaskQueueHandle {
-        match api_key {
-            0 => self.produce,
-            1 => self.fetch,
+        match ApiKey::try_from(api_key) {
+            Ok(ApiKey::Produce) => self.produce,
+            Ok(ApiKey::Fetch) => self.fetch,
             _ => self.other,
         }
     }

@@ -15,7 +15,9 @@
 //! that long, so pacing at most doubles the latency it imposes anyway, and a core serving a handful
 //! of consumers never holds them back for long. A fetch never waits past its own `max_wait_ms`.
 
+use shards::OffsetMonitor;
 use std::cell::Cell;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 /// Fetch pacing settings (`--fetch-pacing-*`).
@@ -48,11 +50,10 @@ const DECAY_BELOW: f64 = 0.6;
 /// One core's load and the fetch delay derived from it. Single-threaded (`Cell`s): one per core.
 #[derive(Debug)]
 pub struct CoreLoad {
-    config: Cell<PacingConfig>,
+    config: PacingConfig,
     /// Smoothed busy share of the last ticks.
     busy: Cell<f64>,
     delay: Cell<Duration>,
-    last: Cell<Option<(Instant, Duration)>>,
     /// Fetches being handled on the core now.
     fetches: Cell<usize>,
 }
@@ -70,10 +71,9 @@ impl Drop for FetchHeld<'_> {
 impl CoreLoad {
     pub fn new(config: PacingConfig) -> Self {
         Self {
-            config: Cell::new(config),
+            config,
             busy: Cell::new(0.0),
             delay: Cell::new(Duration::ZERO),
-            last: Cell::new(None),
             fetches: Cell::new(0),
         }
     }
@@ -109,24 +109,18 @@ impl CoreLoad {
         d.min(PER_FETCH * self.fetches.get().min(1 << 20) as u32)
     }
 
-    /// Feeds one measurement: the executor's cumulative busy time at `now`.
-    pub fn sample(&self, now: Instant, busy_total: Duration) {
-        let Some((then, busy_then)) = self.last.replace(Some((now, busy_total))) else {
-            return;
-        };
-        let wall = now.saturating_duration_since(then).as_secs_f64();
-        if wall <= 0.0 {
-            return;
+    /// Feeds one measurement: the executor was busy `busy` of the last `wall`.
+    pub fn sample(&self, wall: Duration, busy: Duration) {
+        if !wall.is_zero() {
+            self.observe((busy.as_secs_f64() / wall.as_secs_f64()).clamp(0.0, 1.0));
         }
-        let share = (busy_total.saturating_sub(busy_then).as_secs_f64() / wall).clamp(0.0, 1.0);
-        self.observe(share);
     }
 
     /// One tick's busy share: smooths it and moves the delay.
     pub fn observe(&self, share: f64) {
         let busy = 0.5 * self.busy.get() + 0.5 * share;
         self.busy.set(busy);
-        let c = self.config.get();
+        let c = self.config;
         let d = self.delay.get();
         let next = if c.max_delay.is_zero() {
             Duration::ZERO
@@ -146,18 +140,23 @@ impl CoreLoad {
     }
 }
 
-/// Measures the current executor's busy time every [`TICK`] into `load` until `stop` resolves.
-pub async fn run_sampler(load: std::rc::Rc<CoreLoad>, stop: impl std::future::Future<Output = ()>) {
+/// Measures the current executor's busy share every [`TICK`] into `load` until `shutdown` moves.
+pub async fn run_sampler(load: Rc<CoreLoad>, shutdown: OffsetMonitor) {
     let sample = async {
-        // glommio hands out the busy time since the previous call (and resets it): summed here.
-        let mut busy = Duration::ZERO;
+        let mut last = Instant::now();
         loop {
-            busy += glommio::executor().executor_stats().total_runtime();
-            load.sample(Instant::now(), busy);
             glommio::timer::sleep(TICK).await;
+            let now = Instant::now();
+            // glommio hands out the busy time since the previous call (and resets it).
+            let busy = glommio::executor().executor_stats().total_runtime();
+            load.sample(now - last, busy);
+            last = now;
         }
     };
-    futures_lite::future::or(sample, stop).await
+    futures_lite::future::or(sample, async {
+        shutdown.wait_for(1).await;
+    })
+    .await
 }
 
 #[cfg(test)]
@@ -226,9 +225,11 @@ mod tests {
     #[test]
     fn sample_measures_the_busy_share_of_wall_time() {
         let l = load();
-        let t0 = Instant::now();
-        l.sample(t0, Duration::from_millis(100));
-        l.sample(t0 + Duration::from_millis(10), Duration::from_millis(110));
+        l.sample(Duration::from_millis(10), Duration::from_millis(10));
+        assert!((l.busy() - 0.5).abs() < 1e-9, "{}", l.busy()); // smoothed from 0
+        l.sample(Duration::from_millis(10), Duration::from_millis(5));
+        assert!((l.busy() - 0.5).abs() < 1e-9, "{}", l.busy());
+        l.sample(Duration::ZERO, Duration::from_millis(5)); // no time passed: ignored
         assert!((l.busy() - 0.5).abs() < 1e-9, "{}", l.busy());
     }
 }

@@ -286,12 +286,10 @@ async fn run_core(
         let core = core.clone();
         async move { core.groups.run_ticker(&core.shutdown).await }
     });
-    let sampler = glommio::spawn_local(crate::load::run_sampler(core.load.clone(), {
-        let shutdown = core.shutdown.clone();
-        async move {
-            shutdown.wait_for(1).await;
-        }
-    }));
+    let sampler = glommio::spawn_local(crate::load::run_sampler(
+        core.load.clone(),
+        core.shutdown.clone(),
+    ));
     // SAFETY: `fd` is a listening socket this process owns, handed over by `Server::start`.
     let listener = unsafe { TcpListener::from_raw_fd(fd) };
     let accept = glommio::spawn_local(accept_until_shutdown(core.clone(), listener));

@@ -16,8 +16,6 @@ struct State {
     next_id: Cell<u64>,
     /// Waiters by (target, id): waking is a split at the new value.
     waiters: RefCell<BTreeMap<(i64, u64), Waker>>,
-    /// How many waiters the latest advance woke.
-    last_woken: Cell<usize>,
 }
 
 /// A watermark that only moves forward, with waiters. Cheap to clone (`Rc`).
@@ -48,14 +46,7 @@ impl OffsetMonitor {
             let rest = w.split_off(&(value + 1, 0));
             std::mem::replace(&mut *w, rest)
         };
-        self.state.last_woken.set(woken.len());
         woken.into_values().for_each(Waker::wake);
-    }
-
-    /// How many waiters the latest advance woke: how many tasks answer the same new data at once
-    /// (fetch pacing scales with it).
-    pub fn last_woken(&self) -> usize {
-        self.state.last_woken.get()
     }
 
     /// Wakes everyone; waits resolve to `false` from now on.
@@ -138,7 +129,6 @@ mod tests {
         assert_eq!(future::block_on(future::poll_once(&mut b)), None);
         assert_eq!(m.waiters(), 2);
         m.advance(7);
-        assert_eq!(m.last_woken(), 1);
         assert_eq!(future::block_on(future::poll_once(&mut a)), Some(true));
         assert_eq!(future::block_on(future::poll_once(&mut b)), None);
         drop(b);

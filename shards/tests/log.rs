@@ -798,3 +798,33 @@ fn a_log_under_a_relative_path_is_created_rolled_and_reopened() {
     });
     assert!(dir.join(format!("{:020}.log", 0)).exists());
 }
+
+/// What fetch pacing asks to tell a consumer behind from one at the tail: the bytes from an offset
+/// to the end, estimated from the active segment, and nothing at or past the end.
+#[test]
+fn bytes_from_an_offset_are_estimated_from_the_active_segment() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), LogConfig::default(), cache())
+            .await
+            .unwrap();
+        assert_eq!(log.estimated_bytes_from(0), 0, "an empty log");
+        // Equal batches: the estimate is exact.
+        let mut sizes = Vec::new();
+        for i in 0..10 {
+            let b = batch(4, 100, i);
+            sizes.push(b.len() as u64);
+            log.append(b, NON_DURABLE).await.unwrap();
+        }
+        assert!(sizes.windows(2).all(|w| w[0] == w[1]));
+        let total: u64 = sizes.iter().sum();
+        assert_eq!(log.high_watermark(), 40);
+        assert_eq!(log.estimated_bytes_from(0), total);
+        assert_eq!(log.estimated_bytes_from(20), total / 2);
+        assert_eq!(log.estimated_bytes_from(40), 0);
+        assert_eq!(log.estimated_bytes_from(1000), 0);
+        // Offsets a client may send, far before the log: all of it, no overflow.
+        assert!(log.estimated_bytes_from(i64::MIN) >= total);
+        log.close().await.unwrap();
+    });
+}

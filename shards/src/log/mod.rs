@@ -193,21 +193,17 @@ impl Log {
         }
     }
     /// About how many record bytes lie from `offset` to the high watermark: the offsets between
-    /// them times the log's average bytes per offset (an estimate: batches differ in size).
+    /// them times the active segment's bytes per offset (an estimate: batches differ in size; 0
+    /// when the active segment is still empty). Constant time: fetch pacing asks it per fetch.
     pub fn estimated_bytes_from(&self, offset: i64) -> u64 {
-        let (hw, start) = (self.high_watermark(), self.log_start_offset());
+        let hw = self.high_watermark();
         let behind = hw.saturating_sub(offset).max(0) as u64;
-        if behind == 0 || hw <= start {
+        let active = self.inner.active();
+        let offsets = hw.saturating_sub(active.base_offset);
+        if behind == 0 || offsets <= 0 {
             return 0;
         }
-        let size: u64 = self
-            .inner
-            .segments
-            .borrow()
-            .iter()
-            .map(|s| s.size.get())
-            .sum();
-        (behind as u128 * size as u128 / (hw - start) as u128) as u64
+        (behind as u128 * active.size.get() as u128 / offsets as u128) as u64
     }
     /// The storage failure this log is in the middle of, as first logged: `None` once an append
     /// succeeded after it (a failed fsync lasts until restart).

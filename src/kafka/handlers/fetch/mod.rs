@@ -267,9 +267,7 @@ pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
     let request: FetchRequest = decode(req)?;
     let _held = core.load.hold_fetch();
     let plan = plan(core, &request);
-    if !fills_a_response(&plan) {
-        pace(core, &plan).await;
-    }
+    pace(core, &plan, Before::Read).await;
     let mut done = loop {
         let run = execute(core, &plan).await;
         let errors = run
@@ -288,7 +286,7 @@ pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
         if !wait_for_data(core, &plan).await {
             break execute(core, &plan).await;
         }
-        pace(core, &plan).await;
+        pace(core, &plan, Before::ReadAfterWait).await;
     };
     down_convert_errors(req.api_version, &mut done.topics);
     count_errors(
@@ -315,22 +313,29 @@ fn fills_a_response(plan: &Plan) -> bool {
     })
 }
 
-/// Fetch pacing: on a saturated core, a fetch (and a long poll woken by new data) waits a little
-/// before it reads (never past its deadline) so that its response carries more; see [`crate::load`].
-async fn pace(core: &Core, plan: &Plan) {
+/// When a fetch is paced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Before {
+    /// Its first read: not when a full response is already waiting (the consumer is behind).
+    Read,
+    /// The read after its long poll was woken by new data.
+    ReadAfterWait,
+}
+
+/// Fetch pacing: on a saturated core, a fetch waits a little before it reads (never past its
+/// deadline) so that its response carries more; see [`crate::load`]. The delay is bounded (by
+/// `--fetch-pacing-max-ms`, at most a second), so shutdown does not cut it short.
+async fn pace(core: &Core, plan: &Plan, when: Before) {
     let delay = core
         .load
         .fetch_delay()
         .min(plan.deadline.saturating_duration_since(Instant::now()));
-    if delay.is_zero() {
+    if delay.is_zero() || (when == Before::Read && fills_a_response(plan)) {
         return;
     }
     crate::metrics::add(&core.metrics.fetch_paced, 1);
     crate::metrics::add(&core.metrics.fetch_paced_us, delay.as_micros() as u64);
-    futures_lite::future::or(glommio::timer::sleep(delay), async {
-        core.shutdown.wait_for(1).await;
-    })
-    .await;
+    glommio::timer::sleep(delay).await;
 }
 
 /// Waits until any planned partition gets more data than it has now; `false` at the deadline or on
