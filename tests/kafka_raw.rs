@@ -6,7 +6,9 @@
 mod common;
 
 use bytes::{Bytes, BytesMut};
-use common::wire::{call, connect, decode, expect_closed, raw_frame, recv, request_frame, send};
+use common::wire::{
+    call, connect, decode, expect_closed, raw_frame, record_values, recv, request_frame, send,
+};
 use common::Shoal;
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
@@ -1127,6 +1129,130 @@ fn long_poll_fetch_is_woken_by_a_produce() {
     assert_eq!(p.records.as_deref(), Some(&records[..]));
     drop(s);
     shoal.stop();
+}
+
+/// Responses go out in request order even when the first request is the slowest and the later ones
+/// run in other task queues: a long-poll Fetch pipelined before ApiVersions, Metadata and the
+/// Produce that wakes it is answered first, with the produced record.
+#[test]
+fn a_long_poll_pipelined_before_faster_requests_is_answered_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 1, &[]);
+    create_topic(&shoal, "turns", 1);
+    let records = batch(&["after the long poll"]);
+    let mut wire = request_frame(
+        ApiKey::Fetch,
+        FETCH_V,
+        1,
+        &fetch_req("turns", 0, 0, 2_000, 1),
+    );
+    wire.extend(request_frame(
+        ApiKey::ApiVersions,
+        API_VERSIONS_V,
+        2,
+        &api_versions_req(),
+    ));
+    wire.extend(request_frame(
+        ApiKey::Metadata,
+        METADATA_V,
+        3,
+        &metadata_req(&["turns"]),
+    ));
+    wire.extend(request_frame(
+        ApiKey::Produce,
+        PRODUCE_V,
+        4,
+        &produce_req("turns", 0, records.clone(), 1),
+    ));
+    let mut s = connect(shoal.ports[0]);
+    s.write_all(&wire).unwrap();
+    let r: FetchResponse = decode(ApiKey::Fetch, FETCH_V, 1, recv(&mut s).expect("fetch"));
+    let p = &r.responses[0].partitions[0];
+    assert_eq!((p.error_code, p.high_watermark), (NONE, 1));
+    assert_eq!(p.records.as_deref(), Some(&records[..]));
+    let r: ApiVersionsResponse = decode(
+        ApiKey::ApiVersions,
+        API_VERSIONS_V,
+        2,
+        recv(&mut s).expect("api versions"),
+    );
+    assert_eq!(r.error_code, NONE);
+    let r: MetadataResponse = decode(
+        ApiKey::Metadata,
+        METADATA_V,
+        3,
+        recv(&mut s).expect("metadata"),
+    );
+    assert_eq!(r.topics[0].error_code, NONE);
+    let r: ProduceResponse = decode(
+        ApiKey::Produce,
+        PRODUCE_V,
+        4,
+        recv(&mut s).expect("produce"),
+    );
+    assert_eq!(only_partition(&r).base_offset, 0);
+    drop(s);
+    shoal.stop();
+}
+
+/// Fetch pacing engages on a busy core (here: any core busier than 1%) and loses nothing: a
+/// consumer long-polling the tail of a partition under a steady producer reads every record, in
+/// order; with pacing off, no fetch is paced.
+#[test]
+fn fetch_pacing_holds_fetches_on_a_busy_core_and_loses_nothing() {
+    for (flags, paced) in [
+        (&["--fetch-pacing-target-busy-percent", "1"][..], true),
+        (&["--fetch-pacing-max-ms", "0"][..], false),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let shoal = Shoal::start(dir.path(), 1, flags);
+        create_topic(&shoal, "paced", 1);
+        let port = shoal.ports[0];
+        const N: usize = 400;
+        let producer = std::thread::spawn(move || {
+            let mut s = connect(port);
+            for i in 0..N {
+                let v = format!("v{i}");
+                let r: ProduceResponse = call(
+                    &mut s,
+                    ApiKey::Produce,
+                    PRODUCE_V,
+                    i as i32,
+                    &produce_req("paced", 0, batch(&[&v]), 1),
+                );
+                assert_eq!(only_partition(&r).error_code, NONE);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
+        let mut s = connect(port);
+        let mut values = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while values.len() < N && Instant::now() < deadline {
+            let offset = values.len() as i64;
+            let r: FetchResponse = call(
+                &mut s,
+                ApiKey::Fetch,
+                FETCH_V,
+                7,
+                &fetch_req("paced", 0, offset, 500, 1),
+            );
+            let p = &r.responses[0].partitions[0];
+            assert_eq!(p.error_code, NONE);
+            values.extend(record_values(p.records.as_deref().unwrap_or_default()));
+        }
+        producer.join().unwrap();
+        let expected: Vec<String> = (0..N).map(|i| format!("v{i}")).collect();
+        assert_eq!(values, expected, "{flags:?}");
+        let count = shoal.metric("shoal_fetch_paced_total");
+        if paced {
+            assert!(count > 0, "no fetch was paced on a core busier than 1%");
+            assert!(shoal.metric("shoal_fetch_paced_microseconds_total") > 0);
+        } else {
+            assert_eq!(count, 0, "{flags:?}");
+        }
+        drop(s);
+        shoal.stop();
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------
