@@ -33,7 +33,7 @@ use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Name prefix of the baseline server's threads (its CPU is counted apart from the generator's).
 pub const THREAD_PREFIX: &str = "bench-raw-";
@@ -88,10 +88,17 @@ impl Ring {
         self.batches as i64 * self.records_per_batch
     }
 
-    /// The batches from `offset` (modulo the period), at least one, within `max_bytes`.
-    fn records(&self, offset: i64, max_bytes: usize) -> shards::Records {
+    /// The batches from `offset` (modulo the period) below offset `end` (paced: what is available;
+    /// `i64::MAX` unpaced), at least one unless none is, within `max_bytes`.
+    fn records(&self, offset: i64, max_bytes: usize, end: i64) -> shards::Records {
+        let available = (end.saturating_sub(offset) / self.records_per_batch).max(0) as usize;
+        if available == 0 {
+            return shards::Records::empty();
+        }
         let first = (offset.rem_euclid(self.period()) / self.records_per_batch) as usize;
-        let count = (max_bytes / self.batch_len).clamp(1, self.stored - first);
+        let count = (max_bytes / self.batch_len)
+            .min(available)
+            .clamp(1, self.stored - first);
         let start = first * self.batch_len;
         let len = count * self.batch_len;
         shards::Records {
@@ -140,7 +147,8 @@ impl RawServer {
                     let listener = unsafe { TcpListener::from_raw_fd(fd) };
                     let pace = pace.map(|interval| Pace {
                         interval,
-                        start: std::time::Instant::now(),
+                        start: Instant::now(),
+                        records_per_batch: ring.records_per_batch,
                     });
                     accept(listener, ring, stop, pace).await;
                 })
@@ -164,23 +172,33 @@ impl RawServer {
     }
 }
 
-/// When a paced server's batches become available.
+/// When a paced server's batches become available: batch `n` of each partition (offsets from
+/// `n * records_per_batch`) at `start + n * interval`.
 #[derive(Debug, Clone, Copy)]
 struct Pace {
     interval: Duration,
-    start: std::time::Instant,
+    start: Instant,
+    records_per_batch: i64,
 }
 
 impl Pace {
-    /// Batches available at `at`.
-    fn batches_at(&self, at: std::time::Instant) -> i64 {
-        (at.saturating_duration_since(self.start).as_nanos() / self.interval.as_nanos().max(1))
-            as i64
+    /// The end (exclusive) of the offsets available at `at`.
+    fn end_at(&self, at: Instant) -> i64 {
+        let batches =
+            at.saturating_duration_since(self.start).as_nanos() / self.interval.as_nanos().max(1);
+        batches as i64 * self.records_per_batch
     }
 
-    /// When batch `n` (from 0) becomes available.
-    fn due(&self, n: i64) -> std::time::Instant {
-        self.start + self.interval * u32::try_from(n.max(0)).unwrap_or(u32::MAX)
+    /// A long poll: waits, if nothing from `offset` on is available, until the next batch is due
+    /// or `max_wait` has passed; returns the end of what is available then.
+    async fn wait_past(&self, offset: i64, max_wait: Duration) -> i64 {
+        let now = Instant::now();
+        if offset >= self.end_at(now) {
+            let next = offset / self.records_per_batch + 1;
+            let due = self.start + self.interval * u32::try_from(next).unwrap_or(u32::MAX);
+            glommio::timer::sleep(due.min(now + max_wait).saturating_duration_since(now)).await;
+        }
+        self.end_at(Instant::now())
     }
 }
 
@@ -230,25 +248,20 @@ async fn serve(mut stream: TcpStream, ring: Arc<Ring>, pace: Option<Pace>) {
         let Ok(fetch) = header::decode::<FetchRequest>(&req) else {
             return;
         };
-        // Paced: what is available now; at its end, wait for the next batch (within max_wait).
-        let rpb = ring.records_per_batch;
-        let available = |at| pace.map(|p: Pace| p.batches_at(at) * rpb);
-        let offset = fetch
-            .topics
-            .first()
-            .and_then(|t| t.partitions.first())
-            .map_or(0, |p| p.fetch_offset);
-        if let (Some(p), Some(hw)) = (pace, available(std::time::Instant::now())) {
-            if offset >= hw {
-                let wait = Duration::from_millis(fetch.max_wait_ms.max(0) as u64);
-                let next = p
-                    .due(offset / rpb + 1)
-                    .min(std::time::Instant::now() + wait);
-                glommio::timer::sleep(next.saturating_duration_since(std::time::Instant::now()))
-                    .await;
+        // Paced: a fetch at the end of what is available waits for the next batch (the bench's
+        // consumers fetch one partition each: the first one decides).
+        let end = match pace {
+            None => i64::MAX,
+            Some(p) => {
+                let offset = fetch
+                    .topics
+                    .first()
+                    .and_then(|t| t.partitions.first())
+                    .map_or(0, |p| p.fetch_offset);
+                let max_wait = Duration::from_millis(fetch.max_wait_ms.max(0) as u64);
+                p.wait_past(offset, max_wait).await
             }
-        }
-        let hw_now = available(std::time::Instant::now());
+        };
         let topics: Vec<TopicResult> = fetch
             .topics
             .iter()
@@ -259,16 +272,12 @@ async fn serve(mut stream: TcpStream, ring: Arc<Ring>, pace: Option<Pace>) {
                     .iter()
                     .map(|p| {
                         let max_bytes = p.partition_max_bytes.max(0) as usize;
-                        let records = match hw_now {
-                            Some(hw) if p.fetch_offset >= hw => shards::Records::empty(),
-                            Some(hw) => {
-                                let batches = ((hw - p.fetch_offset) / rpb) as usize;
-                                let len = ring.batch_len * batches.max(1);
-                                ring.records(p.fetch_offset, max_bytes.min(len))
-                            }
-                            None => ring.records(p.fetch_offset, max_bytes),
+                        let records = ring.records(p.fetch_offset, max_bytes, end);
+                        let hw = if pace.is_some() {
+                            end
+                        } else {
+                            records.last_offset + 1
                         };
-                        let hw = hw_now.unwrap_or(records.last_offset + 1);
                         PartitionResult {
                             partition: p.partition,
                             error_code: 0,
@@ -300,7 +309,7 @@ mod tests {
         let ring = Ring::new(100, 10, Codec::None, 10_000, 4_000).unwrap();
         let period = ring.period();
         assert!(period >= 10);
-        let r = ring.records(0, 4_000);
+        let r = ring.records(0, 4_000, i64::MAX);
         assert_eq!(r.first_offset, 0);
         let headers: Vec<_> = r.batch_headers().collect();
         assert!(!headers.is_empty());
@@ -309,10 +318,10 @@ mod tests {
             shards::batch::validate(&r.parts[0][i * ring.batch_len..], usize::MAX).unwrap();
         }
         // Near the end of the period the answer runs on into the copies (offsets >= period).
-        let r = ring.records(period - 10, 4_000);
+        let r = ring.records(period - 10, 4_000, i64::MAX);
         assert_eq!(r.first_offset, period - 10);
         assert!(r.last_offset >= period);
-        let r = ring.records(period + 20, 1);
+        let r = ring.records(period + 20, 1, i64::MAX);
         assert_eq!((r.first_offset, r.batches), (20, 1));
     }
 
@@ -326,12 +335,37 @@ mod tests {
             lz4.batch_len,
             plain.batch_len
         );
-        let r = lz4.records(lz4.period() - 16, 64 << 10);
+        let r = lz4.records(lz4.period() - 16, 64 << 10, i64::MAX);
         for i in 0..r.batches as usize {
             let h = shards::batch::validate(&r.parts[0][i * lz4.batch_len..], usize::MAX).unwrap();
             assert_eq!(h.compression(), Codec::Lz4.id() as u8);
             assert_eq!(h.record_count, 16);
             assert_eq!(h.base_offset, lz4.period() - 16 + i as i64 * 16);
         }
+    }
+
+    #[test]
+    fn a_paced_ring_answers_only_what_is_available() {
+        let ring = Ring::new(100, 10, Codec::None, 10_000, 4_000).unwrap();
+        // Batches are due every 10 ms: at 35 ms, three of them (offsets 0..30).
+        let start = Instant::now();
+        let pace = Pace {
+            interval: Duration::from_millis(10),
+            start,
+            records_per_batch: 10,
+        };
+        assert_eq!(pace.end_at(start), 0);
+        let end = pace.end_at(start + Duration::from_millis(35));
+        assert_eq!(end, 30);
+        assert_eq!(
+            ring.records(30, 1 << 20, end).batches,
+            0,
+            "at the end: nothing"
+        );
+        assert_eq!(ring.records(40, 1 << 20, end).batches, 0, "past it");
+        let r = ring.records(10, 1 << 20, end);
+        assert_eq!((r.first_offset, r.last_offset, r.batches), (10, 29, 2));
+        // max_bytes still limits (at least one batch).
+        assert_eq!(ring.records(0, 1, end).batches, 1);
     }
 }
