@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 /// Fetch pacing settings (`--fetch-pacing-*`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PacingConfig {
-    /// Longest delay a woken long poll waits before it reads; zero turns pacing off.
+    /// Longest delay a fetch waits before it reads; zero turns pacing off.
     pub max_delay: Duration,
     /// Busy share of the core above which the delay grows (0..1).
     pub target_busy: f64,
@@ -44,7 +44,7 @@ pub const TICK: Duration = Duration::from_millis(5);
 pub const PER_FETCH: Duration = Duration::from_micros(70);
 /// Step by which the delay grows when the core stays busy (and the floor it starts from).
 const STEP: Duration = Duration::from_micros(250);
-/// Below this busy share the delay decays.
+/// Below this busy share (or the target, if lower) the delay decays; between them it holds.
 const DECAY_BELOW: f64 = 0.6;
 
 /// One core's load and the fetch delay derived from it. Single-threaded (`Cell`s): one per core.
@@ -94,7 +94,7 @@ impl CoreLoad {
         self.busy.get()
     }
 
-    /// The current delay before a woken long poll reads (before the per-partition cap).
+    /// The current pacing delay (before the per-fetch cap).
     pub fn delay(&self) -> Duration {
         self.delay.get()
     }
