@@ -5,9 +5,10 @@
 //! poll as soon as one batch arrives spends itself on small responses and starves the producers
 //! that would fill them. A sampler measures the share of wall time the core's executor spends
 //! running tasks; while it is above a target, fetches wait a short, growing delay before they read
-//! (and again when a long poll is woken by new data), so that each response carries more; below the
-//! target the delay decays to nothing within a few ticks and an idle core answers at once, as
-//! before. Delaying work on a saturated core costs no throughput (the core stays busy with the
+//! (and again when a long poll is woken by new data), so that each response carries more. Just
+//! below the target the delay holds; further below it shrinks, so it settles near the smallest
+//! delay that keeps the core at its target; below half busy it halves per tick, and an idle core
+//! answers at once, as before. Delaying work on a saturated core costs no throughput (the core stays busy with the
 //! rest); it only makes the work bigger per response.
 //!
 //! The delay is also capped by the number of fetches the core holds (times [`PER_FETCH`]): about the
@@ -44,8 +45,12 @@ pub const TICK: Duration = Duration::from_millis(5);
 pub const PER_FETCH: Duration = Duration::from_micros(70);
 /// Step by which the delay grows when the core stays busy (and the floor it starts from).
 const STEP: Duration = Duration::from_micros(250);
-/// Below this busy share (or the target, if lower) the delay decays; between them it holds.
-const DECAY_BELOW: f64 = 0.6;
+/// Width of the band below the target in which the delay holds; below it the delay shrinks by a
+/// fifth per tick, so it settles near the smallest that keeps the core at its target.
+const HOLD_BAND: f64 = 0.1;
+/// Below this busy share the delay halves per tick: a core that is no longer saturated answers at
+/// once within a few ticks.
+const IDLE_BELOW: f64 = 0.5;
 
 /// One core's load and the fetch delay derived from it. Single-threaded (`Cell`s): one per core.
 #[derive(Debug)]
@@ -126,12 +131,12 @@ impl CoreLoad {
             Duration::ZERO
         } else if busy > c.target_busy {
             (d + d / 4).max(d + STEP).min(c.max_delay)
-        } else if busy < DECAY_BELOW {
-            let half = d / 2;
-            if half < STEP {
+        } else if busy < c.target_busy - HOLD_BAND {
+            let shrunk = if busy < IDLE_BELOW { d / 2 } else { d * 4 / 5 };
+            if shrunk < STEP {
                 Duration::ZERO
             } else {
-                half
+                shrunk
             }
         } else {
             d
@@ -198,11 +203,14 @@ mod tests {
         assert_eq!(l.fetches(), 0);
         let _held: Vec<_> = (0..100_000).map(|_| l.hold_fetch()).collect();
         assert_eq!(l.fetch_delay(), PacingConfig::default().max_delay);
-        // Between the thresholds it holds; below, it decays to nothing within a few ticks.
-        l.observe(0.7);
-        l.observe(0.7);
-        l.observe(0.7);
+        // Just below the target it holds; further below it shrinks by a fifth per tick; idle, it
+        // decays to nothing within a few ticks.
+        l.observe(0.8);
+        l.observe(0.8);
+        l.observe(0.8);
         assert_eq!(l.delay(), PacingConfig::default().max_delay);
+        l.observe(0.6); // smoothed: 0.7
+        assert_eq!(l.delay(), PacingConfig::default().max_delay * 4 / 5);
         for _ in 0..20 {
             l.observe(0.0);
         }
