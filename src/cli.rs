@@ -78,6 +78,10 @@ pub struct ServeArgs {
     /// acks=all is always fsynced before the acknowledgement.
     #[arg(long, default_value_t = 1000)]
     pub flush_ms: u64,
+    /// Write segments with Direct I/O (O_DIRECT: no copy into the page cache, no write-back bursts)
+    /// where the file system allows it; false writes through the page cache.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub direct_io: bool,
     /// Delete old segments once a partition exceeds this many bytes; -1: no limit (Kafka retention.bytes).
     #[arg(long, default_value_t = -1, allow_negative_numbers = true, value_parser = parse_size_or_minus_one)]
     pub retention_bytes: i64,
@@ -179,6 +183,7 @@ impl ServeArgs {
                 .map(Duration::from_millis),
             retention_check_interval: Duration::from_millis(self.retention_check_ms.max(1)),
             max_batch_bytes: self.max_batch_bytes,
+            direct_io: self.direct_io,
             ..LogConfig::default()
         };
         ServerConfig {

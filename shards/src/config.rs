@@ -24,6 +24,9 @@ pub struct LogConfig {
     pub max_batch_bytes: usize,
     /// Stamp every appended batch with the broker's clock (Kafka `message.timestamp.type=LogAppendTime`).
     pub log_append_time: bool,
+    /// Write the active segment with Direct I/O (`O_DIRECT`), bypassing the page cache, where the
+    /// file system allows it; else through the page cache.
+    pub direct_io: bool,
 }
 
 /// Kafka caps `segment.bytes` at `i32::MAX`; we need positions to fit the index's `u32`.
@@ -41,6 +44,7 @@ impl Default for LogConfig {
             retention_check_interval: Duration::from_secs(300),
             max_batch_bytes: 1_048_588,
             log_append_time: false,
+            direct_io: true,
         }
     }
 }

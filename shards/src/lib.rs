@@ -12,6 +12,8 @@
 //! - [`compression`] — Kafka's record codecs (gzip, snappy, lz4, zstd), bounded decompression.
 //! - [`log`]        — one partition's log: append (offsets, group commit), read, recovery, retention, delete.
 //! - `segment`      — one segment file (`<base_offset:020>.log`): writes, reads, the recovery scan.
+//! - `direct_write` — the active segment's writes with Direct I/O: whole blocks from DMA buffers,
+//!   the last partial block rewritten, zero padding cut when the segment is sealed.
 //! - `index`        — the sparse offset index and its file, which also marks a sealed segment clean.
 //! - [`split`]      — one source batch decompressed once, routed by key and encoded once per view shard.
 //! - [`storage_health`] — storage failures: logged once per episode per log, counted per core.
@@ -34,6 +36,7 @@ mod chunk;
 pub mod coalescer;
 pub mod compression;
 pub mod config;
+mod direct_write;
 pub mod error;
 mod index;
 pub mod log;

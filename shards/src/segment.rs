@@ -6,6 +6,7 @@
 //! blocks the executor thread.
 
 use crate::batch::{self, BatchHeader, HEADER_LEN, LOG_OVERHEAD};
+use crate::direct_write::DirectWriter;
 use crate::error::{Error, Result};
 use crate::index::{SegmentMeta, SparseIndex};
 use crate::records::Records;
@@ -13,6 +14,7 @@ use bytes::Bytes;
 use glommio::io::{BufferedFile, OpenOptions};
 use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 /// Smallest read when walking batch headers on disk.
 const HEADER_WINDOW: usize = 64 << 10;
@@ -50,6 +52,9 @@ pub(crate) struct Segment {
     pub index: RefCell<SparseIndex>,
     /// Its index file is on disk and matches it: the segment is clean and immutable.
     pub sealed: Cell<bool>,
+    /// The Direct I/O write handle while this is the active segment and the log writes with Direct
+    /// I/O; `None`: writes go through `file` (the page cache).
+    direct: RefCell<Option<Rc<DirectWriter>>>,
 }
 
 /// What a recovery scan found.
@@ -63,7 +68,14 @@ pub(crate) struct Scan {
 }
 
 impl Segment {
-    pub(crate) async fn create(dir: &Path, base_offset: i64, index_interval: u32) -> Result<Self> {
+    /// Creates an empty segment file; with `direct`, its writes use Direct I/O where the file
+    /// system allows it.
+    pub(crate) async fn create(
+        dir: &Path,
+        base_offset: i64,
+        index_interval: u32,
+        direct: bool,
+    ) -> Result<Self> {
         let path = dir.join(segment_file_name(base_offset));
         let file = OpenOptions::new()
             .read(true)
@@ -73,7 +85,7 @@ impl Segment {
             .buffered_open(&path)
             .await
             .map_err(|e| Error::storage(&path, e))?;
-        Ok(Self::with_meta(
+        let seg = Self::with_meta(
             path,
             file,
             base_offset,
@@ -85,7 +97,39 @@ impl Segment {
                 first_timestamp: -1,
             },
             now_ms(),
-        ))
+        );
+        if direct {
+            seg.start_direct().await?;
+        }
+        Ok(seg)
+    }
+
+    /// Switches this segment's writes to Direct I/O (the active segment of a log that writes so),
+    /// unless the file system refuses it. The partial block at the end is read back for the next
+    /// write to rewrite.
+    pub(crate) async fn start_direct(&self) -> Result<()> {
+        if self.direct.borrow().is_some() {
+            return Ok(());
+        }
+        let size = self.size.get();
+        let mut writer = DirectWriter::open(&self.path).await?;
+        if let Some(w) = &mut writer {
+            let start = size - size % w.alignment();
+            let tail = self.read_exact(start, (size - start) as usize).await?;
+            w.set_tail(tail.to_vec());
+        }
+        *self.direct.borrow_mut() = writer.map(Rc::new);
+        Ok(())
+    }
+
+    /// Ends Direct I/O writes (the segment is sealed or the log closes): the zero padding after the
+    /// last batch is cut, so the file holds exactly the batches.
+    pub(crate) async fn stop_direct(&self) -> Result<()> {
+        let writer = self.direct.borrow_mut().take();
+        match writer {
+            Some(w) => w.finish(&self.path, self.size.get()).await,
+            None => Ok(()),
+        }
     }
 
     pub(crate) async fn open_file(path: &Path) -> Result<BufferedFile> {
@@ -117,6 +161,7 @@ impl Segment {
             created_ms: last_modified_ms,
             index: RefCell::new(index),
             sealed: Cell::new(false),
+            direct: RefCell::new(None),
         }
     }
 
@@ -149,13 +194,26 @@ impl Segment {
         last_offset - self.base_offset <= MAX_RELATIVE_OFFSET
     }
 
-    /// Writes `data` (whole batches with final offsets, described by `headers`) at the end. On error
-    /// nothing is counted as written and the file is cut back to the last whole batch, best effort
-    /// (recovery cuts it anyway).
-    pub(crate) async fn append(&self, data: Vec<u8>, headers: &[BatchHeader]) -> Result<()> {
+    /// Writes `len` bytes at the end, which `fill` puts in place: whole batches with final offsets,
+    /// described by `headers`. On error nothing is counted as written and the file is cut back to the
+    /// last whole batch, best effort (recovery cuts it anyway).
+    pub(crate) async fn append(
+        &self,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+        headers: &[BatchHeader],
+    ) -> Result<()> {
         let pos = self.size.get();
-        let len = data.len();
-        let res = match self.file.write_at(data, pos).await {
+        let direct = self.direct.borrow().clone();
+        let written = match direct {
+            Some(w) => w.write(pos, len, fill).await,
+            None => {
+                let mut data = vec![0; len];
+                fill(&mut data);
+                self.file.write_at(data, pos).await
+            }
+        };
+        let res = match written {
             Ok(n) if n == len => Ok(()),
             Ok(n) => Err(self.short_write(pos, n, len).await),
             Err(e) => Err(Error::storage(&self.path, e)),
@@ -382,6 +440,10 @@ impl Segment {
                     let at = (pos - buf_start) as usize;
                     if need == LOG_OVERHEAD {
                         need = batch::peek_total_len(&buf[at..]).unwrap();
+                        if need == LOG_OVERHEAD && zeros_to_end(file, path, pos, file_len).await? {
+                            // Padding of a Direct I/O write (or blocks a crash left unwritten).
+                            break Ok(0);
+                        }
                         if need < HEADER_LEN {
                             break Err(format!("batch length field {need} too small"));
                         }
@@ -408,6 +470,7 @@ impl Segment {
                 buf_start = pos;
             };
             let total = match total {
+                Ok(0) => break None,
                 Ok(t) => t,
                 Err(why) => break Some(why),
             };
@@ -438,6 +501,22 @@ impl Segment {
             damage,
         })
     }
+}
+
+/// Most zeros after the last batch that recovery reads to tell padding from damage.
+const MAX_PADDING: u64 = 1 << 20;
+
+/// Whether the file holds nothing but zeros from `pos` to `file_len` (at most [`MAX_PADDING`] of them).
+async fn zeros_to_end(file: &BufferedFile, path: &Path, pos: u64, file_len: u64) -> Result<bool> {
+    let len = file_len - pos;
+    if len > MAX_PADDING {
+        return Ok(false);
+    }
+    let rest = file
+        .read_at(pos, len as usize)
+        .await
+        .map_err(|e| Error::storage(path, e))?;
+    Ok(rest.len() as u64 == len && rest.iter().all(|&b| b == 0))
 }
 
 /// A span of a segment file read into memory, so header walks and the final read share one I/O.

@@ -88,6 +88,10 @@ struct Inner {
     syncing: Cell<bool>,
     /// The highest offset someone asked to be durable (a durable append, a flush tick, close).
     sync_target: Cell<i64>,
+    /// Segments rolled whose seal (fsync, index file) the sync task has not done yet.
+    unsealed: RefCell<Vec<Rc<Segment>>>,
+    /// A segment was created since the directory was last fsynced.
+    dir_dirty: Cell<bool>,
     /// Set when an fsync failed: the page cache may have dropped data, so appends stop until restart.
     failure: RefCell<Option<String>>,
     /// Storage failures, logged once per episode and counted.
@@ -117,6 +121,10 @@ impl Log {
         }
         .map_err(|e| Error::storage(&dir, e))?;
         let segments = recover(&dir, &config, listing).await?;
+        if config.direct_io {
+            let active = segments.last().expect("recover leaves a segment");
+            active.start_direct().await?;
+        }
         let next = segments
             .last()
             .expect("recover leaves a segment")
@@ -137,6 +145,8 @@ impl Log {
             writing: Cell::new(false),
             syncing: Cell::new(false),
             sync_target: Cell::new(next),
+            unsealed: RefCell::new(Vec::new()),
+            dir_dirty: Cell::new(false),
             failure: RefCell::new(None),
             storage: StorageEpisode::default(),
             closed: Cell::new(false),
@@ -400,7 +410,12 @@ impl Log {
             let mut segs = inner.segments.borrow_mut();
             let mut total: u64 = segs.iter().map(|s| s.size.get()).sum();
             let mut n = 0;
+            let unsealed = inner.unsealed.borrow();
             for s in &segs[..segs.len() - 1] {
+                // The sync task still has to seal it (and would write its index file back).
+                if unsealed.iter().any(|u| Rc::ptr_eq(u, s)) {
+                    break;
+                }
                 let over_size = max_bytes.is_some_and(|m| total - s.size.get() >= m);
                 let too_old = cutoff.is_some_and(|c| s.retention_timestamp() < c);
                 if !(over_size || too_old) {
@@ -436,6 +451,9 @@ impl Log {
         inner.closed.set(true);
         drop(permit);
         inner.append_permit.close();
+        if let Err(e) = inner.active().stop_direct().await {
+            inner.storage.failed(&inner.dir, e, false);
+        }
         let result = if inner.failure.borrow().is_none() {
             inner.sync_to(inner.high_watermark.value()).await
         } else {

@@ -114,6 +114,15 @@ pub(super) async fn recover(
                 f.path.display(),
                 scan.valid_len
             );
+        }
+        if scan.valid_len < f.len {
+            if !damaged {
+                log::debug!(
+                    "recovery: cutting {} bytes of zero padding from {}",
+                    f.len - scan.valid_len,
+                    f.path.display()
+                );
+            }
             file.truncate(scan.valid_len)
                 .await
                 .map_err(|e| Error::storage(&f.path, e))?;
@@ -141,7 +150,9 @@ pub(super) async fn recover(
         }
     }
     if segments.is_empty() {
-        segments.push(Rc::new(Segment::create(dir, first_base, interval).await?));
+        segments.push(Rc::new(
+            Segment::create(dir, first_base, interval, config.direct_io).await?,
+        ));
         sync_dir(dir).await?;
     }
     Ok(segments)

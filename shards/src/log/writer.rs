@@ -53,7 +53,7 @@ impl Inner {
 
     /// Takes the next appends to write together: as many as fit in the active segment (rolling it
     /// first if the oldest does not) and in `MAX_GROUP_BYTES`.
-    pub(super) async fn next_group(&self) -> Vec<PendingAppend> {
+    pub(super) async fn next_group(self: &Rc<Self>) -> Vec<PendingAppend> {
         let stamp = self.config.borrow().log_append_time;
         let Some((first_len, first_ts, first_offsets)) = self.queue.borrow().front().map(|p| {
             let ts = if stamp {
@@ -102,7 +102,7 @@ impl Inner {
     /// Rolls the active segment unless the next append (`next_len` bytes, `next_offsets` offsets,
     /// newest timestamp `next_ts`) fits it: by size, by age, and by relative offsets.
     pub(super) async fn roll_if_needed(
-        &self,
+        self: &Rc<Self>,
         next_len: u64,
         next_ts: i64,
         next_offsets: i64,
@@ -131,27 +131,34 @@ impl Inner {
         let stamp = self.config.borrow().log_append_time;
         let now = now_ms();
         let base = self.high_watermark.value();
-        let mut data = Vec::with_capacity(group.iter().map(|p| p.blob.len()).sum());
         let mut next = base;
-        for p in &mut group {
-            let mut at = data.len();
-            data.extend_from_slice(&p.blob);
-            for h in p.headers.iter_mut() {
-                batch::set_base_offset(&mut data[at..], next);
-                if stamp {
-                    batch::stamp_log_append_time(&mut data[at..], now);
-                    h.max_timestamp = now;
-                }
-                h.base_offset = next;
-                next += h.offset_count();
-                at += h.total_len();
+        for h in group.iter_mut().flat_map(|p| p.headers.iter_mut()) {
+            h.base_offset = next;
+            if stamp {
+                h.max_timestamp = now;
             }
+            next += h.offset_count();
         }
+        // The one copy of the producers' bytes on the way to disk, with their offsets put in.
+        let fill = |data: &mut [u8]| {
+            let mut at = 0;
+            for p in &group {
+                data[at..at + p.blob.len()].copy_from_slice(&p.blob);
+                for h in &p.headers {
+                    batch::set_base_offset(&mut data[at..], h.base_offset);
+                    if stamp {
+                        batch::stamp_log_append_time(&mut data[at..], now);
+                    }
+                    at += h.total_len();
+                }
+            }
+        };
+        let len = group.iter().map(|p| p.blob.len()).sum();
         let headers: Vec<BatchHeader> = group
             .iter()
             .flat_map(|p| p.headers.iter().copied())
             .collect();
-        if let Err(e) = self.active().append(data, &headers).await {
+        if let Err(e) = self.active().append(len, fill, &headers).await {
             let e = self.storage.failed(&self.dir, e, false);
             fail_all(group, &e);
             // Appends queued behind a failed write fail too: one written without the batches
@@ -211,29 +218,32 @@ impl Inner {
         fail_all(queued, e);
     }
 
-    /// Seals the active segment (fsync, index file) and starts a new one at the high watermark.
-    pub(super) async fn roll(&self) -> Result<()> {
+    /// Starts a new active segment at the high watermark. Nothing here waits for the disk beyond a
+    /// file create (and, with Direct I/O, cutting the old segment's padding): the old segment is
+    /// sealed (fsync, index file) and the new file's directory entry made durable by the sync task,
+    /// in the background, and `durable` passes the old segment's end only once both are done.
+    pub(super) async fn roll(self: &Rc<Self>) -> Result<()> {
         let old = self.active();
-        if let Err(e) = old.file.fdatasync().await {
-            return Err(self.fail(&old.path, e));
+        if let Err(e) = old.stop_direct().await {
+            return Err(self.storage.failed(&self.dir, e, false));
         }
-        self.bump(|s| s.fsyncs += 1);
-        self.durable.advance(old.next_offset.get());
-        if let Err(e) = write_index(&old).await {
-            self.storage.index_write_failed(&e);
-        }
-        let interval = self.config.borrow().index_interval_bytes;
+        let (interval, direct) = {
+            let c = self.config.borrow();
+            (c.index_interval_bytes, c.direct_io)
+        };
         let failed = |e| self.storage.failed(&self.dir, e, false);
-        let new = Segment::create(&self.dir, old.next_offset.get(), interval)
+        let new = Segment::create(&self.dir, old.next_offset.get(), interval, direct)
             .await
             .map_err(failed)?;
-        sync_dir(&self.dir).await.map_err(failed)?;
         log::debug!(
             "rolled {} at offset {}",
             self.dir.display(),
             new.base_offset
         );
         self.segments.borrow_mut().push(Rc::new(new));
+        self.unsealed.borrow_mut().push(old.clone());
+        self.dir_dirty.set(true);
+        self.request_sync(old.next_offset.get());
         Ok(())
     }
 
@@ -272,23 +282,53 @@ impl Inner {
         let inner = self.clone();
         glommio::spawn_local(async move {
             while inner.failure.borrow().is_none()
-                && inner.durable.value() < inner.sync_target.get()
+                && (inner.durable.value() < inner.sync_target.get()
+                    || !inner.unsealed.borrow().is_empty())
             {
+                // What is written now lies in the segments rolled and not yet sealed, and the active one.
                 let written = inner.high_watermark.value();
+                let sealing = std::mem::take(&mut *inner.unsealed.borrow_mut());
+                let new_entries = inner.dir_dirty.replace(false);
                 let seg = inner.active();
-                match seg.file.fdatasync().await {
-                    Ok(()) => {
-                        inner.bump(|s| s.fsyncs += 1);
-                        inner.durable.advance(written);
-                    }
-                    Err(e) => {
-                        inner.fail(&seg.path, e);
-                    }
+                if inner.sync_once(&sealing, new_entries, &seg).await {
+                    inner.durable.advance(written);
                 }
             }
             inner.syncing.set(false);
         })
         .detach();
+    }
+
+    /// One round of the sync task: seals the segments rolled since the last round (fsync, index
+    /// file), makes new directory entries durable, then fsyncs the active segment. False when a step
+    /// failed (the log is then failed).
+    async fn sync_once(&self, sealing: &[Rc<Segment>], new_entries: bool, active: &Segment) -> bool {
+        for old in sealing {
+            if let Err(e) = old.file.fdatasync().await {
+                self.fail(&old.path, e);
+                return false;
+            }
+            self.bump(|s| s.fsyncs += 1);
+            if let Err(e) = write_index(old).await {
+                self.storage.index_write_failed(&e);
+            }
+        }
+        if new_entries {
+            if let Err(e) = sync_dir(&self.dir).await {
+                self.fail(&self.dir, e);
+                return false;
+            }
+        }
+        match active.file.fdatasync().await {
+            Ok(()) => {
+                self.bump(|s| s.fsyncs += 1);
+                true
+            }
+            Err(e) => {
+                self.fail(&active.path, e);
+                false
+            }
+        }
     }
 }
 

@@ -1,0 +1,103 @@
+//! Writes at the end of the active segment with Direct I/O (`O_DIRECT` through glommio's `DmaFile`).
+//!
+//! Buffered writes cost the broker a copy into the page cache per byte (the largest single cost of
+//! ingest in the profile) and leave dirty pages behind for write-back, which the periodic `fdatasync`
+//! then waits on while appends queue behind it. Direct writes go from a DMA buffer straight to the
+//! device: the batches are copied once, into that buffer, and the data is on the device when the
+//! write completes (an `fdatasync` then only flushes the device cache and the file size).
+//!
+//! Direct I/O wants whole aligned blocks. The file's last, partial block is kept in memory (`tail`)
+//! and written again, followed by the new batches and zero padding to the next block boundary, by the
+//! next write. The file on disk can therefore be up to one block longer than the segment's batches;
+//! sealing a segment (or closing the log) cuts it to its logical size, and recovery treats zeros
+//! after the last batch as padding, not damage.
+//!
+//! Reads keep going through the page cache (`BufferedFile` on the same file): the kernel keeps the two
+//! coherent, and the tail cache serves what was just written anyway.
+
+use crate::error::{Error, Result};
+use glommio::io::{DmaFile, OpenOptions};
+use std::cell::RefCell;
+use std::path::Path;
+
+/// The write handle of an active segment written with Direct I/O.
+#[derive(Debug)]
+pub(crate) struct DirectWriter {
+    file: DmaFile,
+    /// Bytes of the block the segment's logical end falls in (`size % alignment` of them), as on disk.
+    tail: RefCell<Vec<u8>>,
+}
+
+impl DirectWriter {
+    /// Opens `path` for Direct I/O writes, with no partial block yet (see [`Self::set_tail`]).
+    /// `None` when the file system does not take `O_DIRECT` (the caller writes buffered).
+    pub(crate) async fn open(path: &Path) -> Result<Option<Self>> {
+        let file = match OpenOptions::new().write(true).dma_open(path).await {
+            Ok(f) => f,
+            Err(glommio::GlommioError::IoError(e))
+                if e.kind() == std::io::ErrorKind::InvalidInput =>
+            {
+                log::warn!(
+                    "{}: the file system refuses O_DIRECT ({e}); writing through the page cache",
+                    path.display()
+                );
+                return Ok(None);
+            }
+            Err(e) => return Err(Error::storage(path, e)),
+        };
+        Ok(Some(Self {
+            file,
+            tail: RefCell::new(Vec::new()),
+        }))
+    }
+
+    /// The block size writes are aligned to.
+    pub(crate) fn alignment(&self) -> u64 {
+        self.file.alignment()
+    }
+
+    /// Sets the bytes of the partial block at the logical end (read back from the file at open).
+    pub(crate) fn set_tail(&mut self, tail: Vec<u8>) {
+        *self.tail.get_mut() = tail;
+    }
+
+    /// Writes `len` bytes that `fill` puts in place at logical position `pos` (the segment's end),
+    /// rewriting the partial block before them. Returns the logical bytes written (`len` unless the
+    /// write was short).
+    pub(crate) async fn write(
+        &self,
+        pos: u64,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> std::result::Result<usize, glommio::GlommioError<()>> {
+        let start = self.file.align_down(pos);
+        let tail_len = (pos - start) as usize;
+        let total = tail_len + len;
+        let padded = self.file.align_up(total as u64) as usize;
+        let mut buf = self.file.alloc_dma_buffer(padded);
+        let new_tail = {
+            let b = buf.as_bytes_mut();
+            b[..tail_len].copy_from_slice(&self.tail.borrow());
+            fill(&mut b[tail_len..total]);
+            b[total..].fill(0);
+            let end = pos + len as u64;
+            let keep = (end - self.file.align_down(end)) as usize;
+            b[total - keep..total].to_vec()
+        };
+        let n = self.file.write_at(buf, start).await?;
+        if n < padded {
+            return Ok(n.saturating_sub(tail_len).min(len));
+        }
+        *self.tail.borrow_mut() = new_tail;
+        Ok(len)
+    }
+
+    /// Cuts the zero padding after the logical end `size` (before a seal or a close) and closes the
+    /// handle.
+    pub(crate) async fn finish(&self, path: &Path, size: u64) -> Result<()> {
+        self.file
+            .truncate(size)
+            .await
+            .map_err(|e| Error::storage(path, e))
+    }
+}
