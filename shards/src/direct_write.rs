@@ -17,7 +17,7 @@
 
 use crate::error::{Error, Result};
 use glommio::io::{DmaFile, OpenOptions};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::path::Path;
 
 /// The write handle of an active segment written with Direct I/O.
@@ -26,7 +26,14 @@ pub(crate) struct DirectWriter {
     file: DmaFile,
     /// Bytes of the block the segment's logical end falls in (`size % alignment` of them), as on disk.
     tail: RefCell<Vec<u8>>,
+    /// The file's length: blocks up to here are allocated (`fallocate`), so a write below it is an
+    /// overwrite, which the kernel issues asynchronously from the submitting thread; a write past it
+    /// would extend the file, which ext4 does synchronously in an io_uring worker thread.
+    allocated: Cell<u64>,
 }
+
+/// How far ahead of the logical end the file is allocated, in one `fallocate`.
+pub(crate) const ALLOCATE_STEP: u64 = 8 << 20;
 
 impl DirectWriter {
     /// Opens `path` for Direct I/O writes, with no partial block yet (see [`Self::set_tail`]).
@@ -48,17 +55,22 @@ impl DirectWriter {
         Ok(Some(Self {
             file,
             tail: RefCell::new(Vec::new()),
+            allocated: Cell::new(0),
         }))
     }
 
-    /// The block size writes are aligned to.
+    /// The block size writes are aligned to: the device's, and at least the file system's usual
+    /// 4 KiB. ext4 issues a write to allocated space without blocking only when it covers whole file
+    /// system blocks; a 512-byte aligned one waits for an exclusive inode lock in a worker thread.
     pub(crate) fn alignment(&self) -> u64 {
-        self.file.alignment()
+        self.file.alignment().max(4096)
     }
 
-    /// Sets the bytes of the partial block at the logical end (read back from the file at open).
-    pub(crate) fn set_tail(&mut self, tail: Vec<u8>) {
+    /// Sets the bytes of the partial block at the logical end (read back from the file at open) and
+    /// the file's length.
+    pub(crate) fn set_tail(&mut self, tail: Vec<u8>, file_len: u64) {
         *self.tail.get_mut() = tail;
+        self.allocated.set(file_len);
     }
 
     /// Writes `len` bytes that `fill` puts in place at logical position `pos` (the segment's end),
@@ -70,10 +82,17 @@ impl DirectWriter {
         len: usize,
         fill: impl FnOnce(&mut [u8]),
     ) -> std::result::Result<usize, glommio::GlommioError<()>> {
-        let start = self.file.align_down(pos);
+        let align = self.alignment();
+        let start = pos - pos % align;
         let tail_len = (pos - start) as usize;
         let total = tail_len + len;
-        let padded = self.file.align_up(total as u64) as usize;
+        let padded = (total as u64).next_multiple_of(align) as usize;
+        let end = start + padded as u64;
+        if end > self.allocated.get() {
+            let to = end.next_multiple_of(ALLOCATE_STEP);
+            self.file.pre_allocate(to, false).await?;
+            self.allocated.set(to);
+        }
         let mut buf = self.file.alloc_dma_buffer(padded);
         let new_tail = {
             let b = buf.as_bytes_mut();
@@ -81,7 +100,7 @@ impl DirectWriter {
             fill(&mut b[tail_len..total]);
             b[total..].fill(0);
             let end = pos + len as u64;
-            let keep = (end - self.file.align_down(end)) as usize;
+            let keep = (end % align) as usize;
             b[total - keep..total].to_vec()
         };
         let n = self.file.write_at(buf, start).await?;

@@ -116,7 +116,12 @@ impl Segment {
         if let Some(w) = &mut writer {
             let start = size - size % w.alignment();
             let tail = self.read_exact(start, (size - start) as usize).await?;
-            w.set_tail(tail.to_vec());
+            let file_len = self
+                .file
+                .file_size()
+                .await
+                .map_err(|e| Error::storage(&self.path, e))?;
+            w.set_tail(tail.to_vec(), file_len);
         }
         *self.direct.borrow_mut() = writer.map(Rc::new);
         Ok(())
@@ -503,8 +508,9 @@ impl Segment {
     }
 }
 
-/// Most zeros after the last batch that recovery reads to tell padding from damage.
-const MAX_PADDING: u64 = 1 << 20;
+/// Most zeros after the last batch that recovery reads to tell padding (of a Direct I/O write, or
+/// space allocated ahead) from damage.
+const MAX_PADDING: u64 = 2 * crate::direct_write::ALLOCATE_STEP;
 
 /// Whether the file holds nothing but zeros from `pos` to `file_len` (at most [`MAX_PADDING`] of them).
 async fn zeros_to_end(file: &BufferedFile, path: &Path, pos: u64, file_len: u64) -> Result<bool> {

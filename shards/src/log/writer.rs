@@ -302,7 +302,12 @@ impl Inner {
     /// One round of the sync task: seals the segments rolled since the last round (fsync, index
     /// file), makes new directory entries durable, then fsyncs the active segment. False when a step
     /// failed (the log is then failed).
-    async fn sync_once(&self, sealing: &[Rc<Segment>], new_entries: bool, active: &Segment) -> bool {
+    async fn sync_once(
+        &self,
+        sealing: &[Rc<Segment>],
+        new_entries: bool,
+        active: &Segment,
+    ) -> bool {
         for old in sealing {
             if let Err(e) = old.file.fdatasync().await {
                 self.fail(&old.path, e);
