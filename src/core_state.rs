@@ -280,6 +280,9 @@ impl Core {
                     segments: s.segments,
                     storage_failure: p.log.storage_failure(),
                     producer_ids: p.producer_ids() as u64,
+                    appended_bytes: s.appended_bytes,
+                    writes: s.append_writes,
+                    fsyncs: s.fsyncs,
                 }
             })
             .collect();

@@ -75,6 +75,12 @@ pub struct PartitionSnapshot {
     pub storage_failure: Option<String>,
     /// Idempotent producers whose sequence state is kept.
     pub producer_ids: u64,
+    /// Batch bytes appended since the log was opened.
+    pub appended_bytes: u64,
+    /// Writes to disk of grouped appends.
+    pub writes: u64,
+    /// fsyncs (group commits, flushes, segment seals).
+    pub fsyncs: u64,
 }
 
 /// Everything one core reports, as plain data that can cross to core 0.
@@ -445,6 +451,24 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
         "gauge",
         "Segments in a partition's log.",
         &mut per_partition(|p| p.segments as u64),
+    );
+    family(
+        "shoal_log_appended_bytes_total",
+        "counter",
+        "Batch bytes appended to a partition's log since it was opened.",
+        &mut per_partition(|p| p.appended_bytes),
+    );
+    family(
+        "shoal_log_writes_total",
+        "counter",
+        "Disk writes of a partition's log (appends that arrive together share one).",
+        &mut per_partition(|p| p.writes),
+    );
+    family(
+        "shoal_log_fsyncs_total",
+        "counter",
+        "fsyncs of a partition's log: group commits (shared by concurrent acks=all appends), flushes, segment seals.",
+        &mut per_partition(|p| p.fsyncs),
     );
     family(
         "shoal_log_high_watermark",

@@ -30,6 +30,8 @@ pub(crate) struct DirectWriter {
     /// overwrite, which the kernel issues asynchronously from the submitting thread; a write past it
     /// would extend the file, which ext4 does synchronously in an io_uring worker thread.
     allocated: Cell<u64>,
+    /// False once the file system said it cannot allocate ahead.
+    allocate_ahead: Cell<bool>,
 }
 
 /// How far ahead of the logical end the file is allocated, in one `fallocate`.
@@ -56,6 +58,7 @@ impl DirectWriter {
             file,
             tail: RefCell::new(Vec::new()),
             allocated: Cell::new(0),
+            allocate_ahead: Cell::new(true),
         }))
     }
 
@@ -88,10 +91,19 @@ impl DirectWriter {
         let total = tail_len + len;
         let padded = (total as u64).next_multiple_of(align) as usize;
         let end = start + padded as u64;
-        if end > self.allocated.get() {
+        if end > self.allocated.get() && self.allocate_ahead.get() {
             let to = end.next_multiple_of(ALLOCATE_STEP);
-            self.file.pre_allocate(to, false).await?;
-            self.allocated.set(to);
+            match self.file.pre_allocate(to, false).await {
+                Ok(()) => self.allocated.set(to),
+                // Only an optimisation: a nearly full disk may still take the write itself (and
+                // if not, the write says why); a file system without `fallocate` never will.
+                Err(glommio::GlommioError::IoError(e))
+                    if e.kind() == std::io::ErrorKind::Unsupported =>
+                {
+                    self.allocate_ahead.set(false)
+                }
+                Err(_) => {}
+            }
         }
         let mut buf = self.file.alloc_dma_buffer(padded);
         let new_tail = {
@@ -103,8 +115,12 @@ impl DirectWriter {
             let keep = (end % align) as usize;
             b[total - keep..total].to_vec()
         };
-        let n = self.file.write_at(buf, start).await?;
+        let n = self.file.write_at(buf, start).await.inspect_err(|_| {
+            // The caller cuts the file back to `pos`: allocate again next time.
+            self.allocated.set(0);
+        })?;
         if n < padded {
+            self.allocated.set(0);
             return Ok(n.saturating_sub(tail_len).min(len));
         }
         *self.tail.borrow_mut() = new_tail;

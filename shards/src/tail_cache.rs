@@ -48,6 +48,23 @@ impl CachedChunk {
             self.entries[i - 1].cum_records
         }
     }
+    /// Copies one batch in (the caller checked it fits) and indexes it.
+    fn push(
+        &mut self,
+        batch: &[u8],
+        fix: impl FnOnce(&mut [u8]),
+        offsets: (i64, i64),
+        records: u64,
+    ) {
+        let cum = self.entries.last().map_or(0, |e| e.cum_records) + records;
+        self.writer.push_with(batch, fix);
+        self.entries.push(Entry {
+            base_offset: offsets.0,
+            last_offset: offsets.1,
+            end: self.writer.len(),
+            cum_records: cum,
+        });
+    }
 }
 
 #[derive(Debug, Default)]
@@ -159,75 +176,63 @@ impl TailCache {
             self.forget(id);
             return;
         }
+        // The usual case, one lookup: the batch follows on and fits the partition's last chunk.
         let contiguous = {
-            let inner = self.inner.borrow();
-            inner
-                .partitions
-                .get(&id)
-                .and_then(PartitionTail::next_offset)
-                .is_none_or(|n| n == base_offset)
+            let mut inner = self.inner.borrow_mut();
+            match inner.partitions.get_mut(&id) {
+                Some(pt) if pt.next_offset().is_none_or(|n| n == base_offset) => {
+                    if let Some(chunk) = pt
+                        .chunks
+                        .back_mut()
+                        .filter(|c| c.writer.remaining() >= batch.len())
+                    {
+                        chunk.push(batch, fix, (base_offset, last_offset), records);
+                        return;
+                    }
+                    true
+                }
+                Some(_) => false,
+                None => true,
+            }
         };
         if !contiguous {
             self.forget(id);
         }
-        let needs_chunk = {
-            let inner = self.inner.borrow();
-            inner
-                .partitions
-                .get(&id)
-                .and_then(|pt| pt.chunks.back())
-                .is_none_or(|c| c.writer.remaining() < batch.len())
-        };
+        // A new chunk, after evicting the oldest chunks of any partition to make room.
         let mut inner = self.inner.borrow_mut();
-        if needs_chunk {
-            let cap = self.chunk_bytes.max(batch.len());
-            while inner.used + cap > self.capacity {
-                let Some((victim, seq)) = inner.fifo.pop_front() else {
-                    break;
-                };
-                let Some(pt) = inner.partitions.get_mut(&victim) else {
-                    continue;
-                };
-                if pt.chunks.front().is_some_and(|c| c.seq == seq) {
-                    let c = pt.chunks.pop_front().unwrap();
-                    if pt.chunks.is_empty() {
-                        inner.partitions.remove(&victim);
-                    }
-                    inner.used -= c.writer.capacity();
-                    self.evicted.set(self.evicted.get() + 1);
+        let cap = self.chunk_bytes.max(batch.len());
+        while inner.used + cap > self.capacity {
+            let Some((victim, seq)) = inner.fifo.pop_front() else {
+                break;
+            };
+            let Some(pt) = inner.partitions.get_mut(&victim) else {
+                continue;
+            };
+            if pt.chunks.front().is_some_and(|c| c.seq == seq) {
+                let c = pt.chunks.pop_front().unwrap();
+                if pt.chunks.is_empty() {
+                    inner.partitions.remove(&victim);
                 }
+                inner.used -= c.writer.capacity();
+                self.evicted.set(self.evicted.get() + 1);
             }
-            let seq = self.next_seq.get();
-            self.next_seq.set(seq + 1);
-            let writer = ChunkWriter::new(cap);
-            inner.used += writer.capacity();
-            inner.fifo.push_back((id, seq));
-            inner
-                .partitions
-                .entry(id)
-                .or_default()
-                .chunks
-                .push_back(CachedChunk {
-                    seq,
-                    writer,
-                    entries: Vec::new(),
-                });
         }
-        let chunk = inner
+        let seq = self.next_seq.get();
+        self.next_seq.set(seq + 1);
+        let mut chunk = CachedChunk {
+            seq,
+            writer: ChunkWriter::new(cap),
+            entries: Vec::new(),
+        };
+        chunk.push(batch, fix, (base_offset, last_offset), records);
+        inner.used += chunk.writer.capacity();
+        inner.fifo.push_back((id, seq));
+        inner
             .partitions
-            .get_mut(&id)
-            .unwrap()
+            .entry(id)
+            .or_default()
             .chunks
-            .back_mut()
-            .unwrap();
-        let cum = chunk.entries.last().map_or(0, |e| e.cum_records) + records;
-        chunk.writer.push_with(batch, fix);
-        chunk.entries.push(Entry {
-            base_offset,
-            last_offset,
-            end: chunk.writer.len(),
-            cum_records: cum,
-        });
+            .push_back(chunk);
     }
 
     /// Reads whole batches from the batch containing `offset`, at most `max_bytes` of them unless
