@@ -39,9 +39,15 @@ pub(crate) const ALLOCATE_STEP: u64 = 8 << 20;
 
 impl DirectWriter {
     /// Opens `path` for Direct I/O writes, with no partial block yet (see [`Self::set_tail`]).
+    /// Read access too: glommio probes the device with a read at the first open.
     /// `None` when the file system does not take `O_DIRECT` (the caller writes buffered).
     pub(crate) async fn open(path: &Path) -> Result<Option<Self>> {
-        let file = match OpenOptions::new().write(true).dma_open(path).await {
+        let file = match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .dma_open(path)
+            .await
+        {
             Ok(f) => f,
             Err(glommio::GlommioError::IoError(e))
                 if e.kind() == std::io::ErrorKind::InvalidInput =>

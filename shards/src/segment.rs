@@ -1,9 +1,9 @@
 //! One segment file: `<base_offset:020>.log`, RecordBatch v2 bytes back to back, plus its sparse index.
 //!
-//! I/O goes through glommio's `BufferedFile` (io_uring over the page cache): batches have arbitrary
-//! lengths, so DMA files would need aligned, padded writes and re-writes of the last block on every
-//! append; the page cache also keeps recently written data readable cheaply, as in Kafka. Nothing here
-//! blocks the executor thread.
+//! Reads, fsyncs and recovery go through glommio's `BufferedFile` (io_uring over the page cache). The
+//! active segment is written with Direct I/O where the log asks for it and the file system allows it
+//! (`direct_write`: whole blocks, the last one rewritten), else through the same `BufferedFile`.
+//! Nothing here blocks the executor thread.
 
 use crate::batch::{self, BatchHeader, HEADER_LEN, LOG_OVERHEAD};
 use crate::direct_write::DirectWriter;
