@@ -42,6 +42,7 @@ impl DirectWriter {
     /// Read access too: glommio probes the device with a read at the first open.
     /// `None` when the file system does not take `O_DIRECT` (the caller writes buffered).
     pub(crate) async fn open(path: &Path) -> Result<Option<Self>> {
+        probe_device(path).await;
         let file = match OpenOptions::new()
             .read(true)
             .write(true)
@@ -140,5 +141,49 @@ impl DirectWriter {
             .truncate(size)
             .await
             .map_err(|e| Error::storage(path, e))
+    }
+}
+
+thread_local! {
+    /// Devices (`st_dev`) whose I/O polling support glommio has probed on this thread.
+    static PROBED: RefCell<std::collections::HashSet<u64>> = RefCell::default();
+}
+
+/// Makes sure glommio's first Direct I/O open on this thread for the device holding `path` probes a
+/// file with data in it. glommio 0.9 decides once per device and thread whether to use its polled
+/// ring by reading the first file opened there; the read of an empty file (a segment just created)
+/// succeeds without reaching the device, so polling is wrongly taken as supported, and every later
+/// Direct I/O read then fails with `EOPNOTSUPP` on devices without poll queues. The probe file is
+/// 4 KiB next to `path`, removed at once. Best effort: without it, reads fall back to the page cache
+/// only if the caller stops asking for Direct I/O reads.
+pub(crate) async fn probe_device(path: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Some(dir) = path.parent() else { return };
+    let Ok(dev) = std::fs::metadata(dir).map(|m| m.dev()) else {
+        return;
+    };
+    if PROBED.with(|p| p.borrow().contains(&dev)) {
+        return;
+    }
+    let probe = dir.join(".shoal-direct-io-probe");
+    let made = async {
+        let f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .buffered_open(&probe)
+            .await?;
+        f.write_at(vec![0xA5; 4096], 0).await?;
+        f.close().await?;
+        let f = OpenOptions::new().read(true).dma_open(&probe).await?;
+        f.close().await
+    }
+    .await;
+    let _ = glommio::io::remove(&probe).await;
+    match made {
+        Ok(()) => {
+            PROBED.with(|p| p.borrow_mut().insert(dev));
+        }
+        Err(e) => log::debug!("direct I/O probe in {}: {e}", dir.display()),
     }
 }

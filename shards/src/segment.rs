@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::index::{SegmentMeta, SparseIndex};
 use crate::records::Records;
 use bytes::Bytes;
-use glommio::io::{BufferedFile, OpenOptions};
+use glommio::io::{BufferedFile, DmaFile, OpenOptions};
 use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -55,6 +55,11 @@ pub(crate) struct Segment {
     /// The Direct I/O write handle while this is the active segment and the log writes with Direct
     /// I/O; `None`: writes go through `file` (the page cache).
     direct: RefCell<Option<Rc<DirectWriter>>>,
+    /// Read from disk with Direct I/O too (the log writes with it, so the page cache does not hold
+    /// what was written: a buffered read would add a copy into it, and page-cache work, per byte).
+    direct_reads: Cell<bool>,
+    /// The Direct I/O read handle, opened at the first read from disk.
+    dma_reader: RefCell<Option<Rc<DmaFile>>>,
 }
 
 /// What a recovery scan found.
@@ -101,6 +106,7 @@ impl Segment {
         if direct {
             seg.start_direct().await?;
         }
+        seg.set_direct_reads(seg.writes_direct());
         Ok(seg)
     }
 
@@ -125,6 +131,32 @@ impl Segment {
         }
         *self.direct.borrow_mut() = writer.map(Rc::new);
         Ok(())
+    }
+
+    /// Whether writes go through Direct I/O (asked for, and the file system takes it).
+    pub(crate) fn writes_direct(&self) -> bool {
+        self.direct.borrow().is_some()
+    }
+
+    /// Reads from disk with Direct I/O from now on (or through the page cache).
+    pub(crate) fn set_direct_reads(&self, on: bool) {
+        self.direct_reads.set(on);
+    }
+
+    /// The Direct I/O read handle, opened on first use.
+    async fn dma_reader(&self) -> Result<Rc<DmaFile>> {
+        if let Some(f) = &*self.dma_reader.borrow() {
+            return Ok(f.clone());
+        }
+        crate::direct_write::probe_device(&self.path).await;
+        let f = OpenOptions::new()
+            .read(true)
+            .dma_open(&self.path)
+            .await
+            .map_err(|e| Error::storage(&self.path, e))?;
+        let f = Rc::new(f);
+        *self.dma_reader.borrow_mut() = Some(f.clone());
+        Ok(f)
     }
 
     /// Ends Direct I/O writes (the segment is sealed or the log closes): the zero padding after the
@@ -167,6 +199,8 @@ impl Segment {
             index: RefCell::new(index),
             sealed: Cell::new(false),
             direct: RefCell::new(None),
+            direct_reads: Cell::new(false),
+            dma_reader: RefCell::new(None),
         }
     }
 
@@ -287,6 +321,20 @@ impl Segment {
 
     /// Reads exactly `len` bytes at `pos` (the region must be below `size`).
     async fn read_exact(&self, pos: u64, len: usize) -> Result<Bytes> {
+        if self.direct_reads.get() {
+            let file = self.dma_reader().await?;
+            let r = file
+                .read_at(pos, len)
+                .await
+                .map_err(|e| Error::storage(&self.path, e))?;
+            if r.len() < len {
+                return Err(Error::storage(
+                    &self.path,
+                    format!("unexpected end of file at {}", pos + r.len() as u64),
+                ));
+            }
+            return Ok(Bytes::copy_from_slice(&r[..len]));
+        }
         let mut out = Vec::with_capacity(len);
         while out.len() < len {
             let at = pos + out.len() as u64;

@@ -121,9 +121,14 @@ impl Log {
         }
         .map_err(|e| Error::storage(&dir, e))?;
         let segments = recover(&dir, &config, listing).await?;
+        let active = segments.last().expect("recover leaves a segment");
         if config.direct_io {
-            let active = segments.last().expect("recover leaves a segment");
             active.start_direct().await?;
+        }
+        // Where the file system took Direct I/O for writes, reads use it too.
+        let direct = active.writes_direct();
+        for seg in &segments {
+            seg.set_direct_reads(direct);
         }
         let next = segments
             .last()
