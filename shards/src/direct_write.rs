@@ -154,8 +154,8 @@ thread_local! {
 /// ring by reading the first file opened there; the read of an empty file (a segment just created)
 /// succeeds without reaching the device, so polling is wrongly taken as supported, and every later
 /// Direct I/O read then fails with `EOPNOTSUPP` on devices without poll queues. The probe file is
-/// 4 KiB next to `path`, removed at once. Best effort: without it, reads fall back to the page cache
-/// only if the caller stops asking for Direct I/O reads.
+/// 4 KiB next to `path`, removed at once. If it cannot be made the device is probed again at the
+/// next open (a failing directory fails its writes anyway).
 pub(crate) async fn probe_device(path: &Path) {
     use std::os::unix::fs::MetadataExt;
     let Some(dir) = path.parent() else { return };

@@ -14,6 +14,7 @@
 //! - `segment`      — one segment file (`<base_offset:020>.log`): writes, reads, the recovery scan.
 //! - `direct_write` — the active segment's writes with Direct I/O: whole blocks from DMA buffers,
 //!   the last partial block rewritten, zero padding cut when the segment is sealed.
+//! - `readahead`    — windows read ahead of a sequential Direct I/O reader of a segment.
 //! - `index`        — the sparse offset index and its file, which also marks a sealed segment clean.
 //! - [`split`]      — one source batch decompressed once, routed by key and encoded once per view shard.
 //! - [`storage_health`] — storage failures: logged once per episode per log, counted per core.
@@ -44,6 +45,7 @@ pub mod monitor;
 pub mod oneshot;
 pub mod partitioner;
 pub mod producers;
+mod readahead;
 pub mod records;
 mod segment;
 pub mod split;

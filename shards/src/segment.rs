@@ -9,6 +9,7 @@ use crate::batch::{self, BatchHeader, HEADER_LEN, LOG_OVERHEAD};
 use crate::direct_write::DirectWriter;
 use crate::error::{Error, Result};
 use crate::index::{SegmentMeta, SparseIndex};
+use crate::readahead::{self, ReadAhead};
 use crate::records::Records;
 use bytes::Bytes;
 use glommio::io::{BufferedFile, DmaFile, OpenOptions};
@@ -60,6 +61,8 @@ pub(crate) struct Segment {
     direct_reads: Cell<bool>,
     /// The Direct I/O read handle, opened at the first read from disk.
     dma_reader: RefCell<Option<Rc<DmaFile>>>,
+    /// Windows read ahead of a sequential reader (Direct I/O reads have no kernel read-ahead).
+    readahead: ReadAhead,
 }
 
 /// What a recovery scan found.
@@ -201,6 +204,7 @@ impl Segment {
             direct: RefCell::new(None),
             direct_reads: Cell::new(false),
             dma_reader: RefCell::new(None),
+            readahead: ReadAhead::default(),
         }
     }
 
@@ -322,18 +326,7 @@ impl Segment {
     /// Reads exactly `len` bytes at `pos` (the region must be below `size`).
     async fn read_exact(&self, pos: u64, len: usize) -> Result<Bytes> {
         if self.direct_reads.get() {
-            let file = self.dma_reader().await?;
-            let r = file
-                .read_at(pos, len)
-                .await
-                .map_err(|e| Error::storage(&self.path, e))?;
-            if r.len() < len {
-                return Err(Error::storage(
-                    &self.path,
-                    format!("unexpected end of file at {}", pos + r.len() as u64),
-                ));
-            }
-            return Ok(Bytes::copy_from_slice(&r[..len]));
+            return self.read_direct(pos, len).await;
         }
         let mut out = Vec::with_capacity(len);
         while out.len() < len {
@@ -352,6 +345,48 @@ impl Segment {
             out.extend_from_slice(&r);
         }
         Ok(Bytes::from(out))
+    }
+
+    /// Reads `pos..pos + len` with Direct I/O: from the read-ahead windows as far as they hold it,
+    /// the rest from the device (kept as a window too: the next read of a sequential reader starts
+    /// inside it, at the first batch it could not take whole); then keeps a sequential reader's
+    /// windows ahead of it.
+    async fn read_direct(&self, pos: u64, len: usize) -> Result<Bytes> {
+        let end = pos + len as u64;
+        let mut parts = Vec::new();
+        let mut at = pos;
+        let mut from_windows = false;
+        while at < end {
+            match self.readahead.get(at, end).await {
+                Some(part) => {
+                    from_windows = true;
+                    let part = part?;
+                    at += part.len() as u64;
+                    parts.push(part);
+                }
+                None => {
+                    let file = self.dma_reader().await?;
+                    let part =
+                        direct_read(file, self.path.clone(), at, (end - at) as usize).await?;
+                    self.readahead.keep(at, part.clone());
+                    parts.push(part);
+                    at = end;
+                }
+            }
+        }
+        for start in self.readahead.next_starts(pos, end, from_windows) {
+            let stop = self.size.get().min(start + readahead::WINDOW_BYTES as u64);
+            if stop <= start {
+                break;
+            }
+            let file = self.dma_reader().await?;
+            let read = direct_read(file, self.path.clone(), start, (stop - start) as usize);
+            self.readahead.start(start, (stop - start) as usize, read);
+        }
+        Ok(match parts.len() {
+            1 => parts.pop().unwrap(),
+            _ => Bytes::from(parts.concat()),
+        })
     }
 
     /// Whole batches from the one holding `offset`: at most `budget` bytes, or at least one batch if
@@ -554,6 +589,21 @@ impl Segment {
             damage,
         })
     }
+}
+
+/// Exactly `pos..pos + len` of `file` (below the segment's size), read with Direct I/O.
+async fn direct_read(file: Rc<DmaFile>, path: PathBuf, pos: u64, len: usize) -> Result<Bytes> {
+    let r = file
+        .read_at(pos, len)
+        .await
+        .map_err(|e| Error::storage(&path, e))?;
+    if r.len() < len {
+        return Err(Error::storage(
+            &path,
+            format!("unexpected end of file at {}", pos + r.len() as u64),
+        ));
+    }
+    Ok(Bytes::copy_from_slice(&r[..len]))
 }
 
 /// Most zeros after the last batch that recovery reads to tell padding (of a Direct I/O write, or

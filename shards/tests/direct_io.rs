@@ -150,3 +150,66 @@ fn after_a_crash_padding_and_space_allocated_ahead_are_cut_not_taken_for_damage(
         log.close().await.unwrap();
     });
 }
+
+/// Reads from disk go through the read-ahead windows (big sequential reads start them, reads
+/// inside them top them up): whatever the order of the reads, each returns exactly the batches
+/// written, and a reader that jumps around gets the same bytes as one that streams.
+#[test]
+fn sequential_and_scattered_reads_from_disk_return_exactly_the_batches() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            segment_bytes: 64 << 20,
+            ..config(true)
+        };
+        let log = Log::open(dir.path(), config.clone(), no_cache())
+            .await
+            .unwrap();
+        // About 20 MiB in batches of uneven sizes, with each batch's offsets and bytes.
+        let mut batches = Vec::new();
+        for i in 0..1500u64 {
+            let b = batch(1 + (i % 16) as usize, 200 + (i as usize * 97) % 1500, i);
+            let r = log.append(b.clone(), NON_DURABLE).await.unwrap();
+            batches.push((r.base_offset, r.last_offset, with_offset(&b, r.base_offset)));
+        }
+        log.close().await.unwrap();
+        let log = Log::open(dir.path(), config, no_cache()).await.unwrap();
+        let expected_from = |offset: i64, len: usize| -> Vec<u8> {
+            let first = batches.iter().position(|b| b.1 >= offset).unwrap();
+            let all: Vec<u8> = batches[first..].iter().flat_map(|b| b.2.clone()).collect();
+            all[..len].to_vec()
+        };
+        // A stream of 1 MiB reads, as a catch-up consumer does.
+        let mut at = 0;
+        let mut streamed = Vec::new();
+        while at < log.high_watermark() {
+            let r = log.read(at, 1 << 20, true).await.unwrap();
+            assert!(!r.records.is_empty());
+            streamed.extend(r.records.to_vec());
+            at = r.records.last_offset + 1;
+        }
+        let all: Vec<u8> = batches.iter().flat_map(|b| b.2.clone()).collect();
+        assert!(streamed == all, "the stream returns the log");
+        // Scattered reads, big and small, some inside windows read ahead, some not.
+        for (i, &(offset, budget)) in [
+            (5000, 1 << 20),
+            (5100, 64 << 10),
+            (20, 3000),
+            (9000, 2 << 20),
+            (9001, 100),
+            (1, 1 << 20),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let offset = offset.min(log.high_watermark() - 1);
+            let r = log.read(offset, budget, true).await.unwrap();
+            let got = r.records.to_vec();
+            assert!(
+                got == expected_from(offset, got.len()),
+                "read {i} at {offset}"
+            );
+        }
+        log.close().await.unwrap();
+    });
+}
