@@ -7,14 +7,15 @@
 use crate::core_state::Core;
 use crate::kafka::handlers::{self, Reply};
 use crate::metrics::add;
-use crate::wire::frame::{read_frame, FrameError};
+use crate::wire::frame::{FrameError, FrameReader};
 use crate::wire::header::{self, HeaderError};
 use crate::wire::SharedStream;
 use bytes::Bytes;
 use futures_lite::AsyncWriteExt;
 use glommio::net::TcpStream;
 use shards::OffsetMonitor;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeSet;
 use std::io;
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::rc::Rc;
@@ -30,25 +31,64 @@ struct Responses {
     written: OffsetMonitor,
     /// Set when a write failed or a handler asked to close: later responses are dropped.
     closed: Cell<bool>,
+    /// Requests whose reply is ready and waiting for their turn to be written.
+    ready: RefCell<BTreeSet<i64>>,
+    /// Replies left by earlier requests to the next one, written with it.
+    pending: RefCell<Pending>,
+}
+
+/// Reply bytes not written yet, with the holds on shared results they carry.
+#[derive(Default)]
+struct Pending {
+    chunks: Vec<Bytes>,
+    holds: Vec<shards::ResponseHold>,
+}
+
+impl Pending {
+    /// Writes the bytes (closing the connection if that fails), then releases the holds.
+    async fn flush(&mut self, responses: &Responses, core: &Core) {
+        let Pending { chunks, holds } = std::mem::take(self);
+        if chunks.is_empty() {
+            return;
+        }
+        let mut out = responses.out.clone();
+        if write_chunks(&mut out, &chunks).await.is_err() {
+            responses.close();
+        } else {
+            let n: usize = chunks.iter().map(Bytes::len).sum();
+            add(&core.metrics.bytes_out, n as u64);
+        }
+        drop(holds);
+    }
 }
 
 impl Responses {
-    /// Writes request `seq`'s reply after every earlier one, then lets the next go.
+    /// Writes request `seq`'s reply after every earlier one, then lets the next go. When the next
+    /// request's reply is already waiting for its turn, this one is left to it, and it writes both
+    /// with one `sendmsg`: pipelined responses that are ready together (a producer's requests
+    /// answered by one group write) cost one send, one loopback delivery, one wake-up of the client.
     async fn write_in_turn(&self, core: &Core, seq: i64, reply: Reply) {
+        self.ready.borrow_mut().insert(seq);
         self.written.wait_for(seq).await;
+        self.ready.borrow_mut().remove(&seq);
         if !self.closed.get() {
+            let mut pending = self.pending.take();
             match reply {
                 Reply::None => {}
-                Reply::Close => self.close(),
-                Reply::Frame(chunks) | Reply::Fetch(chunks, _) => {
-                    let mut out = self.out.clone();
-                    if write_chunks(&mut out, &chunks).await.is_err() {
-                        self.close();
-                    } else {
-                        let n: usize = chunks.iter().map(Bytes::len).sum();
-                        add(&core.metrics.bytes_out, n as u64);
-                    }
+                Reply::Close => {
+                    pending.flush(self, core).await;
+                    self.close();
                 }
+                Reply::Frame(chunks) => pending.chunks.extend(chunks),
+                Reply::Fetch(chunks, holds) => {
+                    pending.chunks.extend(chunks);
+                    pending.holds.extend(holds);
+                }
+            }
+            if self.ready.borrow().contains(&(seq + 1)) && !self.closed.get() {
+                *self.pending.borrow_mut() = pending;
+            } else {
+                pending.flush(self, core).await;
             }
         }
         self.written.advance(seq + 1);
@@ -76,8 +116,11 @@ pub async fn serve(core: Rc<Core>, stream: TcpStream) {
         out: reader.clone(),
         written: OffsetMonitor::new(0),
         closed: Cell::new(false),
+        ready: RefCell::default(),
+        pending: RefCell::default(),
     });
     let limit = core.config.max_request_bytes;
+    let mut frames = FrameReader::new();
     let mut seq: i64 = 0;
     loop {
         // Bounded pipelining: wait for the oldest responses to go out.
@@ -86,7 +129,7 @@ pub async fn serve(core: Rc<Core>, stream: TcpStream) {
             break;
         }
         let frame = futures_lite::future::or(
-            async { Some(read_frame(&mut reader, limit).await) },
+            async { Some(frames.read_request(&mut reader, limit).await) },
             async {
                 core.shutdown.wait_for(1).await;
                 None
