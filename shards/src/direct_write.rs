@@ -24,6 +24,11 @@ use std::path::Path;
 #[derive(Debug)]
 pub(crate) struct DirectWriter {
     file: DmaFile,
+    /// The same file opened `O_DSYNC`, for writes that carry a durable (`acks=all`) append: the
+    /// kernel completes such a write only once it and the file's metadata are on stable storage
+    /// (an `fdatasync` in the same operation). Opened at the first such write.
+    dsync: RefCell<Option<std::rc::Rc<DmaFile>>>,
+    path: std::path::PathBuf,
     /// Bytes of the block the segment's logical end falls in (`size % alignment` of them), as on disk.
     tail: RefCell<Vec<u8>>,
     /// The file's length: blocks up to here are allocated (`fallocate`), so a write below it is an
@@ -63,6 +68,8 @@ impl DirectWriter {
         };
         Ok(Some(Self {
             file,
+            dsync: RefCell::new(None),
+            path: path.to_path_buf(),
             tail: RefCell::new(Vec::new()),
             allocated: Cell::new(0),
             allocate_ahead: Cell::new(true),
@@ -86,11 +93,15 @@ impl DirectWriter {
     /// Writes `len` bytes that `fill` puts in place at logical position `pos` (the segment's end),
     /// rewriting the partial block before them. Returns the logical bytes written (`len` unless the
     /// write was short).
+    ///
+    /// With `sync`, the write goes through the `O_DSYNC` handle: when it completes, everything
+    /// written to the file so far is durable.
     pub(crate) async fn write(
         &self,
         pos: u64,
         len: usize,
         fill: impl FnOnce(&mut [u8]),
+        sync: bool,
     ) -> std::result::Result<usize, glommio::GlommioError<()>> {
         let align = self.alignment();
         let start = pos - pos % align;
@@ -122,7 +133,12 @@ impl DirectWriter {
             let keep = (end % align) as usize;
             b[total - keep..total].to_vec()
         };
-        let n = self.file.write_at(buf, start).await.inspect_err(|_| {
+        let dsync = match sync {
+            true => Some(self.dsync_handle().await?),
+            false => None,
+        };
+        let file = dsync.as_deref().unwrap_or(&self.file);
+        let n = file.write_at(buf, start).await.inspect_err(|_| {
             // The caller cuts the file back to `pos`: allocate again next time.
             self.allocated.set(0);
         })?;
@@ -132,6 +148,24 @@ impl DirectWriter {
         }
         *self.tail.borrow_mut() = new_tail;
         Ok(len)
+    }
+
+    async fn dsync_handle(
+        &self,
+    ) -> std::result::Result<std::rc::Rc<DmaFile>, glommio::GlommioError<()>> {
+        if let Some(f) = &*self.dsync.borrow() {
+            return Ok(f.clone());
+        }
+        let f = std::rc::Rc::new(
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_DSYNC)
+                .dma_open(&self.path)
+                .await?,
+        );
+        *self.dsync.borrow_mut() = Some(f.clone());
+        Ok(f)
     }
 
     /// Cuts the zero padding after the logical end `size` (before a seal or a close) and closes the

@@ -239,17 +239,20 @@ impl Segment {
 
     /// Writes `len` bytes at the end, which `fill` puts in place: whole batches with final offsets,
     /// described by `headers`. On error nothing is counted as written and the file is cut back to the
-    /// last whole batch, best effort (recovery cuts it anyway).
+    /// last whole batch, best effort (recovery cuts it anyway). With `sync` and Direct I/O the write
+    /// is durable when it completes, with everything written to this file before it: then `true`.
     pub(crate) async fn append(
         &self,
         len: usize,
         fill: impl FnOnce(&mut [u8]),
         headers: &[BatchHeader],
-    ) -> Result<()> {
+        sync: bool,
+    ) -> Result<bool> {
         let pos = self.size.get();
         let direct = self.direct.borrow().clone();
+        let synced = sync && direct.is_some();
         let written = match direct {
-            Some(w) => w.write(pos, len, fill).await,
+            Some(w) => w.write(pos, len, fill, sync).await,
             None => {
                 let mut data = vec![0; len];
                 fill(&mut data);
@@ -281,7 +284,7 @@ impl Segment {
         }
         self.size.set(at);
         self.last_modified_ms.set(now_ms());
-        Ok(())
+        Ok(synced)
     }
 
     /// The error for a write of `len` bytes at `pos` that wrote only `n`. The kernel tells why (a

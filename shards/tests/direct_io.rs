@@ -213,3 +213,37 @@ fn sequential_and_scattered_reads_from_disk_return_exactly_the_batches() {
         log.close().await.unwrap();
     });
 }
+
+/// A durable append is written `O_DSYNC` (durable when the write completes), but its
+/// acknowledgement still waits for everything below it: after a roll, for the old segment's seal
+/// (its fsync and index file), which runs in the background.
+#[test]
+fn durable_appends_after_a_roll_wait_for_the_old_segment_to_be_sealed() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), config(true), no_cache())
+            .await
+            .unwrap();
+        let durable = AppendOptions { durable: true };
+        let mut rolls = 0;
+        for i in 0..60u64 {
+            let before = log.segment_base_offsets().len();
+            let r = log.append(batch(2, 300, i), durable).await.unwrap();
+            assert!(
+                log.durable_offset() >= r.high_watermark,
+                "acknowledged before durable"
+            );
+            let bases = log.segment_base_offsets();
+            rolls += bases.len() - before;
+            for b in &bases[..bases.len() - 1] {
+                let index = dir.path().join(format!("{b:020}.index"));
+                assert!(index.exists(), "acknowledged before segment {b} was sealed");
+            }
+        }
+        assert!(rolls >= 3, "the test rolls ({rolls})");
+        // One sync per durable write, none of them a separate fsync of the active segment.
+        let s = log.stats();
+        assert!(s.fsyncs >= s.append_writes, "{s:?}");
+        log.close().await.unwrap();
+    });
+}

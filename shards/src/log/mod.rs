@@ -269,6 +269,7 @@ impl Log {
                 blob,
                 headers,
                 offsets,
+                durable: opts.durable,
                 done,
             });
             inner.start_writer();

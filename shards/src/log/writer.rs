@@ -15,6 +15,8 @@ pub(super) struct PendingAppend {
     pub(super) headers: Vec<BatchHeader>,
     /// Offsets the batches take (the sum of their `lastOffsetDelta + 1`).
     pub(super) offsets: i64,
+    /// Acknowledged only once durable (`acks=all`).
+    pub(super) durable: bool,
     pub(super) done: oneshot::Sender<Result<AppendResult>>,
 }
 
@@ -158,18 +160,30 @@ impl Inner {
             .iter()
             .flat_map(|p| p.headers.iter().copied())
             .collect();
-        if let Err(e) = self.active().append(len, fill, &headers).await {
-            let e = self.storage.failed(&self.dir, e, false);
-            fail_all(group, &e);
-            // Appends queued behind a failed write fail too: one written without the batches
-            // before it would reorder a producer's records (its retry of those would land after).
-            self.fail_queued(&e);
-            return;
-        }
+        // A durable append makes the write itself durable (Direct I/O, O_DSYNC): no fsync of its
+        // own, and every append in the group shares it.
+        let sync = group.iter().any(|p| p.durable);
+        let synced = match self.active().append(len, fill, &headers, sync).await {
+            Ok(synced) => synced,
+            Err(e) => {
+                let e = self.storage.failed(&self.dir, e, false);
+                fail_all(group, &e);
+                // Appends queued behind a failed write fail too: one written without the batches
+                // before it would reorder a producer's records (its retry of those would land after).
+                self.fail_queued(&e);
+                return;
+            }
+        };
         self.storage.succeeded(&self.dir);
         let log_start_offset = self.log_start_offset();
         // Nothing awaits from here on: readers see the new watermark and the cached batches together.
         self.high_watermark.advance(next);
+        // Durable with everything before it in this segment; earlier segments and the new file's
+        // directory entry are the sync task's, and while any waits, `durable` waits with them.
+        if synced && self.unsealed.borrow().is_empty() && !self.dir_dirty.get() {
+            self.bump(|s| s.fsyncs += 1);
+            self.durable.advance(next);
+        }
         let mut batches = 0;
         let mut bytes = 0;
         for p in group {
@@ -260,6 +274,9 @@ impl Inner {
 
     /// Waits until everything below `target` is fsynced, starting a group-commit fsync if none runs.
     pub(super) async fn sync_to(self: &Rc<Self>, target: i64) -> Result<()> {
+        if self.durable.value() >= target {
+            return Ok(());
+        }
         self.request_sync(target);
         if self.durable.wait_for(target).await {
             return Ok(());
