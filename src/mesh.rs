@@ -21,6 +21,15 @@ pub struct NewTopic {
     pub configs: BTreeMap<String, String>,
 }
 
+/// A topic to grow to `count` partitions (CreatePartitions).
+#[derive(Debug, Clone)]
+pub struct NewPartitions {
+    pub name: String,
+    pub count: i32,
+    /// The brokers (cores) asked for each new partition, if the client chose them.
+    pub assignments: Option<Vec<Vec<i32>>>,
+}
+
 /// The outcome for one topic of a create or delete.
 #[derive(Debug, Clone)]
 pub struct TopicOutcome {
@@ -43,6 +52,13 @@ pub enum CoreMsg {
         from: usize,
         id: u64,
         names: Vec<String>,
+    },
+    /// CreatePartitions.
+    Grow {
+        from: usize,
+        id: u64,
+        topics: Vec<NewPartitions>,
+        validate_only: bool,
     },
     Outcomes {
         id: u64,

@@ -102,3 +102,37 @@ fn kafka_python_reads_a_view_with_empty_batches() {
     );
     shoal.stop();
 }
+
+/// kafka-python's admin client grows a topic: fewer partitions are refused
+/// (`InvalidPartitionsError`), a validate-only request (for 10) changes nothing, the real one (to
+/// 5) is seen by kafka-python's own metadata at once.
+#[test]
+fn kafka_python_grows_a_topic() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 2, &[]);
+    let bootstrap = shoal.bootstrap();
+    common::create_topics(&bootstrap, &[("pygrow", 2)]);
+    let out = Command::new("python3")
+        .env("PYTHONPATH", python_deps())
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/grow.py"))
+        .args([&bootstrap, "pygrow", "5"])
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "kafka-python failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{stdout}");
+    assert!(lines[0].contains("InvalidPartitionsError"), "{stdout}");
+    assert!(lines[1].contains("\"ok\": true"), "{stdout}");
+    assert!(lines[2].contains("\"ok\": true"), "{stdout}");
+    // Exactly 5: the validate-only request (for 10) changed nothing.
+    assert!(
+        lines[3].contains("\"partitions\": [0, 1, 2, 3, 4]}"),
+        "{stdout}"
+    );
+    shoal.stop();
+}

@@ -9,7 +9,7 @@
 
 use crate::core_state::Core;
 use crate::mesh::{CoreMsg, CHANGE_TIMEOUT, QUESTION_TIMEOUT};
-pub use crate::mesh::{NewTopic, Setting, TopicOutcome};
+pub use crate::mesh::{NewPartitions, NewTopic, Setting, TopicOutcome};
 use crate::metrics::CoreSnapshot;
 use crate::topics::{apply_topic_configs, validate_topic_name, TopicMeta, TopicTable};
 use glommio::channels::channel_mesh::Receivers;
@@ -50,6 +50,17 @@ async fn handle(core: &Rc<Core>, _peer: usize, msg: CoreMsg) {
             validate_only,
         } => {
             let outcomes = create_on_core0(core, topics, validate_only).await;
+            core.mesh
+                .send(from, CoreMsg::Outcomes { id, outcomes })
+                .await;
+        }
+        CoreMsg::Grow {
+            from,
+            id,
+            topics,
+            validate_only,
+        } => {
+            let outcomes = grow_on_core0(core, topics, validate_only).await;
             core.mesh
                 .send(from, CoreMsg::Outcomes { id, outcomes })
                 .await;
@@ -104,6 +115,24 @@ pub async fn delete_topics(core: &Rc<Core>, names: Vec<String>) -> Vec<TopicOutc
         return delete_on_core0(core, names).await;
     }
     ask_core0(core, |from, id| CoreMsg::Delete { from, id, names }).await
+}
+
+/// Adds partitions to topics (through core 0): CreatePartitions.
+pub async fn create_partitions(
+    core: &Rc<Core>,
+    topics: Vec<NewPartitions>,
+    validate_only: bool,
+) -> Vec<TopicOutcome> {
+    if core.id == 0 {
+        return grow_on_core0(core, topics, validate_only).await;
+    }
+    ask_core0(core, |from, id| CoreMsg::Grow {
+        from,
+        id,
+        topics,
+        validate_only,
+    })
+    .await
 }
 
 /// Sends a topic change to core 0 and waits for its outcomes.
@@ -247,20 +276,116 @@ async fn create_on_core0(
         }
     }
     if changed {
-        table.revision += 1;
-        if let Err(e) = persist_table(&core.config.data_dir, &table).await {
-            log::error!("could not persist the topic table: {e}");
-            for o in &mut outcomes {
-                if o.error.is_none() {
-                    o.error = Some((
-                        ResponseError::KafkaStorageError,
-                        format!("topic table not saved: {e}"),
-                    ));
-                }
-            }
-            return outcomes;
+        commit(core, table, &mut outcomes).await;
+    }
+    outcomes
+}
+
+/// Why `t` cannot grow as asked in `table`, with Kafka's error code; `None` if it can. New
+/// partitions are placed like every other (round robin over the cores from the topic's first), so
+/// assignments are taken only where they name that placement.
+fn check_growth(
+    table: &TopicTable,
+    t: &NewPartitions,
+    cores: usize,
+) -> Option<(ResponseError, String)> {
+    let Some(meta) = table.get(&t.name) else {
+        let why = if is_view_name(&t.name) {
+            format!(
+                "{} is a sharded view: it has its source's partitions",
+                t.name
+            )
+        } else {
+            format!("no topic named {}", t.name)
+        };
+        return Some((ResponseError::UnknownTopicOrPartition, why));
+    };
+    let now = meta.partitions;
+    if t.count <= now {
+        let why = if t.count == now {
+            format!("topic {} already has {now} partitions", t.name)
+        } else {
+            format!(
+                "topic {} has {now} partitions, more than the {} asked for: partitions cannot be removed",
+                t.name, t.count
+            )
+        };
+        return Some((ResponseError::InvalidPartitions, why));
+    }
+    if t.count > MAX_PARTITIONS {
+        return Some((
+            ResponseError::InvalidPartitions,
+            format!("partitions must be 1 to {MAX_PARTITIONS}"),
+        ));
+    }
+    if let Some(assignments) = &t.assignments {
+        if assignments.len() as i32 != t.count - now {
+            return Some((
+                ResponseError::InvalidReplicaAssignment,
+                format!(
+                    "{} assignments for {} new partitions",
+                    assignments.len(),
+                    t.count - now
+                ),
+            ));
         }
-        broadcast(core, table).await;
+        for (i, brokers) in assignments.iter().enumerate() {
+            let partition = now + i as i32;
+            let owner = table.owner(meta, partition, cores) as i32;
+            if brokers.as_slice() != [owner] {
+                return Some((
+                    ResponseError::InvalidReplicaAssignment,
+                    format!(
+                        "partition {partition} of {} can only be on broker {owner} (shoal places partitions on its cores itself, one replica each), not {brokers:?}",
+                        t.name
+                    ),
+                ));
+            }
+        }
+    }
+    None
+}
+
+async fn grow_on_core0(
+    core: &Rc<Core>,
+    topics: Vec<NewPartitions>,
+    validate_only: bool,
+) -> Vec<TopicOutcome> {
+    let Ok(_permit) = core.mesh.changes.acquire_permit(1).await else {
+        return Vec::new();
+    };
+    let mut table = (**core.topics.borrow()).clone();
+    let mut outcomes = Vec::new();
+    let mut changed = false;
+    let mut seen = std::collections::HashSet::new();
+    for t in topics {
+        let err = if !seen.insert(t.name.clone()) {
+            Some((
+                ResponseError::InvalidRequest,
+                "topic named twice in one request".to_string(),
+            ))
+        } else {
+            check_growth(&table, &t, core.cores)
+        };
+        if err.is_some() {
+            outcomes.push(outcome(&t.name, err, table.get(&t.name)));
+            continue;
+        }
+        let meta = table.topics.get_mut(&t.name).expect("checked");
+        if !validate_only {
+            log::info!(
+                "topic {}: {} partitions -> {}",
+                t.name,
+                meta.partitions,
+                t.count
+            );
+            meta.partitions = t.count;
+            changed = true;
+        }
+        outcomes.push(outcome(&t.name, None, Some(meta)));
+    }
+    if changed {
+        commit(core, table, &mut outcomes).await;
     }
     outcomes
 }
@@ -289,18 +414,9 @@ async fn delete_on_core0(core: &Rc<Core>, names: Vec<String>) -> Vec<TopicOutcom
         }
     }
     if !deleted.is_empty() {
-        table.revision += 1;
-        if let Err(e) = persist_table(&core.config.data_dir, &table).await {
-            log::error!("could not persist the topic table: {e}");
-            for o in &mut outcomes {
-                o.error.get_or_insert((
-                    ResponseError::KafkaStorageError,
-                    format!("topic table not saved: {e}"),
-                ));
-            }
+        if !commit(core, table, &mut outcomes).await {
             return outcomes;
         }
-        broadcast(core, table).await;
         let topics_dir = core.config.data_dir.join("topics");
         let _ = glommio::executor()
             .spawn_blocking(move || {
@@ -311,6 +427,24 @@ async fn delete_on_core0(core: &Rc<Core>, names: Vec<String>) -> Vec<TopicOutcom
             .await;
     }
     outcomes
+}
+
+/// Persists a changed `table` and applies it on every core. If it cannot be saved, nothing is
+/// applied and every outcome that was a success becomes `KAFKA_STORAGE_ERROR`; false then.
+async fn commit(core: &Rc<Core>, mut table: TopicTable, outcomes: &mut [TopicOutcome]) -> bool {
+    table.revision += 1;
+    if let Err(e) = persist_table(&core.config.data_dir, &table).await {
+        log::error!("could not persist the topic table: {e}");
+        for o in outcomes.iter_mut() {
+            o.error.get_or_insert((
+                ResponseError::KafkaStorageError,
+                format!("topic table not saved: {e}"),
+            ));
+        }
+        return false;
+    }
+    broadcast(core, table).await;
+    true
 }
 
 /// Applies `table` on every core and returns when all have.

@@ -2,6 +2,7 @@
 //! dispatcher below are derived from those declarations, so a version range is written once.
 
 pub mod api_versions;
+pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_groups;
 pub mod delete_topics;
@@ -55,6 +56,7 @@ pub const APIS: &[Versions] = &[
     metadata::VERSIONS,
     api_versions::VERSIONS,
     create_topics::VERSIONS,
+    create_partitions::VERSIONS,
     delete_topics::VERSIONS,
     init_producer_id::VERSIONS,
     find_coordinator::VERSIONS,
@@ -157,6 +159,7 @@ pub async fn handle(core: Rc<Core>, req: Request, peer: Rc<str>) -> Reply {
         ApiKey::Metadata => metadata::handle(&core, &req).await,
         ApiKey::ApiVersions => api_versions::handle(&req),
         ApiKey::CreateTopics => create_topics::handle(&core, &req).await,
+        ApiKey::CreatePartitions => create_partitions::handle(&core, &req).await,
         ApiKey::DeleteTopics => delete_topics::handle(&core, &req).await,
         ApiKey::InitProducerId => init_producer_id::handle(&core, &req),
         ApiKey::FindCoordinator => find_coordinator::handle(&core, &req),
