@@ -88,10 +88,12 @@ struct Inner {
     syncing: Cell<bool>,
     /// The highest offset someone asked to be durable (a durable append, a flush tick, close).
     sync_target: Cell<i64>,
-    /// Segments rolled whose seal (fsync, index file) the sync task has not done yet.
+    /// Segments rolled whose seal (fsync, index file) the sync task has not finished yet.
     unsealed: RefCell<Vec<Rc<Segment>>>,
-    /// A segment was created since the directory was last fsynced.
-    dir_dirty: Cell<bool>,
+    /// Segments created (directory entries added) so far, and how many of them the last
+    /// directory fsync covered.
+    dir_changes: Cell<u64>,
+    dir_synced: Cell<u64>,
     /// Set when an fsync failed: the page cache may have dropped data, so appends stop until restart.
     failure: RefCell<Option<String>>,
     /// Storage failures, logged once per episode and counted.
@@ -151,7 +153,8 @@ impl Log {
             syncing: Cell::new(false),
             sync_target: Cell::new(next),
             unsealed: RefCell::new(Vec::new()),
-            dir_dirty: Cell::new(false),
+            dir_changes: Cell::new(0),
+            dir_synced: Cell::new(0),
             failure: RefCell::new(None),
             storage: StorageEpisode::default(),
             closed: Cell::new(false),

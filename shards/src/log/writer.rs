@@ -180,7 +180,10 @@ impl Inner {
         self.high_watermark.advance(next);
         // Durable with everything before it in this segment; earlier segments and the new file's
         // directory entry are the sync task's, and while any waits, `durable` waits with them.
-        if synced && self.unsealed.borrow().is_empty() && !self.dir_dirty.get() {
+        if synced
+            && self.unsealed.borrow().is_empty()
+            && self.dir_synced.get() == self.dir_changes.get()
+        {
             self.bump(|s| s.fsyncs += 1);
             self.durable.advance(next);
         }
@@ -256,7 +259,7 @@ impl Inner {
         );
         self.segments.borrow_mut().push(Rc::new(new));
         self.unsealed.borrow_mut().push(old.clone());
-        self.dir_dirty.set(true);
+        self.dir_changes.set(self.dir_changes.get() + 1);
         self.request_sync(old.next_offset.get());
         Ok(())
     }
@@ -304,10 +307,11 @@ impl Inner {
             {
                 // What is written now lies in the segments rolled and not yet sealed, and the active one.
                 let written = inner.high_watermark.value();
-                let sealing = std::mem::take(&mut *inner.unsealed.borrow_mut());
-                let new_entries = inner.dir_dirty.replace(false);
+                // They stay listed as unsealed until sealed: a durable write meanwhile must wait.
+                let sealing = inner.unsealed.borrow().clone();
+                let dir_changes = inner.dir_changes.get();
                 let seg = inner.active();
-                if inner.sync_once(&sealing, new_entries, &seg).await {
+                if inner.sync_once(&sealing, dir_changes, &seg).await {
                     inner.durable.advance(written);
                 }
             }
@@ -319,12 +323,7 @@ impl Inner {
     /// One round of the sync task: seals the segments rolled since the last round (fsync, index
     /// file), makes new directory entries durable, then fsyncs the active segment. False when a step
     /// failed (the log is then failed).
-    async fn sync_once(
-        &self,
-        sealing: &[Rc<Segment>],
-        new_entries: bool,
-        active: &Segment,
-    ) -> bool {
+    async fn sync_once(&self, sealing: &[Rc<Segment>], dir_changes: u64, active: &Segment) -> bool {
         for old in sealing {
             if let Err(e) = old.file.fdatasync().await {
                 self.fail(&old.path, e);
@@ -334,12 +333,14 @@ impl Inner {
             if let Err(e) = write_index(old).await {
                 self.storage.index_write_failed(&e);
             }
+            self.unsealed.borrow_mut().retain(|u| !Rc::ptr_eq(u, old));
         }
-        if new_entries {
+        if dir_changes > self.dir_synced.get() {
             if let Err(e) = sync_dir(&self.dir).await {
                 self.fail(&self.dir, e);
                 return false;
             }
+            self.dir_synced.set(self.dir_synced.get().max(dir_changes));
         }
         match active.file.fdatasync().await {
             Ok(()) => {
