@@ -410,6 +410,17 @@ impl Log {
         if inner.closed.get() {
             return Err(Error::Closed);
         }
+        // Segments rolled a moment ago are being sealed in the background: wait for that (no
+        // append can roll another while this holds the permit), so they can go too.
+        let sealing_to = inner
+            .unsealed
+            .borrow()
+            .iter()
+            .map(|s| s.next_offset.get())
+            .max();
+        if let Some(end) = sealing_to {
+            inner.sync_to(end).await?;
+        }
         let (max_bytes, max_age) = {
             let c = inner.config.borrow();
             (c.retention_bytes, c.retention_age)
