@@ -184,14 +184,17 @@ impl Core {
             }
         }
         for (topic, index) in table.owned_by(self.id, self.cores) {
-            if self.partition(&topic, index).is_some() {
-                continue;
-            }
             let meta = table.get(&topic).expect("owned topic exists");
             let config = apply_topic_configs(&self.config.log, &meta.configs).unwrap_or_else(|e| {
                 log::warn!("topic {topic}: {e}; using server defaults");
                 self.config.log.clone()
             });
+            if let Some(p) = self.partition(&topic, index) {
+                // Changed topic configs (AlterConfigs) apply from the partition's next append or
+                // check, without reopening it.
+                p.log.set_config(config);
+                continue;
+            }
             let opened = Partition::open(
                 &self.config.data_dir,
                 &topic,

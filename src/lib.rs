@@ -10,8 +10,8 @@
 //! - [`admin`]       — admin HTTP on its own thread (`/metrics`, `/v1/status`, live settings), asking
 //!   core 0 by message.
 //! - [`kafka`]       — the Kafka front end: connections, one handler per API.
-//! - [`control`]     — the control plane: create/delete topics via core 0, persisted and broadcast;
-//!   statistics and live settings gathered for the admin.
+//! - [`control`]     — the control plane: create, grow, configure and delete topics via core 0,
+//!   persisted and broadcast; statistics and live settings gathered for the admin.
 //! - [`core_state`]  — one core's state (`Core`): topic table copy, owned partitions, tail cache,
 //!   coalescer, view readers, group coordinator, metrics, its end of the mesh.
 //! - [`mesh`]        — the messages cores send each other and a core's end of the channels.
@@ -20,6 +20,8 @@
 //! - [`partition`]   — a partition on its core: the log plus idempotent-producer state.
 //! - [`topics`]      — the topic table every core holds a copy of, the partition -> core mapping,
 //!   topic names and configs.
+//! - [`topic_configs`] — topic and broker configs as Kafka's admin APIs describe them: names, types,
+//!   values in effect, sources, synonyms.
 //! - [`metrics`]     — per-core counters and the Prometheus rendering.
 //! - [`config`]      — the broker settings every core runs with (`BrokerConfig`).
 //! - [`load`]        — how busy a core is, and the fetch pacing derived from it.
@@ -39,5 +41,6 @@ pub mod mesh;
 pub mod metrics;
 pub mod partition;
 pub mod server;
+pub mod topic_configs;
 pub mod topics;
 pub mod wire;

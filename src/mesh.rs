@@ -21,6 +21,30 @@ pub struct NewTopic {
     pub configs: BTreeMap<String, String>,
 }
 
+/// Changes to one topic's own configs.
+#[derive(Debug, Clone)]
+pub struct ConfigChange {
+    pub topic: String,
+    /// Start from no configs of the topic's own (AlterConfigs) rather than the current ones
+    /// (IncrementalAlterConfigs).
+    pub replace: bool,
+    pub ops: Vec<ConfigOp>,
+}
+
+/// One operation on a topic config (Kafka's names).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigOp {
+    Set(String, String),
+    /// Back to the server's value.
+    Delete(String),
+    /// Add to a list config, unless there.
+    Append(String, String),
+    /// Remove from a list config.
+    Subtract(String, String),
+    /// An operation code that is none of the four, or one without its value.
+    Invalid(String, i8),
+}
+
 /// A topic to grow to `count` partitions (CreatePartitions).
 #[derive(Debug, Clone)]
 pub struct NewPartitions {
@@ -52,6 +76,13 @@ pub enum CoreMsg {
         from: usize,
         id: u64,
         names: Vec<String>,
+    },
+    /// AlterConfigs, IncrementalAlterConfigs (topics).
+    Configure {
+        from: usize,
+        id: u64,
+        changes: Vec<ConfigChange>,
+        validate_only: bool,
     },
     /// CreatePartitions.
     Grow {

@@ -156,8 +156,13 @@ pub fn apply_topic_configs(
                 "LogAppendTime" => c.log_append_time = true,
                 _ => return Err(format!("{k} must be CreateTime or LogAppendTime")),
             },
-            "cleanup.policy" if v == "delete" => {}
-            "cleanup.policy" => return Err("only cleanup.policy=delete is supported".into()),
+            // A list in Kafka; shoal deletes old segments and does not compact (yet).
+            "cleanup.policy" if v.split(',').map(str::trim).eq(["delete"]) => {}
+            "cleanup.policy" => {
+                return Err(format!(
+                    "cleanup.policy={v:?}: only delete is supported (compaction is not, yet)"
+                ))
+            }
             _ => return Err(format!("unsupported topic config {k}")),
         }
     }

@@ -136,3 +136,80 @@ fn kafka_python_grows_a_topic() {
     );
     shoal.stop();
 }
+
+/// kafka-python's admin client reads and changes a topic's configs: IncrementalAlterConfigs SET
+/// and DELETE (`reset_configs`), refusals with INVALID_CONFIG that change nothing, validate-only,
+/// the legacy AlterConfigs, and the broker's configs, read-only.
+#[test]
+fn kafka_python_describes_and_alters_topic_configs() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 2, &[]);
+    let bootstrap = shoal.bootstrap();
+    common::create_topics(&bootstrap, &[("pyconf", 2)]);
+    let out = Command::new("python3")
+        .env("PYTHONPATH", python_deps())
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/python/configs.py"
+        ))
+        .args([&bootstrap, "pyconf"])
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "kafka-python failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = |key: &str| -> String {
+        stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{{\"{key}\"")))
+            .unwrap_or_else(|| panic!("no {key} in {stdout}"))
+            .to_string()
+    };
+    assert_eq!(line("modified_at_start"), r#"{"modified_at_start": {}}"#);
+    for default in [
+        r#""retention.ms": "604800000""#,
+        r#""segment.bytes": "268435456""#,
+        r#""cleanup.policy": "delete""#,
+        r#""message.timestamp.type": "CreateTime""#,
+    ] {
+        assert!(line("all_at_start").contains(default), "{stdout}");
+    }
+    assert_eq!(
+        line("modified_after_set"),
+        r#"{"modified_after_set": {"retention.ms": "3600000", "segment.bytes": "1048576"}}"#
+    );
+    assert!(
+        line("bad_value").contains("InvalidConfigurationError"),
+        "{stdout}"
+    );
+    assert!(
+        line("unknown_key").contains("InvalidConfigurationError"),
+        "{stdout}"
+    );
+    assert!(line("validate_only").contains("OK"), "{stdout}");
+    assert_eq!(
+        line("modified_after_refusals"),
+        r#"{"modified_after_refusals": {"retention.ms": "3600000", "segment.bytes": "1048576"}}"#,
+        "refusals and validate-only changed nothing"
+    );
+    assert_eq!(
+        line("modified_after_reset"),
+        r#"{"modified_after_reset": {"retention.ms": "3600000"}}"#
+    );
+    assert_eq!(
+        line("modified_after_legacy"),
+        r#"{"modified_after_legacy": {"max.message.bytes": "65536", "retention.ms": "3600000"}}"#
+    );
+    assert!(
+        line("broker").contains(r#""log.segment.bytes": true"#),
+        "{stdout}"
+    );
+    assert!(
+        !line("broker").contains("false"),
+        "broker configs are read-only: {stdout}"
+    );
+    shoal.stop();
+}

@@ -8,12 +8,15 @@
 //! thread as [`AdminRequest`]s on a crossbeam channel.
 
 use crate::core_state::Core;
+pub use crate::mesh::{ConfigChange, ConfigOp, NewPartitions, NewTopic, Setting, TopicOutcome};
 use crate::mesh::{CoreMsg, CHANGE_TIMEOUT, QUESTION_TIMEOUT};
-pub use crate::mesh::{NewPartitions, NewTopic, Setting, TopicOutcome};
 use crate::metrics::CoreSnapshot;
+use crate::topic_configs::{is_list_config, is_topic_config, topic_config_value};
 use crate::topics::{apply_topic_configs, validate_topic_name, TopicMeta, TopicTable};
 use glommio::channels::channel_mesh::Receivers;
 use kafka_protocol::error::ResponseError;
+use shards::LogConfig;
+use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -50,6 +53,17 @@ async fn handle(core: &Rc<Core>, _peer: usize, msg: CoreMsg) {
             validate_only,
         } => {
             let outcomes = create_on_core0(core, topics, validate_only).await;
+            core.mesh
+                .send(from, CoreMsg::Outcomes { id, outcomes })
+                .await;
+        }
+        CoreMsg::Configure {
+            from,
+            id,
+            changes,
+            validate_only,
+        } => {
+            let outcomes = configure_on_core0(core, changes, validate_only).await;
             core.mesh
                 .send(from, CoreMsg::Outcomes { id, outcomes })
                 .await;
@@ -130,6 +144,24 @@ pub async fn create_partitions(
         from,
         id,
         topics,
+        validate_only,
+    })
+    .await
+}
+
+/// Changes topics' own configs (through core 0): AlterConfigs, IncrementalAlterConfigs.
+pub async fn alter_topic_configs(
+    core: &Rc<Core>,
+    changes: Vec<ConfigChange>,
+    validate_only: bool,
+) -> Vec<TopicOutcome> {
+    if core.id == 0 {
+        return configure_on_core0(core, changes, validate_only).await;
+    }
+    ask_core0(core, |from, id| CoreMsg::Configure {
+        from,
+        id,
+        changes,
         validate_only,
     })
     .await
@@ -383,6 +415,128 @@ async fn grow_on_core0(
             changed = true;
         }
         outcomes.push(outcome(&t.name, None, Some(meta)));
+    }
+    if changed {
+        commit(core, table, &mut outcomes).await;
+    }
+    outcomes
+}
+
+/// A topic's own configs after `change`, checked against the server's `base` (every key known,
+/// every value valid), or why not.
+fn changed_configs(
+    base: &LogConfig,
+    current: &BTreeMap<String, String>,
+    change: &ConfigChange,
+) -> Result<BTreeMap<String, String>, (ResponseError, String)> {
+    let invalid = |why: String| (ResponseError::InvalidConfig, why);
+    let mut configs = if change.replace {
+        BTreeMap::new()
+    } else {
+        current.clone()
+    };
+    for op in &change.ops {
+        let name = match op {
+            ConfigOp::Set(n, _) | ConfigOp::Delete(n) | ConfigOp::Append(n, _) | ConfigOp::Subtract(n, _) => n,
+            ConfigOp::Invalid(n, code) => {
+                return Err((
+                    ResponseError::InvalidRequest,
+                    format!("{n}: operation {code} is not SET (0), DELETE (1), APPEND (2) or SUBTRACT (3) with a value"),
+                ))
+            }
+        };
+        if !is_topic_config(name) {
+            return Err(invalid(format!("unsupported topic config {name}")));
+        }
+        // The list a list operation works on: the topic's own value, else the server's.
+        let list = |configs: &BTreeMap<String, String>| -> Vec<String> {
+            configs
+                .get(name)
+                .cloned()
+                .unwrap_or_else(|| topic_config_value(name, base))
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect()
+        };
+        match op {
+            ConfigOp::Set(n, v) => {
+                configs.insert(n.clone(), v.clone());
+            }
+            ConfigOp::Delete(n) => {
+                configs.remove(n);
+            }
+            ConfigOp::Append(n, v) | ConfigOp::Subtract(n, v) => {
+                if !is_list_config(n) {
+                    return Err(invalid(format!(
+                        "{n} is not a list: APPEND and SUBTRACT do not apply"
+                    )));
+                }
+                let mut items = list(&configs);
+                for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                    match op {
+                        ConfigOp::Append(..) if !items.iter().any(|i| i == item) => {
+                            items.push(item.to_string())
+                        }
+                        ConfigOp::Subtract(..) => items.retain(|i| i != item),
+                        _ => {}
+                    }
+                }
+                configs.insert(n.clone(), items.join(","));
+            }
+            ConfigOp::Invalid(..) => unreachable!("refused above"),
+        }
+    }
+    apply_topic_configs(base, &configs).map_err(invalid)?;
+    Ok(configs)
+}
+
+async fn configure_on_core0(
+    core: &Rc<Core>,
+    changes: Vec<ConfigChange>,
+    validate_only: bool,
+) -> Vec<TopicOutcome> {
+    let Ok(_permit) = core.mesh.changes.acquire_permit(1).await else {
+        return Vec::new();
+    };
+    let mut table = (**core.topics.borrow()).clone();
+    let mut outcomes = Vec::new();
+    let mut changed = false;
+    let mut seen = std::collections::HashSet::new();
+    for change in changes {
+        let name = change.topic.clone();
+        let result = if !seen.insert(name.clone()) {
+            Err((
+                ResponseError::InvalidRequest,
+                "topic named twice in one request".to_string(),
+            ))
+        } else if is_view_name(&name) {
+            Err((
+                ResponseError::InvalidRequest,
+                format!("{name} is a sharded view: it has its source's configs"),
+            ))
+        } else {
+            match table.get(&name) {
+                None => Err((
+                    ResponseError::UnknownTopicOrPartition,
+                    format!("no topic named {name}"),
+                )),
+                Some(meta) => changed_configs(&core.config.log, &meta.configs, &change),
+            }
+        };
+        match result {
+            Err(e) => outcomes.push(outcome(&name, Some(e), table.get(&name))),
+            Ok(configs) => {
+                let meta = table.topics.get_mut(&name).expect("checked");
+                if !validate_only && meta.configs != configs {
+                    log::info!("topic {name}: configs {:?} -> {configs:?}", meta.configs);
+                    meta.configs = configs;
+                    changed = true;
+                }
+                outcomes.push(outcome(&name, None, Some(meta)));
+            }
+        }
     }
     if changed {
         commit(core, table, &mut outcomes).await;

@@ -30,6 +30,10 @@ pub const KNOWN: &[ApiKey] = &[
     ApiKey::Metadata,
     ApiKey::ApiVersions,
     ApiKey::CreateTopics,
+    ApiKey::CreatePartitions,
+    ApiKey::DescribeConfigs,
+    ApiKey::AlterConfigs,
+    ApiKey::IncrementalAlterConfigs,
     ApiKey::DeleteTopics,
     ApiKey::InitProducerId,
     ApiKey::FindCoordinator,
@@ -68,6 +72,57 @@ fn topic(rng: &mut Rng) -> String {
         12 => "bad name/..".into(),
         _ => "x".repeat(250),
     }
+}
+
+/// A topic the fuzzed CreatePartitions and config changes may change: never the data or health
+/// topics (their partitions and retention are what the fuzzer's checks rely on).
+fn config_target(rng: &mut Rng) -> String {
+    match rng.below(4) {
+        0 => "fz-unknown".to_string(),
+        1 => format!("{}.shard-0-of-2", rng.pick(&POOL)),
+        _ => rng.pick(&POOL).to_string(),
+    }
+}
+
+/// A resource of DescribeConfigs / AlterConfigs: topics (2) mostly, brokers (4), an unknown type.
+fn resource(rng: &mut Rng) -> (i8, String) {
+    match rng.below(6) {
+        0 => (4, rng.pick(&["0", "1", "", "99", "x"]).to_string()),
+        1 => (*rng.pick(&[0, 8, -1, 127]), "fz-pool-0".to_string()),
+        2 => (2, DATA_TOPIC.to_string()),
+        _ => (2, config_target(rng)),
+    }
+}
+
+/// A resource to change configs of: as [`resource`], never the data topic.
+fn alter_resource(rng: &mut Rng) -> (i8, String) {
+    match resource(rng) {
+        (2, t) if t == DATA_TOPIC => (2, config_target(rng)),
+        other => other,
+    }
+}
+
+/// A topic config and a value, sensible or not (`None`: no value).
+fn config_value(rng: &mut Rng) -> (&'static str, Option<&'static str>) {
+    let key = *rng.pick(&[
+        "retention.ms",
+        "segment.bytes",
+        "cleanup.policy",
+        "max.message.bytes",
+        "message.timestamp.type",
+        "nope",
+    ]);
+    let value = *rng.pick(&[
+        Some("604800000"),
+        Some("-1"),
+        Some("x"),
+        Some("delete"),
+        Some("compact"),
+        Some("LogAppendTime"),
+        Some("9223372036854775807"),
+        None,
+    ]);
+    (key, value)
 }
 
 fn name(rng: &mut Rng) -> TopicName {
@@ -486,6 +541,88 @@ pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: 
                 .with_timeout_ms(*rng.pick(&[10_000, 0, -1]))
                 .with_validate_only(rng.one_in(2)))
         }
+        ApiKey::CreatePartitions => {
+            let topics = (0..1 + rng.below(2))
+                .map(|_| {
+                    let assignments = rng.one_in(4).then(|| {
+                        vec![
+                            create_partitions_request::CreatePartitionsAssignment::default()
+                                .with_broker_ids(vec![BrokerId(*rng.pick(&[0, 1, 7]))]),
+                        ]
+                    });
+                    create_partitions_request::CreatePartitionsTopic::default()
+                        .with_name(TopicName(s(config_target(rng))))
+                        .with_count(*rng.pick(&[1, 2, 3, 4, 0, -1, 10_001, i32::MAX]))
+                        .with_assignments(assignments)
+                })
+                .collect();
+            frame!(CreatePartitionsRequest::default()
+                .with_topics(topics)
+                .with_timeout_ms(10_000)
+                .with_validate_only(rng.one_in(2)))
+        }
+        ApiKey::DescribeConfigs => {
+            let resources = (0..1 + rng.below(3))
+                .map(|_| {
+                    let (resource_type, name) = resource(rng);
+                    describe_configs_request::DescribeConfigsResource::default()
+                        .with_resource_type(resource_type)
+                        .with_resource_name(s(name))
+                        .with_configuration_keys(rng.one_in(2).then(|| {
+                            vec![s(rng.pick(&["retention.ms", "nope", "log.segment.bytes"]))]
+                        }))
+                })
+                .collect();
+            frame!(DescribeConfigsRequest::default()
+                .with_resources(resources)
+                .with_include_synonyms(rng.one_in(2))
+                .with_include_documentation(v >= 3 && rng.one_in(2)))
+        }
+        ApiKey::AlterConfigs => {
+            let resources = (0..1 + rng.below(2))
+                .map(|_| {
+                    let (resource_type, name) = alter_resource(rng);
+                    let configs = (0..rng.below(3))
+                        .map(|_| {
+                            let (k, v) = config_value(rng);
+                            alter_configs_request::AlterableConfig::default()
+                                .with_name(s(k))
+                                .with_value(v.map(s))
+                        })
+                        .collect();
+                    alter_configs_request::AlterConfigsResource::default()
+                        .with_resource_type(resource_type)
+                        .with_resource_name(s(name))
+                        .with_configs(configs)
+                })
+                .collect();
+            frame!(AlterConfigsRequest::default()
+                .with_resources(resources)
+                .with_validate_only(rng.one_in(2)))
+        }
+        ApiKey::IncrementalAlterConfigs => {
+            let resources = (0..1 + rng.below(2))
+                .map(|_| {
+                    let (resource_type, name) = alter_resource(rng);
+                    let configs = (0..rng.below(3))
+                        .map(|_| {
+                            let (k, v) = config_value(rng);
+                            incremental_alter_configs_request::AlterableConfig::default()
+                                .with_name(s(k))
+                                .with_config_operation(*rng.pick(&[0, 1, 2, 3, 9, -1]))
+                                .with_value(v.map(s))
+                        })
+                        .collect();
+                    incremental_alter_configs_request::AlterConfigsResource::default()
+                        .with_resource_type(resource_type)
+                        .with_resource_name(s(name))
+                        .with_configs(configs)
+                })
+                .collect();
+            frame!(IncrementalAlterConfigsRequest::default()
+                .with_resources(resources)
+                .with_validate_only(rng.one_in(2)))
+        }
         ApiKey::DeleteTopics => {
             let n = 1 + rng.below(2);
             let names: Vec<TopicName> = (0..n)
@@ -807,6 +944,10 @@ pub fn decode_response(key: ApiKey, version: i16, frame: Bytes) -> Result<(), St
         ApiKey::Metadata => body::<MetadataResponse>(buf, v),
         ApiKey::ApiVersions => body::<ApiVersionsResponse>(buf, v),
         ApiKey::CreateTopics => body::<CreateTopicsResponse>(buf, v),
+        ApiKey::CreatePartitions => body::<CreatePartitionsResponse>(buf, v),
+        ApiKey::DescribeConfigs => body::<DescribeConfigsResponse>(buf, v),
+        ApiKey::AlterConfigs => body::<AlterConfigsResponse>(buf, v),
+        ApiKey::IncrementalAlterConfigs => body::<IncrementalAlterConfigsResponse>(buf, v),
         ApiKey::DeleteTopics => body::<DeleteTopicsResponse>(buf, v),
         ApiKey::InitProducerId => body::<InitProducerIdResponse>(buf, v),
         ApiKey::FindCoordinator => body::<FindCoordinatorResponse>(buf, v),

@@ -1,15 +1,18 @@
 //! One module per Kafka API. Each declares the versions it serves (`VERSIONS`); ApiVersions and the
 //! dispatcher below are derived from those declarations, so a version range is written once.
 
+pub mod alter_configs;
 pub mod api_versions;
 pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_groups;
 pub mod delete_topics;
+pub mod describe_configs;
 pub mod describe_groups;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod heartbeat;
+pub mod incremental_alter_configs;
 pub mod init_producer_id;
 pub mod join_group;
 pub mod leave_group;
@@ -57,6 +60,9 @@ pub const APIS: &[Versions] = &[
     api_versions::VERSIONS,
     create_topics::VERSIONS,
     create_partitions::VERSIONS,
+    describe_configs::VERSIONS,
+    alter_configs::VERSIONS,
+    incremental_alter_configs::VERSIONS,
     delete_topics::VERSIONS,
     init_producer_id::VERSIONS,
     find_coordinator::VERSIONS,
@@ -160,6 +166,9 @@ pub async fn handle(core: Rc<Core>, req: Request, peer: Rc<str>) -> Reply {
         ApiKey::ApiVersions => api_versions::handle(&req),
         ApiKey::CreateTopics => create_topics::handle(&core, &req).await,
         ApiKey::CreatePartitions => create_partitions::handle(&core, &req).await,
+        ApiKey::DescribeConfigs => describe_configs::handle(&core, &req).await,
+        ApiKey::AlterConfigs => alter_configs::handle(&core, &req).await,
+        ApiKey::IncrementalAlterConfigs => incremental_alter_configs::handle(&core, &req).await,
         ApiKey::DeleteTopics => delete_topics::handle(&core, &req).await,
         ApiKey::InitProducerId => init_producer_id::handle(&core, &req),
         ApiKey::FindCoordinator => find_coordinator::handle(&core, &req),

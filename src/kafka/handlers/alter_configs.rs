@@ -1,0 +1,107 @@
+//! AlterConfigs: replaces a topic's own configs with the ones given (those left out go back to
+//! the server's). Decided and applied through the control plane (core 0); every core applies the
+//! new settings to its partitions at once. Broker configs are `shoal serve` flags: read-only here.
+
+use super::describe_configs::{BROKER, TOPIC};
+use super::{count_errors, frame, HandlerResult, Versions};
+use crate::control::{self, ConfigChange, ConfigOp};
+use crate::core_state::Core;
+use crate::wire::header::{decode, Request};
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
+use kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse, ApiKey};
+use kafka_protocol::protocol::StrBytes;
+use std::rc::Rc;
+
+pub const VERSIONS: Versions = Versions {
+    key: ApiKey::AlterConfigs,
+    min: 0,
+    max: 2,
+};
+
+pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
+    let request: AlterConfigsRequest = decode(req)?;
+    let resources = request.resources.iter().map(|r| {
+        let ops = r
+            .configs
+            .iter()
+            .map(|c| match &c.value {
+                Some(v) => ConfigOp::Set(c.name.to_string(), v.to_string()),
+                None => ConfigOp::Delete(c.name.to_string()),
+            })
+            .collect();
+        (r.resource_type, r.resource_name.to_string(), ops)
+    });
+    let outcomes = alter(core, resources.collect(), true, request.validate_only).await;
+    let responses: Vec<AlterConfigsResourceResponse> = outcomes
+        .into_iter()
+        .map(|(resource_type, name, error)| {
+            let r = AlterConfigsResourceResponse::default()
+                .with_resource_type(resource_type)
+                .with_resource_name(StrBytes::from_string(name));
+            match error {
+                Some((e, why)) => r
+                    .with_error_code(e.code())
+                    .with_error_message(Some(StrBytes::from_string(why))),
+                None => r,
+            }
+        })
+        .collect();
+    count_errors(core, req, responses.iter().map(|r| r.error_code));
+    Ok(frame(
+        ApiKey::AlterConfigs,
+        req,
+        &AlterConfigsResponse::default().with_responses(responses),
+    ))
+}
+
+/// What an alter request asks of each resource: (type, name, operations).
+pub(super) type Asked = Vec<(i8, String, Vec<ConfigOp>)>;
+
+/// Applies the topics' changes through core 0 (`replace`: the topic's own configs become exactly
+/// the ones set) and answers the rest here; one (type, name, error) per resource, in order.
+pub(super) async fn alter(
+    core: &Rc<Core>,
+    asked: Asked,
+    replace: bool,
+    validate_only: bool,
+) -> Vec<(i8, String, Option<(ResponseError, String)>)> {
+    let changes: Vec<ConfigChange> = asked
+        .iter()
+        .filter(|(t, _, _)| *t == TOPIC)
+        .map(|(_, name, ops)| ConfigChange {
+            topic: name.clone(),
+            replace,
+            ops: ops.clone(),
+        })
+        .collect();
+    let mut outcomes = if changes.is_empty() {
+        Vec::new()
+    } else {
+        control::alter_topic_configs(core, changes, validate_only).await
+    }
+    .into_iter();
+    asked
+        .into_iter()
+        .map(|(resource_type, name, _)| {
+            let error = match resource_type {
+                TOPIC => match outcomes.next() {
+                    Some(o) => o.error,
+                    None => Some((
+                        ResponseError::RequestTimedOut,
+                        "the control plane did not answer".to_string(),
+                    )),
+                },
+                BROKER => Some((
+                    ResponseError::InvalidRequest,
+                    "broker configs are shoal serve flags: read-only while it runs".to_string(),
+                )),
+                other => Some((
+                    ResponseError::InvalidRequest,
+                    format!("resource type {other} is not served (topics: 2, brokers: 4)"),
+                )),
+            };
+            (resource_type, name, error)
+        })
+        .collect()
+}
