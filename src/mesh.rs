@@ -21,6 +21,28 @@ pub struct NewTopic {
     pub configs: BTreeMap<String, String>,
 }
 
+/// A change of the topic table, decided by core 0.
+#[derive(Debug, Clone)]
+pub enum TopicChange {
+    /// CreateTopics.
+    Create {
+        topics: Vec<NewTopic>,
+        validate_only: bool,
+    },
+    /// CreatePartitions.
+    Grow {
+        topics: Vec<NewPartitions>,
+        validate_only: bool,
+    },
+    /// AlterConfigs, IncrementalAlterConfigs (topics).
+    Configure {
+        changes: Vec<ConfigChange>,
+        validate_only: bool,
+    },
+    /// DeleteTopics.
+    Delete { names: Vec<String> },
+}
+
 /// Changes to one topic's own configs.
 #[derive(Debug, Clone)]
 pub struct ConfigChange {
@@ -66,30 +88,11 @@ pub struct TopicOutcome {
 /// What cores send each other.
 #[derive(Debug)]
 pub enum CoreMsg {
-    Create {
+    /// A topic change for core 0 to decide.
+    Change {
         from: usize,
         id: u64,
-        topics: Vec<NewTopic>,
-        validate_only: bool,
-    },
-    Delete {
-        from: usize,
-        id: u64,
-        names: Vec<String>,
-    },
-    /// AlterConfigs, IncrementalAlterConfigs (topics).
-    Configure {
-        from: usize,
-        id: u64,
-        changes: Vec<ConfigChange>,
-        validate_only: bool,
-    },
-    /// CreatePartitions.
-    Grow {
-        from: usize,
-        id: u64,
-        topics: Vec<NewPartitions>,
-        validate_only: bool,
+        change: TopicChange,
     },
     Outcomes {
         id: u64,

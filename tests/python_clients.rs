@@ -44,6 +44,25 @@ fn python_deps() -> String {
     dir.to_string()
 }
 
+/// Runs `tests/python/SCRIPT` with kafka-python importable and returns what it printed; fails the
+/// test with its stderr if it fails.
+fn run_script(script: &str, args: &[&str]) -> String {
+    let path = format!("{}/tests/python/{script}", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("python3")
+        .env("PYTHONPATH", python_deps())
+        .arg(path)
+        .args(args)
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "kafka-python failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 #[test]
 fn kafka_python_reads_a_view_with_empty_batches() {
     let dir = tempfile::tempdir().unwrap();
@@ -71,20 +90,9 @@ fn kafka_python_reads_a_view_with_empty_batches() {
     }
     producer.flush(Duration::from_secs(10)).unwrap();
 
-    let out = Command::new("python3")
-        .env("PYTHONPATH", python_deps())
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/python/consume.py"
-        ))
-        .args([&bootstrap, "py.shard-1-of-3", "0", "2", "30"])
-        .output()
-        .expect("python3 runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "kafka-python failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = run_script(
+        "consume.py",
+        &[&bootstrap, "py.shard-1-of-3", "0", "2", "30"],
     );
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 3, "{stdout}");
@@ -112,18 +120,7 @@ fn kafka_python_grows_a_topic() {
     let shoal = Shoal::start(dir.path(), 2, &[]);
     let bootstrap = shoal.bootstrap();
     common::create_topics(&bootstrap, &[("pygrow", 2)]);
-    let out = Command::new("python3")
-        .env("PYTHONPATH", python_deps())
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/grow.py"))
-        .args([&bootstrap, "pygrow", "5"])
-        .output()
-        .expect("python3 runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "kafka-python failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = run_script("grow.py", &[&bootstrap, "pygrow", "5"]);
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 4, "{stdout}");
     assert!(lines[0].contains("InvalidPartitionsError"), "{stdout}");
@@ -146,21 +143,7 @@ fn kafka_python_describes_and_alters_topic_configs() {
     let shoal = Shoal::start(dir.path(), 2, &[]);
     let bootstrap = shoal.bootstrap();
     common::create_topics(&bootstrap, &[("pyconf", 2)]);
-    let out = Command::new("python3")
-        .env("PYTHONPATH", python_deps())
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/python/configs.py"
-        ))
-        .args([&bootstrap, "pyconf"])
-        .output()
-        .expect("python3 runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "kafka-python failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = run_script("configs.py", &[&bootstrap, "pyconf"]);
     let line = |key: &str| -> String {
         stdout
             .lines()

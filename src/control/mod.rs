@@ -8,7 +8,9 @@
 //! thread as [`AdminRequest`]s on a crossbeam channel.
 
 use crate::core_state::Core;
-pub use crate::mesh::{ConfigChange, ConfigOp, NewPartitions, NewTopic, Setting, TopicOutcome};
+pub use crate::mesh::{
+    ConfigChange, ConfigOp, NewPartitions, NewTopic, Setting, TopicChange, TopicOutcome,
+};
 use crate::mesh::{CoreMsg, CHANGE_TIMEOUT, QUESTION_TIMEOUT};
 use crate::metrics::CoreSnapshot;
 use crate::topic_configs::{is_list_config, is_topic_config, topic_config_value};
@@ -46,41 +48,8 @@ pub fn spawn_receivers(core: &Rc<Core>, mut receivers: Receivers<CoreMsg>) {
 
 async fn handle(core: &Rc<Core>, _peer: usize, msg: CoreMsg) {
     match msg {
-        CoreMsg::Create {
-            from,
-            id,
-            topics,
-            validate_only,
-        } => {
-            let outcomes = create_on_core0(core, topics, validate_only).await;
-            core.mesh
-                .send(from, CoreMsg::Outcomes { id, outcomes })
-                .await;
-        }
-        CoreMsg::Configure {
-            from,
-            id,
-            changes,
-            validate_only,
-        } => {
-            let outcomes = configure_on_core0(core, changes, validate_only).await;
-            core.mesh
-                .send(from, CoreMsg::Outcomes { id, outcomes })
-                .await;
-        }
-        CoreMsg::Grow {
-            from,
-            id,
-            topics,
-            validate_only,
-        } => {
-            let outcomes = grow_on_core0(core, topics, validate_only).await;
-            core.mesh
-                .send(from, CoreMsg::Outcomes { id, outcomes })
-                .await;
-        }
-        CoreMsg::Delete { from, id, names } => {
-            let outcomes = delete_on_core0(core, names).await;
+        CoreMsg::Change { from, id, change } => {
+            let outcomes = change_on_core0(core, change).await;
             core.mesh
                 .send(from, CoreMsg::Outcomes { id, outcomes })
                 .await;
@@ -105,66 +74,62 @@ async fn handle(core: &Rc<Core>, _peer: usize, msg: CoreMsg) {
     }
 }
 
-/// Creates topics (through core 0) and returns one outcome per topic.
-pub async fn create_topics(
-    core: &Rc<Core>,
-    topics: Vec<NewTopic>,
-    validate_only: bool,
-) -> Vec<TopicOutcome> {
-    if core.id == 0 {
-        return create_on_core0(core, topics, validate_only).await;
+/// Decides a topic change on core 0, one at a time: each kind of change decides on a copy of the
+/// table; if anything changed, the table is persisted and applied on every core. One outcome per
+/// topic, in request order.
+async fn change_on_core0(core: &Rc<Core>, change: TopicChange) -> Vec<TopicOutcome> {
+    let Ok(_permit) = core.mesh.changes.acquire_permit(1).await else {
+        return Vec::new();
+    };
+    let mut table = (**core.topics.borrow()).clone();
+    let mut seen = Names::default();
+    let (mut outcomes, changed) = match &change {
+        TopicChange::Create {
+            topics,
+            validate_only,
+        } => decide_create(core, &mut table, &mut seen, topics, *validate_only),
+        TopicChange::Grow {
+            topics,
+            validate_only,
+        } => decide_grow(core, &mut table, &mut seen, topics, *validate_only),
+        TopicChange::Configure {
+            changes,
+            validate_only,
+        } => decide_configure(core, &mut table, &mut seen, changes, *validate_only),
+        TopicChange::Delete { names } => decide_delete(&mut table, names),
+    };
+    if changed && commit(core, table, &mut outcomes).await {
+        if let TopicChange::Delete { .. } = change {
+            // Only names that were topics: nothing else is joined to the data directory.
+            let deleted = outcomes.iter().filter(|o| o.error.is_none());
+            remove_topic_dirs(core, deleted.map(|o| o.name.clone()).collect()).await;
+        }
     }
-    ask_core0(core, |from, id| CoreMsg::Create {
-        from,
-        id,
-        topics,
-        validate_only,
-    })
-    .await
+    outcomes
 }
 
-/// Deletes topics (through core 0).
-pub async fn delete_topics(core: &Rc<Core>, names: Vec<String>) -> Vec<TopicOutcome> {
-    if core.id == 0 {
-        return delete_on_core0(core, names).await;
+/// The topic names of one request, to refuse a topic named twice (`INVALID_REQUEST`).
+#[derive(Default)]
+struct Names(std::collections::HashSet<String>);
+
+impl Names {
+    fn twice(&mut self, name: &str) -> Option<(ResponseError, String)> {
+        (!self.0.insert(name.to_string())).then(|| {
+            (
+                ResponseError::InvalidRequest,
+                "topic named twice in one request".to_string(),
+            )
+        })
     }
-    ask_core0(core, |from, id| CoreMsg::Delete { from, id, names }).await
 }
 
-/// Adds partitions to topics (through core 0): CreatePartitions.
-pub async fn create_partitions(
-    core: &Rc<Core>,
-    topics: Vec<NewPartitions>,
-    validate_only: bool,
-) -> Vec<TopicOutcome> {
+/// Has core 0 decide a topic change (here, or by message) and returns its outcomes: CreateTopics,
+/// CreatePartitions, AlterConfigs and IncrementalAlterConfigs (topics), DeleteTopics.
+pub async fn change_topics(core: &Rc<Core>, change: TopicChange) -> Vec<TopicOutcome> {
     if core.id == 0 {
-        return grow_on_core0(core, topics, validate_only).await;
+        return change_on_core0(core, change).await;
     }
-    ask_core0(core, |from, id| CoreMsg::Grow {
-        from,
-        id,
-        topics,
-        validate_only,
-    })
-    .await
-}
-
-/// Changes topics' own configs (through core 0): AlterConfigs, IncrementalAlterConfigs.
-pub async fn alter_topic_configs(
-    core: &Rc<Core>,
-    changes: Vec<ConfigChange>,
-    validate_only: bool,
-) -> Vec<TopicOutcome> {
-    if core.id == 0 {
-        return configure_on_core0(core, changes, validate_only).await;
-    }
-    ask_core0(core, |from, id| CoreMsg::Configure {
-        from,
-        id,
-        changes,
-        validate_only,
-    })
-    .await
+    ask_core0(core, |from, id| CoreMsg::Change { from, id, change }).await
 }
 
 /// Sends a topic change to core 0 and waits for its outcomes.
@@ -240,29 +205,24 @@ fn outcome(
     }
 }
 
-async fn create_on_core0(
-    core: &Rc<Core>,
-    topics: Vec<NewTopic>,
+/// CreateTopics on `table`: outcomes, and whether anything changed.
+fn decide_create(
+    core: &Core,
+    table: &mut TopicTable,
+    seen: &mut Names,
+    topics: &[NewTopic],
     validate_only: bool,
-) -> Vec<TopicOutcome> {
-    let Ok(_permit) = core.mesh.changes.acquire_permit(1).await else {
-        return Vec::new();
-    };
-    let mut table = (**core.topics.borrow()).clone();
+) -> (Vec<TopicOutcome>, bool) {
     let mut outcomes = Vec::new();
     let mut changed = false;
-    let mut seen = std::collections::HashSet::new();
     for t in topics {
         let partitions = if t.partitions == -1 {
             core.config.default_partitions
         } else {
             t.partitions
         };
-        let err = if !seen.insert(t.name.clone()) {
-            Some((
-                ResponseError::InvalidRequest,
-                "topic named twice in one request".to_string(),
-            ))
+        let err = if let Some(twice) = seen.twice(&t.name) {
+            Some(twice)
         } else if let Err(why) = validate_topic_name(&t.name) {
             Some((ResponseError::InvalidTopicException, why))
         } else if is_view_name(&t.name) {
@@ -297,20 +257,17 @@ async fn create_on_core0(
         let meta = TopicMeta {
             id: new_topic_id(),
             partitions,
-            configs: t.configs,
+            configs: t.configs.clone(),
             ordinal: table.next_ordinal,
         };
         outcomes.push(outcome(&t.name, None, Some(&meta)));
         if !validate_only {
             table.next_ordinal += 1;
-            table.topics.insert(t.name, meta);
+            table.topics.insert(t.name.clone(), meta);
             changed = true;
         }
     }
-    if changed {
-        commit(core, table, &mut outcomes).await;
-    }
-    outcomes
+    (outcomes, changed)
 }
 
 /// Why `t` cannot grow as asked in `table`, with Kafka's error code; `None` if it can. New
@@ -378,27 +335,20 @@ fn check_growth(
     None
 }
 
-async fn grow_on_core0(
-    core: &Rc<Core>,
-    topics: Vec<NewPartitions>,
+/// CreatePartitions on `table`: outcomes, and whether anything changed.
+fn decide_grow(
+    core: &Core,
+    table: &mut TopicTable,
+    seen: &mut Names,
+    topics: &[NewPartitions],
     validate_only: bool,
-) -> Vec<TopicOutcome> {
-    let Ok(_permit) = core.mesh.changes.acquire_permit(1).await else {
-        return Vec::new();
-    };
-    let mut table = (**core.topics.borrow()).clone();
+) -> (Vec<TopicOutcome>, bool) {
     let mut outcomes = Vec::new();
     let mut changed = false;
-    let mut seen = std::collections::HashSet::new();
     for t in topics {
-        let err = if !seen.insert(t.name.clone()) {
-            Some((
-                ResponseError::InvalidRequest,
-                "topic named twice in one request".to_string(),
-            ))
-        } else {
-            check_growth(&table, &t, core.cores)
-        };
+        let err = seen
+            .twice(&t.name)
+            .or_else(|| check_growth(table, t, core.cores));
         if err.is_some() {
             outcomes.push(outcome(&t.name, err, table.get(&t.name)));
             continue;
@@ -416,10 +366,7 @@ async fn grow_on_core0(
         }
         outcomes.push(outcome(&t.name, None, Some(meta)));
     }
-    if changed {
-        commit(core, table, &mut outcomes).await;
-    }
-    outcomes
+    (outcomes, changed)
 }
 
 /// A topic's own configs after `change`, checked against the server's `base` (every key known,
@@ -492,25 +439,20 @@ fn changed_configs(
     Ok(configs)
 }
 
-async fn configure_on_core0(
-    core: &Rc<Core>,
-    changes: Vec<ConfigChange>,
+/// AlterConfigs / IncrementalAlterConfigs on `table`: outcomes, and whether anything changed.
+fn decide_configure(
+    core: &Core,
+    table: &mut TopicTable,
+    seen: &mut Names,
+    changes: &[ConfigChange],
     validate_only: bool,
-) -> Vec<TopicOutcome> {
-    let Ok(_permit) = core.mesh.changes.acquire_permit(1).await else {
-        return Vec::new();
-    };
-    let mut table = (**core.topics.borrow()).clone();
+) -> (Vec<TopicOutcome>, bool) {
     let mut outcomes = Vec::new();
     let mut changed = false;
-    let mut seen = std::collections::HashSet::new();
     for change in changes {
         let name = change.topic.clone();
-        let result = if !seen.insert(name.clone()) {
-            Err((
-                ResponseError::InvalidRequest,
-                "topic named twice in one request".to_string(),
-            ))
+        let result = if let Some(twice) = seen.twice(&name) {
+            Err(twice)
         } else if is_view_name(&name) {
             Err((
                 ResponseError::InvalidRequest,
@@ -522,7 +464,7 @@ async fn configure_on_core0(
                     ResponseError::UnknownTopicOrPartition,
                     format!("no topic named {name}"),
                 )),
-                Some(meta) => changed_configs(&core.config.log, &meta.configs, &change),
+                Some(meta) => changed_configs(&core.config.log, &meta.configs, change),
             }
         };
         match result {
@@ -538,27 +480,21 @@ async fn configure_on_core0(
             }
         }
     }
-    if changed {
-        commit(core, table, &mut outcomes).await;
-    }
-    outcomes
+    (outcomes, changed)
 }
 
-async fn delete_on_core0(core: &Rc<Core>, names: Vec<String>) -> Vec<TopicOutcome> {
-    let Ok(_permit) = core.mesh.changes.acquire_permit(1).await else {
-        return Vec::new();
-    };
-    let mut table = (**core.topics.borrow()).clone();
+/// DeleteTopics on `table`: outcomes, and whether anything changed.
+fn decide_delete(table: &mut TopicTable, names: &[String]) -> (Vec<TopicOutcome>, bool) {
     let mut outcomes = Vec::new();
-    let mut deleted = Vec::new();
+    let mut changed = false;
     for name in names {
-        match table.topics.remove(&name) {
+        match table.topics.remove(name) {
             Some(meta) => {
-                outcomes.push(outcome(&name, None, Some(&meta)));
-                deleted.push(name);
+                outcomes.push(outcome(name, None, Some(&meta)));
+                changed = true;
             }
             None => outcomes.push(outcome(
-                &name,
+                name,
                 Some((
                     ResponseError::UnknownTopicOrPartition,
                     format!("no topic named {name}"),
@@ -567,20 +503,19 @@ async fn delete_on_core0(core: &Rc<Core>, names: Vec<String>) -> Vec<TopicOutcom
             )),
         }
     }
-    if !deleted.is_empty() {
-        if !commit(core, table, &mut outcomes).await {
-            return outcomes;
-        }
-        let topics_dir = core.config.data_dir.join("topics");
-        let _ = glommio::executor()
-            .spawn_blocking(move || {
-                for name in deleted {
-                    let _ = std::fs::remove_dir(topics_dir.join(name));
-                }
-            })
-            .await;
-    }
-    outcomes
+    (outcomes, changed)
+}
+
+/// Removes the (emptied) directories of deleted topics.
+async fn remove_topic_dirs(core: &Core, names: Vec<String>) {
+    let topics_dir = core.config.data_dir.join("topics");
+    let _ = glommio::executor()
+        .spawn_blocking(move || {
+            for name in names {
+                let _ = std::fs::remove_dir(topics_dir.join(name));
+            }
+        })
+        .await;
 }
 
 /// Persists a changed `table` and applies it on every core. If it cannot be saved, nothing is

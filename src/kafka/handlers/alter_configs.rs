@@ -4,7 +4,7 @@
 
 use super::describe_configs::{BROKER, TOPIC};
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::control::{self, ConfigChange, ConfigOp};
+use crate::control::{self, ConfigChange, ConfigOp, TopicChange};
 use crate::core_state::Core;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
@@ -78,7 +78,11 @@ pub(super) async fn alter(
     let mut outcomes = if changes.is_empty() {
         Vec::new()
     } else {
-        control::alter_topic_configs(core, changes, validate_only).await
+        let change = TopicChange::Configure {
+            changes,
+            validate_only,
+        };
+        control::change_topics(core, change).await
     }
     .into_iter();
     asked

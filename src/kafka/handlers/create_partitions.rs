@@ -3,7 +3,7 @@
 //! them in Metadata; consumer groups rebalance onto them when their leader's metadata shows them.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::control::{self, NewPartitions};
+use crate::control::{self, NewPartitions, TopicChange};
 use crate::core_state::Core;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
@@ -34,7 +34,14 @@ pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
             }),
         })
         .collect();
-    let outcomes = control::create_partitions(core, topics, request.validate_only).await;
+    let outcomes = control::change_topics(
+        core,
+        TopicChange::Grow {
+            topics,
+            validate_only: request.validate_only,
+        },
+    )
+    .await;
     let results: Vec<CreatePartitionsTopicResult> = outcomes
         .into_iter()
         .map(|o| {

@@ -1,7 +1,7 @@
 //! CreateTopics: validated here, decided and applied through the control plane (core 0).
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::control::{self, NewTopic};
+use crate::control::{self, NewTopic, TopicChange};
 use crate::core_state::Core;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::messages::create_topics_response::{
@@ -39,7 +39,14 @@ pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
         })
         .collect();
     let configs: Vec<BTreeMap<String, String>> = topics.iter().map(|t| t.configs.clone()).collect();
-    let outcomes = control::create_topics(core, topics, request.validate_only).await;
+    let outcomes = control::change_topics(
+        core,
+        TopicChange::Create {
+            topics,
+            validate_only: request.validate_only,
+        },
+    )
+    .await;
     let results: Vec<CreatableTopicResult> = outcomes
         .into_iter()
         .zip(configs)

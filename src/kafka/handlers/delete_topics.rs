@@ -1,7 +1,7 @@
 //! DeleteTopics: by name (v1-5) or by name or id (v6), through the control plane (core 0).
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::control;
+use crate::control::{self, TopicChange};
 use crate::core_state::Core;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
@@ -40,7 +40,7 @@ pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
             }
         }
     }
-    let outcomes = control::delete_topics(core, names).await;
+    let outcomes = control::change_topics(core, TopicChange::Delete { names }).await;
     let mut responses: Vec<DeletableTopicResult> = outcomes
         .into_iter()
         .map(|o| {

@@ -2,7 +2,7 @@
 //! missing are created when auto-creation is on.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::control::{self, NewTopic};
+use crate::control::{self, NewTopic, TopicChange};
 use crate::core_state::Core;
 use crate::topics::{parse_view_name, validate_topic_name, view_topic_id};
 use crate::wire::header::{decode, Request};
@@ -51,7 +51,11 @@ pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
             })
             .collect();
         if !missing.is_empty() {
-            control::create_topics(core, missing, false).await;
+            let change = TopicChange::Create {
+                topics: missing,
+                validate_only: false,
+            };
+            control::change_topics(core, change).await;
         }
     }
     let table = core.topics.borrow().clone();
