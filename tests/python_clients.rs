@@ -1,6 +1,7 @@
-//! kafka-python against shoal: it reads a view shard whose source has long stretches the shard has
-//! no records in, i.e. empty batches, and reaches the end. kafka-python is installed by the test
-//! itself into `target/python-deps` (pinned), so `cargo test` works on a fresh machine.
+//! Python clients against shoal, unmodified: kafka-python reads a view shard with long stretches
+//! of empty batches, grows a topic and reads and changes its configs; confluent-kafka's
+//! AdminClient grows a topic and changes its configs. Both are installed by the test itself into
+//! `target/python-deps` (pinned), so `cargo test` works on a fresh machine.
 
 mod common;
 
@@ -10,42 +11,50 @@ use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedPr
 use std::process::Command;
 use std::time::Duration;
 
-const KAFKA_PYTHON: &str = "kafka-python==3.0.12";
+/// The Python clients the tests use, pinned: kafka-python (pure Python) and confluent-kafka (its
+/// wheel carries its own librdkafka).
+const PACKAGES: [&str; 2] = ["kafka-python==3.0.12", "confluent-kafka==2.12.1"];
 
-/// A PYTHONPATH where kafka-python is importable, installing it there the first time.
+/// A PYTHONPATH where both clients are importable, installing them there the first time (once per
+/// test process, whichever test asks first).
 fn python_deps() -> String {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/target/python-deps");
-    let importable = |path: &str| {
-        Command::new("python3")
-            .args(["-c", "import kafka"])
-            .env("PYTHONPATH", path)
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if !importable(dir) {
-        let status = Command::new("python3")
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "--target",
-                dir,
-                KAFKA_PYTHON,
-            ])
-            .status()
-            .expect("python3 runs");
-        assert!(
-            status.success() && importable(dir),
-            "could not install {KAFKA_PYTHON} into {dir}"
-        );
-    }
-    dir.to_string()
+    static DEPS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DEPS.get_or_init(|| {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/target/python-deps");
+        let importable = |path: &str| {
+            Command::new("python3")
+                .args(["-c", "import kafka, confluent_kafka"])
+                .env("PYTHONPATH", path)
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if !importable(dir) {
+            let status = Command::new("python3")
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "--upgrade",
+                    "--target",
+                    dir,
+                ])
+                .args(PACKAGES)
+                .status()
+                .expect("python3 runs");
+            assert!(
+                status.success() && importable(dir),
+                "could not install {PACKAGES:?} into {dir}"
+            );
+        }
+        dir.to_string()
+    })
+    .clone()
 }
 
-/// Runs `tests/python/SCRIPT` with kafka-python importable and returns what it printed; fails the
-/// test with its stderr if it fails.
+/// Runs `tests/python/SCRIPT` with the Python clients importable and returns what it printed;
+/// fails the test with its stderr if it fails.
 fn run_script(script: &str, args: &[&str]) -> String {
     let path = format!("{}/tests/python/{script}", env!("CARGO_MANIFEST_DIR"));
     let out = Command::new("python3")
@@ -57,7 +66,7 @@ fn run_script(script: &str, args: &[&str]) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "kafka-python failed: {}\n{stdout}",
+        "{script} failed: {}\n{stdout}",
         String::from_utf8_lossy(&out.stderr)
     );
     stdout
@@ -193,6 +202,33 @@ fn kafka_python_describes_and_alters_topic_configs() {
     assert!(
         !line("broker").contains("false"),
         "broker configs are read-only: {stdout}"
+    );
+    shoal.stop();
+}
+
+/// confluent-kafka's AdminClient (librdkafka underneath) grows a topic (and is refused a shrink
+/// with INVALID_PARTITIONS), reads a topic config with its source, and changes it with
+/// IncrementalAlterConfigs (a bad value refused with INVALID_CONFIG, changing nothing).
+#[test]
+fn confluent_kafka_grows_a_topic_and_alters_its_configs() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 2, &[]);
+    let bootstrap = shoal.bootstrap();
+    common::create_topics(&bootstrap, &[("ckgrow", 1)]);
+    let stdout = run_script("confluent_admin.py", &[&bootstrap, "ckgrow"]);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            r#"{"grow": "ok"}"#,
+            r#"{"shrink": "INVALID_PARTITIONS"}"#,
+            r#"{"partitions": 3}"#,
+            r#"{"retention_at_start": ["604800000", 5]}"#,
+            r#"{"set": "ok"}"#,
+            r#"{"bad": "INVALID_CONFIG"}"#,
+            r#"{"retention_after": ["3600000", 1]}"#,
+        ],
+        "{stdout}"
     );
     shoal.stop();
 }
