@@ -15,13 +15,14 @@ use futures_lite::AsyncWriteExt;
 use glommio::net::TcpStream;
 use shards::OffsetMonitor;
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeSet;
 use std::io;
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::rc::Rc;
 
-/// Requests handled at once on one connection before reading waits for responses to drain.
+/// Requests handled at once on one connection before reading waits for responses to drain. At
+/// most 64: [`Responses::ready`] has a bit per request in flight.
 const MAX_IN_FLIGHT: i64 = 64;
+const _: () = assert!(MAX_IN_FLIGHT <= 64);
 
 /// The writing end of a connection, shared by its handlers in request order.
 struct Responses {
@@ -31,8 +32,10 @@ struct Responses {
     written: OffsetMonitor,
     /// Set when a write failed or a handler asked to close: later responses are dropped.
     closed: Cell<bool>,
-    /// Requests whose reply is ready and waiting for their turn to be written.
-    ready: RefCell<BTreeSet<i64>>,
+    /// Requests whose reply is ready and waiting for their turn to be written: bit `seq % 64`.
+    /// At most [`MAX_IN_FLIGHT`] (64) requests are in flight, all within 64 of `written`, so their
+    /// bits are distinct; a bit set costs nothing per request, where a set would allocate.
+    ready: Cell<u64>,
     /// Replies left by earlier requests to the next one, written with it.
     pending: RefCell<Pending>,
 }
@@ -45,6 +48,20 @@ struct Pending {
 }
 
 impl Pending {
+    /// Adds a reply's chunks and holds (moved in, not copied, when nothing is pending).
+    fn add(&mut self, chunks: Vec<Bytes>, holds: Vec<shards::ResponseHold>) {
+        if self.chunks.is_empty() {
+            self.chunks = chunks;
+        } else {
+            self.chunks.extend(chunks);
+        }
+        if self.holds.is_empty() {
+            self.holds = holds;
+        } else {
+            self.holds.extend(holds);
+        }
+    }
+
     /// Writes the bytes (closing the connection if that fails), then releases the holds.
     async fn flush(&mut self, responses: &Responses, core: &Core) {
         let Pending { chunks, holds } = std::mem::take(self);
@@ -68,9 +85,10 @@ impl Responses {
     /// with one `sendmsg`: pipelined responses that are ready together (a producer's requests
     /// answered by one group write) cost one send, one loopback delivery, one wake-up of the client.
     async fn write_in_turn(&self, core: &Core, seq: i64, reply: Reply) {
-        self.ready.borrow_mut().insert(seq);
+        let bit = |seq: i64| 1u64 << (seq as u64 % 64);
+        self.ready.set(self.ready.get() | bit(seq));
         self.written.wait_for(seq).await;
-        self.ready.borrow_mut().remove(&seq);
+        self.ready.set(self.ready.get() & !bit(seq));
         if !self.closed.get() {
             let mut pending = self.pending.take();
             match reply {
@@ -79,13 +97,10 @@ impl Responses {
                     pending.flush(self, core).await;
                     self.close();
                 }
-                Reply::Frame(chunks) => pending.chunks.extend(chunks),
-                Reply::Fetch(chunks, holds) => {
-                    pending.chunks.extend(chunks);
-                    pending.holds.extend(holds);
-                }
+                Reply::Frame(chunks) => pending.add(chunks, Vec::new()),
+                Reply::Fetch(chunks, holds) => pending.add(chunks, holds),
             }
-            if self.ready.borrow().contains(&(seq + 1)) && !self.closed.get() {
+            if self.ready.get() & bit(seq + 1) != 0 && !self.closed.get() {
                 *self.pending.borrow_mut() = pending;
             } else {
                 pending.flush(self, core).await;
@@ -116,7 +131,7 @@ pub async fn serve(core: Rc<Core>, stream: TcpStream) {
         out: reader.clone(),
         written: OffsetMonitor::new(0),
         closed: Cell::new(false),
-        ready: RefCell::default(),
+        ready: Cell::new(0),
         pending: RefCell::default(),
     });
     let limit = core.config.max_request_bytes;
