@@ -44,10 +44,10 @@ pub(crate) const ALLOCATE_STEP: u64 = 8 << 20;
 
 impl DirectWriter {
     /// Opens `path` for Direct I/O writes, with no partial block yet (see [`Self::set_tail`]).
-    /// Read access too: glommio probes the device with a read at the first open.
+    /// Read access too: glommio probes the device with a read at the first open (the log has run
+    /// [`probe_device`] on its directory before).
     /// `None` when the file system does not take `O_DIRECT` (the caller writes buffered).
     pub(crate) async fn open(path: &Path) -> Result<Option<Self>> {
-        probe_device(path).await;
         let file = match OpenOptions::new()
             .read(true)
             .write(true)
@@ -168,13 +168,12 @@ impl DirectWriter {
         Ok(f)
     }
 
-    /// Cuts the zero padding after the logical end `size` (before a seal or a close) and closes the
-    /// handle.
-    pub(crate) async fn finish(&self, path: &Path, size: u64) -> Result<()> {
+    /// Cuts the zero padding after the logical end `size` (before a seal or a close).
+    pub(crate) async fn finish(&self, size: u64) -> Result<()> {
         self.file
             .truncate(size)
             .await
-            .map_err(|e| Error::storage(path, e))
+            .map_err(|e| Error::storage(&self.path, e))
     }
 }
 
@@ -183,19 +182,15 @@ thread_local! {
     static PROBED: RefCell<std::collections::HashSet<u64>> = RefCell::default();
 }
 
-/// Makes sure glommio's first Direct I/O open on this thread for the device holding `path` probes a
-/// file with data in it. glommio 0.9 decides once per device and thread whether to use its polled
+/// Makes sure glommio's first Direct I/O open on this thread for `device` (the one holding `dir`,
+/// a log's directory) probes a file with data in it; the log calls it at open, before any Direct
+/// I/O open there. glommio 0.9 decides once per device and thread whether to use its polled
 /// ring by reading the first file opened there; the read of an empty file (a segment just created)
 /// succeeds without reaching the device, so polling is wrongly taken as supported, and every later
 /// Direct I/O read then fails with `EOPNOTSUPP` on devices without poll queues. The probe file is
-/// 4 KiB next to `path`, removed at once. If it cannot be made the device is probed again at the
-/// next open (a failing directory fails its writes anyway).
-pub(crate) async fn probe_device(path: &Path) {
-    use std::os::unix::fs::MetadataExt;
-    let Some(dir) = path.parent() else { return };
-    let Ok(dev) = std::fs::metadata(dir).map(|m| m.dev()) else {
-        return;
-    };
+/// 4 KiB in `dir`, removed at once. If it cannot be made the device is probed again at the next
+/// log's open (a failing directory fails its writes anyway).
+pub(crate) async fn probe_device(dir: &Path, dev: u64) {
     if PROBED.with(|p| p.borrow().contains(&dev)) {
         return;
     }

@@ -151,7 +151,6 @@ impl Segment {
         if let Some(f) = &*self.dma_reader.borrow() {
             return Ok(f.clone());
         }
-        crate::direct_write::probe_device(&self.path).await;
         let f = OpenOptions::new()
             .read(true)
             .dma_open(&self.path)
@@ -167,7 +166,7 @@ impl Segment {
     pub(crate) async fn stop_direct(&self) -> Result<()> {
         let writer = self.direct.borrow_mut().take();
         match writer {
-            Some(w) => w.finish(&self.path, self.size.get()).await,
+            Some(w) => w.finish(self.size.get()).await,
             None => Ok(()),
         }
     }

@@ -115,13 +115,17 @@ impl Log {
         let dir = dir.into();
         let dir = std::path::absolute(&dir).map_err(|e| Error::storage(&dir, e))?;
         let config = config.sanitized();
-        let listing = {
+        let (listing, device) = {
             let dir = dir.clone();
             glommio::executor()
                 .spawn_blocking(move || list_segments(&dir))
                 .await
         }
         .map_err(|e| Error::storage(&dir, e))?;
+        if config.direct_io {
+            // Before any Direct I/O open in this directory (recovery may create a segment).
+            crate::direct_write::probe_device(&dir, device).await;
+        }
         let segments = recover(&dir, &config, listing).await?;
         let active = segments.last().expect("recover leaves a segment");
         if config.direct_io {

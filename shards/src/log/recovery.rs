@@ -13,10 +13,12 @@ pub(super) struct Found {
     index: Option<(SparseIndex, SegmentMeta)>,
 }
 
-/// Lists `<base:020>.log` files, oldest first, with their index files if intact (blocking; run off the
-/// executor thread).
-pub(super) fn list_segments(dir: &Path) -> std::io::Result<Vec<Found>> {
+/// Lists `<base:020>.log` files, oldest first, with their index files if intact, and the device
+/// (`st_dev`) holding the directory (blocking; run off the executor thread).
+pub(super) fn list_segments(dir: &Path) -> std::io::Result<(Vec<Found>, u64)> {
+    use std::os::unix::fs::MetadataExt;
     std::fs::create_dir_all(dir)?;
+    let device = std::fs::metadata(dir)?.dev();
     let mut found = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
@@ -49,7 +51,7 @@ pub(super) fn list_segments(dir: &Path) -> std::io::Result<Vec<Found>> {
         });
     }
     found.sort_by_key(|f| f.base_offset);
-    Ok(found)
+    Ok((found, device))
 }
 
 /// Opens the segments found, scanning the ones not known clean, and cuts the log at the first damage.
