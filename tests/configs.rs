@@ -70,8 +70,8 @@ impl ProducerContext for Reports {
     }
 }
 
-/// Produces one record of `bytes` bytes; the error code if the broker refuses it.
-fn produce(bootstrap: &str, bytes: usize) -> Result<(), RDKafkaErrorCode> {
+/// Produces one record of `bytes` bytes to `partition`; the error code if the broker refuses it.
+fn produce(bootstrap: &str, partition: i32, bytes: usize) -> Result<(), RDKafkaErrorCode> {
     let p: BaseProducer<Reports> = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("message.timeout.ms", "10000")
@@ -81,7 +81,7 @@ fn produce(bootstrap: &str, bytes: usize) -> Result<(), RDKafkaErrorCode> {
     let value = vec![7u8; bytes];
     p.send(
         BaseRecord::<(), [u8]>::to(TOPIC)
-            .partition(0)
+            .partition(partition)
             .payload(&value[..]),
     )
     .expect("queued");
@@ -152,8 +152,11 @@ fn topic_configs_are_described_changed_everywhere_and_kept() {
         Some("268435456")
     );
 
-    // A 100 KB record goes in; after max.message.bytes=32768 (on both cores' partitions) it does not.
-    produce(&bootstrap, 100_000).expect("accepted before the change");
+    // A 100 KB record goes in; after max.message.bytes=32768 it does not, on either partition: the
+    // two live on different cores (round robin over the 2 cores), and both apply the change.
+    for partition in [0, 1] {
+        produce(&bootstrap, partition, 100_000).expect("accepted before the change");
+    }
     alter(
         &admin,
         AlterConfig::new(topic).set("max.message.bytes", "32768"),
@@ -163,10 +166,13 @@ fn topic_configs_are_described_changed_everywhere_and_kept() {
         describe(&admin, ResourceSpecifier::Topic(TOPIC), "max.message.bytes"),
         (Some("32768".into()), "DynamicTopic".into(), false)
     );
-    assert_eq!(
-        produce(&bootstrap, 100_000),
-        Err(RDKafkaErrorCode::MessageSizeTooLarge)
-    );
+    for partition in [0, 1] {
+        assert_eq!(
+            produce(&bootstrap, partition, 100_000),
+            Err(RDKafkaErrorCode::MessageSizeTooLarge),
+            "partition {partition}"
+        );
+    }
 
     shoal.stop();
     let shoal = Shoal::start(dir.path(), 2, &[]);
@@ -179,9 +185,12 @@ fn topic_configs_are_described_changed_everywhere_and_kept() {
         Some("32768"),
         "kept across a restart"
     );
-    assert_eq!(
-        produce(&bootstrap, 100_000),
-        Err(RDKafkaErrorCode::MessageSizeTooLarge)
-    );
+    for partition in [0, 1] {
+        assert_eq!(
+            produce(&bootstrap, partition, 100_000),
+            Err(RDKafkaErrorCode::MessageSizeTooLarge),
+            "partition {partition} after a restart"
+        );
+    }
     shoal.stop();
 }

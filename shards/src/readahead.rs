@@ -145,3 +145,61 @@ impl ReadAhead {
         .detach();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn kept(windows: &[(u64, usize)]) -> ReadAhead {
+        let ra = ReadAhead::default();
+        for &(start, len) in windows {
+            ra.keep(start, Bytes::from(vec![(start / MIB) as u8; len]));
+        }
+        ra
+    }
+
+    #[test]
+    fn only_a_sequential_reader_gets_windows_ahead() {
+        // A header read that missed: no read-ahead.
+        assert!(kept(&[]).next_starts(0, 64 << 10, false).is_empty());
+        // A catch-up read of 1 MiB that missed (kept as a window): windows from its end to 8 MiB
+        // past it, in 2 MiB steps.
+        let ra = kept(&[(0, MIB as usize)]);
+        assert_eq!(
+            ra.next_starts(0, MIB, false),
+            [MIB, 3 * MIB, 5 * MIB, 7 * MIB]
+        );
+    }
+
+    #[test]
+    fn windows_are_topped_up_from_the_end_of_their_coverage_not_restarted() {
+        // The next fetch starts inside the last read, at the first batch it could not take whole,
+        // and its end falls inside the window after: new windows continue where coverage ends.
+        let ra = kept(&[(0, MIB as usize), (MIB, 2 * MIB as usize)]);
+        let (pos, end) = (MIB - 16_195, 2 * MIB - 16_195);
+        assert_eq!(
+            ra.next_starts(pos, end, true),
+            [3 * MIB, 5 * MIB, 7 * MIB, 9 * MIB]
+        );
+    }
+
+    #[test]
+    fn a_read_across_two_windows_is_served_from_both() {
+        let ra = kept(&[(0, MIB as usize), (MIB, MIB as usize)]);
+        let first = futures_lite::future::block_on(ra.get(MIB - 10, MIB + 10))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (first.len(), first[0]),
+            (10, 0),
+            "up to the first window's end"
+        );
+        let second = futures_lite::future::block_on(ra.get(MIB, MIB + 10))
+            .unwrap()
+            .unwrap();
+        assert_eq!((second.len(), second[0]), (10, 1));
+        assert!(futures_lite::future::block_on(ra.get(2 * MIB, 2 * MIB + 1)).is_none());
+    }
+}
