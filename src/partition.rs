@@ -9,6 +9,7 @@
 //! activity, and expiry and the limit apply again at once, so only producers whose batches are recent
 //! enough come back, which is what Kafka's replay of the log after its last snapshot does too.
 
+use shards::files::write_atomically;
 use shards::producers::{ProducerConfig, ProducerStates};
 use shards::{Log, LogConfig, TailCache};
 use std::cell::RefCell;
@@ -114,18 +115,4 @@ async fn load_producer_state(log: &Log, config: ProducerConfig) -> shards::Resul
     }
     states.expire(now);
     Ok(states)
-}
-
-/// Writes a small file so that a crash leaves either the old or the new content.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)?.sync_all()?;
-    }
-    Ok(())
 }

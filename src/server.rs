@@ -282,6 +282,8 @@ async fn run_core(
         // were committed); it answers COORDINATOR_LOAD_IN_PROGRESS instead.
         log::error!("core {id}: cannot load committed offsets: {e}");
     }
+    // Compacted topics' partitions on this core are compacted in the background from now on.
+    shards::compactor::start();
     let ticker = glommio::spawn_local({
         let core = core.clone();
         async move { core.groups.run_ticker(&core.shutdown).await }

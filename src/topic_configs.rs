@@ -22,6 +22,7 @@ pub enum ConfigType {
     String = 2,
     Int = 3,
     Long = 5,
+    Double = 6,
     List = 7,
 }
 
@@ -51,7 +52,13 @@ const TOPIC_CONFIGS: &[Known] = &[
         name: "cleanup.policy",
         broker: "log.cleanup.policy",
         config_type: ConfigType::List,
-        doc: "delete: old segments are deleted by retention (compaction is not supported yet)",
+        doc: "delete (old segments are deleted by retention), compact (the latest record per key is kept), or both",
+    },
+    Known {
+        name: "delete.retention.ms",
+        broker: "log.cleaner.delete.retention.ms",
+        config_type: ConfigType::Long,
+        doc: "compacted topics: a tombstone stays readable this long after it was written",
     },
     Known {
         name: "flush.ms",
@@ -66,10 +73,28 @@ const TOPIC_CONFIGS: &[Known] = &[
         doc: "largest record batch accepted",
     },
     Known {
+        name: "max.compaction.lag.ms",
+        broker: "log.cleaner.max.compaction.lag.ms",
+        config_type: ConfigType::Long,
+        doc: "compacted topics: a record stays uncompacted at most about this long",
+    },
+    Known {
         name: "message.timestamp.type",
         broker: "log.message.timestamp.type",
         config_type: ConfigType::String,
         doc: "CreateTime (the producer's) or LogAppendTime (the broker's clock)",
+    },
+    Known {
+        name: "min.cleanable.dirty.ratio",
+        broker: "log.cleaner.min.cleanable.ratio",
+        config_type: ConfigType::Double,
+        doc: "compacted topics: compact once this share of the log is not compacted yet",
+    },
+    Known {
+        name: "min.compaction.lag.ms",
+        broker: "log.cleaner.min.compaction.lag.ms",
+        config_type: ConfigType::Long,
+        doc: "compacted topics: a record stays uncompacted at least this long",
     },
     Known {
         name: "retention.bytes",
@@ -118,7 +143,16 @@ fn ms(d: Option<std::time::Duration>, none: i64) -> String {
 /// The value of topic config `name` in effect under `c`, as Kafka writes it.
 pub fn topic_config_value(name: &str, c: &LogConfig) -> String {
     match name {
-        "cleanup.policy" => "delete".into(),
+        "cleanup.policy" => match (c.cleanup_delete, c.cleanup_compact) {
+            (true, true) => "compact,delete",
+            (false, true) => "compact",
+            _ => "delete",
+        }
+        .into(),
+        "delete.retention.ms" => ms(Some(c.delete_retention), -1),
+        "max.compaction.lag.ms" => ms(c.max_compaction_lag, i64::MAX),
+        "min.cleanable.dirty.ratio" => c.min_cleanable_dirty_ratio.to_string(),
+        "min.compaction.lag.ms" => ms(Some(c.min_compaction_lag), 0),
         "flush.ms" => ms(c.flush_interval, i64::MAX),
         "max.message.bytes" => c.max_batch_bytes.to_string(),
         "message.timestamp.type" => if c.log_append_time {

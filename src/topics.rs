@@ -156,12 +156,50 @@ pub fn apply_topic_configs(
                 "LogAppendTime" => c.log_append_time = true,
                 _ => return Err(format!("{k} must be CreateTime or LogAppendTime")),
             },
-            // A list in Kafka; shoal deletes old segments and does not compact (yet).
-            "cleanup.policy" if v.split(',').map(str::trim).eq(["delete"]) => {}
+            // A list in Kafka: delete, compact, or both.
             "cleanup.policy" => {
-                return Err(format!(
-                    "cleanup.policy={v:?}: only delete is supported (compaction is not, yet)"
-                ))
+                let (mut delete, mut compact) = (false, false);
+                for p in v.split(',').map(str::trim) {
+                    match p {
+                        "delete" => delete = true,
+                        "compact" => compact = true,
+                        _ => {
+                            return Err(format!(
+                                "cleanup.policy={v:?}: each entry must be delete or compact"
+                            ))
+                        }
+                    }
+                }
+                if !(delete || compact) {
+                    return Err(format!(
+                        "cleanup.policy={v:?}: name delete, compact or both"
+                    ));
+                }
+                (c.cleanup_delete, c.cleanup_compact) = (delete, compact);
+            }
+            "min.cleanable.dirty.ratio" => {
+                c.min_cleanable_dirty_ratio = v
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|r| (0.0..=1.0).contains(r))
+                    .ok_or_else(|| format!("{k}={v:?} must be a number from 0 to 1"))?
+            }
+            "min.compaction.lag.ms" => {
+                c.min_compaction_lag = Duration::from_millis(
+                    u64::try_from(num(k, v)?).map_err(|_| format!("{k} must not be negative"))?,
+                )
+            }
+            "max.compaction.lag.ms" => {
+                let ms = u64::try_from(num(k, v)?)
+                    .ok()
+                    .filter(|&ms| ms > 0)
+                    .ok_or_else(|| format!("{k} must be positive"))?;
+                c.max_compaction_lag = (ms < i64::MAX as u64).then(|| Duration::from_millis(ms))
+            }
+            "delete.retention.ms" => {
+                c.delete_retention = Duration::from_millis(
+                    u64::try_from(num(k, v)?).map_err(|_| format!("{k} must not be negative"))?,
+                )
             }
             _ => return Err(format!("unsupported topic config {k}")),
         }

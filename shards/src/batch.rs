@@ -723,6 +723,110 @@ pub fn records(b: &[u8]) -> Result<Vec<Record<'_>>, InvalidBatch> {
     Ok(out)
 }
 
+/// Where one record of a plain (uncompressed) records section lies, as compaction needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordSpan {
+    /// The whole record, its length prefix included: copied as is into a rewritten batch, so it
+    /// keeps its offset and timestamp deltas.
+    pub span: std::ops::Range<usize>,
+    pub offset_delta: i32,
+    /// The key's bytes; `None` for a record without a key.
+    pub key: Option<std::ops::Range<usize>>,
+    /// A null value: a delete marker for the key.
+    pub tombstone: bool,
+}
+
+/// Locates the records of a plain records section (`plain`: the section of a batch with header
+/// `h`, decompressed). Malformed bytes give an error, never a panic: they come from disk.
+pub fn record_spans(h: &BatchHeader, plain: &[u8]) -> Result<Vec<RecordSpan>, InvalidBatch> {
+    let bad = |i: i32| records_error(h, format!("record {i} is malformed"));
+    let mut r = Reader { b: plain, at: 0 };
+    let mut out = Vec::with_capacity((h.record_count.max(0) as usize).min(plain.len() / 7 + 1));
+    for i in 0..h.record_count.max(0) {
+        let start = r.at;
+        let len = r
+            .varint()
+            .and_then(|l| usize::try_from(l).ok())
+            .ok_or_else(|| bad(i))?;
+        let body = r.at;
+        let end = body
+            .checked_add(len)
+            .filter(|&e| e <= plain.len())
+            .ok_or_else(|| bad(i))?;
+        r.take(1).ok_or_else(|| bad(i))?; // attributes
+        r.varlong().ok_or_else(|| bad(i))?; // timestamp delta
+        let offset_delta = r.varint().ok_or_else(|| bad(i))?;
+        let key_len = r.varint().ok_or_else(|| bad(i))?;
+        let key = match usize::try_from(key_len) {
+            Ok(n) => {
+                let from = r.at;
+                r.take(n).ok_or_else(|| bad(i))?;
+                Some(from..from + n)
+            }
+            Err(_) => None,
+        };
+        let tombstone = r.varint().ok_or_else(|| bad(i))? < 0;
+        if r.at > end {
+            return Err(bad(i));
+        }
+        r.at = end;
+        out.push(RecordSpan {
+            span: start..end,
+            offset_delta,
+            key,
+            tombstone,
+        });
+    }
+    Ok(out)
+}
+
+/// Checks that every record of the batches (a Produce request's records, already validated) has a
+/// key, as a compacted log requires (Kafka: `INVALID_RECORD`).
+pub fn check_keys(blob: &[u8], headers: &[BatchHeader]) -> Result<(), InvalidBatch> {
+    let mut at = 0;
+    for h in headers {
+        let b = &blob[at..at + h.total_len()];
+        let plain = records_section(h, b)?;
+        if let Some(i) = record_spans(h, &plain)?
+            .iter()
+            .position(|r| r.key.is_none())
+        {
+            return Err(InvalidBatch::MissingKey { index: i as i32 });
+        }
+        at += h.total_len();
+    }
+    Ok(())
+}
+
+/// The batch `h` rewritten to hold only the records `keep` (spans of its plain records section
+/// `plain`, in order), as compaction leaves it: the same base offset and last offset delta (so the
+/// next batch still follows on, and an idempotent producer's sequence numbers are still known),
+/// the same producer fields, timestamps and codec. With nothing kept it is an empty batch (no
+/// records, uncompressed), which Kafka's cleaner leaves to keep a producer's last sequence number.
+pub fn rebuild(h: &BatchHeader, plain: &[u8], keep: &[std::ops::Range<usize>]) -> Vec<u8> {
+    let mut section = Vec::with_capacity(keep.iter().map(|r| r.len()).sum());
+    for r in keep {
+        section.extend_from_slice(&plain[r.clone()]);
+    }
+    let mut attributes = h.attributes;
+    if keep.is_empty() {
+        attributes &= !ATTR_COMPRESSION;
+    } else if let Some(packed) = crate::compression::compress(h.compression() as i16, &section) {
+        section = packed;
+    }
+    let mut out = vec![0u8; HEADER_LEN];
+    out.extend_from_slice(&section);
+    write_header(
+        &mut out,
+        &BatchHeader {
+            attributes,
+            record_count: keep.len() as i32,
+            ..*h
+        },
+    );
+    out
+}
+
 /// Reads a records section field by field from `at` (Kafka's zig-zag varints); `None` past the end.
 #[derive(Debug)]
 pub struct Reader<'a> {

@@ -19,6 +19,9 @@ use std::task::{Context, Poll, Waker};
 pub struct CoalesceKey {
     /// [`crate::Log::id`] of the partition's log.
     pub log: u64,
+    /// [`crate::Log::layout`]: changes when compaction rewrites segments, so results read
+    /// before it are not served after it.
+    pub layout: u64,
     pub offset: i64,
     pub read_committed: bool,
     pub max_bytes: usize,

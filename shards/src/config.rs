@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LogConfig {
     /// Roll to a new segment when the active one would grow past this (Kafka `segment.bytes`).
     pub segment_bytes: u64,
@@ -27,6 +27,23 @@ pub struct LogConfig {
     /// Write the active segment with Direct I/O (`O_DIRECT`), bypassing the page cache, where the
     /// file system allows it; else through the page cache.
     pub direct_io: bool,
+    /// Retention deletes old segments (Kafka `cleanup.policy` holds `delete`).
+    pub cleanup_delete: bool,
+    /// The log is compacted: the latest record per key is kept (Kafka `cleanup.policy` holds
+    /// `compact`). Appends must then give every record a key.
+    pub cleanup_compact: bool,
+    /// Compact once the dirty part (not compacted yet) is at least this share of the compactable
+    /// part (Kafka `min.cleanable.dirty.ratio`).
+    pub min_cleanable_dirty_ratio: f64,
+    /// Records stay uncompacted at least this long (Kafka `min.compaction.lag.ms`).
+    pub min_compaction_lag: Duration,
+    /// Records stay uncompacted at most about this long, whatever the dirty ratio (Kafka
+    /// `max.compaction.lag.ms`; `None`: no limit).
+    pub max_compaction_lag: Option<Duration>,
+    /// A tombstone (a record with a key and no value) stays readable at least this long after it
+    /// was written, so a consumer reading from the start sees the delete (Kafka
+    /// `delete.retention.ms`). Then compaction removes it.
+    pub delete_retention: Duration,
 }
 
 /// Kafka caps `segment.bytes` at `i32::MAX`; we need positions to fit the index's `u32`.
@@ -45,6 +62,12 @@ impl Default for LogConfig {
             max_batch_bytes: 1_048_588,
             log_append_time: false,
             direct_io: true,
+            cleanup_delete: true,
+            cleanup_compact: false,
+            min_cleanable_dirty_ratio: 0.5,
+            min_compaction_lag: Duration::ZERO,
+            max_compaction_lag: None,
+            delete_retention: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -55,6 +78,10 @@ impl LogConfig {
         self.segment_bytes = self.segment_bytes.clamp(4096, MAX_SEGMENT_BYTES);
         self.index_interval_bytes = self.index_interval_bytes.max(1);
         self.max_batch_bytes = self.max_batch_bytes.min(self.segment_bytes as usize);
+        if !self.min_cleanable_dirty_ratio.is_finite() {
+            self.min_cleanable_dirty_ratio = 0.5;
+        }
+        self.min_cleanable_dirty_ratio = self.min_cleanable_dirty_ratio.clamp(0.0, 1.0);
         self
     }
 }

@@ -37,6 +37,10 @@ pub enum InvalidBatch {
     /// The records section does not match the header (Kafka: `INVALID_RECORD`).
     #[error("records do not match the header's record count {count}: {why}")]
     Records { count: i32, why: String },
+    /// A compacted log keeps the latest record per key, so every record needs one (Kafka:
+    /// `INVALID_RECORD`).
+    #[error("record {index} has no key: a compacted topic only takes records with keys")]
+    MissingKey { index: i32 },
 }
 
 /// Errors of the shard-local engine.

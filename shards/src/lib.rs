@@ -9,8 +9,11 @@
 //!   LogAppendTime stamping, and a builder/decoder for uncompressed batches.
 //! - [`coalescer`]  — the fetch read coalescer (one read per key serves every fetch; fresh S3-FIFO
 //!   cache) and the response-memory budget.
+//! - [`compactor`]  — one per core: compacts the core's compacted logs that are due, in a task queue
+//!   of its own (the pass itself is `log::compact`).
 //! - [`compression`] — Kafka's record codecs (gzip, snappy, lz4, zstd), bounded decompression.
-//! - [`log`]        — one partition's log: append (offsets, group commit), read, recovery, retention, delete.
+//! - [`log`]        — one partition's log: append (offsets, group commit), read, recovery, retention,
+//!   compaction, delete.
 //! - `segment`      — one segment file (`<base_offset:020>.log`): writes, reads, the recovery scan.
 //! - `direct_write` — the active segment's writes with Direct I/O: whole blocks from DMA buffers,
 //!   the last partial block rewritten, zero padding cut when the segment is sealed.
@@ -30,15 +33,18 @@
 //! - [`producers`]  — idempotent producer state per partition: duplicates, gaps, epochs, snapshots.
 //! - [`records`]    — what a read returns: whole batches as shared slices, plus counts.
 //! - [`config`]     — per-log settings (segment size, flush interval, retention, ...).
+//! - [`files`]      — small files written whole (checkpoints, snapshots).
 //! - [`error`]      — the crate's one error type, mapped to Kafka error codes by the front end.
 
 pub mod batch;
 mod chunk;
 pub mod coalescer;
+pub mod compactor;
 pub mod compression;
 pub mod config;
 mod direct_write;
 pub mod error;
+pub mod files;
 mod index;
 pub mod log;
 pub mod monitor;
@@ -56,7 +62,7 @@ pub mod view_reader;
 pub use crate::coalescer::{CoalesceKey, FetchCoalescer, ResponseHold, ResponseMemory, SharedRead};
 pub use crate::config::LogConfig;
 pub use crate::error::{Error, InvalidBatch, Result};
-pub use crate::log::{AppendOptions, AppendResult, Log, LogStats};
+pub use crate::log::{AppendOptions, AppendResult, CompactionStats, Log, LogStats};
 pub use crate::monitor::OffsetMonitor;
 pub use crate::records::{LogRead, Records};
 pub use crate::segment::now_ms;

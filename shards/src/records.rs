@@ -34,7 +34,8 @@ impl Records {
         (!self.is_empty()).then_some(self.last_offset + 1)
     }
 
-    /// Appends `other`, which must start right after `self`.
+    /// Appends `other`, which must start after `self` (right after it, or after a gap that
+    /// compaction left).
     pub(crate) fn extend(&mut self, other: Records) {
         if other.is_empty() {
             return;
@@ -43,7 +44,7 @@ impl Records {
             *self = other;
             return;
         }
-        debug_assert_eq!(other.first_offset, self.last_offset + 1);
+        debug_assert!(other.first_offset > self.last_offset);
         self.parts.extend(other.parts);
         self.len += other.len;
         self.batches += other.batches;

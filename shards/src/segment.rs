@@ -63,6 +63,9 @@ pub(crate) struct Segment {
     dma_reader: RefCell<Option<Rc<DmaFile>>>,
     /// Windows read ahead of a sequential reader (Direct I/O reads have no kernel read-ahead).
     readahead: ReadAhead,
+    /// Compaction replaced this segment: its path now names another file, so nothing may be
+    /// opened by path any more; reads still in flight finish on the handles already open.
+    retired: Cell<bool>,
 }
 
 /// What a recovery scan found.
@@ -146,10 +149,21 @@ impl Segment {
         self.direct_reads.set(on);
     }
 
-    /// The Direct I/O read handle, opened on first use.
-    async fn dma_reader(&self) -> Result<Rc<DmaFile>> {
+    /// Marks the segment replaced by compaction (see `retired`): reads from now on go through the
+    /// open buffered handle.
+    pub(crate) fn retire(&self) {
+        self.retired.set(true);
+        self.direct_reads.set(false);
+    }
+
+    /// The Direct I/O read handle, opened on first use; `None` once the segment is retired and
+    /// none was open (its path names the file that replaced it).
+    async fn dma_reader(&self) -> Result<Option<Rc<DmaFile>>> {
         if let Some(f) = &*self.dma_reader.borrow() {
-            return Ok(f.clone());
+            return Ok(Some(f.clone()));
+        }
+        if self.retired.get() {
+            return Ok(None);
         }
         let f = OpenOptions::new()
             .read(true)
@@ -158,7 +172,7 @@ impl Segment {
             .map_err(|e| Error::storage(&self.path, e))?;
         let f = Rc::new(f);
         *self.dma_reader.borrow_mut() = Some(f.clone());
-        Ok(f)
+        Ok(Some(f))
     }
 
     /// Ends Direct I/O writes (the segment is sealed or the log closes): the zero padding after the
@@ -204,6 +218,7 @@ impl Segment {
             direct_reads: Cell::new(false),
             dma_reader: RefCell::new(None),
             readahead: ReadAhead::default(),
+            retired: Cell::new(false),
         }
     }
 
@@ -330,6 +345,11 @@ impl Segment {
         if self.direct_reads.get() {
             return self.read_direct(pos, len).await;
         }
+        self.read_buffered(pos, len).await
+    }
+
+    /// [`Self::read_exact`] through the page cache.
+    async fn read_buffered(&self, pos: u64, len: usize) -> Result<Bytes> {
         let mut out = Vec::with_capacity(len);
         while out.len() < len {
             let at = pos + out.len() as u64;
@@ -367,7 +387,10 @@ impl Segment {
                     parts.push(part);
                 }
                 None => {
-                    let file = self.dma_reader().await?;
+                    let Some(file) = self.dma_reader().await? else {
+                        parts.push(self.read_buffered(at, (end - at) as usize).await?);
+                        break;
+                    };
                     let part =
                         direct_read(file, self.path.clone(), at, (end - at) as usize).await?;
                     self.readahead.keep(at, part.clone());
@@ -381,7 +404,9 @@ impl Segment {
             if stop <= start {
                 break;
             }
-            let file = self.dma_reader().await?;
+            let Some(file) = self.dma_reader().await? else {
+                break;
+            };
             let read = direct_read(file, self.path.clone(), start, (stop - start) as usize);
             self.readahead.start(start, (stop - start) as usize, read);
         }
@@ -495,7 +520,7 @@ impl Segment {
         Ok(h)
     }
 
-    /// Reads the file batch by batch, checking each CRC and that offsets follow on from `base_offset`,
+    /// Reads the file batch by batch, checking each CRC and that offsets grow from `base_offset`,
     /// and rebuilds the index. Stops at the first torn or corrupt batch.
     pub(crate) async fn scan(
         file: &BufferedFile,
@@ -569,9 +594,10 @@ impl Segment {
                 Ok(h) => h,
                 Err(e) => break Some(e.to_string()),
             };
-            if h.base_offset != meta.next_offset {
+            // Offsets only grow; compaction leaves gaps where it removed whole batches.
+            if h.base_offset < meta.next_offset {
                 break Some(format!(
-                    "batch base offset {} where {} was expected",
+                    "batch base offset {} below the end {} of the batches before it",
                     h.base_offset, meta.next_offset
                 ));
             }

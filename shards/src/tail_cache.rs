@@ -161,6 +161,28 @@ impl TailCache {
         }
     }
 
+    /// Drops the cached chunks of log `id` that begin below `end` (compaction rewrote the log below
+    /// it): reads there go to the rewritten segments. What is kept still ends at the high watermark.
+    pub(crate) fn forget_below(&self, id: LogId, end: i64) {
+        let mut inner = self.inner.borrow_mut();
+        let Some(pt) = inner.partitions.get_mut(&id) else {
+            return;
+        };
+        let mut freed = 0;
+        while pt
+            .chunks
+            .front()
+            .is_some_and(|c| c.entries.first().is_some_and(|e| e.base_offset < end))
+        {
+            freed += pt.chunks.pop_front().unwrap().writer.capacity();
+        }
+        if pt.chunks.is_empty() {
+            inner.partitions.remove(&id);
+        }
+        // Their eviction slots stay queued and are skipped (their sequence is gone).
+        inner.used -= freed;
+    }
+
     /// Caches one batch (already carrying its final offsets) appended at the end of log `id`.
     /// `fix` rewrites the cached copy in place (the log assigns offsets to the producer's bytes).
     pub(crate) fn insert(

@@ -13,6 +13,7 @@ use std::time::Duration;
 fn key(offset: i64) -> CoalesceKey {
     CoalesceKey {
         log: 1,
+        layout: 0,
         offset,
         read_committed: false,
         max_bytes: 1000,

@@ -1,7 +1,7 @@
 //! The topic table on disk: `DATA/topics.json`, written atomically.
 
-use crate::partition::write_atomically;
 use crate::topics::TopicTable;
+use shards::files::write_atomically;
 use std::path::Path;
 
 fn table_path(data_dir: &Path) -> std::path::PathBuf {

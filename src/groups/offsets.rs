@@ -4,9 +4,9 @@
 //!
 //! Design notes: `docs/groups.md`.
 
-use crate::partition::write_atomically;
 use bytes::Bytes;
 use shards::batch::{records, BatchBuilder};
+use shards::files::write_atomically;
 use shards::now_ms;
 use shards::oneshot::{self as answer, Sender};
 use shards::{AppendOptions, Log, LogConfig, TailCache};

@@ -36,7 +36,7 @@ pub fn reshard(data_dir: &Path, cores: usize) -> std::io::Result<()> {
         .collect();
     let old = previous.unwrap_or_else(|| on_disk.iter().map(|c| c + 1).max().unwrap_or(cores));
     if old == cores && on_disk.iter().all(|&c| c < cores) {
-        return crate::partition::write_atomically(&marker, cores.to_string().as_bytes());
+        return shards::files::write_atomically(&marker, cores.to_string().as_bytes());
     }
     log::info!("re-sharding committed offsets from {old} to {cores} cores");
     let data_dir = data_dir.to_path_buf();
@@ -47,7 +47,7 @@ pub fn reshard(data_dir: &Path, cores: usize) -> std::io::Result<()> {
     handle
         .join()
         .map_err(|e| std::io::Error::other(e.to_string()))??;
-    crate::partition::write_atomically(&marker, cores.to_string().as_bytes())
+    shards::files::write_atomically(&marker, cores.to_string().as_bytes())
 }
 
 /// One store's copy of a group's offsets: (store's core, offsets).
@@ -145,7 +145,7 @@ async fn reshard_on_executor(
     // Every group now has a complete copy at its new coordinator: record the new count before
     // removing the old copies, so that a crash from here on, followed by a start with either
     // count, takes those complete copies rather than whatever the deletes left.
-    crate::partition::write_atomically(
+    shards::files::write_atomically(
         &data_dir.join("__groups").join("cores"),
         cores.to_string().as_bytes(),
     )?;

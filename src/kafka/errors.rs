@@ -12,7 +12,8 @@ pub fn code_of(e: &Error) -> ResponseError {
             InvalidBatch::Records { .. }
             | InvalidBatch::RecordCount(_)
             | InvalidBatch::OffsetDelta { .. }
-            | InvalidBatch::TooManyOffsets { .. },
+            | InvalidBatch::TooManyOffsets { .. }
+            | InvalidBatch::MissingKey { .. },
         ) => ResponseError::InvalidRecord,
         Error::InvalidBatch(_) => ResponseError::CorruptMessage,
         Error::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,

@@ -21,9 +21,12 @@ use std::path::{Path, PathBuf};
 use std::rc::{Rc, Weak};
 use std::time::{Duration, Instant};
 
+mod compact;
 mod recovery;
 mod writer;
 
+use compact::{finish_interrupted, read_checkpoint, CompactionState};
+pub use compact::{CompactionStats, MAP_BYTES};
 use recovery::{list_segments, recover};
 use writer::{spawn_background, write_index, PendingAppend};
 
@@ -59,6 +62,10 @@ pub struct LogStats {
     pub size_bytes: u64,
     /// Storage operations that failed (writes, fsyncs, segment rolls, index writes).
     pub storage_errors: u64,
+    /// Compaction passes finished, bytes of segments they rewrote, and bytes those became.
+    pub compactions: u64,
+    pub compaction_read_bytes: u64,
+    pub compaction_written_bytes: u64,
 }
 
 /// A partition log. Cheap to clone (`Rc`); all clones are the same log. `!Send`: it lives on one core.
@@ -100,9 +107,30 @@ struct Inner {
     storage: StorageEpisode,
     closed: Cell<bool>,
     stats: Cell<LogStats>,
+    /// Compaction: the checkpoint, whether a pass runs (see `compact`).
+    compaction: RefCell<CompactionState>,
+    /// Changes when compaction replaces segments ([`Log::layout`]).
+    layout: Cell<u64>,
+}
+
+/// A handle that does not keep a log open (the compactor's registry).
+#[derive(Debug, Clone)]
+pub(crate) struct WeakLog(Weak<Inner>);
+
+impl WeakLog {
+    pub(crate) fn upgrade(&self) -> Option<Log> {
+        self.0.upgrade().map(|inner| Log { inner })
+    }
+    pub(crate) fn is_alive(&self) -> bool {
+        self.0.strong_count() > 0
+    }
 }
 
 impl Log {
+    pub(crate) fn downgrade(&self) -> WeakLog {
+        WeakLog(Rc::downgrade(&self.inner))
+    }
+
     /// Opens (or creates) the log in `dir`, recovering it: sealed segments with an intact index are
     /// trusted, the last one and any other without are scanned and cut at the first bad batch.
     pub async fn open(
@@ -115,10 +143,14 @@ impl Log {
         let dir = dir.into();
         let dir = std::path::absolute(&dir).map_err(|e| Error::storage(&dir, e))?;
         let config = config.sanitized();
-        let (listing, device) = {
+        let ((listing, device), first_dirty) = {
             let dir = dir.clone();
             glommio::executor()
-                .spawn_blocking(move || list_segments(&dir))
+                .spawn_blocking(move || {
+                    std::fs::create_dir_all(&dir)?;
+                    finish_interrupted(&dir)?;
+                    Ok::<_, std::io::Error>((list_segments(&dir)?, read_checkpoint(&dir)))
+                })
                 .await
         }
         .map_err(|e| Error::storage(&dir, e))?;
@@ -163,9 +195,16 @@ impl Log {
             storage: StorageEpisode::default(),
             closed: Cell::new(false),
             stats: Cell::new(LogStats::default()),
+            compaction: RefCell::new(CompactionState {
+                first_dirty,
+                ..CompactionState::default()
+            }),
+            layout: Cell::new(0),
         });
         spawn_background(Rc::downgrade(&inner));
-        Ok(Log { inner })
+        let log = Log { inner };
+        crate::compactor::register(&log);
+        Ok(log)
     }
 
     pub fn dir(&self) -> &Path {
@@ -249,10 +288,12 @@ impl Log {
     /// together (one write, then one fsync for all of them: group commit).
     pub async fn append(&self, blob: Bytes, opts: AppendOptions) -> Result<AppendResult> {
         let headers = batch::validate_all(&blob, self.inner.config.borrow().max_batch_bytes)?;
+        self.check_keys(&blob, &headers)?;
         self.append_validated(blob, headers, opts).await
     }
 
-    /// Appends batches already checked with [`batch::validate_all`] (`headers` are its result). The
+    /// Appends batches already checked with [`batch::validate_all`] (`headers` are its result) and
+    /// [`Log::check_keys`]. The
     /// append is queued when this is called, not when the future is first polled, so appends issued
     /// one after another are written in that order even if their futures are awaited together.
     pub fn append_validated(
@@ -335,6 +376,9 @@ impl Log {
         let mut out = Records::empty();
         let mut at = offset;
         for seg in segments {
+            // Compaction leaves gaps, even whole segments without batches: offsets below a
+            // segment's base that the segments before did not hold are gone.
+            at = at.max(seg.base_offset);
             if at >= high_watermark {
                 break;
             }
@@ -413,6 +457,11 @@ impl Log {
             .map_err(|_| Error::Closed)?;
         if inner.closed.get() {
             return Err(Error::Closed);
+        }
+        // A compacted-only log keeps its segments; while a compaction pass rewrites segments,
+        // retention waits for the next check.
+        if !inner.config.borrow().cleanup_delete || inner.compaction.borrow().running {
+            return Ok(0);
         }
         // Segments rolled a moment ago are being sealed in the background: wait for that (no
         // append can roll another while this holds the permit), so they can go too.

@@ -395,14 +395,19 @@ pub(super) fn spawn_background(weak: Weak<Inner>) {
 
 /// Saves a sealed segment's index, which also marks it clean. A failure only costs a scan at start-up.
 pub(super) async fn write_index(seg: &Segment) -> Result<()> {
-    let path = seg.index_path();
-    let bytes = seg.index.borrow().encode(&seg.meta());
+    write_file(&seg.index_path(), seg.index.borrow().encode(&seg.meta())).await?;
+    seg.sealed.set(true);
+    Ok(())
+}
+
+/// Writes a whole small file and fdatasyncs it.
+pub(super) async fn write_file(path: &Path, bytes: Vec<u8>) -> Result<()> {
     let res = async {
         let f = glommio::io::OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
-            .buffered_open(&path)
+            .buffered_open(path)
             .await?;
         let len = bytes.len();
         let n = f.write_at(bytes, 0).await?;
@@ -415,7 +420,5 @@ pub(super) async fn write_index(seg: &Segment) -> Result<()> {
         f.close().await
     }
     .await;
-    res.map_err(|e| Error::storage(&path, e))?;
-    seg.sealed.set(true);
-    Ok(())
+    res.map_err(|e| Error::storage(path, e))
 }

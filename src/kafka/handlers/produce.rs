@@ -141,6 +141,11 @@ fn start_partition(
             return failed(index, err, Some(e.to_string()));
         }
     };
+    // Compacted topics keep the latest record per key: records without one are refused.
+    if let Err(e) = partition.log.check_keys(&blob, &headers) {
+        log::debug!("produce to {topic}-{index} refused: {e}");
+        return failed(index, code_of(&e), Some(e.to_string()));
+    }
     if let Some(done) = check_sequences(&partition, &headers, index) {
         return done;
     }

@@ -217,6 +217,7 @@ async fn read_partition(
     }
     let key = shards::CoalesceKey {
         log: log.id(),
+        layout: log.layout(),
         offset,
         read_committed,
         max_bytes: budget,

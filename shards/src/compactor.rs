@@ -1,0 +1,85 @@
+//! The compactor of one core: a task in a task queue of its own (few shares, latency not
+//! important) that, every [`TICK`], finds the core's compacted logs that are due and compacts the
+//! dirtiest, one pass at a time. A pass yields the core every half millisecond of work
+//! (`log::compact`), so appends and reads on the core wait for it at most about that long.
+//!
+//! Every log registers itself when it opens (a log's cleanup policy can change while it is open);
+//! the registry holds weak handles only. The server starts the compactor on each core ([`start`]). It is per thread, which is per core in shoal (one glommio
+//! executor per thread); a new executor on the same thread gets a new task.
+
+use crate::log::Log;
+use std::cell::RefCell;
+use std::time::Duration;
+
+/// How often the compactor looks for logs that are due.
+pub const TICK: Duration = Duration::from_millis(250);
+/// The compactor's share of the core against the default task queue's 1000, when both have work.
+const SHARES: usize = 100;
+
+#[derive(Default)]
+struct Registry {
+    /// The executor the compactor task runs on, once started.
+    executor: Option<usize>,
+    logs: Vec<crate::log::WeakLog>,
+}
+
+thread_local! {
+    static REGISTRY: RefCell<Registry> = RefCell::new(Registry::default());
+}
+
+/// Adds `log` to this core's compactor (which compacts it while its config says so, once the
+/// compactor is started).
+pub(crate) fn register(log: &Log) {
+    REGISTRY.with(|r| {
+        let mut r = r.borrow_mut();
+        r.logs.retain(|l| l.is_alive());
+        r.logs.push(log.downgrade());
+    });
+}
+
+/// Starts this core's compactor unless it runs: the server does at each core's start. Logs are
+/// compacted only by explicit [`Log::compact_now`] calls until then (tests that need control).
+pub fn start() {
+    let executor = glommio::executor().id();
+    let started = REGISTRY.with(|r| r.borrow_mut().executor.replace(executor) == Some(executor));
+    if started {
+        return;
+    }
+    let queue = glommio::executor().create_task_queue(
+        glommio::Shares::Static(SHARES),
+        glommio::Latency::NotImportant,
+        "shoal-compactor",
+    );
+    match glommio::spawn_local_into(run(), queue) {
+        Ok(task) => drop(task.detach()),
+        Err(e) => {
+            log::error!("could not start the compactor: {e}");
+            REGISTRY.with(|r| r.borrow_mut().executor = None);
+        }
+    }
+}
+
+/// The logs due now, dirtiest first.
+fn due(now_ms: i64) -> Vec<Log> {
+    let mut due: Vec<(f64, Log)> = REGISTRY.with(|r| {
+        let mut r = r.borrow_mut();
+        r.logs.retain(|l| l.is_alive());
+        r.logs
+            .iter()
+            .filter_map(|l| l.upgrade())
+            .filter_map(|log| Some((log.compaction_due(now_ms)?, log)))
+            .collect()
+    });
+    due.sort_by(|a, b| b.0.total_cmp(&a.0));
+    due.into_iter().map(|(_, log)| log).collect()
+}
+
+async fn run() {
+    loop {
+        glommio::timer::sleep(TICK).await;
+        for log in due(crate::now_ms()) {
+            // Failures are logged and retried later by the pass itself.
+            let _ = log.compact_now().await;
+        }
+    }
+}
