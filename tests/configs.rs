@@ -120,7 +120,7 @@ fn topic_configs_are_described_changed_everywhere_and_kept() {
     for (key, value) in [
         ("max.message.bytes", "soon"),
         ("compression.type", "zstd"),
-        ("cleanup.policy", "compact"),
+        ("cleanup.policy", "compact,archive"),
     ] {
         let _ = alter(
             &admin,

@@ -87,7 +87,7 @@ pub(super) fn finish_interrupted(dir: &Path) -> std::io::Result<()> {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
         if name.ends_with(".cleaned") {
-            log::info!("recovery: removing {name}, left by an interrupted compaction");
+            log::warn!("recovery: removing {name}, left by an interrupted compaction");
             std::fs::remove_file(entry.path())?;
             changed = true;
         } else if let Some(stem) = name.strip_suffix(".swap") {
@@ -116,7 +116,7 @@ pub(super) fn finish_interrupted(dir: &Path) -> std::io::Result<()> {
             }
         }
         std::fs::rename(&swap, dir.join(crate::segment::segment_file_name(base)))?;
-        log::info!(
+        log::warn!(
             "recovery: finished the compaction of offsets {base}..{end} in {}",
             dir.display()
         );

@@ -1,0 +1,245 @@
+//! Compacted topics through librdkafka against the real binary: a topic created with
+//! `cleanup.policy=compact` takes a million updates of ten thousand keys (lz4-compressed batches)
+//! and some deletes, and a new consumer reading it from the start gets exactly the latest value of
+//! every live key, the deleted keys gone after `delete.retention.ms`; records without a key are
+//! refused with INVALID_RECORD; and a broker killed with SIGKILL again and again while it compacts
+//! loses nothing.
+
+mod common;
+
+use common::{send_retrying, Shoal};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{
+    BaseRecord, DefaultProducerContext, DeliveryResult, Producer, ProducerContext, ThreadedProducer,
+};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn create_compacted(bootstrap: &str, topic: &str, configs: &[(&str, &str)]) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("admin client");
+    let mut t =
+        NewTopic::new(topic, 1, TopicReplication::Fixed(1)).set("cleanup.policy", "compact");
+    for (k, v) in configs {
+        t = t.set(k, v);
+    }
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    for r in futures_lite::future::block_on(admin.create_topics([&t], &opts)).expect("answered") {
+        r.expect("topic created");
+    }
+}
+
+fn producer(bootstrap: &str) -> ThreadedProducer<DefaultProducerContext> {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("linger.ms", "20")
+        .set("batch.size", "262144")
+        .set("compression.type", "lz4")
+        .set("acks", "all")
+        .set("queue.buffering.max.messages", "200000")
+        .set("message.timeout.ms", "60000")
+        .create()
+        .expect("producer")
+}
+
+/// Every record of partition 0 of `topic`, from the start to the high watermark, folded into the
+/// latest value per key (`None`: a tombstone), with how many records were read.
+fn read_latest(bootstrap: &str, topic: &str) -> (BTreeMap<String, Option<String>>, usize) {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "compaction-reader")
+        .set("enable.auto.commit", "false")
+        .set("fetch.max.bytes", "4194304")
+        .create()
+        .expect("consumer");
+    let (_, high) = consumer
+        .fetch_watermarks(topic, 0, Duration::from_secs(10))
+        .expect("watermarks");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning)
+        .unwrap();
+    consumer.assign(&tpl).unwrap();
+    let mut latest = BTreeMap::new();
+    let mut read = 0;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut next = 0;
+    while next < high {
+        assert!(
+            Instant::now() < deadline,
+            "read up to {next} of {high} in 120 s"
+        );
+        let Some(m) = consumer.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let m = m.expect("fetch succeeds");
+        assert!(m.offset() >= next, "offsets only grow");
+        next = m.offset() + 1;
+        read += 1;
+        let key = String::from_utf8(m.key().expect("every record has a key").to_vec()).unwrap();
+        let value = m.payload().map(|v| String::from_utf8(v.to_vec()).unwrap());
+        latest.insert(key, value);
+    }
+    (latest, read)
+}
+
+#[test]
+fn a_new_consumer_reads_the_latest_value_of_every_key() {
+    const KEYS: usize = 10_000;
+    const UPDATES: usize = 1_000_000;
+    const DELETED: usize = 100;
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 1, &[]);
+    let bootstrap = format!("127.0.0.1:{}", shoal.ports[0]);
+    create_compacted(
+        &bootstrap,
+        "state",
+        &[
+            ("segment.bytes", "1048576"),
+            ("segment.ms", "2000"),
+            ("min.cleanable.dirty.ratio", "0.1"),
+            ("delete.retention.ms", "1000"),
+        ],
+    );
+    let p = producer(&bootstrap);
+    let mut expected = BTreeMap::new();
+    for i in 0..UPDATES {
+        let key = format!("key-{}", (i * 7919) % KEYS);
+        let value = format!("{i}");
+        send_retrying(&p, BaseRecord::to("state").key(&key).payload(&value));
+        expected.insert(key, Some(value));
+    }
+    for k in 0..DELETED {
+        let key = format!("key-{k}");
+        send_retrying(&p, BaseRecord::<String, (), ()>::to("state").key(&key));
+        expected.remove(&key);
+    }
+    p.flush(Duration::from_secs(60)).expect("all acknowledged");
+    // segment.ms later, one more record rolls the segment: everything above is compactable.
+    std::thread::sleep(Duration::from_millis(2200));
+    send_retrying(&p, BaseRecord::to("state").key("end").payload("marker"));
+    p.flush(Duration::from_secs(10)).unwrap();
+    expected.insert("end".into(), Some("marker".into()));
+
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let (latest, read) = read_latest(&bootstrap, "state");
+        let live: BTreeMap<String, Option<String>> =
+            latest.into_iter().filter(|(_, v)| v.is_some()).collect();
+        assert_eq!(
+            live, expected,
+            "the latest value of every live key, none lost"
+        );
+        if read == expected.len() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still {read} records for {} keys after 90 s",
+            expected.len()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Delivery errors of a producer.
+#[derive(Default, Clone)]
+struct Errors(Arc<Mutex<Vec<RDKafkaErrorCode>>>);
+
+impl ClientContext for Errors {}
+
+impl ProducerContext for Errors {
+    type DeliveryOpaque = ();
+    fn delivery(&self, r: &DeliveryResult<'_>, _: ()) {
+        if let Err((e, _)) = r {
+            let code = e.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Unknown);
+            self.0.lock().unwrap().push(code);
+        }
+    }
+}
+
+#[test]
+fn records_without_a_key_are_refused_with_invalid_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 1, &[]);
+    let bootstrap = format!("127.0.0.1:{}", shoal.ports[0]);
+    create_compacted(&bootstrap, "keyed", &[]);
+    let errors = Errors::default();
+    let p: ThreadedProducer<Errors> = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("retries", "0")
+        .set("message.timeout.ms", "10000")
+        .create_with_context(errors.clone())
+        .expect("producer");
+    send_retrying(&p, BaseRecord::<(), str, ()>::to("keyed").payload("no key"));
+    p.flush(Duration::from_secs(10)).unwrap();
+    send_retrying(&p, BaseRecord::to("keyed").key("k").payload("keyed"));
+    p.flush(Duration::from_secs(10)).unwrap();
+    assert_eq!(*errors.0.lock().unwrap(), [RDKafkaErrorCode::InvalidRecord]);
+    let (latest, read) = read_latest(&bootstrap, "keyed");
+    assert_eq!(
+        (read, latest.get("k").cloned()),
+        (1, Some(Some("keyed".into())))
+    );
+}
+
+#[test]
+fn a_broker_killed_while_compacting_loses_nothing() {
+    const KEYS: usize = 2_000;
+    const ROUNDS: usize = 6;
+    let dir = tempfile::tempdir().unwrap();
+    let finished = Arc::new(AtomicUsize::new(0));
+    let start = |finished: &Arc<AtomicUsize>| {
+        let finished = finished.clone();
+        Shoal::start_watching_log(dir.path(), 1, &[], move |line| {
+            if line.contains("finished the compaction") || line.contains("interrupted compaction") {
+                finished.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    let mut shoal = start(&finished);
+    let mut bootstrap = format!("127.0.0.1:{}", shoal.ports[0]);
+    create_compacted(
+        &bootstrap,
+        "state",
+        &[
+            ("segment.bytes", "262144"),
+            ("min.cleanable.dirty.ratio", "0.01"),
+        ],
+    );
+    let mut expected = BTreeMap::new();
+    let mut i = 0usize;
+    for round in 0..ROUNDS {
+        // Every update of the round acknowledged (acks=all), then the broker is killed at some
+        // point of the compaction the new segments start.
+        let p = producer(&bootstrap);
+        for _ in 0..60_000 {
+            let key = format!("key-{}", (i * 7919) % KEYS);
+            let value = format!("{i}-{}", "v".repeat(i % 50));
+            send_retrying(&p, BaseRecord::to("state").key(&key).payload(&value));
+            expected.insert(key, Some(value));
+            i += 1;
+        }
+        p.flush(Duration::from_secs(60)).expect("all acknowledged");
+        drop(p);
+        std::thread::sleep(Duration::from_millis(150 + 97 * round as u64 % 400));
+        shoal.kill_hard();
+        shoal = start(&finished);
+        bootstrap = format!("127.0.0.1:{}", shoal.ports[0]);
+    }
+    let (latest, _) = read_latest(&bootstrap, "state");
+    assert_eq!(latest, expected, "the latest value of every key survives");
+    eprintln!(
+        "{} interrupted compactions were finished or undone at restarts",
+        finished.load(Ordering::Relaxed)
+    );
+}
