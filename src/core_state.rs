@@ -286,6 +286,10 @@ impl Core {
                     appended_bytes: s.appended_bytes,
                     writes: s.append_writes,
                     fsyncs: s.fsyncs,
+                    compactions: s.compactions,
+                    compacted_bytes: s.compaction_read_bytes,
+                    compacted_to_bytes: s.compaction_written_bytes,
+                    first_dirty_offset: p.log.first_dirty_offset(),
                 }
             })
             .collect();

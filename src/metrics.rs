@@ -81,6 +81,12 @@ pub struct PartitionSnapshot {
     pub writes: u64,
     /// fsyncs (group commits, flushes, segment seals).
     pub fsyncs: u64,
+    /// Compaction passes, bytes of segments they rewrote, and bytes those became.
+    pub compactions: u64,
+    pub compacted_bytes: u64,
+    pub compacted_to_bytes: u64,
+    /// The first offset compaction has not reached yet (compacted topics).
+    pub first_dirty_offset: i64,
 }
 
 /// Everything one core reports, as plain data that can cross to core 0.
@@ -471,6 +477,24 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
         &mut per_partition(|p| p.fsyncs),
     );
     family(
+        "shoal_log_compactions_total",
+        "counter",
+        "Compaction passes of a compacted partition's log.",
+        &mut per_partition(|p| p.compactions),
+    );
+    family(
+        "shoal_log_compacted_bytes_total",
+        "counter",
+        "Bytes of segments compaction rewrote (the log cleaned).",
+        &mut per_partition(|p| p.compacted_bytes),
+    );
+    family(
+        "shoal_log_compacted_to_bytes_total",
+        "counter",
+        "Bytes the segments compaction rewrote became.",
+        &mut per_partition(|p| p.compacted_to_bytes),
+    );
+    family(
         "shoal_log_high_watermark",
         "gauge",
         "Next offset of a partition.",
@@ -481,6 +505,12 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
         "gauge",
         "First offset of a partition.",
         &mut per_partition(|p| p.log_start_offset.max(0) as u64),
+    );
+    family(
+        "shoal_log_first_dirty_offset",
+        "gauge",
+        "First offset of a partition not compacted yet (the start offset for topics that are not compacted).",
+        &mut per_partition(|p| p.first_dirty_offset.max(0) as u64),
     );
     out
 }
