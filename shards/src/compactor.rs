@@ -45,18 +45,23 @@ pub fn start() {
     if started {
         return;
     }
-    let queue = glommio::executor().create_task_queue(
-        glommio::Shares::Static(SHARES),
-        glommio::Latency::NotImportant,
-        "shoal-compactor",
-    );
-    match glommio::spawn_local_into(run(), queue) {
+    match glommio::spawn_local_into(run(), task_queue()) {
         Ok(task) => drop(task.detach()),
         Err(e) => {
             log::error!("could not start the compactor: {e}");
             REGISTRY.with(|r| r.borrow_mut().executor = None);
         }
     }
+}
+
+/// A new task queue with the compactor's settings (few shares, latency not important): the
+/// compactor runs in one; benchmarks run a pass in one to measure what the core's other work sees.
+pub fn task_queue() -> glommio::TaskQueueHandle {
+    glommio::executor().create_task_queue(
+        glommio::Shares::Static(SHARES),
+        glommio::Latency::NotImportant,
+        "shoal-compactor",
+    )
 }
 
 /// The logs due now, dirtiest first.

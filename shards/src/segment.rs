@@ -127,7 +127,7 @@ impl Segment {
         let mut writer = DirectWriter::open(&self.path).await?;
         if let Some(w) = &mut writer {
             let start = size - size % w.alignment();
-            let tail = self.read_exact(start, (size - start) as usize).await?;
+            let tail = self.read_exact(start, (size - start) as usize, false).await?;
             let file_len = self
                 .file
                 .file_size()
@@ -341,9 +341,9 @@ impl Segment {
     }
 
     /// Reads exactly `len` bytes at `pos` (the region must be below `size`).
-    async fn read_exact(&self, pos: u64, len: usize) -> Result<Bytes> {
+    async fn read_exact(&self, pos: u64, len: usize, ahead: bool) -> Result<Bytes> {
         if self.direct_reads.get() {
-            return self.read_direct(pos, len).await;
+            return self.read_direct(pos, len, ahead).await;
         }
         self.read_buffered(pos, len).await
     }
@@ -373,7 +373,7 @@ impl Segment {
     /// the rest from the device (kept as a window too: the next read of a sequential reader starts
     /// inside it, at the first batch it could not take whole); then keeps a sequential reader's
     /// windows ahead of it.
-    async fn read_direct(&self, pos: u64, len: usize) -> Result<Bytes> {
+    async fn read_direct(&self, pos: u64, len: usize, ahead: bool) -> Result<Bytes> {
         let end = pos + len as u64;
         let mut parts = Vec::new();
         let mut at = pos;
@@ -399,7 +399,12 @@ impl Segment {
                 }
             }
         }
-        for start in self.readahead.next_starts(pos, end, from_windows) {
+        let starts = if ahead {
+            self.readahead.next_starts(pos, end, from_windows)
+        } else {
+            Vec::new()
+        };
+        for start in starts {
             let stop = self.size.get().min(start + readahead::WINDOW_BYTES as u64);
             if stop <= start {
                 break;
@@ -424,6 +429,18 @@ impl Segment {
         budget: usize,
         obligatory: bool,
     ) -> Result<Records> {
+        self.read_with(offset, budget, obligatory, true).await
+    }
+
+    /// [`Self::read`], with read-ahead only if `ahead`: compaction reads without it, so its reads
+    /// never fill the device's queue ahead of the core's appends.
+    pub(crate) async fn read_with(
+        &self,
+        offset: i64,
+        budget: usize,
+        obligatory: bool,
+        ahead: bool,
+    ) -> Result<Records> {
         let size = self.size.get();
         if offset >= self.next_offset.get() || size == 0 {
             return Ok(Records::empty());
@@ -437,7 +454,7 @@ impl Segment {
                 return Ok(Records::empty());
             }
             let h = self
-                .header_at(&mut window, pos, size, HEADER_WINDOW)
+                .header_at(&mut window, pos, size, HEADER_WINDOW, ahead)
                 .await?;
             if h.last_offset() >= offset {
                 break h;
@@ -449,7 +466,7 @@ impl Segment {
         let span = ((size - start) as usize).min(budget.max(HEADER_LEN));
         if window.slice(start, span).is_none() {
             window.start = start;
-            window.data = self.read_exact(start, span).await?;
+            window.data = self.read_exact(start, span, ahead).await?;
         }
         let mut end = pos;
         let mut out = Records {
@@ -463,6 +480,7 @@ impl Segment {
                     end,
                     size,
                     budget.saturating_sub((end - start) as usize),
+                    ahead,
                 )
                 .await?;
             let t = h.total_len() as u64;
@@ -481,7 +499,7 @@ impl Segment {
         let len = (end - start) as usize;
         let bytes = match window.slice(start, len) {
             Some(b) => b,
-            None => self.read_exact(start, len).await?,
+            None => self.read_exact(start, len, ahead).await?,
         };
         out.len = len;
         out.parts.push(bytes);
@@ -495,6 +513,7 @@ impl Segment {
         pos: u64,
         size: u64,
         want: usize,
+        ahead: bool,
     ) -> Result<BatchHeader> {
         if window.slice(pos, HEADER_LEN).is_none() {
             let len = (size - pos).min(want.max(HEADER_WINDOW) as u64) as usize;
@@ -505,7 +524,7 @@ impl Segment {
                 ));
             }
             window.start = pos;
-            window.data = self.read_exact(pos, len).await?;
+            window.data = self.read_exact(pos, len, ahead).await?;
         }
         let b = window
             .slice(pos, HEADER_LEN)

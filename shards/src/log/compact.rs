@@ -33,10 +33,14 @@ use std::collections::HashMap;
 const CHECKPOINT: &str = "cleaner-offset-checkpoint";
 /// Memory for one pass's key map (key bytes plus about 48 bytes per key).
 pub const MAP_BYTES: usize = 64 << 20;
-const READ_BYTES: usize = 1 << 20;
+/// One read of a pass, one at a time and without read-ahead: a pass never queues more than this
+/// on the device ahead of the core's appends.
+const READ_BYTES: usize = 256 << 10;
 const WRITE_BYTES: usize = 1 << 20;
 /// CPU a pass takes before it lets the core's other task queues run.
 const SLICE: Duration = Duration::from_micros(500);
+/// How long it then steps aside.
+const PAUSE: Duration = Duration::from_micros(20);
 /// After a failed pass, the log is not tried again for this long.
 const RETRY_AFTER_MS: i64 = 60_000;
 
@@ -153,7 +157,11 @@ struct Slicer(Instant);
 impl Slicer {
     async fn pause(&mut self) {
         if self.0.elapsed() >= SLICE {
-            glommio::executor().yield_task_queue_now().await;
+            // A short sleep, not a yield: glommio runs a queue that yields again at once if no
+            // other queue is runnable, without polling for completed I/O or timers, so the tasks
+            // those would wake (an append's write completing, a long poll's timer) would wait
+            // until the pass awaits I/O. A timer makes the executor poll.
+            glommio::timer::sleep(PAUSE).await;
             self.0 = Instant::now();
         }
     }
@@ -596,7 +604,7 @@ async fn next_batches(seg: &Segment, at: &mut i64) -> Result<Option<Records>> {
     if *at >= seg.next_offset.get() {
         return Ok(None);
     }
-    let read = seg.read(*at, READ_BYTES, true).await?;
+    let read = seg.read_with(*at, READ_BYTES, true, false).await?;
     match read.next_offset() {
         Some(next) => {
             *at = next;
