@@ -787,11 +787,14 @@ pub fn check_keys(blob: &[u8], headers: &[BatchHeader]) -> Result<(), InvalidBat
     for h in headers {
         let b = &blob[at..at + h.total_len()];
         let plain = records_section(h, b)?;
-        if let Some(i) = record_spans(h, &plain)?
+        let indexes: Vec<i32> = record_spans(h, &plain)?
             .iter()
-            .position(|r| r.key.is_none())
-        {
-            return Err(InvalidBatch::MissingKey { index: i as i32 });
+            .enumerate()
+            .filter(|(_, r)| r.key.is_none())
+            .map(|(i, _)| i as i32)
+            .collect();
+        if !indexes.is_empty() {
+            return Err(InvalidBatch::MissingKey { indexes });
         }
         at += h.total_len();
     }

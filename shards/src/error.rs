@@ -39,8 +39,12 @@ pub enum InvalidBatch {
     Records { count: i32, why: String },
     /// A compacted log keeps the latest record per key, so every record needs one (Kafka:
     /// `INVALID_RECORD`).
-    #[error("record {index} has no key: a compacted topic only takes records with keys")]
-    MissingKey { index: i32 },
+    #[error("{} record(s) without a key (the first at index {}): a compacted topic only takes records with keys", .indexes.len(), .indexes.first().copied().unwrap_or(0))]
+    MissingKey {
+        /// Each keyless record's index in its batch (the first batch that has any), as Kafka's
+        /// produce response lists them (`record_errors`).
+        indexes: Vec<i32>,
+    },
 }
 
 /// Errors of the shard-local engine.

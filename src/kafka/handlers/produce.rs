@@ -8,12 +8,14 @@ use crate::kafka::errors::code_of;
 use crate::partition::Partition;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 use shards::batch::{self, BatchHeader};
 use shards::producers::{is_idempotent, SequenceCheck};
-use shards::AppendOptions;
+use shards::{AppendOptions, InvalidBatch};
 use std::rc::Rc;
 
 pub const VERSIONS: Versions = Versions {
@@ -144,7 +146,16 @@ fn start_partition(
     // Compacted topics keep the latest record per key: records without one are refused.
     if let Err(e) = partition.log.check_keys(&blob, &headers) {
         log::debug!("produce to {topic}-{index} refused: {e}");
-        return failed(index, code_of(&e), Some(e.to_string()));
+        let mut answer = error_response(index, code_of(&e).code(), Some(e.to_string()));
+        // Which records (KIP-467): clients fail those with INVALID_RECORD and the rest of the
+        // batch with a retriable error of their own.
+        if let shards::Error::InvalidBatch(InvalidBatch::MissingKey { indexes }) = &e {
+            answer.record_errors = indexes
+                .iter()
+                .map(|&i| BatchIndexAndErrorMessage::default().with_batch_index(i))
+                .collect();
+        }
+        return Pending::Done(answer);
     }
     if let Some(done) = check_sequences(&partition, &headers, index) {
         return done;
