@@ -174,7 +174,12 @@ fn batch_16k() -> Bytes {
     let now = shards::now_ms();
     let mut b = BatchBuilder::new(now);
     for j in 0..16 {
-        b.push(now, Some(format!("k{j}").as_bytes()), Some(&[7u8; 1000]), &[]);
+        b.push(
+            now,
+            Some(format!("k{j}").as_bytes()),
+            Some(&[7u8; 1000]),
+            &[],
+        );
     }
     Bytes::from(b.finish(0))
 }
@@ -183,7 +188,10 @@ fn batch_16k() -> Bytes {
 async fn appends_until(log: &Log, end: Instant) -> Latencies {
     let stop = Rc::new(Cell::new(None));
     let stop_at = end;
-    paced(log, move || Instant::now() >= stop_at || stop.get() == Some(())).await
+    paced(log, move || {
+        Instant::now() >= stop_at || stop.get() == Some(())
+    })
+    .await
 }
 
 /// Paced appends to `log` until the pass reports it is done.

@@ -127,7 +127,9 @@ impl Segment {
         let mut writer = DirectWriter::open(&self.path).await?;
         if let Some(w) = &mut writer {
             let start = size - size % w.alignment();
-            let tail = self.read_exact(start, (size - start) as usize, false).await?;
+            let tail = self
+                .read_exact(start, (size - start) as usize, false)
+                .await?;
             let file_len = self
                 .file
                 .file_size()

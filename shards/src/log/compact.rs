@@ -486,9 +486,9 @@ impl Inner {
                         }
                         let last_of_producer = h.producer_id >= 0
                             && map.last_batch.get(&h.producer_id) == Some(&h.base_offset);
-                        let batch: std::borrow::Cow<[u8]> = if h.is_control() {
-                            bytes[..].into()
-                        } else if !spans.is_empty() && keep.len() == spans.len() {
+                        let whole =
+                            h.is_control() || !spans.is_empty() && keep.len() == spans.len();
+                        let batch: std::borrow::Cow<[u8]> = if whole {
                             bytes[..].into()
                         } else if !keep.is_empty() || last_of_producer {
                             rebuild(&h, &plain, &keep).into()

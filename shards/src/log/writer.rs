@@ -395,7 +395,8 @@ pub(super) fn spawn_background(weak: Weak<Inner>) {
 
 /// Saves a sealed segment's index, which also marks it clean. A failure only costs a scan at start-up.
 pub(super) async fn write_index(seg: &Segment) -> Result<()> {
-    write_file(&seg.index_path(), seg.index.borrow().encode(&seg.meta())).await?;
+    let bytes = seg.index.borrow().encode(&seg.meta());
+    write_file(&seg.index_path(), bytes).await?;
     seg.sealed.set(true);
     Ok(())
 }
