@@ -61,6 +61,12 @@ const TOPIC_CONFIGS: &[Known] = &[
         doc: "compacted topics: a tombstone stays readable this long after it was written",
     },
     Known {
+        name: "file.delete.delay.ms",
+        broker: "log.segment.delete.delay.ms",
+        config_type: ConfigType::Long,
+        doc: "accepted for Kafka compatibility and not needed: shoal removes deleted and compacted segment files at once, and reads in flight keep the files they opened",
+    },
+    Known {
         name: "flush.ms",
         broker: "log.flush.interval.ms",
         config_type: ConfigType::Long,
@@ -153,6 +159,7 @@ pub fn topic_config_value(name: &str, c: &LogConfig) -> String {
         "max.compaction.lag.ms" => ms(c.max_compaction_lag, i64::MAX),
         "min.cleanable.dirty.ratio" => c.min_cleanable_dirty_ratio.to_string(),
         "min.compaction.lag.ms" => ms(Some(c.min_compaction_lag), 0),
+        "file.delete.delay.ms" => "60000".into(),
         "flush.ms" => ms(c.flush_interval, i64::MAX),
         "max.message.bytes" => c.max_batch_bytes.to_string(),
         "message.timestamp.type" => if c.log_append_time {

@@ -196,6 +196,10 @@ pub fn apply_topic_configs(
                     .ok_or_else(|| format!("{k} must be positive"))?;
                 c.max_compaction_lag = (ms < i64::MAX as u64).then(|| Duration::from_millis(ms))
             }
+            // Kafka waits this long before removing a file; shoal need not (see topic_configs).
+            "file.delete.delay.ms" => {
+                u64::try_from(num(k, v)?).map_err(|_| format!("{k} must not be negative"))?;
+            }
             "delete.retention.ms" => {
                 c.delete_retention = Duration::from_millis(
                     u64::try_from(num(k, v)?).map_err(|_| format!("{k} must not be negative"))?,
