@@ -1,5 +1,5 @@
 //! The command line: `shoal serve` and its flags (every number a user may want to change is here),
-//! and `shoal bench`, whose flags are the load generator's.
+//! `shoal bench`, whose flags are the load generator's, and `shoal user`, which manages SASL users.
 
 use crate::units::{parse_size, parse_size_or_minus_one, parse_size_usize};
 use clap::{Args, Parser, Subcommand};
@@ -7,6 +7,7 @@ use shards::producers::ProducerConfig;
 use shards::view_reader::ViewConfig;
 use shards::LogConfig;
 use shoal::admin::parse_on_off;
+use shoal::auth::{AuthConfig, SaslMechanism};
 use shoal::config::BrokerConfig;
 use shoal::groups::CoordinatorConfig;
 use shoal::load::PacingConfig;
@@ -33,6 +34,141 @@ pub enum Command {
     /// Load generators; `shoal bench fanout --help`.
     #[command(subcommand)]
     Bench(crate::bench::BenchCommand),
+    /// SASL users and their SCRAM credentials, in the data directory (a running server picks up
+    /// changes at the next authentication).
+    #[command(subcommand)]
+    User(UserCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UserCommand {
+    /// Adds a user, or sets a user's password: SCRAM credentials (salted and hashed, never the
+    /// password) for each mechanism asked for. SASL/PLAIN checks passwords against them too.
+    Add {
+        name: String,
+        /// The password (visible to other users of this machine in the process list: prefer
+        /// --password-stdin).
+        #[arg(
+            long,
+            conflicts_with = "password_stdin",
+            required_unless_present = "password_stdin"
+        )]
+        password: Option<String>,
+        /// Read the password from the first line of standard input.
+        #[arg(long)]
+        password_stdin: bool,
+        /// SCRAM mechanisms to store credentials for.
+        #[arg(long, value_delimiter = ',', default_value = "SCRAM-SHA-256,SCRAM-SHA-512", value_parser = parse_scram)]
+        mechanisms: Vec<shoal::auth::scram::Mechanism>,
+        /// PBKDF2 iterations (Kafka's range: 4096 to 16384).
+        #[arg(long, default_value_t = shoal::auth::scram::MIN_ITERATIONS)]
+        iterations: u32,
+        #[arg(long, default_value = "./shoal-data")]
+        data_dir: PathBuf,
+    },
+    /// Removes a user (or one mechanism's credential): its new connections are refused.
+    Remove {
+        name: String,
+        #[arg(long, value_parser = parse_scram)]
+        mechanism: Option<shoal::auth::scram::Mechanism>,
+        #[arg(long, default_value = "./shoal-data")]
+        data_dir: PathBuf,
+    },
+    /// Lists users with their mechanisms and iteration counts.
+    List {
+        #[arg(long, default_value = "./shoal-data")]
+        data_dir: PathBuf,
+    },
+}
+
+fn parse_scram(s: &str) -> Result<shoal::auth::scram::Mechanism, String> {
+    shoal::auth::scram::Mechanism::from_name(s)
+        .ok_or_else(|| format!("{s}: SCRAM-SHA-256 or SCRAM-SHA-512"))
+}
+
+fn parse_sasl(s: &str) -> Result<SaslMechanism, String> {
+    SaslMechanism::from_name(s)
+        .ok_or_else(|| format!("{s}: one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"))
+}
+
+/// Runs `shoal user ...`.
+pub fn run_user(cmd: UserCommand) -> Result<(), String> {
+    use shoal::auth::scram::{Credential, MAX_ITERATIONS, MIN_ITERATIONS};
+    use shoal::auth::users::{validate_user_name, UserStore};
+    let load = |dir: &std::path::Path| {
+        let path = UserStore::path(dir);
+        UserStore::load(&path)
+            .map(|s| (path, s))
+            .map_err(|e| e.to_string())
+    };
+    match cmd {
+        UserCommand::Add {
+            name,
+            password,
+            password_stdin,
+            mechanisms,
+            iterations,
+            data_dir,
+        } => {
+            validate_user_name(&name)?;
+            if !(MIN_ITERATIONS..=MAX_ITERATIONS).contains(&iterations) {
+                return Err(format!(
+                    "--iterations must be from {MIN_ITERATIONS} to {MAX_ITERATIONS}"
+                ));
+            }
+            let password = match (password, password_stdin) {
+                (Some(p), _) => p,
+                (None, _) => {
+                    let mut line = String::new();
+                    std::io::stdin()
+                        .read_line(&mut line)
+                        .map_err(|e| format!("reading the password: {e}"))?;
+                    line.trim_end_matches(['\r', '\n']).to_string()
+                }
+            };
+            if password.is_empty() {
+                return Err("the password is empty".into());
+            }
+            let (path, mut store) = load(&data_dir)?;
+            for m in &mechanisms {
+                store.set(
+                    &name,
+                    *m,
+                    Credential::new(*m, password.as_bytes(), iterations),
+                );
+            }
+            store
+                .save(&path)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            let names: Vec<&str> = mechanisms.iter().map(|m| m.name()).collect();
+            println!("user {name}: {} credentials stored", names.join(", "));
+        }
+        UserCommand::Remove {
+            name,
+            mechanism,
+            data_dir,
+        } => {
+            let (path, mut store) = load(&data_dir)?;
+            if !store.remove(&name, mechanism) {
+                return Err(format!("no such user or credential: {name}"));
+            }
+            store
+                .save(&path)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            println!("user {name}: removed");
+        }
+        UserCommand::List { data_dir } => {
+            let (_, store) = load(&data_dir)?;
+            for (user, creds) in store.list() {
+                let creds: Vec<String> = creds
+                    .iter()
+                    .map(|(m, i)| format!("{}(iterations={i})", m.name()))
+                    .collect();
+                println!("{user}\t{}", creds.join(" "));
+            }
+        }
+    }
+    Ok(())
 }
 
 #[derive(Debug, Clone, Args)]
@@ -148,6 +284,17 @@ pub struct ServeArgs {
     /// Idempotent producers remembered per partition; beyond it the longest idle is forgotten.
     #[arg(long, default_value_t = 10_000)]
     pub max_producers_per_partition: usize,
+    /// SASL mechanisms the Kafka listener requires clients to authenticate with (comma-separated:
+    /// PLAIN, SCRAM-SHA-256, SCRAM-SHA-512); none: no authentication. Users: `shoal user add`.
+    #[arg(long, value_delimiter = ',', value_parser = parse_sasl)]
+    pub sasl_mechanisms: Vec<SaslMechanism>,
+    /// A failed authentication is answered after this long, then the connection is closed.
+    #[arg(long, default_value_t = 100)]
+    pub failed_authentication_delay_ms: u64,
+    /// Failed authentications from one address (per core) within a minute before its attempts
+    /// are refused at once until the minute is over.
+    #[arg(long, default_value_t = 10)]
+    pub max_failed_authentications_per_minute: u32,
 }
 
 /// The server's configuration from `shoal serve` flags (the bench's `--broker-arg`s).
@@ -224,6 +371,11 @@ impl ServeArgs {
                     min_session_timeout: Duration::from_millis(self.group_min_session_timeout_ms),
                     max_session_timeout: Duration::from_millis(self.group_max_session_timeout_ms),
                     compact_min_records: self.group_offsets_compact_min_records.max(1),
+                },
+                auth: AuthConfig {
+                    sasl: self.sasl_mechanisms,
+                    failed_delay: Duration::from_millis(self.failed_authentication_delay_ms),
+                    max_failures_per_minute: self.max_failed_authentications_per_minute.max(1),
                 },
             },
         }

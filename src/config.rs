@@ -2,6 +2,7 @@
 //! plane and the groups read. The command line converts its flags into this (and into the
 //! process-level [`crate::server::ServerConfig`] around it); nothing here knows about flags.
 
+use crate::auth::AuthConfig;
 use crate::groups::CoordinatorConfig;
 use crate::load::PacingConfig;
 use shards::producers::ProducerConfig;
@@ -37,4 +38,6 @@ pub struct BrokerConfig {
     pub groups: CoordinatorConfig,
     /// Long polls on a saturated core wait a little to carry more per response.
     pub fetch_pacing: PacingConfig,
+    /// How the Kafka listener authenticates clients.
+    pub auth: AuthConfig,
 }

@@ -85,6 +85,10 @@ pub struct Core {
     pub groups: crate::groups::Coordinator,
     /// Moves from 0 to 1 when the server is asked to stop.
     pub shutdown: OffsetMonitor,
+    /// The users who may authenticate (read again when the file changes).
+    pub users: crate::auth::users::Users,
+    /// Failed authentications per source address on this core.
+    pub auth_failures: crate::auth::sasl::FailureLimiter,
 }
 
 impl Core {
@@ -101,6 +105,8 @@ impl Core {
             groups: crate::groups::Coordinator::new(id, cores, config.groups),
             load: Rc::new(CoreLoad::new(config.fetch_pacing)),
             queues: TaskQueues::create(),
+            users: crate::auth::users::Users::new(&config.data_dir),
+            auth_failures: Default::default(),
             config,
             ports,
             topics: RefCell::new(Rc::new(TopicTable::default())),
@@ -306,6 +312,8 @@ impl Core {
             connections_total: m.connections_total.get(),
             protocol_errors: m.protocol_errors.get(),
             handler_panics: m.handler_panics.get(),
+            authentications: m.authentications.get(),
+            authentication_failures: m.authentication_failures.get(),
             tail_cache_used: cache.used_bytes as u64,
             tail_cache_capacity: cache.capacity_bytes as u64,
             tail_cache_hits: cache.hits,

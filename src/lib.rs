@@ -24,6 +24,7 @@
 //!   values in effect, sources, synonyms.
 //! - [`metrics`]     — per-core counters and the Prometheus rendering.
 //! - [`config`]      — the broker settings every core runs with (`BrokerConfig`).
+//! - [`auth`]        — who a connection is: SASL (PLAIN, SCRAM-SHA-256/512), the users file.
 //! - [`load`]        — how busy a core is, and the fetch pacing derived from it.
 //! - [`wire`]        — the Kafka wire format shared with the load generator and the tests: frames,
 //!   headers, the FetchResponse codec, the shared TCP stream.
@@ -31,6 +32,7 @@
 
 pub mod admin;
 pub mod alloc_guard;
+pub mod auth;
 pub mod config;
 pub mod control;
 pub mod core_state;

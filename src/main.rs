@@ -15,13 +15,14 @@ fn main() {
     let cli = Cli::parse();
     // The load generator's embedded broker logs only what needs attention.
     let level = match cli.command {
-        Command::Bench(_) => "warn",
+        Command::Bench(_) | Command::User(_) => "warn",
         Command::Serve(_) => "info",
     };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
     let result = match cli.command {
         Command::Serve(args) => shoal::server::run(args.into_config()),
         Command::Bench(cmd) => bench::run(cmd, cli::serve_config),
+        Command::User(cmd) => cli::run_user(cmd).map_err(std::io::Error::other),
     };
     if let Err(e) = result {
         eprintln!("shoal: {e}");

@@ -17,6 +17,9 @@ pub struct CoreMetrics {
     pub protocol_errors: Cell<u64>,
     /// Requests whose handling panicked (each closed its connection).
     pub handler_panics: Cell<u64>,
+    /// SASL authentications that succeeded, and that failed.
+    pub authentications: Cell<u64>,
+    pub authentication_failures: Cell<u64>,
     /// Record bytes fetches read from the log (coalesced reads count once).
     pub fetch_log_read_bytes: Cell<u64>,
     /// Record bytes put in fetch responses.
@@ -37,6 +40,8 @@ impl Default for CoreMetrics {
             connections_total: Cell::new(0),
             protocol_errors: Cell::new(0),
             handler_panics: Cell::new(0),
+            authentications: Cell::new(0),
+            authentication_failures: Cell::new(0),
             fetch_log_read_bytes: Cell::new(0),
             fetch_response_bytes: Cell::new(0),
             fetch_paced: Cell::new(0),
@@ -101,6 +106,8 @@ pub struct CoreSnapshot {
     pub connections_total: u64,
     pub protocol_errors: u64,
     pub handler_panics: u64,
+    pub authentications: u64,
+    pub authentication_failures: u64,
     pub tail_cache_used: u64,
     pub tail_cache_capacity: u64,
     pub tail_cache_hits: u64,
@@ -213,6 +220,18 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
         "counter",
         "Requests whose handling panicked; each closed its connection, the core went on serving.",
         &mut per_core(|c| c.handler_panics),
+    );
+    family(
+        "shoal_sasl_authentications_total",
+        "counter",
+        "Connections that authenticated with SASL.",
+        &mut per_core(|c| c.authentications),
+    );
+    family(
+        "shoal_sasl_authentication_failures_total",
+        "counter",
+        "SASL authentications that failed (wrong password, unknown user, too many failures from the address, malformed tokens).",
+        &mut per_core(|c| c.authentication_failures),
     );
     family(
         "shoal_partitions",

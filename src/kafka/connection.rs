@@ -4,6 +4,8 @@
 //! fetch, the rest: [`crate::core_state::TaskQueues`]), and so does the write of its response, which
 //! for a fetch is most of its cost: a core flooded with fetches keeps serving its producers.
 
+use super::authenticate::authenticate;
+use crate::auth::Principal;
 use crate::core_state::Core;
 use crate::kafka::handlers::{self, Reply};
 use crate::metrics::add;
@@ -25,7 +27,7 @@ const MAX_IN_FLIGHT: i64 = 64;
 const _: () = assert!(MAX_IN_FLIGHT <= 64);
 
 /// The writing end of a connection, shared by its handlers in request order.
-struct Responses {
+pub(super) struct Responses {
     out: SharedStream,
     /// Responses written (or skipped once the connection broke): request `n` (from 0) writes when
     /// this reaches `n`.
@@ -84,7 +86,7 @@ impl Responses {
     /// request's reply is already waiting for its turn, this one is left to it, and it writes both
     /// with one `sendmsg`: pipelined responses that are ready together (a producer's requests
     /// answered by one group write) cost one send, one loopback delivery, one wake-up of the client.
-    async fn write_in_turn(&self, core: &Core, seq: i64, reply: Reply) {
+    pub(super) async fn write_in_turn(&self, core: &Core, seq: i64, reply: Reply) {
         let bit = |seq: i64| 1u64 << (seq as u64 % 64);
         self.ready.set(self.ready.get() | bit(seq));
         self.written.wait_for(seq).await;
@@ -109,6 +111,11 @@ impl Responses {
         self.written.advance(seq + 1);
     }
 
+    /// Whether the connection is closing (a write failed or a reply asked for it).
+    pub(super) fn is_closed(&self) -> bool {
+        self.closed.get()
+    }
+
     /// Drops every later response and ends the connection: the reader's pending read returns at
     /// once (end of stream), the client sees the connection close.
     fn close(&self) {
@@ -120,9 +127,8 @@ impl Responses {
 }
 
 pub async fn serve(core: Rc<Core>, stream: TcpStream) {
-    let peer: Rc<str> = stream
-        .peer_addr()
-        .map_or_else(|_| "?".into(), |a| a.to_string().into());
+    let addr = stream.peer_addr().ok();
+    let peer: Rc<str> = addr.map_or_else(|| "?".into(), |a| a.to_string().into());
     let _ = stream.set_nodelay(true);
     add(&core.metrics.connections_open, 1);
     add(&core.metrics.connections_total, 1);
@@ -137,7 +143,26 @@ pub async fn serve(core: Rc<Core>, stream: TcpStream) {
     let limit = core.config.max_request_bytes;
     let mut frames = FrameReader::new();
     let mut seq: i64 = 0;
+    // Who the client is: authenticated first where the listener asks for it.
+    let principal = if core.config.auth.requires_sasl() {
+        authenticate(
+            &core,
+            &mut reader,
+            &mut frames,
+            &responses,
+            &peer,
+            addr.map(|a| a.ip()),
+            &mut seq,
+        )
+        .await
+    } else {
+        Some(Principal::Anonymous)
+    };
+    let principal_known = principal.is_some();
     loop {
+        if !principal_known {
+            break;
+        }
         // Bounded pipelining: wait for the oldest responses to go out.
         responses.written.wait_for(seq - MAX_IN_FLIGHT + 1).await;
         if responses.closed.get() {

@@ -1,6 +1,7 @@
 //! The Kafka front end: connections and one handler module per API (framing and headers are
 //! [`crate::wire`]'s).
 
+mod authenticate;
 pub mod connection;
 pub mod errors;
 pub mod handlers;

@@ -22,6 +22,8 @@ pub mod metadata;
 pub mod offset_commit;
 pub mod offset_fetch;
 pub mod produce;
+pub mod sasl_authenticate;
+pub mod sasl_handshake;
 pub mod sync_group;
 
 use crate::core_state::Core;
@@ -75,6 +77,8 @@ pub const APIS: &[Versions] = &[
     list_groups::VERSIONS,
     describe_groups::VERSIONS,
     delete_groups::VERSIONS,
+    sasl_handshake::VERSIONS,
+    sasl_authenticate::VERSIONS,
 ];
 
 pub fn supports(api_key: i16, version: i16) -> bool {
@@ -181,6 +185,8 @@ pub async fn handle(core: Rc<Core>, req: Request, peer: Rc<str>) -> Reply {
         ApiKey::ListGroups => list_groups::handle(&core, &req),
         ApiKey::DescribeGroups => describe_groups::handle(&core, &req),
         ApiKey::DeleteGroups => delete_groups::handle(&core, &req).await,
+        ApiKey::SaslHandshake => sasl_handshake::handle(&req),
+        ApiKey::SaslAuthenticate => sasl_authenticate::handle(&req),
         _ => unreachable!("supports() only admits the APIs above"),
     };
     match result {

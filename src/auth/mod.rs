@@ -1,0 +1,87 @@
+//! # auth — who a connection is
+//!
+//! Authentication for the Kafka listener, below the Kafka front end (which asks it) and above
+//! nothing but the engine's small-file helper:
+//! - [`scram`] — SCRAM-SHA-256/512: stored credentials and the server's side of an exchange.
+//! - [`users`] — the users file (`<data-dir>/users.json`) that `shoal user` edits and each core
+//!   reads again when it changes.
+//! - [`sasl`]  — one connection's SASL exchange (PLAIN or SCRAM), and the per-core limit on failed
+//!   attempts per source address.
+
+pub mod sasl;
+pub mod scram;
+pub mod users;
+
+use std::time::Duration;
+
+/// A SASL mechanism a listener may offer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SaslMechanism {
+    Plain,
+    Scram(scram::Mechanism),
+}
+
+impl SaslMechanism {
+    pub const ALL: [SaslMechanism; 3] = [
+        SaslMechanism::Scram(scram::Mechanism::Sha256),
+        SaslMechanism::Scram(scram::Mechanism::Sha512),
+        SaslMechanism::Plain,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SaslMechanism::Plain => "PLAIN",
+            SaslMechanism::Scram(m) => m.name(),
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|m| m.name() == name)
+    }
+}
+
+/// How the Kafka listener authenticates clients.
+#[derive(Debug, Clone)]
+pub struct AuthConfig {
+    /// SASL mechanisms offered; empty: no authentication (every client is `User:ANONYMOUS`).
+    pub sasl: Vec<SaslMechanism>,
+    /// A failed authentication is answered after this long, then the connection closes (Kafka's
+    /// `connection.failed.authentication.delay.ms`).
+    pub failed_delay: Duration,
+    /// Failed authentications from one source address, per core, within a minute, after which its
+    /// attempts are refused at once until the minute is over.
+    pub max_failures_per_minute: u32,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        Self {
+            sasl: Vec::new(),
+            failed_delay: Duration::from_millis(100),
+            max_failures_per_minute: 10,
+        }
+    }
+}
+
+impl AuthConfig {
+    pub fn requires_sasl(&self) -> bool {
+        !self.sasl.is_empty()
+    }
+}
+
+/// Who a connection is, in Kafka's form (`User:<name>`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Principal {
+    /// A listener without authentication.
+    Anonymous,
+    User(String),
+}
+
+impl std::fmt::Display for Principal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Principal::Anonymous => write!(f, "User:ANONYMOUS"),
+            Principal::User(u) => write!(f, "User:{u}"),
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! A connection's authentication, on a listener that requires SASL: before anything else the client
+//! may send only ApiVersions, SaslHandshake (v1) and SaslAuthenticate, one at a time, in frames of at
+//! most [`PRE_AUTH_MAX_FRAME`] bytes (nothing large is allocated for a client nobody knows: the
+//! CVE-2022-34917 class). Anything else, a malformed request, an unsupported mechanism or a failed
+//! authentication closes the connection (a failure after `--failed-authentication-delay-ms`), and
+//! is logged; failures are counted per source address on the core, and an address over its limit
+//! is refused at once for the rest of the minute.
+
+use super::connection::Responses;
+use super::handlers::{self, frame, Reply};
+use crate::auth::sasl::{SaslSession, Step, SASL_AUTHENTICATION_FAILED};
+use crate::auth::Principal;
+use crate::core_state::Core;
+use crate::metrics::add;
+use crate::wire::frame::{FrameError, FrameReader};
+use crate::wire::header::{self, decode, Request};
+use crate::wire::SharedStream;
+use kafka_protocol::messages::{
+    ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+    SaslHandshakeResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use std::net::IpAddr;
+use std::rc::Rc;
+
+/// Largest request before authentication (SASL tokens are a few hundred bytes).
+pub const PRE_AUTH_MAX_FRAME: usize = 64 << 10;
+
+/// What one request before authentication leads to.
+enum Next {
+    /// Write the reply and read the next request.
+    More(Reply),
+    /// Write the reply; the client is authenticated.
+    Done(Reply, Principal),
+    /// Write the reply (if any) and close.
+    Close(Option<Reply>),
+}
+
+/// Runs the exchange; the principal once authenticated, `None` once the connection is to close.
+/// `seq` counts the requests answered (the connection's response order goes on from it).
+pub(super) async fn authenticate(
+    core: &Rc<Core>,
+    reader: &mut SharedStream,
+    frames: &mut FrameReader,
+    responses: &Responses,
+    peer: &Rc<str>,
+    addr: Option<IpAddr>,
+    seq: &mut i64,
+) -> Option<Principal> {
+    let mut session = SaslSession::Handshake;
+    loop {
+        let frame = futures_lite::future::or(
+            async { Some(frames.read_request(reader, PRE_AUTH_MAX_FRAME).await) },
+            async {
+                core.shutdown.wait_for(1).await;
+                None
+            },
+        )
+        .await;
+        let frame = match frame {
+            None | Some(Err(FrameError::Eof)) => return None,
+            Some(Err(e)) => {
+                log::warn!("closing connection from {peer} before authentication: {e}");
+                add(&core.metrics.protocol_errors, 1);
+                return None;
+            }
+            Some(Ok(f)) => f,
+        };
+        add(&core.metrics.bytes_in, frame.len() as u64 + 4);
+        let req = match header::parse(frame) {
+            Ok(r) => r,
+            Err(e) => {
+                log::warn!("closing connection from {peer} before authentication: {e:?}");
+                add(&core.metrics.protocol_errors, 1);
+                return None;
+            }
+        };
+        core.metrics.request(req.api_key);
+        let next = step(core, &mut session, req, peer, addr).await;
+        let (reply, outcome) = match next {
+            Next::More(r) => (Some(r), None),
+            Next::Done(r, p) => (Some(r), Some(Some(p))),
+            Next::Close(r) => (r, Some(None)),
+        };
+        if let Some(reply) = reply {
+            responses.write_in_turn(core, *seq, reply).await;
+            *seq += 1;
+        }
+        if let Some(outcome) = outcome {
+            return outcome;
+        }
+        if responses.is_closed() {
+            return None;
+        }
+    }
+}
+
+async fn step(
+    core: &Rc<Core>,
+    session: &mut SaslSession,
+    req: Request,
+    peer: &Rc<str>,
+    addr: Option<IpAddr>,
+) -> Next {
+    let key = ApiKey::try_from(req.api_key).expect("header parsing checked the key");
+    let auth = &core.config.auth;
+    let supported = handlers::supports(req.api_key, req.api_version);
+    let malformed = |why: String| {
+        log::warn!(
+            "closing connection from {peer} before authentication: malformed {key:?}: {why}"
+        );
+        add(&core.metrics.protocol_errors, 1);
+        Next::Close(None)
+    };
+    match key {
+        ApiKey::ApiVersions => Next::More(handlers::handle(core.clone(), req, peer.clone()).await),
+        ApiKey::SaslHandshake if supported => {
+            let r: SaslHandshakeRequest = match decode(&req) {
+                Ok(r) => r,
+                Err(e) => return malformed(e),
+            };
+            let offered: Vec<StrBytes> = auth
+                .sasl
+                .iter()
+                .map(|m| StrBytes::from_static_str(m.name()))
+                .collect();
+            match session.handshake(&r.mechanism, &auth.sasl) {
+                Ok(()) => Next::More(frame(
+                    key,
+                    &req,
+                    &SaslHandshakeResponse::default().with_mechanisms(offered),
+                )),
+                Err(code) => {
+                    log::warn!(
+                        "closing connection from {peer}: SASL mechanism {:?} is not offered",
+                        r.mechanism.as_str()
+                    );
+                    Next::Close(Some(frame(
+                        key,
+                        &req,
+                        &SaslHandshakeResponse::default()
+                            .with_error_code(code)
+                            .with_mechanisms(offered),
+                    )))
+                }
+            }
+        }
+        ApiKey::SaslAuthenticate if supported => {
+            let r: SaslAuthenticateRequest = match decode(&req) {
+                Ok(r) => r,
+                Err(e) => return malformed(e),
+            };
+            let limited =
+                addr.is_some_and(|a| core.auth_failures.blocked(a, auth.max_failures_per_minute));
+            let outcome = if limited {
+                Err(crate::auth::scram::Failed(
+                    "too many failed authentications from this address: try again in a minute"
+                        .into(),
+                ))
+            } else {
+                session.authenticate(&r.auth_bytes, &core.users).await
+            };
+            match outcome {
+                Ok(Step::Continue(bytes)) => Next::More(frame(
+                    key,
+                    &req,
+                    &SaslAuthenticateResponse::default().with_auth_bytes(bytes.into()),
+                )),
+                Ok(Step::Authenticated(bytes, principal)) => {
+                    log::debug!("{peer} authenticated as {principal}");
+                    add(&core.metrics.authentications, 1);
+                    Next::Done(
+                        frame(
+                            key,
+                            &req,
+                            &SaslAuthenticateResponse::default().with_auth_bytes(bytes.into()),
+                        ),
+                        principal,
+                    )
+                }
+                Err(crate::auth::scram::Failed(why)) => {
+                    if let (Some(a), false) = (addr, limited) {
+                        core.auth_failures.failed(a);
+                    }
+                    add(&core.metrics.authentication_failures, 1);
+                    log::warn!(
+                        "authentication from {peer}{} failed: {why}",
+                        session
+                            .user()
+                            .map(|u| format!(" as User:{u}"))
+                            .unwrap_or_default()
+                    );
+                    glommio::timer::sleep(auth.failed_delay).await;
+                    Next::Close(Some(frame(
+                        key,
+                        &req,
+                        &SaslAuthenticateResponse::default()
+                            .with_error_code(SASL_AUTHENTICATION_FAILED)
+                            .with_error_message(Some(StrBytes::from_string(why))),
+                    )))
+                }
+            }
+        }
+        _ => {
+            log::warn!(
+                "closing connection from {peer}: {key:?} v{} before authentication",
+                req.api_version
+            );
+            add(&core.metrics.protocol_errors, 1);
+            Next::Close(None)
+        }
+    }
+}

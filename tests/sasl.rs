@@ -1,0 +1,252 @@
+//! SASL on the Kafka listener, against the real binary: users added with `shoal user add` (while
+//! the server runs) produce and consume with SCRAM-SHA-256, SCRAM-SHA-512 and PLAIN through
+//! kafka-python and through librdkafka (confluent-kafka's wheel); a wrong password and an unknown
+//! user are refused with SASL_AUTHENTICATION_FAILED; a removed user is refused; repeated failures
+//! from one address are refused at once; and before authentication a client can send nothing but
+//! ApiVersions and the SASL requests, in small frames, without disturbing anyone else.
+
+mod common;
+
+use common::python::run_script;
+use common::wire::{connect, expect_closed, raw_frame, recv_decoded, send};
+use common::Shoal;
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, SaslAuthenticateRequest,
+    SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+const MECHANISMS: &str = "SCRAM-SHA-256,SCRAM-SHA-512,PLAIN";
+
+/// `shoal user ARGS...` on `data_dir`, the password (if any) on standard input; its output.
+fn user(data_dir: &Path, args: &[&str], password: Option<&str>) -> (bool, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shoal"));
+    cmd.arg("user")
+        .args(args)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("shoal user runs");
+    if let Some(p) = password {
+        writeln!(child.stdin.take().unwrap(), "{p}").unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+/// Runs tests/python/sasl.py; its JSON line.
+fn client(which: &str, bootstrap: &str, mechanism: &str, user: &str, password: &str) -> String {
+    run_script(
+        "sasl.py",
+        &[which, bootstrap, mechanism, user, password, "secured"],
+    )
+}
+
+fn start(dir: &Path, extra: &[&str]) -> Shoal {
+    let mut flags = vec!["--sasl-mechanisms", MECHANISMS, "--default-partitions", "1"];
+    flags.extend_from_slice(extra);
+    Shoal::start(dir, 1, &flags)
+}
+
+#[test]
+fn users_authenticate_with_scram_and_plain_through_python_clients_and_librdkafka() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = start(dir.path(), &[]);
+    let bootstrap = shoal.bootstrap();
+    // Added while the server runs: picked up at the next authentication.
+    let (ok, out) = user(
+        dir.path(),
+        &["add", "alice", "--password-stdin"],
+        Some("wonder land"),
+    );
+    assert!(ok, "{out}");
+    let (ok, out) = user(dir.path(), &["list"], None);
+    assert!(
+        ok && out.contains("alice\tSCRAM-SHA-256(iterations=4096) SCRAM-SHA-512(iterations=4096)"),
+        "{out}"
+    );
+    let stored = std::fs::read_to_string(dir.path().join("users.json")).unwrap();
+    assert!(!stored.contains("wonder"), "no password is stored");
+
+    for (which, mechanism) in [
+        ("kafka-python", "SCRAM-SHA-256"),
+        ("kafka-python", "SCRAM-SHA-512"),
+        ("kafka-python", "PLAIN"),
+        ("confluent-kafka", "SCRAM-SHA-512"),
+        ("confluent-kafka", "PLAIN"),
+    ] {
+        let out = client(which, &bootstrap, mechanism, "alice", "wonder land");
+        assert!(out.contains(r#""ok": true"#), "{which} {mechanism}: {out}");
+        assert!(
+            !out.contains(r#""consumed": 0"#),
+            "{which} {mechanism}: {out}"
+        );
+    }
+    // Refused: librdkafka reports the broker's SASL_AUTHENTICATION_FAILED as _AUTHENTICATION (a
+    // Python client only retries until it times out, so the raw exchange checks the code).
+    let out = client(
+        "confluent-kafka",
+        &bootstrap,
+        "SCRAM-SHA-256",
+        "alice",
+        "wrong",
+    );
+    assert!(out.contains(r#""error": "_AUTHENTICATION""#), "{out}");
+    for (who, password) in [("alice", "wrong"), ("mallory", "wonder land")] {
+        let (code, message) = plain(shoal.ports[0], who, password);
+        assert_eq!(code, 58, "{who}: {message}");
+        assert!(
+            message.contains("Invalid username or password"),
+            "{message}"
+        );
+    }
+    // Removed: refused from then on.
+    let (ok, out) = user(dir.path(), &["remove", "alice"], None);
+    assert!(ok, "{out}");
+    let out = client(
+        "kafka-python",
+        &bootstrap,
+        "SCRAM-SHA-256",
+        "alice",
+        "wonder land",
+    );
+    assert!(out.contains(r#""ok": false"#), "{out}");
+    assert!(shoal.metric("shoal_sasl_authentication_failures_total") >= 5);
+    assert!(shoal.metric("shoal_sasl_authentications_total") >= 5);
+}
+
+/// One SASL/PLAIN exchange over the raw protocol: the SaslAuthenticate error code and message.
+fn plain(port: u16, user: &str, password: &str) -> (i16, String) {
+    let mut s = connect(port);
+    let hs = SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN"));
+    send(&mut s, ApiKey::SaslHandshake, 1, 1, &hs);
+    let r: SaslHandshakeResponse = recv_decoded(&mut s, ApiKey::SaslHandshake, 1, 1);
+    assert_eq!(r.error_code, 0);
+    let token = format!("\0{user}\0{password}");
+    let auth = SaslAuthenticateRequest::default().with_auth_bytes(token.into_bytes().into());
+    send(&mut s, ApiKey::SaslAuthenticate, 2, 2, &auth);
+    let r: SaslAuthenticateResponse = recv_decoded(&mut s, ApiKey::SaslAuthenticate, 2, 2);
+    (
+        r.error_code,
+        r.error_message.map(|m| m.to_string()).unwrap_or_default(),
+    )
+}
+
+#[test]
+fn repeated_failures_from_one_address_are_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, out) = user(dir.path(), &["add", "bob", "--password", "pw"], None);
+    assert!(ok, "{out}");
+    let shoal = start(
+        dir.path(),
+        &["--max-failed-authentications-per-minute", "3"],
+    );
+    let port = shoal.ports[0];
+    assert_eq!(plain(port, "bob", "pw").0, 0, "the right password works");
+    for _ in 0..3 {
+        assert_eq!(plain(port, "bob", "guess").0, 58);
+    }
+    // The right password, from the same address, within the minute: refused, and said why.
+    let (code, message) = plain(port, "bob", "pw");
+    assert_eq!(code, 58);
+    assert!(
+        message.contains("too many failed authentications"),
+        "{message}"
+    );
+}
+
+#[test]
+fn before_authentication_only_small_sasl_requests_are_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = start(dir.path(), &[]);
+    let port = shoal.ports[0];
+    // ApiVersions is answered, and lists the SASL APIs.
+    let mut s = connect(port);
+    send(
+        &mut s,
+        ApiKey::ApiVersions,
+        3,
+        1,
+        &ApiVersionsRequest::default(),
+    );
+    let r: ApiVersionsResponse = recv_decoded(&mut s, ApiKey::ApiVersions, 3, 1);
+    assert!(r
+        .api_keys
+        .iter()
+        .any(|k| k.api_key == ApiKey::SaslAuthenticate as i16));
+    // Anything else before authentication closes the connection.
+    send(&mut s, ApiKey::Metadata, 12, 2, &MetadataRequest::default());
+    expect_closed(&mut s, "Metadata before authentication");
+    // A mechanism not offered: the offered ones, then the connection closes.
+    let mut s = connect(port);
+    let hs = SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("GSSAPI"));
+    send(&mut s, ApiKey::SaslHandshake, 1, 1, &hs);
+    let r: SaslHandshakeResponse = recv_decoded(&mut s, ApiKey::SaslHandshake, 1, 1);
+    assert_eq!(r.error_code, 33);
+    assert_eq!(r.mechanisms.len(), 3);
+    expect_closed(&mut s, "after UNSUPPORTED_SASL_MECHANISM");
+    // A frame claiming 100 MiB before authentication: closed without reading (or allocating) it.
+    let mut s = connect(port);
+    s.write_all(&(100i32 << 20).to_be_bytes()).unwrap();
+    expect_closed(&mut s, "an oversized frame before authentication");
+    // Garbage where a SaslAuthenticate body should be: closed.
+    let mut s = connect(port);
+    send(
+        &mut s,
+        ApiKey::SaslHandshake,
+        1,
+        1,
+        &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN")),
+    );
+    let _: SaslHandshakeResponse = recv_decoded(&mut s, ApiKey::SaslHandshake, 1, 1);
+    s.write_all(&raw_frame(
+        ApiKey::SaslAuthenticate as i16,
+        2,
+        2,
+        true,
+        &[0xff; 7],
+    ))
+    .unwrap();
+    expect_closed(&mut s, "a garbage SaslAuthenticate");
+    // The server serves everyone else meanwhile.
+    let (ok, out) = user(dir.path(), &["add", "carol", "--password", "pw"], None);
+    assert!(ok, "{out}");
+    let out = client(
+        "kafka-python",
+        &shoal.bootstrap(),
+        "SCRAM-SHA-256",
+        "carol",
+        "pw",
+    );
+    assert!(out.contains(r#""ok": true"#), "{out}");
+}
+
+#[test]
+fn the_user_command_refuses_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, stdin, why) in [
+        (
+            &["add", "x", "--password", "p", "--iterations", "100"][..],
+            None,
+            "--iterations",
+        ),
+        (
+            &["add", "x", "--password", "p", "--mechanisms", "MD5"][..],
+            None,
+            "SCRAM-SHA-256 or SCRAM-SHA-512",
+        ),
+        (&["add", "", "--password", "p"][..], None, "1 to 256"),
+        (&["add", "x", "--password-stdin"][..], Some(""), "empty"),
+        (&["remove", "nobody"][..], None, "no such user"),
+    ] {
+        let (ok, out) = user(dir.path(), args, stdin);
+        assert!(!ok && out.contains(why), "{args:?}: {out}");
+    }
+}
