@@ -192,6 +192,17 @@ impl ScramServer {
         message: &[u8],
         lookup: impl FnOnce(&str) -> Option<Credential>,
     ) -> Result<(Vec<u8>, bool), Failed> {
+        let server_nonce: [u8; 24] = rand::random();
+        self.step_with_nonce(message, lookup, &B64.encode(server_nonce))
+    }
+
+    /// [`Self::step`] with the server's nonce given (RFC test vectors).
+    fn step_with_nonce(
+        &mut self,
+        message: &[u8],
+        lookup: impl FnOnce(&str) -> Option<Credential>,
+        server_nonce: &str,
+    ) -> Result<(Vec<u8>, bool), Failed> {
         let bad = |why: &str| Failed(format!("invalid SCRAM message: {why}"));
         let message = std::str::from_utf8(message).map_err(|_| bad("not UTF-8"))?;
         match std::mem::replace(self, ScramServer::Done) {
@@ -227,8 +238,7 @@ impl ScramServer {
                         mechanism.name()
                     ))
                 })?;
-                let server_nonce: [u8; 24] = rand::random();
-                let nonce = format!("{client_nonce}{}", B64.encode(server_nonce));
+                let nonce = format!("{client_nonce}{server_nonce}");
                 let server_first = format!(
                     "r={nonce},s={},i={}",
                     B64.encode(&credential.salt),
@@ -299,7 +309,39 @@ impl ScramServer {
 mod tests {
     use super::*;
 
-    /// RFC 7677's SCRAM-SHA-256 example: user "user", password "pencil".
+    /// RFC 7677's SCRAM-SHA-256 exchange, byte for byte: user "user", password "pencil".
+    #[test]
+    fn rfc7677_test_vector() {
+        let salt = B64.decode("W22ZaJ0SNY7soEsUEjb6gQ==").unwrap();
+        let cred = Credential::with_salt(Mechanism::Sha256, b"pencil", &salt, 4096);
+        let mut server = ScramServer::new(Mechanism::Sha256);
+        let snonce = "%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0";
+        let (first, done) = server
+            .step_with_nonce(
+                b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO",
+                |_| Some(cred.clone()),
+                snonce,
+            )
+            .unwrap();
+        assert!(!done);
+        assert_eq!(
+            String::from_utf8(first).unwrap(),
+            "r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
+        );
+        let (last, done) = server
+            .step(
+                b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=",
+                |_| None,
+            )
+            .unwrap();
+        assert!(done);
+        assert_eq!(
+            String::from_utf8(last).unwrap(),
+            "v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
+        );
+    }
+
+    /// The same exchange with a random server nonce, the client's proof computed here.
     #[test]
     fn rfc7677_example() {
         let salt = B64.decode("W22ZaJ0SNY7soEsUEjb6gQ==").unwrap();
