@@ -6,6 +6,7 @@ use clap::{Args, Parser, Subcommand};
 use shards::producers::ProducerConfig;
 use shards::view_reader::ViewConfig;
 use shards::LogConfig;
+use shoal::acl::AuthorizerConfig;
 use shoal::admin::parse_on_off;
 use shoal::auth::{AuthConfig, SaslMechanism};
 use shoal::config::BrokerConfig;
@@ -295,6 +296,17 @@ pub struct ServeArgs {
     /// are refused at once until the minute is over.
     #[arg(long, default_value_t = 10)]
     pub max_failed_authentications_per_minute: u32,
+    /// Enforce ACLs (CreateAcls, DescribeAcls, DeleteAcls; `kafka-acls.sh`): `acl`, or `none`
+    /// (every client may do everything).
+    #[arg(long, default_value = "none", value_parser = ["acl", "none"])]
+    pub authorizer: String,
+    /// Principals allowed everything whatever the ACLs say (comma-separated, `User:<name>`).
+    #[arg(long, value_delimiter = ',')]
+    pub super_users: Vec<String>,
+    /// With ACLs enforced, a topic, group or the cluster that no ACL names is open to everyone
+    /// (Kafka's `allow.everyone.if.no.acl.found`).
+    #[arg(long, default_value = "false", action = clap::ArgAction::Set)]
+    pub allow_everyone_if_no_acl_found: bool,
 }
 
 /// The server's configuration from `shoal serve` flags (the bench's `--broker-arg`s).
@@ -376,6 +388,11 @@ impl ServeArgs {
                     sasl: self.sasl_mechanisms,
                     failed_delay: Duration::from_millis(self.failed_authentication_delay_ms),
                     max_failures_per_minute: self.max_failed_authentications_per_minute.max(1),
+                },
+                authorizer: AuthorizerConfig {
+                    enabled: self.authorizer == "acl",
+                    super_users: self.super_users,
+                    allow_if_no_acl: self.allow_everyone_if_no_acl_found,
                 },
             },
         }

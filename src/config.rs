@@ -2,6 +2,7 @@
 //! plane and the groups read. The command line converts its flags into this (and into the
 //! process-level [`crate::server::ServerConfig`] around it); nothing here knows about flags.
 
+use crate::acl::AuthorizerConfig;
 use crate::auth::AuthConfig;
 use crate::groups::CoordinatorConfig;
 use crate::load::PacingConfig;
@@ -40,4 +41,6 @@ pub struct BrokerConfig {
     pub fetch_pacing: PacingConfig,
     /// How the Kafka listener authenticates clients.
     pub auth: AuthConfig,
+    /// Whether and how ACLs are enforced.
+    pub authorizer: AuthorizerConfig,
 }

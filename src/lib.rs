@@ -20,6 +20,7 @@
 //! - [`partition`]   — a partition on its core: the log plus idempotent-producer state.
 //! - [`topics`]      — the topic table every core holds a copy of, the partition -> core mapping,
 //!   topic names and configs.
+//! - [`acl`]         — ACLs in Kafka's model (kept in the topic table) and the authorizer's decision.
 //! - [`topic_configs`] — topic and broker configs as Kafka's admin APIs describe them: names, types,
 //!   values in effect, sources, synonyms.
 //! - [`metrics`]     — per-core counters and the Prometheus rendering.
@@ -30,6 +31,7 @@
 //!   headers, the FetchResponse codec, the shared TCP stream.
 //! - [`alloc_guard`] — the global allocator that defuses allocation bombs in request decoding.
 
+pub mod acl;
 pub mod admin;
 pub mod alloc_guard;
 pub mod auth;

@@ -41,6 +41,12 @@ pub enum TopicChange {
     },
     /// DeleteTopics.
     Delete { names: Vec<String> },
+    /// CreateAcls (already validated): one outcome per binding.
+    CreateAcls {
+        bindings: Vec<crate::acl::AclBinding>,
+    },
+    /// DeleteAcls: one outcome per filter, with the bindings it deleted.
+    DeleteAcls { filters: Vec<crate::acl::AclFilter> },
 }
 
 /// Changes to one topic's own configs.
@@ -83,6 +89,8 @@ pub struct TopicOutcome {
     pub error: Option<(ResponseError, String)>,
     pub partitions: i32,
     pub id: [u8; 16],
+    /// DeleteAcls: the bindings the filter deleted.
+    pub acls: Vec<crate::acl::AclBinding>,
 }
 
 /// What cores send each other.

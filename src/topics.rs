@@ -25,6 +25,9 @@ pub struct TopicTable {
     pub revision: u64,
     pub next_ordinal: u64,
     pub topics: BTreeMap<String, TopicMeta>,
+    /// Every ACL (CreateAcls / DeleteAcls), in creation order.
+    #[serde(default)]
+    pub acls: Vec<crate::acl::AclBinding>,
 }
 
 impl TopicTable {

@@ -253,6 +253,11 @@ fn expected_ranges() -> Vec<(i16, i16, i16)> {
         (ApiKey::ListGroups as i16, 0, 4),
         (ApiKey::DescribeGroups as i16, 0, 5),
         (ApiKey::DeleteGroups as i16, 0, 2),
+        (ApiKey::SaslHandshake as i16, 1, 1),
+        (ApiKey::SaslAuthenticate as i16, 0, 2),
+        (ApiKey::CreateAcls as i16, 1, 3),
+        (ApiKey::DescribeAcls as i16, 1, 3),
+        (ApiKey::DeleteAcls as i16, 1, 3),
     ];
     v.sort_unstable();
     v

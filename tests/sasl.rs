@@ -8,11 +8,11 @@
 mod common;
 
 use common::python::run_script;
-use common::wire::{connect, expect_closed, raw_frame, recv_decoded, send};
+use common::wire::{connect, expect_closed, raw_frame, recv_decoded, sasl_plain, send};
 use common::Shoal;
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, SaslAuthenticateRequest,
-    SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, SaslHandshakeRequest,
+    SaslHandshakeResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use std::io::Write;
@@ -122,21 +122,9 @@ fn users_authenticate_with_scram_and_plain_through_python_clients_and_librdkafka
     assert!(shoal.metric("shoal_sasl_authentications_total") >= 5);
 }
 
-/// One SASL/PLAIN exchange over the raw protocol: the SaslAuthenticate error code and message.
+/// One SASL/PLAIN exchange on a new connection: the SaslAuthenticate error code and message.
 fn plain(port: u16, user: &str, password: &str) -> (i16, String) {
-    let mut s = connect(port);
-    let hs = SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN"));
-    send(&mut s, ApiKey::SaslHandshake, 1, 1, &hs);
-    let r: SaslHandshakeResponse = recv_decoded(&mut s, ApiKey::SaslHandshake, 1, 1);
-    assert_eq!(r.error_code, 0);
-    let token = format!("\0{user}\0{password}");
-    let auth = SaslAuthenticateRequest::default().with_auth_bytes(token.into_bytes().into());
-    send(&mut s, ApiKey::SaslAuthenticate, 2, 2, &auth);
-    let r: SaslAuthenticateResponse = recv_decoded(&mut s, ApiKey::SaslAuthenticate, 2, 2);
-    (
-        r.error_code,
-        r.error_message.map(|m| m.to_string()).unwrap_or_default(),
-    )
+    sasl_plain(&mut connect(port), user, password)
 }
 
 #[test]

@@ -97,6 +97,8 @@ async fn change_on_core0(core: &Rc<Core>, change: TopicChange) -> Vec<TopicOutco
             validate_only,
         } => decide_configure(core, &mut table, &mut seen, changes, *validate_only),
         TopicChange::Delete { names } => decide_delete(&mut table, names),
+        TopicChange::CreateAcls { bindings } => decide_create_acls(&mut table, bindings),
+        TopicChange::DeleteAcls { filters } => decide_delete_acls(&mut table, filters),
     };
     if changed && commit(core, table, &mut outcomes).await {
         if let TopicChange::Delete { .. } = change {
@@ -202,7 +204,51 @@ fn outcome(
         error,
         partitions: meta.map_or(-1, |m| m.partitions),
         id: meta.map_or([0; 16], |m| m.id),
+        acls: Vec::new(),
     }
+}
+
+/// CreateAcls on `table`: a binding already there is not added twice.
+fn decide_create_acls(
+    table: &mut TopicTable,
+    bindings: &[crate::acl::AclBinding],
+) -> (Vec<TopicOutcome>, bool) {
+    let mut changed = false;
+    let outcomes = bindings
+        .iter()
+        .map(|b| {
+            if !table.acls.contains(b) {
+                table.acls.push(b.clone());
+                changed = true;
+            }
+            outcome(&b.name, None, None)
+        })
+        .collect();
+    (outcomes, changed)
+}
+
+/// DeleteAcls on `table`: each filter deletes the bindings it matches (those an earlier filter of
+/// the request deleted are not reported again).
+fn decide_delete_acls(
+    table: &mut TopicTable,
+    filters: &[crate::acl::AclFilter],
+) -> (Vec<TopicOutcome>, bool) {
+    let mut changed = false;
+    let outcomes = filters
+        .iter()
+        .map(|f| {
+            let (gone, kept) = std::mem::take(&mut table.acls)
+                .into_iter()
+                .partition(|b| f.matches(b));
+            table.acls = kept;
+            changed |= !gone.is_empty();
+            TopicOutcome {
+                acls: gone,
+                ..outcome("", None, None)
+            }
+        })
+        .collect();
+    (outcomes, changed)
 }
 
 /// CreateTopics on `table`: outcomes, and whether anything changed.

@@ -113,7 +113,11 @@ async fn step(
         Next::Close(None)
     };
     match key {
-        ApiKey::ApiVersions => Next::More(handlers::handle(core.clone(), req, peer.clone()).await),
+        ApiKey::ApiVersions if supported => match handlers::api_versions::handle(&req) {
+            Ok(reply) => Next::More(reply),
+            Err(e) => malformed(e),
+        },
+        ApiKey::ApiVersions => Next::More(handlers::api_versions::unsupported_version(&req)),
         ApiKey::SaslHandshake if supported => {
             let r: SaslHandshakeRequest = match decode(&req) {
                 Ok(r) => r,

@@ -5,6 +5,7 @@
 //! for a fetch is most of its cost: a core flooded with fetches keeps serving its producers.
 
 use super::authenticate::authenticate;
+use super::session::Session;
 use crate::auth::Principal;
 use crate::core_state::Core;
 use crate::kafka::handlers::{self, Reply};
@@ -140,7 +141,6 @@ pub async fn serve(core: Rc<Core>, stream: TcpStream) {
         ready: Cell::new(0),
         pending: RefCell::default(),
     });
-    let limit = core.config.max_request_bytes;
     let mut frames = FrameReader::new();
     let mut seq: i64 = 0;
     // Who the client is: authenticated first where the listener asks for it.
@@ -158,18 +158,48 @@ pub async fn serve(core: Rc<Core>, stream: TcpStream) {
     } else {
         Some(Principal::Anonymous)
     };
-    let principal_known = principal.is_some();
+    if let Some(principal) = principal {
+        let session = Rc::new(Session::new(peer.clone(), principal, addr.map(|a| a.ip())));
+        serve_requests(
+            &core,
+            &session,
+            &mut reader,
+            &mut frames,
+            &responses,
+            &mut seq,
+        )
+        .await;
+    }
+    // Every response already asked for goes out before the connection closes.
+    responses.written.wait_for(seq).await;
+    let mut out = responses.out.clone();
+    let _ = out.flush().await;
+    let _ = out.close().await;
+    core.metrics
+        .connections_open
+        .set(core.metrics.connections_open.get().saturating_sub(1));
+}
+
+/// Reads and handles the requests of an authenticated connection until it closes, the client
+/// goes away or the server stops; `seq` counts the requests read.
+async fn serve_requests(
+    core: &Rc<Core>,
+    session: &Rc<Session>,
+    reader: &mut SharedStream,
+    frames: &mut FrameReader,
+    responses: &Rc<Responses>,
+    seq: &mut i64,
+) {
+    let limit = core.config.max_request_bytes;
+    let peer = &session.peer;
     loop {
-        if !principal_known {
-            break;
-        }
         // Bounded pipelining: wait for the oldest responses to go out.
-        responses.written.wait_for(seq - MAX_IN_FLIGHT + 1).await;
+        responses.written.wait_for(*seq - MAX_IN_FLIGHT + 1).await;
         if responses.closed.get() {
             break;
         }
         let frame = futures_lite::future::or(
-            async { Some(frames.read_request(&mut reader, limit).await) },
+            async { Some(frames.read_request(reader, limit).await) },
             async {
                 core.shutdown.wait_for(1).await;
                 None
@@ -208,9 +238,10 @@ pub async fn serve(core: Rc<Core>, stream: TcpStream) {
         // (as in Kafka); only its answer is dropped. A handler cancelled half-way could leave
         // state behind (a group deletion between its steps, a commit written but not applied).
         let task = {
-            let (core, responses, peer) = (core.clone(), responses.clone(), peer.clone());
+            let (core, responses, session) = (core.clone(), responses.clone(), session.clone());
+            let seq = *seq;
             async move {
-                let reply = handlers::handle_guarded(core.clone(), req, peer).await;
+                let reply = handlers::handle_guarded(core.clone(), req, session).await;
                 responses.write_in_turn(&core, seq, reply).await;
             }
         };
@@ -221,16 +252,8 @@ pub async fn serve(core: Rc<Core>, stream: TcpStream) {
                 break;
             }
         };
-        seq += 1;
+        *seq += 1;
     }
-    // Every response already asked for goes out before the connection closes.
-    responses.written.wait_for(seq).await;
-    let mut out = responses.out.clone();
-    let _ = out.flush().await;
-    let _ = out.close().await;
-    core.metrics
-        .connections_open
-        .set(core.metrics.connections_open.get().saturating_sub(1));
 }
 
 /// Writes a response's chunks with as few system calls as it can: first one non-blocking

@@ -5,3 +5,4 @@ mod authenticate;
 pub mod connection;
 pub mod errors;
 pub mod handlers;
+pub mod session;

@@ -188,3 +188,23 @@ pub fn topic_name(topic: &str) -> kafka_protocol::messages::TopicName {
         topic.to_string(),
     ))
 }
+
+/// A SASL/PLAIN exchange on `s` (SaslHandshake v1, SaslAuthenticate v2): the SaslAuthenticate error
+/// code and message (0 and empty once authenticated).
+pub fn sasl_plain(s: &mut TcpStream, user: &str, password: &str) -> (i16, String) {
+    use kafka_protocol::messages::{
+        SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+        SaslHandshakeResponse,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    let hs = SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN"));
+    let r: SaslHandshakeResponse = call(s, ApiKey::SaslHandshake, 1, 9001, &hs);
+    assert_eq!(r.error_code, 0, "PLAIN offered");
+    let token = format!("\0{user}\0{password}");
+    let auth = SaslAuthenticateRequest::default().with_auth_bytes(token.into_bytes().into());
+    let r: SaslAuthenticateResponse = call(s, ApiKey::SaslAuthenticate, 2, 9002, &auth);
+    (
+        r.error_code,
+        r.error_message.map(|m| m.to_string()).unwrap_or_default(),
+    )
+}

@@ -908,6 +908,48 @@ pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: 
                 .map(|_| GroupId(s(group(rng, index))))
                 .collect(),
         )),
+        ApiKey::SaslHandshake => frame!(SaslHandshakeRequest::default()
+            .with_mechanism(s(*rng.pick(&["PLAIN", "SCRAM-SHA-256", "GSSAPI", ""])))),
+        ApiKey::SaslAuthenticate => frame!(SaslAuthenticateRequest::default().with_auth_bytes(
+            Bytes::from(
+                (0..rng.below(64))
+                    .map(|_| rng.next_u64() as u8)
+                    .collect::<Vec<u8>>()
+            )
+        )),
+        ApiKey::CreateAcls => frame!(CreateAclsRequest::default().with_creations(
+            (0..rng.below(3))
+                .map(|_| {
+                    create_acls_request::AclCreation::default()
+                        .with_resource_type(rng.below(8) as i8)
+                        .with_resource_name(s(topic(rng)))
+                        .with_resource_pattern_type(rng.below(6) as i8)
+                        .with_principal(s(*rng.pick(&["User:fz", "User:*", "fz", "User:"])))
+                        .with_host(s(*rng.pick(&["*", "127.0.0.1", ""])))
+                        .with_operation(rng.below(14) as i8)
+                        .with_permission_type(rng.below(5) as i8)
+                })
+                .collect(),
+        )),
+        ApiKey::DescribeAcls => frame!(DescribeAclsRequest::default()
+            .with_resource_type_filter(rng.below(8) as i8)
+            .with_resource_name_filter(rng.one_in(2).then(|| s(topic(rng))))
+            .with_pattern_type_filter(rng.below(6) as i8)
+            .with_operation(rng.below(14) as i8)
+            .with_permission_type(rng.below(5) as i8)),
+        ApiKey::DeleteAcls => frame!(DeleteAclsRequest::default().with_filters(
+            (0..rng.below(3))
+                .map(|_| {
+                    delete_acls_request::DeleteAclsFilter::default()
+                        .with_resource_type_filter(rng.below(8) as i8)
+                        .with_resource_name_filter(rng.one_in(2).then(|| s(topic(rng))))
+                        .with_pattern_type_filter(rng.below(6) as i8)
+                        .with_principal_filter(rng.one_in(2).then(|| s("User:fz")))
+                        .with_operation(rng.below(14) as i8)
+                        .with_permission_type(rng.below(5) as i8)
+                })
+                .collect(),
+        )),
         other => panic!("the fuzzer has no request generator for {other:?}: add one"),
     }
 }
@@ -960,6 +1002,11 @@ pub fn decode_response(key: ApiKey, version: i16, frame: Bytes) -> Result<(), St
         ApiKey::ListGroups => body::<ListGroupsResponse>(buf, v),
         ApiKey::DescribeGroups => body::<DescribeGroupsResponse>(buf, v),
         ApiKey::DeleteGroups => body::<DeleteGroupsResponse>(buf, v),
+        ApiKey::SaslHandshake => body::<SaslHandshakeResponse>(buf, v),
+        ApiKey::SaslAuthenticate => body::<SaslAuthenticateResponse>(buf, v),
+        ApiKey::CreateAcls => body::<CreateAclsResponse>(buf, v),
+        ApiKey::DescribeAcls => body::<DescribeAclsResponse>(buf, v),
+        ApiKey::DeleteAcls => body::<DeleteAclsResponse>(buf, v),
         other => Err(format!(
             "an answer to {other:?}, which shoal does not serve"
         )),

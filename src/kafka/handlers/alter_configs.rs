@@ -4,8 +4,10 @@
 
 use super::describe_configs::{BROKER, TOPIC};
 use super::{count_errors, frame, HandlerResult, Versions};
+use crate::acl::Operation;
 use crate::control::{self, ConfigChange, ConfigOp, TopicChange};
 use crate::core_state::Core;
+use crate::kafka::session::Session;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
@@ -19,7 +21,7 @@ pub const VERSIONS: Versions = Versions {
     max: 2,
 };
 
-pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
+pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
     let request: AlterConfigsRequest = decode(req)?;
     let resources = request.resources.iter().map(|r| {
         let ops = r
@@ -32,7 +34,7 @@ pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
             .collect();
         (r.resource_type, r.resource_name.to_string(), ops)
     });
-    let outcomes = alter(core, resources.collect(), true, request.validate_only).await;
+    let outcomes = alter(core, who, resources.collect(), true, request.validate_only).await;
     let responses: Vec<AlterConfigsResourceResponse> = outcomes
         .into_iter()
         .map(|(resource_type, name, error)| {
@@ -62,14 +64,24 @@ pub(super) type Asked = Vec<(i8, String, Vec<ConfigOp>)>;
 /// the ones set) and answers the rest here; one (type, name, error) per resource, in order.
 pub(super) async fn alter(
     core: &Rc<Core>,
+    who: &Session,
     asked: Asked,
     replace: bool,
     validate_only: bool,
 ) -> Vec<(i8, String, Option<(ResponseError, String)>)> {
+    let allowed: Vec<bool> = asked
+        .iter()
+        .map(|(t, name, _)| match *t {
+            TOPIC => who.may_topic(core, Operation::AlterConfigs, name),
+            BROKER => who.may_cluster(core, Operation::AlterConfigs),
+            _ => true,
+        })
+        .collect();
     let changes: Vec<ConfigChange> = asked
         .iter()
-        .filter(|(t, _, _)| *t == TOPIC)
-        .map(|(_, name, ops)| ConfigChange {
+        .zip(&allowed)
+        .filter(|((t, _, _), ok)| *t == TOPIC && **ok)
+        .map(|((_, name, ops), _)| ConfigChange {
             topic: name.clone(),
             replace,
             ops: ops.clone(),
@@ -87,8 +99,10 @@ pub(super) async fn alter(
     .into_iter();
     asked
         .into_iter()
-        .map(|(resource_type, name, _)| {
+        .zip(allowed)
+        .map(|((resource_type, name, _), ok)| {
             let error = match resource_type {
+                _ if !ok => Some(super::describe_configs::denied(resource_type)),
                 TOPIC => match outcomes.next() {
                     Some(o) => o.error,
                     None => Some((

@@ -3,8 +3,10 @@
 //! them in Metadata; consumer groups rebalance onto them when their leader's metadata shows them.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::control::{self, NewPartitions, TopicChange};
+use crate::acl::Operation;
+use crate::control::{NewPartitions, TopicChange};
 use crate::core_state::Core;
+use crate::kafka::session::Session;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::{
@@ -19,7 +21,7 @@ pub const VERSIONS: Versions = Versions {
     max: 3,
 };
 
-pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
+pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
     let request: CreatePartitionsRequest = decode(req)?;
     let topics: Vec<NewPartitions> = request
         .topics
@@ -34,9 +36,12 @@ pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
             }),
         })
         .collect();
-    let outcomes = control::change_topics(
+    let outcomes = super::change_allowed(
         core,
-        TopicChange::Grow {
+        topics,
+        |t| t.name.clone(),
+        |t| who.may_topic(core, Operation::Alter, &t.name),
+        |topics| TopicChange::Grow {
             topics,
             validate_only: request.validate_only,
         },

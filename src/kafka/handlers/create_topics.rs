@@ -1,8 +1,10 @@
 //! CreateTopics: validated here, decided and applied through the control plane (core 0).
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::control::{self, NewTopic, TopicChange};
+use crate::acl::Operation;
+use crate::control::{NewTopic, TopicChange};
 use crate::core_state::Core;
+use crate::kafka::session::Session;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult,
@@ -18,7 +20,7 @@ pub const VERSIONS: Versions = Versions {
     max: 7,
 };
 
-pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
+pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
     let request: CreateTopicsRequest = decode(req)?;
     let topics: Vec<NewTopic> = request
         .topics
@@ -39,9 +41,13 @@ pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
         })
         .collect();
     let configs: Vec<BTreeMap<String, String>> = topics.iter().map(|t| t.configs.clone()).collect();
-    let outcomes = control::change_topics(
+    let any_topic = who.may_cluster(core, Operation::Create);
+    let outcomes = super::change_allowed(
         core,
-        TopicChange::Create {
+        topics,
+        |t| t.name.clone(),
+        |t| any_topic || who.may_topic(core, Operation::Create, &t.name),
+        |topics| TopicChange::Create {
             topics,
             validate_only: request.validate_only,
         },

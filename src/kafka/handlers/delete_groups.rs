@@ -2,7 +2,9 @@
 //! offsets log); a group with members gets `NON_EMPTY_GROUP`, an unknown one `GROUP_ID_NOT_FOUND`.
 
 use super::{count_errors, frame, HandlerResult, Versions};
+use crate::acl::Operation;
 use crate::core_state::Core;
+use crate::kafka::session::Session;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::{ApiKey, DeleteGroupsRequest, DeleteGroupsResponse};
@@ -13,11 +15,15 @@ pub const VERSIONS: Versions = Versions {
     max: 2,
 };
 
-pub async fn handle(core: &Core, req: &Request) -> HandlerResult {
+pub async fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult {
     let request: DeleteGroupsRequest = decode(req)?;
     let mut results = Vec::new();
     for id in &request.groups_names {
-        let error = core.groups.delete(id).await.err();
+        let error = if who.may_group(core, Operation::Delete, id) {
+            core.groups.delete(id).await.err()
+        } else {
+            Some(kafka_protocol::error::ResponseError::GroupAuthorizationFailed)
+        };
         results.push(
             DeletableGroupResult::default()
                 .with_group_id(id.clone())

@@ -1,8 +1,10 @@
 //! DeleteTopics: by name (v1-5) or by name or id (v6), through the control plane (core 0).
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::control::{self, TopicChange};
+use crate::acl::Operation;
+use crate::control::TopicChange;
 use crate::core_state::Core;
+use crate::kafka::session::Session;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
@@ -16,7 +18,7 @@ pub const VERSIONS: Versions = Versions {
     max: 6,
 };
 
-pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
+pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
     let request: DeleteTopicsRequest = decode(req)?;
     let mut names: Vec<String> = request
         .topic_names
@@ -40,7 +42,14 @@ pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
             }
         }
     }
-    let outcomes = control::change_topics(core, TopicChange::Delete { names }).await;
+    let outcomes = super::change_allowed(
+        core,
+        names,
+        String::clone,
+        |n| who.may_topic(core, Operation::Delete, n),
+        |names| TopicChange::Delete { names },
+    )
+    .await;
     let mut responses: Vec<DeletableTopicResult> = outcomes
         .into_iter()
         .map(|o| {

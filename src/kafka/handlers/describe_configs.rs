@@ -3,7 +3,9 @@
 //! from this core's copy of the topic table, without asking core 0.
 
 use super::{count_errors, frame, HandlerResult, Versions};
+use crate::acl::Operation;
 use crate::core_state::Core;
+use crate::kafka::session::Session;
 use crate::topic_configs::{broker_config_entries, topic_config_entries, ConfigEntry};
 use crate::topics::parse_view_name;
 use crate::wire::header::{decode, Request};
@@ -21,11 +23,21 @@ pub const VERSIONS: Versions = Versions {
     max: 4,
 };
 
+/// The error for a config resource the client may not see or change.
+pub(super) fn denied(resource_type: i8) -> (ResponseError, String) {
+    let e = if resource_type == TOPIC {
+        ResponseError::TopicAuthorizationFailed
+    } else {
+        ResponseError::ClusterAuthorizationFailed
+    };
+    (e, "not authorized".into())
+}
+
 /// Kafka's resource types.
 pub const TOPIC: i8 = 2;
 pub const BROKER: i8 = 4;
 
-pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
+pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
     let request: DescribeConfigsRequest = decode(req)?;
     let results: Vec<DescribeConfigsResult> = request
         .resources
@@ -35,7 +47,17 @@ pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
             let result = DescribeConfigsResult::default()
                 .with_resource_type(r.resource_type)
                 .with_resource_name(r.resource_name.clone());
-            match entries(core, r.resource_type, &name) {
+            let allowed = match r.resource_type {
+                TOPIC => who.may_topic(core, Operation::DescribeConfigs, &name),
+                BROKER => who.may_cluster(core, Operation::DescribeConfigs),
+                _ => true,
+            };
+            let found = if allowed {
+                entries(core, r.resource_type, &name)
+            } else {
+                Err(denied(r.resource_type))
+            };
+            match found {
                 Err((e, why)) => result
                     .with_error_code(e.code())
                     .with_error_message(Some(StrBytes::from_string(why))),

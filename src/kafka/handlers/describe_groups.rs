@@ -2,8 +2,10 @@
 //! core coordinates. An unknown group is described as `Dead` with no error, as Kafka does.
 
 use super::{count_errors, frame, HandlerResult, Versions};
+use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::groups::group::GroupState;
+use crate::kafka::session::Session;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::{ApiKey, DescribeGroupsRequest, DescribeGroupsResponse};
@@ -15,7 +17,7 @@ pub const VERSIONS: Versions = Versions {
     max: 5,
 };
 
-pub fn handle(core: &Core, req: &Request) -> HandlerResult {
+pub fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult {
     let request: DescribeGroupsRequest = decode(req)?;
     let v = req.api_version;
     let groups: Vec<DescribedGroup> = request
@@ -23,7 +25,12 @@ pub fn handle(core: &Core, req: &Request) -> HandlerResult {
         .iter()
         .map(|id| {
             let base = DescribedGroup::default().with_group_id(id.clone());
-            if let Err(e) = core.groups.check(id) {
+            let allowed = if who.may_group(core, Operation::Describe, id) {
+                Ok(())
+            } else {
+                Err(kafka_protocol::error::ResponseError::GroupAuthorizationFailed)
+            };
+            if let Err(e) = allowed.and_then(|()| core.groups.check(id)) {
                 return base
                     .with_error_code(e.code())
                     .with_group_state(StrBytes::from_static_str(GroupState::Dead.name()));

@@ -3,8 +3,10 @@
 //! supported, so transaction coordinators are never available.
 
 use super::{count_errors, frame, HandlerResult, Versions};
+use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::groups::coordinator_core;
+use crate::kafka::session::Session;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
@@ -19,7 +21,7 @@ pub const VERSIONS: Versions = Versions {
 
 const GROUP: i8 = 0;
 
-fn lookup(core: &Core, key: &StrBytes, key_type: i8) -> Coordinator {
+fn lookup(core: &Core, who: &Session, key: &StrBytes, key_type: i8) -> Coordinator {
     let c = Coordinator::default().with_key(key.clone());
     let error = |e: ResponseError, why: &'static str| {
         Coordinator::default()
@@ -36,6 +38,12 @@ fn lookup(core: &Core, key: &StrBytes, key_type: i8) -> Coordinator {
             "transactions are not supported",
         );
     }
+    if !who.may_group(core, Operation::Describe, key) {
+        return error(
+            ResponseError::GroupAuthorizationFailed,
+            "not authorized to describe this group",
+        );
+    }
     // The empty group id has a coordinator too: OffsetCommit, OffsetFetch, DescribeGroups and
     // DeleteGroups accept it, as in Kafka (only the membership APIs refuse it).
     let owner = coordinator_core(key, core.cores);
@@ -44,19 +52,19 @@ fn lookup(core: &Core, key: &StrBytes, key_type: i8) -> Coordinator {
         .with_port(i32::from(core.ports[owner]))
 }
 
-pub fn handle(core: &Core, req: &Request) -> HandlerResult {
+pub fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult {
     let request: FindCoordinatorRequest = decode(req)?;
     let v = req.api_version;
     let response = if v >= 4 {
         let coordinators: Vec<Coordinator> = request
             .coordinator_keys
             .iter()
-            .map(|k| lookup(core, k, request.key_type))
+            .map(|k| lookup(core, who, k, request.key_type))
             .collect();
         count_errors(core, req, coordinators.iter().map(|c| c.error_code));
         FindCoordinatorResponse::default().with_coordinators(coordinators)
     } else {
-        let c = lookup(core, &request.key, request.key_type);
+        let c = lookup(core, who, &request.key, request.key_type);
         count_errors(core, req, [c.error_code]);
         FindCoordinatorResponse::default()
             .with_error_code(c.error_code)

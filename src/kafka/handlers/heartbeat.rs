@@ -1,8 +1,10 @@
 //! Heartbeat: keeps a member's session alive and tells it when a rebalance is under way.
 
 use super::{count_errors, frame, HandlerResult, Versions};
+use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::kafka::errors::code;
+use crate::kafka::session::Session;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::messages::{ApiKey, HeartbeatRequest, HeartbeatResponse};
 
@@ -12,8 +14,14 @@ pub const VERSIONS: Versions = Versions {
     max: 4,
 };
 
-pub fn handle(core: &Core, req: &Request) -> HandlerResult {
+pub fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult {
     let request: HeartbeatRequest = decode(req)?;
+    if !who.may_group(core, Operation::Read, &request.group_id) {
+        core.metrics.error(req.api_key);
+        let denied = HeartbeatResponse::default()
+            .with_error_code(kafka_protocol::error::ResponseError::GroupAuthorizationFailed.code());
+        return Ok(frame(ApiKey::Heartbeat, req, &denied));
+    }
     let instance = request
         .group_instance_id
         .as_ref()

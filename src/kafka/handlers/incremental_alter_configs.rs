@@ -6,6 +6,7 @@ use super::alter_configs::alter;
 use super::{count_errors, frame, HandlerResult, Versions};
 use crate::control::ConfigOp;
 use crate::core_state::Core;
+use crate::kafka::session::Session;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::{
@@ -20,7 +21,7 @@ pub const VERSIONS: Versions = Versions {
     max: 1,
 };
 
-pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
+pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
     let request: IncrementalAlterConfigsRequest = decode(req)?;
     let asked = request
         .resources
@@ -44,7 +45,7 @@ pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
         })
         .collect();
     let responses: Vec<AlterConfigsResourceResponse> =
-        alter(core, asked, false, request.validate_only)
+        alter(core, who, asked, false, request.validate_only)
             .await
             .into_iter()
             .map(|(resource_type, name, error)| {

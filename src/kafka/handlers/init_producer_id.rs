@@ -4,6 +4,7 @@
 
 use super::{frame, HandlerResult, Versions};
 use crate::core_state::Core;
+use crate::kafka::session::Session;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProducerId};
@@ -31,11 +32,16 @@ fn next_producer_id(core: usize) -> i64 {
     })
 }
 
-pub fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
+pub fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
     let request: InitProducerIdRequest = decode(req)?;
     let response = if request.transactional_id.is_some() {
         InitProducerIdResponse::default()
             .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code())
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1)
+    } else if !who.may_write_idempotently(core) {
+        InitProducerIdResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
             .with_producer_id(ProducerId(-1))
             .with_producer_epoch(-1)
     } else if request.producer_id.0 >= 0 && request.producer_epoch >= 0 {

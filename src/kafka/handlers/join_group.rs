@@ -3,10 +3,12 @@
 //! member's metadata. v4+ members without an id first get `MEMBER_ID_REQUIRED` and their id.
 
 use super::{count_errors, frame, HandlerResult, Versions};
+use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::groups::group::{Answer, JoinRequest};
 use crate::groups::MAX_MEMBER_BLOB_BYTES;
 use crate::kafka::errors::code;
+use crate::kafka::session::Session;
 use crate::wire::header::{decode, Request};
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
@@ -31,8 +33,14 @@ fn timeout(ms: i32) -> Option<Duration> {
     u64::try_from(ms).ok().map(Duration::from_millis)
 }
 
-pub async fn handle(core: &Core, req: &Request, peer: &str) -> HandlerResult {
+pub async fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult {
     let request: JoinGroupRequest = decode(req)?;
+    if !who.may_group(core, Operation::Read, &request.group_id) {
+        core.metrics.error(req.api_key);
+        let denied = JoinGroupResponse::default()
+            .with_error_code(kafka_protocol::error::ResponseError::GroupAuthorizationFailed.code());
+        return Ok(frame(ApiKey::JoinGroup, req, &denied));
+    }
     let v = req.api_version;
     let session = timeout(request.session_timeout_ms);
     let rebalance = if v >= 1 {
@@ -59,7 +67,7 @@ pub async fn handle(core: &Core, req: &Request, peer: &str) -> HandlerResult {
                 .client_id
                 .as_ref()
                 .map_or_else(String::new, |s| s.to_string()),
-            client_host: client_host(peer),
+            client_host: client_host(&who.peer),
             session_timeout: session,
             rebalance_timeout: rebalance,
             protocol_type: request.protocol_type.to_string(),

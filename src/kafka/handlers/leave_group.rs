@@ -1,8 +1,10 @@
 //! LeaveGroup: one member (v0-2) or several, by member id or instance id (v3+).
 
 use super::{count_errors, frame, HandlerResult, Versions};
+use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::kafka::errors::code;
+use crate::kafka::session::Session;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::{ApiKey, LeaveGroupRequest, LeaveGroupResponse};
@@ -14,8 +16,14 @@ pub const VERSIONS: Versions = Versions {
     max: 5,
 };
 
-pub fn handle(core: &Core, req: &Request) -> HandlerResult {
+pub fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult {
     let request: LeaveGroupRequest = decode(req)?;
+    if !who.may_group(core, Operation::Read, &request.group_id) {
+        core.metrics.error(req.api_key);
+        let denied = LeaveGroupResponse::default()
+            .with_error_code(kafka_protocol::error::ResponseError::GroupAuthorizationFailed.code());
+        return Ok(frame(ApiKey::LeaveGroup, req, &denied));
+    }
     let v = req.api_version;
     let members: Vec<(String, Option<String>)> = if v >= 3 {
         request

@@ -2,7 +2,9 @@
 //! by state from v4.
 
 use super::{frame, HandlerResult, Versions};
+use crate::acl::Operation;
 use crate::core_state::Core;
+use crate::kafka::session::Session;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::{ApiKey, GroupId, ListGroupsRequest, ListGroupsResponse};
@@ -14,13 +16,16 @@ pub const VERSIONS: Versions = Versions {
     max: 4,
 };
 
-pub fn handle(core: &Core, req: &Request) -> HandlerResult {
+pub fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult {
     let request: ListGroupsRequest = decode(req)?;
     let v = req.api_version;
+    // DESCRIBE on the cluster lists every group; else those the client may describe.
+    let all = who.may_cluster(core, Operation::Describe);
     let groups = core
         .groups
         .list()
         .into_iter()
+        .filter(|(id, _, _)| all || who.may_group(core, Operation::Describe, id))
         .filter(|(_, _, state)| {
             v < 4
                 || request.states_filter.is_empty()

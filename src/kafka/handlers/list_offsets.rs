@@ -2,8 +2,10 @@
 //! offset at or after a timestamp.
 
 use super::{count_errors, frame, HandlerResult, Versions};
+use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::kafka::errors::code_of;
+use crate::kafka::session::Session;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::list_offsets_response::{
@@ -22,17 +24,23 @@ const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 
-pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
+pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
     let request: ListOffsetsRequest = decode(req)?;
     let mut topics = Vec::new();
     for t in &request.topics {
         let name = t.name.0.to_string();
+        let describable = who.may_topic(core, Operation::Describe, &name);
         let mut partitions = Vec::new();
         for p in &t.partitions {
             let base =
                 ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
             // A view answers with its source's offsets (they are the same offsets).
-            let part = match core.local_partition(&name, p.partition_index) {
+            let found = if describable {
+                core.local_partition(&name, p.partition_index)
+            } else {
+                Err(ResponseError::TopicAuthorizationFailed)
+            };
+            let part = match found {
                 Ok((part, _)) => part,
                 Err(err) => {
                     partitions.push(

@@ -2,8 +2,10 @@
 //! missing are created when auto-creation is on.
 
 use super::{count_errors, frame, HandlerResult, Versions};
+use crate::acl::Operation;
 use crate::control::{self, NewTopic, TopicChange};
 use crate::core_state::Core;
+use crate::kafka::session::Session;
 use crate::topics::{parse_view_name, validate_topic_name, view_topic_id};
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
@@ -21,7 +23,7 @@ pub const VERSIONS: Versions = Versions {
     max: 12,
 };
 
-pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
+pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
     let request: MetadataRequest = decode(req)?;
     // v0: an empty list means all topics; v1+: null means all, empty means none.
     let wanted: Option<Vec<String>> = match &request.topics {
@@ -42,6 +44,8 @@ pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
                 core.topics.borrow().get(n).is_none()
                     && validate_topic_name(n).is_ok()
                     && !control::is_view_name(n)
+                    && (who.may_cluster(core, Operation::Create)
+                        || who.may_topic(core, Operation::Create, n))
             })
             .map(|n| NewTopic {
                 name: n.clone(),
@@ -59,12 +63,23 @@ pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
         }
     }
     let table = core.topics.borrow().clone();
-    let names: Vec<String> = wanted.unwrap_or_else(|| table.topics.keys().cloned().collect());
+    // All topics: those the client may describe; named ones it may not: refused by name.
+    let names: Vec<String> = wanted.unwrap_or_else(|| {
+        table
+            .topics
+            .keys()
+            .filter(|n| who.may_topic(core, Operation::Describe, n))
+            .cloned()
+            .collect()
+    });
     let topics: Vec<MetadataResponseTopic> = names
         .iter()
         .map(|name| {
             let topic = MetadataResponseTopic::default()
                 .with_name(Some(TopicName(StrBytes::from_string(name.clone()))));
+            if !who.may_topic(core, Operation::Describe, name) {
+                return topic.with_error_code(ResponseError::TopicAuthorizationFailed.code());
+            }
             // A view `<source>.shard-<i>-of-<n>` exists whenever its source does, with the source's
             // partitions and leaders.
             let (meta, id) = match parse_view_name(name) {

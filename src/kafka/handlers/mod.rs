@@ -3,10 +3,13 @@
 
 pub mod alter_configs;
 pub mod api_versions;
+pub mod create_acls;
 pub mod create_partitions;
 pub mod create_topics;
+pub mod delete_acls;
 pub mod delete_groups;
 pub mod delete_topics;
+pub mod describe_acls;
 pub mod describe_configs;
 pub mod describe_groups;
 pub mod fetch;
@@ -27,6 +30,7 @@ pub mod sasl_handshake;
 pub mod sync_group;
 
 use crate::core_state::Core;
+use crate::kafka::session::Session;
 use crate::wire::header::Request;
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
@@ -79,6 +83,9 @@ pub const APIS: &[Versions] = &[
     delete_groups::VERSIONS,
     sasl_handshake::VERSIONS,
     sasl_authenticate::VERSIONS,
+    create_acls::VERSIONS,
+    describe_acls::VERSIONS,
+    delete_acls::VERSIONS,
 ];
 
 pub fn supports(api_key: i16, version: i16) -> bool {
@@ -90,7 +97,7 @@ pub fn supports(api_key: i16, version: i16) -> bool {
 /// the encoder, a shard) is caught here, logged with the request's API and version, counted in
 /// `shoal_handler_panics_total`, and closes only this connection; the core keeps serving. State a
 /// handler held is released by unwinding (borrows, permits, reservations are guards).
-pub async fn handle_guarded(core: Rc<Core>, req: Request, peer: Rc<str>) -> Reply {
+pub async fn handle_guarded(core: Rc<Core>, req: Request, session: Rc<Session>) -> Reply {
     use futures_lite::FutureExt;
     let (api_key, version, correlation_id) = (req.api_key, req.api_version, req.correlation_id);
     let panic_here = fault::panics_for(&req);
@@ -98,7 +105,7 @@ pub async fn handle_guarded(core: Rc<Core>, req: Request, peer: Rc<str>) -> Repl
         if panic_here {
             fault::panic_after_a_yield().await;
         }
-        handle(core.clone(), req, peer.clone()).await
+        handle(core.clone(), req, session.clone()).await
     })
     .catch_unwind()
     .await;
@@ -113,7 +120,8 @@ pub async fn handle_guarded(core: Rc<Core>, req: Request, peer: Rc<str>) -> Repl
             let api = ApiKey::try_from(api_key)
                 .map_or_else(|_| format!("api {api_key}"), |k| format!("{k:?}"));
             log::error!(
-                "closing connection from {peer}: handling {api} v{version} (correlation id {correlation_id}) panicked: {why}"
+                "closing connection from {}: handling {api} v{version} (correlation id {correlation_id}) panicked: {why}",
+                session.peer
             );
             crate::metrics::add(&core.metrics.handler_panics, 1);
             core.metrics.error(api_key);
@@ -148,8 +156,10 @@ mod fault {
 
 /// Handles one request. Malformed bodies and unsupported versions close the connection (there is no
 /// response format to report them in), except ApiVersions, which answers per KIP-511.
-pub async fn handle(core: Rc<Core>, req: Request, peer: Rc<str>) -> Reply {
+pub async fn handle(core: Rc<Core>, req: Request, session: Rc<Session>) -> Reply {
     let key = ApiKey::try_from(req.api_key).expect("header parsing checked the key");
+    let peer = &session.peer;
+    let s = &*session;
     if !supports(req.api_key, req.api_version) {
         if key == ApiKey::ApiVersions {
             return api_versions::unsupported_version(&req);
@@ -163,30 +173,33 @@ pub async fn handle(core: Rc<Core>, req: Request, peer: Rc<str>) -> Reply {
         return Reply::Close;
     }
     let result = match key {
-        ApiKey::Produce => produce::handle(&core, &req).await,
-        ApiKey::Fetch => fetch::handle(&core, &req).await,
-        ApiKey::ListOffsets => list_offsets::handle(&core, &req).await,
-        ApiKey::Metadata => metadata::handle(&core, &req).await,
+        ApiKey::Produce => produce::handle(&core, &req, s).await,
+        ApiKey::Fetch => fetch::handle(&core, &req, s).await,
+        ApiKey::ListOffsets => list_offsets::handle(&core, &req, s).await,
+        ApiKey::Metadata => metadata::handle(&core, &req, s).await,
         ApiKey::ApiVersions => api_versions::handle(&req),
-        ApiKey::CreateTopics => create_topics::handle(&core, &req).await,
-        ApiKey::CreatePartitions => create_partitions::handle(&core, &req).await,
-        ApiKey::DescribeConfigs => describe_configs::handle(&core, &req).await,
-        ApiKey::AlterConfigs => alter_configs::handle(&core, &req).await,
-        ApiKey::IncrementalAlterConfigs => incremental_alter_configs::handle(&core, &req).await,
-        ApiKey::DeleteTopics => delete_topics::handle(&core, &req).await,
-        ApiKey::InitProducerId => init_producer_id::handle(&core, &req),
-        ApiKey::FindCoordinator => find_coordinator::handle(&core, &req),
-        ApiKey::JoinGroup => join_group::handle(&core, &req, &peer).await,
-        ApiKey::SyncGroup => sync_group::handle(&core, &req).await,
-        ApiKey::Heartbeat => heartbeat::handle(&core, &req),
-        ApiKey::LeaveGroup => leave_group::handle(&core, &req),
-        ApiKey::OffsetCommit => offset_commit::handle(&core, &req).await,
-        ApiKey::OffsetFetch => offset_fetch::handle(&core, &req).await,
-        ApiKey::ListGroups => list_groups::handle(&core, &req),
-        ApiKey::DescribeGroups => describe_groups::handle(&core, &req),
-        ApiKey::DeleteGroups => delete_groups::handle(&core, &req).await,
+        ApiKey::CreateTopics => create_topics::handle(&core, &req, s).await,
+        ApiKey::CreatePartitions => create_partitions::handle(&core, &req, s).await,
+        ApiKey::DescribeConfigs => describe_configs::handle(&core, &req, s).await,
+        ApiKey::AlterConfigs => alter_configs::handle(&core, &req, s).await,
+        ApiKey::IncrementalAlterConfigs => incremental_alter_configs::handle(&core, &req, s).await,
+        ApiKey::DeleteTopics => delete_topics::handle(&core, &req, s).await,
+        ApiKey::InitProducerId => init_producer_id::handle(&core, &req, s),
+        ApiKey::FindCoordinator => find_coordinator::handle(&core, &req, s),
+        ApiKey::JoinGroup => join_group::handle(&core, &req, s).await,
+        ApiKey::SyncGroup => sync_group::handle(&core, &req, s).await,
+        ApiKey::Heartbeat => heartbeat::handle(&core, &req, s),
+        ApiKey::LeaveGroup => leave_group::handle(&core, &req, s),
+        ApiKey::OffsetCommit => offset_commit::handle(&core, &req, s).await,
+        ApiKey::OffsetFetch => offset_fetch::handle(&core, &req, s).await,
+        ApiKey::ListGroups => list_groups::handle(&core, &req, s),
+        ApiKey::DescribeGroups => describe_groups::handle(&core, &req, s),
+        ApiKey::DeleteGroups => delete_groups::handle(&core, &req, s).await,
         ApiKey::SaslHandshake => sasl_handshake::handle(&req),
         ApiKey::SaslAuthenticate => sasl_authenticate::handle(&req),
+        ApiKey::CreateAcls => create_acls::handle(&core, &req, s).await,
+        ApiKey::DescribeAcls => describe_acls::handle(&core, &req, s),
+        ApiKey::DeleteAcls => delete_acls::handle(&core, &req, s).await,
         _ => unreachable!("supports() only admits the APIs above"),
     };
     match result {
@@ -236,4 +249,45 @@ pub fn count_errors(core: &Core, req: &Request, codes: impl IntoIterator<Item = 
     if codes.into_iter().any(|c| c != 0) {
         core.metrics.error(req.api_key);
     }
+}
+
+/// Asks core 0 for a topic change of the `items` the client may act on (`allowed`), answering the
+/// others `TOPIC_AUTHORIZATION_FAILED` without asking; outcomes in request order.
+pub async fn change_allowed<T>(
+    core: &Rc<Core>,
+    items: Vec<T>,
+    name: impl Fn(&T) -> String,
+    allowed: impl Fn(&T) -> bool,
+    change: impl FnOnce(Vec<T>) -> crate::mesh::TopicChange,
+) -> Vec<crate::mesh::TopicOutcome> {
+    let verdicts: Vec<(bool, String)> = items.iter().map(|t| (allowed(t), name(t))).collect();
+    let permitted: Vec<T> = items
+        .into_iter()
+        .zip(&verdicts)
+        .filter_map(|(t, (ok, _))| ok.then_some(t))
+        .collect();
+    let mut decided = if permitted.is_empty() {
+        Vec::new()
+    } else {
+        crate::control::change_topics(core, change(permitted)).await
+    }
+    .into_iter();
+    let mut out = Vec::new();
+    for (ok, name) in verdicts {
+        if ok {
+            out.extend(decided.next());
+        } else {
+            out.push(crate::mesh::TopicOutcome {
+                name,
+                error: Some((
+                    kafka_protocol::error::ResponseError::TopicAuthorizationFailed,
+                    "not authorized".into(),
+                )),
+                partitions: -1,
+                id: [0; 16],
+                acls: Vec::new(),
+            });
+        }
+    }
+    out
 }

@@ -4,9 +4,11 @@
 //! deleted.
 
 use super::{count_errors, frame, HandlerResult, Versions};
+use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::groups::offsets::Committed;
 use crate::groups::MAX_OFFSET_METADATA_BYTES;
+use crate::kafka::session::Session;
 use crate::topics::parse_view_name;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
@@ -32,7 +34,7 @@ pub fn partition_exists(core: &Core, topic: &str, partition: i32) -> bool {
     core.owner(&source, partition).is_some()
 }
 
-pub async fn handle(core: &Core, req: &Request) -> HandlerResult {
+pub async fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult {
     let request: OffsetCommitRequest = decode(req)?;
     let v = req.api_version;
     let instance = request
@@ -40,12 +42,16 @@ pub async fn handle(core: &Core, req: &Request) -> HandlerResult {
         .as_ref()
         .filter(|_| v >= 7)
         .map(|s| s.to_string());
-    let checked = core.groups.check_commit(
-        &request.group_id,
-        &request.member_id,
-        instance.as_deref(),
-        request.generation_id_or_member_epoch,
-    );
+    let checked = if who.may_group(core, Operation::Read, &request.group_id) {
+        core.groups.check_commit(
+            &request.group_id,
+            &request.member_id,
+            instance.as_deref(),
+            request.generation_id_or_member_epoch,
+        )
+    } else {
+        Err(ResponseError::GroupAuthorizationFailed)
+    };
     // Per partition: its error, or None while it is to be written.
     let mut results: Vec<Vec<(i32, Option<ResponseError>)>> = Vec::new();
     let mut to_write = Vec::new();
@@ -55,6 +61,9 @@ pub async fn handle(core: &Core, req: &Request) -> HandlerResult {
         for p in &t.partitions {
             let error = match &checked {
                 Err(e) => Some(*e),
+                Ok(_) if !who.may_topic(core, Operation::Read, &t.name) => {
+                    Some(ResponseError::TopicAuthorizationFailed)
+                }
                 Ok(_) if !partition_exists(core, &t.name, p.partition_index) => {
                     Some(ResponseError::UnknownTopicOrPartition)
                 }

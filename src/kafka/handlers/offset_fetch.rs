@@ -8,8 +8,10 @@
 //! commits, and only those already begun).
 
 use super::{count_errors, frame, HandlerResult, Versions};
+use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::groups::offsets::Committed;
+use crate::kafka::session::Session;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::offset_fetch_response::{
@@ -30,20 +32,33 @@ pub const VERSIONS: Versions = Versions {
 type Found = (i32, Option<Committed>);
 
 /// The offsets of `group` for `asked` ((topic, partitions); `None`: everything committed), or the
-/// group-level error.
+/// group-level error. Topics the client may not describe show no committed offset (asked) or are
+/// left out (all).
 fn lookup(
     core: &Core,
+    who: &Session,
     group: &str,
     asked: Option<Vec<(TopicName, Vec<i32>)>>,
 ) -> Result<Vec<(TopicName, Vec<Found>)>, ResponseError> {
+    if !who.may_group(core, Operation::Describe, group) {
+        return Err(ResponseError::GroupAuthorizationFailed);
+    }
     core.groups.check(group)?;
+    let visible = |t: &str| who.may_topic(core, Operation::Describe, t);
     Ok(match asked {
         Some(topics) => topics
             .into_iter()
             .map(|(name, parts)| {
                 let found = parts
                     .into_iter()
-                    .map(|p| (p, core.groups.fetch(group, &name, p)))
+                    .map(|p| {
+                        (
+                            p,
+                            core.groups
+                                .fetch(group, &name, p)
+                                .filter(|_| visible(&name)),
+                        )
+                    })
                     .collect();
                 (name, found)
             })
@@ -51,6 +66,9 @@ fn lookup(
         None => {
             let mut by_topic: BTreeMap<String, Vec<Found>> = BTreeMap::new();
             for ((t, p), c) in core.groups.fetch_all(group) {
+                if !visible(&t) {
+                    continue;
+                }
                 by_topic.entry(t).or_default().push((p, Some(c)));
             }
             by_topic
@@ -86,7 +104,7 @@ async fn settle(core: &Core, version: i16, request: &OffsetFetchRequest) {
     }
 }
 
-pub async fn handle(core: &Core, req: &Request) -> HandlerResult {
+pub async fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult {
     let request: OffsetFetchRequest = decode(req)?;
     // A fetch sees the commits sent before it on this connection, as in Kafka, where a
     // connection's requests run one at a time: its groups' commits in flight are waited for. A
@@ -105,7 +123,7 @@ pub async fn handle(core: &Core, req: &Request) -> HandlerResult {
                         .collect()
                 });
                 let base = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
-                match lookup(core, &g.group_id, asked) {
+                match lookup(core, who, &g.group_id, asked) {
                     Err(e) => base.with_error_code(e.code()),
                     Ok(topics) => base.with_topics(
                         topics
@@ -149,7 +167,7 @@ pub async fn handle(core: &Core, req: &Request) -> HandlerResult {
                 .with_metadata(meta)
                 .with_error_code(e)
         };
-        match lookup(core, &request.group_id, asked.clone()) {
+        match lookup(core, who, &request.group_id, asked.clone()) {
             Ok(topics) => OffsetFetchResponse::default().with_topics(
                 topics
                     .into_iter()

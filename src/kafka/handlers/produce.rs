@@ -3,8 +3,10 @@
 //! acks=0 gets no response at all, as in Kafka.
 
 use super::{count_errors, frame, HandlerResult, Reply, Versions};
+use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::kafka::errors::code_of;
+use crate::kafka::session::Session;
 use crate::partition::Partition;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
@@ -45,7 +47,7 @@ fn error_response(index: i32, code: i16, message: Option<String>) -> PartitionPr
         .with_error_message(message.map(StrBytes::from_string))
 }
 
-pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
+pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
     let request: ProduceRequest = decode(req)?;
     let acks = request.acks;
     let durable = acks == -1;
@@ -55,8 +57,11 @@ pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
     for t in request.topic_data {
         let name = t.name.0.clone();
         let mut parts = Vec::new();
+        let writable = who.may_topic(core, Operation::Write, &name);
         for p in t.partition_data {
-            parts.push(if request.transactional_id.is_some() {
+            parts.push(if !writable {
+                failed(p.index, ResponseError::TopicAuthorizationFailed, None)
+            } else if request.transactional_id.is_some() {
                 failed(
                     p.index,
                     ResponseError::TransactionalIdAuthorizationFailed,

@@ -2,10 +2,12 @@
 //! waits until it has arrived and gets its own part. The broker never reads the assignments.
 
 use super::{count_errors, frame, HandlerResult, Versions};
+use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::groups::group::{Answer, SyncRequest};
 use crate::groups::MAX_MEMBER_BLOB_BYTES;
 use crate::kafka::errors::code;
+use crate::kafka::session::Session;
 use crate::wire::header::{decode, Request};
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
@@ -18,8 +20,14 @@ pub const VERSIONS: Versions = Versions {
     max: 5,
 };
 
-pub async fn handle(core: &Core, req: &Request) -> HandlerResult {
+pub async fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult {
     let request: SyncGroupRequest = decode(req)?;
+    if !who.may_group(core, Operation::Read, &request.group_id) {
+        core.metrics.error(req.api_key);
+        let denied = SyncGroupResponse::default()
+            .with_error_code(kafka_protocol::error::ResponseError::GroupAuthorizationFailed.code());
+        return Ok(frame(ApiKey::SyncGroup, req, &denied));
+    }
     let v = req.api_version;
     let answer = if request
         .assignments

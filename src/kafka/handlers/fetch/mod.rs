@@ -4,8 +4,10 @@
 //! writes the log's shared record bytes to the socket without copying them.
 
 use super::{count_errors, HandlerResult, Reply, Versions};
+use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::kafka::errors::code_of;
+use crate::kafka::session::Session;
 use crate::partition::Partition;
 use crate::wire::fetch::encode::{
     self, encode_fetch_response, AbortedTransactions, PartitionResult, TopicResult,
@@ -86,12 +88,13 @@ struct Plan {
     read_committed: bool,
 }
 
-fn plan(core: &Core, request: &FetchRequest) -> Plan {
+fn plan(core: &Core, request: &FetchRequest, who: &Session) -> Plan {
     let topics = request
         .topics
         .iter()
         .map(|t| {
             let name = t.topic.0.to_string();
+            let readable = who.may_topic(core, Operation::Read, &name);
             PlannedTopic {
                 name: Bytes::copy_from_slice(name.as_bytes()),
                 partitions: t
@@ -101,8 +104,10 @@ fn plan(core: &Core, request: &FetchRequest) -> Plan {
                         index: p.partition,
                         offset: p.fetch_offset,
                         max_bytes: p.partition_max_bytes.max(0) as usize,
-                        target: core
-                            .local_partition(&name, p.partition)
+                        target: readable
+                            .then_some(())
+                            .ok_or(ResponseError::TopicAuthorizationFailed)
+                            .and_then(|()| core.local_partition(&name, p.partition))
                             .map(|(part, view)| {
                                 let view =
                                     view.map(|v| (core.views.reader(&part.log, v.shards), v.shard));
@@ -264,10 +269,10 @@ fn down_convert_errors(version: i16, topics: &mut [TopicResult]) {
     }
 }
 
-pub async fn handle(core: &Rc<Core>, req: &Request) -> HandlerResult {
+pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
     let request: FetchRequest = decode(req)?;
     let _held = core.load.hold_fetch();
-    let plan = plan(core, &request);
+    let plan = plan(core, &request, who);
     pace(core, &plan, Before::Read).await;
     let mut done = loop {
         let run = execute(core, &plan).await;

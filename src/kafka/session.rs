@@ -1,0 +1,107 @@
+//! Who is on a connection, and what they may do: the principal authentication gave, and the ACL
+//! decisions taken for it so far. Each (resource, operation) is decided once per connection and
+//! kept until the ACLs change (the topic table's revision moves), on the core that owns the
+//! connection: no lock and no cross-core call per request.
+
+use crate::acl::{self, Operation, ResourceType};
+use crate::auth::Principal;
+use crate::core_state::Core;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// Decisions kept per connection at most (a client naming ever new topics starts over).
+const MAX_DECISIONS: usize = 4096;
+
+/// ACL decisions by (resource type, operation, resource name).
+type Decisions = HashMap<(ResourceType, Operation, String), bool>;
+
+#[derive(Debug)]
+pub struct Session {
+    /// The client's address, for logs.
+    pub peer: Rc<str>,
+    pub principal: Principal,
+    principal_name: String,
+    host: String,
+    /// The table revision the decisions were taken under, and the decisions.
+    decisions: RefCell<(u64, Decisions)>,
+}
+
+impl Session {
+    pub fn new(peer: Rc<str>, principal: Principal, host: Option<std::net::IpAddr>) -> Self {
+        Self {
+            peer,
+            principal_name: principal.to_string(),
+            principal,
+            host: host.map_or_else(|| "*".into(), |h| h.to_string()),
+            decisions: RefCell::default(),
+        }
+    }
+
+    /// Whether this connection may do `op` on the resource (always, with no authorizer). A denial
+    /// is logged the first time it is decided on the connection.
+    pub fn allowed(&self, core: &Core, op: Operation, rt: ResourceType, name: &str) -> bool {
+        let config = &core.config.authorizer;
+        if !config.enabled {
+            return true;
+        }
+        // A view is its source's data: its source's ACLs decide.
+        let name = match (rt, crate::topics::parse_view_name(name)) {
+            (ResourceType::Topic, Some(Ok(view))) => view.source,
+            _ => name.to_string(),
+        };
+        let table = core.topics.borrow().clone();
+        let mut decisions = self.decisions.borrow_mut();
+        if decisions.0 != table.revision || decisions.1.len() >= MAX_DECISIONS {
+            *decisions = (table.revision, HashMap::new());
+        }
+        let key = (rt, op, name);
+        if let Some(&d) = decisions.1.get(&key) {
+            return d;
+        }
+        let d = acl::authorize(
+            config,
+            &table.acls,
+            &self.principal_name,
+            &self.host,
+            op,
+            rt,
+            &key.2,
+        );
+        if !d {
+            log::info!(
+                "denied: {} from {} may not {op:?} {rt:?} {}",
+                self.principal_name,
+                self.peer,
+                key.2
+            );
+        }
+        decisions.1.insert(key, d);
+        d
+    }
+
+    pub fn may_topic(&self, core: &Core, op: Operation, topic: &str) -> bool {
+        self.allowed(core, op, ResourceType::Topic, topic)
+    }
+
+    pub fn may_group(&self, core: &Core, op: Operation, group: &str) -> bool {
+        self.allowed(core, op, ResourceType::Group, group)
+    }
+
+    pub fn may_cluster(&self, core: &Core, op: Operation) -> bool {
+        self.allowed(core, op, ResourceType::Cluster, acl::CLUSTER)
+    }
+
+    /// InitProducerId without a transactional id: IDEMPOTENT_WRITE on the cluster, or WRITE on
+    /// some topic (KIP-679).
+    pub fn may_write_idempotently(&self, core: &Core) -> bool {
+        self.may_cluster(core, Operation::IdempotentWrite)
+            || acl::allowed_on_some_topic(
+                &core.config.authorizer,
+                &core.topics.borrow().acls,
+                &self.principal_name,
+                &self.host,
+                Operation::Write,
+            )
+    }
+}
