@@ -232,6 +232,44 @@ fn the_latest_record_per_key_is_kept_at_its_offset_across_restarts() {
 }
 
 #[test]
+fn a_log_whose_compacted_segments_end_before_the_next_begins_reopens_whole() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), compacted(), cache()).await.unwrap();
+        // Few keys over many segments: most segments lose their last batches (and whole
+        // segments become empty), leaving gaps at segment ends.
+        let all = updates(&log, 400, 5, 0).await;
+        let s = log.compact_now().await.unwrap();
+        let want = expected(&all, s.cleaned_to);
+        same(&read_records(&log).await.0, &want, "after the pass");
+        log.close().await.unwrap();
+        for f in files(dir.path(), ".corrupt") {
+            panic!("set aside: {f:?}");
+        }
+        for scan in [false, true] {
+            if scan {
+                for f in files(dir.path(), ".index") {
+                    std::fs::remove_file(f).unwrap();
+                }
+            }
+            let log = Log::open(dir.path(), compacted(), no_cache())
+                .await
+                .unwrap();
+            same(
+                &read_records(&log).await.0,
+                &want,
+                &format!("reopened, scan {scan}"),
+            );
+            assert!(
+                files(dir.path(), ".corrupt").is_empty(),
+                "nothing set aside"
+            );
+            log.close().await.unwrap();
+        }
+    });
+}
+
+#[test]
 fn tombstones_stay_for_delete_retention_then_go() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();

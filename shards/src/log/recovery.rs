@@ -68,8 +68,10 @@ pub(super) async fn recover(
     let mut rest = found.into_iter().enumerate();
     while let Some((i, mut f)) = rest.next() {
         let is_last = i + 1 == n;
+        // A segment may start after the one before it ends (compaction removed the batches
+        // between), never before.
         let expected = segments.last().map(|s| s.next_offset.get());
-        if expected.is_some_and(|e| e != f.base_offset) {
+        if expected.is_some_and(|e| f.base_offset < e) {
             log::error!(
                 "{}: starts at offset {} but the log before it ends at {}; setting it and later segments aside",
                 f.path.display(),
