@@ -289,6 +289,16 @@ pub struct ServeArgs {
     /// PLAIN, SCRAM-SHA-256, SCRAM-SHA-512); none: no authentication. Users: `shoal user add`.
     #[arg(long, value_delimiter = ',', value_parser = parse_sasl)]
     pub sasl_mechanisms: Vec<SaslMechanism>,
+    /// TLS on the Kafka listener: the server's certificate chain (PEM, leaf first); with --tls-key.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The server's private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Require client certificates signed by these CAs (PEM): mTLS. A client's principal is then
+    /// its certificate's subject (`User:CN=...`), unless it also authenticates with SASL.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
     /// A failed authentication is answered after this long, then the connection is closed.
     #[arg(long, default_value_t = 100)]
     pub failed_authentication_delay_ms: u64,
@@ -386,6 +396,13 @@ impl ServeArgs {
                 },
                 auth: AuthConfig {
                     sasl: self.sasl_mechanisms,
+                    tls: self.tls_cert.zip(self.tls_key).map(|(cert, key)| {
+                        shoal::auth::tls::TlsConfig {
+                            cert,
+                            key,
+                            client_ca: self.tls_client_ca,
+                        }
+                    }),
                     failed_delay: Duration::from_millis(self.failed_authentication_delay_ms),
                     max_failures_per_minute: self.max_failed_authentications_per_minute.max(1),
                 },

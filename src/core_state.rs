@@ -89,6 +89,9 @@ pub struct Core {
     pub users: crate::auth::users::Users,
     /// Failed authentications per source address on this core.
     pub auth_failures: crate::auth::sasl::FailureLimiter,
+    /// The listener's TLS, if it has any (the server checked the files at start; if they cannot
+    /// be read now, connections are refused, never served in plaintext).
+    pub tls: Option<Result<std::sync::Arc<futures_rustls::rustls::ServerConfig>, String>>,
 }
 
 impl Core {
@@ -107,6 +110,11 @@ impl Core {
             queues: TaskQueues::create(),
             users: crate::auth::users::Users::new(&config.data_dir),
             auth_failures: Default::default(),
+            tls: config
+                .auth
+                .tls
+                .as_ref()
+                .map(crate::auth::tls::server_config),
             config,
             ports,
             topics: RefCell::new(Rc::new(TopicTable::default())),
@@ -314,6 +322,7 @@ impl Core {
             handler_panics: m.handler_panics.get(),
             authentications: m.authentications.get(),
             authentication_failures: m.authentication_failures.get(),
+            tls_handshake_failures: m.tls_handshake_failures.get(),
             tail_cache_used: cache.used_bytes as u64,
             tail_cache_capacity: cache.capacity_bytes as u64,
             tail_cache_hits: cache.hits,

@@ -20,6 +20,8 @@ pub struct CoreMetrics {
     /// SASL authentications that succeeded, and that failed.
     pub authentications: Cell<u64>,
     pub authentication_failures: Cell<u64>,
+    /// TLS handshakes that failed (untrusted or expired certificates, plaintext clients, timeouts).
+    pub tls_handshake_failures: Cell<u64>,
     /// Record bytes fetches read from the log (coalesced reads count once).
     pub fetch_log_read_bytes: Cell<u64>,
     /// Record bytes put in fetch responses.
@@ -42,6 +44,7 @@ impl Default for CoreMetrics {
             handler_panics: Cell::new(0),
             authentications: Cell::new(0),
             authentication_failures: Cell::new(0),
+            tls_handshake_failures: Cell::new(0),
             fetch_log_read_bytes: Cell::new(0),
             fetch_response_bytes: Cell::new(0),
             fetch_paced: Cell::new(0),
@@ -108,6 +111,7 @@ pub struct CoreSnapshot {
     pub handler_panics: u64,
     pub authentications: u64,
     pub authentication_failures: u64,
+    pub tls_handshake_failures: u64,
     pub tail_cache_used: u64,
     pub tail_cache_capacity: u64,
     pub tail_cache_hits: u64,
@@ -232,6 +236,12 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
         "counter",
         "SASL authentications that failed (wrong password, unknown user, too many failures from the address, malformed tokens).",
         &mut per_core(|c| c.authentication_failures),
+    );
+    family(
+        "shoal_tls_handshake_failures_total",
+        "counter",
+        "TLS handshakes on the Kafka listener that failed (untrusted or expired client certificates, plaintext clients, timeouts).",
+        &mut per_core(|c| c.tls_handshake_failures),
     );
     family(
         "shoal_partitions",

@@ -61,6 +61,23 @@ impl Server {
         let broker = &mut config.broker;
         broker.data_dir = resolve_data_dir(&broker.data_dir)?;
         log::info!("data directory: {}", broker.data_dir.display());
+        if let Some(tls) = &broker.auth.tls {
+            crate::auth::tls::server_config(tls)
+                .map_err(|e| std::io::Error::other(format!("TLS: {e}")))?;
+            log::info!(
+                "TLS on the Kafka listener{}; encrypted in user space (this kernel {} kernel TLS)",
+                if tls.client_ca.is_some() {
+                    ", client certificates required"
+                } else {
+                    ""
+                },
+                if crate::auth::tls::kernel_tls_available() {
+                    "offers"
+                } else {
+                    "does not offer"
+                }
+            );
+        }
         let table = control::load_table(&broker.data_dir)?;
         crate::groups::reshard(&broker.data_dir, cores)?;
         let retry = config.bind_retry;

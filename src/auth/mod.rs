@@ -5,11 +5,13 @@
 //! - [`scram`] — SCRAM-SHA-256/512: stored credentials and the server's side of an exchange.
 //! - [`users`] — the users file (`<data-dir>/users.json`) that `shoal user` edits and each core
 //!   reads again when it changes.
+//! - [`tls`]   — the listener's TLS (rustls): certificates, mTLS, a client certificate's principal.
 //! - [`sasl`]  — one connection's SASL exchange (PLAIN or SCRAM), and the per-core limit on failed
 //!   attempts per source address.
 
 pub mod sasl;
 pub mod scram;
+pub mod tls;
 pub mod users;
 
 use std::time::Duration;
@@ -43,8 +45,11 @@ impl SaslMechanism {
 /// How the Kafka listener authenticates clients.
 #[derive(Debug, Clone)]
 pub struct AuthConfig {
-    /// SASL mechanisms offered; empty: no authentication (every client is `User:ANONYMOUS`).
+    /// SASL mechanisms offered; empty: no authentication (every client is `User:ANONYMOUS`, or
+    /// its client certificate's subject with mTLS).
     pub sasl: Vec<SaslMechanism>,
+    /// TLS on the Kafka listener; `None`: plaintext.
+    pub tls: Option<tls::TlsConfig>,
     /// A failed authentication is answered after this long, then the connection closes (Kafka's
     /// `connection.failed.authentication.delay.ms`).
     pub failed_delay: Duration,
@@ -57,6 +62,7 @@ impl Default for AuthConfig {
     fn default() -> Self {
         Self {
             sasl: Vec::new(),
+            tls: None,
             failed_delay: Duration::from_millis(100),
             max_failures_per_minute: 10,
         }

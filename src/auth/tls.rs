@@ -1,0 +1,142 @@
+//! TLS for the Kafka listener (rustls, encryption in user space): the server's certificate and
+//! key, optional client-certificate verification (mTLS), the principal a client certificate
+//! names, and whether the kernel could encrypt instead (kTLS).
+
+use futures_rustls::rustls::pki_types::pem::PemObject;
+use futures_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use futures_rustls::rustls::server::WebPkiClientVerifier;
+use futures_rustls::rustls::{RootCertStore, ServerConfig};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// What `--tls-cert`, `--tls-key` and `--tls-client-ca` name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsConfig {
+    /// PEM: the server's certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// PEM: its private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// PEM: the CAs whose client certificates are accepted; set, every client must present one.
+    pub client_ca: Option<PathBuf>,
+}
+
+fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{}: no certificate", path.display()));
+    }
+    Ok(certs)
+}
+
+/// The rustls configuration for `c`, or why it cannot be built (a message for the operator).
+pub fn server_config(c: &TlsConfig) -> Result<Arc<ServerConfig>, String> {
+    let provider = Arc::new(futures_rustls::rustls::crypto::ring::default_provider());
+    let chain = certs(&c.cert)?;
+    let key =
+        PrivateKeyDer::from_pem_file(&c.key).map_err(|e| format!("{}: {e}", c.key.display()))?;
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?;
+    let builder = match &c.client_ca {
+        Some(ca) => {
+            let mut roots = RootCertStore::empty();
+            for cert in certs(ca)? {
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("{}: {e}", ca.display()))?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| format!("{}: {e}", ca.display()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let config = builder
+        .with_single_cert(chain, key)
+        .map_err(|e| format!("{} and {}: {e}", c.cert.display(), c.key.display()))?;
+    Ok(Arc::new(config))
+}
+
+/// The user a verified client certificate names, as Kafka's default principal builder writes it:
+/// the subject's distinguished name in RFC 2253 order (`CN=alice,O=acme`; the principal is
+/// `User:CN=alice,O=acme`).
+pub fn certificate_principal(cert: &CertificateDer<'_>) -> Option<String> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
+    let mut rdns: Vec<String> = parsed
+        .subject()
+        .iter_rdn()
+        .map(|rdn| {
+            rdn.iter()
+                .map(|a| {
+                    let name = x509_parser::objects::oid2abbrev(
+                        a.attr_type(),
+                        x509_parser::objects::oid_registry(),
+                    )
+                    .map_or_else(|_| a.attr_type().to_id_string(), str::to_string);
+                    let value = a
+                        .as_str()
+                        .map_or_else(|_| "?".to_string(), escape_rdn_value);
+                    format!("{name}={value}")
+                })
+                .collect::<Vec<_>>()
+                .join("+")
+        })
+        .collect();
+    rdns.reverse();
+    (!rdns.is_empty()).then(|| rdns.join(","))
+}
+
+/// RFC 2253 escaping of an attribute value.
+fn escape_rdn_value(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for (i, c) in v.chars().enumerate() {
+        let special = matches!(c, ',' | '+' | '"' | '\\' | '<' | '>' | ';')
+            || (i == 0 && matches!(c, ' ' | '#'))
+            || (i + 1 == v.chars().count() && c == ' ');
+        if special {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Whether this kernel offers the `tls` upper-layer protocol (kTLS), with which the kernel could
+/// encrypt shared buffers as it sends them. shoal encrypts in user space either way for now, and
+/// says at start-up which one the kernel would allow.
+pub fn kernel_tls_available() -> bool {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_ulp")
+        .is_ok_and(|s| s.split_whitespace().any(|u| u == "tls"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_certificates_subject_in_rfc2253_order() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name
+            .push(rcgen::DnType::OrganizationName, "acme, inc");
+        p.distinguished_name
+            .push(rcgen::DnType::CommonName, "alice");
+        let cert = p.self_signed(&key).unwrap();
+        // rcgen encodes CN before O; RFC 2253 writes the sequence from its last element (what
+        // `openssl x509 -subject -nameopt RFC2253` prints for this certificate).
+        assert_eq!(
+            certificate_principal(cert.der()).as_deref(),
+            Some("O=acme\\, inc,CN=alice")
+        );
+    }
+
+    #[test]
+    fn rfc2253_values() {
+        assert_eq!(escape_rdn_value("a,b+c"), "a\\,b\\+c");
+        assert_eq!(escape_rdn_value(" x "), "\\ x\\ ");
+        assert_eq!(escape_rdn_value("plain"), "plain");
+    }
+}

@@ -1,0 +1,286 @@
+//! TLS on the Kafka listener, against the real binary, with certificates made here (a CA, the
+//! server's, clients'): kafka-python and librdkafka (confluent-kafka's wheel) produce and consume
+//! over TLS, over mTLS (where the certificate's subject is the principal ACLs name) and with SASL
+//! on top; a plaintext client, a client that does not trust the server, and client certificates
+//! that are untrusted, expired or missing are refused, and the server goes on serving.
+
+mod common;
+
+use common::python::run_script;
+use common::wire::{connect, send};
+use common::Shoal;
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest};
+use rcgen::{
+    BasicConstraints, Certificate, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose,
+};
+use std::path::{Path, PathBuf};
+
+/// A CA that signs certificates into `dir`.
+struct Ca {
+    cert: Certificate,
+    key: KeyPair,
+}
+
+impl Ca {
+    fn new(name: &str) -> Ca {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.distinguished_name.push(DnType::CommonName, name);
+        p.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let cert = p.self_signed(&key).unwrap();
+        Ca { cert, key }
+    }
+
+    /// Writes `<name>.pem` (the CA's certificate) into `dir`.
+    fn write(&self, dir: &Path, name: &str) -> PathBuf {
+        let path = dir.join(format!("{name}.pem"));
+        std::fs::write(&path, self.cert.pem()).unwrap();
+        path
+    }
+
+    /// Signs a certificate for `subject` ((type, value) pairs), writes `<name>.crt` and `<name>.key`.
+    fn sign(
+        &self,
+        dir: &Path,
+        name: &str,
+        subject: &[(DnType, &str)],
+        server: bool,
+        expired: bool,
+    ) -> (PathBuf, PathBuf) {
+        let key = KeyPair::generate().unwrap();
+        let sans = if server {
+            vec!["localhost".to_string(), "127.0.0.1".to_string()]
+        } else {
+            Vec::new()
+        };
+        let mut p = CertificateParams::new(sans).unwrap();
+        for (t, v) in subject {
+            p.distinguished_name.push(t.clone(), *v);
+        }
+        p.extended_key_usages = vec![if server {
+            ExtendedKeyUsagePurpose::ServerAuth
+        } else {
+            ExtendedKeyUsagePurpose::ClientAuth
+        }];
+        if expired {
+            p.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            p.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        }
+        let cert = p.signed_by(&key, &self.cert, &self.key).unwrap();
+        let (crt, k) = (
+            dir.join(format!("{name}.crt")),
+            dir.join(format!("{name}.key")),
+        );
+        std::fs::write(&crt, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (crt, k)
+    }
+}
+
+/// Files of one test: the CA, the server's certificate and key.
+struct Pki {
+    dir: tempfile::TempDir,
+    ca: Ca,
+    ca_pem: PathBuf,
+    server: (PathBuf, PathBuf),
+}
+
+fn pki() -> Pki {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("shoal test CA");
+    let ca_pem = ca.write(dir.path(), "ca");
+    let server = ca.sign(
+        dir.path(),
+        "server",
+        &[(DnType::CommonName, "localhost")],
+        true,
+        false,
+    );
+    Pki {
+        dir,
+        ca,
+        ca_pem,
+        server,
+    }
+}
+
+fn start(pki: &Pki, data: &Path, extra: &[&str]) -> Shoal {
+    let (cert, key) = (
+        pki.server.0.to_str().unwrap(),
+        pki.server.1.to_str().unwrap(),
+    );
+    let mut flags = vec![
+        "--tls-cert",
+        cert,
+        "--tls-key",
+        key,
+        "--default-partitions",
+        "1",
+    ];
+    flags.extend_from_slice(extra);
+    Shoal::start(data, 1, &flags)
+}
+
+fn client(which: &str, shoal: &Shoal, topic: &str, options: serde_json::Value) -> String {
+    run_script(
+        "tls.py",
+        &[which, &shoal.bootstrap(), topic, &options.to_string()],
+    )
+}
+
+fn ok(out: &str) -> bool {
+    out.contains(r#""ok": true"#) && !out.contains(r#""consumed": 0"#)
+}
+
+#[test]
+fn a_tls_listener_serves_python_clients_and_librdkafka_and_refuses_plaintext() {
+    let pki = pki();
+    let data = tempfile::tempdir().unwrap();
+    let shoal = start(&pki, data.path(), &[]);
+    let ca = pki.ca_pem.to_str().unwrap();
+    for which in ["kafka-python", "confluent-kafka"] {
+        let out = client(which, &shoal, "secured", serde_json::json!({ "ca": ca }));
+        assert!(ok(&out), "{which}: {out}");
+    }
+    // A client that does not trust the server's CA.
+    let other = Ca::new("another CA").write(pki.dir.path(), "other");
+    let out = client(
+        "confluent-kafka",
+        &shoal,
+        "secured",
+        serde_json::json!({ "ca": other.to_str().unwrap() }),
+    );
+    assert!(out.contains(r#""ok": false"#), "{out}");
+    // A plaintext Kafka client: its bytes are not a TLS handshake; closed.
+    let mut s = connect(shoal.ports[0]);
+    send(
+        &mut s,
+        ApiKey::ApiVersions,
+        3,
+        1,
+        &ApiVersionsRequest::default(),
+    );
+    // It gets a TLS alert at most (never a Kafka response), and the connection closes.
+    let mut answer = Vec::new();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let _ = std::io::Read::read_to_end(&mut s, &mut answer);
+    assert!(
+        answer.len() <= 7 && answer.first().is_none_or(|&b| b == 21),
+        "a TLS alert at most: {answer:?}"
+    );
+    assert!(shoal.metric("shoal_tls_handshake_failures_total") >= 2);
+    // Still serving.
+    let out = client(
+        "kafka-python",
+        &shoal,
+        "secured",
+        serde_json::json!({ "ca": ca }),
+    );
+    assert!(ok(&out), "{out}");
+}
+
+#[test]
+fn mtls_refuses_bad_certificates_and_names_the_principal_acls_use() {
+    let pki = pki();
+    let dir = pki.dir.path();
+    let data = tempfile::tempdir().unwrap();
+    let ca = pki.ca_pem.to_str().unwrap();
+    let shoal = start(
+        &pki,
+        data.path(),
+        &[
+            "--tls-client-ca",
+            ca,
+            "--authorizer",
+            "acl",
+            "--allow-everyone-if-no-acl-found",
+            "true",
+        ],
+    );
+    let alice = pki.ca.sign(
+        dir,
+        "alice",
+        &[
+            (DnType::OrganizationName, "acme"),
+            (DnType::CommonName, "alice"),
+        ],
+        false,
+        false,
+    );
+    let bob = pki
+        .ca
+        .sign(dir, "bob", &[(DnType::CommonName, "bob")], false, false);
+    let expired = pki
+        .ca
+        .sign(dir, "old", &[(DnType::CommonName, "alice")], false, true);
+    let stranger = Ca::new("stranger").sign(
+        dir,
+        "mallory",
+        &[(DnType::CommonName, "alice")],
+        false,
+        false,
+    );
+    let with = |(c, k): &(PathBuf, PathBuf)| serde_json::json!({ "ca": ca, "cert": c.to_str().unwrap(), "key": k.to_str().unwrap() });
+    // Only alice's principal may use the topic "private" (a topic with an ACL is closed to
+    // everyone else); "public" has none, so it is open.
+    let out = run_script(
+        "tls_acl.py",
+        &[
+            &shoal.bootstrap(),
+            &with(&alice).to_string(),
+            "User:O=acme,CN=alice",
+            "private",
+        ],
+    );
+    assert!(out.contains(r#""ok": true"#), "{out}");
+    for which in ["kafka-python", "confluent-kafka"] {
+        let out = client(which, &shoal, "private", with(&alice));
+        assert!(ok(&out), "{which} alice: {out}");
+        let out = client(which, &shoal, "public", with(&bob));
+        assert!(ok(&out), "{which} bob on public: {out}");
+        let out = client(which, &shoal, "private", with(&bob));
+        assert!(out.contains(r#""ok": false"#), "{which} bob: {out}");
+    }
+    for (what, certs) in [("expired", &expired), ("untrusted", &stranger)] {
+        let out = client("confluent-kafka", &shoal, "public", with(certs));
+        assert!(out.contains(r#""ok": false"#), "{what}: {out}");
+    }
+    let out = client(
+        "confluent-kafka",
+        &shoal,
+        "public",
+        serde_json::json!({ "ca": ca }),
+    );
+    assert!(
+        out.contains(r#""ok": false"#),
+        "no client certificate: {out}"
+    );
+    assert!(shoal.metric("shoal_tls_handshake_failures_total") >= 3);
+}
+
+#[test]
+fn sasl_scram_over_tls() {
+    let pki = pki();
+    let data = tempfile::tempdir().unwrap();
+    let added = std::process::Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["user", "add", "carol", "--password", "pw", "--data-dir"])
+        .arg(data.path())
+        .output()
+        .unwrap();
+    assert!(added.status.success());
+    let shoal = start(&pki, data.path(), &["--sasl-mechanisms", "SCRAM-SHA-512"]);
+    let ca = pki.ca_pem.to_str().unwrap();
+    for which in ["kafka-python", "confluent-kafka"] {
+        let good = serde_json::json!({ "ca": ca, "sasl": ["SCRAM-SHA-512", "carol", "pw"] });
+        assert!(ok(&client(which, &shoal, "secured", good)), "{which}");
+    }
+    let bad = serde_json::json!({ "ca": ca, "sasl": ["SCRAM-SHA-512", "carol", "nope"] });
+    let out = client("confluent-kafka", &shoal, "secured", bad);
+    assert!(out.contains(r#""ok": false"#), "{out}");
+}
