@@ -49,6 +49,8 @@ pub struct Cores {
     pub answer_timeout: Duration,
     /// How long a client has to send its whole request before it gets 408.
     pub request_deadline: Duration,
+    /// Requests other than `GET /metrics` must carry `Authorization: Bearer <token>` (else 401).
+    pub token: Option<String>,
 }
 
 /// A response: status line, content type, body.
@@ -141,6 +143,8 @@ struct Request {
     method: String,
     /// Path and query, as sent.
     target: String,
+    /// The `Authorization` header's value, if sent.
+    authorization: Option<String>,
     body: Vec<u8>,
 }
 
@@ -148,7 +152,7 @@ struct Request {
 /// a head too large, malformed or too slow.
 fn read_request(stream: &mut TcpStream, deadline: Instant) -> Result<Option<Request>, Response> {
     let mut buf = Vec::new();
-    let (method, target, head_len, content_length) = loop {
+    let (method, target, authorization, head_len, content_length) = loop {
         match read_some(stream, &mut buf, deadline)? {
             0 => return Ok(None),
             _ => {
@@ -156,9 +160,16 @@ fn read_request(stream: &mut TcpStream, deadline: Instant) -> Result<Option<Requ
                 let mut parsed = httparse::Request::new(&mut headers);
                 match parsed.parse(&buf) {
                     Ok(httparse::Status::Complete(n)) if n <= MAX_REQUEST_HEAD => {
+                        let authorization = parsed
+                            .headers
+                            .iter()
+                            .find(|h| h.name.eq_ignore_ascii_case("authorization"))
+                            .and_then(|h| std::str::from_utf8(h.value).ok())
+                            .map(|v| v.trim().to_string());
                         break (
                             parsed.method.unwrap_or("").to_string(),
                             parsed.path.unwrap_or("").to_string(),
+                            authorization,
                             n,
                             content_length(parsed.headers),
                         );
@@ -187,6 +198,7 @@ fn read_request(stream: &mut TcpStream, deadline: Instant) -> Result<Option<Requ
     Ok(Some(Request {
         method,
         target,
+        authorization,
         body: buf.split_off(head_len),
     }))
 }
@@ -246,9 +258,35 @@ fn unavailable(why: &str) -> Response {
     ("503 Service Unavailable", "text/plain", format!("{why}\n"))
 }
 
+/// Whether `request` may be served: `GET /metrics` always (scrapers), the rest with the token.
+fn authorized(request: &Request, path: &str, token: Option<&str>) -> bool {
+    let Some(token) = token else { return true };
+    if request.method == "GET" && path == "/metrics" {
+        return true;
+    }
+    request
+        .authorization
+        .as_deref()
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|given| {
+            crate::auth::scram::constant_time_eq(given.trim().as_bytes(), token.as_bytes())
+        })
+}
+
 fn route(request: &Request, cores: &Cores) -> Response {
     let target = request.target.as_str();
     let path = target.split('?').next().unwrap_or("");
+    if !authorized(request, path, cores.token.as_deref()) {
+        log::warn!(
+            "admin: {} {path} refused: no valid bearer token",
+            request.method
+        );
+        return (
+            "401 Unauthorized",
+            "text/plain",
+            "a bearer token is required: Authorization: Bearer <token>\n".to_string(),
+        );
+    }
     match (request.method.as_str(), path) {
         ("PUT" | "POST", setting) if setting.starts_with("/v1/config/") => {
             let value = query_value(target)

@@ -189,6 +189,10 @@ pub struct ServeArgs {
     /// Admin HTTP address (/metrics, /v1/status).
     #[arg(long, default_value = "127.0.0.1:9644")]
     pub admin: SocketAddr,
+    /// A file holding a bearer token (at least 16 characters) that admin HTTP requests must carry
+    /// (`Authorization: Bearer <token>`); `GET /metrics` stays open for scrapers.
+    #[arg(long)]
+    pub admin_token_file: Option<PathBuf>,
     /// At start-up, how long to keep retrying a listen address that is still in use (a process
     /// killed a moment ago holds its sockets until the kernel tears down its io_uring rings), in ms.
     #[arg(long, default_value_t = 10_000)]
@@ -360,6 +364,7 @@ impl ServeArgs {
             admin: self.admin,
             cores,
             bind_retry: Duration::from_millis(self.bind_retry_ms),
+            admin_token_file: self.admin_token_file,
             broker: BrokerConfig {
                 data_dir: self.data_dir,
                 advertised_host,

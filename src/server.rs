@@ -40,6 +40,9 @@ pub struct ServerConfig {
     pub cores: usize,
     /// How long to keep retrying a listen address still in use at start-up.
     pub bind_retry: Duration,
+    /// A file holding the admin HTTP endpoint's bearer token (every request but `GET /metrics`
+    /// then needs it).
+    pub admin_token_file: Option<PathBuf>,
     pub broker: BrokerConfig,
 }
 
@@ -58,6 +61,22 @@ impl Server {
     /// Binds every listener, then starts the cores. Returns once the ports accept connections.
     pub fn start(mut config: ServerConfig) -> std::io::Result<Server> {
         let cores = config.cores.max(1);
+        let admin_token = match &config.admin_token_file {
+            None => None,
+            Some(path) => {
+                let token = std::fs::read_to_string(path)
+                    .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?
+                    .trim()
+                    .to_string();
+                if token.len() < 16 {
+                    return Err(std::io::Error::other(format!(
+                        "{}: the admin token must have at least 16 characters",
+                        path.display()
+                    )));
+                }
+                Some(token)
+            }
+        };
         let broker = &mut config.broker;
         broker.data_dir = resolve_data_dir(&broker.data_dir)?;
         log::info!("data directory: {}", broker.data_dir.display());
@@ -147,6 +166,7 @@ impl Server {
             data_dir: broker.data_dir.clone(),
             answer_timeout: ADMIN_ANSWER_TIMEOUT,
             request_deadline: ADMIN_REQUEST_DEADLINE,
+            token: admin_token,
         };
         let admin_thread =
             admin::spawn(admin_listener, admin_cores, stop.clone()).map_err(|e| {

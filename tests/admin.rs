@@ -111,3 +111,57 @@ fn admin_answers_every_path_as_before() {
     assert_eq!(json["cores"][1]["port"], shoal.ports[1]);
     shoal.stop();
 }
+
+#[test]
+fn a_bearer_token_guards_every_admin_path_but_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("admin.token");
+    std::fs::write(&token_file, "s3cr3t-token-of-some-length\n").unwrap();
+    let data = dir.path().join("data");
+    let shoal = Shoal::start(
+        &data,
+        1,
+        &["--admin-token-file", token_file.to_str().unwrap()],
+    );
+    let good = "Authorization: Bearer s3cr3t-token-of-some-length\r\n";
+    let bad = "Authorization: Bearer s3cr3t-token-of-some-lengtH\r\n";
+    for (method, path, body) in [
+        ("GET", "/v1/status", ""),
+        ("PUT", "/v1/config/fetch_coalescing", "off"),
+    ] {
+        for headers in ["", bad] {
+            let (status, _) = shoal.admin_request_with(method, path, headers, body);
+            assert!(
+                status.contains("401"),
+                "{method} {path} {headers:?}: {status}"
+            );
+        }
+        let (status, _) = shoal.admin_request_with(method, path, good, body);
+        assert!(status.contains("200"), "{method} {path}: {status}");
+    }
+    let (status, body) = shoal.admin_get("/metrics");
+    assert!(
+        status.contains("200") && body.contains("shoal_partitions"),
+        "{status}"
+    );
+    // A token too short to be one is refused at start.
+    std::fs::write(&token_file, "short").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--cores",
+            "1",
+        ])
+        .arg("--data-dir")
+        .arg(dir.path().join("other"))
+        .arg("--admin-token-file")
+        .arg(&token_file)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 16 characters"));
+}

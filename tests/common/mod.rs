@@ -171,12 +171,23 @@ impl Shoal {
     /// A request to the admin server, head and body in separate writes as many clients send them;
     /// returns (status line, body).
     pub fn admin_request(&self, method: &str, path: &str, body: &str) -> (String, String) {
+        self.admin_request_with(method, path, "", body)
+    }
+
+    /// [`Shoal::admin_request`] with extra header lines (each ending in `\r\n`).
+    pub fn admin_request_with(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &str,
+        body: &str,
+    ) -> (String, String) {
         let mut s = TcpStream::connect(&self.admin).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let length = body.len();
         write!(
             s,
-            "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n"
+            "{method} {path} HTTP/1.1\r\nHost: x\r\n{headers}Content-Length: {length}\r\n\r\n"
         )
         .unwrap();
         if !body.is_empty() {
