@@ -501,6 +501,7 @@ mod tests {
             data_dir: PathBuf::from("/data"),
             answer_timeout,
             request_deadline,
+            token: None,
         };
         let stop = Arc::new(AtomicBool::new(false));
         let thread = spawn(listener, cores, stop.clone()).unwrap();
