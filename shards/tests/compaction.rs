@@ -243,7 +243,10 @@ fn a_log_whose_compacted_segments_end_before_the_next_begins_reopens_whole() {
         let want = expected(&all, s.cleaned_to);
         same(&read_records(&log).await.0, &want, "after the pass");
         log.close().await.unwrap();
-        assert!(files(dir.path(), ".corrupt").is_empty(), "nothing set aside");
+        assert!(
+            files(dir.path(), ".corrupt").is_empty(),
+            "nothing set aside"
+        );
         for scan in [false, true] {
             if scan {
                 for f in files(dir.path(), ".index") {
