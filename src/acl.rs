@@ -242,9 +242,10 @@ pub fn authorize(
     allowed || !named && config.allow_if_no_acl
 }
 
-/// Whether `principal` is allowed `op` on some topic by an ALLOW binding (Kafka's
-/// `authorizeByResourceType`, for InitProducerId without IDEMPOTENT_WRITE on the cluster); a DENY
-/// for all topics (literal `*`) overrides it.
+/// Whether `principal` is allowed `op` on some topic (Kafka's `authorizeByResourceType`, for
+/// InitProducerId without IDEMPOTENT_WRITE on the cluster): by an ALLOW binding, or, with
+/// `allow_if_no_acl`, because some topic is named by no binding; a DENY for all topics (literal
+/// `*`) overrides both.
 pub fn allowed_on_some_topic(
     config: &AuthorizerConfig,
     acls: &[AclBinding],
@@ -265,8 +266,16 @@ pub fn allowed_on_some_topic(
             && b.name == "*"
             && (b.operation == op || b.operation == Operation::All)
     });
+    // With allow-everyone-if-no-acl-found, a topic no ACL names exists unless one names them all.
+    let some_topic_unnamed = config.allow_if_no_acl
+        && !acls.iter().any(|b| {
+            b.resource_type == ResourceType::Topic
+                && (b.pattern == PatternType::Literal && b.name == "*"
+                    || b.pattern == PatternType::Prefixed && b.name.is_empty())
+        });
     !denied_everywhere
-        && topic_acls().any(|b| b.permission == Permission::Allow && b.operation.allows(op))
+        && (some_topic_unnamed
+            || topic_acls().any(|b| b.permission == Permission::Allow && b.operation.allows(op)))
 }
 
 #[cfg(test)]
@@ -340,6 +349,7 @@ mod tests {
         );
         assert!(allowed_on_some_topic(&on, &acls, "User:alice", "h", Write));
         assert!(!allowed_on_some_topic(&on, &acls, "User:bob", "h", Write));
+        assert!(allowed_on_some_topic(&open, &acls, "User:bob", "h", Write));
         let off = AuthorizerConfig::default();
         assert!(authorize(
             &off,

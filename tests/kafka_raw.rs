@@ -258,6 +258,8 @@ fn expected_ranges() -> Vec<(i16, i16, i16)> {
         (ApiKey::CreateAcls as i16, 1, 3),
         (ApiKey::DescribeAcls as i16, 1, 3),
         (ApiKey::DeleteAcls as i16, 1, 3),
+        (ApiKey::DescribeUserScramCredentials as i16, 0, 0),
+        (ApiKey::AlterUserScramCredentials as i16, 0, 0),
     ];
     v.sort_unstable();
     v

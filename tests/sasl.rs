@@ -238,3 +238,74 @@ fn the_user_command_refuses_bad_input() {
         assert!(!ok && out.contains(why), "{args:?}: {out}");
     }
 }
+
+/// `tests/python/scram_admin.py` as `user`.
+fn scram_admin(bootstrap: &str, user: &str, password: &str, args: &[&str]) -> String {
+    let mut all = vec![bootstrap, user, password];
+    all.extend_from_slice(args);
+    run_script("scram_admin.py", &all).trim().to_string()
+}
+
+#[test]
+fn scram_credentials_are_managed_through_the_kafka_admin_api() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, out) = user(
+        dir.path(),
+        &["add", "admin", "--password", "admin-pw"],
+        None,
+    );
+    assert!(ok, "{out}");
+    // Everything is open but the cluster, which an ACL names (so only the super user may alter
+    // it).
+    let shoal = start(
+        dir.path(),
+        &[
+            "--authorizer",
+            "acl",
+            "--super-users",
+            "User:admin",
+            "--allow-everyone-if-no-acl-found",
+            "true",
+        ],
+    );
+    let bootstrap = shoal.bootstrap();
+    let cluster_acl =
+        r#"[["CLUSTER", "kafka-cluster", "LITERAL", "User:admin", "ALTER", "ALLOW"]]"#;
+    let out = run_script(
+        "acls.py",
+        &[&bootstrap, "admin", "admin-pw", "add_acls", cluster_acl],
+    );
+    assert!(out.contains(r#""ok": true"#), "{out}");
+    // Set by the admin (confluent-kafka salts the password; the broker never sees it), then used.
+    let out = scram_admin(&bootstrap, "admin", "admin-pw", &["set", "dave", "dave-pw"]);
+    assert_eq!(out, r#"{"ok": true}"#);
+    let out = client(
+        "kafka-python",
+        &bootstrap,
+        "SCRAM-SHA-256",
+        "dave",
+        "dave-pw",
+    );
+    assert!(out.contains(r#""ok": true"#), "{out}");
+    let out = scram_admin(&bootstrap, "admin", "admin-pw", &["describe"]);
+    assert_eq!(
+        out,
+        r#"{"users": {"admin": [["SCRAM_SHA_256", 4096], ["SCRAM_SHA_512", 4096]], "dave": [["SCRAM_SHA_256", 4096]]}}"#
+    );
+    // Dave may not manage credentials (no ALTER on the cluster), nor remove one he lacks.
+    let out = scram_admin(&bootstrap, "dave", "dave-pw", &["set", "eve", "x"]);
+    assert!(
+        out.contains(r#""ok": false"#) && out.contains("CLUSTER_AUTHORIZATION_FAILED"),
+        "{out}"
+    );
+    let out = scram_admin(&bootstrap, "admin", "admin-pw", &["delete", "dave"]);
+    assert!(
+        out.contains(r#""ok": false"#) && out.contains("RESOURCE_NOT_FOUND"),
+        "{out}"
+    );
+    let (_, listed) = user(dir.path(), &["list"], None);
+    assert!(
+        listed.contains("dave\tSCRAM-SHA-256(iterations=4096)"),
+        "{listed}"
+    );
+}

@@ -102,12 +102,23 @@ impl Credential {
 
     pub fn with_salt(mechanism: Mechanism, password: &[u8], salt: &[u8], iterations: u32) -> Self {
         let salted = mechanism.salted_password(password, salt, iterations);
-        let client_key = mechanism.hmac(&salted, b"Client Key");
+        Self::from_salted_password(mechanism, salt, iterations, &salted)
+    }
+
+    /// The credential for an already salted password (AlterUserScramCredentials sends that, so
+    /// the password never reaches the broker).
+    pub fn from_salted_password(
+        mechanism: Mechanism,
+        salt: &[u8],
+        iterations: u32,
+        salted: &[u8],
+    ) -> Self {
+        let client_key = mechanism.hmac(salted, b"Client Key");
         Self {
             salt: salt.to_vec(),
             iterations,
             stored_key: mechanism.hash(&client_key),
-            server_key: mechanism.hmac(&salted, b"Server Key"),
+            server_key: mechanism.hmac(salted, b"Server Key"),
         }
     }
 

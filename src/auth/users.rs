@@ -164,6 +164,38 @@ impl UserStore {
     }
 }
 
+/// Serializes changes of the users file by the Kafka APIs (AlterUserScramCredentials may arrive
+/// on any core): held only by a blocking thread, never by an executor.
+static WRITING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// One change of AlterUserScramCredentials.
+#[derive(Debug, Clone)]
+pub enum CredentialChange {
+    Set(String, Mechanism, Credential),
+    Remove(String, Mechanism),
+}
+
+impl UserStore {
+    /// Applies `changes` to the file at `path`, whole (blocking: run it off the executor thread).
+    /// Per change, whether it applied (`Remove` of a credential that is not there does not).
+    pub fn change_file(path: &Path, changes: &[CredentialChange]) -> std::io::Result<Vec<bool>> {
+        let _writing = WRITING.lock().unwrap_or_else(|e| e.into_inner());
+        let mut store = Self::load(path)?;
+        let applied = changes
+            .iter()
+            .map(|c| match c {
+                CredentialChange::Set(user, m, cred) => {
+                    store.set(user, *m, cred.clone());
+                    true
+                }
+                CredentialChange::Remove(user, m) => store.remove(user, Some(*m)),
+            })
+            .collect();
+        store.save(path)?;
+        Ok(applied)
+    }
+}
+
 /// A core's view of the store: read again when the file's modification time changes (checked at
 /// each authentication, off the executor thread).
 #[derive(Debug)]
@@ -173,6 +205,11 @@ pub struct Users {
 }
 
 impl Users {
+    /// The file it reads.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     pub fn new(data_dir: &Path) -> Self {
         Self {
             path: UserStore::path(data_dir),

@@ -950,6 +950,42 @@ pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: 
                 })
                 .collect(),
         )),
+        ApiKey::DescribeUserScramCredentials => {
+            frame!(
+                DescribeUserScramCredentialsRequest::default().with_users(rng.one_in(2).then(
+                    || {
+                        (0..rng.below(3))
+                            .map(|_| {
+                                describe_user_scram_credentials_request::UserName::default()
+                                    .with_name(s(*rng.pick(&["fz", "", "admin"])))
+                            })
+                            .collect()
+                    }
+                ))
+            )
+        }
+        ApiKey::AlterUserScramCredentials => frame!(AlterUserScramCredentialsRequest::default()
+            .with_deletions(
+                (0..rng.below(2))
+                    .map(|_| {
+                        alter_user_scram_credentials_request::ScramCredentialDeletion::default()
+                            .with_name(s("fz-user"))
+                            .with_mechanism(rng.below(4) as i8)
+                    })
+                    .collect()
+            )
+            .with_upsertions(
+                (0..rng.below(2))
+                    .map(|_| {
+                        alter_user_scram_credentials_request::ScramCredentialUpsertion::default()
+                            .with_name(s(*rng.pick(&["fz-user", ""])))
+                            .with_mechanism(rng.below(4) as i8)
+                            .with_iterations(*rng.pick(&[0, 4096, 100_000, -1]))
+                            .with_salt(Bytes::from_static(b"salt-salt"))
+                            .with_salted_password(Bytes::from(vec![7u8; rng.below(70)]))
+                    })
+                    .collect()
+            )),
         other => panic!("the fuzzer has no request generator for {other:?}: add one"),
     }
 }
@@ -1007,6 +1043,10 @@ pub fn decode_response(key: ApiKey, version: i16, frame: Bytes) -> Result<(), St
         ApiKey::CreateAcls => body::<CreateAclsResponse>(buf, v),
         ApiKey::DescribeAcls => body::<DescribeAclsResponse>(buf, v),
         ApiKey::DeleteAcls => body::<DeleteAclsResponse>(buf, v),
+        ApiKey::DescribeUserScramCredentials => {
+            body::<DescribeUserScramCredentialsResponse>(buf, v)
+        }
+        ApiKey::AlterUserScramCredentials => body::<AlterUserScramCredentialsResponse>(buf, v),
         other => Err(format!(
             "an answer to {other:?}, which shoal does not serve"
         )),

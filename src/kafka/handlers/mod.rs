@@ -2,6 +2,7 @@
 //! dispatcher below are derived from those declarations, so a version range is written once.
 
 pub mod alter_configs;
+pub mod alter_user_scram_credentials;
 pub mod api_versions;
 pub mod create_acls;
 pub mod create_partitions;
@@ -12,6 +13,7 @@ pub mod delete_topics;
 pub mod describe_acls;
 pub mod describe_configs;
 pub mod describe_groups;
+pub mod describe_user_scram_credentials;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod heartbeat;
@@ -86,6 +88,8 @@ pub const APIS: &[Versions] = &[
     create_acls::VERSIONS,
     describe_acls::VERSIONS,
     delete_acls::VERSIONS,
+    describe_user_scram_credentials::VERSIONS,
+    alter_user_scram_credentials::VERSIONS,
 ];
 
 pub fn supports(api_key: i16, version: i16) -> bool {
@@ -200,6 +204,12 @@ pub async fn handle(core: Rc<Core>, req: Request, session: Rc<Session>) -> Reply
         ApiKey::CreateAcls => create_acls::handle(&core, &req, s).await,
         ApiKey::DescribeAcls => describe_acls::handle(&core, &req, s),
         ApiKey::DeleteAcls => delete_acls::handle(&core, &req, s).await,
+        ApiKey::DescribeUserScramCredentials => {
+            describe_user_scram_credentials::handle(&core, &req, s).await
+        }
+        ApiKey::AlterUserScramCredentials => {
+            alter_user_scram_credentials::handle(&core, &req, s).await
+        }
         _ => unreachable!("supports() only admits the APIs above"),
     };
     match result {
