@@ -130,21 +130,25 @@ fn a_new_consumer_reads_the_latest_value_of_every_key() {
     p.flush(Duration::from_secs(10)).unwrap();
     expected.insert("end".into(), Some("marker".into()));
 
+    // A read that overlaps a compaction pass may see an older value whose later ones and
+    // tombstone that pass removed (a consumer reading from the start must finish within
+    // delete.retention.ms to see every delete, as in Kafka): once compaction settles, a read
+    // gets exactly the latest value of every live key.
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let (latest, read) = read_latest(&bootstrap, "state");
         let live: BTreeMap<String, Option<String>> =
             latest.into_iter().filter(|(_, v)| v.is_some()).collect();
-        assert_eq!(
-            live, expected,
-            "the latest value of every live key, none lost"
-        );
-        if read == expected.len() {
+        if live == expected && read == expected.len() {
             break;
         }
+        let wrong = expected
+            .iter()
+            .filter(|(k, v)| live.get(*k) != Some(*v))
+            .count();
         assert!(
             Instant::now() < deadline,
-            "still {read} records for {} keys after 90 s",
+            "after 90 s: {read} records for {} keys, {wrong} keys without their latest value",
             expected.len()
         );
         std::thread::sleep(Duration::from_millis(500));
