@@ -46,6 +46,11 @@ pub const KNOWN: &[ApiKey] = &[
     ApiKey::ListGroups,
     ApiKey::DescribeGroups,
     ApiKey::DeleteGroups,
+    ApiKey::SaslHandshake,
+    ApiKey::SaslAuthenticate,
+    ApiKey::CreateAcls,
+    ApiKey::DescribeAcls,
+    ApiKey::DeleteAcls,
 ];
 
 fn s(v: impl AsRef<str>) -> StrBytes {
