@@ -51,6 +51,8 @@ pub const KNOWN: &[ApiKey] = &[
     ApiKey::CreateAcls,
     ApiKey::DescribeAcls,
     ApiKey::DeleteAcls,
+    ApiKey::DescribeUserScramCredentials,
+    ApiKey::AlterUserScramCredentials,
 ];
 
 fn s(v: impl AsRef<str>) -> StrBytes {
