@@ -101,6 +101,16 @@ pub struct FanoutArgs {
     /// without the generator's or an earlier run's.
     #[arg(long)]
     pub broker_process: bool,
+    /// Connect with TLS, trusting the broker's certificate authority (PEM). For the embedded
+    /// shoal give it its certificate too: --broker-arg=--tls-cert=server.pem
+    /// --broker-arg=--tls-key=server.key.
+    #[arg(long)]
+    pub tls_ca: Option<PathBuf>,
+    /// With --tls-ca: present this client certificate (PEM) for mTLS, with --tls-client-key.
+    #[arg(long, requires = "tls_client_key", requires = "tls_ca")]
+    pub tls_client_cert: Option<PathBuf>,
+    #[arg(long, requires = "tls_client_cert")]
+    pub tls_client_key: Option<PathBuf>,
     /// Extra `shoal serve` flag for the embedded shoal, e.g. --broker-arg=--flush-ms=0 (repeatable).
     #[arg(long = "broker-arg", allow_hyphen_values = true, value_name = "FLAG")]
     pub broker_args: Vec<String>,

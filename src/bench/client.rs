@@ -125,7 +125,7 @@ pub fn resolve(addr: &str) -> io::Result<SocketAddr> {
 /// A blocking connection for set-up calls.
 #[derive(Debug)]
 pub struct SyncConn {
-    stream: TcpStream,
+    stream: super::tls::SyncStream,
     correlation: i32,
 }
 
@@ -137,7 +137,7 @@ impl SyncConn {
         stream.set_write_timeout(Some(IO_TIMEOUT))?;
         stream.set_nodelay(true)?;
         Ok(SyncConn {
-            stream,
+            stream: super::tls::SyncStream::wrap(stream, addr)?,
             correlation: 0,
         })
     }
@@ -151,6 +151,7 @@ impl SyncConn {
         self.correlation += 1;
         let frame = request_frame(key, version, self.correlation, body)?;
         self.stream.write_all(&frame)?;
+        self.stream.flush()?;
         let body = frame::read_blocking(&mut self.stream, 64 << 20)
             .map_err(|e| other(format!("{key:?} response: {e}")))?;
         decode_response(key, version, self.correlation, body)

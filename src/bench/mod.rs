@@ -17,6 +17,7 @@
 //! - [`baseline`] — the raw TCP fan-out from memory (`--raw-baseline`).
 //! - [`report`]   — what is printed: summaries, comparisons, tables, the plot of a sweep.
 //! - [`plot`]     — the SVG of a sweep (`--plot`).
+//! - [`tls`]      — the generator's TLS client (`--tls-ca`): every connection, blocking or async.
 //!
 //! This module runs the series: one run, or `--compare coalescing` (on, then off), over each
 //! `--sweep` value, each followed by the raw baseline when asked.
@@ -28,6 +29,7 @@ pub mod client;
 pub mod plot;
 mod report;
 pub mod stats;
+mod tls;
 pub mod workload;
 
 pub use args::BenchCommand;
@@ -150,6 +152,13 @@ fn workload_for(args: &FanoutArgs, point: Option<(SweepKey, u64)>, cpus: usize) 
 
 fn fanout(args: FanoutArgs, serve_config: ServeConfig) -> io::Result<()> {
     validate(&args).map_err(io::Error::other)?;
+    if let Some(ca) = &args.tls_ca {
+        let client = args
+            .tls_client_cert
+            .as_deref()
+            .zip(args.tls_client_key.as_deref());
+        tls::enable(ca, client)?;
+    }
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut broker = Broker::start(&args, serve_config)?;
     let result = series(&args, &mut broker, cpus);

@@ -14,6 +14,8 @@ use std::task::{Context, Poll};
 enum Inner {
     Plain(TcpStream),
     Tls(Box<futures_rustls::server::TlsStream<TcpStream>>),
+    /// The load generator's side of a TLS connection.
+    TlsClient(Box<futures_rustls::client::TlsStream<TcpStream>>),
 }
 
 /// One whole connection, cloned into the task that reads it and the task that writes it (the
@@ -32,10 +34,15 @@ impl SharedStream {
         SharedStream(Rc::new(RefCell::new(Inner::Tls(Box::new(stream)))))
     }
 
+    /// A client connection whose TLS handshake is done (the load generator's).
+    pub fn tls_client(stream: futures_rustls::client::TlsStream<TcpStream>) -> SharedStream {
+        SharedStream(Rc::new(RefCell::new(Inner::TlsClient(Box::new(stream)))))
+    }
+
     /// Whether bytes written go through TLS: then nothing may be written to the socket directly
     /// (`as_raw_fd` is for shutting it down only).
     pub fn is_tls(&self) -> bool {
-        matches!(&*self.0.borrow(), Inner::Tls(_))
+        !matches!(&*self.0.borrow(), Inner::Plain(_))
     }
 }
 
@@ -44,6 +51,7 @@ impl AsRawFd for SharedStream {
         match &*self.0.borrow() {
             Inner::Plain(s) => s.as_raw_fd(),
             Inner::Tls(s) => s.get_ref().0.as_raw_fd(),
+            Inner::TlsClient(s) => s.get_ref().0.as_raw_fd(),
         }
     }
 }
@@ -64,6 +72,7 @@ impl AsyncRead for SharedStream {
                 }
                 other => other,
             },
+            Inner::TlsClient(s) => Pin::new(&mut **s).poll_read(cx, buf),
         }
     }
 }
@@ -77,18 +86,21 @@ impl AsyncWrite for SharedStream {
         match &mut *self.0.borrow_mut() {
             Inner::Plain(s) => Pin::new(s).poll_write(cx, buf),
             Inner::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+            Inner::TlsClient(s) => Pin::new(&mut **s).poll_write(cx, buf),
         }
     }
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match &mut *self.0.borrow_mut() {
             Inner::Plain(s) => Pin::new(s).poll_flush(cx),
             Inner::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+            Inner::TlsClient(s) => Pin::new(&mut **s).poll_flush(cx),
         }
     }
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match &mut *self.0.borrow_mut() {
             Inner::Plain(s) => Pin::new(s).poll_close(cx),
             Inner::Tls(s) => Pin::new(&mut **s).poll_close(cx),
+            Inner::TlsClient(s) => Pin::new(&mut **s).poll_close(cx),
         }
     }
 }

@@ -158,7 +158,11 @@ pub(super) async fn consumer(
             break;
         }
         correlation = correlation.wrapping_add(1);
-        if let Err(e) = stream.write_all(template.frame(correlation, v.next)).await {
+        let sent = match stream.write_all(template.frame(correlation, v.next)).await {
+            Ok(()) => stream.flush().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = sent {
             report.fail(format!("sending a fetch: {e}"));
             break;
         }

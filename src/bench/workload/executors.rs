@@ -174,7 +174,8 @@ pub(super) async fn setup_over(shared: &Shared) {
     }
 }
 
-pub(super) async fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
+/// A connection to `addr` (through TLS with `--tls-ca`).
+pub(super) async fn connect(addr: SocketAddr) -> io::Result<shoal::wire::SharedStream> {
     let s = TcpStream::connect_timeout(addr, Duration::from_secs(10))
         .await
         .map_err(|e| io::Error::other(format!("connecting to {addr}: {e}")))?;
@@ -182,7 +183,7 @@ pub(super) async fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
         .and_then(|_| s.set_read_timeout(Some(Duration::from_secs(60))))
         .and_then(|_| s.set_write_timeout(Some(Duration::from_secs(60))))
         .map_err(|e| io::Error::other(e.to_string()))?;
-    Ok(s)
+    crate::bench::tls::wrap(s, addr).await
 }
 
 /// Spreads producers and consumers over the client executors, round robin. Producer i writes

@@ -140,7 +140,7 @@ pub(super) async fn producer(
             Some(&c) => c,
             None => {
                 let stream = match connect(p.leader).await {
-                    Ok(s) => SharedStream::new(s),
+                    Ok(s) => s,
                     Err(e) => return report.fail(e),
                 };
                 let unacked = (cfg.acks != 0).then(|| {
@@ -261,7 +261,11 @@ pub(super) async fn producer(
                 break;
             }
         }
-        if let Err(e) = conn.stream.write_all(request).await {
+        let written = match conn.stream.write_all(request).await {
+            Ok(()) => conn.stream.flush().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
             report.fail(format!("sending a produce request: {e}"));
             break;
         }
