@@ -745,3 +745,59 @@ fn sweep_draws_a_valid_svg() {
     assert!(svg.contains("delivered throughput") && svg.contains("p99"));
     assert_eq!(svg.matches("<polyline").count(), 2, "one line per panel");
 }
+
+#[test]
+fn a_run_over_tls_delivers_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    // A CA and the broker's certificate for 127.0.0.1.
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let server = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&key, &ca, &ca_key)
+        .unwrap();
+    let files = dir.path().join("pki");
+    std::fs::create_dir_all(&files).unwrap();
+    let write = |name: &str, pem: String| {
+        let p = files.join(name);
+        std::fs::write(&p, pem).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let (ca_pem, cert, key) = (
+        write("ca.pem", ca.pem()),
+        write("server.pem", server.pem()),
+        write("server.key", key.serialize_pem()),
+    );
+    let (cert_arg, key_arg) = (
+        format!("--broker-arg=--tls-cert={cert}"),
+        format!("--broker-arg=--tls-key={key}"),
+    );
+    let b = bench(
+        dir.path(),
+        &[
+            "--broker-process",
+            &cert_arg,
+            &key_arg,
+            "--tls-ca",
+            &ca_pem,
+            "--consumers",
+            "2",
+            "--message-bytes",
+            "200",
+            "--rate",
+            "3000",
+            "--duration",
+            "1s",
+            "--warmup",
+            "300ms",
+            "--quiet",
+        ],
+    );
+    assert!(b.ok, "{}", b.stdout);
+    let runs = b.summary["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1);
+    check_run(&b, &runs[0]);
+}
