@@ -63,16 +63,10 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
             binding(c).map_err(|why| (ResponseError::InvalidRequest, why))
         })
         .collect();
-    let valid: Vec<AclBinding> = checked
-        .iter()
-        .filter_map(|c| c.as_ref().ok().cloned())
-        .collect();
-    let mut decided = if valid.is_empty() {
-        Vec::new()
-    } else {
-        crate::control::change_topics(core, TopicChange::CreateAcls { bindings: valid }).await
-    }
-    .into_iter();
+    let mut decided = super::change_checked(core, &checked, |bindings| TopicChange::CreateAcls {
+        bindings,
+    })
+    .await;
     let results: Vec<AclCreationResult> = checked
         .into_iter()
         .map(|c| {

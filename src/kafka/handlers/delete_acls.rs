@@ -53,16 +53,10 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
             .map_err(|why| (ResponseError::InvalidRequest, why))
         })
         .collect();
-    let valid: Vec<AclFilter> = checked
-        .iter()
-        .filter_map(|c| c.as_ref().ok().cloned())
-        .collect();
-    let mut decided = if valid.is_empty() {
-        Vec::new()
-    } else {
-        crate::control::change_topics(core, TopicChange::DeleteAcls { filters: valid }).await
-    }
-    .into_iter();
+    let mut decided = super::change_checked(core, &checked, |filters| TopicChange::DeleteAcls {
+        filters,
+    })
+    .await;
     let results: Vec<DeleteAclsFilterResult> = checked
         .into_iter()
         .map(|c| match c {

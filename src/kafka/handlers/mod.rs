@@ -301,3 +301,23 @@ pub async fn change_allowed<T>(
     }
     out
 }
+
+/// Asks core 0 for `change` of the items that passed their checks (the `Ok`s of `checked`, in
+/// order), unless none did; one outcome per item asked for.
+pub async fn change_checked<T: Clone, E>(
+    core: &Rc<Core>,
+    checked: &[Result<T, E>],
+    change: impl FnOnce(Vec<T>) -> crate::mesh::TopicChange,
+) -> std::vec::IntoIter<crate::mesh::TopicOutcome> {
+    let valid: Vec<T> = checked
+        .iter()
+        .filter_map(|c| c.as_ref().ok().cloned())
+        .collect();
+    if valid.is_empty() {
+        Vec::new().into_iter()
+    } else {
+        crate::control::change_topics(core, change(valid))
+            .await
+            .into_iter()
+    }
+}
