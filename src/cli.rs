@@ -8,7 +8,7 @@ use shards::view_reader::ViewConfig;
 use shards::LogConfig;
 use shoal::acl::AuthorizerConfig;
 use shoal::admin::parse_on_off;
-use shoal::auth::{AuthConfig, SaslMechanism};
+use shoal::auth::{AuthConfig, SaslMechanism, SecurityProtocol};
 use shoal::config::BrokerConfig;
 use shoal::groups::CoordinatorConfig;
 use shoal::load::PacingConfig;
@@ -85,6 +85,18 @@ pub enum UserCommand {
 fn parse_scram(s: &str) -> Result<shoal::auth::scram::Mechanism, String> {
     shoal::auth::scram::Mechanism::from_name(s)
         .ok_or_else(|| format!("{s}: SCRAM-SHA-256 or SCRAM-SHA-512"))
+}
+
+fn parse_listener(s: &str) -> Result<(SecurityProtocol, SocketAddr), String> {
+    let (protocol, addr) = s
+        .split_once("://")
+        .ok_or_else(|| format!("{s}: PROTOCOL://HOST:PORT"))?;
+    let protocol = SecurityProtocol::from_name(protocol)
+        .ok_or_else(|| format!("{protocol}: one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"))?;
+    let addr: SocketAddr = addr
+        .parse()
+        .map_err(|e| format!("{addr}: an IP address and port ({e})"))?;
+    Ok((protocol, addr))
 }
 
 fn parse_sasl(s: &str) -> Result<SaslMechanism, String> {
@@ -180,6 +192,12 @@ pub struct ServeArgs {
     /// Address of core 0's Kafka listener; core i listens on port + i (port 0: any free ports).
     #[arg(long, default_value = "127.0.0.1:9092")]
     pub listen: SocketAddr,
+    /// A Kafka listener with its own security: PROTOCOL://HOST:PORT, PROTOCOL one of PLAINTEXT,
+    /// SSL, SASL_PLAINTEXT, SASL_SSL; core i on PORT + i (0: any free ports). Repeatable; given,
+    /// it replaces --listen, and each client is told the ports of the listener it connected to.
+    /// TLS listeners use --tls-cert/--tls-key, SASL ones --sasl-mechanisms.
+    #[arg(long = "listener", value_parser = parse_listener)]
+    pub listeners: Vec<(SecurityProtocol, SocketAddr)>,
     /// Host name advertised to clients in Metadata (default: the --listen address).
     #[arg(long)]
     pub advertised_host: Option<String>,
@@ -342,10 +360,13 @@ impl ServeArgs {
         let cores = self
             .cores
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        let advertised_host = self
-            .advertised_host
-            .clone()
-            .unwrap_or_else(|| self.listen.ip().to_string());
+        let advertised_host = self.advertised_host.clone().unwrap_or_else(|| {
+            self.listeners
+                .first()
+                .map_or(self.listen, |(_, addr)| *addr)
+                .ip()
+                .to_string()
+        });
         let log = LogConfig {
             segment_bytes: self.segment_bytes,
             segment_age: Some(Duration::from_millis(self.segment_ms)),
@@ -361,6 +382,7 @@ impl ServeArgs {
         };
         ServerConfig {
             listen: self.listen,
+            listeners: self.listeners,
             admin: self.admin,
             cores,
             bind_retry: Duration::from_millis(self.bind_retry_ms),

@@ -58,13 +58,22 @@ impl TaskQueues {
     }
 }
 
+/// One Kafka listener: its security, and each core's port on it (index = core = broker id).
+#[derive(Debug, Clone)]
+pub struct Listener {
+    pub protocol: crate::auth::SecurityProtocol,
+    pub ports: Vec<u16>,
+}
+
 #[derive(Debug)]
 pub struct Core {
     pub id: usize,
     pub cores: usize,
     pub config: Rc<BrokerConfig>,
-    /// Each core's Kafka port, index = core = broker id.
+    /// Each core's Kafka port on the first listener, index = core = broker id.
     pub ports: Vec<u16>,
+    /// Every listener; a client is told the ports of the one it connected to.
+    pub listeners: Vec<Listener>,
     pub advertised_host: String,
     pub topics: RefCell<Rc<TopicTable>>,
     /// Owned partitions by topic, then index (looked up by `&str`, with no allocation per request).
@@ -95,7 +104,8 @@ pub struct Core {
 }
 
 impl Core {
-    pub fn new(id: usize, config: Rc<BrokerConfig>, ports: Vec<u16>, mesh: Mesh) -> Self {
+    pub fn new(id: usize, config: Rc<BrokerConfig>, listeners: Vec<Listener>, mesh: Mesh) -> Self {
+        let ports = listeners[0].ports.clone();
         let cores = ports.len();
         Self {
             id,
@@ -117,6 +127,7 @@ impl Core {
                 .map(crate::auth::tls::server_config),
             config,
             ports,
+            listeners,
             topics: RefCell::new(Rc::new(TopicTable::default())),
             partitions: RefCell::new(HashMap::new()),
             applying: glommio::sync::Semaphore::new(1),

@@ -3,9 +3,11 @@
 //! SIGINT/SIGTERM.
 
 use crate::admin;
+use crate::auth::SecurityProtocol;
 use crate::config::BrokerConfig;
 use crate::control::{self, spawn_receivers, AdminInbox};
 use crate::core_state::Core;
+use crate::core_state::Listener;
 use crate::kafka::connection;
 use crate::mesh::{CoreMsg, Mesh};
 use glommio::channels::channel_mesh::MeshBuilder;
@@ -32,8 +34,12 @@ const ADMIN_REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 /// settings every core runs with.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// Core 0's Kafka address; core i listens on port + i (port 0: any free ports).
+    /// Core 0's Kafka address; core i listens on port + i (port 0: any free ports). Its security
+    /// follows from the TLS and SASL settings; unused when `listeners` is not empty.
     pub listen: SocketAddr,
+    /// Kafka listeners with their own security (`--listener SSL://HOST:PORT`), each on port + i
+    /// for core i; empty: the one `listen` describes.
+    pub listeners: Vec<(SecurityProtocol, SocketAddr)>,
     /// Admin HTTP address.
     pub admin: SocketAddr,
     /// Cores (executors, brokers) to run.
@@ -49,8 +55,10 @@ pub struct ServerConfig {
 /// A running server.
 #[derive(Debug)]
 pub struct Server {
-    /// Kafka port of each core (broker id = index).
+    /// Kafka port of each core (broker id = index) on the first listener.
     pub ports: Vec<u16>,
+    /// Every Kafka listener, with each core's port.
+    pub listeners: Vec<Listener>,
     pub admin: SocketAddr,
     stop: Arc<AtomicBool>,
     cores: Vec<glommio::ExecutorJoinHandle<()>>,
@@ -97,30 +105,67 @@ impl Server {
                 }
             );
         }
+        let wanted = if config.listeners.is_empty() {
+            let implied =
+                SecurityProtocol::implied(broker.auth.tls.is_some(), !broker.auth.sasl.is_empty());
+            vec![(implied, config.listen)]
+        } else {
+            config.listeners.clone()
+        };
+        for (protocol, addr) in &wanted {
+            if protocol.tls() && broker.auth.tls.is_none() {
+                return Err(std::io::Error::other(format!(
+                    "listener {}://{addr} needs --tls-cert and --tls-key",
+                    protocol.name()
+                )));
+            }
+            if protocol.sasl() && broker.auth.sasl.is_empty() {
+                return Err(std::io::Error::other(format!(
+                    "listener {}://{addr} needs --sasl-mechanisms",
+                    protocol.name()
+                )));
+            }
+        }
         let table = control::load_table(&broker.data_dir)?;
         crate::groups::reshard(&broker.data_dir, cores)?;
         let retry = config.bind_retry;
-        let mut listeners = Vec::with_capacity(cores);
-        for i in 0..cores {
-            let port = if config.listen.port() == 0 {
-                0
-            } else {
-                config.listen.port() + i as u16
-            };
-            let l =
-                bind_retrying(SocketAddr::new(config.listen.ip(), port), retry).map_err(|e| {
+        // Per core, one socket per listener.
+        let mut sockets: Vec<Vec<std::net::TcpListener>> = (0..cores).map(|_| Vec::new()).collect();
+        for (protocol, addr) in &wanted {
+            for (i, core_sockets) in sockets.iter_mut().enumerate() {
+                let port = if addr.port() == 0 {
+                    0
+                } else {
+                    addr.port() + i as u16
+                };
+                let l = bind_retrying(SocketAddr::new(addr.ip(), port), retry).map_err(|e| {
                     std::io::Error::new(
                         e.kind(),
-                        format!("core {i}: cannot listen on port {port}: {e}"),
+                        format!(
+                            "core {i}: cannot listen on port {port} ({}): {e}",
+                            protocol.name()
+                        ),
                     )
                 })?;
-            l.set_nonblocking(true)?;
-            listeners.push(l);
+                l.set_nonblocking(true)?;
+                core_sockets.push(l);
+            }
         }
-        let ports: Vec<u16> = listeners
+        let listeners: Vec<Listener> = wanted
             .iter()
-            .map(|l| l.local_addr().map(|a| a.port()))
-            .collect::<Result<_, _>>()?;
+            .enumerate()
+            .map(|(k, (protocol, _))| {
+                let ports = sockets
+                    .iter()
+                    .map(|s| s[k].local_addr().map(|a| a.port()))
+                    .collect::<Result<Vec<u16>, _>>()?;
+                Ok(Listener {
+                    protocol: *protocol,
+                    ports,
+                })
+            })
+            .collect::<std::io::Result<_>>()?;
+        let ports = listeners[0].ports.clone();
         let admin_listener = bind_retrying(config.admin, retry).map_err(|e| {
             std::io::Error::new(
                 e.kind(),
@@ -136,17 +181,17 @@ impl Server {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let broker = Arc::new(config.broker);
         let mut handles = Vec::with_capacity(cores);
-        for (i, l) in listeners.into_iter().enumerate() {
+        for (i, core_sockets) in sockets.into_iter().enumerate() {
             let placement = if cores <= cpus {
                 Placement::Fixed(i)
             } else {
                 Placement::Unbound
             };
-            let fd = l.into_raw_fd();
+            let fds: Vec<RawFd> = core_sockets.into_iter().map(|l| l.into_raw_fd()).collect();
             let inbox = if i == 0 { admin_inbox.take() } else { None };
-            let (broker, ports, stop, mesh, table) = (
+            let (broker, listeners, stop, mesh, table) = (
                 broker.clone(),
-                ports.clone(),
+                listeners.clone(),
                 stop.clone(),
                 mesh.clone(),
                 table.clone(),
@@ -155,7 +200,17 @@ impl Server {
                 .name(&format!("shoal-core-{i}"))
                 .spawn(move || async move {
                     let _stop_all = StopOnPanic(stop.clone());
-                    run_core(i, (*broker).clone(), ports, fd, inbox, mesh, stop, table).await;
+                    run_core(
+                        i,
+                        (*broker).clone(),
+                        listeners,
+                        fds,
+                        inbox,
+                        mesh,
+                        stop,
+                        table,
+                    )
+                    .await;
                 })
                 .map_err(|e| std::io::Error::other(format!("cannot start core {i}: {e}")))?;
             handles.push(h);
@@ -176,6 +231,7 @@ impl Server {
         log::info!("shoal serving on ports {ports:?} ({cores} cores), admin on {admin}");
         Ok(Server {
             ports,
+            listeners,
             admin,
             stop,
             cores: handles,
@@ -274,10 +330,19 @@ pub fn run(config: ServerConfig) -> std::io::Result<()> {
     let server = Server::start(config)?;
     // One machine-readable line for scripts and tests that start shoal on port 0.
     let ports: Vec<String> = server.ports.iter().map(u16::to_string).collect();
+    let listeners: Vec<String> = server
+        .listeners
+        .iter()
+        .map(|l| {
+            let ports: Vec<String> = l.ports.iter().map(u16::to_string).collect();
+            format!("{}:{}", l.protocol.name(), ports.join(","))
+        })
+        .collect();
     println!(
-        "shoal listening: kafka_ports={} admin={}",
+        "shoal listening: kafka_ports={} admin={} listeners={}",
         ports.join(","),
-        server.admin
+        server.admin,
+        listeners.join(";")
     );
     let flag = server.stop_flag();
     signal_hook::flag::register(signal_hook::consts::SIGINT, flag.clone())?;
@@ -291,21 +356,26 @@ pub fn run(config: ServerConfig) -> std::io::Result<()> {
 async fn run_core(
     id: usize,
     config: BrokerConfig,
-    ports: Vec<u16>,
-    fd: RawFd,
+    listeners: Vec<Listener>,
+    fds: Vec<RawFd>,
     admin_inbox: Option<AdminInbox>,
     mesh: MeshBuilder<CoreMsg, glommio::channels::channel_mesh::Full>,
     stop: Arc<AtomicBool>,
     table: crate::topics::TopicTable,
 ) {
-    let cores = ports.len();
+    let cores = listeners[0].ports.len();
     let (senders, receivers) = if cores > 1 {
         let (s, r) = mesh.join().await.expect("joining the core mesh");
         (Some(s), Some(r))
     } else {
         (None, None)
     };
-    let core = Rc::new(Core::new(id, Rc::new(config), ports, Mesh::new(senders)));
+    let core = Rc::new(Core::new(
+        id,
+        Rc::new(config),
+        listeners,
+        Mesh::new(senders),
+    ));
     if let Some(r) = receivers {
         spawn_receivers(&core, r);
     }
@@ -329,9 +399,16 @@ async fn run_core(
         core.load.clone(),
         core.shutdown.clone(),
     ));
-    // SAFETY: `fd` is a listening socket this process owns, handed over by `Server::start`.
-    let listener = unsafe { TcpListener::from_raw_fd(fd) };
-    let accept = glommio::spawn_local(accept_until_shutdown(core.clone(), listener));
+    let accepts: Vec<_> = fds
+        .into_iter()
+        .enumerate()
+        .map(|(k, fd)| {
+            // SAFETY: `fd` is a listening socket this process owns, handed over by
+            // `Server::start`.
+            let listener = unsafe { TcpListener::from_raw_fd(fd) };
+            glommio::spawn_local(accept_until_shutdown(core.clone(), listener, k))
+        })
+        .collect();
     let admin =
         admin_inbox.map(|inbox| glommio::spawn_local(control::serve_admin(core.clone(), inbox)));
     while !stop.load(Ordering::SeqCst) {
@@ -342,7 +419,9 @@ async fn run_core(
     core.groups.stop();
     ticker.await;
     sampler.await;
-    accept.await;
+    for a in accepts {
+        a.await;
+    }
     if let Some(a) = admin {
         a.await;
     }
@@ -356,7 +435,7 @@ async fn run_core(
 }
 
 /// Accepts Kafka connections until the core stops, serving each in its own task.
-async fn accept_until_shutdown(core: Rc<Core>, listener: TcpListener) {
+async fn accept_until_shutdown(core: Rc<Core>, listener: TcpListener, index: usize) {
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
             core.shutdown.wait_for(1).await;
@@ -366,7 +445,7 @@ async fn accept_until_shutdown(core: Rc<Core>, listener: TcpListener) {
         match accepted {
             None => return,
             Some(Ok(stream)) => {
-                let serve = connection::serve(core.clone(), stream);
+                let serve = connection::serve(core.clone(), stream, index);
                 match glommio::spawn_local_into(serve, core.queues.readers) {
                     Ok(task) => {
                         task.detach();

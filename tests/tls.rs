@@ -284,3 +284,96 @@ fn sasl_scram_over_tls() {
     let out = client("confluent-kafka", &shoal, "secured", bad);
     assert!(out.contains(r#""ok": false"#), "{out}");
 }
+
+#[test]
+fn listeners_with_different_security_side_by_side() {
+    let pki = pki();
+    let data = tempfile::tempdir().unwrap();
+    let added = std::process::Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["user", "add", "erin", "--password", "pw", "--data-dir"])
+        .arg(data.path())
+        .output()
+        .unwrap();
+    assert!(added.status.success());
+    let (cert, key) = (
+        pki.server.0.to_str().unwrap(),
+        pki.server.1.to_str().unwrap(),
+    );
+    let shoal = Shoal::start(
+        data.path(),
+        2,
+        &[
+            "--listener",
+            "PLAINTEXT://127.0.0.1:0",
+            "--listener",
+            "SSL://127.0.0.1:0",
+            "--listener",
+            "SASL_PLAINTEXT://127.0.0.1:0",
+            "--tls-cert",
+            cert,
+            "--tls-key",
+            key,
+            "--sasl-mechanisms",
+            "SCRAM-SHA-256",
+            "--default-partitions",
+            "2",
+        ],
+    );
+    let names: Vec<&str> = shoal.listeners.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(names, ["PLAINTEXT", "SSL", "SASL_PLAINTEXT"]);
+    let bootstrap = |k: usize| format!("127.0.0.1:{}", shoal.listeners[k].1[0]);
+    // Each client is told its own listener's ports: a TLS client told a plaintext port, or a
+    // plaintext one told a SASL port, would fail.
+    let mut s = common::wire::connect(shoal.listeners[0].1[1]);
+    let r: kafka_protocol::messages::MetadataResponse = common::wire::call(
+        &mut s,
+        ApiKey::Metadata,
+        12,
+        1,
+        &kafka_protocol::messages::MetadataRequest::default(),
+    );
+    let mut told: Vec<i32> = r.brokers.iter().map(|b| b.port).collect();
+    told.sort();
+    let mut plain: Vec<i32> = shoal.listeners[0].1.iter().map(|&p| i32::from(p)).collect();
+    plain.sort();
+    assert_eq!(told, plain);
+    let ca = pki.ca_pem.to_str().unwrap();
+    let out = run_script(
+        "tls.py",
+        &[
+            "confluent-kafka",
+            &bootstrap(1),
+            "both",
+            &serde_json::json!({ "ca": ca }).to_string(),
+        ],
+    );
+    assert!(ok(&out), "SSL listener: {out}");
+    let out = run_script(
+        "sasl.py",
+        &[
+            "kafka-python",
+            &bootstrap(2),
+            "SCRAM-SHA-256",
+            "erin",
+            "pw",
+            "secured",
+        ],
+    );
+    assert!(
+        out.contains(r#""ok": true"#),
+        "SASL_PLAINTEXT listener: {out}"
+    );
+    // The plaintext listener takes no TLS handshake and asks for no SASL.
+    let mut s = common::wire::connect(shoal.listeners[0].1[0]);
+    let r: kafka_protocol::messages::MetadataResponse = common::wire::call(
+        &mut s,
+        ApiKey::Metadata,
+        12,
+        2,
+        &kafka_protocol::messages::MetadataRequest::default().with_topics(None),
+    );
+    assert!(r
+        .topics
+        .iter()
+        .any(|t| t.name.as_ref().is_some_and(|n| n.as_str() == "both")));
+}

@@ -42,13 +42,66 @@ impl SaslMechanism {
     }
 }
 
-/// How the Kafka listener authenticates clients.
+/// A Kafka listener's security protocol, as Kafka names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecurityProtocol {
+    Plaintext,
+    Ssl,
+    SaslPlaintext,
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    pub const ALL: [SecurityProtocol; 4] = [
+        SecurityProtocol::Plaintext,
+        SecurityProtocol::Ssl,
+        SecurityProtocol::SaslPlaintext,
+        SecurityProtocol::SaslSsl,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SecurityProtocol::Plaintext => "PLAINTEXT",
+            SecurityProtocol::Ssl => "SSL",
+            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            SecurityProtocol::SaslSsl => "SASL_SSL",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// The connection is TLS.
+    pub fn tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+
+    /// Clients authenticate with SASL first.
+    pub fn sasl(self) -> bool {
+        matches!(
+            self,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
+    }
+
+    /// The protocol of a listener configured only by `--tls-cert` and `--sasl-mechanisms`.
+    pub fn implied(tls: bool, sasl: bool) -> Self {
+        match (tls, sasl) {
+            (false, false) => SecurityProtocol::Plaintext,
+            (true, false) => SecurityProtocol::Ssl,
+            (false, true) => SecurityProtocol::SaslPlaintext,
+            (true, true) => SecurityProtocol::SaslSsl,
+        }
+    }
+}
+
+/// How the Kafka listeners authenticate clients.
 #[derive(Debug, Clone)]
 pub struct AuthConfig {
-    /// SASL mechanisms offered; empty: no authentication (every client is `User:ANONYMOUS`, or
-    /// its client certificate's subject with mTLS).
+    /// SASL mechanisms offered on SASL listeners.
     pub sasl: Vec<SaslMechanism>,
-    /// TLS on the Kafka listener; `None`: plaintext.
+    /// The certificate and key of TLS listeners.
     pub tls: Option<tls::TlsConfig>,
     /// A failed authentication is answered after this long, then the connection closes (Kafka's
     /// `connection.failed.authentication.delay.ms`).
@@ -66,12 +119,6 @@ impl Default for AuthConfig {
             failed_delay: Duration::from_millis(100),
             max_failures_per_minute: 10,
         }
-    }
-}
-
-impl AuthConfig {
-    pub fn requires_sasl(&self) -> bool {
-        !self.sasl.is_empty()
     }
 }
 

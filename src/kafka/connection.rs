@@ -127,11 +127,18 @@ impl Responses {
     }
 }
 
-pub async fn serve(core: Rc<Core>, stream: TcpStream) {
+/// Serves one connection accepted on listener `listener` (index in `core.listeners`).
+pub async fn serve(core: Rc<Core>, stream: TcpStream, listener: usize) {
+    let protocol = core.listeners[listener].protocol;
     let addr = stream.peer_addr().ok();
     let peer: Rc<str> = addr.map_or_else(|| "?".into(), |a| a.to_string().into());
     let _ = stream.set_nodelay(true);
-    let (mut reader, certificate_principal) = match &core.tls {
+    let tls = if protocol.tls() {
+        core.tls.as_ref()
+    } else {
+        None
+    };
+    let (mut reader, certificate_principal) = match tls {
         None => (SharedStream::new(stream), None),
         Some(Err(why)) => {
             log::error!(
@@ -160,7 +167,7 @@ pub async fn serve(core: Rc<Core>, stream: TcpStream) {
     let mut frames = FrameReader::new();
     let mut seq: i64 = 0;
     // Who the client is: authenticated first where the listener asks for it.
-    let principal = if core.config.auth.requires_sasl() {
+    let principal = if protocol.sasl() {
         authenticate(
             &core,
             &mut reader,
@@ -176,7 +183,12 @@ pub async fn serve(core: Rc<Core>, stream: TcpStream) {
         Some(certificate_principal.map_or(Principal::Anonymous, Principal::User))
     };
     if let Some(principal) = principal {
-        let session = Rc::new(Session::new(peer.clone(), principal, addr.map(|a| a.ip())));
+        let session = Rc::new(Session::new(
+            peer.clone(),
+            principal,
+            addr.map(|a| a.ip()),
+            listener,
+        ));
         serve_requests(
             &core,
             &session,

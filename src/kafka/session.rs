@@ -21,6 +21,9 @@ pub struct Session {
     /// The client's address, for logs.
     pub peer: Rc<str>,
     pub principal: Principal,
+    /// The listener the client connected to (index in `Core::listeners`): Metadata and
+    /// FindCoordinator name that listener's ports.
+    pub listener: usize,
     principal_name: String,
     host: String,
     /// The table revision the decisions were taken under, and the decisions.
@@ -28,9 +31,15 @@ pub struct Session {
 }
 
 impl Session {
-    pub fn new(peer: Rc<str>, principal: Principal, host: Option<std::net::IpAddr>) -> Self {
+    pub fn new(
+        peer: Rc<str>,
+        principal: Principal,
+        host: Option<std::net::IpAddr>,
+        listener: usize,
+    ) -> Self {
         Self {
             peer,
+            listener,
             principal_name: principal.to_string(),
             principal,
             host: host.map_or_else(|| "*".into(), |h| h.to_string()),

@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 pub struct Shoal {
     child: Option<Child>,
     pub ports: Vec<u16>,
+    /// Every listener: (security protocol, each core's port).
+    pub listeners: Listeners,
     pub admin: String,
     pub data_dir: PathBuf,
     log: Arc<Mutex<Vec<String>>>,
@@ -93,10 +95,11 @@ impl Shoal {
         let line = rx
             .recv_timeout(Duration::from_secs(30))
             .expect("shoal printed its ports within 30 s");
-        let (ports, admin) = parse_listening(&line);
+        let (ports, admin, listeners) = parse_listening(&line);
         Shoal {
             child: Some(child),
             ports,
+            listeners,
             admin,
             data_dir: data_dir.to_path_buf(),
             log: Arc::default(),
@@ -297,17 +300,27 @@ fn serve_command(data_dir: &Path, cores: usize, listen: &str, extra: &[&str]) ->
     cmd
 }
 
-fn parse_listening(line: &str) -> (Vec<u16>, String) {
+/// Each listener's security protocol and its cores' ports.
+type Listeners = Vec<(String, Vec<u16>)>;
+
+fn parse_listening(line: &str) -> (Vec<u16>, String, Listeners) {
     let mut ports = Vec::new();
     let mut admin = String::new();
+    let mut listeners = Vec::new();
     for word in line.split_whitespace() {
         if let Some(p) = word.strip_prefix("kafka_ports=") {
             ports = p.split(',').map(|p| p.parse().unwrap()).collect();
         } else if let Some(a) = word.strip_prefix("admin=") {
             admin = a.to_string();
+        } else if let Some(l) = word.strip_prefix("listeners=") {
+            for one in l.split(';') {
+                let (protocol, ports) = one.split_once(':').unwrap();
+                let ports = ports.split(',').map(|p| p.parse().unwrap()).collect();
+                listeners.push((protocol.to_string(), ports));
+            }
         }
     }
-    (ports, admin)
+    (ports, admin, listeners)
 }
 
 fn terminate(child: &mut Child) -> Option<std::process::ExitStatus> {

@@ -49,7 +49,7 @@ fn lookup(core: &Core, who: &Session, key: &StrBytes, key_type: i8) -> Coordinat
     let owner = coordinator_core(key, core.cores);
     c.with_node_id(BrokerId(owner as i32))
         .with_host(StrBytes::from_string(core.advertised_host.clone()))
-        .with_port(i32::from(core.ports[owner]))
+        .with_port(i32::from(core.listeners[who.listener].ports[owner]))
 }
 
 pub fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult {

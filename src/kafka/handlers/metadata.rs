@@ -126,7 +126,7 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
             MetadataResponseBroker::default()
                 .with_node_id(BrokerId(i as i32))
                 .with_host(StrBytes::from_string(core.advertised_host.clone()))
-                .with_port(core.ports[i] as i32)
+                .with_port(core.listeners[who.listener].ports[i] as i32)
         })
         .collect();
     let response = MetadataResponse::default()
