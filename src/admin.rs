@@ -51,6 +51,38 @@ pub struct Cores {
     pub request_deadline: Duration,
     /// Requests other than `GET /metrics` must carry `Authorization: Bearer <token>` (else 401).
     pub token: Option<String>,
+    /// Serve HTTPS with this configuration.
+    pub tls: Option<Arc<futures_rustls::rustls::ServerConfig>>,
+}
+
+/// An admin connection: plain TCP, or TLS over it. Timeouts and shutdown act on the TCP socket.
+trait AdminStream: Read + Write {
+    fn tcp(&self) -> &TcpStream;
+    /// Ends the response: TLS's close_notify, then the socket's write side.
+    fn finish(&mut self) -> std::io::Result<()>;
+}
+
+impl AdminStream for TcpStream {
+    fn tcp(&self) -> &TcpStream {
+        self
+    }
+    fn finish(&mut self) -> std::io::Result<()> {
+        self.shutdown(Shutdown::Write)
+    }
+}
+
+type TlsStream =
+    futures_rustls::rustls::StreamOwned<futures_rustls::rustls::ServerConnection, TcpStream>;
+
+impl AdminStream for TlsStream {
+    fn tcp(&self) -> &TcpStream {
+        &self.sock
+    }
+    fn finish(&mut self) -> std::io::Result<()> {
+        self.conn.send_close_notify();
+        self.flush()?;
+        self.sock.shutdown(Shutdown::Write)
+    }
 }
 
 /// A response: status line, content type, body.
@@ -125,15 +157,25 @@ fn readable(listener: &TcpListener, timeout: Duration) -> bool {
     unsafe { libc::poll(&mut fd, 1, timeout.as_millis() as libc::c_int) > 0 }
 }
 
-fn serve_connection(mut stream: TcpStream, cores: &Cores) {
-    let deadline = Instant::now() + cores.request_deadline;
+fn serve_connection(stream: TcpStream, cores: &Cores) {
     let _ = stream.set_nonblocking(false);
+    match &cores.tls {
+        None => serve_stream(stream, cores),
+        Some(tls) => match futures_rustls::rustls::ServerConnection::new(tls.clone()) {
+            Ok(conn) => serve_stream(TlsStream::new(conn, stream), cores),
+            Err(e) => log::warn!("admin: TLS: {e}"),
+        },
+    }
+}
+
+fn serve_stream(mut stream: impl AdminStream, cores: &Cores) {
+    let deadline = Instant::now() + cores.request_deadline;
     let response = match read_request(&mut stream, deadline) {
         Ok(Some(request)) => route(&request, cores),
         Ok(None) => return,
         Err(response) => response,
     };
-    let _ = stream.set_write_timeout(Some(cores.request_deadline));
+    let _ = stream.tcp().set_write_timeout(Some(cores.request_deadline));
     let _ = respond(stream, &response, LINGER);
 }
 
@@ -150,7 +192,10 @@ struct Request {
 
 /// Reads one request: `Ok(None)` if the client left before a whole head, `Err` with the answer for
 /// a head too large, malformed or too slow.
-fn read_request(stream: &mut TcpStream, deadline: Instant) -> Result<Option<Request>, Response> {
+fn read_request(
+    stream: &mut impl AdminStream,
+    deadline: Instant,
+) -> Result<Option<Request>, Response> {
     let mut buf = Vec::new();
     let (method, target, authorization, head_len, content_length) = loop {
         match read_some(stream, &mut buf, deadline)? {
@@ -205,7 +250,7 @@ fn read_request(stream: &mut TcpStream, deadline: Instant) -> Result<Option<Requ
 
 /// Reads what has arrived into `buf` (0 at end of stream or on a reset); 408 past `deadline`.
 fn read_some(
-    stream: &mut TcpStream,
+    stream: &mut impl AdminStream,
     buf: &mut Vec<u8>,
     deadline: Instant,
 ) -> Result<usize, Response> {
@@ -222,7 +267,7 @@ fn read_some(
         if left.is_zero() {
             return Err(timed_out());
         }
-        let _ = stream.set_read_timeout(Some(left));
+        let _ = stream.tcp().set_read_timeout(Some(left));
         match stream.read(&mut chunk) {
             Ok(n) => {
                 buf.extend_from_slice(&chunk[..n]);
@@ -453,14 +498,18 @@ fn body_text(body: &[u8]) -> Option<String> {
 /// Writes the response and closes the connection. What the client sent and was not read is drained
 /// for a moment first (at most `linger`), so the close is a FIN the client reads the answer
 /// before, not a reset.
-fn respond(mut stream: TcpStream, response: &Response, linger: Duration) -> std::io::Result<()> {
+fn respond(
+    mut stream: impl AdminStream,
+    response: &Response,
+    linger: Duration,
+) -> std::io::Result<()> {
     write_response(&mut stream, response)?;
-    stream.shutdown(Shutdown::Write)?;
+    stream.finish()?;
     let until = Instant::now() + linger;
     let mut sink = [0u8; 4096];
     loop {
         let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+        if left.is_zero() || stream.tcp().set_read_timeout(Some(left)).is_err() {
             break;
         }
         match stream.read(&mut sink) {
@@ -471,7 +520,7 @@ fn respond(mut stream: TcpStream, response: &Response, linger: Duration) -> std:
     Ok(())
 }
 
-fn write_response(stream: &mut TcpStream, (status, kind, body): &Response) -> std::io::Result<()> {
+fn write_response(stream: &mut impl Write, (status, kind, body): &Response) -> std::io::Result<()> {
     let head = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
@@ -502,6 +551,7 @@ mod tests {
             answer_timeout,
             request_deadline,
             token: None,
+            tls: None,
         };
         let stop = Arc::new(AtomicBool::new(false));
         let thread = spawn(listener, cores, stop.clone()).unwrap();

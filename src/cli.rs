@@ -207,6 +207,9 @@ pub struct ServeArgs {
     /// Admin HTTP address (/metrics, /v1/status).
     #[arg(long, default_value = "127.0.0.1:9644")]
     pub admin: SocketAddr,
+    /// Serve the admin endpoint over HTTPS, with --tls-cert and --tls-key.
+    #[arg(long)]
+    pub admin_tls: bool,
     /// A file holding a bearer token (at least 16 characters) that admin HTTP requests must carry
     /// (`Authorization: Bearer <token>`); `GET /metrics` stays open for scrapers.
     #[arg(long)]
@@ -387,6 +390,7 @@ impl ServeArgs {
             cores,
             bind_retry: Duration::from_millis(self.bind_retry_ms),
             admin_token_file: self.admin_token_file,
+            admin_tls: self.admin_tls,
             broker: BrokerConfig {
                 data_dir: self.data_dir,
                 advertised_host,

@@ -46,6 +46,8 @@ pub struct ServerConfig {
     pub cores: usize,
     /// How long to keep retrying a listen address still in use at start-up.
     pub bind_retry: Duration,
+    /// Serve the admin endpoint over HTTPS with the Kafka listeners' certificate and key.
+    pub admin_tls: bool,
     /// A file holding the admin HTTP endpoint's bearer token (every request but `GET /metrics`
     /// then needs it).
     pub admin_token_file: Option<PathBuf>,
@@ -126,6 +128,25 @@ impl Server {
                 )));
             }
         }
+        // The admin endpoint's TLS: the listeners' certificate, no client certificates.
+        let admin_tls = match (&config.admin_tls, &broker.auth.tls) {
+            (false, _) => None,
+            (true, None) => {
+                return Err(std::io::Error::other(
+                    "--admin-tls needs --tls-cert and --tls-key",
+                ))
+            }
+            (true, Some(t)) => {
+                let plain = crate::auth::tls::TlsConfig {
+                    client_ca: None,
+                    ..t.clone()
+                };
+                Some(
+                    crate::auth::tls::server_config(&plain)
+                        .map_err(|e| std::io::Error::other(format!("admin TLS: {e}")))?,
+                )
+            }
+        };
         let table = control::load_table(&broker.data_dir)?;
         crate::groups::reshard(&broker.data_dir, cores)?;
         let retry = config.bind_retry;
@@ -222,6 +243,7 @@ impl Server {
             answer_timeout: ADMIN_ANSWER_TIMEOUT,
             request_deadline: ADMIN_REQUEST_DEADLINE,
             token: admin_token,
+            tls: admin_tls,
         };
         let admin_thread =
             admin::spawn(admin_listener, admin_cores, stop.clone()).map_err(|e| {

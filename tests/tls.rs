@@ -377,3 +377,26 @@ fn listeners_with_different_security_side_by_side() {
         .iter()
         .any(|t| t.name.as_ref().is_some_and(|n| n.as_str() == "both")));
 }
+
+#[test]
+fn the_admin_endpoint_serves_https() {
+    let pki = pki();
+    let data = tempfile::tempdir().unwrap();
+    let shoal = start(&pki, data.path(), &["--admin-tls"]);
+    let ca = pki.ca_pem.to_str().unwrap();
+    let get = |url: &str| {
+        let script = "import ssl, sys, urllib.request\n\
+             ctx = ssl.create_default_context(cafile=sys.argv[2])\n\
+             try:\n    print(urllib.request.urlopen(sys.argv[1], context=ctx, timeout=10).read().decode()[:200])\n\
+             except Exception as e:\n    print('failed:', type(e).__name__)";
+        let out = std::process::Command::new("python3")
+            .args(["-c", script, url, ca])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let https = get(&format!("https://{}/v1/status", shoal.admin));
+    assert!(https.contains("\"cores\""), "{https}");
+    let plain = get(&format!("http://{}/v1/status", shoal.admin));
+    assert!(plain.contains("failed"), "{plain}");
+}
