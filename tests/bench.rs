@@ -5,6 +5,8 @@
 //! comparison, the catch-up workload (compressed and not) and the sweep's SVG plot are exercised
 //! too.
 
+mod common;
+
 use serde_json::Value;
 use std::io::Read;
 use std::path::Path;
@@ -800,4 +802,79 @@ fn a_run_over_tls_delivers_everything() {
     let runs = b.summary["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 1);
     check_run(&b, &runs[0]);
+}
+
+#[test]
+fn a_run_over_sasl_scram_delivers_everything_and_a_wrong_password_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let added = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args([
+            "user",
+            "add",
+            "bench",
+            "--password",
+            "bench-pw",
+            "--data-dir",
+        ])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(added.status.success());
+    let shoal = common::Shoal::start(&data, 1, &["--sasl-mechanisms", "SCRAM-SHA-512"]);
+    let bootstrap = shoal.bootstrap();
+    let run = |password: &str| {
+        bench(
+            dir.path(),
+            &[
+                "--bootstrap",
+                &bootstrap,
+                "--admin",
+                &shoal.admin,
+                "--sasl-mechanism",
+                "SCRAM-SHA-512",
+                "--sasl-username",
+                "bench",
+                "--sasl-password",
+                password,
+                "--consumers",
+                "2",
+                "--message-bytes",
+                "200",
+                "--rate",
+                "3000",
+                "--duration",
+                "1s",
+                "--warmup",
+                "300ms",
+                "--quiet",
+            ],
+        )
+    };
+    let b = run("bench-pw");
+    assert!(b.ok, "{}", b.stdout);
+    check_run(&b, &b.summary["runs"][0]);
+    assert!(
+        !std::fs::read_to_string(dir.path().join("summary.json"))
+            .unwrap()
+            .contains("bench-pw"),
+        "the password is not written to --json"
+    );
+    assert!(shoal.metric("shoal_sasl_authentications_total") >= 3);
+    // A wrong password: the generator stops at its first connection and says why.
+    let out = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["bench", "fanout", "--bootstrap", &bootstrap, "--quiet"])
+        .args([
+            "--sasl-mechanism",
+            "SCRAM-SHA-512",
+            "--sasl-username",
+            "bench",
+        ])
+        .args(["--sasl-password", "guess", "--duration", "1s"])
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("SASL authentication failed (58)"), "{said}");
 }

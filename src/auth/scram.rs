@@ -316,6 +316,75 @@ impl ScramServer {
     }
 }
 
+/// The client's side of one SCRAM exchange (the load generator's; tests).
+#[derive(Debug)]
+pub struct ScramClient {
+    mechanism: Mechanism,
+    password: Vec<u8>,
+    client_first_bare: String,
+    /// After the server's first message: the AuthMessage and the server signature to expect.
+    expect: Option<Vec<u8>>,
+}
+
+impl ScramClient {
+    /// Starts an exchange; returns the client and its first message.
+    pub fn start(mechanism: Mechanism, user: &str, password: &str) -> (Self, Vec<u8>) {
+        let nonce: [u8; 18] = rand::random();
+        let name = user.replace('=', "=3D").replace(',', "=2C");
+        let client_first_bare = format!("n={name},r={}", B64.encode(nonce));
+        let first = format!("n,,{client_first_bare}").into_bytes();
+        let client = Self {
+            mechanism,
+            password: password.as_bytes().to_vec(),
+            client_first_bare,
+            expect: None,
+        };
+        (client, first)
+    }
+
+    /// Takes the server's first message; returns the client's final one.
+    pub fn answer(&mut self, server_first: &[u8]) -> Result<Vec<u8>, Failed> {
+        let bad = |why: &str| Failed(format!("server-first message: {why}"));
+        let text = std::str::from_utf8(server_first).map_err(|_| bad("not UTF-8"))?;
+        let nonce = attribute(text, 'r').ok_or_else(|| bad("no nonce"))?;
+        let ours = attribute(&self.client_first_bare, 'r').unwrap_or_default();
+        if !nonce.starts_with(ours) {
+            return Err(bad("the nonce does not extend ours"));
+        }
+        let salt = attribute(text, 's')
+            .and_then(|s| B64.decode(s).ok())
+            .ok_or_else(|| bad("no salt"))?;
+        let iterations: u32 = attribute(text, 'i')
+            .and_then(|i| i.parse().ok())
+            .filter(|i| (MIN_ITERATIONS..=MAX_ITERATIONS).contains(i))
+            .ok_or_else(|| bad("iterations missing or out of range"))?;
+        let m = self.mechanism;
+        let salted = m.salted_password(&self.password, &salt, iterations);
+        let client_key = m.hmac(&salted, b"Client Key");
+        let without_proof = format!("c=biws,r={nonce}");
+        let auth = format!("{},{text},{without_proof}", self.client_first_bare);
+        let signature = m.hmac(&m.hash(&client_key), auth.as_bytes());
+        let proof: Vec<u8> = client_key
+            .iter()
+            .zip(&signature)
+            .map(|(k, s)| k ^ s)
+            .collect();
+        let server_key = m.hmac(&salted, b"Server Key");
+        self.expect = Some(m.hmac(&server_key, auth.as_bytes()));
+        Ok(format!("{without_proof},p={}", B64.encode(proof)).into_bytes())
+    }
+
+    /// Checks the server's final message (it proves the server knows the credential).
+    pub fn verify(&self, server_final: &[u8]) -> Result<(), Failed> {
+        let text = std::str::from_utf8(server_final).unwrap_or_default();
+        let given = attribute(text, 'v').and_then(|v| B64.decode(v).ok());
+        match (&self.expect, given) {
+            (Some(want), Some(got)) if constant_time_eq(want, &got) => Ok(()),
+            _ => Err(Failed("the server's signature does not match".into())),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -393,6 +462,23 @@ mod tests {
         bad[0] ^= 1;
         let last = format!("{without_proof},p={}", B64.encode(&bad));
         assert!(wrong.step(last.as_bytes(), |_| None).is_err());
+    }
+
+    #[test]
+    fn the_client_and_the_server_agree() {
+        for m in Mechanism::ALL {
+            let cred = Credential::new(m, b"pass,word=", 4096);
+            let (mut client, first) = ScramClient::start(m, "us=er,1", "pass,word=");
+            let mut server = ScramServer::new(m);
+            let (server_first, _) = server
+                .step(&first, |u| (u == "us=er,1").then(|| cred.clone()))
+                .unwrap();
+            let last = client.answer(&server_first).unwrap();
+            let (server_final, done) = server.step(&last, |_| None).unwrap();
+            assert!(done);
+            client.verify(&server_final).unwrap();
+            assert!(client.verify(b"v=AAAA").is_err());
+        }
     }
 
     #[test]

@@ -111,6 +111,17 @@ pub struct FanoutArgs {
     pub tls_client_cert: Option<PathBuf>,
     #[arg(long, requires = "tls_client_cert")]
     pub tls_client_key: Option<PathBuf>,
+    /// Authenticate every connection with SASL: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, as
+    /// --sasl-username with --sasl-password (for the embedded shoal, add the user to its
+    /// --data-dir with `shoal user add` and pass --broker-arg=--sasl-mechanisms=...).
+    #[arg(long, value_parser = parse_sasl_mechanism, requires = "sasl_username", requires = "sasl_password")]
+    pub sasl_mechanism: Option<String>,
+    #[arg(long)]
+    pub sasl_username: Option<String>,
+    /// Never written to --json.
+    #[arg(long)]
+    #[serde(skip)]
+    pub sasl_password: Option<String>,
     /// Extra `shoal serve` flag for the embedded shoal, e.g. --broker-arg=--flush-ms=0 (repeatable).
     #[arg(long = "broker-arg", allow_hyphen_values = true, value_name = "FLAG")]
     pub broker_args: Vec<String>,
@@ -398,4 +409,10 @@ mod tests {
         );
         assert!(parse_sweep("colour=1").is_err());
     }
+}
+
+fn parse_sasl_mechanism(s: &str) -> Result<String, String> {
+    shoal::auth::SaslMechanism::from_name(s)
+        .map(|m| m.name().to_string())
+        .ok_or_else(|| format!("{s}: one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"))
 }

@@ -136,8 +136,10 @@ impl SyncConn {
         stream.set_read_timeout(Some(IO_TIMEOUT))?;
         stream.set_write_timeout(Some(IO_TIMEOUT))?;
         stream.set_nodelay(true)?;
+        let mut stream = super::tls::SyncStream::wrap(stream, addr)?;
+        super::sasl::authenticate_sync(&mut stream)?;
         Ok(SyncConn {
-            stream: super::tls::SyncStream::wrap(stream, addr)?,
+            stream,
             correlation: 0,
         })
     }

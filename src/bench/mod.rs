@@ -18,6 +18,7 @@
 //! - [`report`]   — what is printed: summaries, comparisons, tables, the plot of a sweep.
 //! - [`plot`]     — the SVG of a sweep (`--plot`).
 //! - [`tls`]      — the generator's TLS client (`--tls-ca`): every connection, blocking or async.
+//! - [`sasl`]     — the generator's SASL client (`--sasl-mechanism`): every connection.
 //!
 //! This module runs the series: one run, or `--compare coalescing` (on, then off), over each
 //! `--sweep` value, each followed by the raw baseline when asked.
@@ -28,6 +29,7 @@ mod broker;
 pub mod client;
 pub mod plot;
 mod report;
+mod sasl;
 pub mod stats;
 mod tls;
 pub mod workload;
@@ -158,6 +160,15 @@ fn fanout(args: FanoutArgs, serve_config: ServeConfig) -> io::Result<()> {
             .as_deref()
             .zip(args.tls_client_key.as_deref());
         tls::enable(ca, client)?;
+    }
+    if let Some(m) = args
+        .sasl_mechanism
+        .as_deref()
+        .and_then(shoal::auth::SaslMechanism::from_name)
+    {
+        let user = args.sasl_username.clone().unwrap_or_default();
+        let password = args.sasl_password.clone().unwrap_or_default();
+        sasl::enable(m, user, password)?;
     }
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut broker = Broker::start(&args, serve_config)?;
