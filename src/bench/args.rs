@@ -378,6 +378,12 @@ pub fn validate(args: &FanoutArgs) -> Result<(), String> {
     Ok(())
 }
 
+fn parse_sasl_mechanism(s: &str) -> Result<String, String> {
+    shoal::auth::SaslMechanism::from_name(s)
+        .map(|m| m.name().to_string())
+        .ok_or_else(|| format!("{s}: one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -409,10 +415,4 @@ mod tests {
         );
         assert!(parse_sweep("colour=1").is_err());
     }
-}
-
-fn parse_sasl_mechanism(s: &str) -> Result<String, String> {
-    shoal::auth::SaslMechanism::from_name(s)
-        .map(|m| m.name().to_string())
-        .ok_or_else(|| format!("{s}: one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"))
 }
