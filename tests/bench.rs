@@ -14,6 +14,21 @@ use std::process::{Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// A short paced run with two consumers, for tests of how the generator connects.
+const SHORT_RUN: [&str; 11] = [
+    "--consumers",
+    "2",
+    "--message-bytes",
+    "200",
+    "--rate",
+    "3000",
+    "--duration",
+    "1s",
+    "--warmup",
+    "300ms",
+    "--quiet",
+];
+
 /// One `shoal bench fanout` invocation.
 struct Bench {
     ok: bool,
@@ -777,27 +792,9 @@ fn a_run_over_tls_delivers_everything() {
         format!("--broker-arg=--tls-cert={cert}"),
         format!("--broker-arg=--tls-key={key}"),
     );
-    let b = bench(
-        dir.path(),
-        &[
-            "--broker-process",
-            &cert_arg,
-            &key_arg,
-            "--tls-ca",
-            &ca_pem,
-            "--consumers",
-            "2",
-            "--message-bytes",
-            "200",
-            "--rate",
-            "3000",
-            "--duration",
-            "1s",
-            "--warmup",
-            "300ms",
-            "--quiet",
-        ],
-    );
+    let mut args = vec!["--broker-process", &cert_arg, &key_arg, "--tls-ca", &ca_pem];
+    args.extend(SHORT_RUN);
+    let b = bench(dir.path(), &args);
     assert!(b.ok, "{}", b.stdout);
     let runs = b.summary["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 1);
@@ -824,32 +821,16 @@ fn a_run_over_sasl_scram_delivers_everything_and_a_wrong_password_is_refused() {
     let shoal = common::Shoal::start(&data, 1, &["--sasl-mechanisms", "SCRAM-SHA-512"]);
     let bootstrap = shoal.bootstrap();
     let run = |password: &str| {
-        bench(
-            dir.path(),
-            &[
-                "--bootstrap",
-                &bootstrap,
-                "--admin",
-                &shoal.admin,
-                "--sasl-mechanism",
-                "SCRAM-SHA-512",
-                "--sasl-username",
-                "bench",
-                "--sasl-password",
-                password,
-                "--consumers",
-                "2",
-                "--message-bytes",
-                "200",
-                "--rate",
-                "3000",
-                "--duration",
-                "1s",
-                "--warmup",
-                "300ms",
-                "--quiet",
-            ],
-        )
+        let mut args = vec!["--bootstrap", &bootstrap, "--admin", &shoal.admin];
+        args.extend([
+            "--sasl-mechanism",
+            "SCRAM-SHA-512",
+            "--sasl-username",
+            "bench",
+        ]);
+        args.extend(["--sasl-password", password]);
+        args.extend(SHORT_RUN);
+        bench(dir.path(), &args)
     };
     let b = run("bench-pw");
     assert!(b.ok, "{}", b.stdout);
