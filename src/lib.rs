@@ -25,7 +25,8 @@
 //!   values in effect, sources, synonyms.
 //! - [`metrics`]     — per-core counters and the Prometheus rendering.
 //! - [`config`]      — the broker settings every core runs with (`BrokerConfig`).
-//! - [`auth`]        — who a connection is: SASL (PLAIN, SCRAM-SHA-256/512), the users file.
+//! - [`auth`]        — who a connection is: listeners' security protocols, TLS (rustls), SASL (PLAIN,
+//!   SCRAM-SHA-256/512), the users file.
 //! - [`load`]        — how busy a core is, and the fetch pacing derived from it.
 //! - [`wire`]        — the Kafka wire format shared with the load generator and the tests: frames,
 //!   headers, the FetchResponse codec, the shared TCP stream.
