@@ -163,7 +163,7 @@ impl Server {
                     std::io::Error::new(
                         e.kind(),
                         format!(
-                            "core {i}: cannot listen on port {port} ({}): {e}",
+                            "core {i}: cannot listen on port {port}: {e} ({} listener)",
                             protocol.name()
                         ),
                     )
