@@ -53,6 +53,9 @@ pub struct Cores {
     pub token: Option<String>,
     /// Serve HTTPS with this configuration.
     pub tls: Option<Arc<futures_rustls::rustls::ServerConfig>>,
+    /// Serve only `GET /metrics`, to anyone (`--metrics-listen`: an address of its own for
+    /// scrapers, beside a guarded admin endpoint).
+    pub metrics_only: bool,
 }
 
 /// An admin connection: plain TCP, or TLS over it. Timeouts and shutdown act on the TCP socket.
@@ -321,6 +324,13 @@ fn authorized(request: &Request, path: &str, token: Option<&str>) -> bool {
 fn route(request: &Request, cores: &Cores) -> Response {
     let target = request.target.as_str();
     let path = target.split('?').next().unwrap_or("");
+    if cores.metrics_only && !(request.method == "GET" && path == "/metrics") {
+        return (
+            "404 Not Found",
+            "text/plain",
+            "this address serves GET /metrics only\n".to_string(),
+        );
+    }
     if !authorized(request, path, cores.token.as_deref()) {
         log::warn!(
             "admin: {} {path} refused: no valid bearer token",
@@ -552,6 +562,7 @@ mod tests {
             request_deadline,
             token: None,
             tls: None,
+            metrics_only: false,
         };
         let stop = Arc::new(AtomicBool::new(false));
         let thread = spawn(listener, cores, stop.clone()).unwrap();

@@ -210,6 +210,10 @@ pub struct ServeArgs {
     /// Serve the admin endpoint over HTTPS, with --tls-cert and --tls-key.
     #[arg(long)]
     pub admin_tls: bool,
+    /// Serve GET /metrics (only) on this address too, over plain HTTP and without a token: for
+    /// scrapers, when the admin endpoint is guarded.
+    #[arg(long)]
+    pub metrics_listen: Option<SocketAddr>,
     /// A file holding a bearer token (at least 16 characters) that admin HTTP requests must carry
     /// (`Authorization: Bearer <token>`); `GET /metrics` stays open for scrapers.
     #[arg(long)]
@@ -391,6 +395,7 @@ impl ServeArgs {
             bind_retry: Duration::from_millis(self.bind_retry_ms),
             admin_token_file: self.admin_token_file,
             admin_tls: self.admin_tls,
+            metrics_listen: self.metrics_listen,
             broker: BrokerConfig {
                 data_dir: self.data_dir,
                 advertised_host,

@@ -48,6 +48,8 @@ pub struct ServerConfig {
     pub bind_retry: Duration,
     /// Serve the admin endpoint over HTTPS with the Kafka listeners' certificate and key.
     pub admin_tls: bool,
+    /// An address of its own where `GET /metrics` is served to anyone, over plain HTTP.
+    pub metrics_listen: Option<SocketAddr>,
     /// A file holding the admin HTTP endpoint's bearer token (every request but `GET /metrics`
     /// then needs it).
     pub admin_token_file: Option<PathBuf>,
@@ -65,6 +67,9 @@ pub struct Server {
     stop: Arc<AtomicBool>,
     cores: Vec<glommio::ExecutorJoinHandle<()>>,
     admin_thread: std::thread::JoinHandle<()>,
+    /// `--metrics-listen`'s address and thread.
+    pub metrics: Option<SocketAddr>,
+    metrics_thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Server {
@@ -195,6 +200,19 @@ impl Server {
         })?;
         admin_listener.set_nonblocking(true)?;
         let admin = admin_listener.local_addr()?;
+        let metrics_listener = match config.metrics_listen {
+            None => None,
+            Some(addr) => {
+                let l = bind_retrying(addr, retry).map_err(|e| {
+                    std::io::Error::new(
+                        e.kind(),
+                        format!("cannot listen on the metrics address {addr}: {e}"),
+                    )
+                })?;
+                l.set_nonblocking(true)?;
+                Some(l)
+            }
+        };
         let (admin_requests, admin_inbox) = control::admin_link(ADMIN_QUEUE)?;
         let mut admin_inbox = Some(admin_inbox);
         let stop = Arc::new(AtomicBool::new(false));
@@ -244,12 +262,30 @@ impl Server {
             request_deadline: ADMIN_REQUEST_DEADLINE,
             token: admin_token,
             tls: admin_tls,
+            metrics_only: false,
+        };
+        let metrics_cores = admin::Cores {
+            token: None,
+            tls: None,
+            metrics_only: true,
+            ..admin_cores.clone()
         };
         let admin_thread =
             admin::spawn(admin_listener, admin_cores, stop.clone()).map_err(|e| {
                 stop.store(true, Ordering::SeqCst);
                 std::io::Error::other(format!("cannot start the admin thread: {e}"))
             })?;
+        let (metrics, metrics_thread) = match metrics_listener {
+            None => (None, None),
+            Some(l) => {
+                let addr = l.local_addr()?;
+                let thread = admin::spawn(l, metrics_cores, stop.clone()).map_err(|e| {
+                    stop.store(true, Ordering::SeqCst);
+                    std::io::Error::other(format!("cannot start the metrics thread: {e}"))
+                })?;
+                (Some(addr), Some(thread))
+            }
+        };
         log::info!("shoal serving on ports {ports:?} ({cores} cores), admin on {admin}");
         Ok(Server {
             ports,
@@ -258,6 +294,8 @@ impl Server {
             stop,
             cores: handles,
             admin_thread,
+            metrics,
+            metrics_thread,
         })
     }
 
@@ -284,6 +322,11 @@ impl Server {
         self.stop.store(true, Ordering::SeqCst);
         if self.admin_thread.join().is_err() {
             log::error!("the admin thread panicked");
+        }
+        if let Some(t) = self.metrics_thread {
+            if t.join().is_err() {
+                log::error!("the metrics thread panicked");
+            }
         }
         match failed.is_empty() {
             true => Ok(()),
@@ -360,8 +403,12 @@ pub fn run(config: ServerConfig) -> std::io::Result<()> {
             format!("{}:{}", l.protocol.name(), ports.join(","))
         })
         .collect();
+    let metrics = server
+        .metrics
+        .map(|m| format!(" metrics={m}"))
+        .unwrap_or_default();
     println!(
-        "shoal listening: kafka_ports={} admin={} listeners={}",
+        "shoal listening: kafka_ports={} admin={} listeners={}{metrics}",
         ports.join(","),
         server.admin,
         listeners.join(";")

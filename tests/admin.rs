@@ -121,7 +121,12 @@ fn a_bearer_token_guards_every_admin_path_but_metrics() {
     let shoal = Shoal::start(
         &data,
         1,
-        &["--admin-token-file", token_file.to_str().unwrap()],
+        &[
+            "--admin-token-file",
+            token_file.to_str().unwrap(),
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
     );
     let good = "Authorization: Bearer s3cr3t-token-of-some-length\r\n";
     let bad = "Authorization: Bearer s3cr3t-token-of-some-lengtH\r\n";
@@ -144,6 +149,22 @@ fn a_bearer_token_guards_every_admin_path_but_metrics() {
         status.contains("200") && body.contains("shoal_partitions"),
         "{status}"
     );
+    // The metrics address serves /metrics to anyone, and nothing else.
+    let metrics = shoal.metrics.clone().expect("a metrics address");
+    let get = |path: &str| {
+        let mut s = TcpStream::connect(&metrics).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut s, &mut out).unwrap();
+        out
+    };
+    let m = get("/metrics");
+    assert!(
+        m.starts_with("HTTP/1.1 200") && m.contains("shoal_partitions"),
+        "{m}"
+    );
+    assert!(get("/v1/status").starts_with("HTTP/1.1 404"));
     // A token too short to be one is refused at start.
     std::fs::write(&token_file, "short").unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_shoal"))

@@ -17,6 +17,8 @@ pub struct Shoal {
     pub ports: Vec<u16>,
     /// Every listener: (security protocol, each core's port).
     pub listeners: Listeners,
+    /// `--metrics-listen`'s address, if given.
+    pub metrics: Option<String>,
     pub admin: String,
     pub data_dir: PathBuf,
     log: Arc<Mutex<Vec<String>>>,
@@ -96,10 +98,15 @@ impl Shoal {
             .recv_timeout(Duration::from_secs(30))
             .expect("shoal printed its ports within 30 s");
         let (ports, admin, listeners) = parse_listening(&line);
+        let metrics = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("metrics="))
+            .map(str::to_string);
         Shoal {
             child: Some(child),
             ports,
             listeners,
+            metrics,
             admin,
             data_dir: data_dir.to_path_buf(),
             log: Arc::default(),
