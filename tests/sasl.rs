@@ -309,3 +309,58 @@ fn scram_credentials_are_managed_through_the_kafka_admin_api() {
         "{listed}"
     );
 }
+
+#[test]
+fn the_rdkafka_crate_authenticates_with_plain() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::Message;
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+    use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, out) = user(
+        dir.path(),
+        &["add", "frank", "--password", "frank-pw"],
+        None,
+    );
+    assert!(ok, "{out}");
+    let shoal = start(dir.path(), &[]);
+    let config = |password: &str| {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", shoal.bootstrap())
+            .set("security.protocol", "SASL_PLAINTEXT")
+            .set("sasl.mechanism", "PLAIN")
+            .set("sasl.username", "frank")
+            .set("sasl.password", password)
+            .set("message.timeout.ms", "10000");
+        c
+    };
+    let p: ThreadedProducer<DefaultProducerContext> = config("frank-pw").create().unwrap();
+    for i in 0..5 {
+        let v = format!("v{i}");
+        p.send(BaseRecord::<(), _>::to("secured").payload(&v))
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    p.flush(Duration::from_secs(10))
+        .expect("delivered over SASL/PLAIN");
+    let c: BaseConsumer = config("frank-pw").set("group.id", "rdk").create().unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset("secured", 0, Offset::Beginning)
+        .unwrap();
+    c.assign(&tpl).unwrap();
+    let (mut got, deadline) = (0, Instant::now() + Duration::from_secs(20));
+    while got < 5 && Instant::now() < deadline {
+        if let Some(m) = c.poll(Duration::from_millis(200)) {
+            assert!(m.unwrap().payload().is_some());
+            got += 1;
+        }
+    }
+    assert_eq!(got, 5);
+    // A wrong password: nothing is delivered.
+    let p: ThreadedProducer<DefaultProducerContext> = config("nope").create().unwrap();
+    p.send(BaseRecord::<(), _>::to("secured").payload("x"))
+        .map_err(|(e, _)| e)
+        .unwrap();
+    assert!(p.flush(Duration::from_secs(3)).is_err(), "not delivered");
+}
