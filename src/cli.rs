@@ -318,6 +318,9 @@ pub struct ServeArgs {
     /// PLAIN, SCRAM-SHA-256, SCRAM-SHA-512); none: no authentication. Users: `shoal user add`.
     #[arg(long, value_delimiter = ',', value_parser = parse_sasl)]
     pub sasl_mechanisms: Vec<SaslMechanism>,
+    /// On SASL listeners, a connection not authenticated this long after it connected is closed.
+    #[arg(long, default_value_t = 30_000)]
+    pub sasl_authentication_timeout_ms: u64,
     /// TLS on the Kafka listener: the server's certificate chain (PEM, leaf first); with --tls-key.
     #[arg(long, requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -441,6 +444,7 @@ impl ServeArgs {
                     }),
                     failed_delay: Duration::from_millis(self.failed_authentication_delay_ms),
                     max_failures_per_minute: self.max_failed_authentications_per_minute.max(1),
+                    timeout: Duration::from_millis(self.sasl_authentication_timeout_ms.max(1)),
                 },
                 authorizer: AuthorizerConfig {
                     enabled: self.authorizer == "acl",

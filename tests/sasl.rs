@@ -153,7 +153,7 @@ fn repeated_failures_from_one_address_are_refused_at_once() {
 #[test]
 fn before_authentication_only_small_sasl_requests_are_taken() {
     let dir = tempfile::tempdir().unwrap();
-    let shoal = start(dir.path(), &[]);
+    let shoal = start(dir.path(), &["--sasl-authentication-timeout-ms", "1000"]);
     let port = shoal.ports[0];
     // ApiVersions is answered, and lists the SASL APIs.
     let mut s = connect(port);
@@ -203,6 +203,31 @@ fn before_authentication_only_small_sasl_requests_are_taken() {
     ))
     .unwrap();
     expect_closed(&mut s, "a garbage SaslAuthenticate");
+    // A client that never authenticates is closed after --sasl-authentication-timeout-ms, however
+    // busy it keeps the connection.
+    let mut s = connect(port);
+    let started = std::time::Instant::now();
+    let closed = loop {
+        send(
+            &mut s,
+            ApiKey::ApiVersions,
+            3,
+            1,
+            &ApiVersionsRequest::default(),
+        );
+        if common::wire::recv(&mut s).is_none() {
+            break started.elapsed();
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "never closed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(
+        closed >= std::time::Duration::from_millis(900),
+        "{closed:?}"
+    );
     // The server serves everyone else meanwhile.
     let (ok, out) = user(dir.path(), &["add", "carol", "--password", "pw"], None);
     assert!(ok, "{out}");

@@ -109,6 +109,8 @@ pub struct AuthConfig {
     /// Failed authentications from one source address, per core, within a minute, after which its
     /// attempts are refused at once until the minute is over.
     pub max_failures_per_minute: u32,
+    /// A SASL listener closes a connection not authenticated this long after it connected.
+    pub timeout: Duration,
 }
 
 impl Default for AuthConfig {
@@ -118,6 +120,7 @@ impl Default for AuthConfig {
             tls: None,
             failed_delay: Duration::from_millis(100),
             max_failures_per_minute: 10,
+            timeout: Duration::from_secs(30),
         }
     }
 }

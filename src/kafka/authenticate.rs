@@ -48,11 +48,23 @@ pub(super) async fn authenticate(
     seq: &mut i64,
 ) -> Option<Principal> {
     let mut session = SaslSession::Handshake;
+    let timeout = core.config.auth.timeout;
+    let deadline = std::time::Instant::now() + timeout;
     loop {
         let frame = futures_lite::future::or(
             async { Some(frames.read_request(reader, PRE_AUTH_MAX_FRAME).await) },
             async {
-                core.shutdown.wait_for(1).await;
+                futures_lite::future::or(core.shutdown.wait_for(1), async {
+                    glommio::timer::sleep(
+                        deadline.saturating_duration_since(std::time::Instant::now()),
+                    )
+                    .await;
+                    log::warn!(
+                        "closing connection from {peer}: not authenticated within {timeout:?}"
+                    );
+                    false
+                })
+                .await;
                 None
             },
         )
