@@ -55,6 +55,16 @@ fn producer(bootstrap: &str) -> ThreadedProducer<DefaultProducerContext> {
 /// Every record of partition 0 of `topic`, from the start to the high watermark, folded into the
 /// latest value per key (`None`: a tombstone), with how many records were read.
 fn read_latest(bootstrap: &str, topic: &str) -> (BTreeMap<String, Option<String>>, usize) {
+    read_records(bootstrap, topic, None)
+}
+
+/// [`read_latest`], stopping at the high watermark or, for a view (whose last offsets may hold
+/// records of other shards only), once `until_count` records came and a poll brings no more.
+fn read_records(
+    bootstrap: &str,
+    topic: &str,
+    until_count: Option<usize>,
+) -> (BTreeMap<String, Option<String>>, usize) {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "compaction-reader")
@@ -79,6 +89,9 @@ fn read_latest(bootstrap: &str, topic: &str) -> (BTreeMap<String, Option<String>
             "read up to {next} of {high} in 120 s"
         );
         let Some(m) = consumer.poll(Duration::from_millis(200)) else {
+            if until_count.is_some_and(|n| read >= n) {
+                break;
+            }
             continue;
         };
         let m = m.expect("fetch succeeds");
@@ -152,6 +165,26 @@ fn a_new_consumer_reads_the_latest_value_of_every_key() {
             expected.len()
         );
         std::thread::sleep(Duration::from_millis(500));
+    }
+    // A sharded view of the compacted topic: each shard holds exactly the latest value of its
+    // keys (read through the view reader, after compaction).
+    for shard in 0..2u32 {
+        let view = format!("state.shard-{shard}-of-2");
+        let want_count = expected
+            .keys()
+            .filter(|k| shards::partitioner::shard_of(Some(k.as_bytes()), 2) == Some(shard))
+            .count();
+        let (latest, read) = read_records(&bootstrap, &view, Some(want_count));
+        let want: BTreeMap<String, Option<String>> = expected
+            .iter()
+            .filter(|(k, _)| shards::partitioner::shard_of(Some(k.as_bytes()), 2) == Some(shard))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        assert!(
+            read == want.len() && latest == want,
+            "view {view}: {read} records, {} keys expected",
+            want.len()
+        );
     }
 }
 

@@ -255,9 +255,22 @@ impl ViewReader {
                 && !self.filling.get()
             {
                 let fill = self.fill_back(offset, window_start, max_bytes).await?;
-                let records = collect(fill.iter(), shard as usize, offset, max_bytes, obligatory);
-                self.prepend(fill, window_start);
-                return Ok(done(records));
+                if !fill.is_empty() {
+                    let records =
+                        collect(fill.iter(), shard as usize, offset, max_bytes, obligatory);
+                    self.prepend(fill, window_start);
+                    return Ok(done(records));
+                }
+                // No source batch before the window (compaction removed them): the window
+                // answers, from its first batch on.
+                let w = self.window.borrow();
+                return Ok(done(collect(
+                    w.iter(),
+                    shard as usize,
+                    offset,
+                    max_bytes,
+                    obligatory,
+                )));
             }
         }
         if in_window {

@@ -570,3 +570,43 @@ fn the_cores_compactor_runs_passes_that_are_due() {
         plain.close().await.unwrap();
     });
 }
+
+#[test]
+fn a_view_consumer_in_a_gap_before_the_shared_window_is_served_from_it() {
+    use shards::view_reader::{ViewConfig, ViewReaders};
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), compacted(), cache()).await.unwrap();
+        // Five keys over many batches: compaction removes the first batches, so the log's first
+        // batch starts well after its start offset.
+        updates(&log, 300, 5, 0).await;
+        log.compact_now().await.unwrap();
+        let first = read_records(&log).await.1[0].base_offset;
+        assert!(
+            first > 0 && log.log_start_offset() == 0,
+            "first batch at {first}"
+        );
+        let views = ViewReaders::new(ViewConfig::default());
+        let reader = views.reader(&log, 2);
+        // The first fetch starts the shared reader; its window begins at the first batch.
+        let _ = reader.fetch(0, 0, 1 << 20, true).await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while reader.position() < log.high_watermark() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the reader did not catch up"
+            );
+            glommio::timer::sleep(Duration::from_millis(5)).await;
+        }
+        // A consumer at offset 0, in the gap before the window, gets the window's batches.
+        for shard in 0..2 {
+            let read = reader.fetch(shard, 0, 1 << 20, true).await.unwrap();
+            assert!(
+                !read.records.is_empty(),
+                "shard {shard}: nothing at the gap"
+            );
+            assert_eq!(read.records.first_offset, first, "shard {shard}");
+        }
+        log.close().await.unwrap();
+    });
+}
