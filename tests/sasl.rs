@@ -389,3 +389,53 @@ fn the_rdkafka_crate_authenticates_with_plain() {
         .unwrap();
     assert!(p.flush(Duration::from_secs(3)).is_err(), "not delivered");
 }
+
+#[test]
+fn random_bytes_before_authentication_close_only_their_connection() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, out) = user(dir.path(), &["add", "gina", "--password", "pw"], None);
+    assert!(ok, "{out}");
+    let shoal = start(dir.path(), &["--sasl-authentication-timeout-ms", "2000"]);
+    let port = shoal.ports[0];
+    // A fixed seed: the same inputs every run.
+    let mut x: u64 = 0x5eed_5a51;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for round in 0..200 {
+        let mut s = connect(port);
+        s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        // Mostly well-framed garbage (a plausible size, random bytes), some lying sizes, some
+        // frames that start like a SASL request and go wrong.
+        let len = (next() % 300) as usize;
+        let mut body: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+        if round % 3 == 0 && body.len() >= 4 {
+            body[..2].copy_from_slice(&(ApiKey::SaslAuthenticate as i16).to_be_bytes());
+            body[2..4].copy_from_slice(&2i16.to_be_bytes());
+        }
+        let claimed = match round % 5 {
+            0 => (next() as i32).wrapping_abs(),
+            _ => body.len() as i32,
+        };
+        let _ = s.write_all(&claimed.to_be_bytes());
+        let _ = s.write_all(&body);
+        // Whatever comes back, the connection ends (closed, or timed out unauthenticated).
+        let mut sink = Vec::new();
+        let _ = s.read_to_end(&mut sink);
+    }
+    // Everyone else is still served.
+    assert_eq!(plain(port, "gina", "pw").0, 0);
+    let out = client(
+        "kafka-python",
+        &shoal.bootstrap(),
+        "SCRAM-SHA-256",
+        "gina",
+        "pw",
+    );
+    assert!(out.contains(r#""ok": true"#), "{out}");
+}
