@@ -13,8 +13,15 @@ use std::rc::Rc;
 /// Decisions kept per connection at most (a client naming ever new topics starts over).
 const MAX_DECISIONS: usize = 4096;
 
-/// ACL decisions by (resource type, operation, resource name).
-type Decisions = HashMap<(ResourceType, Operation, String), bool>;
+/// ACL decisions by (resource type, operation), then resource name as the client named it: a
+/// decision already taken is found by `&str`, with no allocation per request.
+#[derive(Debug, Default)]
+struct Decisions {
+    /// The topic table revision they were taken under (ACLs live in the table).
+    revision: u64,
+    count: usize,
+    by_kind: HashMap<(ResourceType, Operation), HashMap<Box<str>, bool>>,
+}
 
 #[derive(Debug)]
 pub struct Session {
@@ -26,8 +33,7 @@ pub struct Session {
     pub listener: usize,
     principal_name: String,
     host: String,
-    /// The table revision the decisions were taken under, and the decisions.
-    decisions: RefCell<(u64, Decisions)>,
+    decisions: RefCell<Decisions>,
 }
 
 impl Session {
@@ -54,38 +60,44 @@ impl Session {
         if !config.enabled {
             return true;
         }
+        let revision = core.topics.borrow().revision;
+        let mut decisions = self.decisions.borrow_mut();
+        if decisions.revision != revision || decisions.count >= MAX_DECISIONS {
+            *decisions = Decisions {
+                revision,
+                ..Decisions::default()
+            };
+        }
+        if let Some(&d) = decisions.by_kind.get(&(rt, op)).and_then(|m| m.get(name)) {
+            return d;
+        }
         // A view is its source's data: its source's ACLs decide.
-        let name = match (rt, crate::topics::parse_view_name(name)) {
+        let source = match (rt, crate::topics::parse_view_name(name)) {
             (ResourceType::Topic, Some(Ok(view))) => view.source,
             _ => name.to_string(),
         };
-        let table = core.topics.borrow().clone();
-        let mut decisions = self.decisions.borrow_mut();
-        if decisions.0 != table.revision || decisions.1.len() >= MAX_DECISIONS {
-            *decisions = (table.revision, HashMap::new());
-        }
-        let key = (rt, op, name);
-        if let Some(&d) = decisions.1.get(&key) {
-            return d;
-        }
         let d = acl::authorize(
             config,
-            &table.acls,
+            &core.topics.borrow().acls,
             &self.principal_name,
             &self.host,
             op,
             rt,
-            &key.2,
+            &source,
         );
         if !d {
             log::info!(
-                "denied: {} from {} may not {op:?} {rt:?} {}",
+                "denied: {} from {} may not {op:?} {rt:?} {source}",
                 self.principal_name,
-                self.peer,
-                key.2
+                self.peer
             );
         }
-        decisions.1.insert(key, d);
+        decisions.count += 1;
+        decisions
+            .by_kind
+            .entry((rt, op))
+            .or_default()
+            .insert(name.into(), d);
         d
     }
 
