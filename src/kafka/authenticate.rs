@@ -6,14 +6,14 @@
 //! is logged; failures are counted per source address on the core, and an address over its limit
 //! is refused at once for the rest of the minute.
 
-use super::connection::Responses;
+use super::connection::{next_request, Responses};
 use super::handlers::{self, frame, Reply};
 use crate::auth::sasl::{SaslSession, Step, SASL_AUTHENTICATION_FAILED};
 use crate::auth::Principal;
 use crate::core_state::Core;
 use crate::metrics::add;
-use crate::wire::frame::{FrameError, FrameReader};
-use crate::wire::header::{self, decode, Request};
+use crate::wire::frame::FrameReader;
+use crate::wire::header::{decode, Request};
 use crate::wire::SharedStream;
 use kafka_protocol::messages::{
     ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
@@ -51,43 +51,12 @@ pub(super) async fn authenticate(
     let timeout = core.config.auth.timeout;
     let deadline = std::time::Instant::now() + timeout;
     loop {
-        let frame = futures_lite::future::or(
-            async { Some(frames.read_request(reader, PRE_AUTH_MAX_FRAME).await) },
-            async {
-                futures_lite::future::or(core.shutdown.wait_for(1), async {
-                    glommio::timer::sleep(
-                        deadline.saturating_duration_since(std::time::Instant::now()),
-                    )
-                    .await;
-                    log::warn!(
-                        "closing connection from {peer}: not authenticated within {timeout:?}"
-                    );
-                    false
-                })
+        let give_up = async {
+            glommio::timer::sleep(deadline.saturating_duration_since(std::time::Instant::now()))
                 .await;
-                None
-            },
-        )
-        .await;
-        let frame = match frame {
-            None | Some(Err(FrameError::Eof)) => return None,
-            Some(Err(e)) => {
-                log::warn!("closing connection from {peer} before authentication: {e}");
-                add(&core.metrics.protocol_errors, 1);
-                return None;
-            }
-            Some(Ok(f)) => f,
+            log::warn!("closing connection from {peer}: not authenticated within {timeout:?}");
         };
-        add(&core.metrics.bytes_in, frame.len() as u64 + 4);
-        let req = match header::parse(frame) {
-            Ok(r) => r,
-            Err(e) => {
-                log::warn!("closing connection from {peer} before authentication: {e:?}");
-                add(&core.metrics.protocol_errors, 1);
-                return None;
-            }
-        };
-        core.metrics.request(req.api_key);
+        let req = next_request(core, reader, frames, PRE_AUTH_MAX_FRAME, peer, give_up).await?;
         let next = step(core, &mut session, req, peer, addr).await;
         let (reply, outcome) = match next {
             Next::More(r) => (Some(r), None),

@@ -236,6 +236,59 @@ async fn tls_handshake(
     Ok((SharedStream::tls(accepted), principal))
 }
 
+/// The next request on the connection, counted in the metrics; `None` once the connection is to
+/// close: at its end, when the server stops or `give_up` finishes first, or after a bad frame or
+/// header (logged and counted as a protocol error).
+pub(super) async fn next_request(
+    core: &Core,
+    reader: &mut SharedStream,
+    frames: &mut FrameReader,
+    limit: usize,
+    peer: &str,
+    give_up: impl std::future::Future<Output = ()>,
+) -> Option<header::Request> {
+    let frame = futures_lite::future::or(
+        async { Some(frames.read_request(reader, limit).await) },
+        async {
+            futures_lite::future::or(core.shutdown.wait_for(1), async {
+                give_up.await;
+                false
+            })
+            .await;
+            None
+        },
+    )
+    .await;
+    let frame = match frame? {
+        Err(FrameError::Eof) => return None,
+        Err(e) => {
+            log::warn!("closing connection from {peer}: {e}");
+            add(&core.metrics.protocol_errors, 1);
+            return None;
+        }
+        Ok(f) => f,
+    };
+    add(&core.metrics.bytes_in, frame.len() as u64 + 4);
+    let req = match header::parse(frame) {
+        Ok(r) => r,
+        Err(HeaderError::UnknownApi {
+            api_key,
+            correlation_id,
+        }) => {
+            log::warn!("closing connection from {peer}: unknown API key {api_key} (correlation id {correlation_id})");
+            add(&core.metrics.protocol_errors, 1);
+            return None;
+        }
+        Err(HeaderError::Malformed(why)) => {
+            log::warn!("closing connection from {peer}: malformed request header: {why}");
+            add(&core.metrics.protocol_errors, 1);
+            return None;
+        }
+    };
+    core.metrics.request(req.api_key);
+    Some(req)
+}
+
 /// Reads and handles the requests of an authenticated connection until it closes, the client
 /// goes away or the server stops; `seq` counts the requests read.
 async fn serve_requests(
@@ -254,41 +307,11 @@ async fn serve_requests(
         if responses.closed.get() {
             break;
         }
-        let frame = futures_lite::future::or(
-            async { Some(frames.read_request(reader, limit).await) },
-            async {
-                core.shutdown.wait_for(1).await;
-                None
-            },
-        )
-        .await;
-        let frame = match frame {
-            None | Some(Err(FrameError::Eof)) => break,
-            Some(Err(e)) => {
-                log::warn!("closing connection from {peer}: {e}");
-                add(&core.metrics.protocol_errors, 1);
-                break;
-            }
-            Some(Ok(f)) => f,
+        let Some(req) =
+            next_request(core, reader, frames, limit, peer, std::future::pending()).await
+        else {
+            break;
         };
-        add(&core.metrics.bytes_in, frame.len() as u64 + 4);
-        let req = match header::parse(frame) {
-            Ok(r) => r,
-            Err(HeaderError::UnknownApi {
-                api_key,
-                correlation_id,
-            }) => {
-                log::warn!("closing connection from {peer}: unknown API key {api_key} (correlation id {correlation_id})");
-                add(&core.metrics.protocol_errors, 1);
-                break;
-            }
-            Err(HeaderError::Malformed(why)) => {
-                log::warn!("closing connection from {peer}: malformed request header: {why}");
-                add(&core.metrics.protocol_errors, 1);
-                break;
-            }
-        };
-        core.metrics.request(req.api_key);
         let queue = core.queues.for_api(req.api_key);
         // Detached: a request, once read, is handled to the end even if the connection goes away
         // (as in Kafka); only its answer is dropped. A handler cancelled half-way could leave
