@@ -99,11 +99,6 @@ fn parse_listener(s: &str) -> Result<(SecurityProtocol, SocketAddr), String> {
     Ok((protocol, addr))
 }
 
-fn parse_sasl(s: &str) -> Result<SaslMechanism, String> {
-    SaslMechanism::from_name(s)
-        .ok_or_else(|| format!("{s}: one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"))
-}
-
 /// Runs `shoal user ...`.
 pub fn run_user(cmd: UserCommand) -> Result<(), String> {
     use shoal::auth::scram::{Credential, MAX_ITERATIONS, MIN_ITERATIONS};
@@ -316,7 +311,7 @@ pub struct ServeArgs {
     pub max_producers_per_partition: usize,
     /// SASL mechanisms the Kafka listener requires clients to authenticate with (comma-separated:
     /// PLAIN, SCRAM-SHA-256, SCRAM-SHA-512); none: no authentication. Users: `shoal user add`.
-    #[arg(long, value_delimiter = ',', value_parser = parse_sasl)]
+    #[arg(long, value_delimiter = ',', value_parser = SaslMechanism::parse)]
     pub sasl_mechanisms: Vec<SaslMechanism>,
     /// On SASL listeners, a connection not authenticated this long after it connected is closed.
     #[arg(long, default_value_t = 30_000)]

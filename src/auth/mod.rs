@@ -40,6 +40,12 @@ impl SaslMechanism {
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|m| m.name() == name)
     }
+
+    /// [`Self::from_name`], with the message a command line shows for a name it does not know.
+    pub fn parse(name: &str) -> Result<Self, String> {
+        Self::from_name(name)
+            .ok_or_else(|| format!("{name}: one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"))
+    }
 }
 
 /// A Kafka listener's security protocol, as Kafka names them.

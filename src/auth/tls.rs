@@ -20,7 +20,8 @@ pub struct TlsConfig {
     pub client_ca: Option<PathBuf>,
 }
 
-fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+/// The certificates of a PEM file (at least one), or why not (a message naming the file).
+pub fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     let certs = CertificateDer::pem_file_iter(path)
         .and_then(|it| it.collect::<Result<Vec<_>, _>>())
         .map_err(|e| format!("{}: {e}", path.display()))?;

@@ -379,9 +379,7 @@ pub fn validate(args: &FanoutArgs) -> Result<(), String> {
 }
 
 fn parse_sasl_mechanism(s: &str) -> Result<String, String> {
-    shoal::auth::SaslMechanism::from_name(s)
-        .map(|m| m.name().to_string())
-        .ok_or_else(|| format!("{s}: one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"))
+    shoal::auth::SaslMechanism::parse(s).map(|m| m.name().to_string())
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! (set-up calls) and async (producers, consumers).
 
 use futures_rustls::rustls::pki_types::pem::PemObject;
-use futures_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use futures_rustls::rustls::pki_types::{PrivateKeyDer, ServerName};
 use futures_rustls::rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 use shoal::wire::SharedStream;
 use std::io::{self, Read, Write};
@@ -20,11 +20,7 @@ fn other(e: impl std::fmt::Display) -> io::Error {
 /// Makes every later connection of the process use TLS, trusting `ca` (and presenting a client
 /// certificate, when given).
 pub fn enable(ca: &Path, client: Option<(&Path, &Path)>) -> io::Result<()> {
-    let certs = |p: &Path| -> io::Result<Vec<CertificateDer<'static>>> {
-        CertificateDer::pem_file_iter(p)
-            .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| other(format!("{}: {e}", p.display())))
-    };
+    let certs = |p: &Path| shoal::auth::tls::certs(p).map_err(other);
     let mut roots = RootCertStore::empty();
     for c in certs(ca)? {
         roots.add(c).map_err(other)?;
