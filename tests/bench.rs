@@ -553,25 +553,9 @@ fn views_with_shared_and_unshared_readers_side_by_side() {
 #[test]
 fn a_fresh_broker_process_per_run() {
     let dir = tempfile::tempdir().unwrap();
-    let b = bench(
-        dir.path(),
-        &[
-            "--broker-process",
-            "--consumers",
-            "2",
-            "--message-bytes",
-            "200",
-            "--rate",
-            "3000",
-            "--duration",
-            "1s",
-            "--warmup",
-            "300ms",
-            "--compare",
-            "coalescing",
-            "--quiet",
-        ],
-    );
+    let mut args = vec!["--broker-process", "--compare", "coalescing"];
+    args.extend(SHORT_RUN);
+    let b = bench(dir.path(), &args);
     let (s, stdout) = (&b.summary, &b.stdout);
     assert!(b.ok, "{stdout}");
     let pids: Vec<u32> = stdout

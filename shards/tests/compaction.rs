@@ -163,6 +163,26 @@ fn files(dir: &Path, ext: &str) -> Vec<PathBuf> {
     v
 }
 
+/// Opens the closed log in `dir` twice, first trusting its index files, then without them (the
+/// recovery scan): each time it holds `want`, and nothing is set aside as damaged.
+async fn reopen_both_ways(dir: &Path, want: &[Rec]) {
+    for scan in [false, true] {
+        if scan {
+            for f in files(dir, ".index") {
+                std::fs::remove_file(f).unwrap();
+            }
+        }
+        let log = Log::open(dir, compacted(), no_cache()).await.unwrap();
+        same(
+            &read_records(&log).await.0,
+            want,
+            &format!("reopened, scan {scan}"),
+        );
+        assert!(files(dir, ".corrupt").is_empty(), "nothing set aside");
+        log.close().await.unwrap();
+    }
+}
+
 /// Records of the segments at and after `from` (an offset) in the active segment are not
 /// compacted yet: the expected content is the latest per key below it, everything from it on.
 fn expected(all: &[Rec], from: i64) -> Vec<Rec> {
@@ -213,20 +233,9 @@ fn the_latest_record_per_key_is_kept_at_its_offset_across_restarts() {
             let more = updates(&log, 5, 50, codec).await;
             assert_eq!(more[0].offset, hw);
             log.close().await.unwrap();
-            for scan in [false, true] {
-                if scan {
-                    for f in files(dir.path(), ".index") {
-                        std::fs::remove_file(f).unwrap();
-                    }
-                }
-                let log = Log::open(dir.path(), compacted(), no_cache())
-                    .await
-                    .unwrap();
-                let mut want = want.clone();
-                want.extend(more.iter().cloned());
-                same(&read_records(&log).await.0, &want, &format!("scan {scan}"));
-                log.close().await.unwrap();
-            }
+            let mut want = want.clone();
+            want.extend(more.iter().cloned());
+            reopen_both_ways(dir.path(), &want).await;
         });
     }
 }
@@ -247,26 +256,7 @@ fn a_log_whose_compacted_segments_end_before_the_next_begins_reopens_whole() {
             files(dir.path(), ".corrupt").is_empty(),
             "nothing set aside"
         );
-        for scan in [false, true] {
-            if scan {
-                for f in files(dir.path(), ".index") {
-                    std::fs::remove_file(f).unwrap();
-                }
-            }
-            let log = Log::open(dir.path(), compacted(), no_cache())
-                .await
-                .unwrap();
-            same(
-                &read_records(&log).await.0,
-                &want,
-                &format!("reopened, scan {scan}"),
-            );
-            assert!(
-                files(dir.path(), ".corrupt").is_empty(),
-                "nothing set aside"
-            );
-            log.close().await.unwrap();
-        }
+        reopen_both_ways(dir.path(), &want).await;
     });
 }
 
