@@ -37,6 +37,8 @@ pub(crate) struct DirectWriter {
     allocated: Cell<u64>,
     /// False once the file system said it cannot allocate ahead.
     allocate_ahead: Cell<bool>,
+    /// How far ahead to allocate: [`ALLOCATE_STEP`], or less for small segments.
+    allocate_step: u64,
 }
 
 /// How far ahead of the logical end the file is allocated, in one `fallocate`.
@@ -47,7 +49,9 @@ impl DirectWriter {
     /// Read access too: glommio probes the device with a read at the first open (the log has run
     /// [`probe_device`] on its directory before).
     /// `None` when the file system does not take `O_DIRECT` (the caller writes buffered).
-    pub(crate) async fn open(path: &Path) -> Result<Option<Self>> {
+    /// `segment_bytes` caps the allocation step: a small segment is not padded to megabytes, which
+    /// every recovery scan would then read back.
+    pub(crate) async fn open(path: &Path, segment_bytes: u64) -> Result<Option<Self>> {
         let file = match OpenOptions::new()
             .read(true)
             .write(true)
@@ -73,6 +77,7 @@ impl DirectWriter {
             tail: RefCell::new(Vec::new()),
             allocated: Cell::new(0),
             allocate_ahead: Cell::new(true),
+            allocate_step: segment_bytes.next_multiple_of(64 << 10).min(ALLOCATE_STEP),
         }))
     }
 
@@ -110,7 +115,7 @@ impl DirectWriter {
         let padded = (total as u64).next_multiple_of(align) as usize;
         let end = start + padded as u64;
         if end > self.allocated.get() && self.allocate_ahead.get() {
-            let to = end.next_multiple_of(ALLOCATE_STEP);
+            let to = end.next_multiple_of(self.allocate_step);
             match self.file.pre_allocate(to, false).await {
                 Ok(()) => self.allocated.set(to),
                 // Only an optimisation: a nearly full disk may still take the write itself (and

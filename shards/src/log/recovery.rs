@@ -155,7 +155,13 @@ pub(super) async fn recover(
     }
     if segments.is_empty() {
         segments.push(Rc::new(
-            Segment::create(dir, first_base, interval, config.direct_io).await?,
+            Segment::create(
+                dir,
+                first_base,
+                interval,
+                config.direct_io.then_some(config.segment_bytes),
+            )
+            .await?,
         ));
         sync_dir(dir).await?;
     }

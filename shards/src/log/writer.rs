@@ -246,7 +246,10 @@ impl Inner {
         }
         let (interval, direct) = {
             let c = self.config.borrow();
-            (c.index_interval_bytes, c.direct_io)
+            (
+                c.index_interval_bytes,
+                c.direct_io.then_some(c.segment_bytes),
+            )
         };
         let failed = |e| self.storage.failed(&self.dir, e, false);
         let new = Segment::create(&self.dir, old.next_offset.get(), interval, direct)
