@@ -478,6 +478,42 @@ pub fn validate_all(blob: &[u8], max_batch_bytes: usize) -> Result<Vec<BatchHead
     Ok(headers)
 }
 
+/// Checks batches another broker already took and numbered (a mirror of its log: shoal edge):
+/// framing, size and CRC-32C of each, and base offsets that rise with no overlap. Their records are
+/// not checked against Kafka's producer rules, since compaction legitimately breaks them (fewer
+/// records than `lastOffsetDelta + 1`, empty batches), and control and transactional batches are
+/// kept as they are.
+pub fn validate_mirrored(
+    blob: &[u8],
+    max_batch_bytes: usize,
+) -> Result<Vec<BatchHeader>, InvalidBatch> {
+    if blob.is_empty() {
+        return Err(InvalidBatch::Empty);
+    }
+    let mut headers: Vec<BatchHeader> = Vec::new();
+    let mut at = 0;
+    while at < blob.len() {
+        let h = check_integrity(&blob[at..], max_batch_bytes)?;
+        if h.last_offset_delta < 0 {
+            return Err(InvalidBatch::OffsetDelta {
+                last_offset_delta: h.last_offset_delta,
+                records: h.record_count,
+            });
+        }
+        if let Some(prev) = headers.last() {
+            if h.base_offset <= prev.last_offset() {
+                return Err(InvalidBatch::OffsetsOverlap {
+                    base_offset: h.base_offset,
+                    previous_last: prev.last_offset(),
+                });
+            }
+        }
+        at += h.total_len();
+        headers.push(h);
+    }
+    Ok(headers)
+}
+
 /// Sets the base offset of the batch at the start of `b` (not covered by the CRC).
 pub fn set_base_offset(b: &mut [u8], base_offset: i64) {
     b[0..8].copy_from_slice(&base_offset.to_be_bytes());

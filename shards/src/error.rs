@@ -31,6 +31,12 @@ pub enum InvalidBatch {
     Unsupported,
     #[error("cannot read the records: {0}")]
     Decompress(String),
+    /// A mirrored batch starts at or before the end of the one before it (or of the log).
+    #[error("a batch at offset {base_offset} overlaps what precedes it (up to {previous_last})")]
+    OffsetsOverlap {
+        base_offset: i64,
+        previous_last: i64,
+    },
     /// One append would span more offsets than a segment can index.
     #[error("the batches span {offsets} offsets, more than the {limit} one segment holds")]
     TooManyOffsets { offsets: i64, limit: i64 },

@@ -302,8 +302,104 @@ impl Log {
         headers: Vec<BatchHeader>,
         opts: AppendOptions,
     ) -> impl Future<Output = Result<AppendResult>> + 'static {
-        let inner = self.inner.clone();
         let offsets: i64 = headers.iter().map(BatchHeader::offset_count).sum();
+        self.enqueue(blob, headers, offsets, opts, false)
+    }
+
+    /// Appends batches that another broker already numbered, keeping their offsets byte for byte
+    /// (shoal edge mirrors an upstream partition so). They are checked with
+    /// [`batch::validate_mirrored`] and must start at or past the high watermark; offsets they skip
+    /// (compaction upstream) are gaps, as in a compacted log. Not durable: the upstream is.
+    pub async fn append_mirrored(&self, blob: Bytes) -> Result<AppendResult> {
+        let headers = batch::validate_mirrored(&blob, self.inner.config.borrow().max_batch_bytes)?;
+        let hw = self.high_watermark();
+        let (first, last) = (
+            headers[0].base_offset,
+            headers.last().unwrap().last_offset(),
+        );
+        if first < hw {
+            return Err(Error::InvalidBatch(InvalidBatch::OffsetsOverlap {
+                base_offset: first,
+                previous_last: hw - 1,
+            }));
+        }
+        // The span from the high watermark, gaps included, is what one segment must index.
+        let offsets = last + 1 - hw;
+        let opts = AppendOptions { durable: false };
+        self.enqueue(blob, headers, offsets, opts, true).await
+    }
+
+    /// Empties the log and starts it again at `offset`, at or past the high watermark: every
+    /// segment is deleted and an empty one begins there, so the log start and the high watermark
+    /// both become `offset`. For a mirror (shoal edge) that must jump ahead of what it holds;
+    /// readers holding the old segments finish with them.
+    pub async fn restart_at(&self, offset: i64) -> Result<()> {
+        let inner = &self.inner;
+        let _permit = inner
+            .append_permit
+            .acquire_permit(1)
+            .await
+            .map_err(|_| Error::Closed)?;
+        inner.check_writable()?;
+        let hw = inner.high_watermark.value();
+        if offset < hw {
+            return Err(Error::OffsetOutOfRange {
+                offset,
+                log_start_offset: inner.log_start_offset(),
+                high_watermark: hw,
+            });
+        }
+        if offset == hw && inner.log_start_offset() == hw {
+            return Ok(());
+        }
+        // Let the sync task finish sealing rolled segments before their files go.
+        let sealing_to = inner
+            .unsealed
+            .borrow()
+            .iter()
+            .map(|s| s.next_offset.get())
+            .max();
+        if let Some(end) = sealing_to {
+            inner.sync_to(end).await?;
+        }
+        let (interval, direct) = {
+            let c = inner.config.borrow();
+            (
+                c.index_interval_bytes,
+                c.direct_io.then_some(c.segment_bytes),
+            )
+        };
+        if let Err(e) = inner.active().stop_direct().await {
+            return Err(inner.storage.failed(&inner.dir, e, false));
+        }
+        let new = Segment::create(&inner.dir, offset, interval, direct)
+            .await
+            .map_err(|e| inner.storage.failed(&inner.dir, e, false))?;
+        new.set_direct_reads(new.writes_direct());
+        let old = std::mem::replace(&mut *inner.segments.borrow_mut(), vec![Rc::new(new)]);
+        inner.dir_changes.set(inner.dir_changes.get() + 1);
+        inner.cache.forget(inner.cache_id);
+        inner.layout.set(inner.layout.get() + 1);
+        inner.high_watermark.advance(offset);
+        inner.request_sync(offset);
+        for seg in &old {
+            seg.retire();
+            remove_segment_files(seg).await;
+        }
+        log::debug!("{}: restarted at offset {offset}", inner.dir.display());
+        Ok(())
+    }
+
+    /// Queues an append for the writer task (see [`Log::append_validated`]).
+    fn enqueue(
+        &self,
+        blob: Bytes,
+        headers: Vec<BatchHeader>,
+        offsets: i64,
+        opts: AppendOptions,
+        keep_offsets: bool,
+    ) -> impl Future<Output = Result<AppendResult>> + 'static {
+        let inner = self.inner.clone();
         let queued = inner.check_writable().and_then(|()| {
             // One append goes into one segment, so it may not span more offsets than a segment holds.
             if offsets - 1 > MAX_RELATIVE_OFFSET {
@@ -318,6 +414,7 @@ impl Log {
                 headers,
                 offsets,
                 durable: opts.durable,
+                keep_offsets,
                 done,
             });
             inner.start_writer();

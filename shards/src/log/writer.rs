@@ -17,6 +17,8 @@ pub(super) struct PendingAppend {
     pub(super) offsets: i64,
     /// Acknowledged only once durable (`acks=all`).
     pub(super) durable: bool,
+    /// The batches keep the offsets they carry (a mirror of another log), else they get the next.
+    pub(super) keep_offsets: bool,
     pub(super) done: oneshot::Sender<Result<AppendResult>>,
 }
 
@@ -125,21 +127,40 @@ impl Inner {
     }
 
     /// Assigns offsets to a group of appends, writes them with one write and completes each.
-    pub(super) async fn write_group(&self, mut group: Vec<PendingAppend>) {
+    pub(super) async fn write_group(&self, group: Vec<PendingAppend>) {
         if let Err(e) = self.check_writable() {
             fail_all(group, &e);
             return;
         }
         let stamp = self.config.borrow().log_append_time;
         let now = now_ms();
-        let base = self.high_watermark.value();
-        let mut next = base;
-        for h in group.iter_mut().flat_map(|p| p.headers.iter_mut()) {
-            h.base_offset = next;
-            if stamp {
-                h.max_timestamp = now;
+        let mut next = self.high_watermark.value();
+        // Mirrored batches that would land below what is written are refused (checked in order:
+        // each append's batches already rise among themselves).
+        let mut kept = Vec::with_capacity(group.len());
+        for mut p in group {
+            if p.keep_offsets && p.headers[0].base_offset < next {
+                p.done
+                    .send(Err(Error::InvalidBatch(InvalidBatch::OffsetsOverlap {
+                        base_offset: p.headers[0].base_offset,
+                        previous_last: next - 1,
+                    })));
+                continue;
             }
-            next += h.offset_count();
+            for h in &mut p.headers {
+                if !p.keep_offsets {
+                    h.base_offset = next;
+                }
+                if stamp {
+                    h.max_timestamp = now;
+                }
+                next = h.base_offset + h.offset_count();
+            }
+            kept.push(p);
+        }
+        let group = kept;
+        if group.is_empty() {
+            return;
         }
         // The one copy of the producers' bytes on the way to disk, with their offsets put in.
         let fill = |data: &mut [u8]| {
