@@ -432,6 +432,7 @@ impl Cores {
                     "tail_cache_bytes": s.tail_cache_used,
                     "storage_errors": s.storage.errors,
                     "storage_failing": s.storage.failing_logs,
+                    "edge": s.edge,
                 })
             })
             .collect();
@@ -451,8 +452,27 @@ impl Cores {
                 })
             })
             .collect();
+        // Edge mode: each partition's upstream position, where a consumer has asked for it.
+        let upstream: Vec<serde_json::Value> = stats
+            .iter()
+            .flat_map(|s| {
+                s.partitions.iter().filter_map(move |p| {
+                    p.upstream.as_ref().map(|u| {
+                        serde_json::json!({
+                            "core": s.core,
+                            "topic": p.topic,
+                            "partition": p.partition,
+                            "log_start_offset": p.log_start_offset,
+                            "high_watermark": p.high_watermark,
+                            "upstream": u,
+                        })
+                    })
+                })
+            })
+            .collect();
         serde_json::json!({
             "version": env!("CARGO_PKG_VERSION"),
+            "upstream_partitions": upstream,
             "data_dir": self.data_dir,
             "topic_table_revision": table.revision,
             "topics": topics,

@@ -10,6 +10,7 @@ use shoal::acl::AuthorizerConfig;
 use shoal::admin::parse_on_off;
 use shoal::auth::{AuthConfig, SaslMechanism, SecurityProtocol};
 use shoal::config::BrokerConfig;
+use shoal::edge::EdgeConfig;
 use shoal::groups::CoordinatorConfig;
 use shoal::load::PacingConfig;
 use shoal::server::ServerConfig;
@@ -32,6 +33,10 @@ pub struct Cli {
 pub enum Command {
     /// Run the broker: one Kafka listener per core (port + core index), admin HTTP on --admin.
     Serve(ServeArgs),
+    /// Run a read-only fan-out tier in front of an existing Kafka cluster: consumers read here,
+    /// each partition is fetched once from --upstream however many read it, group offsets live
+    /// upstream, producers keep writing upstream. Takes every `serve` flag too.
+    Edge(EdgeArgs),
     /// Load generators; `shoal bench fanout --help`.
     #[command(subcommand)]
     Bench(crate::bench::BenchCommand),
@@ -177,6 +182,46 @@ pub fn run_user(cmd: UserCommand) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct EdgeArgs {
+    /// Bootstrap addresses of the upstream Kafka cluster: HOST:PORT, comma-separated.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub upstream: Vec<String>,
+    /// On-disk bytes kept per partition at the edge (under --data-dir; the oldest segments go).
+    #[arg(long, default_value_t = 256 << 20, value_parser = parse_size)]
+    pub edge_cache_bytes: u64,
+    /// A partition's upstream fetcher stops when no consumer has asked for it this long (ms).
+    #[arg(long, default_value_t = 30_000)]
+    pub edge_idle_ms: u64,
+    /// How often the upstream's topics and partitions are read again (ms).
+    #[arg(long, default_value_t = 5_000)]
+    pub edge_metadata_refresh_ms: u64,
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+impl EdgeArgs {
+    /// The server's configuration: `serve`'s, with the local logs set up as a cache of the
+    /// upstream (bounded by size, not fsynced, no topics created here).
+    pub fn into_config(self) -> ServerConfig {
+        let mut config = self.serve.into_config();
+        let cache = self.edge_cache_bytes.max(1 << 20);
+        let log = &mut config.broker.log;
+        log.retention_bytes = Some(cache);
+        log.retention_age = None;
+        log.flush_interval = None;
+        log.segment_bytes = log.segment_bytes.min((cache / 4).max(1 << 20));
+        log.retention_check_interval = log.retention_check_interval.min(Duration::from_secs(10));
+        config.broker.auto_create_topics = false;
+        let mut edge = EdgeConfig::new(self.upstream);
+        edge.cache_bytes = cache;
+        edge.idle = Duration::from_millis(self.edge_idle_ms.max(1));
+        edge.metadata_refresh = Duration::from_millis(self.edge_metadata_refresh_ms.max(100));
+        config.broker.edge = Some(edge);
+        config
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -446,6 +491,7 @@ impl ServeArgs {
                     super_users: self.super_users,
                     allow_if_no_acl: self.allow_everyone_if_no_acl_found,
                 },
+                edge: None,
             },
         }
     }

@@ -43,4 +43,6 @@ pub struct BrokerConfig {
     pub auth: AuthConfig,
     /// Whether and how ACLs are enforced.
     pub authorizer: AuthorizerConfig,
+    /// Edge mode (`shoal edge`): the upstream cluster this server mirrors; `None` for `serve`.
+    pub edge: Option<crate::edge::EdgeConfig>,
 }

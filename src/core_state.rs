@@ -101,13 +101,21 @@ pub struct Core {
     /// The listener's TLS, if it has any (the server checked the files at start; if they cannot
     /// be read now, connections are refused, never served in plaintext).
     pub tls: Option<Result<std::sync::Arc<futures_rustls::rustls::ServerConfig>, String>>,
+    /// Edge mode: the upstream cluster as this core sees it, and its partitions' fetchers.
+    pub edge: Option<Rc<crate::edge::EdgeCore>>,
 }
 
 impl Core {
     pub fn new(id: usize, config: Rc<BrokerConfig>, listeners: Vec<Listener>, mesh: Mesh) -> Self {
         let ports = listeners[0].ports.clone();
         let cores = ports.len();
+        let shutdown = OffsetMonitor::new(0);
+        let edge = config
+            .edge
+            .clone()
+            .map(|c| Rc::new(crate::edge::EdgeCore::new(id, c, shutdown.clone())));
         Self {
+            edge,
             id,
             cores,
             advertised_host: config.advertised_host.clone(),
@@ -133,7 +141,7 @@ impl Core {
             applying: glommio::sync::Semaphore::new(1),
             mesh,
             metrics: CoreMetrics::default(),
-            shutdown: OffsetMonitor::new(0),
+            shutdown,
         }
     }
 
@@ -315,6 +323,7 @@ impl Core {
                     compacted_bytes: s.compaction_read_bytes,
                     compacted_to_bytes: s.compaction_written_bytes,
                     first_dirty_offset: p.log.first_dirty_offset(),
+                    upstream: self.edge.as_ref().and_then(|e| e.feed_status(p.log.id())),
                 }
             })
             .collect();
@@ -329,6 +338,7 @@ impl Core {
             bytes_out: m.bytes_out.get(),
             connections_open: m.connections_open.get(),
             connections_total: m.connections_total.get(),
+            fetch_connections: m.fetch_connections.get(),
             protocol_errors: m.protocol_errors.get(),
             handler_panics: m.handler_panics.get(),
             authentications: m.authentications.get(),
@@ -352,6 +362,7 @@ impl Core {
             groups: self.groups.stats(),
             storage: shards::storage_health(),
             partitions,
+            edge: self.edge.as_ref().map(|e| e.stats()),
         }
     }
 }

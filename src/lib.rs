@@ -14,6 +14,9 @@
 //!   persisted and broadcast; statistics and live settings gathered for the admin.
 //! - [`core_state`]  — one core's state (`Core`): topic table copy, owned partitions, tail cache,
 //!   coalescer, view readers, group coordinator, metrics, its end of the mesh.
+//! - [`edge`]        — edge mode (`shoal edge`): a core's view of the upstream cluster, its
+//!   connections there, one upstream fetcher per partition mirroring it into the local log, and
+//!   the connections group requests are forwarded over.
 //! - [`mesh`]        — the messages cores send each other and a core's end of the channels.
 //! - [`groups`]      — consumer groups: the per-core coordinator, the group state machine, committed
 //!   offsets in a compacted internal log.
@@ -39,6 +42,7 @@ pub mod auth;
 pub mod config;
 pub mod control;
 pub mod core_state;
+pub mod edge;
 pub mod groups;
 pub mod kafka;
 pub mod load;

@@ -16,11 +16,12 @@ fn main() {
     // The load generator's embedded broker logs only what needs attention.
     let level = match cli.command {
         Command::Bench(_) | Command::User(_) => "warn",
-        Command::Serve(_) => "info",
+        Command::Serve(_) | Command::Edge(_) => "info",
     };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
     let result = match cli.command {
         Command::Serve(args) => shoal::server::run(args.into_config()),
+        Command::Edge(args) => shoal::server::run(args.into_config()),
         Command::Bench(cmd) => bench::run(cmd, cli::serve_config),
         Command::User(cmd) => cli::run_user(cmd).map_err(std::io::Error::other),
     };

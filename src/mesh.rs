@@ -47,6 +47,10 @@ pub enum TopicChange {
     },
     /// DeleteAcls: one outcome per filter, with the bindings it deleted.
     DeleteAcls { filters: Vec<crate::acl::AclFilter> },
+    /// Edge mode: the topics become exactly the upstream's (name -> partitions, topic id).
+    Mirror {
+        topics: std::collections::BTreeMap<String, (i32, [u8; 16])>,
+    },
 }
 
 /// Changes to one topic's own configs.

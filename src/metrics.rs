@@ -14,6 +14,9 @@ pub struct CoreMetrics {
     pub bytes_out: Cell<u64>,
     pub connections_open: Cell<u64>,
     pub connections_total: Cell<u64>,
+    /// Open connections that have sent a Fetch (an edge in front of this broker keeps one per
+    /// partition it serves, however many consumers read there).
+    pub fetch_connections: Cell<u64>,
     pub protocol_errors: Cell<u64>,
     /// Requests whose handling panicked (each closed its connection).
     pub handler_panics: Cell<u64>,
@@ -40,6 +43,7 @@ impl Default for CoreMetrics {
             bytes_out: Cell::new(0),
             connections_open: Cell::new(0),
             connections_total: Cell::new(0),
+            fetch_connections: Cell::new(0),
             protocol_errors: Cell::new(0),
             handler_panics: Cell::new(0),
             authentications: Cell::new(0),
@@ -95,6 +99,8 @@ pub struct PartitionSnapshot {
     pub compacted_to_bytes: u64,
     /// The first offset compaction has not reached yet (compacted topics).
     pub first_dirty_offset: i64,
+    /// Edge mode: the partition's upstream position, once a consumer has asked for it.
+    pub upstream: Option<crate::edge::FeedStatus>,
 }
 
 /// Everything one core reports, as plain data that can cross to core 0.
@@ -107,6 +113,7 @@ pub struct CoreSnapshot {
     pub bytes_out: u64,
     pub connections_open: u64,
     pub connections_total: u64,
+    pub fetch_connections: u64,
     pub protocol_errors: u64,
     pub handler_panics: u64,
     pub authentications: u64,
@@ -133,6 +140,8 @@ pub struct CoreSnapshot {
     /// Storage failures of every log on the core (partitions and group stores).
     pub storage: shards::StorageHealth,
     pub partitions: Vec<PartitionSnapshot>,
+    /// Edge mode: the upstream fetchers' counters.
+    pub edge: Option<crate::edge::EdgeStats>,
 }
 
 fn api_name(key: i16) -> String {
@@ -213,6 +222,31 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
         "Kafka connections accepted.",
         &mut per_core(|c| c.connections_total),
     );
+    family(
+        "shoal_fetch_connections",
+        "gauge",
+        "Open Kafka connections that have sent a Fetch.",
+        &mut per_core(|c| c.fetch_connections),
+    );
+    if cores.iter().any(|c| c.edge.is_some()) {
+        let edge: [Family; 7] = [
+            ("upstream_fetch_streams", "gauge", "Upstream fetchers running (one per partition being read at this edge).", |c| c.edge.as_ref().map_or(0, |e| e.fetch_streams)),
+            ("upstream_fetches_total", "counter", "Fetches the upstream fetchers made.", |c| c.edge.as_ref().map_or(0, |e| e.upstream_fetches)),
+            ("upstream_bytes_total", "counter", "Record bytes the upstream fetchers brought in (compare shoal_fetch_response_bytes_total: the fan-out saving).", |c| c.edge.as_ref().map_or(0, |e| e.upstream_bytes)),
+            ("read_through_total", "counter", "Upstream fetches for consumers behind what the edge holds (each shared by every consumer asking).", |c| c.edge.as_ref().map_or(0, |e| e.read_through)),
+            ("read_through_bytes_total", "counter", "Record bytes read-through fetches brought in.", |c| c.edge.as_ref().map_or(0, |e| e.read_through_bytes)),
+            ("upstream_errors_total", "counter", "Upstream requests that failed (connects, timeouts, error codes).", |c| c.edge.as_ref().map_or(0, |e| e.upstream_errors)),
+            ("cache_bytes", "gauge", "Bytes of upstream partitions kept on disk at the edge.", |c| c.partitions.iter().map(|p| p.size_bytes).sum()),
+        ];
+        for (suffix, kind, help, read) in edge {
+            family(
+                &format!("shoal_edge_{suffix}"),
+                kind,
+                help,
+                &mut per_core(read),
+            );
+        }
+    }
     family(
         "shoal_protocol_errors_total",
         "counter",

@@ -95,6 +95,7 @@ impl Server {
         let broker = &mut config.broker;
         broker.data_dir = resolve_data_dir(&broker.data_dir)?;
         log::info!("data directory: {}", broker.data_dir.display());
+        claim_data_dir(&broker.data_dir, broker.edge.as_ref())?;
         if let Some(tls) = &broker.auth.tls {
             crate::auth::tls::server_config(tls)
                 .map_err(|e| std::io::Error::other(format!("TLS: {e}")))?;
@@ -340,6 +341,45 @@ impl Server {
 /// Creates the data directory and resolves it to an absolute path with no `..` or symlinks, so
 /// every later path (logs opened long after start-up, group stores) is independent of the working
 /// directory and of how the user spelled it.
+/// Marks a data directory an edge's cache ([`EDGE_MARK`]). An edge starts with an empty cache
+/// (what it held may no longer be the upstream's), so it refuses a directory that holds a broker's
+/// data, and `serve` refuses an edge's.
+fn claim_data_dir(dir: &Path, edge: Option<&crate::edge::EdgeConfig>) -> std::io::Result<()> {
+    let mark = dir.join(EDGE_MARK);
+    let has_mark = mark.exists();
+    let has_table = dir.join("topics.json").exists();
+    let context = |e: std::io::Error| {
+        std::io::Error::new(e.kind(), format!("data directory {}: {e}", dir.display()))
+    };
+    match edge {
+        None if has_mark => Err(std::io::Error::other(format!(
+            "data directory {} is a shoal edge's cache; give `shoal serve` a directory of its own",
+            dir.display()
+        ))),
+        None => Ok(()),
+        Some(_) if has_table && !has_mark => Err(std::io::Error::other(format!(
+            "data directory {} holds a broker's data; give `shoal edge` a directory of its own",
+            dir.display()
+        ))),
+        Some(edge) => {
+            std::fs::write(&mark, format!("upstream={}\n", edge.upstream_list()))
+                .map_err(context)?;
+            match std::fs::remove_dir_all(dir.join("topics")) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(context(e)),
+                _ => {}
+            }
+            match std::fs::remove_file(dir.join("topics.json")) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(context(e)),
+                _ => {}
+            }
+            std::fs::create_dir_all(dir.join("topics")).map_err(context)
+        }
+    }
+}
+
+/// The file that marks a data directory as a shoal edge's cache.
+pub const EDGE_MARK: &str = "EDGE";
+
 fn resolve_data_dir(dir: &Path) -> std::io::Result<PathBuf> {
     let context = |e: std::io::Error| {
         std::io::Error::new(e.kind(), format!("data directory {}: {e}", dir.display()))
@@ -480,6 +520,8 @@ async fn run_core(
         .collect();
     let admin =
         admin_inbox.map(|inbox| glommio::spawn_local(control::serve_admin(core.clone(), inbox)));
+    let mirror = (id == 0 && core.edge.is_some())
+        .then(|| glommio::spawn_local(control::mirror_upstream(core.clone())));
     while !stop.load(Ordering::SeqCst) {
         glommio::timer::sleep(Duration::from_millis(50)).await;
     }
@@ -493,6 +535,9 @@ async fn run_core(
     }
     if let Some(a) = admin {
         a.await;
+    }
+    if let Some(m) = mirror {
+        m.await;
     }
     let deadline = Instant::now() + DRAIN;
     while core.metrics.connections_open.get() > 0 && Instant::now() < deadline {

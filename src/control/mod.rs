@@ -81,6 +81,9 @@ async fn change_on_core0(core: &Rc<Core>, change: TopicChange) -> Vec<TopicOutco
     let Ok(_permit) = core.mesh.changes.acquire_permit(1).await else {
         return Vec::new();
     };
+    if let Some(refused) = refused_at_the_edge(core, &change) {
+        return refused;
+    }
     let mut table = (**core.topics.borrow()).clone();
     let mut seen = Names::default();
     let (mut outcomes, changed) = match &change {
@@ -99,15 +102,147 @@ async fn change_on_core0(core: &Rc<Core>, change: TopicChange) -> Vec<TopicOutco
         TopicChange::Delete { names } => decide_delete(&mut table, names),
         TopicChange::CreateAcls { bindings } => decide_create_acls(&mut table, bindings),
         TopicChange::DeleteAcls { filters } => decide_delete_acls(&mut table, filters),
+        TopicChange::Mirror { topics } => decide_mirror(&mut table, topics),
     };
     if changed && commit(core, table, &mut outcomes).await {
-        if let TopicChange::Delete { .. } = change {
+        if let TopicChange::Delete { .. } | TopicChange::Mirror { .. } = change {
             // Only names that were topics: nothing else is joined to the data directory.
             let deleted = outcomes.iter().filter(|o| o.error.is_none());
             remove_topic_dirs(core, deleted.map(|o| o.name.clone()).collect()).await;
         }
     }
     outcomes
+}
+
+/// At the edge, topics are the upstream's: creating, growing, configuring and deleting them is
+/// refused (POLICY_VIOLATION, with the upstream to do it on), and logged.
+fn refused_at_the_edge(core: &Core, change: &TopicChange) -> Option<Vec<TopicOutcome>> {
+    let edge = core.config.edge.as_ref()?;
+    let (what, names): (&str, Vec<String>) = match change {
+        TopicChange::Create { topics, .. } => {
+            ("create", topics.iter().map(|t| t.name.clone()).collect())
+        }
+        TopicChange::Grow { topics, .. } => (
+            "add partitions to",
+            topics.iter().map(|t| t.name.clone()).collect(),
+        ),
+        TopicChange::Configure { changes, .. } => (
+            "configure",
+            changes.iter().map(|c| c.topic.clone()).collect(),
+        ),
+        TopicChange::Delete { names } => ("delete", names.clone()),
+        _ => return None,
+    };
+    let upstream = edge.upstream_list();
+    log::warn!(
+        "refused to {what} {}: shoal edge is read-only, its topics are the upstream's; do it on the upstream cluster at {upstream}",
+        names.join(", ")
+    );
+    let why = format!(
+        "shoal edge is read-only: its topics are the upstream's; do this on the upstream cluster at {upstream}"
+    );
+    Some(
+        names
+            .iter()
+            .map(|n| outcome(n, Some((ResponseError::PolicyViolation, why.clone())), None))
+            .collect(),
+    )
+}
+
+/// Makes the table's topics exactly `upstream`'s: new ones added, grown ones grown, re-created
+/// ones (another id) replaced, gone ones removed. One outcome per removed topic (its directory
+/// goes).
+fn decide_mirror(
+    table: &mut TopicTable,
+    upstream: &BTreeMap<String, (i32, [u8; 16])>,
+) -> (Vec<TopicOutcome>, bool) {
+    let mut outcomes = Vec::new();
+    let mut changed = false;
+    let gone: Vec<String> = table
+        .topics
+        .keys()
+        .filter(|n| !upstream.contains_key(*n))
+        .cloned()
+        .collect();
+    for name in gone {
+        table.topics.remove(&name);
+        outcomes.push(outcome(&name, None, None));
+        changed = true;
+    }
+    for (name, &(partitions, id)) in upstream {
+        let partitions = partitions.clamp(1, MAX_PARTITIONS);
+        match table.topics.get_mut(name) {
+            Some(meta) if meta.id == id => {
+                if meta.partitions < partitions {
+                    meta.partitions = partitions;
+                    changed = true;
+                }
+            }
+            _ => {
+                let meta = TopicMeta {
+                    id,
+                    partitions,
+                    configs: BTreeMap::new(),
+                    ordinal: table.next_ordinal,
+                };
+                table.next_ordinal += 1;
+                table.topics.insert(name.clone(), meta);
+                changed = true;
+            }
+        }
+    }
+    (outcomes, changed)
+}
+
+/// Edge mode, on core 0: reads the upstream's topics every `--edge-metadata-refresh-ms` and
+/// mirrors them into the topic table (so Metadata at the edge lists them, each partition led by
+/// one of the edge's cores), until the server stops.
+pub async fn mirror_upstream(core: Rc<Core>) {
+    let Some(edge) = core.edge.clone() else {
+        return;
+    };
+    let mut failing = false;
+    while !core.is_shutting_down() {
+        match edge.refresh(true).await {
+            Ok(()) => {
+                if failing {
+                    log::info!("upstream {} answers again", edge.config.upstream_list());
+                    failing = false;
+                }
+                let topics: BTreeMap<String, (i32, [u8; 16])> = edge
+                    .topics()
+                    .into_iter()
+                    .map(|(name, t)| (name, (t.leaders.len() as i32, t.id)))
+                    .collect();
+                let current: BTreeMap<String, (i32, [u8; 16])> = core
+                    .topics
+                    .borrow()
+                    .topics
+                    .iter()
+                    .map(|(n, m)| (n.clone(), (m.partitions, m.id)))
+                    .collect();
+                if topics != current {
+                    change_topics(&core, TopicChange::Mirror { topics }).await;
+                }
+            }
+            Err(e) => {
+                if !failing {
+                    edge.error("metadata", &e);
+                    failing = true;
+                }
+            }
+        }
+        let wait = glommio::timer::sleep(edge.config.metadata_refresh);
+        futures_lite::future::or(
+            async {
+                wait.await;
+            },
+            async {
+                core.shutdown.wait_for(1).await;
+            },
+        )
+        .await;
+    }
 }
 
 /// The topic names of one request, to refuse a topic named twice (`INVALID_REQUEST`).

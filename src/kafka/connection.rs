@@ -16,6 +16,7 @@ use crate::wire::SharedStream;
 use bytes::Bytes;
 use futures_lite::AsyncWriteExt;
 use glommio::net::TcpStream;
+use kafka_protocol::messages::ApiKey;
 use shards::OffsetMonitor;
 use std::cell::{Cell, RefCell};
 use std::io;
@@ -301,6 +302,7 @@ async fn serve_requests(
 ) {
     let limit = core.config.max_request_bytes;
     let peer = &session.peer;
+    let mut fetched = false;
     loop {
         // Bounded pipelining: wait for the oldest responses to go out.
         responses.written.wait_for(*seq - MAX_IN_FLIGHT + 1).await;
@@ -312,6 +314,10 @@ async fn serve_requests(
         else {
             break;
         };
+        if !fetched && req.api_key == ApiKey::Fetch as i16 {
+            fetched = true;
+            add(&core.metrics.fetch_connections, 1);
+        }
         let queue = core.queues.for_api(req.api_key);
         // Detached: a request, once read, is handled to the end even if the connection goes away
         // (as in Kafka); only its answer is dropped. A handler cancelled half-way could leave
@@ -332,6 +338,10 @@ async fn serve_requests(
             }
         };
         *seq += 1;
+    }
+    if fetched {
+        let open = &core.metrics.fetch_connections;
+        open.set(open.get().saturating_sub(1));
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod authenticate;
 pub mod connection;
+pub mod edge;
 pub mod errors;
 pub mod handlers;
 pub mod session;

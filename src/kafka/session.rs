@@ -34,6 +34,8 @@ pub struct Session {
     principal_name: String,
     host: String,
     decisions: RefCell<Decisions>,
+    /// Edge mode: this connection's own connections to upstream group coordinators.
+    pub forwarder: crate::edge::forward::Forwarder,
 }
 
 impl Session {
@@ -50,6 +52,7 @@ impl Session {
             principal,
             host: host.map_or_else(|| "*".into(), |h| h.to_string()),
             decisions: RefCell::default(),
+            forwarder: Default::default(),
         }
     }
 

@@ -52,6 +52,22 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
                 }
             };
             let log = &part.log;
+            if let Some(edge) = &core.edge {
+                let answer = edge
+                    .list_offset(log, &name, p.partition_index, p.timestamp)
+                    .await;
+                partitions.push(match answer {
+                    Ok((offset, timestamp)) => base
+                        .with_offset(offset)
+                        .with_timestamp(timestamp)
+                        .with_leader_epoch(if req.api_version >= 4 { 0 } else { -1 }),
+                    Err(code) => base
+                        .with_error_code(code)
+                        .with_offset(-1)
+                        .with_timestamp(-1),
+                });
+                continue;
+            }
             let found = match p.timestamp {
                 LATEST => Ok(Some((log.high_watermark(), -1))),
                 EARLIEST => Ok(Some((log.log_start_offset(), -1))),

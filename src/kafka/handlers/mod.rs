@@ -176,6 +176,11 @@ pub async fn handle(core: Rc<Core>, req: Request, session: Rc<Session>) -> Reply
         crate::metrics::add(&core.metrics.protocol_errors, 1);
         return Reply::Close;
     }
+    if let Some(edge) = &core.edge {
+        if let Some(result) = crate::kafka::edge::handle(&core, edge, &req, s).await {
+            return finish(&core, &req, peer, key, result);
+        }
+    }
     let result = match key {
         ApiKey::Produce => produce::handle(&core, &req, s).await,
         ApiKey::Fetch => fetch::handle(&core, &req, s).await,
@@ -212,6 +217,11 @@ pub async fn handle(core: Rc<Core>, req: Request, session: Rc<Session>) -> Reply
         }
         _ => unreachable!("supports() only admits the APIs above"),
     };
+    finish(&core, &req, peer, key, result)
+}
+
+/// A handler's reply, or the connection closed (logged, counted) for a body it could not decode.
+fn finish(core: &Core, req: &Request, peer: &str, key: ApiKey, result: HandlerResult) -> Reply {
     match result {
         Ok(reply) => reply,
         Err(why) => {

@@ -6,6 +6,7 @@
 use super::{count_errors, HandlerResult, Reply, Versions};
 use crate::acl::Operation;
 use crate::core_state::Core;
+use crate::edge::Standing;
 use crate::kafka::errors::code_of;
 use crate::kafka::session::Session;
 use crate::partition::Partition;
@@ -148,10 +149,16 @@ async fn execute(core: &Rc<Core>, plan: &Plan) -> Execution {
                     // A view's records are window buffers shared by all its consumers (bounded by the
                     // window): only coalesced log reads are counted against response memory.
                     let read = match view {
-                        Some((reader, shard)) => reader
-                            .fetch(*shard, p.offset, budget, obligatory)
-                            .await
-                            .map(|r| (r.records, None)),
+                        Some((reader, shard)) => {
+                            if let Some(edge) = &core.edge {
+                                // The view's source is fed from upstream like any partition.
+                                edge.want(&part.log, &part.topic, part.index, p.offset);
+                            }
+                            reader
+                                .fetch(*shard, p.offset, budget, obligatory)
+                                .await
+                                .map(|r| (r.records, None))
+                        }
                         None => read_partition(
                             core,
                             part,
@@ -208,6 +215,28 @@ async fn read_partition(
     read_committed: bool,
 ) -> shards::Result<Option<Rc<shards::SharedRead>>> {
     let log = part.log.clone();
+    if let Some(edge) = &core.edge {
+        match edge.want(&log, &part.topic, part.index, offset) {
+            Standing::Local if offset >= log.high_watermark() => {
+                // Past what the edge holds yet, within the upstream's range: wait for the fetcher.
+                return Ok(None);
+            }
+            Standing::Local => {}
+            Standing::Behind => {
+                return read_through(core, edge, part, offset, budget, obligatory).await;
+            }
+            Standing::OutOfRange {
+                log_start_offset,
+                high_watermark,
+            } => {
+                return Err(shards::Error::OffsetOutOfRange {
+                    offset,
+                    log_start_offset,
+                    high_watermark,
+                })
+            }
+        }
+    }
     let high_watermark = log.high_watermark();
     let log_start_offset = log.log_start_offset();
     if offset < log_start_offset || offset > high_watermark {
@@ -241,6 +270,55 @@ async fn read_partition(
         .await
         .map(Some)
 }
+
+/// Edge mode: one fetch from upstream for a consumer behind what the edge holds, shared through
+/// the coalescer by every consumer asking for the same bytes (its own key space: the results carry
+/// the upstream's watermarks). The upstream's OFFSET_OUT_OF_RANGE is passed on; if the upstream
+/// cannot be reached, nothing is returned (the fetch ends as a long poll that found no data).
+async fn read_through(
+    core: &Rc<Core>,
+    edge: &Rc<crate::edge::EdgeCore>,
+    part: &Partition,
+    offset: i64,
+    budget: usize,
+    obligatory: bool,
+) -> shards::Result<Option<Rc<shards::SharedRead>>> {
+    let log = &part.log;
+    let key = shards::CoalesceKey {
+        log: log.id() | READ_THROUGH,
+        layout: log.layout(),
+        offset,
+        read_committed: false,
+        max_bytes: budget,
+        obligatory,
+    };
+    let (edge, topic, index) = (edge.clone(), part.topic.clone(), part.index);
+    let read = move || async move {
+        match edge.read_through(&topic, index, offset, budget).await {
+            Ok(Ok(read)) => Ok(read),
+            Ok(Err((log_start_offset, high_watermark))) => Err(shards::Error::OffsetOutOfRange {
+                offset,
+                log_start_offset,
+                high_watermark,
+            }),
+            Err(why) => {
+                edge.error(
+                    &format!("read-through of {topic}-{index} at {offset}"),
+                    &why,
+                );
+                Err(shards::Error::Closed)
+            }
+        }
+    };
+    match core.coalescer.read(key, log.high_watermark(), read).await {
+        Ok(shared) => Ok(Some(shared)),
+        Err(shards::Error::Closed) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Marks a coalescer key as a read-through's (log ids are small counters).
+const READ_THROUGH: u64 = 1 << 63;
 
 fn ok_result(partition: i32, part: &Partition, records: shards::Records) -> PartitionResult {
     let hw = part.log.high_watermark();

@@ -1,0 +1,294 @@
+//! One partition's upstream fetcher ("feed"), on the core that owns the partition.
+//!
+//! Started by the first consumer fetch, it long-polls the upstream leader over a connection of its
+//! own and appends what it gets to the partition's local log with the upstream's offsets
+//! ([`shards::Log::append_mirrored`]), so every consumer at the edge is served from the one copy.
+//! It follows leader changes (metadata read again on errors), reconnects with backoff, and stops
+//! when no consumer has asked for the partition for `--edge-idle-ms`.
+//!
+//! Where it starts: at the end of what the log holds when the asking consumer is within it; at the
+//! consumer's offset when that is past the log's end (the log starts again there); at the
+//! upstream's log start when the upstream has dropped everything the log holds.
+
+use super::upstream::Conn;
+use super::{bump, UpstreamError, OFFSET_OUT_OF_RANGE};
+use super::{fetch_request, fetched_partition, EdgeCore, FeedStatus, Standing, FETCH_VERSIONS};
+use kafka_protocol::messages::{ApiKey, FetchResponse};
+use shards::{Log, Records};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+#[derive(Debug)]
+pub struct Feed {
+    topic: String,
+    partition: i32,
+    log: Log,
+    running: Cell<bool>,
+    wanted_at: Cell<Instant>,
+    /// The upstream's (log start, high watermark) as last seen, while the fetcher runs.
+    upstream: Cell<Option<(i64, i64)>>,
+    last_error: RefCell<Option<String>>,
+}
+
+impl Feed {
+    pub fn new(topic: &str, partition: i32, log: Log) -> Self {
+        Self {
+            topic: topic.to_string(),
+            partition,
+            log,
+            running: Cell::new(false),
+            wanted_at: Cell::new(Instant::now()),
+            upstream: Cell::new(None),
+            last_error: RefCell::new(None),
+        }
+    }
+
+    pub fn touch(&self) {
+        self.wanted_at.set(Instant::now());
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.running.get()
+    }
+
+    pub fn status(&self) -> FeedStatus {
+        let (start, hw) = self.upstream.get().unwrap_or((-1, -1));
+        FeedStatus {
+            fetching: self.running.get(),
+            position: self.log.high_watermark(),
+            upstream_log_start_offset: start,
+            upstream_high_watermark: hw,
+            last_error: self.last_error.borrow().clone(),
+        }
+    }
+
+    /// How to serve a consumer at `offset`: from the local log (at its end, the consumer waits for
+    /// the fetcher), by a read-through before it, and past it only within the upstream's range as
+    /// the running fetcher last saw it (before that is known, the consumer waits).
+    pub fn standing(&self, offset: i64) -> Standing {
+        let (start, end) = (self.log.log_start_offset(), self.log.high_watermark());
+        if offset < start {
+            return Standing::Behind;
+        }
+        if offset >= end {
+            if let Some((up_start, up_end)) = self.upstream.get() {
+                if offset < up_start || offset > up_end.max(end) {
+                    return Standing::OutOfRange {
+                        log_start_offset: up_start,
+                        high_watermark: up_end,
+                    };
+                }
+            }
+        }
+        Standing::Local
+    }
+
+    /// Starts the fetcher, for a consumer at `offset`.
+    pub fn start(self: Rc<Self>, edge: Rc<EdgeCore>, offset: i64) {
+        if self.running.replace(true) {
+            return;
+        }
+        glommio::spawn_local(async move {
+            log::info!(
+                "core {}: fetching {}-{} from upstream",
+                edge.core,
+                self.topic,
+                self.partition
+            );
+            self.run(&edge, offset).await;
+            self.running.set(false);
+            self.upstream.set(None);
+            if self.log.is_closed() {
+                edge.drop_feed(self.log.id());
+            }
+            log::info!(
+                "core {}: stopped fetching {}-{} at offset {}",
+                edge.core,
+                self.topic,
+                self.partition,
+                self.log.high_watermark()
+            );
+        })
+        .detach();
+    }
+
+    fn idle(&self, edge: &EdgeCore) -> bool {
+        self.wanted_at.get().elapsed() > edge.config.idle
+    }
+
+    fn failed(&self, edge: &EdgeCore, why: UpstreamError) {
+        edge.error(&format!("fetch of {}-{}", self.topic, self.partition), &why);
+        *self.last_error.borrow_mut() = Some(why);
+    }
+
+    /// Whether the fetcher should go on: wanted, the server running, the log open.
+    fn goes_on(&self, edge: &EdgeCore) -> bool {
+        !self.idle(edge) && !edge.is_shutting_down() && !self.log.is_closed()
+    }
+
+    async fn run(&self, edge: &EdgeCore, first_offset: i64) {
+        let mut backoff = FIRST_BACKOFF;
+        let mut placed = false;
+        let mut conn: Option<Conn> = None;
+        while self.goes_on(edge) {
+            let step = if placed {
+                self.fetch_once(edge, &mut conn).await
+            } else {
+                self.place(edge, first_offset).await.map(|()| placed = true)
+            };
+            match step {
+                Ok(()) => {
+                    backoff = FIRST_BACKOFF;
+                    *self.last_error.borrow_mut() = None;
+                }
+                Err(why) => {
+                    conn = None;
+                    self.failed(edge, why);
+                    let _ = edge.refresh(false).await;
+                    let shutdown = edge.shutdown().wait_for(1);
+                    futures_lite::future::or(
+                        async {
+                            glommio::timer::sleep(backoff).await;
+                            true
+                        },
+                        shutdown,
+                    )
+                    .await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    }
+
+    /// Decides where the fetcher starts (see the module docs), moving the log there if needed.
+    async fn place(&self, edge: &EdgeCore, wanted: i64) -> Result<(), UpstreamError> {
+        let (up_start, up_end) = edge.offsets(&self.topic, self.partition).await?;
+        self.upstream.set(Some((up_start, up_end)));
+        let (start, end) = (self.log.log_start_offset(), self.log.high_watermark());
+        let to = if end < up_start {
+            Some(up_start)
+        } else if wanted > end && wanted <= up_end {
+            Some(wanted)
+        } else {
+            None
+        };
+        if let Some(to) = to {
+            self.log
+                .restart_at(to)
+                .await
+                .map_err(|e| format!("restarting the local log at {to}: {e}"))?;
+        }
+        if end > up_end {
+            log::warn!(
+                "{}-{}: the edge holds offsets up to {end} but the upstream ends at {up_end} \
+                 (truncated upstream?); waiting for it to pass {end}",
+                self.topic,
+                self.partition
+            );
+        }
+        log::debug!(
+            "{}-{}: upstream {up_start}..{up_end}, local {start}..{end}, fetching from {}",
+            self.topic,
+            self.partition,
+            self.log.high_watermark()
+        );
+        Ok(())
+    }
+
+    /// One long-polling fetch at the local high watermark, appended to the log.
+    async fn fetch_once(
+        &self,
+        edge: &EdgeCore,
+        conn: &mut Option<Conn>,
+    ) -> Result<(), UpstreamError> {
+        if conn.is_none() {
+            let leader = edge.leader(&self.topic, self.partition).await?;
+            *conn = Some(Conn::connect(&leader, edge.client_id()).await?);
+        }
+        let c = conn.as_mut().expect("connected above");
+        let version = c.version(ApiKey::Fetch, FETCH_VERSIONS)?;
+        let offset = self.log.high_watermark();
+        let wait = edge.config.fetch_wait;
+        let request = fetch_request(
+            &self.topic,
+            self.partition,
+            offset,
+            edge.config.fetch_bytes,
+            wait,
+            1,
+        );
+        let response: FetchResponse = c
+            .call(
+                ApiKey::Fetch,
+                version,
+                &request,
+                wait + super::REQUEST_TIMEOUT,
+            )
+            .await?;
+        let p = fetched_partition(response, &c.addr)?;
+        bump(&edge.metrics.upstream_fetches, 1);
+        match p.error_code {
+            0 => {}
+            OFFSET_OUT_OF_RANGE => {
+                // The upstream no longer has (or never had) this offset: place the fetcher again.
+                self.place(edge, offset).await?;
+                return Ok(());
+            }
+            code => {
+                return Err(format!(
+                    "{}: fetch {}-{} at {offset}: error {code}",
+                    c.addr, self.topic, self.partition
+                ))
+            }
+        }
+        self.upstream
+            .set(Some((p.log_start_offset, p.high_watermark)));
+        let records = Records::whole_batches(p.records.unwrap_or_default());
+        if records.is_empty() {
+            return Ok(());
+        }
+        // The upstream answers from the batch holding the offset. After a restart at a
+        // consumer's offset inside a batch, the log starts again after that batch (the consumer is
+        // then served that batch by a read-through); batches before the offset are already here.
+        let mut offset = offset;
+        let straddling = records
+            .batch_headers()
+            .find(|h| h.base_offset < offset && h.last_offset() >= offset);
+        if let Some(h) = straddling {
+            let next = h.last_offset() + 1;
+            if self.log.log_start_offset() == offset {
+                self.log
+                    .restart_at(next)
+                    .await
+                    .map_err(|e| format!("restarting the local log at {next}: {e}"))?;
+            }
+            offset = next;
+        }
+        let keep: Vec<bytes::Bytes> = records
+            .batches()
+            .filter(|(h, _)| h.base_offset >= offset)
+            .map(|(_, b)| b)
+            .collect();
+        let bytes: usize = keep.iter().map(|b| b.len()).sum();
+        if bytes == 0 {
+            return Ok(());
+        }
+        let blob = if keep.len() == 1 {
+            keep.into_iter().next().unwrap()
+        } else {
+            // Contiguous slices of the one response: the first through the last.
+            let first = records.parts[0].len() - keep.iter().map(|b| b.len()).sum::<usize>();
+            records.parts[0].slice(first..)
+        };
+        bump(&edge.metrics.upstream_bytes, blob.len() as u64);
+        self.log
+            .append_mirrored(blob)
+            .await
+            .map_err(|e| format!("appending to the local log: {e}"))?;
+        Ok(())
+    }
+}
