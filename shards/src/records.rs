@@ -29,6 +29,34 @@ impl Records {
     pub fn is_empty(&self) -> bool {
         self.batches == 0
     }
+
+    /// The whole batches at the start of `bytes` (another broker's fetch response may end with a
+    /// partial one, cut at its size limit): a shared slice, not a copy.
+    pub fn whole_batches(bytes: Bytes) -> Records {
+        let mut out = Records::empty();
+        let mut at = 0;
+        while let Ok(h) = crate::batch::BatchHeader::parse(&bytes[at..]) {
+            let len = h.total_len();
+            let Some(end) = at
+                .checked_add(len)
+                .filter(|&e| e <= bytes.len() && len >= crate::batch::HEADER_LEN)
+            else {
+                break;
+            };
+            if out.is_empty() {
+                out.first_offset = h.base_offset;
+            }
+            out.last_offset = h.last_offset();
+            out.batches += 1;
+            out.records += h.record_count.max(0) as u64;
+            at = end;
+        }
+        if at > 0 {
+            out.parts = vec![bytes.slice(..at)];
+            out.len = at;
+        }
+        out
+    }
     /// The offset a consumer fetches next after these records.
     pub fn next_offset(&self) -> Option<i64> {
         (!self.is_empty()).then_some(self.last_offset + 1)
