@@ -89,6 +89,10 @@ pub struct FanoutArgs {
     /// Kafka address (HOST:PORT) of the broker under test. Without it, an embedded shoal is started.
     #[arg(long)]
     pub bootstrap: Option<String>,
+    /// Where the topic is created and the producers write, when --bootstrap is a `shoal edge`
+    /// in front of this Kafka cluster (HOST:PORT); the consumers read at --bootstrap.
+    #[arg(long, requires = "bootstrap")]
+    pub produce_bootstrap: Option<String>,
     /// shoal's admin HTTP address (HOST:PORT) when --bootstrap is a shoal: broker metrics, and the
     /// coalescing switch for --compare.
     #[arg(long)]

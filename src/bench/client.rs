@@ -244,6 +244,17 @@ impl Cluster {
                 }
             }
         }
+        self.await_topic(topic, partitions, exists)
+    }
+
+    /// Waits (30 s at most) until the topic has `partitions` partitions, each with a leader, and
+    /// returns them; `exists`: a topic with another count is an error rather than a wait.
+    pub fn await_topic(
+        &self,
+        topic: &str,
+        partitions: i32,
+        exists: bool,
+    ) -> io::Result<Vec<PartitionLeader>> {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let m = self.metadata(topic)?;

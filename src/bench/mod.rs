@@ -185,6 +185,10 @@ fn fanout(args: FanoutArgs, serve_config: ServeConfig) -> io::Result<()> {
 
 fn series(args: &FanoutArgs, broker: &mut Broker, cpus: usize) -> io::Result<Report> {
     let mut cluster = Cluster::connect(broker.bootstrap)?;
+    let upstream = match &args.produce_bootstrap {
+        Some(addr) => Some(Cluster::connect(client::resolve(addr)?)?),
+        None => None,
+    };
     let mut obs = broker.observer();
     println!("shoal bench fanout: {}", broker.describe());
     let points: Vec<Option<(SweepKey, u64)>> = match &args.sweep {
@@ -234,7 +238,8 @@ fn series(args: &FanoutArgs, broker: &mut Broker, cpus: usize) -> io::Result<Rep
                 coalescing: state(Compare::Coalescing),
                 view_sharing: w.views.and(state(Compare::ViewSharing)),
             };
-            let s = workload::run(&w, &Endpoint::Kafka(&cluster), &obs, &label, settings)?;
+            let endpoint = Endpoint::Kafka(&cluster, upstream.as_ref());
+            let s = workload::run(&w, &endpoint, &obs, &label, settings)?;
             print_summary(&s);
             runs.push(s);
         }

@@ -75,8 +75,9 @@ pub struct Workload {
 /// What the consumers read from.
 #[derive(Debug)]
 pub enum Endpoint<'a> {
-    /// A Kafka broker (shoal or another).
-    Kafka(&'a Cluster),
+    /// A Kafka broker (shoal or another); with a second cluster, producers write there and the
+    /// consumers read at the first (a shoal edge in front of it).
+    Kafka(&'a Cluster, Option<&'a Cluster>),
     /// The raw TCP baseline: fetch answers from memory whose offsets wrap at `period`.
     Raw {
         addrs: Vec<SocketAddr>,
@@ -141,6 +142,8 @@ struct Run<'a> {
     /// Timestamps before this (µs since the epoch) are not this run's batches.
     epoch_us: u64,
     leaders: Vec<PartitionLeader>,
+    /// Where producers write: `leaders`, or the upstream's behind an edge.
+    produce_leaders: Vec<PartitionLeader>,
     cfg: ClientCfg,
     /// The raw baseline: nothing is produced, nothing checked, latency not sampled.
     raw: bool,
@@ -195,9 +198,19 @@ impl<'a> Run<'a> {
         settings: Settings,
     ) -> io::Result<Run<'a>> {
         let epoch_us = now_us();
+        // Where the producers write: the upstream of an edge (the topic created there first).
+        let produce_leaders = match endpoint {
+            Endpoint::Kafka(_, Some(upstream)) => {
+                Some(upstream.ensure_topic(&w.topic, w.partitions)?)
+            }
+            _ => None,
+        };
         let (leaders, fetch_version, produce_version, modulus) = match endpoint {
-            Endpoint::Kafka(cluster) => (
-                cluster.ensure_topic(&w.topic, w.partitions)?,
+            Endpoint::Kafka(cluster, upstream) => (
+                match upstream {
+                    None => cluster.ensure_topic(&w.topic, w.partitions)?,
+                    Some(_) => cluster.await_topic(&w.topic, w.partitions, true)?,
+                },
                 cluster.versions.fetch,
                 cluster.versions.produce,
                 None,
@@ -253,6 +266,7 @@ impl<'a> Run<'a> {
             label,
             settings,
             epoch_us,
+            produce_leaders: produce_leaders.unwrap_or_else(|| leaders.clone()),
             leaders,
             cfg,
             raw,
@@ -277,7 +291,7 @@ impl<'a> Run<'a> {
             self.epoch_us,
         ));
         shared.byte_limit.store(w.backlog_bytes, Relaxed);
-        let plans = assign(self.threads, &self.leaders, n, Vec::new());
+        let plans = assign(self.threads, &self.produce_leaders, n, Vec::new());
         let mut cfg = self.cfg.clone();
         cfg.batch_interval = 0.0;
         let handles = spawn_clients(cfg, &shared, plans, &w.client_cpus)?;
@@ -332,7 +346,12 @@ impl<'a> Run<'a> {
         for (p, s) in starts.iter().enumerate() {
             shared.note_end(p, *s);
         }
-        let plans = assign(self.threads, &self.leaders, self.producers, consumer_plans);
+        let plans = assign(
+            self.threads,
+            &self.produce_leaders,
+            self.producers,
+            consumer_plans,
+        );
         let memory = Memory::at_start(self.obs);
         // View figures cover the whole run: every batch produced in it is read through the views.
         let views_before = w
@@ -354,7 +373,7 @@ impl<'a> Run<'a> {
     /// Where the consumers start, and where a pure catch-up (a backlog and no producers) ends.
     fn start_offsets(&self) -> io::Result<(Vec<i64>, Option<Vec<i64>>)> {
         let w = self.w;
-        let Endpoint::Kafka(cluster) = self.endpoint else {
+        let Endpoint::Kafka(cluster, _) = self.endpoint else {
             return Ok((vec![0; w.partitions as usize], None));
         };
         let caught_up_ends = if w.backlog_bytes > 0 && self.producers == 0 {
@@ -475,7 +494,7 @@ impl<'a> Run<'a> {
         }
         wait_for_producers(shared);
         let final_offsets = match self.endpoint {
-            Endpoint::Kafka(cluster) => self.settled_end_offsets(cluster)?,
+            Endpoint::Kafka(cluster, _) => self.settled_end_offsets(cluster)?,
             Endpoint::Raw { .. } => Vec::new(),
         };
         for (p, end) in final_offsets.iter().enumerate() {
