@@ -66,21 +66,18 @@ impl Feed {
         }
     }
 
-    /// How to serve a consumer at `offset`: from the local log (at its end, the consumer waits for
-    /// the fetcher), by a read-through before it, and past it only within the upstream's range as
-    /// the running fetcher last saw it (before that is known, the consumer waits).
+    /// How to serve a consumer at `offset`: from the local log (past its end, the consumer waits
+    /// for the fetcher, as long as the offset is within the upstream's range as the fetcher last
+    /// saw it, or that range is not known yet), else by a read-through.
     pub fn standing(&self, offset: i64) -> Standing {
         let (start, end) = (self.log.log_start_offset(), self.log.high_watermark());
         if offset < start {
-            return Standing::Behind;
+            return Standing::Upstream;
         }
-        if offset >= end {
+        if offset > end {
             if let Some((up_start, up_end)) = self.upstream.get() {
-                if offset < up_start || offset > up_end.max(end) {
-                    return Standing::OutOfRange {
-                        log_start_offset: up_start,
-                        high_watermark: up_end,
-                    };
+                if offset < up_start || offset > up_end {
+                    return Standing::Upstream;
                 }
             }
         }

@@ -147,15 +147,13 @@ pub struct FeedStatus {
 /// Where a consumer's offset stands against what the edge holds of a partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Standing {
-    /// Within the local log (or at its end, where it waits for the fetcher): served locally.
+    /// Within the local log, or past its end within the upstream's range (waiting for the
+    /// fetcher): served locally.
     Local,
-    /// Before the local log: a read-through fetch from upstream.
-    Behind,
-    /// Outside the upstream's range as last seen.
-    OutOfRange {
-        log_start_offset: i64,
-        high_watermark: i64,
-    },
+    /// Before the local log, or past everything the edge knows the upstream to hold: a
+    /// read-through fetch, whose answer (records, or the upstream's OFFSET_OUT_OF_RANGE) the
+    /// consumer gets. The edge never decides an offset is out of range on what it saw earlier.
+    Upstream,
 }
 
 #[derive(Debug)]

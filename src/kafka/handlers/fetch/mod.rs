@@ -222,18 +222,8 @@ async fn read_partition(
                 return Ok(None);
             }
             Standing::Local => {}
-            Standing::Behind => {
+            Standing::Upstream => {
                 return read_through(core, edge, part, offset, budget, obligatory).await;
-            }
-            Standing::OutOfRange {
-                log_start_offset,
-                high_watermark,
-            } => {
-                return Err(shards::Error::OffsetOutOfRange {
-                    offset,
-                    log_start_offset,
-                    high_watermark,
-                })
             }
         }
     }
@@ -271,7 +261,7 @@ async fn read_partition(
         .map(Some)
 }
 
-/// Edge mode: one fetch from upstream for a consumer behind what the edge holds, shared through
+/// Edge mode: one fetch from upstream for a consumer outside what the edge holds, shared through
 /// the coalescer by every consumer asking for the same bytes (its own key space: the results carry
 /// the upstream's watermarks). The upstream's OFFSET_OUT_OF_RANGE is passed on; if the upstream
 /// cannot be reached, nothing is returned (the fetch ends as a long poll that found no data).
