@@ -169,6 +169,8 @@ pub struct EdgeCore {
     coordinators: RefCell<HashMap<String, (String, Instant)>>,
     pub metrics: EdgeMetrics,
     refusal_logged: Cell<Option<Instant>>,
+    error_logged: Cell<Option<Instant>>,
+    errors_unlogged: Cell<u64>,
     /// Moves to 1 when the server stops: fetchers end.
     shutdown: OffsetMonitor,
 }
@@ -186,6 +188,8 @@ impl EdgeCore {
             coordinators: RefCell::default(),
             metrics: EdgeMetrics::default(),
             refusal_logged: Cell::new(None),
+            error_logged: Cell::new(None),
+            errors_unlogged: Cell::new(0),
             shutdown,
         }
     }
@@ -194,9 +198,24 @@ impl EdgeCore {
         &self.client_id
     }
 
+    /// Counts a failed upstream request and logs it, at most once a second per core (an
+    /// unreachable upstream fails every fetcher's every retry).
     pub(crate) fn error(&self, what: &str, why: &str) {
         bump(&self.metrics.upstream_errors, 1);
-        log::warn!("core {}: upstream {what}: {why}", self.core);
+        let now = Instant::now();
+        let last = self.error_logged.get();
+        if last.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
+            self.error_logged.set(Some(now));
+            let quiet = self.errors_unlogged.replace(0);
+            let more = if quiet > 0 {
+                format!(" ({quiet} more upstream errors since the last line)")
+            } else {
+                String::new()
+            };
+            log::warn!("core {}: upstream {what}: {why}{more}", self.core);
+        } else {
+            self.errors_unlogged.set(self.errors_unlogged.get() + 1);
+        }
     }
 
     // ---- the upstream cluster ------------------------------------------------------------------
@@ -385,8 +404,9 @@ impl EdgeCore {
     }
 
     /// ListOffsets at the edge: the upstream leader's answer, except that "latest" is the edge's
-    /// own end where it has seen more. With the upstream unreachable, "latest" is the edge's end
-    /// if it holds anything, and other lookups get LEADER_NOT_AVAILABLE (clients retry it).
+    /// own end where it has seen more. With the upstream unreachable, "earliest" and "latest" are
+    /// the ends of what the edge holds, if it holds anything (consumers keep reading it), and
+    /// other lookups get LEADER_NOT_AVAILABLE (clients retry it).
     pub async fn list_offset(
         &self,
         log: &Log,
@@ -395,6 +415,7 @@ impl EdgeCore {
         timestamp: i64,
     ) -> Result<(i64, i64), i16> {
         const LATEST: i64 = -1;
+        const EARLIEST: i64 = -2;
         const LEADER_NOT_AVAILABLE: i16 = 5;
         let local_end = log.high_watermark();
         let asked = async {
@@ -416,10 +437,11 @@ impl EdgeCore {
             Err(why) => {
                 self.error(&format!("ListOffsets of {topic}-{partition}"), &why);
                 let _ = self.refresh(false).await;
-                if timestamp == LATEST && local_end > log.log_start_offset() {
-                    Ok((local_end, -1))
-                } else {
-                    Err(LEADER_NOT_AVAILABLE)
+                let local_start = log.log_start_offset();
+                match timestamp {
+                    LATEST if local_end > local_start => Ok((local_end, -1)),
+                    EARLIEST if local_end > local_start => Ok((local_start, -1)),
+                    _ => Err(LEADER_NOT_AVAILABLE),
                 }
             }
         }
