@@ -1006,3 +1006,53 @@ fn an_idle_fetcher_stops_and_the_next_consumer_starts_it_again() {
     edge.stop();
     upstream.stop();
 }
+
+/// Sharded views of an upstream topic work at the edge: each shard's consumers read exactly the
+/// records of that shard, at the upstream's offsets, behind a 2-core upstream whose partitions
+/// have different leaders.
+#[test]
+fn sharded_views_at_the_edge_hold_exactly_their_shards_records() {
+    const TOPIC: &str = "viewed";
+    const PARTITIONS: usize = 3;
+    const N: usize = 600;
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let upstream = Shoal::start(dirs[0].path(), 2, &[]);
+    create_topics(&upstream.bootstrap(), &[(TOPIC, PARTITIONS as i32)]);
+    produce(&upstream.bootstrap(), TOPIC, PARTITIONS, 0..N);
+    let cmd = edge_command(
+        dirs[1].path(),
+        2,
+        &upstream.bootstrap(),
+        &["--edge-metadata-refresh-ms", "500"],
+    );
+    let edge = Shoal::spawn(cmd, dirs[1].path());
+    wait_for_topic(&edge, TOPIC, PARTITIONS);
+    for shard in 0..2u32 {
+        let view = format!("{TOPIC}.shard-{shard}-of-2");
+        let want: Vec<Rec> = (0..N)
+            .map(|i| Rec::expected(i, PARTITIONS))
+            .filter(|r| shards::partitioner::shard_of(r.key.as_deref(), 2) == Some(shard))
+            .collect();
+        let reader = Reader::start(
+            &format!("view-{shard}"),
+            &edge.bootstrap(),
+            &view,
+            PARTITIONS as i32,
+            Offset::Beginning,
+        );
+        wait_for_readers(
+            &format!("the records of {view}"),
+            std::slice::from_ref(&reader),
+            want.len(),
+            Duration::from_secs(30),
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        let mut got = reader.finish();
+        got.sort_by_key(|r| (r.partition, r.offset));
+        let mut want = want;
+        want.sort_by_key(|r| (r.partition, r.offset));
+        assert_eq!(got, want, "{view} at the edge");
+    }
+    edge.stop();
+    upstream.stop();
+}

@@ -53,8 +53,9 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
             };
             let log = &part.log;
             if let Some(edge) = &core.edge {
+                // A view's offsets are its source's: the upstream is asked for those.
                 let answer = edge
-                    .list_offset(log, &name, p.partition_index, p.timestamp)
+                    .list_offset(log, &part.topic, p.partition_index, p.timestamp)
                     .await;
                 partitions.push(match answer {
                     Ok((offset, timestamp)) => base
