@@ -40,8 +40,8 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
             } else {
                 Err(ResponseError::TopicAuthorizationFailed)
             };
-            let part = match found {
-                Ok((part, _)) => part,
+            let (part, view) = match found {
+                Ok((part, view)) => (part, view.is_some()),
                 Err(err) => {
                     partitions.push(
                         base.with_error_code(err.code())
@@ -57,6 +57,13 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
                 let answer = edge
                     .list_offset(log, &part.topic, p.partition_index, p.timestamp)
                     .await;
+                // A view is computed at the edge from what the edge holds: its earliest offset
+                // is where that begins (a view consumer before it would get OFFSET_OUT_OF_RANGE).
+                let held = log.high_watermark() > log.log_start_offset();
+                let answer = answer.map(|(offset, ts)| match p.timestamp {
+                    EARLIEST if view && held => (offset.max(log.log_start_offset()), ts),
+                    _ => (offset, ts),
+                });
                 partitions.push(match answer {
                     Ok((offset, timestamp)) => base
                         .with_offset(offset)
