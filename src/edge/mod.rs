@@ -459,48 +459,39 @@ impl EdgeCore {
         offset: i64,
         max_bytes: usize,
     ) -> Result<Result<LogRead, (i64, i64)>, UpstreamError> {
-        let result = self
-            .read_through_once(topic, partition, offset, max_bytes)
-            .await;
+        let result: Result<Result<LogRead, (i64, i64)>, UpstreamError> = async {
+            let leader = self.leader(topic, partition).await?;
+            let limit = max_bytes.clamp(1, self.config.fetch_bytes as usize) as i32;
+            let build = |_v: i16| fetch_request(topic, partition, offset, limit, Duration::ZERO, 0);
+            let response: FetchResponse = self
+                .call(&leader, ApiKey::Fetch, FETCH_VERSIONS, build)
+                .await?;
+            let p = fetched_partition(response, &leader)?;
+            bump(&self.metrics.read_through, 1);
+            if p.error_code == OFFSET_OUT_OF_RANGE {
+                return Ok(Err((p.log_start_offset, p.high_watermark)));
+            }
+            if p.error_code != 0 {
+                return Err(format!(
+                    "{leader}: fetch {topic}-{partition} at {offset}: error {}",
+                    p.error_code
+                ));
+            }
+            let records = Records::whole_batches(p.records.unwrap_or_default());
+            bump(&self.metrics.read_through_bytes, records.len as u64);
+            Ok(Ok(LogRead {
+                records,
+                high_watermark: p.high_watermark,
+                log_start_offset: p.log_start_offset,
+                from_cache: false,
+            }))
+        }
+        .await;
         if result.is_err() {
             // A leader that moved or went away: look again next time.
             let _ = self.refresh(false).await;
         }
         result
-    }
-
-    async fn read_through_once(
-        &self,
-        topic: &str,
-        partition: i32,
-        offset: i64,
-        max_bytes: usize,
-    ) -> Result<Result<LogRead, (i64, i64)>, UpstreamError> {
-        let leader = self.leader(topic, partition).await?;
-        let limit = max_bytes.clamp(1, self.config.fetch_bytes as usize) as i32;
-        let build = |_v: i16| fetch_request(topic, partition, offset, limit, Duration::ZERO, 0);
-        let response: FetchResponse = self
-            .call(&leader, ApiKey::Fetch, FETCH_VERSIONS, build)
-            .await?;
-        let p = fetched_partition(response, &leader)?;
-        bump(&self.metrics.read_through, 1);
-        if p.error_code == OFFSET_OUT_OF_RANGE {
-            return Ok(Err((p.log_start_offset, p.high_watermark)));
-        }
-        if p.error_code != 0 {
-            return Err(format!(
-                "{leader}: fetch {topic}-{partition} at {offset}: error {}",
-                p.error_code
-            ));
-        }
-        let records = Records::whole_batches(p.records.unwrap_or_default());
-        bump(&self.metrics.read_through_bytes, records.len as u64);
-        Ok(Ok(LogRead {
-            records,
-            high_watermark: p.high_watermark,
-            log_start_offset: p.log_start_offset,
-            from_cache: false,
-        }))
     }
 
     /// Why a produce to `topic` is refused at the edge (logged at most once a second per core).

@@ -353,28 +353,11 @@ impl Log {
             return Ok(());
         }
         // Let the sync task finish sealing rolled segments before their files go.
-        let sealing_to = inner
-            .unsealed
-            .borrow()
-            .iter()
-            .map(|s| s.next_offset.get())
-            .max();
-        if let Some(end) = sealing_to {
-            inner.sync_to(end).await?;
-        }
-        let (interval, direct) = {
-            let c = inner.config.borrow();
-            (
-                c.index_interval_bytes,
-                c.direct_io.then_some(c.segment_bytes),
-            )
-        };
+        inner.wait_sealed().await?;
         if let Err(e) = inner.active().stop_direct().await {
             return Err(inner.storage.failed(&inner.dir, e, false));
         }
-        let new = Segment::create(&inner.dir, offset, interval, direct)
-            .await
-            .map_err(|e| inner.storage.failed(&inner.dir, e, false))?;
+        let new = inner.create_segment(offset).await?;
         new.set_direct_reads(new.writes_direct());
         let old = std::mem::replace(&mut *inner.segments.borrow_mut(), vec![Rc::new(new)]);
         inner.dir_changes.set(inner.dir_changes.get() + 1);
@@ -562,15 +545,7 @@ impl Log {
         }
         // Segments rolled a moment ago are being sealed in the background: wait for that (no
         // append can roll another while this holds the permit), so they can go too.
-        let sealing_to = inner
-            .unsealed
-            .borrow()
-            .iter()
-            .map(|s| s.next_offset.get())
-            .max();
-        if let Some(end) = sealing_to {
-            inner.sync_to(end).await?;
-        }
+        inner.wait_sealed().await?;
         let (max_bytes, max_age) = {
             let c = inner.config.borrow();
             (c.retention_bytes, c.retention_age)

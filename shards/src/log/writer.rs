@@ -265,17 +265,7 @@ impl Inner {
         if let Err(e) = old.stop_direct().await {
             return Err(self.storage.failed(&self.dir, e, false));
         }
-        let (interval, direct) = {
-            let c = self.config.borrow();
-            (
-                c.index_interval_bytes,
-                c.direct_io.then_some(c.segment_bytes),
-            )
-        };
-        let failed = |e| self.storage.failed(&self.dir, e, false);
-        let new = Segment::create(&self.dir, old.next_offset.get(), interval, direct)
-            .await
-            .map_err(failed)?;
+        let new = self.create_segment(old.next_offset.get()).await?;
         log::debug!(
             "rolled {} at offset {}",
             self.dir.display(),
@@ -286,6 +276,35 @@ impl Inner {
         self.dir_changes.set(self.dir_changes.get() + 1);
         self.request_sync(old.next_offset.get());
         Ok(())
+    }
+
+    /// Creates an empty segment at `base` with the log's settings (a failure is a storage error of
+    /// the log's).
+    pub(super) async fn create_segment(&self, base: i64) -> Result<Segment> {
+        let (interval, direct) = {
+            let c = self.config.borrow();
+            (
+                c.index_interval_bytes,
+                c.direct_io.then_some(c.segment_bytes),
+            )
+        };
+        Segment::create(&self.dir, base, interval, direct)
+            .await
+            .map_err(|e| self.storage.failed(&self.dir, e, false))
+    }
+
+    /// Waits until the segments rolled so far are sealed by the sync task.
+    pub(super) async fn wait_sealed(self: &Rc<Self>) -> Result<()> {
+        let sealing_to = self
+            .unsealed
+            .borrow()
+            .iter()
+            .map(|s| s.next_offset.get())
+            .max();
+        match sealing_to {
+            Some(end) => self.sync_to(end).await,
+            None => Ok(()),
+        }
     }
 
     pub(super) fn fail(&self, path: &Path, err: impl std::fmt::Display) -> Error {
