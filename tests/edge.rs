@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{create_topics, free_port_run, send_retrying, Shoal};
+use common::{create_topics, free_port_run, send_retrying, shoal_command, Shoal};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
@@ -30,27 +30,10 @@ use std::time::{Duration, Instant};
 const BASE_TS: i64 = 1_700_000_000_000;
 
 /// `shoal edge` on `data_dir` with `cores` cores in front of `upstream` (bootstrap addresses), on
-/// free ports, like `serve_command` in tests/common.
+/// free ports.
 fn edge_command(data_dir: &Path, cores: usize, upstream: &str, extra: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shoal"));
-    cmd.args([
-        "edge",
-        "--listen",
-        "127.0.0.1:0",
-        "--admin",
-        "127.0.0.1:0",
-        "--cores",
-    ])
-    .arg(cores.to_string())
-    .arg("--data-dir")
-    .arg(data_dir)
-    .args(["--upstream", upstream])
-    .args(extra)
-    .env(
-        "RUST_LOG",
-        std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
-    );
-    cmd
+    let args = [&["--upstream", upstream][..], extra].concat();
+    shoal_command("edge", data_dir, cores, "127.0.0.1:0", &args)
 }
 
 /// One edge core in front of `upstream`, re-reading its topic list every 500 ms.

@@ -287,9 +287,21 @@ pub fn free_port_run(n: u16) -> u16 {
 /// The Kafka ports and the admin address from the line `shoal listening: kafka_ports=... admin=...`.
 /// `shoal serve` on `data_dir` with `cores` cores, core 0 on `listen`, admin on a free port.
 fn serve_command(data_dir: &Path, cores: usize, listen: &str, extra: &[&str]) -> Command {
+    shoal_command("serve", data_dir, cores, listen, extra)
+}
+
+/// `shoal <command>` (serve, edge) on `data_dir` with `cores` cores, core 0 on `listen`, admin on
+/// a free port, logging at `RUST_LOG` (default warn).
+pub fn shoal_command(
+    command: &str,
+    data_dir: &Path,
+    cores: usize,
+    listen: &str,
+    extra: &[&str],
+) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_shoal"));
     cmd.args([
-        "serve",
+        command,
         "--listen",
         listen,
         "--admin",
