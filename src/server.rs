@@ -70,6 +70,8 @@ pub struct Server {
     /// `--metrics-listen`'s address and thread.
     pub metrics: Option<SocketAddr>,
     metrics_thread: Option<std::thread::JoinHandle<()>>,
+    /// Held while the server runs: one process per data directory.
+    _data_dir_lock: std::fs::File,
 }
 
 impl Server {
@@ -95,6 +97,7 @@ impl Server {
         let broker = &mut config.broker;
         broker.data_dir = resolve_data_dir(&broker.data_dir)?;
         log::info!("data directory: {}", broker.data_dir.display());
+        let data_dir_lock = lock_data_dir(&broker.data_dir)?;
         claim_data_dir(&broker.data_dir, broker.edge.as_ref())?;
         if let Some(tls) = &broker.auth.tls {
             crate::auth::tls::server_config(tls)
@@ -297,6 +300,7 @@ impl Server {
             admin_thread,
             metrics,
             metrics_thread,
+            _data_dir_lock: data_dir_lock,
         })
     }
 
@@ -341,6 +345,35 @@ impl Server {
 /// Creates the data directory and resolves it to an absolute path with no `..` or symlinks, so
 /// every later path (logs opened long after start-up, group stores) is independent of the working
 /// directory and of how the user spelled it.
+/// Locks the data directory (`LOCK`, an advisory lock the kernel drops when the process dies), so
+/// that a second server started on it, by mistake or by an overlapping restart, stops here before
+/// it touches anything.
+fn lock_data_dir(dir: &Path) -> std::io::Result<std::fs::File> {
+    let path = dir.join("LOCK");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor this function owns; no memory is passed.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(file);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        return Err(std::io::Error::other(format!(
+            "data directory {} is in use by another shoal process",
+            dir.display()
+        )));
+    }
+    Err(std::io::Error::new(
+        e.kind(),
+        format!("locking {}: {e}", path.display()),
+    ))
+}
+
 /// Marks a data directory an edge's cache ([`EDGE_MARK`]). An edge starts with an empty cache
 /// (what it held may no longer be the upstream's), so it refuses a directory that holds a broker's
 /// data, and `serve` refuses an edge's.
@@ -357,10 +390,12 @@ fn claim_data_dir(dir: &Path, edge: Option<&crate::edge::EdgeConfig>) -> std::io
             dir.display()
         ))),
         None => Ok(()),
-        Some(_) if has_table && !has_mark => Err(std::io::Error::other(format!(
-            "data directory {} holds a broker's data; give `shoal edge` a directory of its own",
-            dir.display()
-        ))),
+        Some(_) if (has_table || has_topic_dirs(dir)) && !has_mark => {
+            Err(std::io::Error::other(format!(
+                "data directory {} holds a broker's data; give `shoal edge` a directory of its own",
+                dir.display()
+            )))
+        }
         Some(edge) => {
             std::fs::write(&mark, format!("upstream={}\n", edge.upstream_list()))
                 .map_err(context)?;
@@ -375,6 +410,11 @@ fn claim_data_dir(dir: &Path, edge: Option<&crate::edge::EdgeConfig>) -> std::io
             std::fs::create_dir_all(dir.join("topics")).map_err(context)
         }
     }
+}
+
+/// Whether `dir/topics` holds anything (a broker's partitions).
+fn has_topic_dirs(dir: &Path) -> bool {
+    std::fs::read_dir(dir.join("topics")).is_ok_and(|mut d| d.next().is_some())
 }
 
 /// The file that marks a data directory as a shoal edge's cache.

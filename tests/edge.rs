@@ -1039,3 +1039,174 @@ fn sharded_views_at_the_edge_hold_exactly_their_shards_records() {
     edge.stop();
     upstream.stop();
 }
+
+/// The upstream's retention has dropped its oldest records (its log starts past 0): a consumer
+/// at the tail starts the edge's fetcher at the tail, not at the upstream's log start, and gets
+/// new records at once; the edge copies only what comes after.
+#[test]
+fn a_consumer_at_the_tail_of_a_retained_topic_is_served_from_the_tail() {
+    const TOPIC: &str = "retained";
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let upstream = Shoal::start(
+        dirs[0].path(),
+        1,
+        &[
+            "--segment-bytes",
+            "1MiB",
+            "--retention-bytes",
+            "1MiB",
+            "--retention-check-ms",
+            "100",
+        ],
+    );
+    create_topics(&upstream.bootstrap(), &[(TOPIC, 1)]);
+    produce(&upstream.bootstrap(), TOPIC, 1, 0..20_000);
+    wait_until(
+        "the upstream's retention to drop its oldest segments",
+        Duration::from_secs(20),
+        || upstream.metric("shoal_log_start_offset") > 0,
+    );
+    let edge = start_edge(dirs[1].path(), &upstream.bootstrap());
+    wait_for_topic(&edge, TOPIC, 1);
+    let tail = Reader::start("retained-tail", &edge.bootstrap(), TOPIC, 1, Offset::End);
+    wait_until(
+        "the consumer at the tail to start the fetcher",
+        Duration::from_secs(20),
+        || edge.metric("shoal_edge_upstream_fetch_streams") == 1,
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    produce(&upstream.bootstrap(), TOPIC, 1, 20_000..20_050);
+    wait_for_readers(
+        "the records produced after the tail consumer started",
+        std::slice::from_ref(&tail),
+        50,
+        Duration::from_secs(10),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    check_exactly("the tail consumer", &tail.finish(), 1, 20_000..20_050);
+    let copied = edge.metric("shoal_edge_upstream_bytes_total");
+    let retained = upstream.metric("shoal_log_size_bytes");
+    assert!(
+        copied < retained,
+        "the edge copied {copied} B from upstream, as much as the upstream retains ({retained} B): \
+         it started at the upstream's log start, not at the tail"
+    );
+    edge.stop();
+    upstream.stop();
+}
+
+/// A batch larger than the edge's own default batch limit (the upstream took it) is mirrored like
+/// any other.
+#[test]
+fn batches_larger_than_a_mebibyte_are_mirrored() {
+    const TOPIC: &str = "large";
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let upstream = Shoal::start(dirs[0].path(), 1, &["--max-batch-bytes", "8MiB"]);
+    create_topics(&upstream.bootstrap(), &[(TOPIC, 1)]);
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", upstream.bootstrap())
+        .set("message.max.bytes", "8000000")
+        .set("compression.type", "none")
+        .set("message.timeout.ms", "30000")
+        .create()
+        .expect("producer");
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    for i in 0..3u8 {
+        let mut value = big.clone();
+        value[0] = i;
+        send_retrying(
+            &producer,
+            BaseRecord::<(), _>::to(TOPIC).partition(0).payload(&value),
+        );
+    }
+    producer
+        .flush(Duration::from_secs(30))
+        .expect("acknowledged");
+    let edge = start_edge(dirs[1].path(), &upstream.bootstrap());
+    wait_for_topic(&edge, TOPIC, 1);
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", edge.bootstrap())
+        .set("group.id", "large")
+        .set("enable.auto.commit", "false")
+        .set("fetch.message.max.bytes", "8000000")
+        .set("receive.message.max.bytes", "60000000")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(TOPIC, 0, Offset::Beginning)
+        .unwrap();
+    consumer.assign(&tpl).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut got = Vec::new();
+    while got.len() < 3 && Instant::now() < deadline {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+            got.push((m.offset(), m.payload().map(<[u8]>::to_vec)));
+        }
+    }
+    assert_eq!(got.len(), 3, "three 3 MB records through the edge");
+    for (i, (offset, value)) in got.into_iter().enumerate() {
+        let mut want = big.clone();
+        want[0] = i as u8;
+        assert_eq!(offset, i as i64);
+        assert!(value.as_deref() == Some(&want[..]), "record {i} differs");
+    }
+    assert_eq!(
+        edge.metric("shoal_edge_read_through_total"),
+        0,
+        "served from the edge's own copy"
+    );
+    edge.stop();
+    upstream.stop();
+}
+
+/// A data directory belongs to one process, and an edge never takes a broker's: a second server
+/// on a directory in use stops before touching it, and `shoal edge` refuses a directory holding
+/// a broker's topics (it would empty it), as `serve` refuses an edge's.
+#[test]
+fn data_directories_are_not_shared_or_mistaken() {
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let upstream = Shoal::start(dirs[0].path(), 1, &[]);
+    create_topics(&upstream.bootstrap(), &[("kept", 1)]);
+    produce(&upstream.bootstrap(), "kept", 1, 0..10);
+    let refused = |cmd: &mut Command, why: &str| {
+        let out = cmd.output().expect("shoal runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "started: {stderr}");
+        assert!(stderr.contains(why), "{why:?} not in: {stderr}");
+    };
+    // Another server on the upstream's directory while it runs.
+    refused(
+        &mut shoal_command("serve", dirs[0].path(), 1, "127.0.0.1:0", &[]),
+        "in use by another shoal process",
+    );
+    refused(
+        &mut edge_command(dirs[0].path(), 1, &upstream.bootstrap(), &[]),
+        "in use by another shoal process",
+    );
+    upstream.stop();
+    // Stopped, its directory still holds a broker's data: no edge there.
+    refused(
+        &mut edge_command(dirs[0].path(), 1, "127.0.0.1:9", &[]),
+        "holds a broker's data",
+    );
+    let edge = Shoal::spawn(
+        edge_command(dirs[1].path(), 1, "127.0.0.1:9", &[]),
+        dirs[1].path(),
+    );
+    edge.stop();
+    refused(
+        &mut shoal_command("serve", dirs[1].path(), 1, "127.0.0.1:0", &[]),
+        "is a shoal edge's cache",
+    );
+    // The broker's data is all there.
+    let upstream = Shoal::start(dirs[0].path(), 1, &[]);
+    let reader = Reader::start("kept", &upstream.bootstrap(), "kept", 1, Offset::Beginning);
+    wait_for_readers(
+        "the broker's records",
+        std::slice::from_ref(&reader),
+        10,
+        Duration::from_secs(20),
+    );
+    check_exactly("the broker's records", &reader.finish(), 1, 0..10);
+    upstream.stop();
+}

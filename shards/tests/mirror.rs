@@ -103,3 +103,33 @@ fn a_restart_drops_what_the_log_held_and_never_moves_back() {
         log.close().await.unwrap();
     });
 }
+
+#[test]
+fn a_restart_at_the_high_watermark_keeps_an_empty_active_segment_there() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), small_config(), cache())
+            .await
+            .unwrap();
+        for i in 0..20 {
+            log.append_mirrored(Bytes::from(numbered(i * 5, 5, i as u64)))
+                .await
+                .unwrap();
+        }
+        let hw = log.high_watermark();
+        log.close().await.unwrap();
+        // A crash right after a roll leaves an empty active segment at the high watermark.
+        std::fs::File::create(dir.path().join(format!("{hw:020}.log"))).unwrap();
+        let log = Log::open(dir.path(), small_config(), cache())
+            .await
+            .unwrap();
+        assert!(log.segment_base_offsets().len() > 1);
+        log.restart_at(hw).await.unwrap();
+        assert_eq!(log.segment_base_offsets(), [hw]);
+        assert_eq!((log.log_start_offset(), log.high_watermark()), (hw, hw));
+        let c = numbered(hw, 2, 7);
+        log.append_mirrored(Bytes::from(c.clone())).await.unwrap();
+        assert_eq!(log.read(hw, 1000, true).await.unwrap().records.to_vec(), c);
+        log.close().await.unwrap();
+    });
+}

@@ -194,6 +194,9 @@ fn decide_mirror(
     (outcomes, changed)
 }
 
+/// Upstream answers in a row that must leave a topic out before the edge deletes it.
+const MIRROR_MISSES: u32 = 3;
+
 /// Edge mode, on core 0: reads the upstream's topics every `--edge-metadata-refresh-ms` and
 /// mirrors them into the topic table (so Metadata at the edge lists them, each partition led by
 /// one of the edge's cores), until the server stops.
@@ -202,6 +205,8 @@ pub async fn mirror_upstream(core: Rc<Core>) {
         return;
     };
     let mut failing = false;
+    // Refreshes in a row that did not list each topic the table has.
+    let mut missing: BTreeMap<String, u32> = BTreeMap::new();
     while !core.is_shutting_down() {
         match edge.refresh(true).await {
             Ok(()) => {
@@ -209,7 +214,7 @@ pub async fn mirror_upstream(core: Rc<Core>) {
                     log::info!("upstream {} answers again", edge.config.upstream_list());
                     failing = false;
                 }
-                let topics: BTreeMap<String, (i32, [u8; 16])> = edge
+                let mut topics: BTreeMap<String, (i32, [u8; 16])> = edge
                     .topics()
                     .into_iter()
                     .map(|(name, t)| (name, (t.leaders.len() as i32, t.id)))
@@ -221,6 +226,18 @@ pub async fn mirror_upstream(core: Rc<Core>) {
                     .iter()
                     .map(|(n, m)| (n.clone(), (m.partitions, m.id)))
                     .collect();
+                // One answer without a topic (a broker just restarted, an error for that topic)
+                // does not delete it and its data: only MIRROR_MISSES answers in a row do.
+                missing.retain(|name, _| !topics.contains_key(name) && current.contains_key(name));
+                for (name, meta) in &current {
+                    if !topics.contains_key(name) {
+                        let misses = missing.entry(name.clone()).or_default();
+                        *misses += 1;
+                        if *misses < MIRROR_MISSES {
+                            topics.insert(name.clone(), *meta);
+                        }
+                    }
+                }
                 if topics != current {
                     change_topics(&core, TopicChange::Mirror { topics }).await;
                 }

@@ -32,6 +32,10 @@ pub struct Feed {
     /// The upstream's (log start, high watermark) as last seen, while the fetcher runs.
     upstream: Cell<Option<(i64, i64)>>,
     last_error: RefCell<Option<String>>,
+    /// The upstream's batches could not be kept: consumers read through.
+    broken: Cell<bool>,
+    /// Consumers want the partition until then (the deadline of the longest parked long poll).
+    wanted_until: Cell<Instant>,
 }
 
 impl Feed {
@@ -44,15 +48,25 @@ impl Feed {
             wanted_at: Cell::new(Instant::now()),
             upstream: Cell::new(None),
             last_error: RefCell::new(None),
+            broken: Cell::new(false),
+            wanted_until: Cell::new(Instant::now()),
         }
     }
 
-    pub fn touch(&self) {
+    /// A consumer asks for the partition now, and may wait for it until `until`.
+    pub fn touch(&self, until: Instant) {
         self.wanted_at.set(Instant::now());
+        if until > self.wanted_until.get() {
+            self.wanted_until.set(until);
+        }
     }
 
     pub fn is_running(&self) -> bool {
         self.running.get()
+    }
+
+    pub fn log_is_closed(&self) -> bool {
+        self.log.is_closed()
     }
 
     pub fn status(&self) -> FeedStatus {
@@ -71,7 +85,7 @@ impl Feed {
     /// saw it, or that range is not known yet), else by a read-through.
     pub fn standing(&self, offset: i64) -> Standing {
         let (start, end) = (self.log.log_start_offset(), self.log.high_watermark());
-        if offset < start {
+        if offset < start || self.broken.get() {
             return Standing::Upstream;
         }
         if offset > end {
@@ -89,6 +103,7 @@ impl Feed {
         if self.running.replace(true) {
             return;
         }
+        self.broken.set(false);
         glommio::spawn_local(async move {
             log::info!(
                 "core {}: fetching {}-{} from upstream",
@@ -113,8 +128,10 @@ impl Feed {
         .detach();
     }
 
+    /// No consumer asked for the partition for `--edge-idle-ms`, and none is waiting for it.
     fn idle(&self, edge: &EdgeCore) -> bool {
-        self.wanted_at.get().elapsed() > edge.config.idle
+        let last = self.wanted_at.get().max(self.wanted_until.get());
+        Instant::now().saturating_duration_since(last) > edge.config.idle
     }
 
     fn failed(&self, edge: &EdgeCore, why: UpstreamError) {
@@ -145,6 +162,9 @@ impl Feed {
                 Err(why) => {
                     conn = None;
                     self.failed(edge, why);
+                    if self.broken.get() {
+                        break;
+                    }
                     let _ = edge.refresh(false).await;
                     let shutdown = edge.shutdown().wait_for(1);
                     futures_lite::future::or(
@@ -166,10 +186,20 @@ impl Feed {
         let (up_start, up_end) = edge.offsets(&self.topic, self.partition).await?;
         self.upstream.set(Some((up_start, up_end)));
         let (start, end) = (self.log.log_start_offset(), self.log.high_watermark());
-        let to = if end < up_start {
-            Some(up_start)
-        } else if wanted > end && wanted <= up_end {
+        if end > up_end {
+            // Retried with backoff, like any failure: the upstream lost what the edge holds.
+            return Err(format!(
+                "the edge holds {}-{} up to offset {end} but the upstream ends at {up_end} \
+                 (truncated upstream?); waiting for it to pass {end}",
+                self.topic, self.partition
+            ));
+        }
+        // Where the consumer is, if that is past what the edge holds and the upstream has it;
+        // else on from the edge's end, unless the upstream no longer has that.
+        let to = if wanted > end && (up_start..=up_end).contains(&wanted) {
             Some(wanted)
+        } else if end < up_start {
+            Some(up_start)
         } else {
             None
         };
@@ -178,14 +208,6 @@ impl Feed {
                 .restart_at(to)
                 .await
                 .map_err(|e| format!("restarting the local log at {to}: {e}"))?;
-        }
-        if end > up_end {
-            log::warn!(
-                "{}-{}: the edge holds offsets up to {end} but the upstream ends at {up_end} \
-                 (truncated upstream?); waiting for it to pass {end}",
-                self.topic,
-                self.partition
-            );
         }
         log::debug!(
             "{}-{}: upstream {up_start}..{up_end}, local {start}..{end}, fetching from {}",
@@ -226,7 +248,7 @@ impl Feed {
                 wait + super::REQUEST_TIMEOUT,
             )
             .await?;
-        let p = fetched_partition(response, &c.addr)?;
+        let p = fetched_partition(response, &c.addr, &self.topic, self.partition)?;
         bump(&edge.metrics.upstream_fetches, 1);
         match p.error_code {
             0 => {}
@@ -257,12 +279,20 @@ impl Feed {
             .find(|h| h.base_offset < offset && h.last_offset() >= offset);
         if let Some(h) = straddling {
             let next = h.last_offset() + 1;
-            if self.log.log_start_offset() == offset {
-                self.log
-                    .restart_at(next)
-                    .await
-                    .map_err(|e| format!("restarting the local log at {next}: {e}"))?;
+            if self.log.log_start_offset() != offset {
+                // The edge's end is a batch boundary upstream unless the upstream changed.
+                return Err(format!(
+                    "{}-{}: the upstream's batch {}..={} straddles the edge's end {offset}",
+                    self.topic,
+                    self.partition,
+                    h.base_offset,
+                    h.last_offset()
+                ));
             }
+            self.log
+                .restart_at(next)
+                .await
+                .map_err(|e| format!("restarting the local log at {next}: {e}"))?;
             offset = next;
         }
         let keep: Vec<bytes::Bytes> = records
@@ -272,7 +302,10 @@ impl Feed {
             .collect();
         let bytes: usize = keep.iter().map(|b| b.len()).sum();
         if bytes == 0 {
-            return Ok(());
+            return Err(format!(
+                "{}-{}: the upstream answered a fetch at {offset} with batches before it only",
+                self.topic, self.partition
+            ));
         }
         let blob = if keep.len() == 1 {
             keep.into_iter().next().unwrap()
@@ -282,10 +315,23 @@ impl Feed {
             records.parts[0].slice(first..)
         };
         bump(&edge.metrics.upstream_bytes, blob.len() as u64);
-        self.log
-            .append_mirrored(blob)
-            .await
-            .map_err(|e| format!("appending to the local log: {e}"))?;
-        Ok(())
+        match self.log.append_mirrored(blob).await {
+            Ok(_) => Ok(()),
+            Err(shards::Error::InvalidBatch(why)) => {
+                // Batches the edge cannot keep (an old message format, a bad CRC): its consumers
+                // are served by read-through instead, until the fetcher starts again.
+                self.broken.set(true);
+                log::error!(
+                    "{}-{}: the upstream's batches at offset {offset} cannot be kept at the edge \
+                     ({why}); its consumers read through to the upstream",
+                    self.topic,
+                    self.partition
+                );
+                Err(format!(
+                    "cannot keep the upstream's batches at {offset}: {why}"
+                ))
+            }
+            Err(e) => Err(format!("appending to the local log: {e}")),
+        }
     }
 }

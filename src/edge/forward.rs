@@ -11,8 +11,16 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::time::Duration;
 
-/// A JoinGroup waits up to the group's rebalance timeout (Kafka's default is 5 minutes).
-const LONGEST_GROUP_REQUEST: Duration = Duration::from_secs(330);
+/// A SyncGroup may wait for the group's leader through a rebalance (Kafka's default rebalance
+/// timeout is 5 minutes); a JoinGroup waits for its own rebalance timeout ([`join_limit`]).
+const LONGEST_SYNC: Duration = Duration::from_secs(330);
+
+/// How long a JoinGroup may wait upstream: its rebalance timeout (its session timeout before v1),
+/// and a margin.
+pub fn join_limit(rebalance_timeout_ms: i32, session_timeout_ms: i32) -> Duration {
+    let ms = rebalance_timeout_ms.max(session_timeout_ms).max(0) as u64;
+    Duration::from_millis(ms) + Duration::from_secs(30)
+}
 
 /// One client connection's connections to upstream coordinators.
 #[derive(Debug)]
@@ -33,6 +41,8 @@ impl Default for Forwarder {
 impl Forwarder {
     /// Sends a request body as it came to `addr` and returns the whole response frame (its
     /// correlation id first). Requests of one client connection go one at a time, in order.
+    /// `limit`: how long the answer may take (`None`: the usual for `key`).
+    #[allow(clippy::too_many_arguments)]
     pub async fn forward(
         &self,
         edge: &EdgeCore,
@@ -41,6 +51,7 @@ impl Forwarder {
         version: i16,
         client_id: Option<&str>,
         body: &[u8],
+        limit: Option<Duration>,
     ) -> Result<Bytes, UpstreamError> {
         let Ok(_turn) = self.turn.acquire_permit(1).await else {
             return Err("closing".into());
@@ -53,10 +64,10 @@ impl Forwarder {
         if !conn.takes(key as i16, version) {
             return Err(format!("{addr} does not take {key:?} v{version}"));
         }
-        let limit = match key {
-            ApiKey::JoinGroup | ApiKey::SyncGroup => LONGEST_GROUP_REQUEST,
+        let limit = limit.unwrap_or(match key {
+            ApiKey::JoinGroup | ApiKey::SyncGroup => LONGEST_SYNC,
             _ => REQUEST_TIMEOUT,
-        };
+        });
         let response = conn.forward(key, version, client_id, body, limit).await?;
         self.conns.borrow_mut().insert(addr.to_string(), conn);
         Ok(response)

@@ -74,6 +74,8 @@ impl EdgeConfig {
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// A coordinator found upstream is asked again after this long.
 const COORDINATOR_TTL: Duration = Duration::from_secs(30);
+/// Groups whose coordinator is kept; past it, expired entries go.
+const MAX_COORDINATORS_KEPT: usize = 10_000;
 /// Metadata is not re-read more often than this on errors.
 const MIN_REFRESH: Duration = Duration::from_millis(500);
 
@@ -235,12 +237,8 @@ impl EdgeCore {
         if recent && !force {
             return Ok(());
         }
-        let mut addrs: Vec<String> = self.cluster.borrow().brokers.values().cloned().collect();
-        addrs.sort();
-        addrs.extend(self.config.upstream.iter().cloned());
-        addrs.dedup();
         let mut last = String::from("no upstream address");
-        for addr in addrs {
+        for addr in self.candidates() {
             let request = |_v: i16| MetadataRequest::default().with_topics(None);
             match self
                 .call::<_, MetadataResponse>(&addr, ApiKey::Metadata, METADATA_VERSIONS, request)
@@ -408,7 +406,7 @@ impl EdgeCore {
     /// the ends of what the edge holds, if it holds anything (consumers keep reading it), and
     /// other lookups get LEADER_NOT_AVAILABLE (clients retry it).
     pub async fn list_offset(
-        &self,
+        self: &Rc<Self>,
         log: &Log,
         topic: &str,
         partition: i32,
@@ -436,7 +434,7 @@ impl EdgeCore {
             Ok(p) => Ok((p.offset, p.timestamp)),
             Err(why) => {
                 self.error(&format!("ListOffsets of {topic}-{partition}"), &why);
-                let _ = self.refresh(false).await;
+                self.refresh_later();
                 let local_start = log.log_start_offset();
                 match timestamp {
                     LATEST if local_end > local_start => Ok((local_end, -1)),
@@ -452,21 +450,23 @@ impl EdgeCore {
     /// One fetch from the partition's upstream leader at `offset`, for a consumer behind what the
     /// edge holds (the caller shares it through the coalescer). `Ok(Err(read))` carries the
     /// upstream's OFFSET_OUT_OF_RANGE with the range it reported.
+    /// It gives up after `limit` (the consumer's fetch ends empty then, as a long poll would).
     pub async fn read_through(
-        &self,
+        self: &Rc<Self>,
         topic: &str,
         partition: i32,
         offset: i64,
         max_bytes: usize,
+        limit: Duration,
     ) -> Result<Result<LogRead, (i64, i64)>, UpstreamError> {
-        let result: Result<Result<LogRead, (i64, i64)>, UpstreamError> = async {
+        let fetch = async {
             let leader = self.leader(topic, partition).await?;
             let limit = max_bytes.clamp(1, self.config.fetch_bytes as usize) as i32;
             let build = |_v: i16| fetch_request(topic, partition, offset, limit, Duration::ZERO, 0);
             let response: FetchResponse = self
                 .call(&leader, ApiKey::Fetch, FETCH_VERSIONS, build)
                 .await?;
-            let p = fetched_partition(response, &leader)?;
+            let p = fetched_partition(response, &leader, topic, partition)?;
             bump(&self.metrics.read_through, 1);
             if p.error_code == OFFSET_OUT_OF_RANGE {
                 return Ok(Err((p.log_start_offset, p.high_watermark)));
@@ -485,13 +485,35 @@ impl EdgeCore {
                 log_start_offset: p.log_start_offset,
                 from_cache: false,
             }))
-        }
-        .await;
+        };
+        let result = within(limit, "read-through", fetch).await;
         if result.is_err() {
-            // A leader that moved or went away: look again next time.
-            let _ = self.refresh(false).await;
+            self.refresh_later();
         }
         result
+    }
+
+    /// Reads the upstream's metadata again in the background (a leader that moved or went away),
+    /// so that no request waits for it.
+    pub fn refresh_later(self: &Rc<Self>) {
+        let edge = self.clone();
+        glommio::spawn_local(async move {
+            let _ = edge.refresh(false).await;
+        })
+        .detach();
+    }
+
+    /// The addresses to ask about the cluster: the brokers last listed, then the bootstrap list,
+    /// each once.
+    fn candidates(&self) -> Vec<String> {
+        let mut addrs: Vec<String> = self.cluster.borrow().brokers.values().cloned().collect();
+        addrs.sort();
+        for a in &self.config.upstream {
+            if !addrs.contains(a) {
+                addrs.push(a.clone());
+            }
+        }
+        addrs
     }
 
     /// Why a produce to `topic` is refused at the edge (logged at most once a second per core).
@@ -524,11 +546,7 @@ impl EdgeCore {
             }
         }
         let mut last = String::from("no upstream address");
-        let mut addrs: Vec<String> = self.cluster.borrow().brokers.values().cloned().collect();
-        addrs.sort();
-        addrs.extend(self.config.upstream.iter().cloned());
-        addrs.dedup();
-        for addr in addrs {
+        for addr in self.candidates() {
             let build = |_v: i16| {
                 FindCoordinatorRequest::default().with_key(StrBytes::from_string(group.into()))
             };
@@ -543,9 +561,11 @@ impl EdgeCore {
             match r {
                 Ok(r) if r.error_code == 0 => {
                     let found = format!("{}:{}", r.host.as_str(), r.port);
-                    self.coordinators
-                        .borrow_mut()
-                        .insert(group.to_string(), (found.clone(), Instant::now()));
+                    let mut known = self.coordinators.borrow_mut();
+                    if known.len() >= MAX_COORDINATORS_KEPT {
+                        known.retain(|_, (_, at)| at.elapsed() < COORDINATOR_TTL);
+                    }
+                    known.insert(group.to_string(), (found.clone(), Instant::now()));
                     return Ok(found);
                 }
                 Ok(r) => last = format!("{addr}: FindCoordinator error {}", r.error_code),
@@ -564,14 +584,25 @@ impl EdgeCore {
 
     /// Called for every consumer fetch of a partition at `offset`: keeps the partition's fetcher
     /// running (starting it if it is not) and says how to serve the offset.
-    pub fn want(self: &Rc<Self>, log: &Log, topic: &str, partition: i32, offset: i64) -> Standing {
-        let feed = self
-            .feeds
-            .borrow_mut()
-            .entry(log.id())
-            .or_insert_with(|| Rc::new(Feed::new(topic, partition, log.clone())))
-            .clone();
-        feed.touch();
+    /// `until`: the fetch's deadline (the partition stays wanted while it long-polls).
+    pub fn want(
+        self: &Rc<Self>,
+        log: &Log,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        until: Instant,
+    ) -> Standing {
+        let found = self.feeds.borrow().get(&log.id()).cloned();
+        let feed = found.unwrap_or_else(|| {
+            let mut feeds = self.feeds.borrow_mut();
+            // Feeds of partitions deleted while their fetcher was stopped go now.
+            feeds.retain(|_, f| f.is_running() || !f.log_is_closed());
+            let feed = Rc::new(Feed::new(topic, partition, log.clone()));
+            feeds.insert(log.id(), feed.clone());
+            feed
+        });
+        feed.touch(until);
         if !feed.is_running() {
             feed.clone().start(self.clone(), offset);
         }
@@ -682,20 +713,39 @@ pub fn fetch_request(
                 .with_partition_max_bytes(max_bytes)])])
 }
 
-/// The one partition a single-partition fetch response carries.
+/// The one partition a single-partition fetch response carries, checked to be the one asked for.
 pub fn fetched_partition(
     response: FetchResponse,
     from: &str,
+    topic: &str,
+    partition: i32,
 ) -> Result<kafka_protocol::messages::fetch_response::PartitionData, UpstreamError> {
     if response.error_code != 0 {
         return Err(format!("{from}: fetch error {}", response.error_code));
     }
-    response
+    let t = response
         .responses
         .into_iter()
         .next()
-        .and_then(|t| t.partitions.into_iter().next())
-        .ok_or_else(|| format!("{from}: fetch answered no partition"))
+        .ok_or_else(|| format!("{from}: fetch answered no topic"))?;
+    if t.topic.0.as_str() != topic {
+        return Err(format!(
+            "{from}: fetch of {topic} answered {}",
+            t.topic.0.as_str()
+        ));
+    }
+    let p = t
+        .partitions
+        .into_iter()
+        .next()
+        .ok_or_else(|| format!("{from}: fetch answered no partition"))?;
+    if p.partition_index != partition {
+        return Err(format!(
+            "{from}: fetch of {topic}-{partition} answered partition {}",
+            p.partition_index
+        ));
+    }
+    Ok(p)
 }
 
 /// `within` for callers outside this module.

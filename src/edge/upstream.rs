@@ -19,8 +19,9 @@ use std::time::Duration;
 
 /// Longest a connect may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Largest response frame taken from upstream (a fetch asks for far less).
-const MAX_RESPONSE: usize = 256 << 20;
+/// Largest response frame taken from upstream: a fetch asks for 4 MiB, but its first batch may
+/// be as large as the upstream's `max.message.bytes`.
+const MAX_RESPONSE: usize = 128 << 20;
 
 /// Why an upstream call failed, in words for logs and status.
 pub type UpstreamError = String;
@@ -145,8 +146,12 @@ impl Conn {
             self.exchange(&frame).await
         })
         .await?;
-        header::decode_response(key, version, correlation, response)
-            .map_err(|e| format!("{addr}: {e}"))
+        // The upstream is trusted no more than a client: a decoder panic fails this call only.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            header::decode_response(key, version, correlation, response)
+        }))
+        .unwrap_or_else(|_| Err(format!("{key:?} v{version}: the decoder panicked")))
+        .map_err(|e| format!("{addr}: {e}"))
     }
 
     /// Forwards a request's body as it came (its API key and version kept, the client's id named

@@ -7,7 +7,7 @@ use super::handlers::{HandlerResult, Reply};
 use super::session::Session;
 use crate::acl::Operation;
 use crate::core_state::Core;
-use crate::edge::EdgeCore;
+use crate::edge::{forward, EdgeCore};
 use crate::wire::header::{decode, Request};
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
@@ -101,6 +101,12 @@ async fn forward_group(
     }
     let group = groups.first()?;
     let client_id = req.header.client_id.as_deref();
+    let limit = match key {
+        ApiKey::JoinGroup => decode::<JoinGroupRequest>(req)
+            .ok()
+            .map(|j| forward::join_limit(j.rebalance_timeout_ms, j.session_timeout_ms)),
+        _ => None,
+    };
     let mut stale = false;
     let mut why = String::new();
     for _attempt in 0..2 {
@@ -113,7 +119,15 @@ async fn forward_group(
         };
         let sent = who
             .forwarder
-            .forward(edge, &addr, key, req.api_version, client_id, &req.body)
+            .forward(
+                edge,
+                &addr,
+                key,
+                req.api_version,
+                client_id,
+                &req.body,
+                limit,
+            )
             .await;
         match sent {
             Ok(frame) => {
@@ -131,6 +145,11 @@ async fn forward_group(
             Err(e) => {
                 why = e;
                 stale = true;
+                // A join or sync may have reached the coordinator: sending it again could
+                // start another rebalance. The client reconnects and decides.
+                if matches!(key, ApiKey::JoinGroup | ApiKey::SyncGroup) {
+                    break;
+                }
             }
         }
     }
@@ -213,7 +232,15 @@ async fn list_groups(edge: &Rc<EdgeCore>, req: &Request, who: &Session) -> Reply
     for addr in brokers {
         let sent = who
             .forwarder
-            .forward(edge, &addr, key, req.api_version, client_id, &req.body)
+            .forward(
+                edge,
+                &addr,
+                key,
+                req.api_version,
+                client_id,
+                &req.body,
+                None,
+            )
             .await;
         match sent.map(|f| decode_frame::<ListGroupsResponse>(key, req.api_version, &f)) {
             Ok(Some(r)) => {

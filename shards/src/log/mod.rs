@@ -308,10 +308,11 @@ impl Log {
 
     /// Appends batches that another broker already numbered, keeping their offsets byte for byte
     /// (shoal edge mirrors an upstream partition so). They are checked with
-    /// [`batch::validate_mirrored`] and must start at or past the high watermark; offsets they skip
-    /// (compaction upstream) are gaps, as in a compacted log. Not durable: the upstream is.
+    /// [`batch::validate_mirrored`] (with no size limit of this log's: the other broker took
+    /// them) and must start at or past the high watermark; offsets they skip (compaction upstream)
+    /// are gaps, as in a compacted log. Not durable: the upstream is.
     pub async fn append_mirrored(&self, blob: Bytes) -> Result<AppendResult> {
-        let headers = batch::validate_mirrored(&blob, self.inner.config.borrow().max_batch_bytes)?;
+        let headers = batch::validate_mirrored(&blob, i32::MAX as usize)?;
         let hw = self.high_watermark();
         let (first, last) = (
             headers[0].base_offset,
@@ -324,7 +325,12 @@ impl Log {
             }));
         }
         // The span from the high watermark, gaps included, is what one segment must index.
-        let offsets = last + 1 - hw;
+        let Some(offsets) = last.checked_add(1).map(|end| end - hw) else {
+            return Err(Error::InvalidBatch(InvalidBatch::TooManyOffsets {
+                offsets: i64::MAX,
+                limit: MAX_RELATIVE_OFFSET + 1,
+            }));
+        };
         let opts = AppendOptions { durable: false };
         self.enqueue(blob, headers, offsets, opts, true).await
     }
@@ -352,14 +358,23 @@ impl Log {
         if offset == hw && inner.log_start_offset() == hw {
             return Ok(());
         }
+        let active = inner.active();
+        let reuse_active = offset == hw && active.base_offset == hw && active.size.get() == 0;
         // Let the sync task finish sealing rolled segments before their files go.
         inner.wait_sealed().await?;
-        if let Err(e) = inner.active().stop_direct().await {
-            return Err(inner.storage.failed(&inner.dir, e, false));
-        }
-        let new = inner.create_segment(offset).await?;
-        new.set_direct_reads(new.writes_direct());
-        let old = std::mem::replace(&mut *inner.segments.borrow_mut(), vec![Rc::new(new)]);
+        let new = if reuse_active {
+            // An empty active segment already begins there: only the older ones go.
+            active
+        } else {
+            if let Err(e) = active.stop_direct().await {
+                return Err(inner.storage.failed(&inner.dir, e, false));
+            }
+            let new = inner.create_segment(offset).await?;
+            new.set_direct_reads(new.writes_direct());
+            Rc::new(new)
+        };
+        let mut old = std::mem::replace(&mut *inner.segments.borrow_mut(), vec![new.clone()]);
+        old.retain(|s| !Rc::ptr_eq(s, &new));
         inner.dir_changes.set(inner.dir_changes.get() + 1);
         inner.cache.forget(inner.cache_id);
         inner.layout.set(inner.layout.get() + 1);

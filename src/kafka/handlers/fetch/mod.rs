@@ -152,7 +152,8 @@ async fn execute(core: &Rc<Core>, plan: &Plan) -> Execution {
                         Some((reader, shard)) => {
                             if let Some(edge) = &core.edge {
                                 // The view's source is fed from upstream like any partition.
-                                edge.want(&part.log, &part.topic, part.index, p.offset);
+                                let until = plan.deadline;
+                                edge.want(&part.log, &part.topic, part.index, p.offset, until);
                             }
                             reader
                                 .fetch(*shard, p.offset, budget, obligatory)
@@ -166,6 +167,7 @@ async fn execute(core: &Rc<Core>, plan: &Plan) -> Execution {
                             budget,
                             obligatory,
                             plan.read_committed,
+                            plan.deadline,
                         )
                         .await
                         .map(|shared| match shared {
@@ -176,10 +178,14 @@ async fn execute(core: &Rc<Core>, plan: &Plan) -> Execution {
                     match read {
                         Ok((records, shared)) => {
                             total += records.len;
+                            let mut result = ok_result(p.index, part, records);
                             if let Some(s) = shared {
+                                if core.edge.is_some() {
+                                    upstream_watermarks(&mut result, &s.read);
+                                }
                                 holds.push(core.response_memory.hold(&s));
                             }
-                            ok_result(p.index, part, records)
+                            result
                         }
                         Err(e) => PartitionResult::error(p.index, code_of(&e).code()),
                     }
@@ -213,17 +219,21 @@ async fn read_partition(
     budget: usize,
     obligatory: bool,
     read_committed: bool,
+    deadline: Instant,
 ) -> shards::Result<Option<Rc<shards::SharedRead>>> {
     let log = part.log.clone();
     if let Some(edge) = &core.edge {
-        match edge.want(&log, &part.topic, part.index, offset) {
+        match edge.want(&log, &part.topic, part.index, offset, deadline) {
             Standing::Local if offset >= log.high_watermark() => {
                 // Past what the edge holds yet, within the upstream's range: wait for the fetcher.
                 return Ok(None);
             }
             Standing::Local => {}
             Standing::Upstream => {
-                return read_through(core, edge, part, offset, budget, obligatory).await;
+                let limit = deadline
+                    .saturating_duration_since(Instant::now())
+                    .max(MIN_READ_THROUGH_WAIT);
+                return read_through(core, edge, part, offset, budget, obligatory, limit).await;
             }
         }
     }
@@ -272,6 +282,7 @@ async fn read_through(
     offset: i64,
     budget: usize,
     obligatory: bool,
+    limit: Duration,
 ) -> shards::Result<Option<Rc<shards::SharedRead>>> {
     let log = &part.log;
     let key = shards::CoalesceKey {
@@ -284,7 +295,10 @@ async fn read_through(
     };
     let (edge, topic, index) = (edge.clone(), part.topic.clone(), part.index);
     let read = move || async move {
-        match edge.read_through(&topic, index, offset, budget).await {
+        match edge
+            .read_through(&topic, index, offset, budget, limit)
+            .await
+        {
             Ok(Ok(read)) => Ok(read),
             Ok(Err((log_start_offset, high_watermark))) => Err(shards::Error::OffsetOutOfRange {
                 offset,
@@ -309,6 +323,21 @@ async fn read_through(
 
 /// Marks a coalescer key as a read-through's (log ids are small counters).
 const READ_THROUGH: u64 = 1 << 63;
+
+/// A read-through may take this long even when its fetch's own wait is shorter (or zero).
+const MIN_READ_THROUGH_WAIT: Duration = Duration::from_secs(1);
+
+/// Edge mode: a read-through's result carries the upstream's watermarks, which may lie beyond
+/// (high watermark) or before (log start) what the edge holds.
+fn upstream_watermarks(result: &mut PartitionResult, read: &shards::LogRead) {
+    if read.high_watermark > result.high_watermark {
+        result.high_watermark = read.high_watermark;
+        result.last_stable_offset = read.high_watermark;
+    }
+    if read.log_start_offset < result.log_start_offset {
+        result.log_start_offset = read.log_start_offset;
+    }
+}
 
 fn ok_result(partition: i32, part: &Partition, records: shards::Records) -> PartitionResult {
     let hw = part.log.high_watermark();
