@@ -29,8 +29,14 @@ cleanup() {
     rm -rf "$DIR"
 }
 trap cleanup EXIT
-on_cpu() { if command -v taskset >/dev/null; then taskset -c "$@"; else shift; "$@"; fi; }
+on_cpu() { if command -v taskset >/dev/null; then exec taskset -c "$@"; else shift; exec "$@"; fi; }
 
+for a in $UP_ADMIN $EDGE_ADMIN $BASE_ADMIN; do
+    if curl -s -m 1 "http://$a/metrics" >/dev/null; then
+        echo "benches/edge.sh: something already listens on $a (another run?); set BASE_PORT" >&2
+        exit 1
+    fi
+done
 mkdir -p "$DIR"/up "$DIR"/edge "$DIR"/base
 on_cpu 1 $B serve --cores 1 --data-dir "$DIR"/up --listen $UP --admin $UP_ADMIN >/dev/null 2>"$DIR"/up.log &
 PIDS+=($!)
