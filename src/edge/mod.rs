@@ -79,10 +79,12 @@ const MAX_COORDINATORS_KEPT: usize = 10_000;
 /// Metadata is not re-read more often than this on errors.
 const MIN_REFRESH: Duration = Duration::from_millis(500);
 
-/// Versions of the requests the edge itself sends (Fetch stops before topic ids, v13).
+/// Versions of the requests the edge itself sends. Fetch stops at v11, the last before tagged
+/// fields: the edge uses none of v12's, and brokers differ in which they send at which version
+/// (tansu 0.6 sends one at v12 that the protocol defines from v16, which a strict decoder refuses).
 pub const METADATA_VERSIONS: RangeInclusive<i16> = 1..=12;
 pub const LIST_OFFSETS_VERSIONS: RangeInclusive<i16> = 1..=7;
-pub const FETCH_VERSIONS: RangeInclusive<i16> = 4..=12;
+pub const FETCH_VERSIONS: RangeInclusive<i16> = 4..=11;
 const FIND_COORDINATOR_VERSIONS: RangeInclusive<i16> = 0..=3;
 
 /// Kafka error codes the edge reacts to.
