@@ -1210,3 +1210,86 @@ fn data_directories_are_not_shared_or_mistaken() {
     check_exactly("the broker's records", &reader.finish(), 1, 0..10);
     upstream.stop();
 }
+
+/// Where another Kafka-compatible broker can be started here (tansu: `SHOAL_TEST_TANSU=<path to
+/// the tansu binary>`, or `tansu` on the PATH; built with its memory storage, `--features
+/// dynostore`), an edge in front of it serves exactly its records and forwards group commits to
+/// it. Skipped, and said so, where there is none.
+#[test]
+fn an_edge_in_front_of_another_kafka_broker_serves_its_records() {
+    let tansu = std::env::var("SHOAL_TEST_TANSU").ok().or_else(|| {
+        std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join("tansu"))
+                .find(|p| p.is_file())
+                .map(|p| p.display().to_string())
+        })
+    });
+    let Some(tansu) = tansu else {
+        eprintln!("SKIPPED: no tansu binary (set SHOAL_TEST_TANSU to run against another broker)");
+        return;
+    };
+    const TOPIC: &str = "other";
+    let port = free_port_run(1);
+    let url = format!("tcp://127.0.0.1:{port}");
+    let mut broker = Command::new(&tansu)
+        .args([
+            "broker",
+            "--listener-url",
+            &url,
+            "--advertised-listener-url",
+            &url,
+        ])
+        .args(["--storage-engine", "memory://tansu/"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("tansu starts");
+    let upstream = format!("127.0.0.1:{port}");
+    wait_until("tansu to listen", Duration::from_secs(20), || {
+        std::net::TcpStream::connect(&upstream).is_ok()
+    });
+    create_topics(&upstream, &[(TOPIC, 2)]);
+    produce(&upstream, TOPIC, 2, 0..400);
+    let dir = tempfile::tempdir().unwrap();
+    let edge = start_edge(dir.path(), &upstream);
+    wait_for_topic(&edge, TOPIC, 2);
+    let reader = Reader::start("other", &edge.bootstrap(), TOPIC, 2, Offset::Beginning);
+    wait_for_readers(
+        "the other broker's records through the edge",
+        std::slice::from_ref(&reader),
+        400,
+        Duration::from_secs(30),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    check_exactly("through the edge", &reader.finish(), 2, 0..400);
+    // A commit through the edge is the other broker's.
+    let client = |bootstrap: &str| -> BaseConsumer {
+        ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("group.id", "other-group")
+            .create()
+            .expect("consumer")
+    };
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(TOPIC, 1, Offset::Offset(123))
+        .unwrap();
+    let through_edge = client(&edge.bootstrap());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while let Err(e) = through_edge.commit(&tpl, CommitMode::Sync) {
+        assert!(Instant::now() < deadline, "commit through the edge: {e}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut asked = TopicPartitionList::new();
+    asked.add_partition(TOPIC, 1);
+    let committed = client(&upstream)
+        .committed_offsets(asked, Duration::from_secs(10))
+        .expect("OffsetFetch answered by the other broker");
+    assert_eq!(
+        committed.find_partition(TOPIC, 1).unwrap().offset(),
+        Offset::Offset(123)
+    );
+    edge.stop();
+    let _ = broker.kill();
+    let _ = broker.wait();
+}
