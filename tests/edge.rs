@@ -1293,3 +1293,50 @@ fn an_edge_in_front_of_another_kafka_broker_serves_its_records() {
     let _ = broker.kill();
     let _ = broker.wait();
 }
+
+/// The upstream's partitions change leaders (the upstream restarts with fewer cores, so the
+/// partition core 1 led moves to core 0's port): the edge's fetchers follow, and consumers at the
+/// edge get every record exactly once.
+#[test]
+fn fetchers_follow_the_upstreams_leaders_when_they_move() {
+    const TOPIC: &str = "moving";
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let listen = format!("127.0.0.1:{}", free_port_run(2));
+    let upstream = Shoal::start_on(dirs[0].path(), 2, &listen, &[]);
+    create_topics(&listen, &[(TOPIC, 2)]);
+    produce(&listen, TOPIC, 2, 0..200);
+    let edge = start_edge(dirs[1].path(), &listen);
+    wait_for_topic(&edge, TOPIC, 2);
+    let readers: Vec<Reader> = (0..2)
+        .map(|c| {
+            Reader::start(
+                &format!("moving-{c}"),
+                &edge.bootstrap(),
+                TOPIC,
+                2,
+                Offset::Beginning,
+            )
+        })
+        .collect();
+    wait_for_readers(
+        "the first 200 records",
+        &readers,
+        200,
+        Duration::from_secs(30),
+    );
+    upstream.stop();
+    let upstream = Shoal::start_on(dirs[0].path(), 1, &listen, &[]);
+    produce(&listen, TOPIC, 2, 200..400);
+    wait_for_readers(
+        "the records produced after the leaders moved",
+        &readers,
+        400,
+        Duration::from_secs(60),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    for (c, r) in readers.into_iter().enumerate() {
+        check_exactly(&format!("consumer {c}"), &r.finish(), 2, 0..400);
+    }
+    edge.stop();
+    upstream.stop();
+}
