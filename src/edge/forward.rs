@@ -5,6 +5,7 @@
 
 use super::upstream::{Conn, UpstreamError};
 use super::{EdgeCore, REQUEST_TIMEOUT};
+use crate::wire::header::Request;
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use std::cell::RefCell;
@@ -39,20 +40,20 @@ impl Default for Forwarder {
 }
 
 impl Forwarder {
-    /// Sends a request body as it came to `addr` and returns the whole response frame (its
-    /// correlation id first). Requests of one client connection go one at a time, in order.
-    /// `limit`: how long the answer may take (`None`: the usual for `key`).
-    #[allow(clippy::too_many_arguments)]
+    /// Sends a client's request as it came (its API key, version, client id and body) to `addr`
+    /// and returns the whole response frame (its correlation id first). Requests of one client
+    /// connection go one at a time, in order. `limit`: how long the answer may take (`None`: the
+    /// usual for the API).
     pub async fn forward(
         &self,
         edge: &EdgeCore,
         addr: &str,
-        key: ApiKey,
-        version: i16,
-        client_id: Option<&str>,
-        body: &[u8],
+        req: &Request,
         limit: Option<Duration>,
     ) -> Result<Bytes, UpstreamError> {
+        let key = ApiKey::try_from(req.api_key)
+            .map_err(|_| format!("cannot forward API key {}", req.api_key))?;
+        let (version, client_id) = (req.api_version, req.header.client_id.as_deref());
         let Ok(_turn) = self.turn.acquire_permit(1).await else {
             return Err("closing".into());
         };
@@ -68,7 +69,9 @@ impl Forwarder {
             ApiKey::JoinGroup | ApiKey::SyncGroup => LONGEST_SYNC,
             _ => REQUEST_TIMEOUT,
         });
-        let response = conn.forward(key, version, client_id, body, limit).await?;
+        let response = conn
+            .forward(key, version, client_id, &req.body, limit)
+            .await?;
         self.conns.borrow_mut().insert(addr.to_string(), conn);
         Ok(response)
     }

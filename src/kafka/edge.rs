@@ -100,7 +100,6 @@ async fn forward_group(
         return None;
     }
     let group = groups.first()?;
-    let client_id = req.header.client_id.as_deref();
     let limit = match key {
         ApiKey::JoinGroup => decode::<JoinGroupRequest>(req)
             .ok()
@@ -117,18 +116,7 @@ async fn forward_group(
                 break;
             }
         };
-        let sent = who
-            .forwarder
-            .forward(
-                edge,
-                &addr,
-                key,
-                req.api_version,
-                client_id,
-                &req.body,
-                limit,
-            )
-            .await;
+        let sent = who.forwarder.forward(edge, &addr, req, limit).await;
         match sent {
             Ok(frame) => {
                 if !stale
@@ -228,20 +216,8 @@ async fn list_groups(edge: &Rc<EdgeCore>, req: &Request, who: &Session) -> Reply
     if brokers.is_empty() {
         merged.error_code = 15;
     }
-    let client_id = req.header.client_id.as_deref();
     for addr in brokers {
-        let sent = who
-            .forwarder
-            .forward(
-                edge,
-                &addr,
-                key,
-                req.api_version,
-                client_id,
-                &req.body,
-                None,
-            )
-            .await;
+        let sent = who.forwarder.forward(edge, &addr, req, None).await;
         match sent.map(|f| decode_frame::<ListGroupsResponse>(key, req.api_version, &f)) {
             Ok(Some(r)) => {
                 if r.error_code != 0 && merged.error_code == 0 {
