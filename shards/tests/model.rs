@@ -232,6 +232,8 @@ fn log_agrees_with_a_model_under_random_operations() {
         Err(_) => (1..=6).collect(),
     };
     for seed in seeds {
+        // Printed with the output of a failure (a timeout's message cannot name the seed).
+        println!("model: seed {seed}");
         run(move || async move {
             let start = Instant::now();
             run_seed(seed, 1500).await;
