@@ -339,19 +339,6 @@ impl EdgeCore {
         versions: RangeInclusive<i16>,
         build: impl FnOnce(i16) -> Req,
     ) -> Result<Resp, UpstreamError> {
-        self.call_versioned(addr, key, versions, build)
-            .await
-            .map(|(r, _)| r)
-    }
-
-    /// [`Self::call`], also returning the version used.
-    pub async fn call_versioned<Req: Encodable, Resp: Decodable>(
-        &self,
-        addr: &str,
-        key: ApiKey,
-        versions: RangeInclusive<i16>,
-        build: impl FnOnce(i16) -> Req,
-    ) -> Result<(Resp, i16), UpstreamError> {
         let pooled = self
             .pool
             .borrow_mut()
@@ -375,7 +362,7 @@ impl EdgeCore {
         let request = build(version);
         let response = conn.call(key, version, &request, REQUEST_TIMEOUT).await?;
         *pooled.conn.borrow_mut() = Some(conn);
-        Ok((response, version))
+        Ok(response)
     }
 
     /// The upstream's log start and high watermark of a partition, from its leader.
@@ -748,13 +735,4 @@ pub fn fetched_partition(
         ));
     }
     Ok(p)
-}
-
-/// `within` for callers outside this module.
-pub async fn with_timeout<T>(
-    limit: Duration,
-    what: &str,
-    fut: impl std::future::Future<Output = Result<T, UpstreamError>>,
-) -> Result<T, UpstreamError> {
-    within(limit, what, fut).await
 }
