@@ -100,7 +100,31 @@ pub struct PartitionSnapshot {
     /// The first offset compaction has not reached yet (compacted topics).
     pub first_dirty_offset: i64,
     /// Edge mode: the partition's upstream position, once a consumer has asked for it.
-    pub upstream: Option<crate::edge::FeedStatus>,
+    pub upstream: Option<FeedStatus>,
+}
+
+/// What the admin endpoint shows of edge mode (`crate::edge`) on one core.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct EdgeStats {
+    pub upstream: String,
+    pub fetch_streams: u64,
+    pub upstream_fetches: u64,
+    pub upstream_bytes: u64,
+    pub read_through: u64,
+    pub read_through_bytes: u64,
+    pub upstream_errors: u64,
+}
+
+/// One partition's upstream position, for `/v1/status`.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct FeedStatus {
+    pub fetching: bool,
+    /// The next offset the fetcher asks for (the local high watermark).
+    pub position: i64,
+    /// The upstream's log start and high watermark as last seen (-1: not known).
+    pub upstream_log_start_offset: i64,
+    pub upstream_high_watermark: i64,
+    pub last_error: Option<String>,
 }
 
 /// Everything one core reports, as plain data that can cross to core 0.
@@ -141,7 +165,7 @@ pub struct CoreSnapshot {
     pub storage: shards::StorageHealth,
     pub partitions: Vec<PartitionSnapshot>,
     /// Edge mode: the upstream fetchers' counters.
-    pub edge: Option<crate::edge::EdgeStats>,
+    pub edge: Option<EdgeStats>,
 }
 
 fn api_name(key: i16) -> String {

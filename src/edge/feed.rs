@@ -11,8 +11,9 @@
 //! upstream's log start when the upstream has dropped everything the log holds.
 
 use super::upstream::Conn;
-use super::{bump, UpstreamError, OFFSET_OUT_OF_RANGE};
-use super::{fetch_request, fetched_partition, EdgeCore, FeedStatus, Standing, FETCH_VERSIONS};
+use super::{fetch_request, fetched_partition, EdgeCore, Standing, FETCH_VERSIONS};
+use super::{UpstreamError, OFFSET_OUT_OF_RANGE};
+use crate::metrics::{add, FeedStatus};
 use kafka_protocol::messages::{ApiKey, FetchResponse};
 use shards::{Log, Records};
 use std::cell::{Cell, RefCell};
@@ -249,7 +250,7 @@ impl Feed {
             )
             .await?;
         let p = fetched_partition(response, &c.addr, &self.topic, self.partition)?;
-        bump(&edge.metrics.upstream_fetches, 1);
+        add(&edge.metrics.upstream_fetches, 1);
         match p.error_code {
             0 => {}
             OFFSET_OUT_OF_RANGE => {
@@ -314,7 +315,7 @@ impl Feed {
             let first = records.parts[0].len() - keep.iter().map(|b| b.len()).sum::<usize>();
             records.parts[0].slice(first..)
         };
-        bump(&edge.metrics.upstream_bytes, blob.len() as u64);
+        add(&edge.metrics.upstream_bytes, blob.len() as u64);
         match self.log.append_mirrored(blob).await {
             Ok(_) => Ok(()),
             Err(shards::Error::InvalidBatch(why)) => {

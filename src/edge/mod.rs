@@ -18,6 +18,7 @@ pub mod feed;
 pub mod forward;
 pub mod upstream;
 
+use crate::metrics::{add, EdgeStats, FeedStatus};
 use feed::Feed;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
@@ -124,30 +125,6 @@ pub struct EdgeMetrics {
     pub upstream_errors: Cell<u64>,
 }
 
-/// What the admin endpoint shows of the edge on one core.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct EdgeStats {
-    pub upstream: String,
-    pub fetch_streams: u64,
-    pub upstream_fetches: u64,
-    pub upstream_bytes: u64,
-    pub read_through: u64,
-    pub read_through_bytes: u64,
-    pub upstream_errors: u64,
-}
-
-/// One partition's upstream position, for `/v1/status`.
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
-pub struct FeedStatus {
-    pub fetching: bool,
-    /// The next offset the fetcher asks for (the local high watermark).
-    pub position: i64,
-    /// The upstream's log start and high watermark as last seen (-1: not known).
-    pub upstream_log_start_offset: i64,
-    pub upstream_high_watermark: i64,
-    pub last_error: Option<String>,
-}
-
 /// Where a consumer's offset stands against what the edge holds of a partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Standing {
@@ -205,7 +182,7 @@ impl EdgeCore {
     /// Counts a failed upstream request and logs it, at most once a second per core (an
     /// unreachable upstream fails every fetcher's every retry).
     pub(crate) fn error(&self, what: &str, why: &str) {
-        bump(&self.metrics.upstream_errors, 1);
+        add(&self.metrics.upstream_errors, 1);
         let now = Instant::now();
         let last = self.error_logged.get();
         if last.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
@@ -456,7 +433,7 @@ impl EdgeCore {
                 .call(&leader, ApiKey::Fetch, FETCH_VERSIONS, build)
                 .await?;
             let p = fetched_partition(response, &leader, topic, partition)?;
-            bump(&self.metrics.read_through, 1);
+            add(&self.metrics.read_through, 1);
             if p.error_code == OFFSET_OUT_OF_RANGE {
                 return Ok(Err((p.log_start_offset, p.high_watermark)));
             }
@@ -467,7 +444,7 @@ impl EdgeCore {
                 ));
             }
             let records = Records::whole_batches(p.records.unwrap_or_default());
-            bump(&self.metrics.read_through_bytes, records.len as u64);
+            add(&self.metrics.read_through_bytes, records.len as u64);
             Ok(Ok(LogRead {
                 records,
                 high_watermark: p.high_watermark,
@@ -633,11 +610,6 @@ impl EdgeCore {
             upstream_errors: m.upstream_errors.get(),
         }
     }
-}
-
-/// Adds to a counter.
-pub(crate) fn bump(counter: &Cell<u64>, n: u64) {
-    counter.set(counter.get() + n);
 }
 
 /// A topic id for an upstream that reports none (before Metadata v10): stable per name.
