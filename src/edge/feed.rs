@@ -29,13 +29,13 @@ pub struct Feed {
     partition: i32,
     log: Log,
     running: Cell<bool>,
-    wanted_at: Cell<Instant>,
     /// The upstream's (log start, high watermark) as last seen, while the fetcher runs.
     upstream: Cell<Option<(i64, i64)>>,
     last_error: RefCell<Option<String>>,
     /// The upstream's batches could not be kept: consumers read through.
     broken: Cell<bool>,
-    /// Consumers want the partition until then (the deadline of the longest parked long poll).
+    /// Consumers want the partition until then: the last fetch, or the deadline of the longest
+    /// long poll parked on it.
     wanted_until: Cell<Instant>,
 }
 
@@ -46,7 +46,6 @@ impl Feed {
             partition,
             log,
             running: Cell::new(false),
-            wanted_at: Cell::new(Instant::now()),
             upstream: Cell::new(None),
             last_error: RefCell::new(None),
             broken: Cell::new(false),
@@ -56,7 +55,7 @@ impl Feed {
 
     /// A consumer asks for the partition now, and may wait for it until `until`.
     pub fn touch(&self, until: Instant) {
-        self.wanted_at.set(Instant::now());
+        let until = until.max(Instant::now());
         if until > self.wanted_until.get() {
             self.wanted_until.set(until);
         }
@@ -131,8 +130,7 @@ impl Feed {
 
     /// No consumer asked for the partition for `--edge-idle-ms`, and none is waiting for it.
     fn idle(&self, edge: &EdgeCore) -> bool {
-        let last = self.wanted_at.get().max(self.wanted_until.get());
-        Instant::now().saturating_duration_since(last) > edge.config.idle
+        Instant::now().saturating_duration_since(self.wanted_until.get()) > edge.config.idle
     }
 
     fn failed(&self, edge: &EdgeCore, why: UpstreamError) {
@@ -296,25 +294,19 @@ impl Feed {
                 .map_err(|e| format!("restarting the local log at {next}: {e}"))?;
             offset = next;
         }
-        let keep: Vec<bytes::Bytes> = records
+        // The batches from `offset` on: the rest of the response's one buffer, not a copy.
+        let skip: usize = records
             .batches()
-            .filter(|(h, _)| h.base_offset >= offset)
-            .map(|(_, b)| b)
-            .collect();
-        let bytes: usize = keep.iter().map(|b| b.len()).sum();
-        if bytes == 0 {
+            .take_while(|(h, _)| h.base_offset < offset)
+            .map(|(_, b)| b.len())
+            .sum();
+        if skip == records.len {
             return Err(format!(
                 "{}-{}: the upstream answered a fetch at {offset} with batches before it only",
                 self.topic, self.partition
             ));
         }
-        let blob = if keep.len() == 1 {
-            keep.into_iter().next().unwrap()
-        } else {
-            // Contiguous slices of the one response: the first through the last.
-            let first = records.parts[0].len() - keep.iter().map(|b| b.len()).sum::<usize>();
-            records.parts[0].slice(first..)
-        };
+        let blob = records.parts[0].slice(skip..records.len);
         add(&edge.metrics.upstream_bytes, blob.len() as u64);
         match self.log.append_mirrored(blob).await {
             Ok(_) => Ok(()),
