@@ -210,11 +210,7 @@ impl Log {
         let inner = &self.inner;
         {
             // Retention holds the permit while it deletes: start between two of its runs.
-            let _permit = inner
-                .append_permit
-                .acquire_permit(1)
-                .await
-                .map_err(|_| Error::Closed)?;
+            let _permit = inner.permit().await?;
             let mut state = inner.compaction.borrow_mut();
             if state.running {
                 return Ok(CompactionStats::default());

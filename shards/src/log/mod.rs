@@ -341,11 +341,7 @@ impl Log {
     /// readers holding the old segments finish with them.
     pub async fn restart_at(&self, offset: i64) -> Result<()> {
         let inner = &self.inner;
-        let _permit = inner
-            .append_permit
-            .acquire_permit(1)
-            .await
-            .map_err(|_| Error::Closed)?;
+        let _permit = inner.permit().await?;
         inner.check_writable()?;
         let hw = inner.high_watermark.value();
         if offset < hw {
@@ -545,11 +541,7 @@ impl Log {
     /// Deletes whole old segments beyond the retention limits (never the active one) and returns how many.
     pub async fn enforce_retention(&self) -> Result<usize> {
         let inner = &self.inner;
-        let _permit = inner
-            .append_permit
-            .acquire_permit(1)
-            .await
-            .map_err(|_| Error::Closed)?;
+        let _permit = inner.permit().await?;
         if inner.closed.get() {
             return Err(Error::Closed);
         }
@@ -603,11 +595,7 @@ impl Log {
     /// `Closed`; durable appends already written are synced first.
     pub async fn close(self) -> Result<()> {
         let inner = self.inner;
-        let permit = inner
-            .append_permit
-            .acquire_permit(1)
-            .await
-            .map_err(|_| Error::Closed)?;
+        let permit = inner.permit().await?;
         inner.closed.set(true);
         drop(permit);
         inner.append_permit.close();

@@ -278,6 +278,15 @@ impl Inner {
         Ok(())
     }
 
+    /// The append permit: held by whoever changes the segment list or writes (`Closed` once the
+    /// log is closed).
+    pub(super) async fn permit(&self) -> Result<glommio::sync::Permit<'_>> {
+        self.append_permit
+            .acquire_permit(1)
+            .await
+            .map_err(|_| Error::Closed)
+    }
+
     /// Creates an empty segment at `base` with the log's settings (a failure is a storage error of
     /// the log's).
     pub(super) async fn create_segment(&self, base: i64) -> Result<Segment> {
