@@ -371,6 +371,11 @@ pub struct ServeArgs {
     /// its certificate's subject (`User:CN=...`), unless it also authenticates with SASL.
     #[arg(long, requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Kernel TLS: `auto` hands each TLS connection's keys to the kernel after the handshake
+    /// where it offers kTLS (the `tls` module), so shared record buffers are sent without a copy
+    /// into TLS records; `off`, or a kernel without it: rustls encrypts in user space.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "off"])]
+    pub tls_kernel: String,
     /// A failed authentication is answered after this long, then the connection is closed.
     #[arg(long, default_value_t = 100)]
     pub failed_authentication_delay_ms: u64,
@@ -480,6 +485,7 @@ impl ServeArgs {
                             cert,
                             key,
                             client_ca: self.tls_client_ca,
+                            kernel: self.tls_kernel == "auto",
                         }
                     }),
                     failed_delay: Duration::from_millis(self.failed_authentication_delay_ms),

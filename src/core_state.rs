@@ -101,6 +101,9 @@ pub struct Core {
     /// The listener's TLS, if it has any (the server checked the files at start; if they cannot
     /// be read now, connections are refused, never served in plaintext).
     pub tls: Option<Result<std::sync::Arc<futures_rustls::rustls::ServerConfig>, String>>,
+    /// TLS connections hand their keys to the kernel after the handshake (`--tls-kernel auto` on
+    /// a kernel that offers it).
+    pub kernel_tls: bool,
     /// Edge mode: the upstream cluster as this core sees it, and its partitions' fetchers.
     pub edge: Option<Rc<crate::edge::EdgeCore>>,
 }
@@ -133,6 +136,8 @@ impl Core {
                 .tls
                 .as_ref()
                 .map(crate::auth::tls::server_config),
+            kernel_tls: config.auth.tls.as_ref().is_some_and(|t| t.kernel)
+                && crate::auth::ktls::available(),
             config,
             ports,
             listeners,
@@ -344,6 +349,8 @@ impl Core {
             authentications: m.authentications.get(),
             authentication_failures: m.authentication_failures.get(),
             tls_handshake_failures: m.tls_handshake_failures.get(),
+            tls_kernel_connections: m.tls_kernel_connections.get(),
+            tls_user_space_connections: m.tls_user_space_connections.get(),
             tail_cache_used: cache.used_bytes as u64,
             tail_cache_capacity: cache.capacity_bytes as u64,
             tail_cache_hits: cache.hits,

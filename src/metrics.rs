@@ -25,6 +25,9 @@ pub struct CoreMetrics {
     pub authentication_failures: Cell<u64>,
     /// TLS handshakes that failed (untrusted or expired certificates, plaintext clients, timeouts).
     pub tls_handshake_failures: Cell<u64>,
+    /// TLS connections whose records the kernel encrypts (kTLS), and those rustls encrypts.
+    pub tls_kernel_connections: Cell<u64>,
+    pub tls_user_space_connections: Cell<u64>,
     /// Record bytes fetches read from the log (coalesced reads count once).
     pub fetch_log_read_bytes: Cell<u64>,
     /// Record bytes put in fetch responses.
@@ -49,6 +52,8 @@ impl Default for CoreMetrics {
             authentications: Cell::new(0),
             authentication_failures: Cell::new(0),
             tls_handshake_failures: Cell::new(0),
+            tls_kernel_connections: Cell::new(0),
+            tls_user_space_connections: Cell::new(0),
             fetch_log_read_bytes: Cell::new(0),
             fetch_response_bytes: Cell::new(0),
             fetch_paced: Cell::new(0),
@@ -143,6 +148,8 @@ pub struct CoreSnapshot {
     pub authentications: u64,
     pub authentication_failures: u64,
     pub tls_handshake_failures: u64,
+    pub tls_kernel_connections: u64,
+    pub tls_user_space_connections: u64,
     pub tail_cache_used: u64,
     pub tail_cache_capacity: u64,
     pub tail_cache_hits: u64,
@@ -300,6 +307,18 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
         "counter",
         "TLS handshakes on the Kafka listener that failed (untrusted or expired client certificates, plaintext clients, timeouts).",
         &mut per_core(|c| c.tls_handshake_failures),
+    );
+    family(
+        "shoal_tls_kernel_connections_total",
+        "counter",
+        "TLS connections whose records the kernel encrypts and decrypts after the handshake (kTLS).",
+        &mut per_core(|c| c.tls_kernel_connections),
+    );
+    family(
+        "shoal_tls_user_space_connections_total",
+        "counter",
+        "TLS connections encrypted in user space by rustls (--tls-kernel off, or a kernel without kernel TLS).",
+        &mut per_core(|c| c.tls_user_space_connections),
     );
     family(
         "shoal_partitions",

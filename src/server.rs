@@ -102,18 +102,21 @@ impl Server {
         if let Some(tls) = &broker.auth.tls {
             crate::auth::tls::server_config(tls)
                 .map_err(|e| std::io::Error::other(format!("TLS: {e}")))?;
+            let kernel = if !tls.kernel {
+                "encrypted in user space (--tls-kernel off)"
+            } else if crate::auth::ktls::available() {
+                "encrypted by the kernel (kTLS) after each handshake"
+            } else {
+                "encrypted in user space (this kernel does not offer kernel TLS: no `tls` in \
+                 /proc/sys/net/ipv4/tcp_available_ulp)"
+            };
             log::info!(
-                "TLS on the Kafka listener{}; encrypted in user space (this kernel {} kernel TLS)",
+                "TLS on the Kafka listener{}; {kernel}",
                 if tls.client_ca.is_some() {
                     ", client certificates required"
                 } else {
                     ""
                 },
-                if crate::auth::tls::kernel_tls_available() {
-                    "offers"
-                } else {
-                    "does not offer"
-                }
             );
         }
         let wanted = if config.listeners.is_empty() {
@@ -148,6 +151,7 @@ impl Server {
             (true, Some(t)) => {
                 let plain = crate::auth::tls::TlsConfig {
                     client_ca: None,
+                    kernel: false,
                     ..t.clone()
                 };
                 Some(

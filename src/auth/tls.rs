@@ -1,6 +1,6 @@
 //! TLS for the Kafka listener (rustls, encryption in user space): the server's certificate and
 //! key, optional client-certificate verification (mTLS), the principal a client certificate
-//! names, and whether the kernel could encrypt instead (kTLS).
+//! names.
 
 use futures_rustls::rustls::pki_types::pem::PemObject;
 use futures_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -18,6 +18,9 @@ pub struct TlsConfig {
     pub key: PathBuf,
     /// PEM: the CAs whose client certificates are accepted; set, every client must present one.
     pub client_ca: Option<PathBuf>,
+    /// Hand each connection's keys to the kernel after the handshake where it offers kernel TLS
+    /// (`--tls-kernel auto`); else rustls encrypts in user space.
+    pub kernel: bool,
 }
 
 /// The certificates of a PEM file (at least one), or why not (a message naming the file).
@@ -55,9 +58,11 @@ pub fn server_config(c: &TlsConfig) -> Result<Arc<ServerConfig>, String> {
         }
         None => builder.with_no_client_auth(),
     };
-    let config = builder
+    let mut config = builder
         .with_single_cert(chain, key)
         .map_err(|e| format!("{} and {}: {e}", c.cert.display(), c.key.display()))?;
+    // The keys leave rustls only for the kernel (`ktls::offload`).
+    config.enable_secret_extraction = c.kernel;
     Ok(Arc::new(config))
 }
 
@@ -103,14 +108,6 @@ fn escape_rdn_value(v: &str) -> String {
         out.push(c);
     }
     out
-}
-
-/// Whether this kernel offers the `tls` upper-layer protocol (kTLS), with which the kernel could
-/// encrypt shared buffers as it sends them. shoal encrypts in user space either way for now, and
-/// says at start-up which one the kernel would allow.
-pub fn kernel_tls_available() -> bool {
-    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_ulp")
-        .is_ok_and(|s| s.split_whitespace().any(|u| u == "tls"))
 }
 
 #[cfg(test)]

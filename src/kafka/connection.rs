@@ -6,7 +6,7 @@
 
 use super::authenticate::authenticate;
 use super::session::Session;
-use crate::auth::Principal;
+use crate::auth::{ktls, Principal};
 use crate::core_state::Core;
 use crate::kafka::handlers::{self, Reply};
 use crate::metrics::add;
@@ -147,7 +147,7 @@ pub async fn serve(core: Rc<Core>, stream: TcpStream, listener: usize) {
             );
             return;
         }
-        Some(Ok(tls)) => match tls_handshake(tls, stream).await {
+        Some(Ok(tls)) => match tls_handshake(&core, tls, stream).await {
             Ok(accepted) => accepted,
             Err(e) => {
                 log::warn!("TLS handshake with {peer} failed: {e}");
@@ -214,27 +214,45 @@ pub async fn serve(core: Rc<Core>, stream: TcpStream, listener: usize) {
 const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The TLS handshake of a new connection, and the principal its client certificate names (mTLS)
-/// as Kafka writes it (`CN=alice,O=acme`, without the `User:` prefix).
+/// as Kafka writes it (`CN=alice,O=acme`, without the `User:` prefix). Where the core hands keys
+/// to the kernel and the socket takes the `tls` module, the kernel encrypts from then on;
+/// otherwise rustls does, in user space.
 async fn tls_handshake(
+    core: &Core,
     tls: &std::sync::Arc<futures_rustls::rustls::ServerConfig>,
-    stream: TcpStream,
+    mut stream: TcpStream,
 ) -> io::Result<(SharedStream, Option<String>)> {
-    let acceptor = futures_rustls::TlsAcceptor::from(tls.clone());
-    let accepted = futures_lite::future::or(acceptor.accept(stream), async {
+    /// Ends a handshake that takes too long.
+    async fn timeout<T>() -> io::Result<T> {
         glommio::timer::sleep(TLS_HANDSHAKE_TIMEOUT).await;
         Err(io::Error::new(
             io::ErrorKind::TimedOut,
             "handshake timed out",
         ))
-    })
-    .await?;
-    let principal = accepted
-        .get_ref()
-        .1
-        .peer_certificates()
-        .and_then(|chain| chain.first())
-        .and_then(crate::auth::tls::certificate_principal);
+    }
+    if core.kernel_tls && ktls::attach(stream.as_raw_fd()).is_ok() {
+        let mut conn = futures_rustls::rustls::ServerConnection::new(tls.clone())
+            .map_err(io::Error::other)?;
+        futures_lite::future::or(ktls::handshake(&mut stream, &mut conn), timeout()).await?;
+        let principal = certificate_principal(conn.peer_certificates());
+        let budget = ktls::offload(stream.as_raw_fd(), conn)?;
+        add(&core.metrics.tls_kernel_connections, 1);
+        return Ok((SharedStream::kernel_tls(stream, budget), principal));
+    }
+    let acceptor = futures_rustls::TlsAcceptor::from(tls.clone());
+    let accepted = futures_lite::future::or(acceptor.accept(stream), timeout()).await?;
+    let principal = certificate_principal(accepted.get_ref().1.peer_certificates());
+    add(&core.metrics.tls_user_space_connections, 1);
     Ok((SharedStream::tls(accepted), principal))
+}
+
+/// The principal a verified client certificate chain's leaf names.
+fn certificate_principal(
+    chain: Option<&[futures_rustls::rustls::pki_types::CertificateDer<'_>]>,
+) -> Option<String> {
+    chain
+        .and_then(|chain| chain.first())
+        .and_then(crate::auth::tls::certificate_principal)
 }
 
 /// The next request on the connection, counted in the metrics; `None` once the connection is to
@@ -351,7 +369,7 @@ async fn serve_requests(
 /// for the socket, for whatever it did not take at once.
 async fn write_chunks(out: &mut SharedStream, chunks: &[Bytes]) -> io::Result<()> {
     let mut sent = 0;
-    if out.is_tls() {
+    if out.encrypts_in_user_space() {
         // Encrypted in user space: each chunk is copied into TLS records.
         for c in chunks {
             out.write_all(c).await?;
@@ -359,9 +377,13 @@ async fn write_chunks(out: &mut SharedStream, chunks: &[Bytes]) -> io::Result<()
         return out.flush().await;
     }
     if chunks.len() > 1 {
+        out.may_send()?;
         let fd = out.as_raw_fd();
         match send_vectored(fd, chunks) {
-            Ok(n) => sent = n,
+            Ok(n) => {
+                sent = n;
+                out.sent(n);
+            }
             Err(e)
                 if matches!(
                     e.kind(),

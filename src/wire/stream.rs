@@ -1,5 +1,6 @@
 //! A TCP stream, plain or TLS, shared by a reader task and a writer task on one core.
 
+use crate::auth::ktls::{self, RecordBudget};
 use futures_lite::{AsyncRead, AsyncWrite};
 use glommio::net::TcpStream;
 use std::cell::RefCell;
@@ -9,10 +10,14 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
 
-/// The connection underneath: plain TCP, or TLS over it (encrypted in user space by rustls).
+/// The connection underneath: plain TCP, TLS encrypted by the kernel, or TLS encrypted in user
+/// space by rustls.
 #[derive(Debug)]
 enum Inner {
     Plain(TcpStream),
+    /// TLS whose records the kernel encrypts and decrypts (kTLS): plaintext on this side of the
+    /// socket, with the records its keys may still send.
+    Kernel(TcpStream, RecordBudget),
     Tls(Box<futures_rustls::server::TlsStream<TcpStream>>),
     /// The load generator's side of a TLS connection.
     TlsClient(Box<futures_rustls::client::TlsStream<TcpStream>>),
@@ -34,22 +39,43 @@ impl SharedStream {
         SharedStream(Rc::new(RefCell::new(Inner::Tls(Box::new(stream)))))
     }
 
+    /// A connection whose TLS keys the kernel holds (`auth::ktls::offload`).
+    pub fn kernel_tls(stream: TcpStream, budget: RecordBudget) -> SharedStream {
+        SharedStream(Rc::new(RefCell::new(Inner::Kernel(stream, budget))))
+    }
+
     /// A client connection whose TLS handshake is done (the load generator's).
     pub fn tls_client(stream: futures_rustls::client::TlsStream<TcpStream>) -> SharedStream {
         SharedStream(Rc::new(RefCell::new(Inner::TlsClient(Box::new(stream)))))
     }
 
-    /// Whether bytes written go through TLS: then nothing may be written to the socket directly
-    /// (`as_raw_fd` is for shutting it down only).
-    pub fn is_tls(&self) -> bool {
-        !matches!(&*self.0.borrow(), Inner::Plain(_))
+    /// Whether bytes written are encrypted in user space (rustls): then nothing may be written to
+    /// the socket directly (`as_raw_fd` is for shutting it down only). Plain TCP and kernel TLS
+    /// take writes of shared buffers on the descriptor, followed by [`SharedStream::sent`].
+    pub fn encrypts_in_user_space(&self) -> bool {
+        matches!(&*self.0.borrow(), Inner::Tls(_) | Inner::TlsClient(_))
+    }
+
+    /// Whether more may be written: an error once kernel TLS's keys may encrypt no more.
+    pub fn may_send(&self) -> io::Result<()> {
+        match &*self.0.borrow() {
+            Inner::Kernel(_, budget) => budget.check(),
+            _ => Ok(()),
+        }
+    }
+
+    /// Counts `n` bytes written to the descriptor directly.
+    pub fn sent(&self, n: usize) {
+        if let Inner::Kernel(_, budget) = &mut *self.0.borrow_mut() {
+            budget.spend(n);
+        }
     }
 }
 
 impl AsRawFd for SharedStream {
     fn as_raw_fd(&self) -> RawFd {
         match &*self.0.borrow() {
-            Inner::Plain(s) => s.as_raw_fd(),
+            Inner::Plain(s) | Inner::Kernel(s, _) => s.as_raw_fd(),
             Inner::Tls(s) => s.get_ref().0.as_raw_fd(),
             Inner::TlsClient(s) => s.get_ref().0.as_raw_fd(),
         }
@@ -64,6 +90,12 @@ impl AsyncRead for SharedStream {
     ) -> Poll<io::Result<usize>> {
         match &mut *self.0.borrow_mut() {
             Inner::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            // The kernel fails a plain read at a TLS control record (the client's close_notify or
+            // another alert, a key update): the connection ends there.
+            Inner::Kernel(s, _) => match Pin::new(s).poll_read(cx, buf) {
+                Poll::Ready(Err(e)) if e.raw_os_error() == Some(libc::EIO) => Poll::Ready(Ok(0)),
+                other => other,
+            },
             // Most clients close without TLS's close_notify: that is an end of stream like any
             // other (Kafka's framing, not TLS, tells a whole request from a cut one).
             Inner::Tls(s) => match Pin::new(&mut **s).poll_read(cx, buf) {
@@ -85,13 +117,21 @@ impl AsyncWrite for SharedStream {
     ) -> Poll<io::Result<usize>> {
         match &mut *self.0.borrow_mut() {
             Inner::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Inner::Kernel(s, budget) => {
+                budget.check()?;
+                let written = Pin::new(s).poll_write(cx, buf);
+                if let Poll::Ready(Ok(n)) = written {
+                    budget.spend(n);
+                }
+                written
+            }
             Inner::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
             Inner::TlsClient(s) => Pin::new(&mut **s).poll_write(cx, buf),
         }
     }
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match &mut *self.0.borrow_mut() {
-            Inner::Plain(s) => Pin::new(s).poll_flush(cx),
+            Inner::Plain(s) | Inner::Kernel(s, _) => Pin::new(s).poll_flush(cx),
             Inner::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
             Inner::TlsClient(s) => Pin::new(&mut **s).poll_flush(cx),
         }
@@ -99,6 +139,10 @@ impl AsyncWrite for SharedStream {
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match &mut *self.0.borrow_mut() {
             Inner::Plain(s) => Pin::new(s).poll_close(cx),
+            Inner::Kernel(s, _) => {
+                ktls::close_notify(s.as_raw_fd());
+                Pin::new(s).poll_close(cx)
+            }
             Inner::Tls(s) => Pin::new(&mut **s).poll_close(cx),
             Inner::TlsClient(s) => Pin::new(&mut **s).poll_close(cx),
         }
