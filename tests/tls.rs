@@ -175,6 +175,15 @@ fn a_tls_listener_serves_python_clients_and_librdkafka_and_refuses_plaintext() {
         "a TLS alert at most: {answer:?}"
     );
     assert!(shoal.metric("shoal_tls_handshake_failures_total") >= 2);
+    // Who encrypted: the kernel where it offers kernel TLS (`--tls-kernel auto`, the default),
+    // rustls where it does not (the machines CI runs on).
+    let kernel = shoal.metric("shoal_tls_kernel_connections_total");
+    let user = shoal.metric("shoal_tls_user_space_connections_total");
+    if shoal::auth::ktls::available() {
+        assert!(kernel > 0 && user == 0, "kernel {kernel}, user space {user}");
+    } else {
+        assert!(kernel == 0 && user > 0, "kernel {kernel}, user space {user}");
+    }
     // Still serving.
     let out = client(
         "kafka-python",
@@ -274,12 +283,19 @@ fn sasl_scram_over_tls() {
         .output()
         .unwrap();
     assert!(added.status.success());
-    let shoal = start(&pki, data.path(), &["--sasl-mechanisms", "SCRAM-SHA-512"]);
+    // Encrypted in user space wherever it runs.
+    let shoal = start(
+        &pki,
+        data.path(),
+        &["--sasl-mechanisms", "SCRAM-SHA-512", "--tls-kernel", "off"],
+    );
     let ca = pki.ca_pem.to_str().unwrap();
     for which in ["kafka-python", "confluent-kafka"] {
         let good = serde_json::json!({ "ca": ca, "sasl": ["SCRAM-SHA-512", "carol", "pw"] });
         assert!(ok(&client(which, &shoal, "secured", good)), "{which}");
     }
+    assert_eq!(shoal.metric("shoal_tls_kernel_connections_total"), 0);
+    assert!(shoal.metric("shoal_tls_user_space_connections_total") > 0);
     let bad = serde_json::json!({ "ca": ca, "sasl": ["SCRAM-SHA-512", "carol", "nope"] });
     let out = client("confluent-kafka", &shoal, "secured", bad);
     assert!(out.contains(r#""ok": false"#), "{out}");
