@@ -180,9 +180,15 @@ fn a_tls_listener_serves_python_clients_and_librdkafka_and_refuses_plaintext() {
     let kernel = shoal.metric("shoal_tls_kernel_connections_total");
     let user = shoal.metric("shoal_tls_user_space_connections_total");
     if shoal::auth::ktls::available() {
-        assert!(kernel > 0 && user == 0, "kernel {kernel}, user space {user}");
+        assert!(
+            kernel > 0 && user == 0,
+            "kernel {kernel}, user space {user}"
+        );
     } else {
-        assert!(kernel == 0 && user > 0, "kernel {kernel}, user space {user}");
+        assert!(
+            kernel == 0 && user > 0,
+            "kernel {kernel}, user space {user}"
+        );
     }
     // Still serving.
     let out = client(

@@ -232,7 +232,10 @@ fn set(fd: RawFd, option: libc::c_int, info: &CryptoInfo) -> io::Result<()> {
     } else {
         let e = io::Error::last_os_error();
         let which = if option == TLS_TX { "TLS_TX" } else { "TLS_RX" };
-        Err(io::Error::new(e.kind(), format!("kernel TLS: {which}: {e}")))
+        Err(io::Error::new(
+            e.kind(),
+            format!("kernel TLS: {which}: {e}"),
+        ))
     }
 }
 
@@ -393,7 +396,11 @@ impl CryptoInfo {
                     rec_seq,
                 })
             }
-            _ => return Err(io::Error::other("kernel TLS: a cipher suite it has no form for")),
+            _ => {
+                return Err(io::Error::other(
+                    "kernel TLS: a cipher suite it has no form for",
+                ))
+            }
         })
     }
 

@@ -15,7 +15,10 @@ use std::io::{Read, Write};
 use std::sync::Arc;
 
 const PING: &[u8] = b"a request sent behind the client's Finished";
-const PONGS: [&[u8]; 2] = [b"the first response, sealed as the kernel would", b"and a second"];
+const PONGS: [&[u8]; 2] = [
+    b"the first response, sealed as the kernel would",
+    b"and a second",
+];
 
 /// A server and a client configuration that agree on `suite` only.
 fn configs(suite: SupportedCipherSuite) -> (Arc<ServerConfig>, Arc<ClientConfig>) {
@@ -109,9 +112,13 @@ impl KernelModel {
                     [&c.salt[..], &c.iv[..]].concat().try_into().unwrap(),
                     c.rec_seq,
                 ),
-                CryptoInfo::Chacha20Poly1305(c) => {
-                    (c.info.version, &aead::CHACHA20_POLY1305, &c.key, c.iv, c.rec_seq)
-                }
+                CryptoInfo::Chacha20Poly1305(c) => (
+                    c.info.version,
+                    &aead::CHACHA20_POLY1305,
+                    &c.key,
+                    c.iv,
+                    c.rec_seq,
+                ),
             };
         KernelModel {
             version,
@@ -190,7 +197,10 @@ impl KernelModel {
         let plaintext = if self.version == TLS_1_3_VERSION {
             let mut body = record[5..].to_vec();
             let aad = aead::Aad::from(record[..5].to_vec());
-            let inner = self.key.open_in_place(self.nonce(), aad, &mut body).unwrap();
+            let inner = self
+                .key
+                .open_in_place(self.nonce(), aad, &mut body)
+                .unwrap();
             let end = inner.iter().rposition(|&b| b != 0).unwrap();
             assert_eq!(inner[end], 23, "the inner content type");
             inner[..end].to_vec()
@@ -207,7 +217,10 @@ impl KernelModel {
                 self.nonce()
             };
             let aad = aead::Aad::from(self.aad12(body.len() - tag));
-            self.key.open_in_place(nonce, aad, &mut body).unwrap().to_vec()
+            self.key
+                .open_in_place(nonce, aad, &mut body)
+                .unwrap()
+                .to_vec()
         };
         self.seq += 1;
         plaintext

@@ -10,9 +10,9 @@
 //! - [`sasl`]  — one connection's SASL exchange (PLAIN or SCRAM), and the per-core limit on failed
 //!   attempts per source address.
 
+pub mod ktls;
 pub mod sasl;
 pub mod scram;
-pub mod ktls;
 pub mod tls;
 pub mod users;
 

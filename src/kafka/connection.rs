@@ -231,8 +231,8 @@ async fn tls_handshake(
         ))
     }
     if core.kernel_tls && ktls::attach(stream.as_raw_fd()).is_ok() {
-        let mut conn = futures_rustls::rustls::ServerConnection::new(tls.clone())
-            .map_err(io::Error::other)?;
+        let mut conn =
+            futures_rustls::rustls::ServerConnection::new(tls.clone()).map_err(io::Error::other)?;
         futures_lite::future::or(ktls::handshake(&mut stream, &mut conn), timeout()).await?;
         let principal = certificate_principal(conn.peer_certificates());
         let budget = ktls::offload(stream.as_raw_fd(), conn)?;
