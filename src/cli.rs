@@ -314,7 +314,7 @@ pub struct ServeArgs {
     /// Longest a long poll woken by new data waits before it reads while its core is saturated, so
     /// that each response carries more (fetch pacing); bounded by the fetch's own max wait and by
     /// about the time the core needs to answer every fetch it holds once. 0: off; at most 1000.
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(0..=1000))]
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=1000))]
     pub fetch_pacing_max_ms: u64,
     /// Busy share of a core's time (percent) above which fetch pacing grows its delay.
     #[arg(long, default_value_t = 85, value_parser = clap::value_parser!(u8).range(1..=100))]

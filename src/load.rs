@@ -33,7 +33,7 @@ pub struct PacingConfig {
 impl Default for PacingConfig {
     fn default() -> Self {
         Self {
-            max_delay: Duration::from_millis(50),
+            max_delay: Duration::from_millis(10),
             target_busy: 0.85,
         }
     }
