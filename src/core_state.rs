@@ -137,7 +137,7 @@ impl Core {
                 .as_ref()
                 .map(crate::auth::tls::server_config),
             kernel_tls: config.auth.tls.as_ref().is_some_and(|t| t.kernel)
-                && crate::auth::ktls::available(),
+                && crate::wire::ktls::available(),
             config,
             ports,
             listeners,

@@ -32,7 +32,7 @@
 //!   SCRAM-SHA-256/512), the users file.
 //! - [`load`]        — how busy a core is, and the fetch pacing derived from it.
 //! - [`wire`]        — the Kafka wire format shared with the load generator and the tests: frames,
-//!   headers, the FetchResponse codec, the shared TCP stream.
+//!   headers, the FetchResponse codec, the shared TCP stream and kernel TLS under it.
 //! - [`alloc_guard`] — the global allocator that defuses allocation bombs in request decoding.
 
 pub mod acl;

@@ -104,7 +104,7 @@ impl Server {
                 .map_err(|e| std::io::Error::other(format!("TLS: {e}")))?;
             let kernel = if !tls.kernel {
                 "encrypted in user space (--tls-kernel off)"
-            } else if crate::auth::ktls::available() {
+            } else if crate::wire::ktls::available() {
                 "encrypted by the kernel (kTLS) after each handshake"
             } else {
                 "encrypted in user space (this kernel does not offer kernel TLS: no `tls` in \

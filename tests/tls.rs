@@ -179,7 +179,7 @@ fn a_tls_listener_serves_python_clients_and_librdkafka_and_refuses_plaintext() {
     // rustls where it does not (the machines CI runs on).
     let kernel = shoal.metric("shoal_tls_kernel_connections_total");
     let user = shoal.metric("shoal_tls_user_space_connections_total");
-    if shoal::auth::ktls::available() {
+    if shoal::wire::ktls::available() {
         assert!(
             kernel > 0 && user == 0,
             "kernel {kernel}, user space {user}"

@@ -6,11 +6,9 @@
 //! - [`users`] — the users file (`<data-dir>/users.json`) that `shoal user` edits and each core
 //!   reads again when it changes.
 //! - [`tls`]   — the listener's TLS (rustls): certificates, mTLS, a client certificate's principal.
-//! - [`ktls`]  — kernel TLS: after the handshake, the kernel encrypts and decrypts the records.
 //! - [`sasl`]  — one connection's SASL exchange (PLAIN or SCRAM), and the per-core limit on failed
 //!   attempts per source address.
 
-pub mod ktls;
 pub mod sasl;
 pub mod scram;
 pub mod tls;

@@ -6,12 +6,13 @@
 
 use super::authenticate::authenticate;
 use super::session::Session;
-use crate::auth::{ktls, Principal};
+use crate::auth::Principal;
 use crate::core_state::Core;
 use crate::kafka::handlers::{self, Reply};
 use crate::metrics::add;
 use crate::wire::frame::{FrameError, FrameReader};
 use crate::wire::header::{self, HeaderError};
+use crate::wire::ktls;
 use crate::wire::SharedStream;
 use bytes::Bytes;
 use futures_lite::AsyncWriteExt;

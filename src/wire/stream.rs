@@ -1,6 +1,6 @@
 //! A TCP stream, plain or TLS, shared by a reader task and a writer task on one core.
 
-use crate::auth::ktls::{self, RecordBudget};
+use super::ktls::{self, RecordBudget};
 use futures_lite::{AsyncRead, AsyncWrite};
 use glommio::net::TcpStream;
 use std::cell::RefCell;
@@ -39,7 +39,7 @@ impl SharedStream {
         SharedStream(Rc::new(RefCell::new(Inner::Tls(Box::new(stream)))))
     }
 
-    /// A connection whose TLS keys the kernel holds (`auth::ktls::offload`).
+    /// A connection whose TLS keys the kernel holds (`wire::ktls::offload`).
     pub fn kernel_tls(stream: TcpStream, budget: RecordBudget) -> SharedStream {
         SharedStream(Rc::new(RefCell::new(Inner::Kernel(stream, budget))))
     }
