@@ -12,7 +12,7 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::ApiKey;
 use shards::view_reader::ViewReaders;
 use shards::{FetchCoalescer, OffsetMonitor, ResponseMemory, TailCache};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
@@ -102,8 +102,9 @@ pub struct Core {
     /// be read now, connections are refused, never served in plaintext).
     pub tls: Option<Result<std::sync::Arc<futures_rustls::rustls::ServerConfig>, String>>,
     /// TLS connections hand their keys to the kernel after the handshake (`--tls-kernel auto` on
-    /// a kernel that offers it).
-    pub kernel_tls: bool,
+    /// a kernel that offers it); turned off for good on this core the first time the kernel
+    /// refuses a connection's keys (an older kernel without TLS 1.3 or a cipher).
+    pub kernel_tls: Cell<bool>,
     /// Edge mode: the upstream cluster as this core sees it, and its partitions' fetchers.
     pub edge: Option<Rc<crate::edge::EdgeCore>>,
 }
@@ -136,8 +137,10 @@ impl Core {
                 .tls
                 .as_ref()
                 .map(crate::auth::tls::server_config),
-            kernel_tls: config.auth.tls.as_ref().is_some_and(|t| t.kernel)
-                && crate::wire::ktls::available(),
+            kernel_tls: Cell::new(
+                config.auth.tls.as_ref().is_some_and(|t| t.kernel)
+                    && crate::wire::ktls::available(),
+            ),
             config,
             ports,
             listeners,

@@ -231,12 +231,21 @@ async fn tls_handshake(
             "handshake timed out",
         ))
     }
-    if core.kernel_tls && ktls::attach(stream.as_raw_fd()).is_ok() {
+    if core.kernel_tls.get() && ktls::attach(stream.as_raw_fd()).is_ok() {
         let mut conn =
             futures_rustls::rustls::ServerConnection::new(tls.clone()).map_err(io::Error::other)?;
         futures_lite::future::or(ktls::handshake(&mut stream, &mut conn), timeout()).await?;
         let principal = certificate_principal(conn.peer_certificates());
-        let budget = ktls::offload(stream.as_raw_fd(), conn)?;
+        let suite = conn.negotiated_cipher_suite().map(|s| s.suite());
+        let budget = ktls::offload(stream.as_raw_fd(), conn).inspect_err(|e| {
+            // This connection is lost (its keys have left rustls); the next ones are not.
+            core.kernel_tls.set(false);
+            log::warn!(
+                "core {}: the kernel refused TLS keys ({suite:?}): {e}; this core encrypts in \
+                 user space from now on",
+                core.id
+            );
+        })?;
         add(&core.metrics.tls_kernel_connections, 1);
         return Ok((SharedStream::kernel_tls(stream, budget), principal));
     }

@@ -244,6 +244,7 @@ fn set(fd: RawFd, option: libc::c_int, info: &CryptoInfo) -> io::Result<()> {
 pub fn close_notify(fd: RawFd) {
     const ALERT: u8 = 21;
     let payload = [1u8, 0]; // warning, close_notify
+                            // SAFETY: CMSG_SPACE only computes a size.
     let space = unsafe { libc::CMSG_SPACE(1) } as usize;
     let mut control = vec![0u8; space];
     let mut iov = libc::iovec {
