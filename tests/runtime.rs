@@ -1,0 +1,62 @@
+//! What shoal relies on from its runtime (the patched glommio in `vendor/glommio`): its rings take
+//! no interrupt per completion (`IORING_SETUP_COOP_TASKRUN`), so a completion is posted when the
+//! thread next enters the kernel (a system call, or the scheduler tick's return to user space).
+//! The scheduler's preemption timer is such a completion, and a task queue that spins without a
+//! system call must still be preempted by it, so other queues run (produce and the connections'
+//! readers preempt fetch work this way). Were completions never posted without a system call,
+//! the timer below would wait for the spinner's 3 s.
+
+use glommio::{Latency, LocalExecutorBuilder, Placement, Shares};
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+#[test]
+fn a_latency_queue_preempts_a_busy_queue_that_makes_no_system_call() {
+    let handle = LocalExecutorBuilder::new(Placement::Unbound)
+        .spawn(|| async {
+            let ex = glommio::executor();
+            let busy = ex.create_task_queue(Shares::default(), Latency::NotImportant, "busy");
+            let urgent = ex.create_task_queue(
+                Shares::default(),
+                Latency::Matters(Duration::from_millis(1)),
+                "urgent",
+            );
+            let started = Instant::now();
+            let woke: Rc<Cell<Option<Duration>>> = Rc::default();
+            let w = woke.clone();
+            let timer = glommio::spawn_local_into(
+                async move {
+                    glommio::timer::sleep(Duration::from_millis(5)).await;
+                    w.set(Some(started.elapsed()));
+                },
+                urgent,
+            )
+            .unwrap();
+            let w = woke.clone();
+            let spinner = glommio::spawn_local_into(
+                async move {
+                    // CPU only (the clock is read through the vDSO): the only way out before the
+                    // deadline is a preemption that the timer's completion causes.
+                    let mut x = 0u64;
+                    while w.get().is_none() && started.elapsed() < Duration::from_secs(3) {
+                        for i in 0..1000 {
+                            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+                        }
+                        glommio::yield_if_needed().await;
+                    }
+                    x
+                },
+                busy,
+            )
+            .unwrap();
+            spinner.await;
+            timer.await;
+            woke.get().unwrap()
+        })
+        .unwrap();
+    let woke = handle.join().unwrap();
+    // 5 ms asked, noticed at the next preemption (glommio's timer: 100 ms); never the spinner's 3 s.
+    assert!(woke < Duration::from_millis(1000), "the timer ran after {woke:?}");
+    eprintln!("the 5 ms timer ran after {woke:?}");
+}
