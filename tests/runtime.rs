@@ -57,6 +57,9 @@ fn a_latency_queue_preempts_a_busy_queue_that_makes_no_system_call() {
         .unwrap();
     let woke = handle.join().unwrap();
     // 5 ms asked, noticed at the next preemption (glommio's timer: 100 ms); never the spinner's 3 s.
-    assert!(woke < Duration::from_millis(1000), "the timer ran after {woke:?}");
+    assert!(
+        woke < Duration::from_millis(1000),
+        "the timer ran after {woke:?}"
+    );
     eprintln!("the 5 ms timer ran after {woke:?}");
 }
