@@ -156,6 +156,12 @@ impl RecordBudget {
         RecordBudget(limit)
     }
 
+    /// A budget of `records` (tests: the suites' limits are millions of records).
+    #[cfg(test)]
+    pub(crate) fn records(records: u64) -> RecordBudget {
+        RecordBudget(records)
+    }
+
     /// Counts a write of `bytes` the kernel took: at most a record per 16 KiB, and one more for a
     /// record the write may have closed early.
     pub fn spend(&mut self, bytes: usize) {

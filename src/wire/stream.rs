@@ -148,3 +148,49 @@ impl AsyncWrite for SharedStream {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_lite::{AsyncReadExt, AsyncWriteExt};
+    use glommio::net::TcpListener;
+
+    /// A kernel-TLS stream (here over plain TCP: the kernel's part cannot run on every machine)
+    /// writes to its descriptor like plain TCP, counts its records and refuses to write once
+    /// its keys' budget is spent, so the connection closes before the cipher's limit.
+    #[test]
+    fn a_kernel_tls_stream_stops_writing_when_its_keys_budget_is_spent() {
+        let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .make()
+            .unwrap();
+        ex.run(async {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            let client = glommio::spawn_local(async move {
+                let mut c = TcpStream::connect(addr).await.unwrap();
+                let mut got = Vec::new();
+                c.read_to_end(&mut got).await.unwrap();
+                got
+            });
+            let server = listener.accept().await.unwrap();
+            // Five records: a 16 KiB write counts two (one more for a record it may close
+            // early), a byte counts two.
+            let mut s = SharedStream::kernel_tls(server, RecordBudget::records(5));
+            assert!(!s.encrypts_in_user_space());
+            s.write_all(&[7u8; 16 << 10]).await.unwrap();
+            assert!(s.may_send().is_ok());
+            s.sent(1); // a vectored sendmsg of one byte, counted by its caller
+            assert!(s.may_send().is_ok());
+            s.write_all(&[7u8; 1]).await.unwrap();
+            assert!(s.may_send().is_err());
+            let refused = s.write_all(&[7u8; 1]).await.unwrap_err();
+            assert!(refused.to_string().contains("record limit"), "{refused}");
+            s.close().await.unwrap();
+            // Only what the budget allowed reached the client, then the close_notify alert's two
+            // bytes (sent as a TLS alert record where the kernel holds the keys; plain here).
+            let got = client.await;
+            assert_eq!(got.len(), (16 << 10) + 1 + 2);
+            assert_eq!(&got[got.len() - 2..], &[1, 0]);
+        });
+    }
+}
