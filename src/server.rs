@@ -346,9 +346,6 @@ impl Server {
     }
 }
 
-/// Creates the data directory and resolves it to an absolute path with no `..` or symlinks, so
-/// every later path (logs opened long after start-up, group stores) is independent of the working
-/// directory and of how the user spelled it.
 /// Locks the data directory (`LOCK`, an advisory lock the kernel drops when the process dies), so
 /// that a second server started on it, by mistake or by an overlapping restart, stops here before
 /// it touches anything.
@@ -424,6 +421,9 @@ fn has_topic_dirs(dir: &Path) -> bool {
 /// The file that marks a data directory as a shoal edge's cache.
 pub const EDGE_MARK: &str = "EDGE";
 
+/// Creates the data directory and resolves it to an absolute path with no `..` or symlinks, so
+/// every later path (logs opened long after start-up, group stores) is independent of the working
+/// directory and of how the user spelled it.
 fn resolve_data_dir(dir: &Path) -> std::io::Result<PathBuf> {
     let context = |e: std::io::Error| {
         std::io::Error::new(e.kind(), format!("data directory {}: {e}", dir.display()))
