@@ -21,7 +21,7 @@ use kafka_protocol::messages::ApiKey;
 use shards::OffsetMonitor;
 use std::cell::{Cell, RefCell};
 use std::io;
-use std::os::unix::io::{AsRawFd, RawFd};
+use std::os::unix::io::AsRawFd;
 use std::rc::Rc;
 
 /// Requests handled at once on one connection before reading waits for responses to drain. At
@@ -378,7 +378,6 @@ async fn serve_requests(
 /// written one by one, each would be a system call of its own), then glommio's writes, which wait
 /// for the socket, for whatever it did not take at once.
 async fn write_chunks(out: &mut SharedStream, chunks: &[Bytes]) -> io::Result<()> {
-    let mut sent = 0;
     if out.encrypts_in_user_space() {
         // Encrypted in user space: each chunk is copied into TLS records.
         for c in chunks {
@@ -386,22 +385,11 @@ async fn write_chunks(out: &mut SharedStream, chunks: &[Bytes]) -> io::Result<()
         }
         return out.flush().await;
     }
-    if chunks.len() > 1 {
-        out.may_send()?;
-        let fd = out.as_raw_fd();
-        match send_vectored(fd, chunks) {
-            Ok(n) => {
-                sent = n;
-                out.sent(n);
-            }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                ) => {}
-            Err(e) => return Err(e),
-        }
-    }
+    let mut sent = if chunks.len() > 1 {
+        out.send_now(chunks)?
+    } else {
+        0
+    };
     for c in chunks {
         if sent >= c.len() {
             sent -= c.len();
@@ -411,40 +399,4 @@ async fn write_chunks(out: &mut SharedStream, chunks: &[Bytes]) -> io::Result<()
         sent = 0;
     }
     Ok(())
-}
-/// One non-blocking `sendmsg` of up to `IOV_MAX` chunks; the bytes the socket took.
-fn send_vectored(fd: RawFd, chunks: &[Bytes]) -> io::Result<usize> {
-    const IOV_MAX: usize = 1024;
-    // A response is a handful of chunks: their iovecs fit on the stack.
-    const ON_STACK: usize = 16;
-    let empty = libc::iovec {
-        iov_base: std::ptr::null_mut(),
-        iov_len: 0,
-    };
-    let n = chunks.len().min(IOV_MAX);
-    let mut stack = [empty; ON_STACK];
-    let mut heap = Vec::new();
-    let iov: &mut [libc::iovec] = if n <= ON_STACK {
-        &mut stack[..n]
-    } else {
-        heap.resize(n, empty);
-        &mut heap
-    };
-    for (v, c) in iov.iter_mut().zip(chunks) {
-        v.iov_base = c.as_ptr() as *mut libc::c_void;
-        v.iov_len = c.len();
-    }
-    // SAFETY: an all-zero msghdr is valid (no address, no control data); its iovecs point into
-    // `chunks`, which outlive the call, and the kernel only reads them.
-    let n = unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
-        msg.msg_iovlen = iov.len() as _;
-        libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
-    };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
 }

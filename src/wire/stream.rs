@@ -1,6 +1,7 @@
 //! A TCP stream, plain or TLS, shared by a reader task and a writer task on one core.
 
 use super::ktls::{self, RecordBudget};
+use bytes::Bytes;
 use futures_lite::{AsyncRead, AsyncWrite};
 use glommio::net::TcpStream;
 use std::cell::RefCell;
@@ -51,23 +52,41 @@ impl SharedStream {
 
     /// Whether bytes written are encrypted in user space (rustls): then nothing may be written to
     /// the socket directly (`as_raw_fd` is for shutting it down only). Plain TCP and kernel TLS
-    /// take writes of shared buffers on the descriptor, followed by [`SharedStream::sent`].
+    /// take writes of shared buffers on the descriptor ([`SharedStream::send_now`]).
     pub fn encrypts_in_user_space(&self) -> bool {
         matches!(&*self.0.borrow(), Inner::Tls(_) | Inner::TlsClient(_))
     }
 
-    /// Whether more may be written: an error once kernel TLS's keys may encrypt no more.
-    pub fn may_send(&self) -> io::Result<()> {
-        match &*self.0.borrow() {
-            Inner::Kernel(_, budget) => budget.check(),
-            _ => Ok(()),
+    /// One non-blocking `sendmsg` of `chunks` (up to `IOV_MAX` of them) on the descriptor, for a
+    /// plain or kernel-TLS stream: the bytes the socket took, 0 if it would block. Kernel TLS counts
+    /// them against its keys' budget (and refuses once it is spent).
+    pub fn send_now(&self, chunks: &[Bytes]) -> io::Result<usize> {
+        debug_assert!(!self.encrypts_in_user_space());
+        self.may_send()?;
+        match send_vectored(self.as_raw_fd(), chunks) {
+            Ok(n) => {
+                if let Inner::Kernel(_, budget) = &mut *self.0.borrow_mut() {
+                    budget.spend(n);
+                }
+                Ok(n)
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) =>
+            {
+                Ok(0)
+            }
+            Err(e) => Err(e),
         }
     }
 
-    /// Counts `n` bytes written to the descriptor directly.
-    pub fn sent(&self, n: usize) {
-        if let Inner::Kernel(_, budget) = &mut *self.0.borrow_mut() {
-            budget.spend(n);
+    /// Whether more may be written: an error once kernel TLS's keys may encrypt no more.
+    fn may_send(&self) -> io::Result<()> {
+        match &*self.0.borrow() {
+            Inner::Kernel(_, budget) => budget.check(),
+            _ => Ok(()),
         }
     }
 }
@@ -149,6 +168,43 @@ impl AsyncWrite for SharedStream {
     }
 }
 
+/// One non-blocking `sendmsg` of up to `IOV_MAX` chunks; the bytes the socket took.
+fn send_vectored(fd: RawFd, chunks: &[Bytes]) -> io::Result<usize> {
+    const IOV_MAX: usize = 1024;
+    // A response is a handful of chunks: their iovecs fit on the stack.
+    const ON_STACK: usize = 16;
+    let empty = libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    };
+    let n = chunks.len().min(IOV_MAX);
+    let mut stack = [empty; ON_STACK];
+    let mut heap = Vec::new();
+    let iov: &mut [libc::iovec] = if n <= ON_STACK {
+        &mut stack[..n]
+    } else {
+        heap.resize(n, empty);
+        &mut heap
+    };
+    for (v, c) in iov.iter_mut().zip(chunks) {
+        v.iov_base = c.as_ptr() as *mut libc::c_void;
+        v.iov_len = c.len();
+    }
+    // SAFETY: an all-zero msghdr is valid (no address, no control data); its iovecs point into
+    // `chunks`, which outlive the call, and the kernel only reads them.
+    let n = unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
+        msg.msg_iovlen = iov.len() as _;
+        libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,17 +235,23 @@ mod tests {
             assert!(!s.encrypts_in_user_space());
             s.write_all(&[7u8; 16 << 10]).await.unwrap();
             assert!(s.may_send().is_ok());
-            s.sent(1); // a vectored sendmsg of one byte, counted by its caller
+            // A vectored sendmsg of one byte: two more records.
+            assert_eq!(
+                s.send_now(&[Bytes::from_static(&[7]), Bytes::new()])
+                    .unwrap(),
+                1
+            );
             assert!(s.may_send().is_ok());
             s.write_all(&[7u8; 1]).await.unwrap();
             assert!(s.may_send().is_err());
             let refused = s.write_all(&[7u8; 1]).await.unwrap_err();
             assert!(refused.to_string().contains("record limit"), "{refused}");
+            assert!(s.send_now(&[Bytes::from_static(&[7])]).is_err());
             s.close().await.unwrap();
             // Only what the budget allowed reached the client, then the close_notify alert's two
             // bytes (sent as a TLS alert record where the kernel holds the keys; plain here).
             let got = client.await;
-            assert_eq!(got.len(), (16 << 10) + 1 + 2);
+            assert_eq!(got.len(), (16 << 10) + 1 + 1 + 2);
             assert_eq!(&got[got.len() - 2..], &[1, 0]);
         });
     }
