@@ -61,15 +61,19 @@ pub fn available() -> bool {
 /// [`offload`] gives it keys the socket carries bytes as before, so when this fails (the kernel
 /// has no `tls` module, or refuses this socket) the connection goes on in user space unchanged.
 pub fn attach(fd: RawFd) -> io::Result<()> {
-    const ULP: &[u8] = b"tls";
-    // SAFETY: setsockopt reads ULP.len() bytes from a live buffer.
+    setsockopt(fd, libc::SOL_TCP, libc::TCP_ULP, b"tls")
+}
+
+/// `setsockopt(fd, level, option, value)`.
+fn setsockopt(fd: RawFd, level: libc::c_int, option: libc::c_int, value: &[u8]) -> io::Result<()> {
+    // SAFETY: setsockopt reads value.len() bytes from a live buffer.
     let r = unsafe {
         libc::setsockopt(
             fd,
-            libc::SOL_TCP,
-            libc::TCP_ULP,
-            ULP.as_ptr().cast(),
-            ULP.len() as libc::socklen_t,
+            level,
+            option,
+            value.as_ptr().cast(),
+            value.len() as libc::socklen_t,
         )
     };
     if r == 0 {
@@ -222,35 +226,19 @@ impl Keys {
 }
 
 fn set(fd: RawFd, option: libc::c_int, info: &CryptoInfo) -> io::Result<()> {
-    let bytes = info.as_bytes();
-    // SAFETY: setsockopt reads bytes.len() bytes of a live, plain-data struct.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            SOL_TLS,
-            option,
-            bytes.as_ptr().cast(),
-            bytes.len() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        let e = io::Error::last_os_error();
+    setsockopt(fd, SOL_TLS, option, info.as_bytes()).map_err(|e| {
         let which = if option == TLS_TX { "TLS_TX" } else { "TLS_RX" };
-        Err(io::Error::new(
-            e.kind(),
-            format!("kernel TLS: {which}: {e}"),
-        ))
-    }
+        io::Error::new(e.kind(), format!("kernel TLS: {which}: {e}"))
+    })
 }
 
 /// Sends TLS's `close_notify` alert through the kernel (a record of type 21), best effort, before
 /// the connection closes.
 pub fn close_notify(fd: RawFd) {
     const ALERT: u8 = 21;
-    let payload = [1u8, 0]; // warning, close_notify
-                            // SAFETY: CMSG_SPACE only computes a size.
+    // Level warning, description close_notify.
+    let payload = [1u8, 0];
+    // SAFETY: CMSG_SPACE only computes a size.
     let space = unsafe { libc::CMSG_SPACE(1) } as usize;
     let mut control = vec![0u8; space];
     let mut iov = libc::iovec {
