@@ -24,7 +24,7 @@ pub fn stream_decoder<'a>(
     Ok(Some(match codec {
         0 | 2 => return Ok(None),
         1 => Box::new(flate2::read::GzDecoder::new(body)),
-        3 => Box::new(lz4_flex::frame::FrameDecoder::new(body)),
+        3 => Box::new(crate::lz4_frame::Lz4FrameReader::new(body)),
         4 => Box::new(zstd::stream::read::Decoder::new(body).map_err(|e| bad(e.to_string()))?),
         c => return Err(bad(format!("unknown compression codec {c}"))),
     }))
@@ -37,6 +37,13 @@ pub fn decompress(codec: u8, body: &[u8]) -> Result<Cow<'_, [u8]>, InvalidBatch>
     }
     if codec == 2 {
         return snappy(body).map(Cow::Owned);
+    }
+    if codec == 3 {
+        let mut out = Vec::with_capacity(body.len().saturating_mul(4).min(1 << 20));
+        crate::lz4_frame::Lz4FrameReader::new(body)
+            .read_all(&mut out, MAX_DECOMPRESSED)
+            .map_err(|e| bad(e.to_string()))?;
+        return Ok(Cow::Owned(out));
     }
     let mut r = stream_decoder(codec, body)?.expect("a stream codec");
     let mut out = Vec::new();

@@ -12,6 +12,7 @@
 //! - [`compactor`]  — one per core: compacts the core's compacted logs that are due, in a task queue
 //!   of its own (the pass itself is `log::compact`).
 //! - [`compression`] — Kafka's record codecs (gzip, snappy, lz4, zstd), bounded decompression.
+//! - `lz4_frame`    — an LZ4 frame decoder that reuses its block buffers (no allocation per batch).
 //! - [`log`]        — one partition's log: append (offsets, group commit), read, recovery, retention,
 //!   compaction, delete.
 //! - `segment`      — one segment file (`<base_offset:020>.log`): writes, reads, the recovery scan.
@@ -47,6 +48,7 @@ pub mod error;
 pub mod files;
 mod index;
 pub mod log;
+mod lz4_frame;
 pub mod monitor;
 pub mod oneshot;
 pub mod partitioner;
