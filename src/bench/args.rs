@@ -211,7 +211,8 @@ pub struct FanoutArgs {
     /// Fetch max_bytes (and the partition's max_bytes).
     #[arg(long, default_value = "1MiB", value_parser = parse_size)]
     pub fetch_max_bytes: u64,
-    /// Longest the consumers may take, after the producers stop, to reach the final offsets.
+    /// After the producers stop, consumers read up to the final offsets: the drain gives up after
+    /// this long without any consumer moving (or after ten times this long in all).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     #[serde(serialize_with = "secs")]
     pub drain_timeout: Duration,

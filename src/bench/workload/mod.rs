@@ -501,11 +501,20 @@ impl<'a> Run<'a> {
             shared.drain_target[p].store(*end, Relaxed);
             shared.note_end(p, *end);
         }
-        let deadline = Instant::now() + self.w.drain_timeout;
+        // Consumers far behind (more fan-out asked than the broker delivers) may need long to
+        // catch up: the drain waits while any of them moves, and gives up after `drain_timeout`
+        // without progress (a consumer waiting for records that never come), or at the cap.
+        let cap = Instant::now() + self.w.drain_timeout * DRAIN_CAP_TIMEOUTS;
+        let mut progress = (consumed_sum(shared), Instant::now());
         let mut next_tick = Instant::now() + Duration::from_secs(1);
-        while !all_reached(shared, |p| shared.drain_target[p].load(Relaxed))
-            && Instant::now() < deadline
+        while !all_reached(shared, |p| shared.drain_target[p].load(Relaxed)) && Instant::now() < cap
         {
+            let now = consumed_sum(shared);
+            if now != progress.0 {
+                progress = (now, Instant::now());
+            } else if progress.1.elapsed() >= self.w.drain_timeout {
+                break;
+            }
             std::thread::sleep(Duration::from_millis(5));
             if Instant::now() >= next_tick {
                 live.line(shared, "drain");
@@ -704,6 +713,18 @@ fn wait_for_producers(shared: &Shared) {
 
 /// Has every consumer stopped or read up to `end(partition)`? A consumer there may still be in a
 /// long poll: reaching the offset is enough.
+/// The drain's overall cap, in drain timeouts (each the longest it waits without progress).
+const DRAIN_CAP_TIMEOUTS: u32 = 10;
+
+/// Sum of the consumers' positions: it moves while any consumer makes progress.
+fn consumed_sum(shared: &Shared) -> i64 {
+    shared
+        .consumers
+        .iter()
+        .map(|c| c.position.load(Relaxed).max(0))
+        .fold(0i64, i64::wrapping_add)
+}
+
 fn all_reached(shared: &Shared, end: impl Fn(usize) -> i64) -> bool {
     shared
         .consumers
