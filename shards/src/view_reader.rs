@@ -254,7 +254,9 @@ impl ViewReader {
                 && window_start - offset <= config.max_delta_for_fanout
                 && !self.filling.get()
             {
-                let fill = self.fill_back(offset, window_start, max_bytes).await?;
+                // Boxed, as the catch-up read below: log reads are large futures, and inline
+                // every view fetch would carry (and copy) their state.
+                let fill = Box::pin(self.fill_back(offset, window_start, max_bytes)).await?;
                 if !fill.is_empty() {
                     let records =
                         collect(fill.iter(), shard as usize, offset, max_bytes, obligatory);
@@ -285,7 +287,7 @@ impl ViewReader {
             )));
         }
         // Unshared, behind the window, or far ahead of the reader: a read of its own.
-        self.own_read(shard, offset, max_bytes, obligatory)
+        Box::pin(self.own_read(shard, offset, max_bytes, obligatory))
             .await
             .map(done)
     }

@@ -177,43 +177,47 @@ pub async fn handle(core: Rc<Core>, req: Request, session: Rc<Session>) -> Reply
         return Reply::Close;
     }
     if let Some(edge) = &core.edge {
-        if let Some(result) = crate::kafka::edge::handle(&core, edge, &req, s).await {
+        if let Some(result) = Box::pin(crate::kafka::edge::handle(&core, edge, &req, s)).await {
             return finish(&core, &req, peer, key, result);
         }
     }
+    // Produce and fetch are awaited in place; every other handler (rare, some with large
+    // futures) is boxed, so that the task of every request does not carry the largest of them.
     let result = match key {
         ApiKey::Produce => produce::handle(&core, &req, s).await,
         ApiKey::Fetch => fetch::handle(&core, &req, s).await,
-        ApiKey::ListOffsets => list_offsets::handle(&core, &req, s).await,
-        ApiKey::Metadata => metadata::handle(&core, &req, s).await,
+        ApiKey::ListOffsets => Box::pin(list_offsets::handle(&core, &req, s)).await,
+        ApiKey::Metadata => Box::pin(metadata::handle(&core, &req, s)).await,
         ApiKey::ApiVersions => api_versions::handle(&req),
-        ApiKey::CreateTopics => create_topics::handle(&core, &req, s).await,
-        ApiKey::CreatePartitions => create_partitions::handle(&core, &req, s).await,
-        ApiKey::DescribeConfigs => describe_configs::handle(&core, &req, s).await,
-        ApiKey::AlterConfigs => alter_configs::handle(&core, &req, s).await,
-        ApiKey::IncrementalAlterConfigs => incremental_alter_configs::handle(&core, &req, s).await,
-        ApiKey::DeleteTopics => delete_topics::handle(&core, &req, s).await,
+        ApiKey::CreateTopics => Box::pin(create_topics::handle(&core, &req, s)).await,
+        ApiKey::CreatePartitions => Box::pin(create_partitions::handle(&core, &req, s)).await,
+        ApiKey::DescribeConfigs => Box::pin(describe_configs::handle(&core, &req, s)).await,
+        ApiKey::AlterConfigs => Box::pin(alter_configs::handle(&core, &req, s)).await,
+        ApiKey::IncrementalAlterConfigs => {
+            Box::pin(incremental_alter_configs::handle(&core, &req, s)).await
+        }
+        ApiKey::DeleteTopics => Box::pin(delete_topics::handle(&core, &req, s)).await,
         ApiKey::InitProducerId => init_producer_id::handle(&core, &req, s),
         ApiKey::FindCoordinator => find_coordinator::handle(&core, &req, s),
-        ApiKey::JoinGroup => join_group::handle(&core, &req, s).await,
-        ApiKey::SyncGroup => sync_group::handle(&core, &req, s).await,
+        ApiKey::JoinGroup => Box::pin(join_group::handle(&core, &req, s)).await,
+        ApiKey::SyncGroup => Box::pin(sync_group::handle(&core, &req, s)).await,
         ApiKey::Heartbeat => heartbeat::handle(&core, &req, s),
         ApiKey::LeaveGroup => leave_group::handle(&core, &req, s),
-        ApiKey::OffsetCommit => offset_commit::handle(&core, &req, s).await,
-        ApiKey::OffsetFetch => offset_fetch::handle(&core, &req, s).await,
+        ApiKey::OffsetCommit => Box::pin(offset_commit::handle(&core, &req, s)).await,
+        ApiKey::OffsetFetch => Box::pin(offset_fetch::handle(&core, &req, s)).await,
         ApiKey::ListGroups => list_groups::handle(&core, &req, s),
         ApiKey::DescribeGroups => describe_groups::handle(&core, &req, s),
-        ApiKey::DeleteGroups => delete_groups::handle(&core, &req, s).await,
+        ApiKey::DeleteGroups => Box::pin(delete_groups::handle(&core, &req, s)).await,
         ApiKey::SaslHandshake => sasl_handshake::handle(&req),
         ApiKey::SaslAuthenticate => sasl_authenticate::handle(&req),
-        ApiKey::CreateAcls => create_acls::handle(&core, &req, s).await,
+        ApiKey::CreateAcls => Box::pin(create_acls::handle(&core, &req, s)).await,
         ApiKey::DescribeAcls => describe_acls::handle(&core, &req, s),
-        ApiKey::DeleteAcls => delete_acls::handle(&core, &req, s).await,
+        ApiKey::DeleteAcls => Box::pin(delete_acls::handle(&core, &req, s)).await,
         ApiKey::DescribeUserScramCredentials => {
-            describe_user_scram_credentials::handle(&core, &req, s).await
+            Box::pin(describe_user_scram_credentials::handle(&core, &req, s)).await
         }
         ApiKey::AlterUserScramCredentials => {
-            alter_user_scram_credentials::handle(&core, &req, s).await
+            Box::pin(alter_user_scram_credentials::handle(&core, &req, s)).await
         }
         _ => unreachable!("supports() only admits the APIs above"),
     };

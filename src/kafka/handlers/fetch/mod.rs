@@ -233,7 +233,12 @@ async fn read_partition(
                 let limit = deadline
                     .saturating_duration_since(Instant::now())
                     .max(MIN_READ_THROUGH_WAIT);
-                return read_through(core, edge, part, offset, budget, obligatory, limit).await;
+                // Boxed: the edge's read-through is large and rare; inline, every fetch's future
+                // would carry (and copy) its state.
+                return Box::pin(read_through(
+                    core, edge, part, offset, budget, obligatory, limit,
+                ))
+                .await;
             }
         }
     }
@@ -258,8 +263,10 @@ async fn read_partition(
         obligatory,
     };
     let counter = core.clone();
+    // The log read (a disk read on a miss of the tail cache) is boxed, allocated only when the
+    // coalescer has no read to share: the fetch future stays small.
     let read = move || async move {
-        let r = log.read(offset, budget, obligatory).await;
+        let r = Box::pin(log.read(offset, budget, obligatory)).await;
         if let Ok(r) = &r {
             crate::metrics::add(&counter.metrics.fetch_log_read_bytes, r.records.len as u64);
         }
