@@ -24,7 +24,17 @@ pub fn split_batch(
     let h = BatchHeader::parse(source)?;
     let records = records_section(&h, source)?;
     let outputs = if only.is_some() { 1 } else { shards as usize };
-    let mut bodies: Vec<Vec<u8>> = (0..outputs).map(|_| vec![0u8; HEADER_LEN]).collect();
+    // Room for a shard's even share and a quarter more, so that a shard batch is usually built
+    // without reallocating (and copying) as it grows.
+    let share = records.len() / shards as usize;
+    let room = HEADER_LEN + share + share / 4 + 256;
+    let mut bodies: Vec<Vec<u8>> = (0..outputs)
+        .map(|_| {
+            let mut b = Vec::with_capacity(room);
+            b.resize(HEADER_LEN, 0);
+            b
+        })
+        .collect();
     let mut counts = vec![0i32; outputs];
     let mut r = Reader { b: &records, at: 0 };
     let malformed = || InvalidBatch::Decompress("malformed record".into());
