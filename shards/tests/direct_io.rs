@@ -247,3 +247,126 @@ fn durable_appends_after_a_roll_wait_for_the_old_segment_to_be_sealed() {
         log.close().await.unwrap();
     });
 }
+
+/// The extents of `path` the file system reports as allocated but unwritten (FIEMAP), as
+/// `(start, end)` byte ranges; `None` where FIEMAP is not supported.
+fn unwritten_extents(path: &Path) -> Option<Vec<(u64, u64)>> {
+    use std::os::fd::AsRawFd;
+    const FS_IOC_FIEMAP: libc::c_ulong = 0xC020_660B;
+    const FIEMAP_FLAG_SYNC: u32 = 1;
+    const FIEMAP_EXTENT_UNWRITTEN: u32 = 0x800;
+    const EXTENTS: usize = 512;
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Extent {
+        logical: u64,
+        physical: u64,
+        length: u64,
+        reserved64: [u64; 2],
+        flags: u32,
+        reserved: [u32; 3],
+    }
+    #[repr(C)]
+    struct Fiemap {
+        start: u64,
+        length: u64,
+        flags: u32,
+        mapped: u32,
+        count: u32,
+        reserved: u32,
+        extents: [Extent; EXTENTS],
+    }
+    let f = std::fs::File::open(path).unwrap();
+    let mut m = Box::new(Fiemap {
+        start: 0,
+        length: u64::MAX,
+        flags: FIEMAP_FLAG_SYNC,
+        mapped: 0,
+        count: EXTENTS as u32,
+        reserved: 0,
+        extents: [Extent::default(); EXTENTS],
+    });
+    // SAFETY: FS_IOC_FIEMAP reads and fills a `struct fiemap` followed by `count` extents, which
+    // `m` is, laid out as the kernel's (repr(C), the same field sizes).
+    if unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_FIEMAP, &mut *m as *mut Fiemap) } != 0 {
+        return None;
+    }
+    Some(
+        m.extents[..m.mapped as usize]
+            .iter()
+            .filter(|e| e.flags & FIEMAP_EXTENT_UNWRITTEN != 0)
+            .map(|e| (e.logical, e.logical + e.length))
+            .collect(),
+    )
+}
+
+/// With segments allocated ahead in big steps, zeros are written ahead of the data in the
+/// background, so that appends land in written blocks (on ext4, a Direct I/O write into unwritten
+/// space goes to a worker thread). The log holds exactly its batches across rolls, a crash and a
+/// close, and the zeros never outrun what was allocated nor land on data.
+#[test]
+fn zeros_written_ahead_of_the_data_change_nothing_but_the_extents() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            direct_io: true,
+            segment_bytes: 6 << 20,
+            ..small_config()
+        };
+        let log = Log::open(dir.path(), config.clone(), cache())
+            .await
+            .unwrap();
+        // Batches of 2-20 KiB: about 9 MiB, so the log rolls once.
+        let mut expected = Vec::new();
+        for i in 0..900 {
+            let b = batch(1 + i % 4, 2_000 + (i * 977) % 3_000, i as u64);
+            let r = log.append(b.clone(), NON_DURABLE).await.unwrap();
+            expected.extend(with_offset(&b, r.base_offset));
+        }
+        assert!(log.segment_base_offsets().len() >= 2, "the test rolls");
+        let active = dir.path().join(format!(
+            "{:020}.log",
+            log.segment_base_offsets().last().unwrap()
+        ));
+        // The zero writes run in the background: give them a moment.
+        glommio::timer::sleep(std::time::Duration::from_millis(300)).await;
+        let size = log.stats().size_bytes
+            - log.segment_base_offsets()[..log.segment_base_offsets().len() - 1]
+                .iter()
+                .map(|b| len(&dir.path().join(format!("{b:020}.log"))))
+                .sum::<u64>();
+        let allocated = len(&active);
+        assert!(allocated > size, "allocated ahead");
+        match unwritten_extents(&active) {
+            Some(unwritten) if !unwritten.is_empty() || allocated >= size + (1 << 20) => {
+                // Everything up to at least 1 MiB past the data is written (data or zeros).
+                let written_to = unwritten.iter().map(|e| e.0).min().unwrap_or(allocated);
+                assert!(
+                    written_to >= size + (1 << 20),
+                    "unwritten from {written_to}, data ends at {size}: {unwritten:?}"
+                );
+            }
+            _ => eprintln!("no FIEMAP here: extents not checked"),
+        }
+        assert_eq!(read_all(&log).await, expected);
+        drop(log); // a crash: nothing sealed, the zeros stay
+        let log = Log::open(dir.path(), config.clone(), no_cache())
+            .await
+            .unwrap();
+        assert_eq!(read_all(&log).await, expected, "after the crash");
+        assert_eq!(len(&active), size, "the zeros are cut like padding");
+        assert!(
+            !files(dir.path()).iter().any(|(n, _)| n.contains("corrupt")),
+            "nothing is set aside"
+        );
+        for i in 0..200 {
+            let b = batch(2, 4_000 + i * 7, 5_000 + i as u64);
+            let r = log.append(b.clone(), NON_DURABLE).await.unwrap();
+            expected.extend(with_offset(&b, r.base_offset));
+        }
+        log.close().await.unwrap();
+        let log = Log::open(dir.path(), config, no_cache()).await.unwrap();
+        assert_eq!(read_all(&log).await, expected, "after a close");
+        log.close().await.unwrap();
+    });
+}
