@@ -20,6 +20,9 @@
 //! blocks and are issued inline. The zeros are what the allocated space already read as, so
 //! nothing changes on disk for recovery; a data write never overlaps a zero write in flight (it
 //! waits for it), and sealing, closing or a failed write wait for it too before cutting the file.
+//! A writer dropped without [`DirectWriter::finish`] (the log was dropped, not closed) leaves at most
+//! one zero write in flight on its own descriptor, past the data: a segment is only reopened by a
+//! log that was closed, or by a new process.
 //!
 //! Reads keep going through the page cache (`BufferedFile` on the same file): the kernel keeps the two
 //! coherent, and the tail cache serves what was just written anyway.

@@ -328,8 +328,6 @@ fn zeros_written_ahead_of_the_data_change_nothing_but_the_extents() {
             "{:020}.log",
             log.segment_base_offsets().last().unwrap()
         ));
-        // The zero writes run in the background: give them a moment.
-        glommio::timer::sleep(std::time::Duration::from_millis(300)).await;
         let size = log.stats().size_bytes
             - log.segment_base_offsets()[..log.segment_base_offsets().len() - 1]
                 .iter()
@@ -337,16 +335,26 @@ fn zeros_written_ahead_of_the_data_change_nothing_but_the_extents() {
                 .sum::<u64>();
         let allocated = len(&active);
         assert!(allocated > size, "allocated ahead");
-        match unwritten_extents(&active) {
-            Some(unwritten) if !unwritten.is_empty() || allocated >= size + (1 << 20) => {
-                // Everything up to at least 1 MiB past the data is written (data or zeros).
-                let written_to = unwritten.iter().map(|e| e.0).min().unwrap_or(allocated);
-                assert!(
-                    written_to >= size + (1 << 20),
-                    "unwritten from {written_to}, data ends at {size}: {unwritten:?}"
-                );
+        // The zero writes run in the background, up to 4 MiB past the data (within what is
+        // allocated), 1 MiB at a time: wait (bounded) until the last one has landed, so that none
+        // is in flight when the log is dropped below.
+        let last_chunk_from = (size + (4 << 20)).min(allocated) - (1 << 20);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let Some(unwritten) = unwritten_extents(&active) else {
+                eprintln!("no FIEMAP here: extents not checked");
+                glommio::timer::sleep(std::time::Duration::from_secs(1)).await;
+                break;
+            };
+            let written_to = unwritten.iter().map(|e| e.0).min().unwrap_or(allocated);
+            if written_to > last_chunk_from {
+                break;
             }
-            _ => eprintln!("no FIEMAP here: extents not checked"),
+            assert!(
+                std::time::Instant::now() < deadline,
+                "unwritten from {written_to}, data ends at {size}: {unwritten:?}"
+            );
+            glommio::timer::sleep(std::time::Duration::from_millis(20)).await;
         }
         assert_eq!(read_all(&log).await, expected);
         drop(log); // a crash: nothing sealed, the zeros stay
