@@ -27,6 +27,10 @@ pub struct LogConfig {
     /// Write the active segment with Direct I/O (`O_DIRECT`), bypassing the page cache, where the
     /// file system allows it; else through the page cache.
     pub direct_io: bool,
+    /// With Direct I/O, keep zeros written ahead of the data so that appends overwrite written
+    /// blocks (on ext4, appends into allocated but unwritten space go to a kernel worker thread).
+    /// Costs a second device write of every block.
+    pub zero_ahead: bool,
     /// Retention deletes old segments (Kafka `cleanup.policy` holds `delete`).
     pub cleanup_delete: bool,
     /// The log is compacted: the latest record per key is kept (Kafka `cleanup.policy` holds
@@ -62,6 +66,7 @@ impl Default for LogConfig {
             max_batch_bytes: 1_048_588,
             log_append_time: false,
             direct_io: true,
+            zero_ahead: true,
             cleanup_delete: true,
             cleanup_compact: false,
             min_cleanable_dirty_ratio: 0.5,
@@ -72,7 +77,24 @@ impl Default for LogConfig {
     }
 }
 
+/// How an active segment is written with Direct I/O.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DirectOptions {
+    /// The log's segment size: the file is allocated ahead in steps no larger.
+    pub segment_bytes: u64,
+    /// Zeros are written ahead of the data ([`LogConfig::zero_ahead`]).
+    pub zero_ahead: bool,
+}
+
 impl LogConfig {
+    /// How active segments are written with Direct I/O; `None` without it.
+    pub(crate) fn direct_options(&self) -> Option<DirectOptions> {
+        self.direct_io.then_some(DirectOptions {
+            segment_bytes: self.segment_bytes,
+            zero_ahead: self.zero_ahead,
+        })
+    }
+
     /// Clamps values that would break the log's invariants.
     pub(crate) fn sanitized(mut self) -> Self {
         self.segment_bytes = self.segment_bytes.clamp(4096, MAX_SEGMENT_BYTES);

@@ -27,6 +27,7 @@
 //! Reads keep going through the page cache (`BufferedFile` on the same file): the kernel keeps the two
 //! coherent, and the tail cache serves what was just written anyway.
 
+use crate::config::DirectOptions;
 use crate::error::{Error, Result};
 use crate::monitor::OffsetMonitor;
 use glommio::io::{DmaBuffer, DmaFile, OpenOptions};
@@ -152,9 +153,9 @@ impl DirectWriter {
     /// Read access too: glommio probes the device with a read at the first open (the log has run
     /// [`probe_device`] on its directory before).
     /// `None` when the file system does not take `O_DIRECT` (the caller writes buffered).
-    /// `segment_bytes` caps the allocation step: a small segment is not padded to megabytes, which
+    /// The segment size caps the allocation step: a small segment is not padded to megabytes, which
     /// every recovery scan would then read back.
-    pub(crate) async fn open(path: &Path, segment_bytes: u64) -> Result<Option<Self>> {
+    pub(crate) async fn open(path: &Path, options: DirectOptions) -> Result<Option<Self>> {
         let file = match OpenOptions::new()
             .read(true)
             .write(true)
@@ -173,10 +174,15 @@ impl DirectWriter {
             }
             Err(e) => return Err(Error::storage(path, e)),
         };
-        let allocate_step = segment_bytes.next_multiple_of(64 << 10).min(ALLOCATE_STEP);
+        let allocate_step = options
+            .segment_bytes
+            .next_multiple_of(64 << 10)
+            .min(ALLOCATE_STEP);
         Ok(Some(Self {
             file: Rc::new(file),
-            zeros: Rc::new(ZeroAhead::new(allocate_step >= ZERO_CHUNK)),
+            zeros: Rc::new(ZeroAhead::new(
+                options.zero_ahead && allocate_step >= ZERO_CHUNK,
+            )),
             dsync: RefCell::new(None),
             path: path.to_path_buf(),
             tail: RefCell::new(Vec::new()),

@@ -6,6 +6,7 @@
 //! Nothing here blocks the executor thread.
 
 use crate::batch::{self, BatchHeader, HEADER_LEN, LOG_OVERHEAD};
+use crate::config::DirectOptions;
 use crate::direct_write::DirectWriter;
 use crate::error::{Error, Result};
 use crate::index::{SegmentMeta, SparseIndex};
@@ -79,13 +80,13 @@ pub(crate) struct Scan {
 }
 
 impl Segment {
-    /// Creates an empty segment file; with `direct` (the log's segment size), its writes use
-    /// Direct I/O where the file system allows it.
+    /// Creates an empty segment file; with `direct`, its writes use Direct I/O where the file
+    /// system allows it.
     pub(crate) async fn create(
         dir: &Path,
         base_offset: i64,
         index_interval: u32,
-        direct: Option<u64>,
+        direct: Option<DirectOptions>,
     ) -> Result<Self> {
         let path = dir.join(segment_file_name(base_offset));
         let file = OpenOptions::new()
@@ -109,8 +110,8 @@ impl Segment {
             },
             now_ms(),
         );
-        if let Some(segment_bytes) = direct {
-            seg.start_direct(segment_bytes).await?;
+        if let Some(options) = direct {
+            seg.start_direct(options).await?;
         }
         seg.set_direct_reads(seg.writes_direct());
         Ok(seg)
@@ -118,13 +119,13 @@ impl Segment {
 
     /// Switches this segment's writes to Direct I/O (the active segment of a log that writes so),
     /// unless the file system refuses it. The partial block at the end is read back for the next
-    /// write to rewrite. The file is allocated ahead in steps no larger than `segment_bytes`.
-    pub(crate) async fn start_direct(&self, segment_bytes: u64) -> Result<()> {
+    /// write to rewrite. The file is allocated ahead in steps no larger than the segment size.
+    pub(crate) async fn start_direct(&self, options: DirectOptions) -> Result<()> {
         if self.direct.borrow().is_some() {
             return Ok(());
         }
         let size = self.size.get();
-        let mut writer = DirectWriter::open(&self.path, segment_bytes).await?;
+        let mut writer = DirectWriter::open(&self.path, options).await?;
         if let Some(w) = &mut writer {
             let start = size - size % w.alignment();
             let tail = self

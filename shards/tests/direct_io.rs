@@ -378,3 +378,33 @@ fn zeros_written_ahead_of_the_data_change_nothing_but_the_extents() {
         log.close().await.unwrap();
     });
 }
+
+/// `zero_ahead: false` (`--direct-io-zero-ahead false`): nothing is written past the data; the
+/// space allocated ahead stays unwritten.
+#[test]
+fn without_zero_ahead_the_space_allocated_ahead_stays_unwritten() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            direct_io: true,
+            zero_ahead: false,
+            segment_bytes: 6 << 20,
+            ..small_config()
+        };
+        let log = Log::open(dir.path(), config, cache()).await.unwrap();
+        for i in 0..100 {
+            log.append(batch(2, 3_000, i), NON_DURABLE).await.unwrap();
+        }
+        let size = log.stats().size_bytes;
+        let active = dir.path().join(format!("{:020}.log", 0));
+        glommio::timer::sleep(std::time::Duration::from_millis(200)).await;
+        if let Some(unwritten) = unwritten_extents(&active) {
+            let from = unwritten.iter().map(|e| e.0).min().unwrap_or(u64::MAX);
+            assert!(
+                from < size + 4096,
+                "unwritten from {from}, data ends at {size}: {unwritten:?}"
+            );
+        }
+        log.close().await.unwrap();
+    });
+}

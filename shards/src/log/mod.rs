@@ -160,8 +160,8 @@ impl Log {
         }
         let segments = recover(&dir, &config, listing).await?;
         let active = segments.last().expect("recover leaves a segment");
-        if config.direct_io {
-            active.start_direct(config.segment_bytes).await?;
+        if let Some(options) = config.direct_options() {
+            active.start_direct(options).await?;
         }
         // Where the file system took Direct I/O for writes, reads use it too.
         let direct = active.writes_direct();

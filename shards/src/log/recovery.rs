@@ -155,13 +155,7 @@ pub(super) async fn recover(
     }
     if segments.is_empty() {
         segments.push(Rc::new(
-            Segment::create(
-                dir,
-                first_base,
-                interval,
-                config.direct_io.then_some(config.segment_bytes),
-            )
-            .await?,
+            Segment::create(dir, first_base, interval, config.direct_options()).await?,
         ));
         sync_dir(dir).await?;
     }

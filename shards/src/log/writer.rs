@@ -292,10 +292,7 @@ impl Inner {
     pub(super) async fn create_segment(&self, base: i64) -> Result<Segment> {
         let (interval, direct) = {
             let c = self.config.borrow();
-            (
-                c.index_interval_bytes,
-                c.direct_io.then_some(c.segment_bytes),
-            )
+            (c.index_interval_bytes, c.direct_options())
         };
         Segment::create(&self.dir, base, interval, direct)
             .await
