@@ -336,7 +336,7 @@ fn zeros_written_ahead_of_the_data_change_nothing_but_the_extents() {
         let allocated = len(&active);
         assert!(allocated > size, "allocated ahead");
         // The zero writes run in the background, up to 4 MiB past the data (within what is
-        // allocated), 1 MiB at a time: wait (bounded) until the last one has landed, so that none
+        // allocated), a chunk at a time: wait (bounded) until the last one has landed, so that none
         // is in flight when the log is dropped below.
         let last_chunk_from = (size + (4 << 20)).min(allocated) - (1 << 20);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
