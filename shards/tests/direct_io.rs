@@ -60,6 +60,24 @@ fn len(path: &Path) -> u64 {
     std::fs::metadata(path).unwrap().len()
 }
 
+/// The active segment's file, and its logical size: the log's bytes less the sealed segments'.
+fn active_segment(dir: &Path, log: &Log) -> (PathBuf, u64) {
+    let bases = log.segment_base_offsets();
+    let file = |b: &i64| dir.join(format!("{b:020}.log"));
+    let sealed: u64 = bases[..bases.len() - 1].iter().map(|b| len(&file(b))).sum();
+    (file(bases.last().unwrap()), log.stats().size_bytes - sealed)
+}
+
+/// Direct I/O with segments allocated ahead in steps big enough for zeros to be written ahead.
+fn big_segments(zero_ahead: bool) -> LogConfig {
+    LogConfig {
+        direct_io: true,
+        zero_ahead,
+        segment_bytes: 6 << 20,
+        ..small_config()
+    }
+}
+
 #[test]
 fn direct_and_buffered_logs_write_the_same_files() {
     run(|| async {
@@ -102,14 +120,7 @@ fn after_a_crash_padding_and_space_allocated_ahead_are_cut_not_taken_for_damage(
         let expected = fill(&log, 45, 11).await;
         let hw = log.high_watermark();
         let bases = log.segment_base_offsets();
-        let active = dir
-            .path()
-            .join(format!("{:020}.log", bases.last().unwrap()));
-        let logical: u64 = log.stats().size_bytes
-            - bases[..bases.len() - 1]
-                .iter()
-                .map(|b| len(&dir.path().join(format!("{b:020}.log"))))
-                .sum::<u64>();
+        let (active, logical) = active_segment(dir.path(), &log);
         assert!(len(&active) > logical, "allocated ahead while open");
         drop(log); // the process died: no seal of the active segment, no truncation
 
@@ -308,11 +319,7 @@ fn unwritten_extents(path: &Path) -> Option<Vec<(u64, u64)>> {
 fn zeros_written_ahead_of_the_data_change_nothing_but_the_extents() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let config = LogConfig {
-            direct_io: true,
-            segment_bytes: 6 << 20,
-            ..small_config()
-        };
+        let config = big_segments(true);
         let log = Log::open(dir.path(), config.clone(), cache())
             .await
             .unwrap();
@@ -324,15 +331,7 @@ fn zeros_written_ahead_of_the_data_change_nothing_but_the_extents() {
             expected.extend(with_offset(&b, r.base_offset));
         }
         assert!(log.segment_base_offsets().len() >= 2, "the test rolls");
-        let active = dir.path().join(format!(
-            "{:020}.log",
-            log.segment_base_offsets().last().unwrap()
-        ));
-        let size = log.stats().size_bytes
-            - log.segment_base_offsets()[..log.segment_base_offsets().len() - 1]
-                .iter()
-                .map(|b| len(&dir.path().join(format!("{b:020}.log"))))
-                .sum::<u64>();
+        let (active, size) = active_segment(dir.path(), &log);
         let allocated = len(&active);
         assert!(allocated > size, "allocated ahead");
         // The zero writes run in the background, up to 4 MiB past the data (within what is
@@ -385,18 +384,13 @@ fn zeros_written_ahead_of_the_data_change_nothing_but_the_extents() {
 fn without_zero_ahead_the_space_allocated_ahead_stays_unwritten() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let config = LogConfig {
-            direct_io: true,
-            zero_ahead: false,
-            segment_bytes: 6 << 20,
-            ..small_config()
-        };
-        let log = Log::open(dir.path(), config, cache()).await.unwrap();
+        let log = Log::open(dir.path(), big_segments(false), cache())
+            .await
+            .unwrap();
         for i in 0..100 {
             log.append(batch(2, 3_000, i), NON_DURABLE).await.unwrap();
         }
-        let size = log.stats().size_bytes;
-        let active = dir.path().join(format!("{:020}.log", 0));
+        let (active, size) = active_segment(dir.path(), &log);
         glommio::timer::sleep(std::time::Duration::from_millis(200)).await;
         if let Some(unwritten) = unwritten_extents(&active) {
             let from = unwritten.iter().map(|e| e.0).min().unwrap_or(u64::MAX);
