@@ -267,8 +267,9 @@ impl DirectWriter {
             // may land after that cut.
             self.allocated.set(0);
             self.zeros.target.set(0);
-            self.zeros.zeroed.set(0);
             self.zeros.settle(0, u64::MAX).await;
+            // After the settle: a zero write that was in flight would set it again on landing.
+            self.zeros.zeroed.set(0);
             return written.map(|n| n.saturating_sub(tail_len).min(len));
         }
         *self.tail.borrow_mut() = new_tail;
