@@ -20,23 +20,65 @@ pub fn split_batch(
     shards: u32,
     only: Option<u32>,
 ) -> Result<Vec<Vec<u8>>, InvalidBatch> {
+    let outputs = if only.is_some() { 1 } else { shards as usize };
+    // An even share and a quarter more: the batch grows without reallocating unless it is skewed.
+    let share = source.len() / shards as usize;
+    let room = HEADER_LEN + share + share / 4 + 256;
+    let mut outs = vec![Vec::with_capacity(room); outputs];
+    split_batch_into(source, shards, only, &mut outs)?;
+    Ok(outs)
+}
+
+/// [`split_batch`], appending each shard's batch to `outs[i]` (one buffer per output), so that the
+/// shard batches of consecutive source batches lie back to back. On error nothing is appended.
+pub fn split_batch_into(
+    source: &[u8],
+    shards: u32,
+    only: Option<u32>,
+    outs: &mut [Vec<u8>],
+) -> Result<(), InvalidBatch> {
     assert!(shards > 0 && only.is_none_or(|i| i < shards));
+    let outputs = if only.is_some() { 1 } else { shards as usize };
+    assert_eq!(outs.len(), outputs);
     let h = BatchHeader::parse(source)?;
     let records = records_section(&h, source)?;
-    let outputs = if only.is_some() { 1 } else { shards as usize };
-    // Room for a shard's even share and a quarter more, so that a shard batch is usually built
-    // without reallocating (and copying) as it grows.
+    // Room for a shard's even share (a buffer sized by the caller for more usually has it), so that
+    // a shard batch is usually built without reallocating (and copying) as it grows.
     let share = records.len() / shards as usize;
-    let room = HEADER_LEN + share + share / 4 + 256;
-    let mut bodies: Vec<Vec<u8>> = (0..outputs)
-        .map(|_| {
-            let mut b = Vec::with_capacity(room);
-            b.resize(HEADER_LEN, 0);
-            b
-        })
-        .collect();
+    let starts: Vec<usize> = outs.iter().map(Vec::len).collect();
+    for b in outs.iter_mut() {
+        b.reserve(HEADER_LEN + share);
+        b.resize(b.len() + HEADER_LEN, 0);
+    }
     let mut counts = vec![0i32; outputs];
-    let mut r = Reader { b: &records, at: 0 };
+    let routed = route_records(&h, &records, shards, only, outs, &mut counts);
+    if let Err(e) = routed {
+        for (b, start) in outs.iter_mut().zip(starts) {
+            b.truncate(start);
+        }
+        return Err(e);
+    }
+    for ((b, start), count) in outs.iter_mut().zip(starts).zip(counts) {
+        let header = BatchHeader {
+            attributes: h.attributes & ATTR_TIMESTAMP_TYPE,
+            record_count: count,
+            ..h
+        };
+        batch::write_header(&mut b[start..], &header);
+    }
+    Ok(())
+}
+
+/// Appends each record of `records` (the section of batch `h`) to its shard's output, counting them.
+fn route_records(
+    h: &BatchHeader,
+    records: &[u8],
+    shards: u32,
+    only: Option<u32>,
+    outs: &mut [Vec<u8>],
+    counts: &mut [i32],
+) -> Result<(), InvalidBatch> {
+    let mut r = Reader { b: records, at: 0 };
     let malformed = || InvalidBatch::Decompress("malformed record".into());
     for _ in 0..h.record_count {
         let start = r.at;
@@ -55,11 +97,11 @@ pub fn split_batch(
             (Some(s), Some(o)) if s != o => {}
             (Some(s), o) => {
                 let i = if o.is_some() { 0 } else { s as usize };
-                bodies[i].extend_from_slice(whole);
+                outs[i].extend_from_slice(whole);
                 counts[i] += 1;
             }
             (None, _) => {
-                for (b, c) in bodies.iter_mut().zip(counts.iter_mut()) {
+                for (b, c) in outs.iter_mut().zip(counts.iter_mut()) {
                     b.extend_from_slice(whole);
                     *c += 1;
                 }
@@ -67,15 +109,7 @@ pub fn split_batch(
         }
         r.at = end;
     }
-    for (b, count) in bodies.iter_mut().zip(counts) {
-        let header = BatchHeader {
-            attributes: h.attributes & ATTR_TIMESTAMP_TYPE,
-            record_count: count,
-            ..h
-        };
-        batch::write_header(b, &header);
-    }
-    Ok(bodies)
+    Ok(())
 }
 
 #[cfg(test)]

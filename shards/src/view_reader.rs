@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::log::Log;
 use crate::monitor::OffsetMonitor;
 use crate::records::{LogRead, Records};
-use crate::split::split_batch;
+use crate::split::split_batch_into;
 use bytes::Bytes;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
@@ -61,12 +61,15 @@ pub struct ViewStats {
     pub decode_errors: u64,
 }
 
-/// One source batch, split: a batch per shard, all covering `base..=last`.
+/// One source batch, split: a batch per shard, all covering `base..=last`. Shard `i`'s batch is
+/// `runs[i][ranges[i]]`: the shard batches of every source batch split by one read lie back to back
+/// in one buffer per shard, so a fetch of consecutive batches sends them as one part.
 #[derive(Debug)]
 struct SplitBatch {
     base: i64,
     last: i64,
-    shards: Vec<Bytes>,
+    runs: Rc<[Bytes]>,
+    ranges: Vec<(u32, u32)>,
     records: Vec<u32>,
     bytes: usize,
 }
@@ -81,39 +84,57 @@ fn split_all(
     until: i64,
     stats: &Cell<ViewStats>,
 ) -> Vec<SplitBatch> {
-    let mut out = Vec::new();
-    let outputs = if only.is_some() { 1 } else { shards };
+    let outputs = if only.is_some() { 1 } else { shards as usize };
+    // Room for each shard's even share of uncompressed sources and a quarter more (compressed ones
+    // grow it as they decompress).
+    let share = read.len / shards as usize;
+    let room = share + share / 4 + read.batches as usize * batch::HEADER_LEN;
+    let mut outs: Vec<Vec<u8>> = (0..outputs).map(|_| Vec::with_capacity(room)).collect();
+    // Per source batch: its header and where each shard batch ends in `outs`.
+    let mut split: Vec<(BatchHeader, Vec<u32>)> = Vec::new();
     for (h, source) in read.batches().take_while(|(h, _)| h.base_offset < until) {
         let mut s = stats.get();
-        let split = match split_batch(&source, shards, only) {
-            Ok(split) => split,
-            Err(e) => {
-                log::warn!(
-                    "view: skipping source batch at offset {}: {e}",
-                    h.base_offset
-                );
-                s.decode_errors += 1;
-                (0..outputs).map(|_| empty_batch(&h)).collect()
-            }
-        };
+        if let Err(e) = split_batch_into(&source, shards, only, &mut outs) {
+            log::warn!(
+                "view: skipping source batch at offset {}: {e}",
+                h.base_offset
+            );
+            s.decode_errors += 1;
+            let empty = empty_batch(&h);
+            outs.iter_mut().for_each(|b| b.extend_from_slice(&empty));
+        }
         s.source_batches_decoded += 1;
         s.shard_batches_encoded += outputs as u64;
         stats.set(s);
-        let records = split
-            .iter()
-            .map(|b| BatchHeader::parse(b).map_or(0, |h| h.record_count as u32))
-            .collect();
-        let shards: Vec<Bytes> = split.into_iter().map(Bytes::from).collect();
-        let bytes = shards.iter().map(Bytes::len).sum();
-        out.push(SplitBatch {
-            base: h.base_offset,
-            last: h.last_offset(),
-            shards,
-            records,
-            bytes,
-        });
+        split.push((h, outs.iter().map(|b| b.len() as u32).collect()));
     }
-    out
+    let runs: Rc<[Bytes]> = outs.into_iter().map(Bytes::from).collect();
+    let mut starts = vec![0u32; outputs];
+    split
+        .into_iter()
+        .map(|(h, ends)| {
+            let ranges: Vec<(u32, u32)> =
+                starts.iter().copied().zip(ends.iter().copied()).collect();
+            let records = ranges
+                .iter()
+                .zip(runs.iter())
+                .map(|(&(a, b), run)| {
+                    BatchHeader::parse(&run[a as usize..b as usize])
+                        .map_or(0, |h| h.record_count as u32)
+                })
+                .collect();
+            let bytes = ranges.iter().map(|&(a, b)| (b - a) as usize).sum();
+            starts = ends;
+            SplitBatch {
+                base: h.base_offset,
+                last: h.last_offset(),
+                runs: runs.clone(),
+                ranges,
+                records,
+                bytes,
+            }
+        })
+        .collect()
 }
 
 fn empty_batch(h: &BatchHeader) -> Vec<u8> {
@@ -128,7 +149,7 @@ fn empty_batch(h: &BatchHeader) -> Vec<u8> {
 }
 
 /// Shard `shard`'s batches of `batches` from the one holding `offset`, within `max_bytes` (at least
-/// one when `obligatory`).
+/// one when `obligatory`). Batches back to back in one run go out as one part.
 fn collect<'a>(
     batches: impl Iterator<Item = &'a SplitBatch>,
     shard: usize,
@@ -137,19 +158,33 @@ fn collect<'a>(
     obligatory: bool,
 ) -> Records {
     let mut out = Records::empty();
+    // The part being extended: its run and range.
+    let mut part: Option<(&Rc<[Bytes]>, u32, u32)> = None;
     for b in batches.skip_while(|b| b.last < offset) {
-        let part = &b.shards[shard];
-        if out.len + part.len() > max_bytes && !(obligatory && out.is_empty()) {
+        let (start, end) = b.ranges[shard];
+        let len = (end - start) as usize;
+        if out.len + len > max_bytes && !(obligatory && out.is_empty()) {
             break;
         }
         if out.is_empty() {
             out.first_offset = b.base;
         }
-        out.parts.push(part.clone());
-        out.len += part.len();
+        part = match part {
+            Some((run, a, z)) if Rc::ptr_eq(run, &b.runs) && z == start => Some((run, a, end)),
+            other => {
+                if let Some((run, a, z)) = other {
+                    out.parts.push(run[shard].slice(a as usize..z as usize));
+                }
+                Some((&b.runs, start, end))
+            }
+        };
+        out.len += len;
         out.batches += 1;
         out.records += b.records[shard] as u64;
         out.last_offset = b.last;
+    }
+    if let Some((run, a, z)) = part {
+        out.parts.push(run[shard].slice(a as usize..z as usize));
     }
     out
 }

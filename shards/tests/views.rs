@@ -363,3 +363,44 @@ fn without_sharing_every_fetch_decodes_for_itself() {
         );
     });
 }
+
+#[test]
+fn a_shards_batches_from_one_read_go_out_as_one_part() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), small_config(), cache())
+            .await
+            .unwrap();
+        let all = fill(&log, 30, default_keys).await;
+        let views = ViewReaders::new(ViewConfig::default());
+        let reader = views.reader(&log, 4);
+        // The first fetch starts the reader, which decodes all 30 batches in one read.
+        reader.fetch(2, 0, 1 << 20, true).await.unwrap();
+        let hw = log.high_watermark();
+        let waited = futures_lite::future::or(
+            async {
+                reader.progress_monitor().wait_for(hw).await;
+                true
+            },
+            async {
+                glommio::timer::sleep(Duration::from_secs(10)).await;
+                false
+            },
+        );
+        assert!(waited.await, "the reader reaches the high watermark");
+        let read = reader.fetch(2, 0, 1 << 20, true).await.unwrap();
+        assert_eq!(read.records.batches, 30);
+        assert_eq!(
+            read.records.parts.len(),
+            1,
+            "shard batches back to back in one buffer are one part"
+        );
+        let cut = reader.fetch(2, 0, 3 * 1024, true).await.unwrap();
+        assert!(cut.records.len <= 3 * 1024 && cut.records.batches < 30);
+        assert_eq!(cut.records.parts.len(), 1);
+        assert_eq!(
+            consume(&reader, &log, 2, 0, 3 * 1024).await,
+            expected(&all, 2, 4, 0)
+        );
+    });
+}
