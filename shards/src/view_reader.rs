@@ -1,13 +1,14 @@
 //! Sharded views: one interpreting reader per (source partition, number of shards) on the owning core.
 //!
 //! The reader reads each source batch once, splits it per shard once ([`crate::split`]) and keeps
-//! the shard batches as shared `Bytes` in a bounded window. A consumer of shard `i` is served from its
-//! own offset: inside the window it gets the very same buffers as every other consumer of that shard;
-//! behind the window (or too far ahead of the reader) it gets its own catch-up read, which never
-//! moves or blocks the shared reader. The reader is pull-free: it decodes ahead up to the high
-//! watermark whatever the consumers do, so a slow or stalled consumer delays nobody; it just falls
-//! out of the window. A reader with no consumer for `idle_stop` stops and frees its window; the next
-//! fetch starts it again.
+//! the shard batches as shared `Bytes` in a bounded window (those split by one read lie back to
+//! back in one buffer per shard, so a response of consecutive batches is one part). A consumer of
+//! shard `i` is served from its own offset: inside the window it gets the very same buffers as every
+//! other consumer of that shard; behind the window (or too far ahead of the reader) it gets its own
+//! catch-up read, which never moves or blocks the shared reader. The reader is pull-free: it
+//! decodes ahead up to the high watermark whatever the consumers do, so a slow or stalled consumer
+//! delays nobody; it just falls out of the window. A reader with no consumer for `idle_stop` stops
+//! and frees its window; the next fetch starts it again.
 
 use crate::batch::{self, BatchHeader};
 use crate::error::{Error, Result};
