@@ -56,6 +56,20 @@ async fn fill(log: &Log, batches: usize, key_of: impl Fn(usize) -> Option<String
     out
 }
 
+/// A log in `dir` of `batches` batches with [`default_keys`] (see [`fill`]), and a shared reader of
+/// it for `shards` shards (not started).
+async fn filled_with_reader(
+    dir: &std::path::Path,
+    batches: usize,
+    shards: u32,
+) -> (Log, Vec<Rec>, ViewReaders, Rc<ViewReader>) {
+    let log = Log::open(dir, small_config(), cache()).await.unwrap();
+    let all = fill(&log, batches, default_keys).await;
+    let views = ViewReaders::new(ViewConfig::default());
+    let reader = views.reader(&log, shards);
+    (log, all, views, reader)
+}
+
 fn default_keys(i: usize) -> Option<String> {
     (i % 7 != 0).then(|| format!("key-{i}"))
 }
@@ -162,12 +176,7 @@ fn every_shard_holds_exactly_its_records_for_4_and_7_shards() {
 fn consumers_of_one_shard_from_different_offsets_share_the_reader() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path(), small_config(), cache())
-            .await
-            .unwrap();
-        let all = fill(&log, 20, default_keys).await;
-        let views = ViewReaders::new(ViewConfig::default());
-        let reader = views.reader(&log, 4);
+        let (log, all, views, reader) = filled_with_reader(dir.path(), 20, 4).await;
         for from in [50, 10, 30] {
             assert_eq!(
                 consume(&reader, &log, 1, from, 2048).await,
@@ -368,12 +377,7 @@ fn without_sharing_every_fetch_decodes_for_itself() {
 fn a_shards_batches_from_one_read_go_out_as_one_part() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path(), small_config(), cache())
-            .await
-            .unwrap();
-        let all = fill(&log, 30, default_keys).await;
-        let views = ViewReaders::new(ViewConfig::default());
-        let reader = views.reader(&log, 4);
+        let (log, all, _views, reader) = filled_with_reader(dir.path(), 30, 4).await;
         // The first fetch starts the reader, which decodes all 30 batches in one read.
         reader.fetch(2, 0, 1 << 20, true).await.unwrap();
         let hw = log.high_watermark();
