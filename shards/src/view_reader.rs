@@ -75,6 +75,58 @@ struct SplitBatch {
     bytes: usize,
 }
 
+/// A run grows past this only by one source batch: a new one starts after it (so a range within a
+/// run always fits `u32`, whatever a compressed batch decompresses to).
+const RUN_BYTES: usize = 16 << 20;
+
+/// Shard batches being split into one buffer per output, and where each source batch's end there.
+struct Run {
+    outs: Vec<Vec<u8>>,
+    /// Per source batch: its header and where each of its shard batches ends in `outs`.
+    ends: Vec<(BatchHeader, Vec<u32>)>,
+}
+
+impl Run {
+    fn new(outputs: usize, room: usize) -> Self {
+        Self {
+            outs: (0..outputs).map(|_| Vec::with_capacity(room)).collect(),
+            ends: Vec::new(),
+        }
+    }
+
+    fn is_full(&self) -> bool {
+        self.outs.iter().any(|b| b.len() >= RUN_BYTES)
+    }
+
+    /// Freezes the buffers and appends a [`SplitBatch`] per source batch to `out`.
+    fn finish(self, out: &mut Vec<SplitBatch>) {
+        let runs: Rc<[Bytes]> = self.outs.into_iter().map(Bytes::from).collect();
+        let mut starts = vec![0u32; runs.len()];
+        for (h, ends) in self.ends {
+            let ranges: Vec<(u32, u32)> =
+                starts.iter().copied().zip(ends.iter().copied()).collect();
+            let records = ranges
+                .iter()
+                .zip(runs.iter())
+                .map(|(&(a, b), run)| {
+                    BatchHeader::parse(&run[a as usize..b as usize])
+                        .map_or(0, |h| h.record_count as u32)
+                })
+                .collect();
+            let bytes = ranges.iter().map(|&(a, b)| (b - a) as usize).sum();
+            starts = ends;
+            out.push(SplitBatch {
+                base: h.base_offset,
+                last: h.last_offset(),
+                runs: runs.clone(),
+                ranges,
+                records,
+                bytes,
+            });
+        }
+    }
+}
+
 /// Splits the batches of `read` that start before `until` (for a batch that cannot be decoded, an
 /// empty batch per shard, so consumers still move past it). With `only: Some(i)`, each
 /// [`SplitBatch`] holds shard i's batch alone (at index 0).
@@ -89,53 +141,33 @@ fn split_all(
     // Room for each shard's even share of uncompressed sources and a quarter more (compressed ones
     // grow it as they decompress).
     let share = read.len / shards as usize;
-    let room = share + share / 4 + read.batches as usize * batch::HEADER_LEN;
-    let mut outs: Vec<Vec<u8>> = (0..outputs).map(|_| Vec::with_capacity(room)).collect();
-    // Per source batch: its header and where each shard batch ends in `outs`.
-    let mut split: Vec<(BatchHeader, Vec<u32>)> = Vec::new();
+    let room = (share + share / 4 + read.batches as usize * batch::HEADER_LEN).min(RUN_BYTES);
+    let mut out = Vec::new();
+    let mut run = Run::new(outputs, room);
     for (h, source) in read.batches().take_while(|(h, _)| h.base_offset < until) {
+        if run.is_full() {
+            std::mem::replace(&mut run, Run::new(outputs, room)).finish(&mut out);
+        }
         let mut s = stats.get();
-        if let Err(e) = split_batch_into(&source, shards, only, &mut outs) {
+        if let Err(e) = split_batch_into(&source, shards, only, &mut run.outs) {
             log::warn!(
                 "view: skipping source batch at offset {}: {e}",
                 h.base_offset
             );
             s.decode_errors += 1;
             let empty = empty_batch(&h);
-            outs.iter_mut().for_each(|b| b.extend_from_slice(&empty));
+            run.outs
+                .iter_mut()
+                .for_each(|b| b.extend_from_slice(&empty));
         }
         s.source_batches_decoded += 1;
         s.shard_batches_encoded += outputs as u64;
         stats.set(s);
-        split.push((h, outs.iter().map(|b| b.len() as u32).collect()));
+        let ends = run.outs.iter().map(|b| b.len() as u32).collect();
+        run.ends.push((h, ends));
     }
-    let runs: Rc<[Bytes]> = outs.into_iter().map(Bytes::from).collect();
-    let mut starts = vec![0u32; outputs];
-    split
-        .into_iter()
-        .map(|(h, ends)| {
-            let ranges: Vec<(u32, u32)> =
-                starts.iter().copied().zip(ends.iter().copied()).collect();
-            let records = ranges
-                .iter()
-                .zip(runs.iter())
-                .map(|(&(a, b), run)| {
-                    BatchHeader::parse(&run[a as usize..b as usize])
-                        .map_or(0, |h| h.record_count as u32)
-                })
-                .collect();
-            let bytes = ranges.iter().map(|&(a, b)| (b - a) as usize).sum();
-            starts = ends;
-            SplitBatch {
-                base: h.base_offset,
-                last: h.last_offset(),
-                runs: runs.clone(),
-                ranges,
-                records,
-                bytes,
-            }
-        })
-        .collect()
+    run.finish(&mut out);
+    out
 }
 
 fn empty_batch(h: &BatchHeader) -> Vec<u8> {
@@ -507,5 +539,58 @@ impl ViewReaders {
                 ViewReader::new(log.clone(), shards, self.config.clone(), self.stats.clone())
             })
             .clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::BatchBuilder;
+
+    /// `n` batches of 16 keyed records of 64 KiB (about 1 MiB each), back to back, as a read.
+    fn big_read(n: usize) -> Records {
+        let value = vec![b'v'; 64 << 10];
+        let mut all = Vec::new();
+        for b in 0..n {
+            let mut builder = BatchBuilder::new(0);
+            for r in 0..16 {
+                let key = format!("key-{b}-{r}");
+                builder.push(0, Some(key.as_bytes()), Some(&value), &[]);
+            }
+            all.extend(builder.finish(b as i64 * 16));
+        }
+        Records::whole_batches(Bytes::from(all))
+    }
+
+    #[test]
+    fn runs_are_cut_past_their_size_and_a_fetch_spans_them() {
+        let read = big_read(40);
+        assert_eq!(read.batches, 40);
+        let stats = Cell::default();
+        let split = split_all(&read, 2, None, i64::MAX, &stats);
+        assert_eq!(split.len(), 40);
+        let mut runs: Vec<&Rc<[Bytes]>> = Vec::new();
+        for b in &split {
+            if !runs.iter().any(|r| Rc::ptr_eq(r, &b.runs)) {
+                runs.push(&b.runs);
+            }
+            for (shard, &(start, end)) in b.ranges.iter().enumerate() {
+                assert!(start <= end && end as usize <= b.runs[shard].len());
+            }
+        }
+        // 40 MiB over 2 shards: 20 MiB a shard, cut once past 16 MiB.
+        assert_eq!(runs.len(), 2, "one cut");
+        for shard in 0..2 {
+            let got = collect(split.iter(), shard, 0, usize::MAX, true);
+            assert_eq!(got.batches, 40);
+            assert_eq!(got.parts.len(), 2, "one part per run");
+            let records: u64 = got.batch_headers().map(|h| h.record_count as u64).sum();
+            assert_eq!(records, got.records);
+            assert_eq!(got.last_offset, 40 * 16 - 1);
+        }
+        let total: u64 = (0..2)
+            .map(|s| collect(split.iter(), s, 0, usize::MAX, true).records)
+            .sum();
+        assert_eq!(total, 40 * 16, "every keyed record in one shard");
     }
 }
