@@ -122,10 +122,21 @@ fn after_a_crash_padding_and_space_allocated_ahead_are_cut_not_taken_for_damage(
         let bases = log.segment_base_offsets();
         let (active, logical) = active_segment(dir.path(), &log);
         assert!(len(&active) > logical, "allocated ahead while open");
+        // Rolled segments are sealed in the background: let the middle one's finish (its index
+        // file written) before the crash, so that the crash below, not timing, removes it.
+        let middle = bases[bases.len() / 2];
+        let middle_index = dir.path().join(format!("{middle:020}.index"));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !middle_index.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the rolled segment is sealed"
+            );
+            glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
+        }
         drop(log); // the process died: no seal of the active segment, no truncation
 
         // A sealed-looking older segment that died before its seal: padding and no index file.
-        let middle = bases[bases.len() / 2];
         let middle_log = dir.path().join(format!("{middle:020}.log"));
         let middle_len = len(&middle_log);
         let f = std::fs::OpenOptions::new()
@@ -133,7 +144,7 @@ fn after_a_crash_padding_and_space_allocated_ahead_are_cut_not_taken_for_damage(
             .open(&middle_log)
             .unwrap();
         f.set_len(middle_len + 3000).unwrap();
-        std::fs::remove_file(dir.path().join(format!("{middle:020}.index"))).unwrap();
+        std::fs::remove_file(&middle_index).unwrap();
 
         let log = Log::open(dir.path(), config(true), no_cache())
             .await
