@@ -29,13 +29,30 @@ pub fn split_batch(
     Ok(outs)
 }
 
+/// Most bytes the shard batches of one source batch may take together: what one batch may
+/// decompress to. Null keys go to every shard, so a big batch split many ways would otherwise cost
+/// its size times the shards.
+pub const MAX_SPLIT_BYTES: usize = crate::compression::MAX_DECOMPRESSED;
+
 /// [`split_batch`], appending each shard's batch to `outs[i]` (one buffer per output), so that the
-/// shard batches of consecutive source batches lie back to back. On error nothing is appended.
+/// shard batches of consecutive source batches lie back to back. On error nothing is appended; a
+/// batch whose shard batches would pass [`MAX_SPLIT_BYTES`] is an error (`TooLarge`).
 pub fn split_batch_into(
     source: &[u8],
     shards: u32,
     only: Option<u32>,
     outs: &mut [Vec<u8>],
+) -> Result<(), InvalidBatch> {
+    split_batch_within(source, shards, only, outs, MAX_SPLIT_BYTES)
+}
+
+/// [`split_batch_into`] with the shard batches together at most `limit` bytes.
+pub fn split_batch_within(
+    source: &[u8],
+    shards: u32,
+    only: Option<u32>,
+    outs: &mut [Vec<u8>],
+    limit: usize,
 ) -> Result<(), InvalidBatch> {
     assert!(shards > 0 && only.is_none_or(|i| i < shards));
     let outputs = if only.is_some() { 1 } else { shards as usize };
@@ -51,7 +68,7 @@ pub fn split_batch_into(
         b.resize(b.len() + HEADER_LEN, 0);
     }
     let mut counts = vec![0i32; outputs];
-    let routed = route_records(&h, &records, shards, only, outs, &mut counts);
+    let routed = route_records(&h, &records, shards, only, outs, &mut counts, limit);
     if let Err(e) = routed {
         for (b, start) in outs.iter_mut().zip(starts) {
             b.truncate(start);
@@ -69,7 +86,8 @@ pub fn split_batch_into(
     Ok(())
 }
 
-/// Appends each record of `records` (the section of batch `h`) to its shard's output, counting them.
+/// Appends each record of `records` (the section of batch `h`) to its shard's output, counting them,
+/// unless the shard batches would pass `limit` bytes together.
 fn route_records(
     h: &BatchHeader,
     records: &[u8],
@@ -77,7 +95,17 @@ fn route_records(
     only: Option<u32>,
     outs: &mut [Vec<u8>],
     counts: &mut [i32],
+    limit: usize,
 ) -> Result<(), InvalidBatch> {
+    let mut size = outs.len() * HEADER_LEN;
+    let mut grow = |n: usize| {
+        size = size.saturating_add(n);
+        match size > limit {
+            true => Err(InvalidBatch::TooLarge { size, limit }),
+            false => Ok(()),
+        }
+    };
+    grow(0)?;
     let mut r = Reader { b: records, at: 0 };
     let malformed = || InvalidBatch::Decompress("malformed record".into());
     for _ in 0..h.record_count {
@@ -97,10 +125,12 @@ fn route_records(
             (Some(s), Some(o)) if s != o => {}
             (Some(s), o) => {
                 let i = if o.is_some() { 0 } else { s as usize };
+                grow(whole.len())?;
                 outs[i].extend_from_slice(whole);
                 counts[i] += 1;
             }
             (None, _) => {
+                grow(whole.len().saturating_mul(outs.len()))?;
                 for (b, c) in outs.iter_mut().zip(counts.iter_mut()) {
                     b.extend_from_slice(whole);
                     *c += 1;
@@ -198,6 +228,22 @@ mod tests {
             assert_eq!((h.base_offset, h.last_offset()), (7, 7));
             assert_eq!(h.record_count, (i == mine) as i32);
         }
+    }
+
+    #[test]
+    fn shard_batches_past_the_limit_are_an_error_and_append_nothing() {
+        let source = source();
+        let whole: usize = split_batch(&source, 64, None)
+            .unwrap()
+            .iter()
+            .map(Vec::len)
+            .sum();
+        let mut outs = vec![b"kept".to_vec(); 64];
+        let err = split_batch_within(&source, 64, None, &mut outs, whole - 1).unwrap_err();
+        assert!(matches!(err, InvalidBatch::TooLarge { limit, .. } if limit == whole - 1));
+        assert!(outs.iter().all(|b| b == b"kept"), "nothing appended");
+        split_batch_within(&source, 64, None, &mut outs, whole).unwrap();
+        assert_eq!(outs.iter().map(Vec::len).sum::<usize>(), whole + 64 * 4);
     }
 
     #[test]

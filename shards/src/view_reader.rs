@@ -75,8 +75,9 @@ struct SplitBatch {
     bytes: usize,
 }
 
-/// A run grows past this only by one source batch: a new one starts after it (so a range within a
-/// run always fits `u32`, whatever a compressed batch decompresses to).
+/// A split stops once its shard batches pass this (the rest of the read is left for the next one), so
+/// one read costs at most this and one source batch's shard batches (at most
+/// [`crate::split::MAX_SPLIT_BYTES`]) whatever its batches decompress to, and ranges fit `u32`.
 const RUN_BYTES: usize = 16 << 20;
 
 /// Shard batches being split into one buffer per output, and where each source batch's end there.
@@ -127,9 +128,11 @@ impl Run {
     }
 }
 
-/// Splits the batches of `read` that start before `until` (for a batch that cannot be decoded, an
-/// empty batch per shard, so consumers still move past it). With `only: Some(i)`, each
-/// [`SplitBatch`] holds shard i's batch alone (at index 0).
+/// Splits the batches of `read` that start before `until`, in order, until their shard batches pass
+/// [`RUN_BYTES`] (at least one; the caller goes on after the last one returned). A batch that cannot
+/// be decoded (or split within [`crate::split::MAX_SPLIT_BYTES`]) gets an empty batch per shard, so
+/// consumers still move past it. With `only: Some(i)`, each [`SplitBatch`] holds shard i's batch
+/// alone (at index 0).
 fn split_all(
     read: &Records,
     shards: u32,
@@ -146,7 +149,7 @@ fn split_all(
     let mut run = Run::new(outputs, room);
     for (h, source) in read.batches().take_while(|(h, _)| h.base_offset < until) {
         if run.is_full() {
-            std::mem::replace(&mut run, Run::new(outputs, room)).finish(&mut out);
+            break;
         }
         let mut s = stats.get();
         if let Err(e) = split_batch_into(&source, shards, only, &mut run.outs) {
@@ -392,10 +395,11 @@ impl ViewReader {
         let result = async {
             while at < until && (bytes <= room || bytes < max_bytes) {
                 let read = self.log.read(at, config.read_bytes, true).await?;
-                let Some(next) = read.records.next_offset() else {
+                let split = split_all(&read.records, self.shards, None, until, &self.stats);
+                let Some(next) = split.last().map(|b| b.last + 1) else {
                     break;
                 };
-                for b in split_all(&read.records, self.shards, None, until, &self.stats) {
+                for b in split {
                     bytes += b.bytes;
                     fill.push(b);
                 }
@@ -474,10 +478,12 @@ impl ViewReader {
                     break;
                 }
             };
-            let Some(end) = read.records.next_offset() else {
+            let split = split_all(&read.records, self.shards, None, i64::MAX, &self.stats);
+            // Where this split ended: the end of the read, or sooner when its shard batches grew
+            // past [`RUN_BYTES`].
+            let Some(end) = split.last().map(|b| b.last + 1) else {
                 continue;
             };
-            let split = split_all(&read.records, self.shards, None, i64::MAX, &self.stats);
             {
                 let mut w = self.window.borrow_mut();
                 for b in split {
@@ -563,34 +569,51 @@ mod tests {
     }
 
     #[test]
-    fn runs_are_cut_past_their_size_and_a_fetch_spans_them() {
+    fn a_split_stops_past_its_size_and_leaves_the_rest() {
         let read = big_read(40);
         assert_eq!(read.batches, 40);
         let stats = Cell::default();
         let split = split_all(&read, 2, None, i64::MAX, &stats);
-        assert_eq!(split.len(), 40);
-        let mut runs: Vec<&Rc<[Bytes]>> = Vec::new();
+        // 40 MiB over 2 shards: about 20 MiB a shard; the split stops once one passes 16 MiB.
+        assert!((20..40).contains(&split.len()), "{} batches", split.len());
+        assert!(
+            split.iter().all(|b| Rc::ptr_eq(&b.runs, &split[0].runs)),
+            "one run"
+        );
         for b in &split {
-            if !runs.iter().any(|r| Rc::ptr_eq(r, &b.runs)) {
-                runs.push(&b.runs);
-            }
             for (shard, &(start, end)) in b.ranges.iter().enumerate() {
                 assert!(start <= end && end as usize <= b.runs[shard].len());
             }
         }
-        // 40 MiB over 2 shards: 20 MiB a shard, cut once past 16 MiB.
-        assert_eq!(runs.len(), 2, "one cut");
+        let mut records = 0;
         for shard in 0..2 {
             let got = collect(split.iter(), shard, 0, usize::MAX, true);
-            assert_eq!(got.batches, 40);
-            assert_eq!(got.parts.len(), 2, "one part per run");
-            let records: u64 = got.batch_headers().map(|h| h.record_count as u64).sum();
-            assert_eq!(records, got.records);
-            assert_eq!(got.last_offset, 40 * 16 - 1);
+            assert_eq!(got.batches as usize, split.len());
+            assert_eq!(got.parts.len(), 1, "one part");
+            let counted: u64 = got.batch_headers().map(|h| h.record_count as u64).sum();
+            assert_eq!(counted, got.records);
+            records += got.records;
         }
-        let total: u64 = (0..2)
-            .map(|s| collect(split.iter(), s, 0, usize::MAX, true).records)
-            .sum();
-        assert_eq!(total, 40 * 16, "every keyed record in one shard");
+        assert_eq!(
+            records,
+            split.len() as u64 * 16,
+            "every keyed record in one shard"
+        );
+        // The rest is split from where it stopped.
+        let at = split.last().unwrap().last + 1;
+        let rest: Vec<u8> = read
+            .batches()
+            .filter(|(h, _)| h.base_offset >= at)
+            .flat_map(|(_, b)| b.to_vec())
+            .collect();
+        let rest = split_all(
+            &Records::whole_batches(Bytes::from(rest)),
+            2,
+            None,
+            i64::MAX,
+            &stats,
+        );
+        assert_eq!(split.len() + rest.len(), 40);
+        assert_eq!(rest.first().unwrap().base, at);
     }
 }
