@@ -24,7 +24,7 @@ pub fn split_batch(
     // An even share and a quarter more: the batch grows without reallocating unless it is skewed.
     let share = source.len() / shards as usize;
     let room = HEADER_LEN + share + share / 4 + 256;
-    let mut outs = vec![Vec::with_capacity(room); outputs];
+    let mut outs: Vec<Vec<u8>> = (0..outputs).map(|_| Vec::with_capacity(room)).collect();
     split_batch_into(source, shards, only, &mut outs)?;
     Ok(outs)
 }
