@@ -80,7 +80,8 @@ struct SplitBatch {
 /// [`crate::split::MAX_SPLIT_BYTES`]) whatever its batches decompress to, and ranges fit `u32`.
 const RUN_BYTES: usize = 16 << 20;
 
-/// The shard batches of one split, one buffer per output, and where each source batch's shard batches end.
+/// The shard batches of one split, one buffer per output, and where each source batch's shard
+/// batches end.
 struct Run {
     outs: Vec<Vec<u8>>,
     /// Per source batch: its header and where each of its shard batches ends in `outs`.
