@@ -80,55 +80,6 @@ struct SplitBatch {
 /// [`crate::split::MAX_SPLIT_BYTES`]) whatever its batches decompress to, and ranges fit `u32`.
 const RUN_BYTES: usize = 16 << 20;
 
-/// The shard batches of one split, one buffer per output, and where each source batch's shard
-/// batches end.
-struct Run {
-    outs: Vec<Vec<u8>>,
-    /// Per source batch: its header and where each of its shard batches ends in `outs`.
-    ends: Vec<(BatchHeader, Vec<u32>)>,
-}
-
-impl Run {
-    fn new(outputs: usize, room: usize) -> Self {
-        Self {
-            outs: (0..outputs).map(|_| Vec::with_capacity(room)).collect(),
-            ends: Vec::new(),
-        }
-    }
-
-    fn is_full(&self) -> bool {
-        self.outs.iter().any(|b| b.len() >= RUN_BYTES)
-    }
-
-    /// Freezes the buffers and appends a [`SplitBatch`] per source batch to `out`.
-    fn finish(self, out: &mut Vec<SplitBatch>) {
-        let runs: Rc<[Bytes]> = self.outs.into_iter().map(Bytes::from).collect();
-        let mut starts = vec![0u32; runs.len()];
-        for (h, ends) in self.ends {
-            let ranges: Vec<(u32, u32)> =
-                starts.iter().copied().zip(ends.iter().copied()).collect();
-            let records = ranges
-                .iter()
-                .zip(runs.iter())
-                .map(|(&(a, b), run)| {
-                    BatchHeader::parse(&run[a as usize..b as usize])
-                        .map_or(0, |h| h.record_count as u32)
-                })
-                .collect();
-            let bytes = ranges.iter().map(|&(a, b)| (b - a) as usize).sum();
-            starts = ends;
-            out.push(SplitBatch {
-                base: h.base_offset,
-                last: h.last_offset(),
-                runs: runs.clone(),
-                ranges,
-                records,
-                bytes,
-            });
-        }
-    }
-}
-
 /// Splits the batches of `read` that start before `until`, in order, until their shard batches pass
 /// [`RUN_BYTES`] (at least one; the caller goes on after the last one returned). A batch that cannot
 /// be decoded (or split within [`crate::split::MAX_SPLIT_BYTES`]) gets an empty batch per shard, so
@@ -146,32 +97,55 @@ fn split_all(
     // grow it as they decompress).
     let share = read.len / shards as usize;
     let room = (share + share / 4 + read.batches as usize * batch::HEADER_LEN).min(RUN_BYTES);
-    let mut out = Vec::new();
-    let mut run = Run::new(outputs, room);
+    // One buffer per output for the whole split, and each source batch's ranges in them.
+    let mut outs: Vec<Vec<u8>> = (0..outputs).map(|_| Vec::with_capacity(room)).collect();
+    let mut split: Vec<(BatchHeader, Vec<(u32, u32)>)> = Vec::new();
     for (h, source) in read.batches().take_while(|(h, _)| h.base_offset < until) {
-        if run.is_full() {
+        if outs.iter().any(|b| b.len() >= RUN_BYTES) {
             break;
         }
+        let starts: Vec<u32> = outs.iter().map(|b| b.len() as u32).collect();
         let mut s = stats.get();
-        if let Err(e) = split_batch_into(&source, shards, only, &mut run.outs) {
+        if let Err(e) = split_batch_into(&source, shards, only, &mut outs) {
             log::warn!(
                 "view: skipping source batch at offset {}: {e}",
                 h.base_offset
             );
             s.decode_errors += 1;
             let empty = empty_batch(&h);
-            run.outs
-                .iter_mut()
-                .for_each(|b| b.extend_from_slice(&empty));
+            outs.iter_mut().for_each(|b| b.extend_from_slice(&empty));
         }
         s.source_batches_decoded += 1;
         s.shard_batches_encoded += outputs as u64;
         stats.set(s);
-        let ends = run.outs.iter().map(|b| b.len() as u32).collect();
-        run.ends.push((h, ends));
+        let ranges = starts
+            .into_iter()
+            .zip(&outs)
+            .map(|(a, b)| (a, b.len() as u32));
+        split.push((h, ranges.collect()));
     }
-    run.finish(&mut out);
-    out
+    let runs: Rc<[Bytes]> = outs.into_iter().map(Bytes::from).collect();
+    split
+        .into_iter()
+        .map(|(h, ranges)| {
+            let records = ranges
+                .iter()
+                .zip(runs.iter())
+                .map(|(&(a, b), run)| {
+                    BatchHeader::parse(&run[a as usize..b as usize])
+                        .map_or(0, |h| h.record_count as u32)
+                })
+                .collect();
+            SplitBatch {
+                base: h.base_offset,
+                last: h.last_offset(),
+                records,
+                bytes: ranges.iter().map(|&(a, b)| (b - a) as usize).sum(),
+                runs: runs.clone(),
+                ranges,
+            }
+        })
+        .collect()
 }
 
 fn empty_batch(h: &BatchHeader) -> Vec<u8> {
