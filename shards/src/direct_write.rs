@@ -119,14 +119,20 @@ impl ZeroAhead {
         }
     }
 
+    /// Where the next zero write starts, if one is due: after the data and what is zeroed, ending
+    /// within `target`.
+    fn next_chunk(&self) -> Option<u64> {
+        let from = self.zeroed.get().max(self.data_end.get());
+        (from + ZERO_CHUNK <= self.target.get()).then_some(from)
+    }
+
     /// Writes zeros up to `target` (one chunk at a time, each after the data's end) until there
     /// is nothing left to do.
     async fn run(self: Rc<Self>, file: Rc<DmaFile>) {
         while self.on.get() {
-            let from = self.zeroed.get().max(self.data_end.get());
-            if from + ZERO_CHUNK > self.target.get() {
+            let Some(from) = self.next_chunk() else {
                 break;
-            }
+            };
             let buf = ZERO_BUFFER.with(|z| {
                 z.borrow_mut()
                     .get_or_insert_with(|| {
@@ -285,7 +291,7 @@ impl DirectWriter {
             return;
         }
         z.target.set((end + ZEROS_AHEAD).min(self.allocated.get()));
-        if !z.running.get() && z.zeroed.get().max(end) + ZERO_CHUNK <= z.target.get() {
+        if !z.running.get() && z.next_chunk().is_some() {
             z.running.set(true);
             let task = z.clone().run(self.file.clone());
             glommio::spawn_local(task).detach();
