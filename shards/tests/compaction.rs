@@ -540,11 +540,13 @@ fn the_cores_compactor_runs_passes_that_are_due() {
         let dir = tempfile::tempdir().unwrap();
         let log = Log::open(dir.path(), compacted(), cache()).await.unwrap();
         let all = updates(&log, 300, 20, 0).await;
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while log.stats().compactions == 0 {
-            assert!(std::time::Instant::now() < deadline, "no pass within 20 s");
-            glommio::timer::sleep(Duration::from_millis(50)).await;
-        }
+        wait_until(
+            Duration::from_secs(20),
+            Duration::from_millis(50),
+            "no compaction pass",
+            || log.stats().compactions > 0,
+        )
+        .await;
         let (recs, _) = read_records(&log).await;
         same(
             &recs,
@@ -584,14 +586,13 @@ fn a_view_consumer_in_a_gap_before_the_shared_window_is_served_from_it() {
         let reader = views.reader(&log, 2);
         // The first fetch starts the shared reader; its window begins at the first batch.
         let _ = reader.fetch(0, 0, 1 << 20, true).await.unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while reader.position() < log.high_watermark() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the reader did not catch up"
-            );
-            glommio::timer::sleep(Duration::from_millis(5)).await;
-        }
+        wait_until(
+            Duration::from_secs(10),
+            Duration::from_millis(5),
+            "the reader did not catch up",
+            || reader.position() >= log.high_watermark(),
+        )
+        .await;
         // A consumer at offset 0, in the gap before the window, gets the window's batches.
         for shard in 0..2 {
             let read = reader.fetch(shard, 0, 1 << 20, true).await.unwrap();

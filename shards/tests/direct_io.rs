@@ -126,14 +126,13 @@ fn after_a_crash_padding_and_space_allocated_ahead_are_cut_not_taken_for_damage(
         // file written) before the crash, so that the crash below, not timing, removes it.
         let middle = bases[bases.len() / 2];
         let middle_index = dir.path().join(format!("{middle:020}.index"));
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while !middle_index.exists() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the rolled segment is sealed"
-            );
-            glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        wait_until(
+            std::time::Duration::from_secs(20),
+            std::time::Duration::from_millis(10),
+            "the rolled segment is not sealed",
+            || middle_index.exists(),
+        )
+        .await;
         drop(log); // the process died: no seal of the active segment, no truncation
 
         // A sealed-looking older segment that died before its seal: padding and no index file.
@@ -346,9 +345,9 @@ fn zeros_written_ahead_of_the_data_change_nothing_but_the_extents() {
         let allocated = len(&active);
         assert!(allocated > size, "allocated ahead");
         // The zero writes run in the background, up to 4 MiB past the data (within what is
-        // allocated), a chunk at a time: wait (bounded) until the last one has landed, so that none
-        // is in flight when the log is dropped below.
-        let last_chunk_from = (size + (4 << 20)).min(allocated) - (1 << 20);
+        // allocated), 256 KiB at a time, and stop short of a chunk past that: wait (bounded) until
+        // the last one has landed, so that none is in flight when the log is dropped below.
+        let last_chunk_from = (size + (4 << 20)).min(allocated) - (256 << 10);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
         loop {
             let Some(unwritten) = unwritten_extents(&active) else {

@@ -498,14 +498,13 @@ fn retention_runs_in_the_background() {
         };
         let log = Log::open(dir.path(), config, cache()).await.unwrap();
         fill(&log, 60, 11).await;
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while log.log_start_offset() == 0 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "background retention never ran"
-            );
-            glommio::timer::sleep(Duration::from_millis(10)).await;
-        }
+        wait_until(
+            Duration::from_secs(10),
+            Duration::from_millis(10),
+            "background retention never ran",
+            || log.log_start_offset() > 0,
+        )
+        .await;
         log.close().await.unwrap();
     });
 }

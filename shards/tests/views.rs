@@ -380,18 +380,13 @@ fn a_shards_batches_from_one_read_go_out_as_one_part() {
         let (log, all, _views, reader) = filled_with_reader(dir.path(), 30, 4).await;
         // The first fetch starts the reader, which decodes all 30 batches in one read.
         reader.fetch(2, 0, 1 << 20, true).await.unwrap();
-        let hw = log.high_watermark();
-        let waited = futures_lite::future::or(
-            async {
-                reader.progress_monitor().wait_for(hw).await;
-                true
-            },
-            async {
-                glommio::timer::sleep(Duration::from_secs(10)).await;
-                false
-            },
-        );
-        assert!(waited.await, "the reader reaches the high watermark");
+        wait_until(
+            Duration::from_secs(10),
+            Duration::from_millis(5),
+            "the reader does not reach the high watermark",
+            || reader.position() >= log.high_watermark(),
+        )
+        .await;
         let read = reader.fetch(2, 0, 1 << 20, true).await.unwrap();
         assert_eq!(read.records.batches, 30);
         assert_eq!(

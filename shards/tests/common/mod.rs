@@ -29,6 +29,23 @@ where
     }
 }
 
+/// Waits until `ready` holds, looking every `every`; fails the test with `what` after `limit`.
+pub async fn wait_until(
+    limit: Duration,
+    every: Duration,
+    what: &str,
+    mut ready: impl FnMut() -> bool,
+) {
+    let deadline = std::time::Instant::now() + limit;
+    while !ready() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} (within {limit:?})"
+        );
+        glommio::timer::sleep(every).await;
+    }
+}
+
 /// A batch of `records` records with `value_len`-byte values, keys and headers derived from `seed`.
 pub fn batch(records: usize, value_len: usize, seed: u64) -> Bytes {
     let mut b = BatchBuilder::new(1_700_000_000_000 + seed as i64);
