@@ -21,10 +21,8 @@ pub fn split_batch(
     only: Option<u32>,
 ) -> Result<Vec<Vec<u8>>, InvalidBatch> {
     let outputs = if only.is_some() { 1 } else { shards as usize };
-    // An even share and a quarter more: the batch grows without reallocating unless it is skewed.
-    let share = source.len() / shards as usize;
-    let room = HEADER_LEN + share + share / 4 + 256;
-    let mut outs: Vec<Vec<u8>> = (0..outputs).map(|_| Vec::with_capacity(room)).collect();
+    // Empty: `split_batch_into` makes room for each shard's share.
+    let mut outs = vec![Vec::new(); outputs];
     split_batch_into(source, shards, only, &mut outs)?;
     Ok(outs)
 }
