@@ -85,6 +85,14 @@ impl ChunkWriter {
         at
     }
 
+    /// The same allocation as an empty writer, when no view of it is left: nobody can then read
+    /// the bytes the next appends overwrite. `None` while any view (any `Bytes` made from one) lives.
+    pub(crate) fn recycle(self) -> Option<ChunkWriter> {
+        let mut buf = self.buf;
+        Arc::get_mut(&mut buf)?;
+        Some(ChunkWriter { buf, len: 0 })
+    }
+
     /// Shares `start..end` of the written prefix.
     pub(crate) fn view(&self, start: usize, end: usize) -> Bytes {
         assert!(
@@ -132,6 +140,24 @@ mod tests {
         assert_eq!(&a[..], b"hello ");
         assert_eq!(&b[..], b"hello world");
         assert_eq!(&b.slice(6..)[..], b"world");
+    }
+
+    #[test]
+    fn only_a_chunk_nobody_views_is_recycled() {
+        let mut w = ChunkWriter::new(64);
+        w.push(b"hello");
+        let held = w.view(0, 5);
+        assert!(w.recycle().is_none(), "a view is alive");
+
+        let mut w = ChunkWriter::new(64);
+        w.push(b"hello");
+        let at = w.view(0, 5).as_ptr();
+        let mut again = w.recycle().expect("no view is left");
+        assert_eq!((again.len(), again.capacity()), (0, 64));
+        again.push(b"world");
+        assert_eq!(again.view(0, 5).as_ptr(), at, "the same memory");
+        assert_eq!(&again.view(0, 5)[..], b"world");
+        assert_eq!(&held[..], b"hello");
     }
 
     #[test]
