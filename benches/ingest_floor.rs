@@ -1,0 +1,414 @@
+//! The floor of the ingest workload on this machine: what one server core costs to do only the
+//! socket work of `shoal bench fanout --consumers 1 --producers 4 --partitions 4` (the ingest run
+//! of the README), beside one bulk TCP stream (the `iperf3` figure) measured in the same run.
+//!
+//! The floor server is a glommio executor on CPU 0, the clients another on CPU 1 (so it needs two
+//! CPUs to mean anything). It is what a broker cannot do less than, per request:
+//! - 4 producer connections, each keeping 5 requests of 16 KiB in flight (the bench's defaults:
+//!   16 messages of 1 KiB per batch, one batch per request, `--max-in-flight 5`);
+//! - the server reads them through a receive buffer (one read takes what has arrived), copies
+//!   each payload once into its partition's memory (a broker must keep the bytes: shoal's tail
+//!   cache), and answers each with 64 bytes, the answers of one read written together;
+//! - one consumer per partition long-polls: each fetch is answered, as soon as anything is there,
+//!   with everything produced since its last one, from that memory without copying (one `writev`).
+//!
+//! No protocol decoding, no CRC, no disk, no offsets: a broker does all of that on top. The figures
+//! are the floor for shoal's ingest row: CPU-s per produced GB of the server (ingest plus the
+//! delivery to one consumer per partition, as the bench counts it), and its rate as a share of the
+//! bulk stream's. Both are printed with the bulk stream's, measured in the same run.
+//!
+//! `cargo bench --bench ingest_floor` (about 25 s); `-- --quick` for a smoke run; `-- --batch-bytes
+//! N` for another request size (the bench's `--batch-bytes`).
+
+use bytes::{Bytes, BytesMut};
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::channels::local_channel;
+use glommio::net::{TcpListener, TcpStream};
+use glommio::{LocalExecutorBuilder, Placement};
+use std::cell::RefCell;
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const PARTITIONS: usize = 4;
+const IN_FLIGHT: u64 = 5;
+const ANSWER: usize = 64;
+const WARMUP: Duration = Duration::from_secs(1);
+
+struct Args {
+    secs: f64,
+    batch: usize,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        secs: 8.0,
+        batch: 16 << 10,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--quick" => a.secs = 1.0,
+            "--batch-bytes" => {
+                a.batch = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--batch-bytes N (bytes)")
+            }
+            _ => {} // cargo bench passes --bench
+        }
+    }
+    a
+}
+
+/// What the measured window saw.
+struct Window {
+    bytes: u64,
+    fetches: u64,
+    secs: f64,
+    server_cpu_s: f64,
+}
+
+impl Window {
+    fn gb_per_s(&self) -> f64 {
+        self.bytes as f64 / self.secs / 1e9
+    }
+    fn cpu_per_gb(&self) -> f64 {
+        self.server_cpu_s / (self.bytes as f64 / 1e9)
+    }
+}
+
+/// Shared between the threads: the server's thread id (for its CPU time), bytes counted by the
+/// clients, and the stop flag.
+#[derive(Default)]
+struct Shared {
+    server_tid: AtomicI32,
+    bytes: AtomicU64,
+    /// Fetch answers the consumers read (the ingest floor only).
+    fetches: AtomicU64,
+    stop: AtomicBool,
+}
+
+/// CPU time of thread `tid` of this process, from the scheduler's own accounting (nanoseconds).
+fn thread_cpu(tid: i32) -> Duration {
+    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).unwrap_or_default();
+    let ns = s
+        .split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    Duration::from_nanos(ns)
+}
+
+/// Runs `server` on CPU 0 and `clients` on CPU 1 for the warm-up and `secs`, and measures the bytes
+/// the clients count and the server thread's CPU time over the measured part.
+fn measure<S, SF, C, CF>(secs: f64, server: S, clients: C) -> Window
+where
+    S: FnOnce(TcpListener, Arc<Shared>) -> SF + Send + 'static,
+    SF: std::future::Future<Output = ()> + 'static,
+    C: FnOnce(std::net::SocketAddr, Arc<Shared>) -> CF + Send + 'static,
+    CF: std::future::Future<Output = ()> + 'static,
+{
+    let shared = Arc::new(Shared::default());
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let sh = shared.clone();
+    let srv = LocalExecutorBuilder::new(Placement::Fixed(0))
+        .name("floor-server")
+        .spawn(move || async move {
+            sh.server_tid.store(unsafe { libc::gettid() }, SeqCst);
+            l.set_nonblocking(true).unwrap();
+            // SAFETY: the descriptor of the listener bound above, handed over here only.
+            let listener = unsafe { TcpListener::from_raw_fd(l.into_raw_fd()) };
+            server(listener, sh).await
+        })
+        .unwrap();
+    let sh = shared.clone();
+    let cli = LocalExecutorBuilder::new(Placement::Fixed(1))
+        .name("floor-clients")
+        .spawn(move || async move { clients(addr, sh).await })
+        .unwrap();
+    std::thread::sleep(WARMUP);
+    let tid = shared.server_tid.load(SeqCst);
+    let counts = || (shared.bytes.load(SeqCst), shared.fetches.load(SeqCst));
+    let ((b0, f0), c0, t0) = (counts(), thread_cpu(tid), Instant::now());
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    let ((b1, f1), c1, t1) = (counts(), thread_cpu(tid), Instant::now());
+    shared.stop.store(true, SeqCst);
+    let _ = cli.join();
+    let _ = srv.join();
+    Window {
+        bytes: b1 - b0,
+        fetches: f1 - f0,
+        secs: (t1 - t0).as_secs_f64(),
+        server_cpu_s: (c1 - c0).as_secs_f64(),
+    }
+}
+
+/// Accepts `n` connections, then runs `handle` on each until the stop flag.
+async fn serve_n<H, F>(listener: TcpListener, shared: Arc<Shared>, n: usize, handle: H)
+where
+    H: Fn(usize, TcpStream) -> F,
+    F: std::future::Future<Output = ()> + 'static,
+{
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let s = listener.accept().await.unwrap();
+        s.set_nodelay(true).unwrap();
+        tasks.push(glommio::spawn_local(handle(i, s)));
+    }
+    while !shared.stop.load(SeqCst) {
+        glommio::timer::sleep(Duration::from_millis(20)).await;
+    }
+    drop(tasks);
+}
+
+/// One bulk stream: 256 KiB writes, read into a 256 KiB buffer and dropped.
+fn bulk(secs: f64) -> Window {
+    const WRITE: usize = 256 << 10;
+    measure(
+        secs,
+        |l, sh| async move {
+            serve_n(l, sh, 1, |_, mut s| async move {
+                let mut buf = vec![0u8; WRITE];
+                while let Ok(n) = s.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                }
+            })
+            .await
+        },
+        |addr, sh| async move {
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            let data = vec![7u8; WRITE];
+            while !sh.stop.load(SeqCst) {
+                if s.write_all(&data).await.is_err() {
+                    break;
+                }
+                sh.bytes.fetch_add(WRITE as u64, SeqCst);
+            }
+        },
+    )
+}
+
+/// A partition's memory: produced bytes not yet fetched, appended behind those fetched (which the
+/// fetch answers still hold), and a wake-up for its long-polling consumer.
+struct Partition {
+    unfetched: RefCell<BytesMut>,
+    arrived: local_channel::LocalSender<()>,
+    wait: RefCell<Option<local_channel::LocalReceiver<()>>>,
+}
+
+/// The ingest floor: see the module's documentation. Connections 0..4 are producers (producer `i`
+/// writes partition `i`), 4..8 consumers (consumer `i - 4` reads partition `i - 4`).
+fn ingest(secs: f64, batch: usize) -> Window {
+    measure(
+        secs,
+        move |l, sh| async move {
+            let parts: Rc<Vec<Partition>> = Rc::new(
+                (0..PARTITIONS)
+                    .map(|_| {
+                        let (tx, rx) = local_channel::new_bounded(1);
+                        Partition {
+                            unfetched: RefCell::new(BytesMut::with_capacity(8 << 20)),
+                            arrived: tx,
+                            wait: RefCell::new(Some(rx)),
+                        }
+                    })
+                    .collect(),
+            );
+            serve_n(l, sh, 2 * PARTITIONS, move |i, s| {
+                let parts = parts.clone();
+                async move {
+                    if i < PARTITIONS {
+                        produce_side(s, &parts[i]).await
+                    } else {
+                        fetch_side(s, &parts[i - PARTITIONS]).await
+                    }
+                }
+            })
+            .await
+        },
+        move |addr, sh| async move {
+            let mut tasks = Vec::new();
+            for _ in 0..PARTITIONS {
+                let s = TcpStream::connect(addr).await.unwrap();
+                s.set_nodelay(true).unwrap();
+                tasks.push(glommio::spawn_local(producer(s, batch, sh.clone())));
+            }
+            for _ in 0..PARTITIONS {
+                let s = TcpStream::connect(addr).await.unwrap();
+                s.set_nodelay(true).unwrap();
+                tasks.push(glommio::spawn_local(consumer(s, sh.clone())));
+            }
+            for t in tasks {
+                t.await;
+            }
+        },
+    )
+}
+
+/// Server side of a producer: frames are `u32` length and payload.
+async fn produce_side(mut s: TcpStream, part: &Partition) {
+    let mut buf = vec![0u8; 1 << 20];
+    let (mut start, mut end) = (0, 0);
+    let answer = [0u8; ANSWER];
+    let mut answers = Vec::with_capacity(64 * ANSWER);
+    loop {
+        if end == buf.len() {
+            buf.copy_within(start..end, 0);
+            (start, end) = (0, end - start);
+        }
+        match s.read(&mut buf[end..]).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => end += n,
+        }
+        answers.clear();
+        while end - start >= 4 {
+            let len = u32::from_be_bytes(buf[start..start + 4].try_into().unwrap()) as usize;
+            if end - start < 4 + len {
+                break;
+            }
+            part.unfetched
+                .borrow_mut()
+                .extend_from_slice(&buf[start + 4..start + 4 + len]);
+            start += 4 + len;
+            answers.extend_from_slice(&answer);
+        }
+        if start == end {
+            (start, end) = (0, 0);
+        }
+        if !answers.is_empty() {
+            let _ = part.arrived.try_send(());
+            if s.write_all(&answers).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Server side of a consumer: each 8-byte fetch is answered with a `u32` length and everything
+/// produced since the last answer, waiting for something if there is nothing.
+async fn fetch_side(mut s: TcpStream, part: &Partition) {
+    let wait = part.wait.borrow_mut().take().unwrap();
+    let mut req = [0u8; 8];
+    loop {
+        if s.read_exact(&mut req).await.is_err() {
+            return;
+        }
+        let data: Bytes = loop {
+            let d = part.unfetched.borrow_mut().split().freeze();
+            if !d.is_empty() {
+                break d;
+            }
+            if wait.recv().await.is_none() {
+                return;
+            }
+        };
+        {
+            let mut u = part.unfetched.borrow_mut();
+            if u.capacity() < 1 << 20 {
+                *u = BytesMut::with_capacity(8 << 20);
+            }
+        }
+        let head = (data.len() as u32).to_be_bytes();
+        if send_two(&mut s, &head, &data).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Writes `a` then `b` with one `writev` when the socket takes them, else the rest with glommio.
+async fn send_two(s: &mut TcpStream, a: &[u8], b: &[u8]) -> std::io::Result<()> {
+    let iov = [
+        libc::iovec {
+            iov_base: a.as_ptr() as *mut _,
+            iov_len: a.len(),
+        },
+        libc::iovec {
+            iov_base: b.as_ptr() as *mut _,
+            iov_len: b.len(),
+        },
+    ];
+    // SAFETY: both buffers outlive the call; the descriptor is the stream's own, non-blocking.
+    let n = unsafe { libc::writev(s.as_raw_fd(), iov.as_ptr(), 2) };
+    let sent = if n < 0 { 0 } else { n as usize };
+    if sent < a.len() {
+        s.write_all(&a[sent..]).await?;
+        s.write_all(b).await
+    } else {
+        s.write_all(&b[sent - a.len()..]).await
+    }
+}
+
+/// A producer: `IN_FLIGHT` requests of `batch` bytes outstanding, each answered with 64 bytes (the
+/// next request goes as soon as an answer is read).
+async fn producer(mut s: TcpStream, batch: usize, sh: Arc<Shared>) {
+    let mut frame = vec![9u8; 4 + batch];
+    frame[..4].copy_from_slice(&(batch as u32).to_be_bytes());
+    let mut answer = [0u8; ANSWER];
+    let mut outstanding = 0;
+    while !sh.stop.load(SeqCst) {
+        while outstanding < IN_FLIGHT {
+            if s.write_all(&frame).await.is_err() {
+                return;
+            }
+            outstanding += 1;
+        }
+        if s.read_exact(&mut answer).await.is_err() {
+            return;
+        }
+        outstanding -= 1;
+        sh.bytes.fetch_add(batch as u64, SeqCst);
+    }
+}
+
+/// A consumer: one fetch at a time, its answer read whole.
+async fn consumer(mut s: TcpStream, sh: Arc<Shared>) {
+    let mut buf = vec![0u8; 1 << 20];
+    while !sh.stop.load(SeqCst) {
+        if s.write_all(&[0u8; 8]).await.is_err() {
+            break;
+        }
+        let mut head = [0u8; 4];
+        if s.read_exact(&mut head).await.is_err() {
+            break;
+        }
+        let mut left = u32::from_be_bytes(head) as usize;
+        while left > 0 {
+            let n = left.min(buf.len());
+            if s.read_exact(&mut buf[..n]).await.is_err() {
+                return;
+            }
+            left -= n;
+        }
+        sh.fetches.fetch_add(1, SeqCst);
+    }
+}
+
+fn main() {
+    let a = args();
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        println!("ingest_floor: needs 2 CPUs (server on one, clients on the other); skipped");
+        return;
+    }
+    let wire = bulk(a.secs);
+    println!(
+        "bulk TCP stream (256 KiB writes, one connection): {:.2} GB/s, receiver {:.3} CPU-s per GB",
+        wire.gb_per_s(),
+        wire.cpu_per_gb()
+    );
+    let floor = ingest(a.secs, a.batch);
+    println!(
+        "ingest floor ({PARTITIONS} producers x {IN_FLIGHT} in flight x {} KiB requests, 1 consumer per partition, one server core): {:.0} MB/s = {:.2}x the bulk stream, server {:.3} CPU-s per produced GB ({:.1} us per request; fetch answers of {:.1} KiB on average)",
+        a.batch >> 10,
+        floor.gb_per_s() * 1e3,
+        floor.gb_per_s() / wire.gb_per_s(),
+        floor.cpu_per_gb(),
+        floor.server_cpu_s / (floor.bytes as f64 / a.batch as f64) * 1e6,
+        floor.bytes as f64 / floor.fetches.max(1) as f64 / 1024.0,
+    );
+}
