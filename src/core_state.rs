@@ -344,6 +344,7 @@ impl Core {
                 .collect(),
             bytes_in: m.bytes_in.get(),
             bytes_out: m.bytes_out.get(),
+            response_writes: m.response_writes.get(),
             connections_open: m.connections_open.get(),
             connections_total: m.connections_total.get(),
             fetch_connections: m.fetch_connections.get(),

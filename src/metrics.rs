@@ -12,6 +12,8 @@ pub struct CoreMetrics {
     pub errors: Vec<Cell<u64>>,
     pub bytes_in: Cell<u64>,
     pub bytes_out: Cell<u64>,
+    /// Writes of response bytes to connections (pipelined responses ready together share one).
+    pub response_writes: Cell<u64>,
     pub connections_open: Cell<u64>,
     pub connections_total: Cell<u64>,
     /// Open connections that have sent a Fetch (an edge in front of this broker keeps one per
@@ -44,6 +46,7 @@ impl Default for CoreMetrics {
             errors: (0..MAX_API_KEY).map(|_| Cell::new(0)).collect(),
             bytes_in: Cell::new(0),
             bytes_out: Cell::new(0),
+            response_writes: Cell::new(0),
             connections_open: Cell::new(0),
             connections_total: Cell::new(0),
             fetch_connections: Cell::new(0),
@@ -140,6 +143,7 @@ pub struct CoreSnapshot {
     pub apis: Vec<(i16, u64, u64)>,
     pub bytes_in: u64,
     pub bytes_out: u64,
+    pub response_writes: u64,
     pub connections_open: u64,
     pub connections_total: u64,
     pub fetch_connections: u64,
@@ -240,6 +244,12 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
         "counter",
         "Response bytes sent.",
         &mut per_core(|c| c.bytes_out),
+    );
+    family(
+        "shoal_response_writes_total",
+        "counter",
+        "Writes of responses to connections: pipelined responses ready together go out in one.",
+        &mut per_core(|c| c.response_writes),
     );
     family(
         "shoal_connections_open",

@@ -626,6 +626,57 @@ fn deep_pipeline_beyond_the_in_flight_limit() {
     shoal.stop();
 }
 
+/// Pipelined produce requests answered by one group write go back in one write to the socket, not
+/// one each (`shoal_response_writes_total`), in order and each with its own offset.
+#[test]
+fn pipelined_replies_that_are_ready_together_go_out_in_one_write() {
+    const N: usize = 5;
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 1, &[]);
+    create_topic(&shoal, "together", 1);
+    let mut s = connect(shoal.ports[leader(&shoal, "together", 0)]);
+    // Settle the connection's first request (and the metric) before the pipelined ones.
+    s.write_all(&request_frame(
+        ApiKey::ApiVersions,
+        API_VERSIONS_V,
+        1,
+        &api_versions_req(),
+    ))
+    .unwrap();
+    recv(&mut s).unwrap();
+    let before = shoal.metric("shoal_response_writes_total");
+    let mut wire = Vec::new();
+    for i in 0..N {
+        let v = format!("together-{i}");
+        wire.extend(request_frame(
+            ApiKey::Produce,
+            PRODUCE_V,
+            100 + i as i32,
+            &produce_req("together", 0, batch(&[&v]), 1),
+        ));
+    }
+    s.write_all(&wire).unwrap();
+    for i in 0..N {
+        let f = recv(&mut s).unwrap_or_else(|| panic!("response {i}: connection closed"));
+        let r: ProduceResponse = decode(ApiKey::Produce, PRODUCE_V, 100 + i as i32, f);
+        let p = only_partition(&r);
+        assert_eq!(
+            (p.error_code, p.base_offset),
+            (NONE, i as i64),
+            "produce {i}"
+        );
+    }
+    let writes = shoal.metric("shoal_response_writes_total") - before;
+    // One group write answers them all: one write, or two should the first append be written
+    // alone before the others were queued.
+    assert!(
+        (1..=2).contains(&writes),
+        "{N} pipelined replies took {writes} writes"
+    );
+    drop(s);
+    shoal.stop();
+}
+
 // ---------------------------------------------------------------------------------------------------
 // 3. Bad input closes only its own connection.
 

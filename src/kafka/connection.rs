@@ -43,6 +43,8 @@ pub(super) struct Responses {
     ready: Cell<u64>,
     /// Replies left by earlier requests to the next one, written with it.
     pending: RefCell<Pending>,
+    /// Requests read from the connection so far (the next one read gets this `seq`).
+    read: Cell<i64>,
 }
 
 /// Reply bytes not written yet, with the holds on shared results they carry.
@@ -79,6 +81,7 @@ impl Pending {
         } else {
             let n: usize = chunks.iter().map(Bytes::len).sum();
             add(&core.metrics.bytes_out, n as u64);
+            add(&core.metrics.response_writes, 1);
         }
         drop(holds);
     }
@@ -89,10 +92,20 @@ impl Responses {
     /// request's reply is already waiting for its turn, this one is left to it, and it writes both
     /// with one `sendmsg`: pipelined responses that are ready together (a producer's requests
     /// answered by one group write) cost one send, one loopback delivery, one wake-up of the client.
+    ///
+    /// Replies that become ready together are woken together but run one after the other, so the
+    /// first would never see the next one ready: when a later request has been read and its reply
+    /// is not waiting yet, this one first lets the tasks already woken on the core run once (a
+    /// yield, not a wait for the next reply: a reply that is not ready by then is not waited for).
+    /// With 4 producers of 16 KiB batches, 5 in flight each, that took the broker from 1.26 to 0.7
+    /// sends per request (`perf stat`, 5 s each).
     pub(super) async fn write_in_turn(&self, core: &Core, seq: i64, reply: Reply) {
         let bit = |seq: i64| 1u64 << (seq as u64 % 64);
         self.ready.set(self.ready.get() | bit(seq));
         self.written.wait_for(seq).await;
+        if self.read.get() > seq + 1 && self.ready.get() & bit(seq + 1) == 0 {
+            futures_lite::future::yield_now().await;
+        }
         self.ready.set(self.ready.get() & !bit(seq));
         if !self.closed.get() {
             let mut pending = self.pending.take();
@@ -164,6 +177,7 @@ pub async fn serve(core: Rc<Core>, stream: TcpStream, listener: usize) {
         written: OffsetMonitor::new(0),
         closed: Cell::new(false),
         ready: Cell::new(0),
+        read: Cell::new(0),
         pending: RefCell::default(),
     });
     let mut frames = FrameReader::new();
@@ -366,6 +380,7 @@ async fn serve_requests(
             }
         };
         *seq += 1;
+        responses.read.set(*seq);
     }
     if fetched {
         let open = &core.metrics.fetch_connections;
