@@ -33,14 +33,15 @@ pub fn split_batch(
 pub const MAX_SPLIT_BYTES: usize = crate::compression::MAX_DECOMPRESSED;
 
 /// [`split_batch`], appending each shard's batch to `outs[i]` (one buffer per output), so that the
-/// shard batches of consecutive source batches lie back to back. On error nothing is appended; a
-/// batch whose shard batches would pass [`MAX_SPLIT_BYTES`] is an error (`TooLarge`).
+/// shard batches of consecutive source batches lie back to back; returns each output's record count.
+/// On error nothing is appended; a batch whose shard batches would pass [`MAX_SPLIT_BYTES`] is an
+/// error (`TooLarge`).
 pub fn split_batch_into(
     source: &[u8],
     shards: u32,
     only: Option<u32>,
     outs: &mut [Vec<u8>],
-) -> Result<(), InvalidBatch> {
+) -> Result<Vec<i32>, InvalidBatch> {
     split_batch_within(source, shards, only, outs, MAX_SPLIT_BYTES)
 }
 
@@ -51,7 +52,7 @@ pub fn split_batch_within(
     only: Option<u32>,
     outs: &mut [Vec<u8>],
     limit: usize,
-) -> Result<(), InvalidBatch> {
+) -> Result<Vec<i32>, InvalidBatch> {
     assert!(shards > 0 && only.is_none_or(|i| i < shards));
     let outputs = if only.is_some() { 1 } else { shards as usize };
     assert_eq!(outs.len(), outputs);
@@ -73,7 +74,7 @@ pub fn split_batch_within(
         }
         return Err(e);
     }
-    for ((b, start), count) in outs.iter_mut().zip(starts).zip(counts) {
+    for ((b, start), &count) in outs.iter_mut().zip(starts).zip(&counts) {
         let header = BatchHeader {
             attributes: h.attributes & ATTR_TIMESTAMP_TYPE,
             record_count: count,
@@ -81,7 +82,7 @@ pub fn split_batch_within(
         };
         batch::write_header(&mut b[start..], &header);
     }
-    Ok(())
+    Ok(counts)
 }
 
 /// Appends each record of `records` (the section of batch `h`) to its shard's output, counting them,
@@ -171,6 +172,13 @@ mod tests {
         let all = records(&plain).unwrap();
         let shards = split_batch(source, n, None).unwrap();
         assert_eq!(shards.len(), n as usize);
+        let mut appended = vec![Vec::new(); n as usize];
+        let counts = split_batch_into(source, n, None, &mut appended).unwrap();
+        let in_headers: Vec<i32> = shards
+            .iter()
+            .map(|b| BatchHeader::parse(b).unwrap().record_count)
+            .collect();
+        assert_eq!(counts, in_headers, "the counts returned are the headers'");
         for (i, b) in shards.iter().enumerate() {
             let alone = split_batch(source, n, Some(i as u32)).unwrap();
             assert_eq!(alone, std::slice::from_ref(b), "shard {i} alone");

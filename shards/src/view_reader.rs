@@ -99,53 +99,49 @@ fn split_all(
     let room = (share + share / 4 + read.batches as usize * batch::HEADER_LEN).min(RUN_BYTES);
     // One buffer per output for the whole split, and each source batch's ranges in them.
     let mut outs: Vec<Vec<u8>> = (0..outputs).map(|_| Vec::with_capacity(room)).collect();
-    let mut split: Vec<(BatchHeader, Vec<(u32, u32)>)> = Vec::new();
+    // Each batch gets the runs once they are whole (after the loop).
+    let mut split: Vec<SplitBatch> = Vec::new();
     for (h, source) in read.batches().take_while(|(h, _)| h.base_offset < until) {
         if outs.iter().any(|b| b.len() >= RUN_BYTES) {
             break;
         }
         let starts: Vec<u32> = outs.iter().map(|b| b.len() as u32).collect();
         let mut s = stats.get();
-        if let Err(e) = split_batch_into(&source, shards, only, &mut outs) {
-            log::warn!(
-                "view: skipping source batch at offset {}: {e}",
-                h.base_offset
-            );
-            s.decode_errors += 1;
-            let empty = empty_batch(&h);
-            outs.iter_mut().for_each(|b| b.extend_from_slice(&empty));
-        }
+        let records = match split_batch_into(&source, shards, only, &mut outs) {
+            Ok(counts) => counts.into_iter().map(|c| c as u32).collect(),
+            Err(e) => {
+                log::warn!(
+                    "view: skipping source batch at offset {}: {e}",
+                    h.base_offset
+                );
+                s.decode_errors += 1;
+                let empty = empty_batch(&h);
+                outs.iter_mut().for_each(|b| b.extend_from_slice(&empty));
+                vec![0; outputs]
+            }
+        };
         s.source_batches_decoded += 1;
         s.shard_batches_encoded += outputs as u64;
         stats.set(s);
-        let ranges = starts
+        let ranges: Vec<(u32, u32)> = starts
             .into_iter()
             .zip(&outs)
-            .map(|(a, b)| (a, b.len() as u32));
-        split.push((h, ranges.collect()));
+            .map(|(a, b)| (a, b.len() as u32))
+            .collect();
+        split.push(SplitBatch {
+            base: h.base_offset,
+            last: h.last_offset(),
+            records,
+            bytes: ranges.iter().map(|&(a, b)| (b - a) as usize).sum(),
+            runs: Rc::new([]),
+            ranges,
+        });
     }
     let runs: Rc<[Bytes]> = outs.into_iter().map(Bytes::from).collect();
+    for b in &mut split {
+        b.runs = runs.clone();
+    }
     split
-        .into_iter()
-        .map(|(h, ranges)| {
-            let records = ranges
-                .iter()
-                .zip(runs.iter())
-                .map(|(&(a, b), run)| {
-                    BatchHeader::parse(&run[a as usize..b as usize])
-                        .map_or(0, |h| h.record_count as u32)
-                })
-                .collect();
-            SplitBatch {
-                base: h.base_offset,
-                last: h.last_offset(),
-                records,
-                bytes: ranges.iter().map(|&(a, b)| (b - a) as usize).sum(),
-                runs: runs.clone(),
-                ranges,
-            }
-        })
-        .collect()
 }
 
 fn empty_batch(h: &BatchHeader) -> Vec<u8> {
