@@ -586,13 +586,7 @@ fn a_view_consumer_in_a_gap_before_the_shared_window_is_served_from_it() {
         let reader = views.reader(&log, 2);
         // The first fetch starts the shared reader; its window begins at the first batch.
         let _ = reader.fetch(0, 0, 1 << 20, true).await.unwrap();
-        wait_until(
-            Duration::from_secs(10),
-            Duration::from_millis(5),
-            "the reader did not catch up",
-            || reader.position() >= log.high_watermark(),
-        )
-        .await;
+        reader_caught_up(&reader, &log).await;
         // A consumer at offset 0, in the gap before the window, gets the window's batches.
         for shard in 0..2 {
             let read = reader.fetch(shard, 0, 1 << 20, true).await.unwrap();

@@ -380,13 +380,7 @@ fn a_shards_batches_from_one_read_go_out_as_one_part() {
         let (log, all, _views, reader) = filled_with_reader(dir.path(), 30, 4).await;
         // The first fetch starts the reader, which decodes all 30 batches in one read.
         reader.fetch(2, 0, 1 << 20, true).await.unwrap();
-        wait_until(
-            Duration::from_secs(10),
-            Duration::from_millis(5),
-            "the reader does not reach the high watermark",
-            || reader.position() >= log.high_watermark(),
-        )
-        .await;
+        reader_caught_up(&reader, &log).await;
         let read = reader.fetch(2, 0, 1 << 20, true).await.unwrap();
         assert_eq!(read.records.batches, 30);
         assert_eq!(

@@ -29,6 +29,17 @@ where
     }
 }
 
+/// Waits (up to 10 s) until the shared view reader has split everything below `log`'s high watermark.
+pub async fn reader_caught_up(reader: &shards::view_reader::ViewReader, log: &shards::Log) {
+    wait_until(
+        Duration::from_secs(10),
+        Duration::from_millis(5),
+        "the view reader did not reach the high watermark",
+        || reader.position() >= log.high_watermark(),
+    )
+    .await;
+}
+
 /// Waits until `ready` holds, looking every `every`; fails the test with `what` after `limit`.
 pub async fn wait_until(
     limit: Duration,
