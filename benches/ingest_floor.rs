@@ -6,9 +6,10 @@
 //! CPUs to mean anything). It is what a broker cannot do less than, per request:
 //! - 4 producer connections, each keeping 5 requests of 16 KiB in flight (the bench's defaults:
 //!   16 messages of 1 KiB per batch, one batch per request, `--max-in-flight 5`);
-//! - the server reads them through a receive buffer (one read takes what has arrived), copies
-//!   each payload once into its partition's memory (a broker must keep the bytes: shoal's tail
-//!   cache), and answers each with 64 bytes, the answers of one read written together;
+//! - the server reads them through shoal's receive buffer (`wire::frame::FrameReader`: one read
+//!   takes what has arrived), copies each payload once into its partition's memory (a broker must
+//!   keep the bytes: shoal's tail cache), and answers each with 64 bytes, the answers of one read
+//!   written together;
 //! - one consumer per partition long-polls: each fetch is answered, as soon as anything is there,
 //!   with everything produced since its last one, from that memory without copying (one `writev`).
 //!
@@ -25,6 +26,7 @@ use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::channels::local_channel;
 use glommio::net::{TcpListener, TcpStream};
 use glommio::{LocalExecutorBuilder, Placement};
+use shoal::wire::frame::FrameReader;
 use std::cell::RefCell;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
 use std::rc::Rc;
@@ -251,42 +253,21 @@ fn ingest(secs: f64, batch: usize) -> Window {
     )
 }
 
-/// Server side of a producer: frames are `u32` length and payload.
+/// Server side of a producer: frames (a size, then the payload) read through shoal's own receive
+/// buffer ([`FrameReader`]), the answers to the frames one read brought written together.
 async fn produce_side(mut s: TcpStream, part: &Partition, batch: usize) {
-    // Room for several whole frames, whatever the request size.
-    let mut buf = vec![0u8; (1 << 20).max(4 * (4 + batch))];
-    let (mut start, mut end) = (0, 0);
+    let mut frames = FrameReader::new();
     let answer = [0u8; ANSWER];
     let mut answers = Vec::with_capacity(64 * ANSWER);
-    loop {
-        if end == buf.len() {
-            buf.copy_within(start..end, 0);
-            (start, end) = (0, end - start);
-        }
-        match s.read(&mut buf[end..]).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => end += n,
-        }
-        answers.clear();
-        while end - start >= 4 {
-            let len = u32::from_be_bytes(buf[start..start + 4].try_into().unwrap()) as usize;
-            if end - start < 4 + len {
-                break;
-            }
-            part.unfetched
-                .borrow_mut()
-                .extend_from_slice(&buf[start + 4..start + 4 + len]);
-            start += 4 + len;
-            answers.extend_from_slice(&answer);
-        }
-        if start == end {
-            (start, end) = (0, 0);
-        }
-        if !answers.is_empty() {
+    while let Ok(payload) = frames.read_request(&mut s, batch).await {
+        part.unfetched.borrow_mut().extend_from_slice(&payload);
+        answers.extend_from_slice(&answer);
+        if !frames.has_frame() {
             let _ = part.arrived.try_send(());
             if s.write_all(&answers).await.is_err() {
                 return;
             }
+            answers.clear();
         }
     }
 }

@@ -168,6 +168,17 @@ impl FrameReader {
         Ok(frame.freeze())
     }
 
+    /// Whether the next [`Self::read_request`] returns without reading the socket: a whole frame
+    /// (or a size it refuses at once, below the smallest request) has already been received. A
+    /// server answering what one read brought writes its answers when this is false.
+    pub fn has_frame(&self) -> bool {
+        if self.filled < 4 {
+            return false;
+        }
+        let n = i32::from_be_bytes(self.buf[..4].try_into().unwrap());
+        n < MIN_REQUEST || self.filled >= 4 + n as usize
+    }
+
     /// Receives more bytes, first making room towards `want` bytes in all (the frame being read).
     async fn receive<R: AsyncRead + Unpin>(
         &mut self,
@@ -295,6 +306,32 @@ mod tests {
         // The first read fills a small buffer, the next ones the room made for 16 KiB frames
         // and those behind them; far fewer than two reads per frame, plus the one seeing the end.
         assert!(reads <= 5, "{reads} reads for 5 frames");
+    }
+
+    #[test]
+    fn has_frame_says_whether_a_whole_frame_is_already_received() {
+        let (wire, bodies) = frames(&[100, 100, 100]);
+        // The first read brings two frames and half the third.
+        let cut = 2 * 104 + 50;
+        let mut r = Pieces {
+            data: wire,
+            cuts: vec![cut],
+            at: 0,
+            reads: 0,
+        };
+        let mut reader = FrameReader::new();
+        assert!(!reader.has_frame(), "nothing received");
+        futures_lite::future::block_on(async {
+            let first = reader.read_request(&mut r, 1 << 20).await.unwrap();
+            assert_eq!(first.to_vec(), bodies[0]);
+            assert!(reader.has_frame(), "the second frame came with the first");
+            reader.read_request(&mut r, 1 << 20).await.unwrap();
+            assert!(!reader.has_frame(), "half of the third");
+            let reads = r.reads;
+            reader.read_request(&mut r, 1 << 20).await.unwrap();
+            assert!(r.reads > reads, "the third needed a read");
+            assert!(!reader.has_frame());
+        });
     }
 
     #[test]
