@@ -342,6 +342,10 @@ impl Core {
                 .filter(|&k| m.requests[k].get() > 0)
                 .map(|k| (k as i16, m.requests[k].get(), m.errors[k].get()))
                 .collect(),
+            durations: (0..m.durations.len())
+                .map(|k| (k as i16, m.durations[k].snapshot()))
+                .filter(|(_, d)| d.count() > 0)
+                .collect(),
             bytes_in: m.bytes_in.get(),
             bytes_out: m.bytes_out.get(),
             response_writes: m.response_writes.get(),

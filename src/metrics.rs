@@ -6,10 +6,56 @@ use std::fmt::Write;
 /// Kafka API keys we count; index = API key.
 pub const MAX_API_KEY: usize = 80;
 
+/// Upper bounds of the request-duration histogram's buckets, in microseconds (then `+Inf`).
+pub const DURATION_BUCKETS_US: [u64; 14] = [
+    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000, 5_000_000,
+];
+
+/// One API's request durations: counts per bucket (not cumulative; the last is `+Inf`) and the
+/// sum, in microseconds.
+#[derive(Debug, Default)]
+pub struct DurationHistogram {
+    buckets: [Cell<u64>; DURATION_BUCKETS_US.len() + 1],
+    sum_us: Cell<u64>,
+}
+
+impl DurationHistogram {
+    pub fn record(&self, d: std::time::Duration) {
+        let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        let i = DURATION_BUCKETS_US.partition_point(|&b| b < us);
+        add(&self.buckets[i], 1);
+        self.sum_us.set(self.sum_us.get().saturating_add(us));
+    }
+
+    pub fn snapshot(&self) -> DurationSnapshot {
+        DurationSnapshot {
+            buckets: std::array::from_fn(|i| self.buckets[i].get()),
+            sum_us: self.sum_us.get(),
+        }
+    }
+}
+
+/// A [`DurationHistogram`] as plain data.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DurationSnapshot {
+    pub buckets: [u64; DURATION_BUCKETS_US.len() + 1],
+    pub sum_us: u64,
+}
+
+impl DurationSnapshot {
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().sum()
+    }
+}
+
 #[derive(Debug)]
 pub struct CoreMetrics {
     pub requests: Vec<Cell<u64>>,
     pub errors: Vec<Cell<u64>>,
+    /// Per API key: from the request read to its response written (or handed to the next
+    /// response's write, which sends both).
+    pub durations: Vec<DurationHistogram>,
     pub bytes_in: Cell<u64>,
     pub bytes_out: Cell<u64>,
     /// Writes of response bytes to connections (pipelined responses ready together share one).
@@ -44,6 +90,9 @@ impl Default for CoreMetrics {
         Self {
             requests: (0..MAX_API_KEY).map(|_| Cell::new(0)).collect(),
             errors: (0..MAX_API_KEY).map(|_| Cell::new(0)).collect(),
+            durations: (0..MAX_API_KEY)
+                .map(|_| DurationHistogram::default())
+                .collect(),
             bytes_in: Cell::new(0),
             bytes_out: Cell::new(0),
             response_writes: Cell::new(0),
@@ -78,6 +127,11 @@ impl CoreMetrics {
     pub fn error(&self, api_key: i16) {
         if let Some(c) = self.errors.get(api_key as usize) {
             add(c, 1);
+        }
+    }
+    pub fn duration(&self, api_key: i16, d: std::time::Duration) {
+        if let Some(h) = self.durations.get(api_key as usize) {
+            h.record(d);
         }
     }
 }
@@ -141,6 +195,8 @@ pub struct CoreSnapshot {
     pub core: usize,
     /// (API key, requests, errors) for keys with any traffic.
     pub apis: Vec<(i16, u64, u64)>,
+    /// (API key, durations) for keys with any request answered.
+    pub durations: Vec<(i16, DurationSnapshot)>,
     pub bytes_in: u64,
     pub bytes_out: u64,
     pub response_writes: u64,
@@ -179,6 +235,22 @@ pub struct CoreSnapshot {
     pub edge: Option<EdgeStats>,
 }
 
+/// One API's duration histogram on one core, as Prometheus samples (cumulative buckets).
+fn render_duration(out: &mut String, core: usize, api: &str, d: &DurationSnapshot) {
+    let name = "shoal_kafka_request_duration_seconds";
+    let labels = format!("core=\"{core}\",api=\"{api}\"");
+    let mut below = 0;
+    for (i, n) in d.buckets.iter().enumerate() {
+        below += n;
+        let le = DURATION_BUCKETS_US
+            .get(i)
+            .map_or("+Inf".to_string(), |us| format!("{}", *us as f64 / 1e6));
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {below}");
+    }
+    let _ = writeln!(out, "{name}_sum{{{labels}}} {}", d.sum_us as f64 / 1e6);
+    let _ = writeln!(out, "{name}_count{{{labels}}} {below}");
+}
+
 fn api_name(key: i16) -> String {
     kafka_protocol::messages::ApiKey::try_from(key)
         .map_or_else(|_| format!("api_{key}"), |k| format!("{k:?}"))
@@ -195,6 +267,17 @@ type Family = (
 /// Renders all cores' snapshots as Prometheus text exposition.
 pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
     let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# HELP shoal_kafka_request_duration_seconds Time from a Kafka request read to its \
+         response written (a fetch's long-poll wait included), by API.\n\
+         # TYPE shoal_kafka_request_duration_seconds histogram"
+    );
+    for c in cores {
+        for (key, d) in &c.durations {
+            render_duration(&mut out, c.core, &api_name(*key), d);
+        }
+    }
     let mut family =
         |name: &str, kind: &str, help: &str, samples: &mut dyn Iterator<Item = (String, u64)>| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -629,4 +712,61 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
         &mut per_partition(|p| p.first_dirty_offset.max(0) as u64),
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn request_durations_render_as_a_cumulative_histogram() {
+        let m = CoreMetrics::default();
+        let produce = kafka_protocol::messages::ApiKey::Produce as i16;
+        for us in [50, 100, 101, 900, 7_000_000] {
+            m.duration(produce, Duration::from_micros(us));
+        }
+        m.duration(-1, Duration::from_micros(1)); // no such API: ignored
+        let d = m.durations[produce as usize].snapshot();
+        assert_eq!(d.count(), 5);
+        let text = render_prometheus(&[CoreSnapshot {
+            core: 3,
+            durations: vec![(produce, d)],
+            ..Default::default()
+        }]);
+        let sample = |series: &str| -> String {
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(series))
+                .unwrap_or_else(|| panic!("no {series} in\n{text}"));
+            line.rsplit(' ').next().unwrap().to_string()
+        };
+        let bucket = |le: &str| {
+            sample(&format!(
+                "shoal_kafka_request_duration_seconds_bucket{{core=\"3\",api=\"Produce\",le=\"{le}\"}}"
+            ))
+        };
+        // Bounds are inclusive (100 us is in the 100 us bucket) and buckets cumulative.
+        assert_eq!(bucket("0.0001"), "2");
+        assert_eq!(bucket("0.00025"), "3");
+        assert_eq!(bucket("0.001"), "4");
+        assert_eq!(bucket("5"), "4");
+        assert_eq!(bucket("+Inf"), "5");
+        let labels = "{core=\"3\",api=\"Produce\"}";
+        assert_eq!(
+            sample(&format!(
+                "shoal_kafka_request_duration_seconds_count{labels}"
+            )),
+            "5"
+        );
+        assert_eq!(
+            sample(&format!("shoal_kafka_request_duration_seconds_sum{labels}")),
+            "7.001151"
+        );
+        assert_eq!(
+            text.matches("# TYPE shoal_kafka_request_duration_seconds histogram")
+                .count(),
+            1
+        );
+    }
 }

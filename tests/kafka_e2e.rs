@@ -125,6 +125,12 @@ fn librdkafka_round_trip_restart_and_every_port() {
         metrics.contains("shoal_kafka_requests_total{core=\"1\",api=\"Produce\"}"),
         "both cores took produces"
     );
+    // Every produce request read has been answered, and each answer's time is in the histogram.
+    let produce = "api=\"Produce\"";
+    assert_eq!(
+        shoal.metric_with("shoal_kafka_request_duration_seconds_count", produce),
+        shoal.metric_with("shoal_kafka_requests_total", produce)
+    );
     shoal.stop();
 
     // After a restart (new ports, same data) everything is still there, through either core's port.

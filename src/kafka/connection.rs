@@ -367,6 +367,7 @@ async fn serve_requests(
             add(&core.metrics.fetch_connections, 1);
         }
         let queue = core.queues.for_api(req.api_key);
+        let (api_key, read_at) = (req.api_key, std::time::Instant::now());
         // Detached: a request, once read, is handled to the end even if the connection goes away
         // (as in Kafka); only its answer is dropped. A handler cancelled half-way could leave
         // state behind (a group deletion between its steps, a commit written but not applied).
@@ -376,6 +377,7 @@ async fn serve_requests(
             async move {
                 let reply = handlers::handle_guarded(core.clone(), req, session).await;
                 responses.write_in_turn(&core, seq, reply).await;
+                core.metrics.duration(api_key, read_at.elapsed());
             }
         };
         match glommio::spawn_local_into(task, queue) {
