@@ -191,6 +191,12 @@ pub struct FanoutArgs {
     /// throughput as a fraction of it.
     #[arg(long)]
     pub raw_baseline: bool,
+    /// Also measure the embedded broker's disk after each point of the series: sequential Direct
+    /// I/O writes of 1 MiB in its data directory, a writer per partition, alone and while each
+    /// file is fdatasynced every --flush-ms (3 s each); print the produced MB/s as a fraction of
+    /// the device's rate, and the writes' latency under those flushes beside the publish latency.
+    #[arg(long)]
+    pub disk_baseline: bool,
     /// Run a series over KEY (consumers, producers or partitions), e.g. consumers=1,8,64,256.
     #[arg(long, value_parser = parse_sweep)]
     pub sweep: Option<Sweep>,
@@ -361,6 +367,13 @@ pub fn validate(args: &FanoutArgs) -> Result<(), String> {
             "--compare {} switches a shoal setting through its admin API: give --admin",
             c.label()
         ));
+    }
+    if args.disk_baseline && args.bootstrap.is_some() {
+        return Err(
+            "--disk-baseline measures the embedded broker's data directory: it does not go with \
+             --bootstrap"
+                .into(),
+        );
     }
     if args.broker_process && args.bootstrap.is_some() {
         return Err("--broker-process starts shoal itself: it does not go with --bootstrap".into());

@@ -28,6 +28,9 @@ pub struct Broker {
     pub pid: Option<u32>,
     pub cores: Option<usize>,
     pub serve_config: ServeConfig,
+    /// The embedded broker's data directory and flush interval (`--disk-baseline` measures there).
+    pub data_dir: Option<PathBuf>,
+    pub flush_interval: Option<Duration>,
 }
 
 impl Broker {
@@ -48,6 +51,8 @@ impl Broker {
                 pid,
                 cores: None,
                 serve_config,
+                data_dir: None,
+                flush_interval: None,
             });
         }
         // A directory of our own (removed at the end) under the system's temporary directory, or
@@ -86,6 +91,7 @@ impl Broker {
         let config =
             serve_config(&argv[2..]).map_err(|e| io::Error::other(format!("--broker-arg: {e}")))?;
         let cores = Some(args.broker_cores.max(1));
+        let flush_interval = config.broker.log.flush_interval;
         if args.broker_process {
             let (child, port, admin) = spawn_broker(&argv[1..])?;
             return Ok(Broker {
@@ -95,6 +101,8 @@ impl Broker {
                 admin: Some(admin),
                 cores,
                 serve_config,
+                data_dir: Some(dir),
+                flush_interval,
             });
         }
         let server = Server::start(config)?;
@@ -107,6 +115,8 @@ impl Broker {
             pid: None,
             cores,
             serve_config,
+            data_dir: Some(dir),
+            flush_interval,
         })
     }
 

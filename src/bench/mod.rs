@@ -15,18 +15,21 @@
 //! - [`workload`] — one run: producers and consumers on glommio executors, phases, the summary.
 //! - [`stats`]    — counters, histograms, `/proc` CPU and memory, shoal's `/metrics`, formatting.
 //! - [`baseline`] — the raw TCP fan-out from memory (`--raw-baseline`).
+//! - [`disk`]     — the embedded broker's device: Direct I/O writes, with and without flushes
+//!   (`--disk-baseline`).
 //! - [`report`]   — what is printed: summaries, comparisons, tables, the plot of a sweep.
 //! - [`plot`]     — the SVG of a sweep (`--plot`).
 //! - [`tls`]      — the generator's TLS client (`--tls-ca`): every connection, blocking or async.
 //! - [`sasl`]     — the generator's SASL client (`--sasl-mechanism`): every connection.
 //!
 //! This module runs the series: one run, or `--compare coalescing` (on, then off), over each
-//! `--sweep` value, each followed by the raw baseline when asked.
+//! `--sweep` value, each followed by the raw and disk baselines when asked.
 
 mod args;
 pub mod baseline;
 mod broker;
 pub mod client;
+mod disk;
 pub mod plot;
 mod report;
 mod sasl;
@@ -41,7 +44,7 @@ use args::{validate, Compare, FanoutArgs, Rate, Start, SweepKey};
 use broker::Broker;
 use client::Cluster;
 use report::{
-    describe_workload, plural, print_comparison, print_raw, print_summary, print_table,
+    describe_workload, plural, print_comparison, print_disk, print_raw, print_summary, print_table,
     render_plot, run_label, switch_enabled,
 };
 use serde::Serialize;
@@ -65,6 +68,7 @@ struct Report {
     config: FanoutArgs,
     runs: Vec<RunSummary>,
     raw_baselines: Vec<RunSummary>,
+    disk_baselines: Vec<disk::DiskBaseline>,
     comparisons: Vec<Comparison>,
     /// Every run: every consumer received every record, and no errors.
     ok: bool,
@@ -204,6 +208,7 @@ fn series(args: &FanoutArgs, broker: &mut Broker, cpus: usize) -> io::Result<Rep
     let total_runs = points.len() * modes.len();
     let mut runs: Vec<RunSummary> = Vec::new();
     let mut raws: Vec<RunSummary> = Vec::new();
+    let mut disks = Vec::new();
     let mut comparisons = Vec::new();
     for point in &points {
         let mut w = workload_for(args, *point, cpus);
@@ -299,6 +304,29 @@ fn series(args: &FanoutArgs, broker: &mut Broker, cpus: usize) -> io::Result<Rep
             print_raw(&raw, &runs[first_of_point..], args.rate);
             raws.push(raw);
         }
+        if let (true, Some(dir)) = (args.disk_baseline, &broker.data_dir) {
+            println!(
+                "\n== disk baseline: {} writer{} of {} KiB Direct I/O writes in {} ==",
+                w.partitions,
+                plural(w.partitions as usize),
+                disk::WRITE_BYTES >> 10,
+                dir.display()
+            );
+            let measured = disk::measure(
+                dir,
+                w.partitions as usize,
+                broker.flush_interval,
+                disk::PHASE,
+            )?;
+            if let Some(d) = measured {
+                for r in &mut runs[first_of_point..] {
+                    r.disk_baseline_fraction =
+                        ratio(Some(r.produced.mb_per_s), Some(d.plain.mb_per_s));
+                }
+                print_disk(&d, &runs[first_of_point..]);
+                disks.push(d);
+            }
+        }
     }
     if let (Some(before), Some(admin), Some(c)) = (switch_before, broker.admin, args.compare) {
         stats::set_switch(admin, c.setting(), before)?;
@@ -317,6 +345,7 @@ fn series(args: &FanoutArgs, broker: &mut Broker, cpus: usize) -> io::Result<Rep
         config: args.clone(),
         runs,
         raw_baselines: raws,
+        disk_baselines: disks,
         comparisons,
         ok,
     };

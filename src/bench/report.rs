@@ -1,7 +1,8 @@
-//! What a series prints: each run's summary, comparisons, the raw-baseline table, and the SVG plot
-//! of a sweep.
+//! What a series prints: each run's summary, comparisons, the raw-baseline table, the disk
+//! baseline, and the SVG plot of a sweep.
 
 use super::args::{Compare, FanoutArgs, Rate, Start, Sweep, SweepKey};
+use super::disk::DiskBaseline;
 use super::workload::{RunSummary, Workload};
 use super::{plot, ratio, stats, Report};
 use std::net::SocketAddr;
@@ -412,6 +413,44 @@ pub fn print_raw(raw: &RunSummary, runs: &[RunSummary], rate: Rate) {
                 raw.delivered.mb_per_s
             ),
         }
+    }
+}
+
+/// The disk baseline's figures, and each run's produced MB/s and publish latency beside them.
+pub fn print_disk(d: &DiskBaseline, runs: &[RunSummary]) {
+    println!(
+        "disk baseline    {:.1} MB/s of {} KiB writes",
+        d.plain.mb_per_s,
+        d.write_bytes >> 10
+    );
+    println!(
+        "{}",
+        latency_line("  write latency", &d.plain.write_latency_us)
+    );
+    if let Some(f) = &d.flushed {
+        println!(
+            "with flushes     {:.1} MB/s while each file is fdatasynced every {} ms (the broker's \
+             flush interval)",
+            f.writes.mb_per_s, f.flush_interval_ms
+        );
+        println!(
+            "{}",
+            latency_line("  write latency", &f.writes.write_latency_us)
+        );
+        println!("{}", latency_line("  fdatasync", &f.fdatasync_latency_us));
+    }
+    for r in runs {
+        println!(
+            "{:<16} {}: {:.1} MB/s produced = {} of the disk baseline's {:.1} MB/s; publish max {}",
+            "vs disk baseline",
+            r.label,
+            r.produced.mb_per_s,
+            r.disk_baseline_fraction
+                .map_or_else(|| "-".into(), |f| format!("{:.1}%", f * 100.0)),
+            d.plain.mb_per_s,
+            r.publish_latency_us
+                .map_or_else(|| "-".into(), |l| stats::us(l.max)),
+        );
     }
 }
 

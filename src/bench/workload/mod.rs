@@ -604,6 +604,7 @@ impl<'a> Run<'a> {
             server,
             raw_baseline_fraction: None,
             raw_cpu_ratio: None,
+            disk_baseline_fraction: None,
         }
     }
 

@@ -238,4 +238,6 @@ pub struct RunSummary {
     /// Paced runs (`--rate`): the broker's CPU-s per delivered GB over the paced raw server's with
     /// the same consumers (which sends as many responses of the same sizes, at no other cost).
     pub raw_cpu_ratio: Option<f64>,
+    /// Produced MB/s over the disk baseline's write rate (`--disk-baseline`), when it ran.
+    pub disk_baseline_fraction: Option<f64>,
 }
