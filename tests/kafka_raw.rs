@@ -1193,6 +1193,51 @@ fn long_poll_fetch_is_woken_by_a_produce() {
     shoal.stop();
 }
 
+/// A long poll over several partitions wakes when any one of them gets data (here the last), and
+/// answers every partition with its own watermark.
+#[test]
+fn a_long_poll_over_three_partitions_is_woken_by_a_produce_to_any() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 1, &[]);
+    create_topic(&shoal, "wake3", 3);
+    let port = shoal.ports[0];
+    let records = batch(&["the third"]);
+    let mut req = fetch_req("wake3", 0, 0, 10_000, 1);
+    let partition = req.topics[0].partitions[0].clone();
+    for p in [1, 2] {
+        req.topics[0]
+            .partitions
+            .push(partition.clone().with_partition(p));
+    }
+    let mut s = connect(port);
+    let start = Instant::now();
+    send(&mut s, ApiKey::Fetch, FETCH_V, 51, &req);
+    let producer = {
+        let records = records.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            produce(port, "wake3", 2, records)
+        })
+    };
+    let frame = recv(&mut s).expect("fetch response");
+    let took = start.elapsed();
+    let r: FetchResponse = decode(ApiKey::Fetch, FETCH_V, 51, frame);
+    assert_eq!(producer.join().unwrap().error_code, NONE);
+    assert!(
+        (Duration::from_millis(150)..Duration::from_secs(3)).contains(&took),
+        "the long poll answered after {took:?}"
+    );
+    let parts = &r.responses[0].partitions;
+    let watermarks: Vec<_> = parts
+        .iter()
+        .map(|p| (p.partition_index, p.error_code, p.high_watermark))
+        .collect();
+    assert_eq!(watermarks, [(0, NONE, 0), (1, NONE, 0), (2, NONE, 1)]);
+    assert_eq!(parts[2].records.as_deref(), Some(&records[..]));
+    drop(s);
+    shoal.stop();
+}
+
 /// Responses go out in request order even when the first request is the slowest and the later ones
 /// run in other task queues: a long-poll Fetch pipelined before ApiVersions, Metadata and the
 /// Produce that wakes it is answered first, with the produced record.

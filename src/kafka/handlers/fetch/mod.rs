@@ -94,10 +94,11 @@ fn plan(core: &Core, request: &FetchRequest, who: &Session) -> Plan {
         .topics
         .iter()
         .map(|t| {
-            let name = t.topic.0.to_string();
-            let readable = who.may_topic(core, Operation::Read, &name);
+            // The request's own bytes (a slice of the frame the fetch holds anyway), not a copy.
+            let name: &str = &t.topic.0;
+            let readable = who.may_topic(core, Operation::Read, name);
             PlannedTopic {
-                name: Bytes::copy_from_slice(name.as_bytes()),
+                name: Bytes::from(t.topic.0.clone()),
                 partitions: t
                     .partitions
                     .iter()
@@ -108,7 +109,7 @@ fn plan(core: &Core, request: &FetchRequest, who: &Session) -> Plan {
                         target: readable
                             .then_some(())
                             .ok_or(ResponseError::TopicAuthorizationFailed)
-                            .and_then(|()| core.local_partition(&name, p.partition))
+                            .and_then(|()| core.local_partition(name, p.partition))
                             .map(|(part, view)| {
                                 let view =
                                     view.map(|v| (core.views.reader(&part.log, v.shards), v.shard));
@@ -451,7 +452,7 @@ async fn pace(core: &Core, plan: &Plan, when: Before) {
 /// Waits until any planned partition gets more data than it has now; `false` at the deadline or on
 /// shutdown.
 async fn wait_for_data(core: &Core, plan: &Plan) -> bool {
-    let waits: Vec<_> = plan
+    let mut watched = plan
         .topics
         .iter()
         .flat_map(|t| &t.partitions)
@@ -460,12 +461,28 @@ async fn wait_for_data(core: &Core, plan: &Plan) -> bool {
                 // Past what is there now, not past the fetch offset: with some data but less
                 // than min_bytes, the latter is already true and the fetch would spin.
                 let m = t.monitor();
-                Box::pin(m.wait_for(m.value().max(p.offset) + 1))
+                let after = m.value().max(p.offset) + 1;
+                (m, after)
             })
-        })
-        .collect();
+        });
+    let first = watched.next();
+    // The common fetch watches one partition: its wait is awaited in place, with no list of
+    // boxed waits to allocate (the rest is empty: no allocation either).
+    let rest: Vec<_> = watched.collect();
     let remaining = plan.deadline.saturating_duration_since(Instant::now());
-    let any = AnyOf(waits);
+    let any = async {
+        match first {
+            None => std::future::pending().await,
+            Some((m, after)) if rest.is_empty() => m.wait_for(after).await,
+            Some(first) => {
+                let waits = std::iter::once(first)
+                    .chain(rest)
+                    .map(|(m, after)| Box::pin(m.wait_for(after)))
+                    .collect();
+                AnyOf(waits).await
+            }
+        }
+    };
     let timeout = async {
         glommio::timer::sleep(remaining).await;
         false
