@@ -186,6 +186,7 @@ fn check_run(b: &Bench, run: &Value) {
         "server.cpu_s",
         "server.cores",
         "server.cpu_s_per_delivered_gb",
+        "server.cpu_us_per_fetch",
         "server.peak_rss_bytes",
         "server.peak_rss_includes_generator",
         "server.rss_at_consumers_start_bytes",
@@ -200,8 +201,18 @@ fn check_run(b: &Bench, run: &Value) {
         "server.fetch.response_bytes",
         "server.fetch.fan_out_saving",
         "raw_baseline_fraction",
+        "disk_baseline_fraction",
     ] {
         assert!(has(run, field), "run summary lacks {field}: {run:#}");
+    }
+    // The broker's CPU per fetch response is its CPU over the responses the consumers counted.
+    if !run["server"]["cpu_s"].is_null() && num(run, "delivered.fetches") > 0.0 {
+        let expected = num(run, "server.cpu_s") * 1e6 / num(run, "delivered.fetches");
+        let per_fetch = num(run, "server.cpu_us_per_fetch");
+        assert!(
+            (per_fetch - expected).abs() <= 1e-6 * expected.max(1.0),
+            "{per_fetch} us per fetch, expected {expected}"
+        );
     }
     assert_eq!(run["kind"], "kafka");
     assert!(
@@ -597,6 +608,58 @@ fn a_fresh_broker_process_per_run() {
         .filter(|e| e.file_name().to_string_lossy().starts_with("shoal-bench-"))
         .collect();
     assert!(left.is_empty(), "data directories left behind: {left:?}");
+}
+
+/// `--disk-baseline` measures the broker's own data directory after the run (a writer per
+/// partition, alone and under the broker's flush interval) and puts the run's produced MB/s beside
+/// it; where the temporary directory does not take Direct I/O it says so and measures nothing.
+#[test]
+fn a_disk_baseline_beside_the_ingest() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "--broker-process",
+        "--disk-baseline",
+        "--partitions",
+        "2",
+        "--broker-arg=--flush-ms=500",
+    ];
+    args.extend(SHORT_RUN);
+    let b = bench(dir.path(), &args);
+    let (s, stdout) = (&b.summary, &b.stdout);
+    assert!(b.ok, "{stdout}");
+    let run = &s["runs"][0];
+    check_run(&b, run);
+    let disks = s["disk_baselines"]
+        .as_array()
+        .expect("a list of disk baselines");
+    if disks.is_empty() {
+        assert!(stdout.contains("does not take Direct I/O"), "{stdout}");
+        assert!(run["disk_baseline_fraction"].is_null(), "{run:#}");
+        return;
+    }
+    let d = &disks[0];
+    assert_eq!(num(d, "writers"), 2.0, "{d:#}");
+    assert_eq!(num(d, "write_bytes"), (1 << 20) as f64);
+    let plain = num(d, "plain.mb_per_s");
+    assert!(plain > 0.0, "{d:#}");
+    assert!(num(d, "plain.write_latency_us.samples") > 0.0);
+    assert_eq!(num(d, "flushed.flush_interval_ms"), 500.0, "{d:#}");
+    assert!(
+        num(d, "flushed.fdatasync_latency_us.samples") >= 2.0,
+        "{d:#}"
+    );
+    let fraction = num(run, "disk_baseline_fraction");
+    assert!(
+        (fraction - num(run, "produced.mb_per_s") / plain).abs() < 1e-9,
+        "{fraction} {run:#}"
+    );
+    assert!(stdout.contains("vs disk baseline"), "{stdout}");
+    // The baseline's files went with it.
+    let dir_of_broker = d["dir"].as_str().unwrap();
+    assert!(
+        !dir_of_broker.is_empty() && !Path::new(dir_of_broker).exists(),
+        "the broker's fresh data directory (and the baseline's files in it) are removed"
+    );
 }
 
 /// A backlog of 2 MiB (1 KiB messages) caught up by 3 consumers while producing goes on, acks=all.

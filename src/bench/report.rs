@@ -215,6 +215,9 @@ pub fn print_summary(s: &RunSummary) {
                 .map(|g| format!(", {g:.2} CPU-s per delivered GB"))
                 .unwrap_or_default()
         ));
+        if let Some(us) = sv.cpu_us_per_fetch {
+            parts.push(format!("{us:.1} us per fetch response"));
+        }
     } else {
         parts.push("CPU not observable (not on this host; give --admin of a local shoal)".into());
     }

@@ -573,7 +573,11 @@ impl<'a> Run<'a> {
         let views = clients.views_before.as_ref().zip(views_after.as_ref());
         let batches = totals.produced_records / w.records_per_batch.max(1) as u64;
         let views = views.map(|(a, b)| ViewMetrics::between(a, b, batches));
-        let server = self.server_figures(&clients.memory, measured, secs, gb, views);
+        let mut server = self.server_figures(&clients.memory, measured, secs, gb, views);
+        server.cpu_us_per_fetch = server
+            .cpu_s
+            .filter(|_| delivered.fetches > 0)
+            .map(|c| c * 1e6 / delivered.fetches as f64);
         RunSummary {
             label: self.label.to_string(),
             kind: if raw { "raw-baseline" } else { "kafka" },
@@ -635,6 +639,7 @@ impl<'a> Run<'a> {
             cpu_s,
             cores: cpu_s.map(|c| c / secs),
             cpu_s_per_delivered_gb: cpu_s.and_then(|c| per_gb(c, gb)),
+            cpu_us_per_fetch: None,
             peak_rss_bytes: peak_rss,
             peak_rss_includes_generator: obs.rss_of_this_process,
             rss_at_consumers_start_bytes: memory.at_start,

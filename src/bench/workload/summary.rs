@@ -181,6 +181,10 @@ pub struct ServerFigures {
     pub cpu_s: Option<f64>,
     pub cores: Option<f64>,
     pub cpu_s_per_delivered_gb: Option<f64>,
+    /// Its CPU over the fetch responses the consumers received (microseconds; the produce work,
+    /// if any, included): at the tail, where every response carries a batch or two, the figure
+    /// that the CPU per GB and the time to answer every consumer once follow from.
+    pub cpu_us_per_fetch: Option<f64>,
     /// The peak from the moment the consumers start (or over the process's life where the peak
     /// cannot be reset: see `peak_rss_since_consumers_start`).
     pub peak_rss_bytes: Option<u64>,
