@@ -376,6 +376,7 @@ impl Core {
             views: self.views.stats(),
             groups: self.groups.stats(),
             storage: shards::storage_health(),
+            device: shards::device_latency(),
             partitions,
             edge: self.edge.as_ref().map(|e| e.stats()),
         }

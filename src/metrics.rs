@@ -6,48 +6,7 @@ use std::fmt::Write;
 /// Kafka API keys we count; index = API key.
 pub const MAX_API_KEY: usize = 80;
 
-/// Upper bounds of the request-duration histogram's buckets, in microseconds (then `+Inf`).
-pub const DURATION_BUCKETS_US: [u64; 14] = [
-    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
-    1_000_000, 5_000_000,
-];
-
-/// One API's request durations: counts per bucket (not cumulative; the last is `+Inf`) and the
-/// sum, in microseconds.
-#[derive(Debug, Default)]
-pub struct DurationHistogram {
-    buckets: [Cell<u64>; DURATION_BUCKETS_US.len() + 1],
-    sum_us: Cell<u64>,
-}
-
-impl DurationHistogram {
-    pub fn record(&self, d: std::time::Duration) {
-        let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-        let i = DURATION_BUCKETS_US.partition_point(|&b| b < us);
-        add(&self.buckets[i], 1);
-        self.sum_us.set(self.sum_us.get().saturating_add(us));
-    }
-
-    pub fn snapshot(&self) -> DurationSnapshot {
-        DurationSnapshot {
-            buckets: std::array::from_fn(|i| self.buckets[i].get()),
-            sum_us: self.sum_us.get(),
-        }
-    }
-}
-
-/// A [`DurationHistogram`] as plain data.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DurationSnapshot {
-    pub buckets: [u64; DURATION_BUCKETS_US.len() + 1],
-    pub sum_us: u64,
-}
-
-impl DurationSnapshot {
-    pub fn count(&self) -> u64 {
-        self.buckets.iter().sum()
-    }
-}
+pub use shards::latency::{DurationHistogram, DurationSnapshot, DURATION_BUCKETS_US};
 
 #[derive(Debug)]
 pub struct CoreMetrics {
@@ -197,6 +156,8 @@ pub struct CoreSnapshot {
     pub apis: Vec<(i16, u64, u64)>,
     /// (API key, durations) for keys with any request answered.
     pub durations: Vec<(i16, DurationSnapshot)>,
+    /// The storage device's write and fsync latencies, over every log of the core.
+    pub device: shards::DeviceLatency,
     pub bytes_in: u64,
     pub bytes_out: u64,
     pub response_writes: u64,
@@ -235,10 +196,8 @@ pub struct CoreSnapshot {
     pub edge: Option<EdgeStats>,
 }
 
-/// One API's duration histogram on one core, as Prometheus samples (cumulative buckets).
-fn render_duration(out: &mut String, core: usize, api: &str, d: &DurationSnapshot) {
-    let name = "shoal_kafka_request_duration_seconds";
-    let labels = format!("core=\"{core}\",api=\"{api}\"");
+/// A duration histogram as Prometheus samples of `name` (cumulative buckets) with `labels`.
+fn render_duration(out: &mut String, name: &str, labels: &str, d: &DurationSnapshot) {
     let mut below = 0;
     for (i, n) in d.buckets.iter().enumerate() {
         below += n;
@@ -275,7 +234,33 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
     );
     for c in cores {
         for (key, d) in &c.durations {
-            render_duration(&mut out, c.core, &api_name(*key), d);
+            let labels = format!("core=\"{}\",api=\"{}\"", c.core, api_name(*key));
+            render_duration(&mut out, "shoal_kafka_request_duration_seconds", &labels, d);
+        }
+    }
+    let device: [(&str, &str, fn(&shards::DeviceLatency) -> &DurationSnapshot); 2] = [
+        (
+            "shoal_log_write_duration_seconds",
+            "Time each write of grouped appends took on the storage device, from issue to \
+             completion (acks=1 producers wait for it; O_DSYNC for acks=all groups).",
+            |d| &d.writes,
+        ),
+        (
+            "shoal_log_fsync_duration_seconds",
+            "Time each fsync of the logs took: the periodic flush, group commit, a rolled \
+             segment's seal, index files, directories.",
+            |d| &d.fsyncs,
+        ),
+    ];
+    for (name, help, of) in device {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for c in cores {
+            render_duration(
+                &mut out,
+                name,
+                &format!("core=\"{}\"", c.core),
+                of(&c.device),
+            );
         }
     }
     let mut family =

@@ -200,6 +200,7 @@ fn check_run(b: &Bench, run: &Value) {
         "server.fetch.log_read_bytes",
         "server.fetch.response_bytes",
         "server.fetch.fan_out_saving",
+        "server.device",
         "raw_baseline_fraction",
         "disk_baseline_fraction",
     ] {

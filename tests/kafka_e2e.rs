@@ -131,6 +131,15 @@ fn librdkafka_round_trip_restart_and_every_port() {
         shoal.metric_with("shoal_kafka_request_duration_seconds_count", produce),
         shoal.metric_with("shoal_kafka_requests_total", produce)
     );
+    // The records went to disk in timed writes, and each core's histogram is rendered, written
+    // to or not.
+    let writes = shoal.metric("shoal_log_write_duration_seconds_count");
+    assert!(writes > 0, "{writes} timed writes");
+    assert_eq!(
+        shoal.metric_with("shoal_log_write_duration_seconds_bucket", "le=\"+Inf\""),
+        writes
+    );
+    shoal.metric_with("shoal_log_fsync_duration_seconds_count", "core=\"1\"");
     shoal.stop();
 
     // After a restart (new ports, same data) everything is still there, through either core's port.

@@ -22,6 +22,7 @@
 //! - `index`        — the sparse offset index and its file, which also marks a sealed segment clean.
 //! - [`split`]      — one source batch decompressed once, routed by key and encoded once per view shard.
 //! - [`storage_health`] — storage failures: logged once per episode per log, counted per core.
+//! - [`latency`]    — latency histograms, and the device's write and fsync latencies per core.
 //! - [`tail_cache`] — the per-core cache of recent batches that makes tail reads copy-free and I/O-free.
 //! - `chunk`        — the append-only memory behind the tail cache, shared as `Bytes` without copying.
 //! - [`view_reader`] — sharded views: one interpreting reader per (partition, shard count), a shared
@@ -47,6 +48,7 @@ mod direct_write;
 pub mod error;
 pub mod files;
 mod index;
+pub mod latency;
 pub mod log;
 mod lz4_frame;
 pub mod monitor;
@@ -64,6 +66,7 @@ pub mod view_reader;
 pub use crate::coalescer::{CoalesceKey, FetchCoalescer, ResponseHold, ResponseMemory, SharedRead};
 pub use crate::config::LogConfig;
 pub use crate::error::{Error, InvalidBatch, Result};
+pub use crate::latency::{device_latency, DeviceLatency, DurationHistogram, DurationSnapshot};
 pub use crate::log::{AppendOptions, AppendResult, CompactionStats, Log, LogStats};
 pub use crate::monitor::OffsetMonitor;
 pub use crate::records::{LogRead, Records};

@@ -255,6 +255,26 @@ pub fn print_summary(s: &RunSummary) {
                 .unwrap_or_else(|| "nothing read".into())
         );
     }
+    if let Some(d) = &sv.device {
+        let ops = |what: &str, o: &stats::DeviceOps| {
+            format!(
+                "{} {what} (mean {}; {} over 10 ms, {} over 100 ms, the slowest {})",
+                stats::thousands(o.count),
+                o.mean_us
+                    .map_or_else(|| "-".into(), |us| stats::us(us.round() as u64)),
+                stats::thousands(o.over_10ms),
+                stats::thousands(o.over_100ms),
+                o.slowest_within_s
+                    .map_or_else(|| "over 5 s".into(), |s| format!("<= {s} s")),
+            )
+        };
+        println!(
+            "{:<16} {}; {}",
+            "broker disk",
+            ops("writes of appends", &d.writes),
+            ops("fsyncs", &d.fsyncs)
+        );
+    }
     if let Some(v) = &sv.views {
         println!(
             "{:<16} {} source batches decoded for {} produced ({} per batch), {} shard batches \

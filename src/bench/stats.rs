@@ -537,9 +537,13 @@ fn http(admin: SocketAddr, method: &str, path: &str, body: &str) -> std::io::Res
     Ok(body.to_string())
 }
 
-/// Every sample of `/metrics`, summed over labels, by family name.
+/// Every sample of `/metrics`, summed over labels, by family name; a histogram's buckets also by
+/// their bound, as `NAME_bucket|le=BOUND` (summed over the other labels).
 pub fn scrape(admin: SocketAddr) -> std::io::Result<HashMap<String, f64>> {
-    let body = http(admin, "GET", "/metrics", "")?;
+    Ok(parse_metrics(&http(admin, "GET", "/metrics", "")?))
+}
+
+fn parse_metrics(body: &str) -> HashMap<String, f64> {
     let mut out: HashMap<String, f64> = HashMap::new();
     for line in body.lines().filter(|l| !l.starts_with('#')) {
         let Some(family) = line.split(['{', ' ']).next() else {
@@ -547,9 +551,67 @@ pub fn scrape(admin: SocketAddr) -> std::io::Result<HashMap<String, f64>> {
         };
         if let Some(v) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) {
             *out.entry(family.to_string()).or_default() += v;
+            let bound = line
+                .split_once("le=\"")
+                .and_then(|(_, rest)| rest.split_once('"'))
+                .map(|(le, _)| le);
+            if let (true, Some(le)) = (family.ends_with("_bucket"), bound) {
+                *out.entry(format!("{family}|le={le}")).or_default() += v;
+            }
         }
     }
-    Ok(out)
+    out
+}
+
+/// One of shoal's storage-device histograms over the measured interval.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct DeviceOps {
+    pub count: u64,
+    pub mean_us: Option<f64>,
+    /// Operations that took longer than 10 ms, and than 100 ms.
+    pub over_10ms: u64,
+    pub over_100ms: u64,
+    /// The upper bound of the slowest one's bucket, in seconds (`None` past the last bound).
+    pub slowest_within_s: Option<f64>,
+}
+
+impl DeviceOps {
+    /// The histogram `name` between two scrapes.
+    fn between(a: &HashMap<String, f64>, b: &HashMap<String, f64>, name: &str) -> DeviceOps {
+        let d = |k: &str| {
+            let v = b.get(k).copied().unwrap_or(0.0) - a.get(k).copied().unwrap_or(0.0);
+            v.max(0.0)
+        };
+        let count = d(&format!("{name}_count")) as u64;
+        let below = |le: &str| d(&format!("{name}_bucket|le={le}")) as u64;
+        let slowest_within_s = shards::latency::DURATION_BUCKETS_US
+            .iter()
+            .map(|us| *us as f64 / 1e6)
+            .find(|le| below(&le.to_string()) >= count);
+        DeviceOps {
+            count,
+            mean_us: (count > 0).then(|| d(&format!("{name}_sum")) * 1e6 / count as f64),
+            over_10ms: count.saturating_sub(below("0.01")),
+            over_100ms: count.saturating_sub(below("0.1")),
+            slowest_within_s: slowest_within_s.filter(|_| count > 0),
+        }
+    }
+}
+
+/// shoal's storage device figures over the measured interval: its writes of appends and fsyncs.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct DeviceMetrics {
+    pub writes: DeviceOps,
+    pub fsyncs: DeviceOps,
+}
+
+impl DeviceMetrics {
+    pub fn between(a: &HashMap<String, f64>, b: &HashMap<String, f64>) -> DeviceMetrics {
+        DeviceMetrics {
+            writes: DeviceOps::between(a, b, "shoal_log_write_duration_seconds"),
+            fsyncs: DeviceOps::between(a, b, "shoal_log_fsync_duration_seconds"),
+        }
+    }
 }
 
 /// Turns one of shoal's on/off settings (`fetch_coalescing`, `view_sharing`) on or off on every
@@ -699,6 +761,48 @@ mod tests {
     fn stat_parsing_skips_odd_thread_names() {
         let s = "12 (a) b) c) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0";
         assert_eq!(stat_ticks(s), Some(300));
+    }
+
+    #[test]
+    fn device_histograms_between_two_scrapes() {
+        // shoal's own rendering of two cores' write histograms, before and after.
+        let render = |fast: u64, slow: u64| {
+            let mut text = String::new();
+            for core in [0, 1] {
+                let mut below = 0;
+                for (i, le) in shards::latency::DURATION_BUCKETS_US.iter().enumerate() {
+                    below += match i {
+                        1 => fast,  // 100-250 us
+                        10 => slow, // 100-250 ms
+                        _ => 0,
+                    };
+                    let le = *le as f64 / 1e6;
+                    text += &format!(
+                        "shoal_log_write_duration_seconds_bucket{{core=\"{core}\",le=\"{le}\"}} {below}\n"
+                    );
+                }
+                text += &format!(
+                    "shoal_log_write_duration_seconds_bucket{{core=\"{core}\",le=\"+Inf\"}} {below}\n\
+                     shoal_log_write_duration_seconds_sum{{core=\"{core}\"}} {}\n\
+                     shoal_log_write_duration_seconds_count{{core=\"{core}\"}} {below}\n",
+                    fast as f64 * 200e-6 + slow as f64 * 0.2
+                );
+            }
+            parse_metrics(&text)
+        };
+        let (a, b) = (render(10, 0), render(110, 2));
+        let d = DeviceMetrics::between(&a, &b);
+        // Per core 100 fast writes and 2 slow ones: 200 and 4 over two cores.
+        assert_eq!(d.writes.count, 204);
+        assert_eq!((d.writes.over_10ms, d.writes.over_100ms), (4, 4));
+        assert_eq!(d.writes.slowest_within_s, Some(0.25));
+        let mean = d.writes.mean_us.unwrap();
+        assert!(
+            (mean - (200.0 * 200.0 + 4.0 * 200_000.0) / 204.0).abs() < 1e-6,
+            "{mean}"
+        );
+        // No fsyncs in either scrape.
+        assert_eq!(d.fsyncs, DeviceOps::default());
     }
 
     #[test]

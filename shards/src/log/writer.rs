@@ -184,7 +184,8 @@ impl Inner {
         // A durable append makes the write itself durable (Direct I/O, O_DSYNC): no fsync of its
         // own, and every append in the group shares it.
         let sync = group.iter().any(|p| p.durable);
-        let synced = match self.active().append(len, fill, &headers, sync).await {
+        let written = crate::latency::write(self.active().append(len, fill, &headers, sync)).await;
+        let synced = match written {
             Ok(synced) => synced,
             Err(e) => {
                 let e = self.storage.failed(&self.dir, e, false);
@@ -374,7 +375,7 @@ impl Inner {
     /// failed (the log is then failed).
     async fn sync_once(&self, sealing: &[Rc<Segment>], dir_changes: u64, active: &Segment) -> bool {
         for old in sealing {
-            if let Err(e) = old.file.fdatasync().await {
+            if let Err(e) = crate::latency::fsync(old.file.fdatasync()).await {
                 self.fail(&old.path, e);
                 return false;
             }
@@ -385,13 +386,13 @@ impl Inner {
             self.unsealed.borrow_mut().retain(|u| !Rc::ptr_eq(u, old));
         }
         if dir_changes > self.dir_synced.get() {
-            if let Err(e) = sync_dir(&self.dir).await {
+            if let Err(e) = crate::latency::fsync(sync_dir(&self.dir)).await {
                 self.fail(&self.dir, e);
                 return false;
             }
             self.dir_synced.set(self.dir_synced.get().max(dir_changes));
         }
-        match active.file.fdatasync().await {
+        match crate::latency::fsync(active.file.fdatasync()).await {
             Ok(()) => {
                 self.bump(|s| s.fsyncs += 1);
                 true
@@ -466,7 +467,7 @@ pub(super) async fn write_file(path: &Path, bytes: Vec<u8>) -> Result<()> {
                 "short write",
             )));
         }
-        f.fdatasync().await?;
+        crate::latency::fsync(f.fdatasync()).await?;
         f.close().await
     }
     .await;

@@ -25,7 +25,7 @@ mod summary;
 
 use crate::bench::client::{self, Cluster, Codec, PartitionLeader};
 use crate::bench::stats::{
-    self, now_us, ConsumerStats, FetchMetrics, Latency, Phase, Shared, ViewMetrics,
+    self, now_us, ConsumerStats, DeviceMetrics, FetchMetrics, Latency, Phase, Shared, ViewMetrics,
 };
 use check::check;
 use executors::{assign, spawn_clients, ClientCfg, ConsumerPlan};
@@ -653,6 +653,12 @@ impl<'a> Run<'a> {
                 .as_ref()
                 .zip(end.metrics.as_ref())
                 .map(|(a, b)| FetchMetrics::between(a, b)),
+            device: begin
+                .metrics
+                .as_ref()
+                .zip(end.metrics.as_ref())
+                .map(|(a, b)| DeviceMetrics::between(a, b))
+                .filter(|d| d.writes.count + d.fsyncs.count > 0),
             views,
         }
     }

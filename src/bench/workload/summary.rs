@@ -2,7 +2,9 @@
 
 use super::Backlog;
 use crate::bench::stats;
-use crate::bench::stats::{Counters, CpuSample, FetchMetrics, Latency, Shared, ViewMetrics};
+use crate::bench::stats::{
+    Counters, CpuSample, DeviceMetrics, FetchMetrics, Latency, Shared, ViewMetrics,
+};
 use serde::Serialize;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -197,6 +199,8 @@ pub struct ServerFigures {
     pub peak_rss_growth_bytes: Option<u64>,
     /// From shoal's /metrics, over the measured interval.
     pub fetch: Option<FetchMetrics>,
+    /// shoal's storage device latencies (writes of appends, fsyncs), over the measured interval.
+    pub device: Option<DeviceMetrics>,
     /// From shoal's /metrics, over the whole run (`--views`).
     pub views: Option<ViewMetrics>,
 }
