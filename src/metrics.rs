@@ -215,6 +215,9 @@ fn api_name(key: i16) -> String {
         .map_or_else(|_| format!("api_{key}"), |k| format!("{k:?}"))
 }
 
+/// Which of a core's device histograms a family renders.
+type DeviceHistogram = fn(&shards::DeviceLatency) -> &DurationSnapshot;
+
 /// A per-core metric family: name suffix, type, help, and how to read it from a snapshot.
 type Family = (
     &'static str,
@@ -238,7 +241,7 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
             render_duration(&mut out, "shoal_kafka_request_duration_seconds", &labels, d);
         }
     }
-    let device: [(&str, &str, fn(&shards::DeviceLatency) -> &DurationSnapshot); 2] = [
+    let device: [(&str, &str, DeviceHistogram); 2] = [
         (
             "shoal_log_write_duration_seconds",
             "Time each write of grouped appends took on the storage device, from issue to \
