@@ -563,6 +563,12 @@ fn parse_metrics(body: &str) -> HashMap<String, f64> {
     out
 }
 
+/// How much sample `k` grew from scrape `a` to scrape `b` (a counter reset counts as none).
+fn delta(a: &HashMap<String, f64>, b: &HashMap<String, f64>, k: &str) -> f64 {
+    let v = b.get(k).copied().unwrap_or(0.0) - a.get(k).copied().unwrap_or(0.0);
+    v.max(0.0)
+}
+
 /// One of shoal's storage-device histograms over the measured interval.
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
 pub struct DeviceOps {
@@ -578,10 +584,7 @@ pub struct DeviceOps {
 impl DeviceOps {
     /// The histogram `name` between two scrapes.
     fn between(a: &HashMap<String, f64>, b: &HashMap<String, f64>, name: &str) -> DeviceOps {
-        let d = |k: &str| {
-            let v = b.get(k).copied().unwrap_or(0.0) - a.get(k).copied().unwrap_or(0.0);
-            v.max(0.0)
-        };
+        let d = |k: &str| delta(a, b, k);
         let count = d(&format!("{name}_count")) as u64;
         let below = |le: &str| d(&format!("{name}_bucket|le={le}")) as u64;
         let slowest_within_s = shards::latency::DURATION_BUCKETS_US
@@ -644,10 +647,7 @@ pub struct FetchMetrics {
 
 impl FetchMetrics {
     pub fn between(a: &HashMap<String, f64>, b: &HashMap<String, f64>) -> FetchMetrics {
-        let d = |k: &str| {
-            let v = b.get(k).copied().unwrap_or(0.0) - a.get(k).copied().unwrap_or(0.0);
-            v.max(0.0) as u64
-        };
+        let d = |k: &str| delta(a, b, k) as u64;
         let reads = d("shoal_fetch_coalescer_reads_total");
         let inflight = d("shoal_fetch_coalescer_inflight_hits_total");
         let ready = d("shoal_fetch_coalescer_ready_hits_total");
@@ -688,10 +688,7 @@ impl ViewMetrics {
         b: &HashMap<String, f64>,
         source_batches: u64,
     ) -> ViewMetrics {
-        let d = |k: &str| {
-            let v = b.get(k).copied().unwrap_or(0.0) - a.get(k).copied().unwrap_or(0.0);
-            v.max(0.0) as u64
-        };
+        let d = |k: &str| delta(a, b, k) as u64;
         let decoded = d("shoal_view_source_batches_decoded_total");
         ViewMetrics {
             source_batches,
