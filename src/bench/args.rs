@@ -192,7 +192,7 @@ pub struct FanoutArgs {
     #[arg(long)]
     pub raw_baseline: bool,
     /// Also measure the embedded broker's disk after each point of the series: sequential Direct
-    /// I/O writes of 1 MiB in its data directory, a writer per partition, alone and while each
+    /// I/O writes of 1 MiB in its data directory, a writer per partition (up to 16), alone and while each
     /// file is fdatasynced every --flush-ms (3 s each); print the produced MB/s as a fraction of
     /// the device's rate, and the writes' latency under those flushes beside the publish latency.
     #[arg(long)]

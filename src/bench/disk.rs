@@ -1,9 +1,10 @@
 //! The disk baseline (`--disk-baseline`): what the embedded broker's device takes, measured in the
 //! same run, beside what the broker ingested.
 //!
-//! One thread per partition writes a file of its own in the broker's data directory, sequentially,
-//! with Direct I/O writes of [`WRITE_BYTES`] into space allocated ahead (the pattern of shoal's
-//! appends at their best: no page cache, no small writes), for [`PHASE`]. That is the device's
+//! One thread per partition (at most [`MAX_WRITERS`]) writes a file of its own in the broker's
+//! data directory, sequentially, with Direct I/O writes of [`WRITE_BYTES`] into space allocated
+//! ahead (the pattern of shoal's appends at their best: no page cache, no small writes), for
+//! [`PHASE`]. That is the device's
 //! limit for the run's data, as the raw TCP baseline is the wire's. Then the same again while
 //! another thread `fdatasync`s each file every flush interval (the broker's `--flush-ms`), as the
 //! broker's flush does: on a device whose cache flushes stall the writes queued behind them (a VM
@@ -26,9 +27,17 @@ use std::time::{Duration, Instant};
 pub const WRITE_BYTES: usize = 1 << 20;
 /// How long each phase writes in a bench run.
 pub const PHASE: Duration = Duration::from_secs(3);
-/// Each file is allocated ahead in steps of this, and wraps (is overwritten) past `FILE_BYTES`.
-const ALLOCATE_STEP: u64 = 64 << 20;
+/// Each file is allocated ahead in steps of this, and wraps (is overwritten) past `FILE_BYTES`:
+/// at most `MAX_WRITERS` GiB of the disk is taken, for the length of the baseline.
+const ALLOCATE_STEP: u64 = 16 << 20;
 const FILE_BYTES: u64 = 1 << 30;
+/// Writers at most, whatever the partitions: a few keep a device busy, and each costs a file.
+pub const MAX_WRITERS: usize = 16;
+
+/// The writers for a run of `partitions`: one each, within 1..=[`MAX_WRITERS`].
+pub fn writers_for(partitions: usize) -> usize {
+    partitions.clamp(1, MAX_WRITERS)
+}
 /// Direct I/O wants buffers, offsets and lengths aligned to the logical block size; 4 KiB covers it.
 const ALIGN: usize = 4096;
 
@@ -96,7 +105,7 @@ pub fn measure(
     flush_interval: Option<Duration>,
     phase_length: Duration,
 ) -> io::Result<Option<DiskBaseline>> {
-    let writers = writers.max(1);
+    let writers = writers_for(writers);
     let mut files = Vec::new();
     let mut paths = Vec::new();
     for i in 0..writers {
@@ -271,6 +280,13 @@ fn sync_every(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_writer_per_partition_within_bounds() {
+        assert_eq!(writers_for(0), 1);
+        assert_eq!(writers_for(4), 4);
+        assert_eq!(writers_for(1024), MAX_WRITERS);
+    }
 
     #[test]
     fn measures_a_real_file_system_or_says_it_cannot() {
