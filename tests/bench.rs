@@ -206,6 +206,13 @@ fn check_run(b: &Bench, run: &Value) {
     ] {
         assert!(has(run, field), "run summary lacks {field}: {run:#}");
     }
+    // Every run produces, so shoal's disk histograms saw its writes (an absent or zero figure
+    // would mean the bench no longer reads them).
+    assert!(
+        num(run, "server.device.writes.count") > 0.0,
+        "{:#}",
+        run["server"]["device"]
+    );
     // The broker's CPU per fetch response is its CPU over the responses the consumers counted.
     if !run["server"]["cpu_s"].is_null() && num(run, "delivered.fetches") > 0.0 {
         let expected = num(run, "server.cpu_s") * 1e6 / num(run, "delivered.fetches");

@@ -762,30 +762,25 @@ mod tests {
 
     #[test]
     fn device_histograms_between_two_scrapes() {
-        // shoal's own rendering of two cores' write histograms, before and after.
+        // shoal's own rendering (`render_prometheus`) of two cores' write histograms: `fast`
+        // writes of 200 us and `slow` ones of 200 ms on each.
         let render = |fast: u64, slow: u64| {
-            let mut text = String::new();
-            for core in [0, 1] {
-                let mut below = 0;
-                for (i, le) in shards::latency::DURATION_BUCKETS_US.iter().enumerate() {
-                    below += match i {
-                        1 => fast,  // 100-250 us
-                        10 => slow, // 100-250 ms
-                        _ => 0,
-                    };
-                    let le = *le as f64 / 1e6;
-                    text += &format!(
-                        "shoal_log_write_duration_seconds_bucket{{core=\"{core}\",le=\"{le}\"}} {below}\n"
-                    );
-                }
-                text += &format!(
-                    "shoal_log_write_duration_seconds_bucket{{core=\"{core}\",le=\"+Inf\"}} {below}\n\
-                     shoal_log_write_duration_seconds_sum{{core=\"{core}\"}} {}\n\
-                     shoal_log_write_duration_seconds_count{{core=\"{core}\"}} {below}\n",
-                    fast as f64 * 200e-6 + slow as f64 * 0.2
-                );
-            }
-            parse_metrics(&text)
+            let cores: Vec<_> = (0..2)
+                .map(|core| {
+                    let h = shards::DurationHistogram::default();
+                    (0..fast).for_each(|_| h.record(Duration::from_micros(200)));
+                    (0..slow).for_each(|_| h.record(Duration::from_millis(200)));
+                    shoal::metrics::CoreSnapshot {
+                        core,
+                        device: shards::DeviceLatency {
+                            writes: h.snapshot(),
+                            ..Default::default()
+                        },
+                        ..Default::default()
+                    }
+                })
+                .collect();
+            parse_metrics(&shoal::metrics::render_prometheus(&cores))
         };
         let (a, b) = (render(10, 0), render(110, 2));
         let d = DeviceMetrics::between(&a, &b);
