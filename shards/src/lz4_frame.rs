@@ -382,6 +382,52 @@ mod tests {
         assert!(decode(b"hello world").is_err());
     }
 
+    /// The block decoder is `lz4_flex`'s fast one (`unsafe` inside, with its `checked-decode`
+    /// bounds checks): damaged blocks must reach it and come back as errors or garbage, never as
+    /// a panic or a write out of bounds (run this test under valgrind to see the latter). Frames
+    /// without checksums, so nothing stops the damage before the decoder; linked blocks, so
+    /// matches reach back into the previous block's output.
+    #[test]
+    fn damaged_blocks_reach_the_decoder_and_fail_cleanly() {
+        let data = content(160 << 10);
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let (mut failed, mut decoded) = (0, 0);
+        for mode in [BlockMode::Independent, BlockMode::Linked] {
+            let frame = encode(&data, FrameInfo::new().block_mode(mode));
+            for round in 0..800 {
+                let mut bad = frame.clone();
+                // Past the 7-byte header, so the damage lands in blocks and their lengths.
+                let at = 7 + (next() as usize) % (bad.len() - 7);
+                match round % 4 {
+                    0 => bad[at] ^= 1 << (next() % 8),
+                    1 => bad[at] = 0xff,
+                    2 => bad[at..].iter_mut().take(8).for_each(|b| *b = 0),
+                    _ => bad.truncate(at),
+                }
+                match decode(&bad) {
+                    Err(_) => failed += 1,
+                    // Garbage is possible without checksums; more output than the frame's blocks
+                    // can hold is not.
+                    Ok(out) => {
+                        assert!(out.len() <= data.len() + (64 << 10), "round {round}");
+                        decoded += 1;
+                    }
+                }
+            }
+        }
+        assert!(
+            failed > 400,
+            "{failed} of {} damaged frames refused",
+            failed + decoded
+        );
+    }
+
     #[test]
     fn block_buffers_are_reused() {
         let frame = encode(&content(30_000), FrameInfo::new());
