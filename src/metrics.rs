@@ -545,7 +545,7 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
         "Record bytes held by fetch responses not yet written (shared results counted once).",
         &mut per_core(|c| c.response_memory_bytes),
     );
-    let views: [Family; 7] = [
+    let views: [Family; 8] = [
         ("readers", "gauge", "Live view readers.", |c| {
             c.views.readers
         }),
@@ -584,6 +584,12 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
             "counter",
             "Source batches views could not decode (skipped).",
             |c| c.views.decode_errors,
+        ),
+        (
+            "decompressions_saved_total",
+            "counter",
+            "Compressed source batches split from the records decompressed when they were produced.",
+            |c| c.views.decompressions_saved,
         ),
     ];
     for (name, kind, help, f) in views {

@@ -11,6 +11,7 @@
 //! rewritten without touching it; stamping LogAppendTime changes covered bytes and recomputes it.
 
 use crate::error::InvalidBatch;
+use bytes::Bytes;
 use std::borrow::Cow;
 
 pub const HEADER_LEN: usize = 61;
@@ -150,15 +151,23 @@ pub fn check_integrity(b: &[u8], max_batch_bytes: usize) -> Result<BatchHeader, 
 /// Checks one whole batch from a producer at the start of `b` (which may hold more after it) and
 /// returns its header: integrity, then everything a producer could get wrong (counts, timestamps).
 pub fn validate(b: &[u8], max_batch_bytes: usize) -> Result<BatchHeader, InvalidBatch> {
-    validate_within(b, max_batch_bytes, crate::compression::MAX_DECOMPRESSED).map(|(h, _)| h)
+    validate_within(
+        b,
+        max_batch_bytes,
+        crate::compression::MAX_DECOMPRESSED,
+        false,
+    )
+    .map(|(h, _)| h)
 }
 
-/// [`validate`], decompressing at most `decompress_budget` bytes; also returns how many it did.
+/// [`validate`], decompressing at most `decompress_budget` bytes; also returns how many it did,
+/// and with `keep` the decompressed records of a compressed batch.
 fn validate_within(
     b: &[u8],
     max_batch_bytes: usize,
     decompress_budget: usize,
-) -> Result<(BatchHeader, usize), InvalidBatch> {
+    keep: bool,
+) -> Result<(BatchHeader, Decompressed), InvalidBatch> {
     let h = check_integrity(b, max_batch_bytes)?;
     if h.record_count < 1 {
         return Err(InvalidBatch::RecordCount(h.record_count));
@@ -180,8 +189,15 @@ fn validate_within(
             max: h.max_timestamp,
         });
     }
-    let used = check_records_within(&h, &b[..h.total_len()], decompress_budget)?;
+    let used = check_records_within(&h, &b[..h.total_len()], decompress_budget, keep)?;
     Ok((h, used))
+}
+
+/// What checking a batch's records decompressed: how many bytes, and (when asked to keep them) the
+/// records themselves.
+struct Decompressed {
+    bytes: usize,
+    kept: Option<Vec<u8>>,
 }
 
 /// Smallest encoded record: its length, attributes, timestamp delta, offset delta, key length, value
@@ -195,11 +211,17 @@ const MIN_RECORD_LEN: usize = 7;
 /// A compressed section is decompressed as a stream (nothing kept) up to
 /// [`crate::compression::MAX_DECOMPRESSED`] bytes.
 pub fn check_records(h: &BatchHeader, b: &[u8]) -> Result<(), InvalidBatch> {
-    check_records_within(h, b, crate::compression::MAX_DECOMPRESSED).map(|_| ())
+    check_records_within(h, b, crate::compression::MAX_DECOMPRESSED, false).map(|_| ())
 }
 
-/// [`check_records`], decompressing at most `limit` bytes; returns how many it decompressed.
-fn check_records_within(h: &BatchHeader, b: &[u8], limit: usize) -> Result<usize, InvalidBatch> {
+/// [`check_records`], decompressing at most `limit` bytes; returns how many it decompressed, and
+/// with `keep` what (a compressed section is then decompressed whole and walked in memory).
+fn check_records_within(
+    h: &BatchHeader,
+    b: &[u8],
+    limit: usize,
+    keep: bool,
+) -> Result<Decompressed, InvalidBatch> {
     let section = b.get(HEADER_LEN..).unwrap_or_default();
     // A header that claims more records than the bytes could hold is refused before any work.
     let room = if h.compression() == 0 {
@@ -213,11 +235,22 @@ fn check_records_within(h: &BatchHeader, b: &[u8], limit: usize) -> Result<usize
             format!("{room} bytes of records cannot hold that many"),
         ));
     }
+    if keep && h.compression() != 0 {
+        let plain = crate::compression::decompress_within(h.compression(), section, limit)?;
+        walk_records(h, &mut Reader { b: &plain, at: 0 })?;
+        return Ok(Decompressed {
+            bytes: plain.len(),
+            kept: Some(plain.into_owned()),
+        });
+    }
     match crate::compression::stream_decoder(h.compression(), section)? {
         Some(decoder) => {
             let mut s = Stream::new(decoder, limit);
             walk_records(h, &mut s)?;
-            Ok(s.at)
+            Ok(Decompressed {
+                bytes: s.at,
+                kept: None,
+            })
         }
         // Uncompressed, or snappy, whose blocks carry their decompressed length (bounded by the
         // codec's ratio): walked in memory.
@@ -230,7 +263,10 @@ fn check_records_within(h: &BatchHeader, b: &[u8], limit: usize) -> Result<usize
                 ));
             }
             walk_records(h, &mut Reader { b: &plain, at: 0 })?;
-            Ok(used)
+            Ok(Decompressed {
+                bytes: used,
+                kept: None,
+            })
         }
     }
 }
@@ -458,24 +494,42 @@ fn walk_records<S: RecordSource>(h: &BatchHeader, s: &mut S) -> Result<(), Inval
 /// Checks a whole records blob (one or more batches back to back, as in a Produce request) and
 /// returns each batch's header. Either every batch is valid or the blob is refused.
 pub fn validate_all(blob: &[u8], max_batch_bytes: usize) -> Result<Vec<BatchHeader>, InvalidBatch> {
+    validate_all_keeping(blob, max_batch_bytes, false).map(|(headers, _)| headers)
+}
+
+/// [`validate_all`]; with `keep`, also the decompressed records of each compressed batch (in the
+/// batches' order; empty when there are none), which checking them produced anyway.
+pub fn validate_all_keeping(
+    blob: &[u8],
+    max_batch_bytes: usize,
+    keep: bool,
+) -> Result<(Vec<BatchHeader>, Vec<Option<Bytes>>), InvalidBatch> {
     if blob.is_empty() {
         return Err(InvalidBatch::Empty);
     }
     let mut headers = Vec::new();
+    let mut kept = Vec::new();
     let mut at = 0;
     // One decompression budget for all the batches of the blob, not one per batch: a request of
     // many small decompression bombs must not cost the core many times the limit.
     let mut budget = crate::compression::MAX_DECOMPRESSED;
     while at < blob.len() {
-        let (h, used) = validate_within(&blob[at..], max_batch_bytes, budget)?;
-        budget -= used;
+        let (h, used) = validate_within(&blob[at..], max_batch_bytes, budget, keep)?;
+        budget -= used.bytes;
         if h.is_control() || h.is_transactional() {
             return Err(InvalidBatch::Unsupported);
         }
         at += h.total_len();
+        if let Some(records) = used.kept {
+            kept.resize(headers.len(), None);
+            kept.push(Some(Bytes::from(records)));
+        }
         headers.push(h);
     }
-    Ok(headers)
+    if !kept.is_empty() {
+        kept.resize(headers.len(), None);
+    }
+    Ok((headers, kept))
 }
 
 /// Checks batches another broker already took and numbered (a mirror of its log: shoal edge):

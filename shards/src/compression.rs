@@ -32,27 +32,41 @@ pub fn stream_decoder<'a>(
 
 /// `body` decompressed with `codec` (borrowed when uncompressed), at most [`MAX_DECOMPRESSED`].
 pub fn decompress(codec: u8, body: &[u8]) -> Result<Cow<'_, [u8]>, InvalidBatch> {
+    decompress_within(codec, body, MAX_DECOMPRESSED)
+}
+
+/// [`decompress`], at most `limit` bytes.
+pub fn decompress_within(
+    codec: u8,
+    body: &[u8],
+    limit: usize,
+) -> Result<Cow<'_, [u8]>, InvalidBatch> {
+    let too_big = || bad("decompressed records exceed the limit");
     if codec == 0 {
         return Ok(Cow::Borrowed(body));
     }
     if codec == 2 {
-        return snappy(body).map(Cow::Owned);
+        let out = snappy(body)?;
+        return match out.len() > limit {
+            true => Err(too_big()),
+            false => Ok(Cow::Owned(out)),
+        };
     }
     if codec == 3 {
-        let mut out = Vec::with_capacity(body.len().saturating_mul(4).min(1 << 20));
+        let mut out = Vec::with_capacity(body.len().saturating_mul(4).min(1 << 20).min(limit));
         crate::lz4_frame::Lz4FrameReader::new(body)
-            .read_all(&mut out, MAX_DECOMPRESSED)
+            .read_all(&mut out, limit)
             .map_err(|e| bad(e.to_string()))?;
         return Ok(Cow::Owned(out));
     }
     let mut r = stream_decoder(codec, body)?.expect("a stream codec");
     let mut out = Vec::new();
     r.by_ref()
-        .take(MAX_DECOMPRESSED as u64 + 1)
+        .take(limit as u64 + 1)
         .read_to_end(&mut out)
         .map_err(|e| bad(e.to_string()))?;
-    if out.len() > MAX_DECOMPRESSED {
-        return Err(bad("decompressed records exceed the limit"));
+    if out.len() > limit {
+        return Err(too_big());
     }
     Ok(Cow::Owned(out))
 }

@@ -21,6 +21,8 @@
 //! - `readahead`    — windows read ahead of a sequential Direct I/O reader of a segment.
 //! - `index`        — the sparse offset index and its file, which also marks a sealed segment clean.
 //! - [`split`]      — one source batch decompressed once, routed by key and encoded once per view shard.
+//! - `decoded`      — compressed batches' records as decompressed at produce, kept a short while for
+//!   the log's view readers (so a batch is decompressed once, not again to be split).
 //! - [`storage_health`] — storage failures: logged once per episode per log, counted per core.
 //! - [`latency`]    — latency histograms, and the device's write and fsync latencies per core.
 //! - [`tail_cache`] — the per-core cache of recent batches that makes tail reads copy-free and I/O-free.
@@ -44,6 +46,7 @@ pub mod coalescer;
 pub mod compactor;
 pub mod compression;
 pub mod config;
+mod decoded;
 mod direct_write;
 pub mod error;
 pub mod files;

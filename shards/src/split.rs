@@ -42,7 +42,19 @@ pub fn split_batch_into(
     only: Option<u32>,
     outs: &mut [Vec<u8>],
 ) -> Result<Vec<i32>, InvalidBatch> {
-    split_batch_within(source, shards, only, outs, MAX_SPLIT_BYTES)
+    split_within(source, None, shards, only, outs, MAX_SPLIT_BYTES)
+}
+
+/// [`split_batch_into`] for a compressed `source` whose records are already decompressed
+/// (`decoded`: as the produce path decompressed them), so they are not decompressed again.
+pub fn split_decoded_into(
+    source: &[u8],
+    decoded: Option<&[u8]>,
+    shards: u32,
+    only: Option<u32>,
+    outs: &mut [Vec<u8>],
+) -> Result<Vec<i32>, InvalidBatch> {
+    split_within(source, decoded, shards, only, outs, MAX_SPLIT_BYTES)
 }
 
 /// [`split_batch_into`] with the shard batches together at most `limit` bytes.
@@ -53,11 +65,25 @@ pub fn split_batch_within(
     outs: &mut [Vec<u8>],
     limit: usize,
 ) -> Result<Vec<i32>, InvalidBatch> {
+    split_within(source, None, shards, only, outs, limit)
+}
+
+fn split_within(
+    source: &[u8],
+    decoded: Option<&[u8]>,
+    shards: u32,
+    only: Option<u32>,
+    outs: &mut [Vec<u8>],
+    limit: usize,
+) -> Result<Vec<i32>, InvalidBatch> {
     assert!(shards > 0 && only.is_none_or(|i| i < shards));
     let outputs = if only.is_some() { 1 } else { shards as usize };
     assert_eq!(outs.len(), outputs);
     let h = BatchHeader::parse(source)?;
-    let records = records_section(&h, source)?;
+    let records = match decoded {
+        Some(records) if h.compression() != 0 => std::borrow::Cow::Borrowed(records),
+        _ => records_section(&h, source)?,
+    };
     // Room for a shard's even share (a buffer sized by the caller for more usually has it), so that
     // a shard batch is usually built without reallocating (and copying) as it grows.
     let share = records.len() / shards as usize;

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::log::Log;
 use crate::monitor::OffsetMonitor;
 use crate::records::{LogRead, Records};
-use crate::split::split_batch_into;
+use crate::split::split_decoded_into;
 use bytes::Bytes;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
@@ -60,6 +60,9 @@ pub struct ViewStats {
     pub fetches_served: u64,
     pub catch_up_reads: u64,
     pub decode_errors: u64,
+    /// Compressed source batches split from the records the produce path decompressed (kept by
+    /// the log while a reader runs), not decompressed a second time.
+    pub decompressions_saved: u64,
 }
 
 /// One source batch, split: a batch per shard, all covering `base..=last`. Shard `i`'s batch is
@@ -86,6 +89,7 @@ const RUN_BYTES: usize = 16 << 20;
 /// consumers still move past it. With `only: Some(i)`, each [`SplitBatch`] holds shard i's batch
 /// alone (at index 0).
 fn split_all(
+    log: Option<&Log>,
     read: &Records,
     shards: u32,
     only: Option<u32>,
@@ -107,7 +111,13 @@ fn split_all(
         }
         let starts: Vec<u32> = outs.iter().map(|b| b.len() as u32).collect();
         let mut s = stats.get();
-        let records = match split_batch_into(&source, shards, only, &mut outs) {
+        // Decompressed when it was produced, if the log kept that for its view readers.
+        let decoded = log.and_then(|l| l.decoded(&h));
+        if decoded.is_some() {
+            s.decompressions_saved += 1;
+        }
+        let records = match split_decoded_into(&source, decoded.as_deref(), shards, only, &mut outs)
+        {
             Ok(counts) => counts.into_iter().map(|c| c as u32).collect(),
             Err(e) => {
                 log::warn!(
@@ -345,6 +355,7 @@ impl ViewReader {
         self.bump(|s| s.catch_up_reads += 1);
         let read = self.log.read(offset, max_bytes, true).await?;
         let split = split_all(
+            Some(&self.log),
             &read.records,
             self.shards,
             Some(shard),
@@ -366,7 +377,14 @@ impl ViewReader {
         let result = async {
             while at < until && (bytes <= room || bytes < max_bytes) {
                 let read = self.log.read(at, config.read_bytes, true).await?;
-                let split = split_all(&read.records, self.shards, None, until, &self.stats);
+                let split = split_all(
+                    Some(&self.log),
+                    &read.records,
+                    self.shards,
+                    None,
+                    until,
+                    &self.stats,
+                );
                 let Some(next) = split.last().map(|b| b.last + 1) else {
                     break;
                 };
@@ -408,6 +426,7 @@ impl ViewReader {
     /// Starts the reader task at `from`.
     fn start(self: &Rc<Self>, from: i64) {
         self.running.set(true);
+        self.log.view_reader_running(true);
         self.window.borrow_mut().clear();
         self.window_bytes.set(0);
         let old = self.progress.replace(OffsetMonitor::new(from));
@@ -449,7 +468,14 @@ impl ViewReader {
                     break;
                 }
             };
-            let split = split_all(&read.records, self.shards, None, i64::MAX, &self.stats);
+            let split = split_all(
+                Some(&self.log),
+                &read.records,
+                self.shards,
+                None,
+                i64::MAX,
+                &self.stats,
+            );
             // Where this split ended: the end of the read, or sooner when its shard batches grew
             // past [`RUN_BYTES`].
             let Some(end) = split.last().map(|b| b.last + 1) else {
@@ -471,6 +497,7 @@ impl ViewReader {
         self.window.borrow_mut().clear();
         self.window_bytes.set(0);
         self.running.set(false);
+        self.log.view_reader_running(false);
         self.bump(|s| s.readers -= 1);
     }
 }
@@ -544,7 +571,7 @@ mod tests {
         let read = big_read(40);
         assert_eq!(read.batches, 40);
         let stats = Cell::default();
-        let split = split_all(&read, 2, None, i64::MAX, &stats);
+        let split = split_all(None, &read, 2, None, i64::MAX, &stats);
         // 40 MiB over 2 shards: about 20 MiB a shard; the split stops once one passes 16 MiB.
         assert!((20..40).contains(&split.len()), "{} batches", split.len());
         assert!(
@@ -578,6 +605,7 @@ mod tests {
             .flat_map(|(_, b)| b.to_vec())
             .collect();
         let rest = split_all(
+            None,
             &Records::whole_batches(Bytes::from(rest)),
             2,
             None,

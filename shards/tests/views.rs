@@ -397,3 +397,83 @@ fn a_shards_batches_from_one_read_go_out_as_one_part() {
         );
     });
 }
+
+/// While a reader runs, the produce path keeps what checking a compressed batch decompressed and
+/// the reader splits that: every codec's batches reach each shard exactly as when the reader
+/// decompresses them itself, and none is decompressed a second time. Once the reader stops, appends
+/// keep nothing.
+#[test]
+fn a_running_reader_splits_what_the_produce_path_decompressed() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), small_config(), cache())
+            .await
+            .unwrap();
+        let views = ViewReaders::new(small_window());
+        let reader = views.reader(&log, 4);
+        assert!(!log.keeps_decoded(), "no reader runs yet");
+        // A first fetch starts the reader, at the end of the empty log.
+        let first = reader.fetch(0, 0, 4096, true).await.unwrap();
+        assert!(first.records.is_empty());
+        assert!(log.keeps_decoded());
+        let (mut all, mut compressed) = (Vec::new(), 0);
+        for b in 0..15usize {
+            let mut builder = BatchBuilder::new(1_000);
+            let mut recs = Vec::new();
+            for r in 0..10 {
+                let i = b * 10 + r;
+                let key = default_keys(i);
+                let value = format!("value-{i} of batch {b}").into_bytes();
+                builder.push(
+                    i as i64,
+                    key.as_deref().map(str::as_bytes),
+                    Some(&value),
+                    &[],
+                );
+                recs.push((key.map(String::into_bytes), value));
+            }
+            // lz4, gzip, zstd, snappy, uncompressed in turn.
+            let codec = [3i16, 1, 4, 2, 0][b % 5];
+            compressed += usize::from(codec != 0);
+            let blob = Bytes::from(compress_batch(&builder.finish(0), codec));
+            // As the produce handler does.
+            let keep = log.keeps_decoded();
+            let (headers, decoded) = batch::validate_all_keeping(&blob, 1 << 20, keep).unwrap();
+            let kept = decoded.iter().flatten().count();
+            assert_eq!(kept, usize::from(codec != 0), "batch {b}, codec {codec}");
+            let r = log
+                .append_keeping(blob, headers, decoded, AppendOptions::default())
+                .await
+                .unwrap();
+            for (j, (k, v)) in recs.into_iter().enumerate() {
+                all.push((r.base_offset + j as i64, k, v));
+            }
+        }
+        for shard in 0..4 {
+            assert_eq!(
+                consume(&reader, &log, shard, 0, 4096).await,
+                expected(&all, shard, 4, 0),
+                "shard {shard}"
+            );
+        }
+        let s = views.stats();
+        assert_eq!(
+            (s.source_batches_decoded, s.decompressions_saved),
+            (15, compressed as u64),
+            "{s:?}"
+        );
+        // The reader stops when idle: appends keep nothing from then on.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while reader.is_running() {
+            assert!(Instant::now() < deadline, "the reader never stopped");
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!log.keeps_decoded());
+        let mut one = BatchBuilder::new(0);
+        one.push(0, Some(b"k"), Some(b"v"), &[]);
+        let blob = Bytes::from(compress_batch(&one.finish(0), 3));
+        let (_, decoded) =
+            batch::validate_all_keeping(&blob, 1 << 20, log.keeps_decoded()).unwrap();
+        assert!(decoded.is_empty());
+    });
+}

@@ -278,7 +278,8 @@ pub fn print_summary(s: &RunSummary) {
     if let Some(v) = &sv.views {
         println!(
             "{:<16} {} source batches decoded for {} produced ({} per batch), {} shard batches \
-             encoded, {} view fetches, {} catch-up reads, {} decode errors{}",
+             encoded, {} view fetches, {} catch-up reads, {} decode errors, {} split without \
+             decompressing again{}",
             "views",
             stats::thousands(v.source_batches_decoded),
             stats::thousands(v.source_batches),
@@ -288,6 +289,7 @@ pub fn print_summary(s: &RunSummary) {
             stats::thousands(v.fetches_served),
             stats::thousands(v.catch_up_reads),
             v.decode_errors,
+            stats::thousands(v.decompressions_saved),
             match s.view_sharing {
                 Some(true) => "; readers shared",
                 Some(false) => "; readers not shared",

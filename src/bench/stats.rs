@@ -677,6 +677,8 @@ pub struct ViewMetrics {
     pub fetches_served: u64,
     pub catch_up_reads: u64,
     pub decode_errors: u64,
+    /// Compressed source batches split without a second decompression (the produce path's kept).
+    pub decompressions_saved: u64,
     /// source_batches_decoded / source_batches: 1 when one reader decodes each batch once for
     /// every shard and consumer.
     pub decodes_per_source_batch: Option<f64>,
@@ -697,6 +699,7 @@ impl ViewMetrics {
             fetches_served: d("shoal_view_fetches_served_total"),
             catch_up_reads: d("shoal_view_catch_up_reads_total"),
             decode_errors: d("shoal_view_decode_errors_total"),
+            decompressions_saved: d("shoal_view_decompressions_saved_total"),
             decodes_per_source_batch: (source_batches > 0)
                 .then(|| decoded as f64 / source_batches as f64),
         }

@@ -5,6 +5,7 @@
 
 use crate::batch::{self, BatchHeader};
 use crate::config::LogConfig;
+use crate::decoded::DecodedRecords;
 use crate::error::{Error, InvalidBatch, Result};
 use crate::index::{SegmentMeta, SparseIndex};
 use crate::monitor::OffsetMonitor;
@@ -111,6 +112,19 @@ struct Inner {
     compaction: RefCell<CompactionState>,
     /// Changes when compaction replaces segments ([`Log::layout`]).
     layout: Cell<u64>,
+    /// View readers running on this log: while there are any, appends keep what checking their
+    /// compressed batches decompressed, in `decoded`, for the readers to split.
+    view_readers: Cell<u32>,
+    decoded: RefCell<DecodedRecords>,
+}
+
+/// An append on its way to the queue (see [`writer::PendingAppend`]).
+struct NewAppend {
+    blob: Bytes,
+    headers: Vec<BatchHeader>,
+    decoded: Vec<Option<Bytes>>,
+    offsets: i64,
+    keep_offsets: bool,
 }
 
 /// A handle that does not keep a log open (the compactor's registry).
@@ -200,6 +214,8 @@ impl Log {
                 ..CompactionState::default()
             }),
             layout: Cell::new(0),
+            view_readers: Cell::new(0),
+            decoded: RefCell::default(),
         });
         spawn_background(Rc::downgrade(&inner));
         let log = Log { inner };
@@ -217,6 +233,27 @@ impl Log {
     }
     pub fn high_watermark(&self) -> i64 {
         self.inner.high_watermark.value()
+    }
+    /// Whether an append should keep the decompressed records of its compressed batches (see
+    /// [`Log::append_keeping`]): a view reader runs on the log and would decompress them again.
+    pub fn keeps_decoded(&self) -> bool {
+        self.inner.view_readers.get() > 0
+    }
+    /// A view reader starts (true) or stops (false) reading this log.
+    pub(crate) fn view_reader_running(&self, running: bool) {
+        let n = &self.inner.view_readers;
+        if running {
+            n.set(n.get() + 1);
+        } else {
+            n.set(n.get().saturating_sub(1));
+            if n.get() == 0 {
+                self.inner.decoded.borrow_mut().clear();
+            }
+        }
+    }
+    /// The records of batch `h` as decompressed when it was appended, if they were kept.
+    pub(crate) fn decoded(&self, h: &BatchHeader) -> Option<Bytes> {
+        self.inner.decoded.borrow().get(h)
     }
     /// Closed or deleted: nothing more will be appended or read.
     pub fn is_closed(&self) -> bool {
@@ -302,8 +339,28 @@ impl Log {
         headers: Vec<BatchHeader>,
         opts: AppendOptions,
     ) -> impl Future<Output = Result<AppendResult>> + 'static {
+        self.append_keeping(blob, headers, Vec::new(), opts)
+    }
+
+    /// [`Log::append_validated`] with the decompressed records of its compressed batches
+    /// ([`batch::validate_all_keeping`]; empty, or one per batch), which the log keeps a short
+    /// while for its view readers once the batches are written.
+    pub fn append_keeping(
+        &self,
+        blob: Bytes,
+        headers: Vec<BatchHeader>,
+        decoded: Vec<Option<Bytes>>,
+        opts: AppendOptions,
+    ) -> impl Future<Output = Result<AppendResult>> + 'static {
         let offsets: i64 = headers.iter().map(BatchHeader::offset_count).sum();
-        self.enqueue(blob, headers, offsets, opts, false)
+        let append = NewAppend {
+            blob,
+            headers,
+            decoded,
+            offsets,
+            keep_offsets: false,
+        };
+        self.enqueue(append, opts)
     }
 
     /// Appends batches that another broker already numbered, keeping their offsets byte for byte
@@ -332,7 +389,14 @@ impl Log {
             }));
         };
         let opts = AppendOptions { durable: false };
-        self.enqueue(blob, headers, offsets, opts, true).await
+        let append = NewAppend {
+            blob,
+            headers,
+            decoded: Vec::new(),
+            offsets,
+            keep_offsets: true,
+        };
+        self.enqueue(append, opts).await
     }
 
     /// Empties the log and starts it again at `offset`, at or past the high watermark: every
@@ -387,12 +451,16 @@ impl Log {
     /// Queues an append for the writer task (see [`Log::append_validated`]).
     fn enqueue(
         &self,
-        blob: Bytes,
-        headers: Vec<BatchHeader>,
-        offsets: i64,
+        append: NewAppend,
         opts: AppendOptions,
-        keep_offsets: bool,
     ) -> impl Future<Output = Result<AppendResult>> + 'static {
+        let NewAppend {
+            blob,
+            headers,
+            decoded,
+            offsets,
+            keep_offsets,
+        } = append;
         let inner = self.inner.clone();
         let queued = inner.check_writable().and_then(|()| {
             // One append goes into one segment, so it may not span more offsets than a segment holds.
@@ -406,6 +474,7 @@ impl Log {
             inner.queue.borrow_mut().push_back(PendingAppend {
                 blob,
                 headers,
+                decoded,
                 offsets,
                 durable: opts.durable,
                 keep_offsets,

@@ -13,6 +13,9 @@ pub(super) const MAX_GROUP_BYTES: u64 = 8 << 20;
 pub(super) struct PendingAppend {
     pub(super) blob: Bytes,
     pub(super) headers: Vec<BatchHeader>,
+    /// The decompressed records of its compressed batches, kept for the log's view readers (empty,
+    /// or one per batch).
+    pub(super) decoded: Vec<Option<Bytes>>,
     /// Offsets the batches take (the sum of their `lastOffsetDelta + 1`).
     pub(super) offsets: i64,
     /// Acknowledged only once durable (`acks=all`).
@@ -213,6 +216,15 @@ impl Inner {
         let mut bytes = 0;
         for p in group {
             let mut at = 0;
+            if !stamp && self.view_readers.get() > 0 {
+                // Stamping rewrites the CRC the records are filed under: those are not kept.
+                let mut decoded = self.decoded.borrow_mut();
+                for (h, records) in p.headers.iter().zip(&p.decoded) {
+                    if let Some(records) = records {
+                        decoded.insert(h, records.clone());
+                    }
+                }
+            }
             for h in &p.headers {
                 let len = h.total_len();
                 let fix = |b: &mut [u8]| {

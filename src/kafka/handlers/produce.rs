@@ -151,13 +151,17 @@ fn start_partition(
             Some("no records".into()),
         );
     };
-    let headers = match batch::validate_all(&blob, partition.log.max_batch_bytes()) {
-        Ok(h) => h,
-        Err(e) => {
-            let err = code_of(&shards::Error::InvalidBatch(e.clone()));
-            return failed(index, err, Some(e.to_string()));
-        }
-    };
+    // While view readers run on the log, what checking compressed batches decompresses is kept for
+    // them (else they would decompress each batch again to split it).
+    let keep = partition.log.keeps_decoded();
+    let (headers, decoded) =
+        match batch::validate_all_keeping(&blob, partition.log.max_batch_bytes(), keep) {
+            Ok(h) => h,
+            Err(e) => {
+                let err = code_of(&shards::Error::InvalidBatch(e.clone()));
+                return failed(index, err, Some(e.to_string()));
+            }
+        };
     // Compacted topics keep the latest record per key: records without one are refused.
     if let Err(e) = partition.log.check_keys(&blob, &headers) {
         log::debug!("produce to {topic}-{index} refused: {e}");
@@ -183,7 +187,7 @@ fn start_partition(
     };
     let append = partition
         .log
-        .append_validated(blob, headers, AppendOptions { durable });
+        .append_keeping(blob, headers, decoded, AppendOptions { durable });
     // A task of its own (the append is shared by the request's partitions), so outside the
     // request's `catch_unwind`: a panic finishing it answers this partition with an error instead
     // of taking the core down.
