@@ -1413,12 +1413,15 @@ impl Reactor {
             },
             x => panic!("Unexpected source type for write: {:?}", x),
         };
-        queue_request_into_ring(
-            &mut *self.ring_for_source(source),
-            source,
-            op,
-            &mut self.source_map.borrow_mut(),
-        );
+        let mut ring = self.ring_for_source(source);
+        queue_request_into_ring(&mut *ring, source, op, &mut self.source_map.borrow_mut());
+        // (shoal) A write goes to the device now, not at the reactor's next turn: a task queue
+        // busy with other work (a core serving many consumers) would hold it back until its run
+        // ends, and an appending producer waits for it. The poll ring submits as it is (`may_rush`);
+        // a write that cannot be submitted now (a full ring) is left for the next turn, as before.
+        if !ring.may_rush() {
+            let _ = ring.consume_submission_queue();
+        }
     }
 
     pub(crate) fn write_buffered(&self, source: &Source, pos: u64) {
@@ -1429,12 +1432,15 @@ impl Reactor {
             ) => UringOpDescriptor::Write(buf.as_ptr(), buf.len(), pos),
             x => panic!("Unexpected source type for write: {:?}", x),
         };
-        queue_request_into_ring(
-            &mut *self.ring_for_source(source),
-            source,
-            op,
-            &mut self.source_map.borrow_mut(),
-        );
+        let mut ring = self.ring_for_source(source);
+        queue_request_into_ring(&mut *ring, source, op, &mut self.source_map.borrow_mut());
+        // (shoal) A write goes to the device now, not at the reactor's next turn: a task queue
+        // busy with other work (a core serving many consumers) would hold it back until its run
+        // ends, and an appending producer waits for it. The poll ring submits as it is (`may_rush`);
+        // a write that cannot be submitted now (a full ring) is left for the next turn, as before.
+        if !ring.may_rush() {
+            let _ = ring.consume_submission_queue();
+        }
     }
 
     pub(crate) fn read_dma(&self, source: &Source, pos: u64, size: usize) {
