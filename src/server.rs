@@ -477,6 +477,11 @@ impl Drop for StopOnPanic {
 /// `shoal serve`: runs until SIGINT or SIGTERM, then stops cleanly.
 pub fn run(config: ServerConfig) -> std::io::Result<()> {
     let server = Server::start(config)?;
+    // Before the line below: whoever waits for it may stop the server at once, and a SIGTERM
+    // before the handlers were registered killed the process instead of stopping it cleanly.
+    let flag = server.stop_flag();
+    signal_hook::flag::register(signal_hook::consts::SIGINT, flag.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, flag)?;
     // One machine-readable line for scripts and tests that start shoal on port 0.
     let ports: Vec<String> = server.ports.iter().map(u16::to_string).collect();
     let listeners: Vec<String> = server
@@ -497,9 +502,6 @@ pub fn run(config: ServerConfig) -> std::io::Result<()> {
         server.admin,
         listeners.join(";")
     );
-    let flag = server.stop_flag();
-    signal_hook::flag::register(signal_hook::consts::SIGINT, flag.clone())?;
-    signal_hook::flag::register(signal_hook::consts::SIGTERM, flag)?;
     server.wait()?;
     log::info!("shoal stopped");
     Ok(())

@@ -17,38 +17,42 @@ use std::time::{Duration, Instant};
 /// (offset, key, value) of a record.
 type Rec = (i64, Option<Vec<u8>>, Vec<u8>);
 
+/// Batch `b` of 10 records (`b * 10..`, keys from `key_of`), compressed with `codec`, and its
+/// records' (key, value) pairs.
+fn batch_of(
+    b: usize,
+    codec: i16,
+    key_of: impl Fn(usize) -> Option<String>,
+) -> (Bytes, Vec<(Option<Vec<u8>>, Vec<u8>)>) {
+    let mut builder = BatchBuilder::new(1_000);
+    let mut recs = Vec::new();
+    for r in 0..10 {
+        let i = b * 10 + r;
+        let key = key_of(i);
+        let value = format!("value-{i}").into_bytes();
+        builder.push(
+            1_000 + i as i64,
+            key.as_deref().map(str::as_bytes),
+            Some(&value),
+            &[],
+        );
+        recs.push((key.map(String::into_bytes), value));
+    }
+    (Bytes::from(compress_batch(&builder.finish(0), codec)), recs)
+}
+
 /// Appends `batches` batches of 10 records: keyed, with every 7th key null, every 3rd batch
 /// compressed with a different codec. Returns the records.
 async fn fill(log: &Log, batches: usize, key_of: impl Fn(usize) -> Option<String>) -> Vec<Rec> {
     let mut out = Vec::new();
     for b in 0..batches {
-        let mut builder = BatchBuilder::new(1_000);
-        let mut recs = Vec::new();
-        for r in 0..10 {
-            let i = b * 10 + r;
-            let key = key_of(i);
-            let value = format!("value-{i}").into_bytes();
-            builder.push(
-                1_000 + i as i64,
-                key.as_deref().map(str::as_bytes),
-                Some(&value),
-                &[],
-            );
-            recs.push((key.map(String::into_bytes), value));
-        }
-        let plain = builder.finish(0);
         let codec = if b % 3 == 2 {
             (b / 3 % 4 + 1) as i16
         } else {
             0
         };
-        let r = log
-            .append(
-                Bytes::from(compress_batch(&plain, codec)),
-                AppendOptions::default(),
-            )
-            .await
-            .unwrap();
+        let (blob, recs) = batch_of(b, codec, &key_of);
+        let r = log.append(blob, AppendOptions::default()).await.unwrap();
         for (j, (k, v)) in recs.into_iter().enumerate() {
             out.push((r.base_offset + j as i64, k, v));
         }
@@ -418,24 +422,10 @@ fn a_running_reader_splits_what_the_produce_path_decompressed() {
         assert!(log.keeps_decoded());
         let (mut all, mut compressed) = (Vec::new(), 0);
         for b in 0..15usize {
-            let mut builder = BatchBuilder::new(1_000);
-            let mut recs = Vec::new();
-            for r in 0..10 {
-                let i = b * 10 + r;
-                let key = default_keys(i);
-                let value = format!("value-{i} of batch {b}").into_bytes();
-                builder.push(
-                    i as i64,
-                    key.as_deref().map(str::as_bytes),
-                    Some(&value),
-                    &[],
-                );
-                recs.push((key.map(String::into_bytes), value));
-            }
             // lz4, gzip, zstd, snappy, uncompressed in turn.
             let codec = [3i16, 1, 4, 2, 0][b % 5];
             compressed += usize::from(codec != 0);
-            let blob = Bytes::from(compress_batch(&builder.finish(0), codec));
+            let (blob, recs) = batch_of(b, codec, default_keys);
             // As the produce handler does.
             let keep = log.keeps_decoded();
             let (headers, decoded) = batch::validate_all_keeping(&blob, 1 << 20, keep).unwrap();
