@@ -17,13 +17,12 @@ use std::time::{Duration, Instant};
 /// (offset, key, value) of a record.
 type Rec = (i64, Option<Vec<u8>>, Vec<u8>);
 
+/// (key, value) of each record of a batch, in order.
+type KeyValues = Vec<(Option<Vec<u8>>, Vec<u8>)>;
+
 /// Batch `b` of 10 records (`b * 10..`, keys from `key_of`), compressed with `codec`, and its
 /// records' (key, value) pairs.
-fn batch_of(
-    b: usize,
-    codec: i16,
-    key_of: impl Fn(usize) -> Option<String>,
-) -> (Bytes, Vec<(Option<Vec<u8>>, Vec<u8>)>) {
+fn batch_of(b: usize, codec: i16, key_of: impl Fn(usize) -> Option<String>) -> (Bytes, KeyValues) {
     let mut builder = BatchBuilder::new(1_000);
     let mut recs = Vec::new();
     for r in 0..10 {
