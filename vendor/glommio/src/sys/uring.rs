@@ -1401,6 +1401,19 @@ impl Reactor {
         poll_ring.alloc_dma_buffer(size)
     }
 
+    /// (shoal) Queues a file write and hands it to the kernel now, not at the reactor's next turn:
+    /// a task queue busy with other work (a core serving many consumers) would hold it back until
+    /// its run ends, and an appending producer waits for it. The poll ring submits as it is
+    /// (`may_rush`); a write that cannot be submitted now (a full ring) is left for the next turn,
+    /// as before.
+    fn queue_write_now(&self, source: &Source, op: UringOpDescriptor) {
+        let mut ring = self.ring_for_source(source);
+        queue_request_into_ring(&mut *ring, source, op, &mut self.source_map.borrow_mut());
+        if !ring.may_rush() {
+            let _ = ring.consume_submission_queue();
+        }
+    }
+
     pub(crate) fn write_dma(&self, source: &Source, pos: u64) {
         let op = match &*source.source_type() {
             SourceType::Write(
@@ -1413,15 +1426,7 @@ impl Reactor {
             },
             x => panic!("Unexpected source type for write: {:?}", x),
         };
-        let mut ring = self.ring_for_source(source);
-        queue_request_into_ring(&mut *ring, source, op, &mut self.source_map.borrow_mut());
-        // (shoal) A write goes to the device now, not at the reactor's next turn: a task queue
-        // busy with other work (a core serving many consumers) would hold it back until its run
-        // ends, and an appending producer waits for it. The poll ring submits as it is (`may_rush`);
-        // a write that cannot be submitted now (a full ring) is left for the next turn, as before.
-        if !ring.may_rush() {
-            let _ = ring.consume_submission_queue();
-        }
+        self.queue_write_now(source, op);
     }
 
     pub(crate) fn write_buffered(&self, source: &Source, pos: u64) {
@@ -1432,15 +1437,7 @@ impl Reactor {
             ) => UringOpDescriptor::Write(buf.as_ptr(), buf.len(), pos),
             x => panic!("Unexpected source type for write: {:?}", x),
         };
-        let mut ring = self.ring_for_source(source);
-        queue_request_into_ring(&mut *ring, source, op, &mut self.source_map.borrow_mut());
-        // (shoal) A write goes to the device now, not at the reactor's next turn: a task queue
-        // busy with other work (a core serving many consumers) would hold it back until its run
-        // ends, and an appending producer waits for it. The poll ring submits as it is (`may_rush`);
-        // a write that cannot be submitted now (a full ring) is left for the next turn, as before.
-        if !ring.may_rush() {
-            let _ = ring.consume_submission_queue();
-        }
+        self.queue_write_now(source, op);
     }
 
     pub(crate) fn read_dma(&self, source: &Source, pos: u64, size: usize) {
