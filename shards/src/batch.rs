@@ -497,8 +497,9 @@ pub fn validate_all(blob: &[u8], max_batch_bytes: usize) -> Result<Vec<BatchHead
     validate_all_keeping(blob, max_batch_bytes, false).map(|(headers, _)| headers)
 }
 
-/// [`validate_all`]; with `keep`, also the decompressed records of each compressed batch (in the
-/// batches' order; empty when there are none), which checking them produced anyway.
+/// [`validate_all`]; with `keep`, also the decompressed records of each compressed batch (one entry
+/// per batch, `None` for an uncompressed one; empty without `keep`), which checking them produced
+/// anyway.
 pub fn validate_all_keeping(
     blob: &[u8],
     max_batch_bytes: usize,
@@ -520,14 +521,10 @@ pub fn validate_all_keeping(
             return Err(InvalidBatch::Unsupported);
         }
         at += h.total_len();
-        if let Some(records) = used.kept {
-            kept.resize(headers.len(), None);
-            kept.push(Some(Bytes::from(records)));
+        if keep {
+            kept.push(used.kept.map(Bytes::from));
         }
         headers.push(h);
-    }
-    if !kept.is_empty() {
-        kept.resize(headers.len(), None);
     }
     Ok((headers, kept))
 }

@@ -428,6 +428,11 @@ fn a_running_reader_splits_what_the_produce_path_decompressed() {
             // As the produce handler does.
             let keep = log.keeps_decoded();
             let (headers, decoded) = batch::validate_all_keeping(&blob, 1 << 20, keep).unwrap();
+            assert_eq!(
+                decoded.len(),
+                headers.len(),
+                "one entry per batch while kept"
+            );
             let kept = decoded.iter().flatten().count();
             assert_eq!(kept, usize::from(codec != 0), "batch {b}, codec {codec}");
             let r = log

@@ -214,14 +214,14 @@ impl Inner {
         }
         let mut batches = 0;
         let mut bytes = 0;
-        for p in group {
+        for mut p in group {
             let mut at = 0;
             if !stamp && self.view_readers.get() > 0 {
                 // Stamping rewrites the CRC the records are filed under: those are not kept.
                 let mut decoded = self.decoded.borrow_mut();
-                for (h, records) in p.headers.iter().zip(&p.decoded) {
+                for (h, records) in p.headers.iter().zip(std::mem::take(&mut p.decoded)) {
                     if let Some(records) = records {
-                        decoded.insert(h, records.clone());
+                        decoded.insert(h, records);
                     }
                 }
             }
