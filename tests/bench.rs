@@ -504,6 +504,118 @@ fn coalescing_on_and_off_side_by_side() {
     assert!(stdout.contains("on/off"), "{stdout}");
 }
 
+/// `--repeat 3`: on, off and the raw server in turn, three times; the comparison, the table and the
+/// JSON's medians are the medians of the three.
+#[test]
+fn repeated_runs_are_compared_by_their_medians() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = bench(
+        dir.path(),
+        &[
+            "--consumers",
+            "2",
+            "--message-bytes",
+            "200",
+            "--rate",
+            "0",
+            "--duration",
+            "500ms",
+            "--warmup",
+            "200ms",
+            "--compare",
+            "coalescing",
+            "--raw-baseline",
+            "--repeat",
+            "3",
+            "--quiet",
+        ],
+    );
+    let (s, stdout) = (&b.summary, &b.stdout);
+    assert!(b.ok, "{stdout}");
+    let runs = s["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 6, "three repeats of on and off");
+    runs.iter().for_each(|r| check_run(&b, r));
+    // In turn: on, off, on, off, ...; every run on a topic of its own.
+    for (i, r) in runs.iter().enumerate() {
+        assert_eq!(r["coalescing"], i % 2 == 0, "run {i}");
+    }
+    let topics: std::collections::HashSet<_> = runs.iter().map(|r| r["topic"].clone()).collect();
+    assert_eq!(topics.len(), 6);
+    let raws = s["raw_baselines"].as_array().unwrap();
+    assert_eq!(raws.len(), 3, "a raw server per repeat");
+    let medians = s["medians"].as_array().unwrap();
+    assert_eq!(medians.len(), 2, "one per setting");
+    let median_of = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[1]
+    };
+    for (m, first) in medians.iter().zip([0, 1]) {
+        let ix: Vec<usize> = m["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i.as_u64().unwrap() as usize)
+            .collect();
+        assert_eq!(ix, vec![first, first + 2, first + 4]);
+        for path in [
+            "delivered.mb_per_s",
+            "produced.mb_per_s",
+            "server.cpu_s_per_delivered_gb",
+            "e2e_latency_us.p99",
+        ] {
+            let mut v: Vec<f64> = ix.iter().map(|&i| num(&runs[i], path)).collect();
+            let lowest = v.iter().copied().fold(f64::MAX, f64::min);
+            let highest = v.iter().copied().fold(0.0, f64::max);
+            let expected = median_of(&mut v);
+            let got = num(&m["median"], path);
+            assert!(
+                (got - expected).abs() <= 1e-9 * expected.abs().max(1.0),
+                "{path}: median {got}, runs {v:?}"
+            );
+            if path == "delivered.mb_per_s" {
+                let spread = &m["delivered_mb_per_s"];
+                assert_eq!(num(spread, "min"), lowest);
+                assert_eq!(num(spread, "max"), highest);
+                assert_eq!(num(spread, "median"), expected);
+            }
+        }
+        // Against the median raw server.
+        let raw_median = num(
+            &s["raw_baseline_medians"][0]["median"],
+            "delivered.mb_per_s",
+        );
+        let mut raw_v: Vec<f64> = raws.iter().map(|r| num(r, "delivered.mb_per_s")).collect();
+        assert_eq!(raw_median, median_of(&mut raw_v));
+        let fraction = num(&m["median"], "raw_baseline_fraction");
+        let expected = num(&m["median"], "delivered.mb_per_s") / raw_median;
+        assert!(
+            (fraction - expected).abs() < 1e-9 * expected,
+            "{fraction} vs {expected}"
+        );
+    }
+    // Each run against its own repeat's raw server.
+    for (i, r) in runs.iter().enumerate() {
+        let raw = &raws[i / 2];
+        let expected = num(r, "delivered.mb_per_s") / num(raw, "delivered.mb_per_s");
+        let fraction = num(r, "raw_baseline_fraction");
+        assert!((fraction - expected).abs() < 1e-9 * expected, "run {i}");
+    }
+    let c = &s["comparisons"][0];
+    assert_eq!((num(c, "on_run"), num(c, "off_run")), (0.0, 1.0));
+    let ratio = num(&medians[0]["median"], "delivered.mb_per_s")
+        / num(&medians[1]["median"], "delivered.mb_per_s");
+    assert!((num(c, "delivered_mb_per_s_ratio") - ratio).abs() < 1e-9 * ratio);
+    assert!(stdout.contains("(repeat 3/3)"), "{stdout}");
+    assert!(
+        stdout.contains("median (lowest - highest) of 3 runs each"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("== all runs, medians of 3 runs =="),
+        "{stdout}"
+    );
+}
+
 /// `--views 4`: 2 consumers on each of 4 shard views, readers shared and then not.
 #[test]
 fn views_with_shared_and_unshared_readers_side_by_side() {

@@ -197,6 +197,12 @@ pub struct FanoutArgs {
     /// the device's rate, and the writes' latency under those flushes beside the publish latency.
     #[arg(long)]
     pub disk_baseline: bool,
+    /// Run each point of the series this many times (each --compare setting, then the raw
+    /// baseline, in turn, so that a machine's drift reaches every side alike) and compare and
+    /// tabulate the median of each figure, with its range: shared machines vary by 10-20% from one
+    /// run to the next.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=50))]
+    pub repeat: u32,
     /// Run a series over KEY (consumers, producers or partitions), e.g. consumers=1,8,64,256.
     #[arg(long, value_parser = parse_sweep)]
     pub sweep: Option<Sweep>,

@@ -17,13 +17,15 @@
 //! - [`baseline`] — the raw TCP fan-out from memory (`--raw-baseline`).
 //! - [`disk`]     — the embedded broker's device: Direct I/O writes, with and without flushes
 //!   (`--disk-baseline`).
+//! - [`repeat`]   — `--repeat`: the median of each figure over a point's repeated runs.
 //! - [`report`]   — what is printed: summaries, comparisons, tables, the plot of a sweep.
 //! - [`plot`]     — the SVG of a sweep (`--plot`).
 //! - [`tls`]      — the generator's TLS client (`--tls-ca`): every connection, blocking or async.
 //! - [`sasl`]     — the generator's SASL client (`--sasl-mechanism`): every connection.
 //!
 //! This module runs the series: one run, or `--compare coalescing` (on, then off), over each
-//! `--sweep` value, each followed by the raw and disk baselines when asked.
+//! `--sweep` value, each followed by the raw baseline when asked, all of it `--repeat` times in
+//! turn, then the disk baseline when asked; comparisons and the table are of the repeats' medians.
 
 mod args;
 pub mod baseline;
@@ -31,6 +33,7 @@ mod broker;
 pub mod client;
 mod disk;
 pub mod plot;
+mod repeat;
 mod report;
 mod sasl;
 pub mod stats;
@@ -43,9 +46,10 @@ pub use broker::ServeConfig;
 use args::{validate, Compare, FanoutArgs, Rate, Start, SweepKey};
 use broker::Broker;
 use client::Cluster;
+use repeat::Repeats;
 use report::{
-    describe_workload, plural, print_comparison, print_disk, print_raw, print_summary, print_table,
-    render_plot, run_label, switch_enabled,
+    describe_workload, plural, print_comparison, print_disk, print_medians, print_raw,
+    print_summary, print_table, render_plot, run_label, switch_enabled,
 };
 use serde::Serialize;
 use std::io;
@@ -69,17 +73,24 @@ struct Report {
     runs: Vec<RunSummary>,
     raw_baselines: Vec<RunSummary>,
     disk_baselines: Vec<disk::DiskBaseline>,
+    /// Per point of the series and setting, in order: the median of its `--repeat` runs (with one
+    /// repeat, the run itself). The comparisons and the table are of these.
+    medians: Vec<Repeats>,
+    /// Per point, the median of its raw baselines (`--raw-baseline`).
+    raw_baseline_medians: Vec<Repeats>,
     comparisons: Vec<Comparison>,
     /// Every run: every consumer received every record, and no errors.
     ok: bool,
 }
 
-/// The compared setting on vs off at one point of the series (ratios are on / off).
+/// The compared setting on vs off at one point of the series (ratios are on / off, of the medians
+/// of the repeats).
 #[derive(Debug, Serialize)]
 struct Comparison {
     consumers_per_partition: usize,
     partitions: i32,
     producers: usize,
+    /// Indexes in `medians`.
     on_run: usize,
     off_run: usize,
     delivered_mb_per_s_ratio: Option<f64>,
@@ -205,57 +216,109 @@ fn series(args: &FanoutArgs, broker: &mut Broker, cpus: usize) -> io::Result<Rep
         vec![None]
     };
     let switch_before = args.compare.and_then(|c| switch_enabled(broker.admin, c));
-    let total_runs = points.len() * modes.len();
+    let repeat = args.repeat.max(1) as usize;
+    let total_runs = points.len() * modes.len() * repeat;
     let mut runs: Vec<RunSummary> = Vec::new();
     let mut raws: Vec<RunSummary> = Vec::new();
+    let mut medians: Vec<Repeats> = Vec::new();
+    let mut raw_medians: Vec<Repeats> = Vec::new();
     let mut disks = Vec::new();
     let mut comparisons = Vec::new();
     for point in &points {
         let mut w = workload_for(args, *point, cpus);
         let first_of_point = runs.len();
-        for mode in &modes {
-            if args.broker_process && !runs.is_empty() {
-                // Every run gets a fresh process: its peak RSS is its own.
-                broker.restart(args)?;
-                cluster = Cluster::connect(broker.bootstrap)?;
-                obs = broker.observer();
+        // Per mode, the runs of its repeats; the raw baselines of the point.
+        let mut of_mode: Vec<Vec<usize>> = vec![Vec::new(); modes.len()];
+        let mut of_raw = Vec::new();
+        for rep in 0..repeat {
+            for (m, mode) in modes.iter().enumerate() {
+                if args.broker_process && !runs.is_empty() {
+                    // Every run gets a fresh process: its peak RSS is its own.
+                    broker.restart(args)?;
+                    cluster = Cluster::connect(broker.bootstrap)?;
+                    obs = broker.observer();
+                    println!(
+                        "\n(a fresh shoal process for the next run: {})",
+                        broker.describe()
+                    );
+                }
+                if let (Some(on), Some(admin), Some(c)) = (mode, broker.admin, args.compare) {
+                    stats::set_switch(admin, c.setting(), *on)?;
+                }
+                w.topic = if runs.is_empty() {
+                    args.topic.clone()
+                } else {
+                    format!("{}-{}", args.topic, runs.len() + 1)
+                };
+                let label = run_label(&w, args.compare.zip(*mode));
+                let of_repeats = match repeat {
+                    1 => String::new(),
+                    n => format!(" (repeat {}/{n})", rep + 1),
+                };
                 println!(
-                    "\n(a fresh shoal process for the next run: {})",
-                    broker.describe()
+                    "\n== run {}/{total_runs}: {label}{of_repeats} ==",
+                    runs.len() + 1
                 );
+                println!("{}", describe_workload(&w, args));
+                let state = |c: Compare| match args.compare {
+                    Some(compared) if compared == c => *mode,
+                    _ => switch_enabled(broker.admin, c),
+                };
+                let settings = Settings {
+                    coalescing: state(Compare::Coalescing),
+                    view_sharing: w.views.and(state(Compare::ViewSharing)),
+                };
+                let endpoint = Endpoint::Kafka(&cluster, upstream.as_ref());
+                let s = workload::run(&w, &endpoint, &obs, &label, settings)?;
+                print_summary(&s);
+                of_mode[m].push(runs.len());
+                runs.push(s);
             }
-            if let (Some(on), Some(admin), Some(c)) = (mode, broker.admin, args.compare) {
-                stats::set_switch(admin, c.setting(), *on)?;
+            if args.raw_baseline {
+                let raw = raw_baseline(&w, cluster.versions.fetch, broker.cores.unwrap_or(1))?;
+                // Each run of this repeat against this repeat's raw server.
+                let these: Vec<usize> = of_mode.iter().map(|v| v[rep]).collect();
+                for &i in &these {
+                    against_raw(&mut runs[i], &raw, args.rate);
+                }
+                let these: Vec<RunSummary> = these.iter().map(|&i| runs[i].clone()).collect();
+                print_raw(&raw, &these, args.rate);
+                of_raw.push(raws.len());
+                raws.push(raw);
             }
-            w.topic = if runs.is_empty() {
-                args.topic.clone()
-            } else {
-                format!("{}-{}", args.topic, runs.len() + 1)
-            };
-            let label = run_label(&w, args.compare.zip(*mode));
-            println!("\n== run {}/{total_runs}: {label} ==", runs.len() + 1);
-            println!("{}", describe_workload(&w, args));
-            let state = |c: Compare| match args.compare {
-                Some(compared) if compared == c => *mode,
-                _ => switch_enabled(broker.admin, c),
-            };
-            let settings = Settings {
-                coalescing: state(Compare::Coalescing),
-                view_sharing: w.views.and(state(Compare::ViewSharing)),
-            };
-            let endpoint = Endpoint::Kafka(&cluster, upstream.as_ref());
-            let s = workload::run(&w, &endpoint, &obs, &label, settings)?;
-            print_summary(&s);
-            runs.push(s);
+        }
+        let point_medians: Vec<Repeats> = of_mode
+            .into_iter()
+            .map(|ix| Repeats::of(&ix.iter().map(|&i| &runs[i]).collect::<Vec<_>>(), ix))
+            .collect();
+        let raw_median = (!of_raw.is_empty()).then(|| {
+            Repeats::of(
+                &of_raw.iter().map(|&i| &raws[i]).collect::<Vec<_>>(),
+                of_raw,
+            )
+        });
+        let first_median = medians.len();
+        medians.extend(point_medians);
+        if let Some(raw) = &raw_median {
+            // The medians against the median raw server.
+            for m in &mut medians[first_median..] {
+                against_raw(&mut m.median, &raw.median, args.rate);
+            }
+        }
+        if repeat > 1 {
+            print_medians(&medians[first_median..], raw_median.as_ref());
         }
         if modes.len() == 2 {
-            let (on, off) = (&runs[first_of_point], &runs[first_of_point + 1]);
+            let (on, off) = (
+                &medians[first_median].median,
+                &medians[first_median + 1].median,
+            );
             comparisons.push(Comparison {
                 consumers_per_partition: on.consumers_per_partition,
                 partitions: on.partitions,
                 producers: on.producers,
-                on_run: first_of_point,
-                off_run: first_of_point + 1,
+                on_run: first_median,
+                off_run: first_median + 1,
                 delivered_mb_per_s_ratio: ratio(
                     Some(on.delivered.mb_per_s),
                     Some(off.delivered.mb_per_s),
@@ -286,24 +349,9 @@ fn series(args: &FanoutArgs, broker: &mut Broker, cpus: usize) -> io::Result<Rep
                 ),
             });
             let compared = args.compare.expect("two modes only with --compare");
-            print_comparison(compared, &runs[first_of_point], &runs[first_of_point + 1]);
+            print_comparison(compared, on, off, repeat);
         }
-        if args.raw_baseline {
-            let raw = raw_baseline(&w, cluster.versions.fetch, broker.cores.unwrap_or(1))?;
-            for r in &mut runs[first_of_point..] {
-                if args.rate == Rate::Unlimited {
-                    r.raw_baseline_fraction =
-                        ratio(Some(r.delivered.mb_per_s), Some(raw.delivered.mb_per_s));
-                } else {
-                    r.raw_cpu_ratio = ratio(
-                        r.server.cpu_s_per_delivered_gb,
-                        raw.server.cpu_s_per_delivered_gb,
-                    );
-                }
-            }
-            print_raw(&raw, &runs[first_of_point..], args.rate);
-            raws.push(raw);
-        }
+        raw_medians.extend(raw_median);
         if let (true, Some(dir)) = (args.disk_baseline, &broker.data_dir) {
             let writers = disk::writers_for(w.partitions as usize);
             println!(
@@ -323,6 +371,10 @@ fn series(args: &FanoutArgs, broker: &mut Broker, cpus: usize) -> io::Result<Rep
                     r.disk_baseline_fraction =
                         ratio(Some(r.produced.mb_per_s), Some(d.plain.mb_per_s));
                 }
+                for m in &mut medians[first_median..] {
+                    m.median.disk_baseline_fraction =
+                        ratio(Some(m.median.produced.mb_per_s), Some(d.plain.mb_per_s));
+                }
                 print_disk(&d, &runs[first_of_point..]);
                 disks.push(d);
             }
@@ -331,8 +383,10 @@ fn series(args: &FanoutArgs, broker: &mut Broker, cpus: usize) -> io::Result<Rep
     if let (Some(before), Some(admin), Some(c)) = (switch_before, broker.admin, args.compare) {
         stats::set_switch(admin, c.setting(), before)?;
     }
-    if runs.len() > 1 || !raws.is_empty() {
-        print_table(&runs, &raws, args.rate);
+    if medians.len() > 1 || !raws.is_empty() || repeat > 1 {
+        let rows: Vec<&RunSummary> = medians.iter().map(|m| &m.median).collect();
+        let raw_rows: Vec<&RunSummary> = raw_medians.iter().map(|m| &m.median).collect();
+        print_table(&rows, &raw_rows, args.rate, repeat);
     }
     let ok = runs
         .iter()
@@ -346,6 +400,8 @@ fn series(args: &FanoutArgs, broker: &mut Broker, cpus: usize) -> io::Result<Rep
         runs,
         raw_baselines: raws,
         disk_baselines: disks,
+        medians,
+        raw_baseline_medians: raw_medians,
         comparisons,
         ok,
     };
@@ -359,6 +415,19 @@ fn series(args: &FanoutArgs, broker: &mut Broker, cpus: usize) -> io::Result<Rep
         println!("plot written to {}", path.display());
     }
     Ok(report)
+}
+
+/// Sets `r`'s figures against the raw baseline `raw` with the same consumers: its share of the raw
+/// server's delivery (unpaced), or its CPU per delivered GB over the paced raw server's.
+fn against_raw(r: &mut RunSummary, raw: &RunSummary, rate: Rate) {
+    if rate == Rate::Unlimited {
+        r.raw_baseline_fraction = ratio(Some(r.delivered.mb_per_s), Some(raw.delivered.mb_per_s));
+    } else {
+        r.raw_cpu_ratio = ratio(
+            r.server.cpu_s_per_delivered_gb,
+            raw.server.cpu_s_per_delivered_gb,
+        );
+    }
 }
 
 fn raw_baseline(w: &Workload, fetch_version: i16, threads: usize) -> io::Result<RunSummary> {

@@ -1,8 +1,9 @@
-//! What a series prints: each run's summary, comparisons, the raw-baseline table, the disk
-//! baseline, and the SVG plot of a sweep.
+//! What a series prints: each run's summary, the medians of repeated runs, comparisons, the
+//! raw-baseline table, the disk baseline, and the SVG plot of a sweep.
 
 use super::args::{Compare, FanoutArgs, Rate, Start, Sweep, SweepKey};
 use super::disk::DiskBaseline;
+use super::repeat::{Repeats, Spread};
 use super::workload::{RunSummary, Workload};
 use super::{plot, ratio, stats, Report};
 use std::net::SocketAddr;
@@ -303,11 +304,13 @@ fn fmt_ratio(r: Option<f64>) -> String {
     r.map_or_else(|| "-".into(), |r| format!("{r:.2}x"))
 }
 
-pub fn print_comparison(compared: Compare, on: &RunSummary, off: &RunSummary) {
+/// `on` and `off` side by side: two runs, or the medians of `repeat` runs each.
+pub fn print_comparison(compared: Compare, on: &RunSummary, off: &RunSummary, repeat: usize) {
     println!(
-        "\n-- {} on vs off: {} consumers --",
+        "\n-- {} on vs off: {} consumers{} --",
         compared.label(),
-        on.consumers
+        on.consumers,
+        of_repeats(repeat)
     );
     type Row<'a> = (
         &'a str,
@@ -412,6 +415,47 @@ pub fn print_comparison(compared: Compare, on: &RunSummary, off: &RunSummary) {
     }
 }
 
+/// ", medians of N runs" after a heading, for N > 1.
+fn of_repeats(repeat: usize) -> String {
+    match repeat {
+        1 => String::new(),
+        n => format!(", medians of {n} runs"),
+    }
+}
+
+/// The medians of one point's repeats, with their ranges: each setting's, then the raw baseline's.
+pub fn print_medians(settings: &[Repeats], raw: Option<&Repeats>) {
+    let Some(first) = settings.first() else {
+        return;
+    };
+    println!(
+        "\n-- {} consumers: median (lowest - highest) of {} runs each --",
+        first.median.consumers,
+        first.count()
+    );
+    let spread = |s: Option<Spread>, f: &dyn Fn(f64) -> String| {
+        s.map_or_else(
+            || "-".into(),
+            |s| format!("{} ({} - {})", f(s.median), f(s.min), f(s.max)),
+        )
+    };
+    let mb = |v: f64| format!("{v:.1}");
+    println!(
+        "{:<44} {:>26} {:>26} {:>22} {:>26}",
+        "run", "delivered MB/s", "produced MB/s", "brk CPU-s/GB", "e2e p99"
+    );
+    for m in settings.iter().chain(raw) {
+        println!(
+            "{:<44} {:>26} {:>26} {:>22} {:>26}",
+            m.median.label,
+            spread(Some(m.delivered_mb_per_s), &mb),
+            spread(m.produced_mb_per_s, &mb),
+            spread(m.broker_cpu_s_per_gb, &|v| format!("{v:.2}")),
+            spread(m.e2e_p99_us, &|v| stats::us(v as u64)),
+        );
+    }
+}
+
 pub fn print_raw(raw: &RunSummary, runs: &[RunSummary], rate: Rate) {
     for r in runs {
         match raw_comparison_gap(rate) {
@@ -479,9 +523,10 @@ pub fn print_disk(d: &DiskBaseline, runs: &[RunSummary]) {
     }
 }
 
-pub fn print_table(runs: &[RunSummary], raws: &[RunSummary], rate: Rate) {
+/// One row per point and setting (the median of its repeats), then the raw baselines'.
+pub fn print_table(runs: &[&RunSummary], raws: &[&RunSummary], rate: Rate, repeat: usize) {
     let gap = raw_comparison_gap(rate).filter(|_| !raws.is_empty());
-    println!("\n== all runs ==");
+    println!("\n== all runs{} ==", of_repeats(repeat));
     println!(
         "{:<44} {:>10} {:>12} {:>10} {:>10} {:>11} {:>10} {:>9} {:>9}",
         "run",
@@ -541,7 +586,9 @@ pub fn render_plot(report: &Report, sweep: &Sweep) -> String {
         _ => r.coalescing,
     };
     let mut modes: Vec<Option<bool>> = Vec::new();
-    for r in &report.runs {
+    // The medians of the repeats (with one repeat, the runs).
+    let runs: Vec<&RunSummary> = report.medians.iter().map(|m| &m.median).collect();
+    for r in &runs {
         if !modes.contains(&mode_of(r)) {
             modes.push(mode_of(r));
         }
@@ -558,9 +605,7 @@ pub fn render_plot(report: &Report, sweep: &Sweep) -> String {
             (None, _) => "broker".into(),
         };
         let pick = |f: &dyn Fn(&RunSummary) -> Option<f64>| -> Vec<(f64, f64)> {
-            report
-                .runs
-                .iter()
+            runs.iter()
                 .filter(|r| mode_of(r) == mode)
                 .filter_map(|r| f(r).map(|y| (x_of(r), y)))
                 .collect()
@@ -578,13 +623,13 @@ pub fn render_plot(report: &Report, sweep: &Sweep) -> String {
             dash,
         });
     }
-    if !report.raw_baselines.is_empty() {
+    if !report.raw_baseline_medians.is_empty() {
         throughput.push(plot::Series {
             name: "raw TCP baseline".into(),
             points: report
-                .raw_baselines
+                .raw_baseline_medians
                 .iter()
-                .map(|r| (x_of(r), r.delivered.mb_per_s))
+                .map(|m| (x_of(&m.median), m.median.delivered.mb_per_s))
                 .collect(),
             dash: Some("8,4"),
         });
@@ -597,7 +642,7 @@ pub fn render_plot(report: &Report, sweep: &Sweep) -> String {
     };
     let (log_throughput, log_latency) = (spans_decades(&throughput), spans_decades(&latency));
     let xs: Vec<f64> = sweep.values.iter().map(|v| *v as f64).collect();
-    let first = report.runs.first();
+    let first = runs.first();
     let title = format!(
         "shoal bench fanout: {} B messages, {} partition{}, {} producer{}",
         first.map_or(0, |r| r.message_bytes),
