@@ -104,6 +104,47 @@ struct Comparison {
     peak_rss_growth_ratio: Option<f64>,
 }
 
+impl Comparison {
+    /// `on` against `off` (the medians at `on_run` and `on_run + 1`).
+    fn of(on: &RunSummary, off: &RunSummary, on_run: usize) -> Comparison {
+        Comparison {
+            consumers_per_partition: on.consumers_per_partition,
+            partitions: on.partitions,
+            producers: on.producers,
+            on_run,
+            off_run: on_run + 1,
+            delivered_mb_per_s_ratio: ratio(
+                Some(on.delivered.mb_per_s),
+                Some(off.delivered.mb_per_s),
+            ),
+            e2e_p99_ratio: ratio(
+                on.e2e_latency_us.map(|l| l.p99 as f64),
+                off.e2e_latency_us.map(|l| l.p99 as f64),
+            ),
+            broker_cpu_s_per_gb_ratio: ratio(
+                on.server.cpu_s_per_delivered_gb,
+                off.server.cpu_s_per_delivered_gb,
+            ),
+            log_read_bytes_ratio: ratio(
+                on.server.fetch.map(|f| f.log_read_bytes as f64),
+                off.server.fetch.map(|f| f.log_read_bytes as f64),
+            ),
+            peak_rss_ratio: ratio(
+                on.server.peak_rss_bytes.map(|b| b as f64),
+                off.server.peak_rss_bytes.map(|b| b as f64),
+            ),
+            peak_rss_growth_ratio: ratio(
+                on.server.peak_rss_growth_bytes.map(|b| b as f64),
+                off.server.peak_rss_growth_bytes.map(|b| b as f64),
+            ),
+            view_decodes_ratio: ratio(
+                on.server.views.map(|v| v.source_batches_decoded as f64),
+                off.server.views.map(|v| v.source_batches_decoded as f64),
+            ),
+        }
+    }
+}
+
 fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     match (a, b) {
         (Some(a), Some(b)) if b > 0.0 && a.is_finite() => Some(a / b),
@@ -313,41 +354,7 @@ fn series(args: &FanoutArgs, broker: &mut Broker, cpus: usize) -> io::Result<Rep
                 &medians[first_median].median,
                 &medians[first_median + 1].median,
             );
-            comparisons.push(Comparison {
-                consumers_per_partition: on.consumers_per_partition,
-                partitions: on.partitions,
-                producers: on.producers,
-                on_run: first_median,
-                off_run: first_median + 1,
-                delivered_mb_per_s_ratio: ratio(
-                    Some(on.delivered.mb_per_s),
-                    Some(off.delivered.mb_per_s),
-                ),
-                e2e_p99_ratio: ratio(
-                    on.e2e_latency_us.map(|l| l.p99 as f64),
-                    off.e2e_latency_us.map(|l| l.p99 as f64),
-                ),
-                broker_cpu_s_per_gb_ratio: ratio(
-                    on.server.cpu_s_per_delivered_gb,
-                    off.server.cpu_s_per_delivered_gb,
-                ),
-                log_read_bytes_ratio: ratio(
-                    on.server.fetch.map(|f| f.log_read_bytes as f64),
-                    off.server.fetch.map(|f| f.log_read_bytes as f64),
-                ),
-                peak_rss_ratio: ratio(
-                    on.server.peak_rss_bytes.map(|b| b as f64),
-                    off.server.peak_rss_bytes.map(|b| b as f64),
-                ),
-                peak_rss_growth_ratio: ratio(
-                    on.server.peak_rss_growth_bytes.map(|b| b as f64),
-                    off.server.peak_rss_growth_bytes.map(|b| b as f64),
-                ),
-                view_decodes_ratio: ratio(
-                    on.server.views.map(|v| v.source_batches_decoded as f64),
-                    off.server.views.map(|v| v.source_batches_decoded as f64),
-                ),
-            });
+            comparisons.push(Comparison::of(on, off, first_median));
             let compared = args.compare.expect("two modes only with --compare");
             print_comparison(compared, on, off, repeat);
         }
