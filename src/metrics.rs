@@ -545,7 +545,7 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
         "Record bytes held by fetch responses not yet written (shared results counted once).",
         &mut per_core(|c| c.response_memory_bytes),
     );
-    let views: [Family; 8] = [
+    let views: [Family; 9] = [
         ("readers", "gauge", "Live view readers.", |c| {
             c.views.readers
         }),
@@ -578,6 +578,12 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
             "counter",
             "View fetches served by their own read.",
             |c| c.views.catch_up_reads,
+        ),
+        (
+            "catch_up_reads_shared_total",
+            "counter",
+            "View fetches served by another fetch's catch-up read of the same shard, offset and size.",
+            |c| c.views.catch_up_reads_shared,
         ),
         (
             "decode_errors_total",

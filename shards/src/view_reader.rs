@@ -63,6 +63,9 @@ pub struct ViewStats {
     /// Compressed source batches split from the records the produce path decompressed (kept by
     /// the log while a reader runs), not decompressed a second time.
     pub decompressions_saved: u64,
+    /// View fetches served by another fetch's catch-up read of the same shard, offset and size (in
+    /// flight, or finished within [`CATCH_UP_FRESH`]), not by a read of their own.
+    pub catch_up_reads_shared: u64,
 }
 
 /// One source batch, split: a batch per shard, all covering `base..=last`. Shard `i`'s batch is
@@ -222,6 +225,63 @@ pub struct ViewReader {
     running: Cell<bool>,
     /// A fetch is extending the window backwards; others behind it read for themselves meanwhile.
     filling: Cell<bool>,
+    /// Catch-up reads in flight or just finished, shared by fetches asking for the same.
+    catch_ups: RefCell<HashMap<CatchUpKey, Rc<CatchUp>>>,
+}
+
+/// What makes two catch-up reads the same: the shard, where and how much, and the log's layout
+/// (compaction rewrites what an offset range holds).
+type CatchUpKey = (u32, i64, usize, bool, u64);
+
+/// How long a finished catch-up read still serves fetches asking for the same: consumers that fell
+/// behind together stay close, but not at the same instant.
+pub const CATCH_UP_FRESH: Duration = Duration::from_millis(100);
+/// Most catch-up reads kept (in flight ones are never dropped): each holds up to its fetch's
+/// `max_bytes` of shard batches.
+const CATCH_UPS_KEPT: usize = 16;
+
+/// One catch-up read: its result once there, and a monitor that moves to 1 when it is done (or was
+/// given up: its fetch dropped it, and waiters then read for themselves).
+#[derive(Debug)]
+struct CatchUp {
+    result: RefCell<Option<Result<Records>>>,
+    done: OffsetMonitor,
+    finished: Cell<Option<Instant>>,
+}
+
+impl CatchUp {
+    /// Whether a fetch may still take its result (or wait for it).
+    fn usable(&self, now: Instant) -> bool {
+        match self.finished.get() {
+            None => !self.done.is_closed() && self.done.value() == 0,
+            Some(at) => now.duration_since(at) < CATCH_UP_FRESH && self.result.borrow().is_some(),
+        }
+    }
+}
+
+/// Finishes a catch-up read when dropped, read or not: wakes its waiters, and forgets it unless it
+/// has a result to share.
+struct CatchUpDone<'a> {
+    map: &'a RefCell<HashMap<CatchUpKey, Rc<CatchUp>>>,
+    key: CatchUpKey,
+    slot: Rc<CatchUp>,
+}
+
+impl Drop for CatchUpDone<'_> {
+    fn drop(&mut self) {
+        if self.slot.result.borrow().is_some() {
+            self.slot.finished.set(Some(Instant::now()));
+        } else {
+            let mut map = self.map.borrow_mut();
+            if map
+                .get(&self.key)
+                .is_some_and(|c| Rc::ptr_eq(c, &self.slot))
+            {
+                map.remove(&self.key);
+            }
+        }
+        self.slot.done.advance(1);
+    }
 }
 
 impl ViewReader {
@@ -242,6 +302,7 @@ impl ViewReader {
             last_fetch: Cell::new(Instant::now()),
             running: Cell::new(false),
             filling: Cell::new(false),
+            catch_ups: RefCell::new(HashMap::new()),
         })
     }
 
@@ -338,10 +399,71 @@ impl ViewReader {
                 obligatory,
             )));
         }
-        // Unshared, behind the window, or far ahead of the reader: a read of its own.
-        Box::pin(self.own_read(shard, offset, max_bytes, obligatory))
+        // Behind the window, or far ahead of the reader: a read of its own, shared with the fetches
+        // that ask for the same meanwhile. Unshared views (`shared` off): each fetch reads alone.
+        if !config.shared {
+            return Box::pin(self.own_read(shard, offset, max_bytes, obligatory))
+                .await
+                .map(done);
+        }
+        Box::pin(self.shared_own_read(shard, offset, max_bytes, obligatory))
             .await
             .map(done)
+    }
+
+    /// [`Self::own_read`], unless a fetch of the same shard, offset and size has one in flight or
+    /// finished within [`CATCH_UP_FRESH`]: then its records. Consumers that fell behind the window
+    /// together would otherwise each decode the same source batches.
+    async fn shared_own_read(
+        &self,
+        shard: u32,
+        offset: i64,
+        max_bytes: usize,
+        obligatory: bool,
+    ) -> Result<Records> {
+        let key = (shard, offset, max_bytes, obligatory, self.log.layout());
+        let now = Instant::now();
+        let existing = self.catch_ups.borrow().get(&key).cloned();
+        if let Some(c) = existing.filter(|c| c.usable(now)) {
+            c.done.wait_for(1).await;
+            if let Some(r) = &*c.result.borrow() {
+                self.bump(|s| s.catch_up_reads_shared += 1);
+                return r.clone();
+            }
+            // Given up by the fetch that started it: read for this one.
+        }
+        let slot = Rc::new(CatchUp {
+            result: RefCell::new(None),
+            done: OffsetMonitor::new(0),
+            finished: Cell::new(None),
+        });
+        {
+            let mut map = self.catch_ups.borrow_mut();
+            // Finished reads past their freshness go, then the oldest finished while too many.
+            map.retain(|_, c| {
+                c.finished
+                    .get()
+                    .is_none_or(|at| now.duration_since(at) < CATCH_UP_FRESH)
+            });
+            while map.len() >= CATCH_UPS_KEPT {
+                let oldest = map
+                    .iter()
+                    .filter_map(|(k, c)| c.finished.get().map(|at| (at, *k)))
+                    .min();
+                let Some((_, k)) = oldest else { break };
+                map.remove(&k);
+            }
+            map.insert(key, slot.clone());
+        }
+        let finish = CatchUpDone {
+            map: &self.catch_ups,
+            key,
+            slot,
+        };
+        let read = self.own_read(shard, offset, max_bytes, obligatory).await;
+        *finish.slot.result.borrow_mut() = Some(read.clone());
+        drop(finish);
+        read
     }
 
     /// A catch-up read: this fetch reads and splits the source for itself.

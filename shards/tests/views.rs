@@ -348,6 +348,88 @@ fn a_batch_that_cannot_be_decoded_is_skipped_for_views() {
     });
 }
 
+/// Consumers that fell behind the window together share their catch-up reads: one read (one
+/// decode) for fetches of the same shard, offset and size in flight at once or within
+/// `CATCH_UP_FRESH`; a different size, or a later fetch, reads again; unshared views never share.
+#[test]
+fn consumers_behind_the_window_share_their_catch_up_reads() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), small_config(), cache())
+            .await
+            .unwrap();
+        let all = fill(&log, 60, default_keys).await;
+        let config = ViewConfig {
+            window_bytes: 4 << 10,
+            max_delta_for_fanout: 100,
+            ..small_window()
+        };
+        let views = ViewReaders::new(config);
+        let reader = views.reader(&log, 4);
+        // A consumer tails shard 1 to the end: the window is far past offset 0.
+        assert_eq!(
+            consume(&reader, &log, 1, 0, 4096).await,
+            expected(&all, 1, 4, 0)
+        );
+        let s0 = views.stats();
+        let (a, b) = futures_lite::future::zip(
+            reader.fetch(2, 0, 1024, true),
+            reader.fetch(2, 0, 1024, true),
+        )
+        .await;
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert!(!a.records.is_empty());
+        assert_eq!(a.records, b.records, "the same records");
+        let s1 = views.stats();
+        assert_eq!(
+            (
+                s1.catch_up_reads - s0.catch_up_reads,
+                s1.catch_up_reads_shared - s0.catch_up_reads_shared
+            ),
+            (1, 1),
+            "one read served both"
+        );
+        let one_read = s1.source_batches_decoded - s0.source_batches_decoded;
+        assert!(one_read > 0);
+        // Just after: still served by it, nothing decoded.
+        let c = reader.fetch(2, 0, 1024, true).await.unwrap();
+        assert_eq!(c.records, a.records);
+        let s2 = views.stats();
+        assert_eq!(s2.catch_up_reads_shared - s1.catch_up_reads_shared, 1);
+        assert_eq!(s2.source_batches_decoded, s1.source_batches_decoded);
+        // Another size is another read; so is the same one once it is stale.
+        reader.fetch(2, 0, 2048, true).await.unwrap();
+        assert_eq!(views.stats().catch_up_reads - s2.catch_up_reads, 1);
+        glommio::timer::sleep(shards::view_reader::CATCH_UP_FRESH + Duration::from_millis(50))
+            .await;
+        let d = reader.fetch(2, 0, 1024, true).await.unwrap();
+        assert_eq!(d.records, a.records, "a stale result is read again, alike");
+        let s3 = views.stats();
+        assert_eq!(s3.catch_up_reads - s2.catch_up_reads, 2);
+        assert_eq!(s3.catch_up_reads_shared, s2.catch_up_reads_shared);
+        // Every record of shard 2 from 0 still arrives, in order, exactly once.
+        assert_eq!(
+            consume(&reader, &log, 2, 0, 4096).await,
+            expected(&all, 2, 4, 0)
+        );
+
+        // Unshared views: each fetch reads for itself.
+        let unshared = ViewReaders::new(ViewConfig {
+            shared: false,
+            ..config
+        });
+        let reader = unshared.reader(&log, 4);
+        let (a, b) = futures_lite::future::zip(
+            reader.fetch(3, 0, 1024, true),
+            reader.fetch(3, 0, 1024, true),
+        )
+        .await;
+        assert_eq!(a.unwrap().records, b.unwrap().records);
+        let s = unshared.stats();
+        assert_eq!((s.catch_up_reads, s.catch_up_reads_shared), (2, 0));
+    });
+}
+
 #[test]
 fn without_sharing_every_fetch_decodes_for_itself() {
     run(|| async {

@@ -279,8 +279,8 @@ pub fn print_summary(s: &RunSummary) {
     if let Some(v) = &sv.views {
         println!(
             "{:<16} {} source batches decoded for {} produced ({} per batch), {} shard batches \
-             encoded, {} view fetches, {} catch-up reads, {} decode errors, {} split without \
-             decompressing again{}",
+             encoded, {} view fetches, {} catch-up reads (and {} fetches served by another's), {} \
+             decode errors, {} split without decompressing again{}",
             "views",
             stats::thousands(v.source_batches_decoded),
             stats::thousands(v.source_batches),
@@ -289,6 +289,7 @@ pub fn print_summary(s: &RunSummary) {
             stats::thousands(v.shard_batches_encoded),
             stats::thousands(v.fetches_served),
             stats::thousands(v.catch_up_reads),
+            stats::thousands(v.catch_up_reads_shared),
             v.decode_errors,
             stats::thousands(v.decompressions_saved),
             match s.view_sharing {

@@ -676,6 +676,8 @@ pub struct ViewMetrics {
     pub shard_batches_encoded: u64,
     pub fetches_served: u64,
     pub catch_up_reads: u64,
+    /// View fetches served by another fetch's catch-up read.
+    pub catch_up_reads_shared: u64,
     pub decode_errors: u64,
     /// Compressed source batches split without a second decompression (the produce path's kept).
     pub decompressions_saved: u64,
@@ -698,6 +700,7 @@ impl ViewMetrics {
             shard_batches_encoded: d("shoal_view_shard_batches_encoded_total"),
             fetches_served: d("shoal_view_fetches_served_total"),
             catch_up_reads: d("shoal_view_catch_up_reads_total"),
+            catch_up_reads_shared: d("shoal_view_catch_up_reads_shared_total"),
             decode_errors: d("shoal_view_decode_errors_total"),
             decompressions_saved: d("shoal_view_decompressions_saved_total"),
             decodes_per_source_batch: (source_batches > 0)
