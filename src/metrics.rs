@@ -582,7 +582,7 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
         (
             "catch_up_reads_shared_total",
             "counter",
-            "View fetches served by another fetch's catch-up read of the same shard, offset and size.",
+            "View fetches served by another fetch's catch-up read of the same offset and size (any shard).",
             |c| c.views.catch_up_reads_shared,
         ),
         (

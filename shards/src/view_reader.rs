@@ -63,8 +63,8 @@ pub struct ViewStats {
     /// Compressed source batches split from the records the produce path decompressed (kept by
     /// the log while a reader runs), not decompressed a second time.
     pub decompressions_saved: u64,
-    /// View fetches served by another fetch's catch-up read of the same shard, offset and size (in
-    /// flight, or finished within [`CATCH_UP_FRESH`]), not by a read of their own.
+    /// View fetches served by another fetch's catch-up read of the same offset and size, of any
+    /// shard (in flight, or finished within [`CATCH_UP_FRESH`]), not by a read of their own.
     pub catch_up_reads_shared: u64,
 }
 
@@ -229,24 +229,37 @@ pub struct ViewReader {
     catch_ups: RefCell<HashMap<CatchUpKey, Rc<CatchUp>>>,
 }
 
-/// What makes two catch-up reads the same: the shard, where and how much, and the log's layout
-/// (compaction rewrites what an offset range holds).
-type CatchUpKey = (u32, i64, usize, bool, u64);
+/// What makes two catch-up reads the same: where and how much source they read, and the log's
+/// layout (compaction rewrites what an offset range holds). Every shard is split from the read, so
+/// consumers of all shards share it (each shard batch covers its source batch's whole offset range:
+/// consumers of different shards fetch the same offsets).
+type CatchUpKey = (i64, usize, u64);
 
 /// How long a finished catch-up read still serves fetches asking for the same: consumers that fell
 /// behind together stay close, but not at the same instant.
 pub const CATCH_UP_FRESH: Duration = Duration::from_millis(100);
-/// Most catch-up reads kept (in flight ones are never dropped): each holds up to its fetch's
-/// `max_bytes` of shard batches.
+/// Most catch-up reads kept (in flight ones are never dropped), and most shard batch bytes the
+/// finished ones keep together.
 const CATCH_UPS_KEPT: usize = 16;
+const CATCH_UP_BYTES: usize = 16 << 20;
 
-/// One catch-up read: its result once there, and a monitor that moves to 1 when it is done (or was
-/// given up: its fetch dropped it, and waiters then read for themselves).
+/// One catch-up read: its shard batches once there, and a monitor that moves to 1 when it is done
+/// (or was given up: its fetch dropped it, and waiters then read for themselves).
 #[derive(Debug)]
 struct CatchUp {
-    result: RefCell<Option<Result<Records>>>,
+    result: RefCell<Option<Result<Rc<Vec<SplitBatch>>>>>,
     done: OffsetMonitor,
     finished: Cell<Option<Instant>>,
+}
+
+impl CatchUp {
+    /// Shard batch bytes it holds.
+    fn bytes(&self) -> usize {
+        match &*self.result.borrow() {
+            Some(Ok(split)) => split.iter().map(|b| b.bytes).sum(),
+            _ => 0,
+        }
+    }
 }
 
 impl CatchUp {
@@ -411,9 +424,10 @@ impl ViewReader {
             .map(done)
     }
 
-    /// [`Self::own_read`], unless a fetch of the same shard, offset and size has one in flight or
-    /// finished within [`CATCH_UP_FRESH`]: then its records. Consumers that fell behind the window
-    /// together would otherwise each decode the same source batches.
+    /// A catch-up read of `max_bytes` of source from `offset`, split for every shard, shared with
+    /// the fetches (of any shard) that ask for the same while it is in flight or within
+    /// [`CATCH_UP_FRESH`] after; this fetch's records are shard `shard`'s. Consumers that fell behind
+    /// the window together would otherwise each decode the same source batches.
     async fn shared_own_read(
         &self,
         shard: u32,
@@ -421,14 +435,17 @@ impl ViewReader {
         max_bytes: usize,
         obligatory: bool,
     ) -> Result<Records> {
-        let key = (shard, offset, max_bytes, obligatory, self.log.layout());
+        let key = (offset, max_bytes, self.log.layout());
         let now = Instant::now();
+        let take = |split: &[SplitBatch]| {
+            collect(split.iter(), shard as usize, offset, max_bytes, obligatory)
+        };
         let existing = self.catch_ups.borrow().get(&key).cloned();
         if let Some(c) = existing.filter(|c| c.usable(now)) {
             c.done.wait_for(1).await;
             if let Some(r) = &*c.result.borrow() {
                 self.bump(|s| s.catch_up_reads_shared += 1);
-                return r.clone();
+                return r.as_ref().map(|split| take(split)).map_err(Clone::clone);
             }
             // Given up by the fetch that started it: read for this one.
         }
@@ -445,7 +462,10 @@ impl ViewReader {
                     .get()
                     .is_none_or(|at| now.duration_since(at) < CATCH_UP_FRESH)
             });
-            while map.len() >= CATCH_UPS_KEPT {
+            let kept = |map: &HashMap<CatchUpKey, Rc<CatchUp>>| {
+                map.values().map(|c| c.bytes()).sum::<usize>()
+            };
+            while map.len() >= CATCH_UPS_KEPT || kept(&map) > CATCH_UP_BYTES {
                 let oldest = map
                     .iter()
                     .filter_map(|(k, c)| c.finished.get().map(|at| (at, *k)))
@@ -460,10 +480,25 @@ impl ViewReader {
             key,
             slot,
         };
-        let read = self.own_read(shard, offset, max_bytes, obligatory).await;
-        *finish.slot.result.borrow_mut() = Some(read.clone());
+        let read = self.read_all_shards(offset, max_bytes).await.map(Rc::new);
+        let records = read.as_ref().map(|split| take(split)).map_err(Clone::clone);
+        *finish.slot.result.borrow_mut() = Some(read);
         drop(finish);
-        read
+        records
+    }
+
+    /// A catch-up read for every shard: `max_bytes` of source from `offset`, split.
+    async fn read_all_shards(&self, offset: i64, max_bytes: usize) -> Result<Vec<SplitBatch>> {
+        self.bump(|s| s.catch_up_reads += 1);
+        let read = self.log.read(offset, max_bytes, true).await?;
+        Ok(split_all(
+            Some(&self.log),
+            &read.records,
+            self.shards,
+            None,
+            i64::MAX,
+            &self.stats,
+        ))
     }
 
     /// A catch-up read: this fetch reads and splits the source for itself.

@@ -349,8 +349,9 @@ fn a_batch_that_cannot_be_decoded_is_skipped_for_views() {
 }
 
 /// Consumers that fell behind the window together share their catch-up reads: one read (one
-/// decode) for fetches of the same shard, offset and size in flight at once or within
-/// `CATCH_UP_FRESH`; a different size, or a later fetch, reads again; unshared views never share.
+/// decode, split for every shard) for fetches of the same offset and size, of any shard, in flight
+/// at once or within `CATCH_UP_FRESH`; a different size, or a later fetch, reads again; unshared
+/// views never share.
 #[test]
 fn consumers_behind_the_window_share_their_catch_up_reads() {
     run(|| async {
@@ -391,11 +392,14 @@ fn consumers_behind_the_window_share_their_catch_up_reads() {
         );
         let one_read = s1.source_batches_decoded - s0.source_batches_decoded;
         assert!(one_read > 0);
-        // Just after: still served by it, nothing decoded.
+        // Just after: still served by it, nothing decoded; so is another shard at the same offset
+        // (the read was split for every shard).
         let c = reader.fetch(2, 0, 1024, true).await.unwrap();
         assert_eq!(c.records, a.records);
+        let other_shard = reader.fetch(3, 0, 1024, true).await.unwrap();
         let s2 = views.stats();
-        assert_eq!(s2.catch_up_reads_shared - s1.catch_up_reads_shared, 1);
+        assert_eq!(s2.catch_up_reads_shared - s1.catch_up_reads_shared, 2);
+        assert_eq!(s2.catch_up_reads, s1.catch_up_reads);
         assert_eq!(s2.source_batches_decoded, s1.source_batches_decoded);
         // Another size is another read; so is the same one once it is stale.
         reader.fetch(2, 0, 2048, true).await.unwrap();
@@ -424,9 +428,12 @@ fn consumers_behind_the_window_share_their_catch_up_reads() {
             reader.fetch(3, 0, 1024, true),
         )
         .await;
-        assert_eq!(a.unwrap().records, b.unwrap().records);
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert_eq!(a.records, b.records);
         let s = unshared.stats();
         assert_eq!((s.catch_up_reads, s.catch_up_reads_shared), (2, 0));
+        // A read split for all shards gives shard 3 exactly what its own read gives it.
+        assert_eq!(other_shard.records, a.records);
     });
 }
 
