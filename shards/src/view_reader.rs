@@ -480,28 +480,34 @@ impl ViewReader {
             key,
             slot,
         };
-        let read = self.read_all_shards(offset, max_bytes).await.map(Rc::new);
+        let read = self.read_split(offset, max_bytes, None).await.map(Rc::new);
         let records = read.as_ref().map(|split| take(split)).map_err(Clone::clone);
         *finish.slot.result.borrow_mut() = Some(read);
         drop(finish);
         records
     }
 
-    /// A catch-up read for every shard: `max_bytes` of source from `offset`, split.
-    async fn read_all_shards(&self, offset: i64, max_bytes: usize) -> Result<Vec<SplitBatch>> {
+    /// A catch-up read: `max_bytes` of source from `offset`, split for every shard (`only` None) or
+    /// for shard `only` alone (at index 0).
+    async fn read_split(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        only: Option<u32>,
+    ) -> Result<Vec<SplitBatch>> {
         self.bump(|s| s.catch_up_reads += 1);
         let read = self.log.read(offset, max_bytes, true).await?;
         Ok(split_all(
             Some(&self.log),
             &read.records,
             self.shards,
-            None,
+            only,
             i64::MAX,
             &self.stats,
         ))
     }
 
-    /// A catch-up read: this fetch reads and splits the source for itself.
+    /// A catch-up read of one shard, for this fetch alone (unshared views).
     async fn own_read(
         &self,
         shard: u32,
@@ -509,16 +515,7 @@ impl ViewReader {
         max_bytes: usize,
         obligatory: bool,
     ) -> Result<Records> {
-        self.bump(|s| s.catch_up_reads += 1);
-        let read = self.log.read(offset, max_bytes, true).await?;
-        let split = split_all(
-            Some(&self.log),
-            &read.records,
-            self.shards,
-            Some(shard),
-            i64::MAX,
-            &self.stats,
-        );
+        let split = self.read_split(offset, max_bytes, Some(shard)).await?;
         Ok(collect(split.iter(), 0, offset, max_bytes, obligatory))
     }
 
