@@ -260,15 +260,13 @@ impl CatchUp {
             _ => 0,
         }
     }
-}
 
-impl CatchUp {
-    /// Whether a fetch may still take its result (or wait for it).
+    /// Whether a fetch may still take its result (or wait for it): in flight, or finished (with a
+    /// result: one given up is forgotten) within [`CATCH_UP_FRESH`].
     fn usable(&self, now: Instant) -> bool {
-        match self.finished.get() {
-            None => !self.done.is_closed() && self.done.value() == 0,
-            Some(at) => now.duration_since(at) < CATCH_UP_FRESH && self.result.borrow().is_some(),
-        }
+        self.finished
+            .get()
+            .is_none_or(|at| now.duration_since(at) < CATCH_UP_FRESH)
     }
 }
 
@@ -415,11 +413,16 @@ impl ViewReader {
         // Behind the window, or far ahead of the reader: a read of its own, shared with the fetches
         // that ask for the same meanwhile. Unshared views (`shared` off): each fetch reads alone.
         if !config.shared {
-            return Box::pin(self.own_read(shard, offset, max_bytes, obligatory))
-                .await
-                .map(done);
+            let split = Box::pin(self.read_split(offset, max_bytes, Some(shard))).await?;
+            return Ok(done(collect(
+                split.iter(),
+                0,
+                offset,
+                max_bytes,
+                obligatory,
+            )));
         }
-        Box::pin(self.shared_own_read(shard, offset, max_bytes, obligatory))
+        Box::pin(self.catch_up_read(shard, offset, max_bytes, obligatory))
             .await
             .map(done)
     }
@@ -428,7 +431,7 @@ impl ViewReader {
     /// the fetches (of any shard) that ask for the same while it is in flight or within
     /// [`CATCH_UP_FRESH`] after; this fetch's records are shard `shard`'s. Consumers that fell behind
     /// the window together would otherwise each decode the same source batches.
-    async fn shared_own_read(
+    async fn catch_up_read(
         &self,
         shard: u32,
         offset: i64,
@@ -457,11 +460,7 @@ impl ViewReader {
         {
             let mut map = self.catch_ups.borrow_mut();
             // Finished reads past their freshness go, then the oldest finished while too many.
-            map.retain(|_, c| {
-                c.finished
-                    .get()
-                    .is_none_or(|at| now.duration_since(at) < CATCH_UP_FRESH)
-            });
+            map.retain(|_, c| c.usable(now));
             let kept = |map: &HashMap<CatchUpKey, Rc<CatchUp>>| {
                 map.values().map(|c| c.bytes()).sum::<usize>()
             };
@@ -505,18 +504,6 @@ impl ViewReader {
             i64::MAX,
             &self.stats,
         ))
-    }
-
-    /// A catch-up read of one shard, for this fetch alone (unshared views).
-    async fn own_read(
-        &self,
-        shard: u32,
-        offset: i64,
-        max_bytes: usize,
-        obligatory: bool,
-    ) -> Result<Records> {
-        let split = self.read_split(offset, max_bytes, Some(shard)).await?;
-        Ok(collect(split.iter(), 0, offset, max_bytes, obligatory))
     }
 
     /// Decodes source batches from `from` towards `until` (the window's first offset): all the way

@@ -71,11 +71,7 @@ impl Repeats {
             runs: indexes,
             median: median_summary(runs),
             delivered_mb_per_s: Spread::of(runs.iter().map(|r| Some(r.delivered.mb_per_s)))
-                .unwrap_or(Spread {
-                    min: 0.0,
-                    median: 0.0,
-                    max: 0.0,
-                }),
+                .expect("runs is not empty"),
             produced_mb_per_s: Spread::of(runs.iter().map(|r| Some(r.produced.mb_per_s)))
                 .filter(|_| kafka),
             broker_cpu_s_per_gb: Spread::of(runs.iter().map(|r| r.server.cpu_s_per_delivered_gb)),
