@@ -1,6 +1,9 @@
 //! Interpretation of one source batch for sharded views: decompress it once, route each record to
 //! its shard by key (Kafka's default partitioner; null keys go to every shard), and encode one
-//! uncompressed batch per shard.
+//! uncompressed batch per shard. Routing ([`Routing::route`]) is one pass that copies nothing and
+//! sizes every shard batch; writing ([`Routing::write`]) then copies each into a buffer with room
+//! for it, so the view reader puts all the shard batches of a read into one buffer of exactly their
+//! size (one allocation per read, not one per shard grown record by record).
 //!
 //! Every shard batch covers the source batch's whole offset range (same base offset and
 //! `lastOffsetDelta`), so offsets stay the source's and a shard with no records in the range still
@@ -11,6 +14,7 @@
 use crate::batch::{self, records_section, BatchHeader, Reader, ATTR_TIMESTAMP_TYPE, HEADER_LEN};
 use crate::error::InvalidBatch;
 use crate::partitioner::shard_of;
+use std::borrow::Cow;
 
 /// One source batch split into `shards` batches: every shard's (`only` None; index = shard), or
 /// only shard `i`'s (`only` Some(i); what a fetch that reads for itself needs, the other shards'
@@ -76,95 +80,146 @@ fn split_within(
     outs: &mut [Vec<u8>],
     limit: usize,
 ) -> Result<Vec<i32>, InvalidBatch> {
-    assert!(shards > 0 && only.is_none_or(|i| i < shards));
     let outputs = if only.is_some() { 1 } else { shards as usize };
     assert_eq!(outs.len(), outputs);
     let h = BatchHeader::parse(source)?;
-    let records = match decoded {
-        Some(records) if h.compression() != 0 => std::borrow::Cow::Borrowed(records),
-        _ => records_section(&h, source)?,
-    };
-    // Room for a shard's even share (a buffer sized by the caller for more usually has it), so that
-    // a shard batch is usually built without reallocating (and copying) as it grows.
-    let share = records.len() / shards as usize;
-    let starts: Vec<usize> = outs.iter().map(Vec::len).collect();
-    for b in outs.iter_mut() {
-        b.reserve(HEADER_LEN + share);
-        b.resize(b.len() + HEADER_LEN, 0);
+    let records = records_of(&h, source, decoded)?;
+    let routing = Routing::route(&h, &records, shards, only, limit)?;
+    for (i, b) in outs.iter_mut().enumerate() {
+        b.reserve(routing.size(i));
+        routing.write(i, &records, b);
     }
-    let mut counts = vec![0i32; outputs];
-    let routed = route_records(&h, &records, shards, only, outs, &mut counts, limit);
-    if let Err(e) = routed {
-        for (b, start) in outs.iter_mut().zip(starts) {
-            b.truncate(start);
-        }
-        return Err(e);
-    }
-    for ((b, start), &count) in outs.iter_mut().zip(starts).zip(&counts) {
-        let header = BatchHeader {
-            attributes: h.attributes & ATTR_TIMESTAMP_TYPE,
-            record_count: count,
-            ..h
-        };
-        batch::write_header(&mut b[start..], &header);
-    }
-    Ok(counts)
+    Ok(routing.counts)
 }
 
-/// Appends each record of `records` (the section of batch `h`) to its shard's output, counting them,
-/// unless the shard batches would pass `limit` bytes together.
-fn route_records(
+/// The records section of batch `h` (`source`): `decoded` when the batch is compressed and its
+/// records were decompressed already (by the produce path), else the section, decompressed here.
+pub fn records_of<'a>(
     h: &BatchHeader,
-    records: &[u8],
-    shards: u32,
-    only: Option<u32>,
-    outs: &mut [Vec<u8>],
-    counts: &mut [i32],
-    limit: usize,
-) -> Result<(), InvalidBatch> {
-    let mut size = outs.len() * HEADER_LEN;
-    let mut grow = |n: usize| {
-        size = size.saturating_add(n);
-        match size > limit {
-            true => Err(InvalidBatch::TooLarge { size, limit }),
-            false => Ok(()),
-        }
-    };
-    grow(0)?;
-    let mut r = Reader { b: records, at: 0 };
-    let malformed = || InvalidBatch::Decompress("malformed record".into());
-    for _ in 0..h.record_count {
-        let start = r.at;
-        let len = usize::try_from(r.varint().ok_or_else(malformed)?).map_err(|_| malformed())?;
-        let body_start = r.at;
-        let end = body_start
-            .checked_add(len)
-            .filter(|&e| e <= records.len())
-            .ok_or_else(malformed)?;
-        r.take(1).ok_or_else(malformed)?; // attributes
-        r.varlong().ok_or_else(malformed)?; // timestamp delta
-        r.varint().ok_or_else(malformed)?; // offset delta
-        let key = r.bytes().ok_or_else(malformed)?;
-        let whole = &records[start..end];
-        match (shard_of(key, shards), only) {
-            (Some(s), Some(o)) if s != o => {}
-            (Some(s), o) => {
-                let i = if o.is_some() { 0 } else { s as usize };
-                grow(whole.len())?;
-                outs[i].extend_from_slice(whole);
-                counts[i] += 1;
+    source: &'a [u8],
+    decoded: Option<&'a [u8]>,
+) -> Result<Cow<'a, [u8]>, InvalidBatch> {
+    match decoded {
+        Some(records) if h.compression() != 0 => Ok(Cow::Borrowed(records)),
+        _ => records_section(h, source),
+    }
+}
+
+/// Output of a record with a null key: every output.
+const EVERY: u32 = u32::MAX;
+
+/// Where the records of one source batch go, found in one pass over them with nothing copied, so
+/// that each shard batch can then be written into a buffer sized for it exactly (all of them into
+/// one buffer, back to back), not grown record by record.
+#[derive(Debug)]
+pub struct Routing {
+    header: BatchHeader,
+    /// Each record's range in the records section, and its output ([`EVERY`] for a null key).
+    routes: Vec<(u32, u32, u32)>,
+    counts: Vec<i32>,
+    /// Each output's shard batch size, header included.
+    sizes: Vec<usize>,
+}
+
+impl Routing {
+    /// Routes each record of `records` (the section of batch `h`) to its shard: every shard's
+    /// (`only` None; output = shard) or only shard `i`'s (`only` Some(i); output 0). An error when a
+    /// record is malformed, or when the shard batches would pass `limit` bytes together.
+    pub fn route(
+        h: &BatchHeader,
+        records: &[u8],
+        shards: u32,
+        only: Option<u32>,
+        limit: usize,
+    ) -> Result<Self, InvalidBatch> {
+        assert!(shards > 0 && only.is_none_or(|i| i < shards));
+        let outputs = if only.is_some() { 1 } else { shards as usize };
+        let malformed = || InvalidBatch::Decompress("malformed record".into());
+        // Ranges are kept as u32: a records section is at most `MAX_DECOMPRESSED`.
+        u32::try_from(records.len()).map_err(|_| malformed())?;
+        let mut routing = Self {
+            header: *h,
+            routes: Vec::with_capacity(usize::try_from(h.record_count).unwrap_or(0).min(4096)),
+            counts: vec![0; outputs],
+            sizes: vec![HEADER_LEN; outputs],
+        };
+        let mut total = outputs * HEADER_LEN;
+        let mut grow = |n: usize| {
+            total = total.saturating_add(n);
+            match total > limit {
+                true => Err(InvalidBatch::TooLarge { size: total, limit }),
+                false => Ok(()),
             }
-            (None, _) => {
-                grow(whole.len().saturating_mul(outs.len()))?;
-                for (b, c) in outs.iter_mut().zip(counts.iter_mut()) {
-                    b.extend_from_slice(whole);
-                    *c += 1;
+        };
+        grow(0)?;
+        let mut r = Reader { b: records, at: 0 };
+        for _ in 0..h.record_count {
+            let start = r.at;
+            let len =
+                usize::try_from(r.varint().ok_or_else(malformed)?).map_err(|_| malformed())?;
+            let end =
+                r.at.checked_add(len)
+                    .filter(|&e| e <= records.len())
+                    .ok_or_else(malformed)?;
+            r.take(1).ok_or_else(malformed)?; // attributes
+            r.varlong().ok_or_else(malformed)?; // timestamp delta
+            r.varint().ok_or_else(malformed)?; // offset delta
+            let key = r.bytes().ok_or_else(malformed)?;
+            let len = end - start;
+            let output = match (shard_of(key, shards), only) {
+                (Some(s), Some(o)) if s != o => None,
+                (Some(_), Some(_)) => Some(0),
+                (Some(s), None) => Some(s),
+                (None, _) => Some(EVERY),
+            };
+            match output {
+                None => {}
+                Some(EVERY) => {
+                    grow(len.saturating_mul(outputs))?;
+                    routing.counts.iter_mut().for_each(|c| *c += 1);
+                    routing.sizes.iter_mut().for_each(|s| *s += len);
+                }
+                Some(i) => {
+                    grow(len)?;
+                    routing.counts[i as usize] += 1;
+                    routing.sizes[i as usize] += len;
                 }
             }
+            if let Some(o) = output {
+                routing.routes.push((start as u32, end as u32, o));
+            }
+            r.at = end;
         }
-        r.at = end;
+        Ok(routing)
     }
-    Ok(())
+
+    /// Each output's record count.
+    pub fn counts(&self) -> &[i32] {
+        &self.counts
+    }
+
+    /// Output `i`'s shard batch size, header included.
+    pub fn size(&self, i: usize) -> usize {
+        self.sizes[i]
+    }
+
+    /// Appends output `i`'s shard batch (over the source batch's whole offset range, with its
+    /// records in order and no compression) to `out`; `records` is the section routed.
+    pub fn write(&self, i: usize, records: &[u8], out: &mut Vec<u8>) {
+        let start = out.len();
+        out.resize(start + HEADER_LEN, 0);
+        for &(a, z, o) in &self.routes {
+            if o == i as u32 || o == EVERY {
+                out.extend_from_slice(&records[a as usize..z as usize]);
+            }
+        }
+        let header = BatchHeader {
+            attributes: self.header.attributes & ATTR_TIMESTAMP_TYPE,
+            record_count: self.counts[i],
+            ..self.header
+        };
+        batch::write_header(&mut out[start..], &header);
+    }
 }
 
 #[cfg(test)]

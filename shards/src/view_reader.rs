@@ -15,8 +15,9 @@ use crate::error::{Error, Result};
 use crate::log::Log;
 use crate::monitor::OffsetMonitor;
 use crate::records::{LogRead, Records};
-use crate::split::split_decoded_into;
+use crate::split::{records_of, Routing, MAX_SPLIT_BYTES};
 use bytes::Bytes;
+use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
@@ -69,20 +70,20 @@ pub struct ViewStats {
 }
 
 /// One source batch, split: a batch per shard, all covering `base..=last`. Shard `i`'s batch is
-/// `runs[i][ranges[i]]`: the shard batches of every source batch split by one read lie back to back
-/// in one buffer per shard, so a fetch of consecutive batches sends them as one part.
+/// `run[ranges[i]]`: every shard batch of the source batches split by one read lies in one buffer,
+/// each shard's back to back, so a fetch of consecutive batches sends them as one part.
 #[derive(Debug)]
 struct SplitBatch {
     base: i64,
     last: i64,
-    runs: Rc<[Bytes]>,
+    run: Bytes,
     ranges: Vec<(u32, u32)>,
     records: Vec<u32>,
     bytes: usize,
 }
 
-/// A split stops once its shard batches pass this (the rest of the read is left for the next one), so
-/// one read costs at most this and one source batch's shard batches (at most
+/// A split stops once its shard batches pass this together (the rest of the read is left for the
+/// next one), so one read costs at most this and one source batch's shard batches (at most
 /// [`crate::split::MAX_SPLIT_BYTES`]) whatever its batches decompress to, and ranges fit `u32`.
 const RUN_BYTES: usize = 16 << 20;
 
@@ -91,6 +92,10 @@ const RUN_BYTES: usize = 16 << 20;
 /// be decoded (or split within [`crate::split::MAX_SPLIT_BYTES`]) gets an empty batch per shard, so
 /// consumers still move past it. With `only: Some(i)`, each [`SplitBatch`] holds shard i's batch
 /// alone (at index 0).
+///
+/// Two passes: the first decodes each batch (unless the log kept its records) and routes its
+/// records, the second copies every shard batch into one buffer of exactly their size (one
+/// allocation per read, not one per shard grown as records arrive).
 fn split_all(
     log: Option<&Log>,
     read: &Records,
@@ -100,61 +105,81 @@ fn split_all(
     stats: &Cell<ViewStats>,
 ) -> Vec<SplitBatch> {
     let outputs = if only.is_some() { 1 } else { shards as usize };
-    // Room for each shard's even share of uncompressed sources and a quarter more (compressed ones
-    // grow it as they decompress).
-    let share = read.len / shards as usize;
-    let room = (share + share / 4 + read.batches as usize * batch::HEADER_LEN).min(RUN_BYTES);
-    // One buffer per output for the whole split, and each source batch's ranges in them.
-    let mut outs: Vec<Vec<u8>> = (0..outputs).map(|_| Vec::with_capacity(room)).collect();
-    // Each batch gets the runs once they are whole (after the loop).
-    let mut split: Vec<SplitBatch> = Vec::new();
+    // Each batch's header, records section and routing (None: it could not be decoded or split).
+    let mut routed: Vec<(BatchHeader, Bytes, Option<Routing>)> = Vec::new();
+    let mut total = 0;
     for (h, source) in read.batches().take_while(|(h, _)| h.base_offset < until) {
-        if outs.iter().any(|b| b.len() >= RUN_BYTES) {
+        if total >= RUN_BYTES {
             break;
         }
-        let starts: Vec<u32> = outs.iter().map(|b| b.len() as u32).collect();
         let mut s = stats.get();
         // Decompressed when it was produced, if the log kept that for its view readers.
-        let decoded = log.and_then(|l| l.decoded(&h));
+        let decoded = log
+            .and_then(|l| l.decoded(&h))
+            .filter(|_| h.compression() != 0);
         if decoded.is_some() {
             s.decompressions_saved += 1;
         }
-        let records = match split_decoded_into(&source, decoded.as_deref(), shards, only, &mut outs)
-        {
-            Ok(counts) => counts.into_iter().map(|c| c as u32).collect(),
+        let records = match decoded {
+            Some(records) => Ok(records),
+            None => records_of(&h, &source, None).map(|r| match r {
+                Cow::Borrowed(r) => source.slice_ref(r),
+                Cow::Owned(r) => Bytes::from(r),
+            }),
+        };
+        let routing = records.and_then(|records| {
+            let routing = Routing::route(&h, &records, shards, only, MAX_SPLIT_BYTES)?;
+            Ok((records, routing))
+        });
+        match routing {
+            Ok((records, routing)) => {
+                total += (0..outputs).map(|i| routing.size(i)).sum::<usize>();
+                routed.push((h, records, Some(routing)));
+            }
             Err(e) => {
                 log::warn!(
                     "view: skipping source batch at offset {}: {e}",
                     h.base_offset
                 );
                 s.decode_errors += 1;
-                let empty = empty_batch(&h);
-                outs.iter_mut().for_each(|b| b.extend_from_slice(&empty));
-                vec![0; outputs]
+                total += outputs * batch::HEADER_LEN;
+                routed.push((h, Bytes::new(), None));
             }
-        };
+        }
         s.source_batches_decoded += 1;
         s.shard_batches_encoded += outputs as u64;
         stats.set(s);
-        let ranges: Vec<(u32, u32)> = starts
-            .into_iter()
-            .zip(&outs)
-            .map(|(a, b)| (a, b.len() as u32))
-            .collect();
-        split.push(SplitBatch {
+    }
+    let mut all = Vec::with_capacity(total);
+    let mut ranges: Vec<Vec<(u32, u32)>> = (0..routed.len())
+        .map(|_| Vec::with_capacity(outputs))
+        .collect();
+    for i in 0..outputs {
+        for ((h, records, routing), ranges) in routed.iter().zip(&mut ranges) {
+            let start = all.len() as u32;
+            match routing {
+                Some(routing) => routing.write(i, records, &mut all),
+                None => all.extend_from_slice(&empty_batch(h)),
+            }
+            ranges.push((start, all.len() as u32));
+        }
+    }
+    let run = Bytes::from(all);
+    routed
+        .into_iter()
+        .zip(ranges)
+        .map(|((h, _, routing), ranges)| SplitBatch {
             base: h.base_offset,
             last: h.last_offset(),
-            records,
-            bytes: ranges.iter().map(|&(a, b)| (b - a) as usize).sum(),
-            runs: Rc::new([]),
+            records: match routing {
+                Some(r) => r.counts().iter().map(|&c| c as u32).collect(),
+                None => vec![0; outputs],
+            },
+            bytes: ranges.iter().map(|&(a, z)| (z - a) as usize).sum(),
+            run: run.clone(),
             ranges,
-        });
-    }
-    let runs: Rc<[Bytes]> = outs.into_iter().map(Bytes::from).collect();
-    for b in &mut split {
-        b.runs = runs.clone();
-    }
-    split
+        })
+        .collect()
 }
 
 fn empty_batch(h: &BatchHeader) -> Vec<u8> {
@@ -179,7 +204,7 @@ fn collect<'a>(
 ) -> Records {
     let mut out = Records::empty();
     // The part being extended: its run and range.
-    let mut part: Option<(&Rc<[Bytes]>, u32, u32)> = None;
+    let mut part: Option<(&Bytes, u32, u32)> = None;
     for b in batches.skip_while(|b| b.last < offset) {
         let (start, end) = b.ranges[shard];
         let len = (end - start) as usize;
@@ -190,12 +215,12 @@ fn collect<'a>(
             out.first_offset = b.base;
         }
         part = match part {
-            Some((run, a, z)) if Rc::ptr_eq(run, &b.runs) && z == start => Some((run, a, end)),
+            Some((run, a, z)) if same_buffer(run, &b.run) && z == start => Some((run, a, end)),
             other => {
                 if let Some((run, a, z)) = other {
-                    out.parts.push(run[shard].slice(a as usize..z as usize));
+                    out.parts.push(run.slice(a as usize..z as usize));
                 }
-                Some((&b.runs, start, end))
+                Some((&b.run, start, end))
             }
         };
         out.len += len;
@@ -204,9 +229,14 @@ fn collect<'a>(
         out.last_offset = b.last;
     }
     if let Some((run, a, z)) = part {
-        out.parts.push(run[shard].slice(a as usize..z as usize));
+        out.parts.push(run.slice(a as usize..z as usize));
     }
     out
+}
+
+/// Whether two runs are the same buffer (both are alive, so equal addresses are the same buffer).
+fn same_buffer(a: &Bytes, b: &Bytes) -> bool {
+    a.as_ptr() == b.as_ptr() && a.len() == b.len()
 }
 
 /// The shared reader of one source partition for views with `shards` shards.
@@ -713,15 +743,20 @@ mod tests {
         assert_eq!(read.batches, 40);
         let stats = Cell::default();
         let split = split_all(None, &read, 2, None, i64::MAX, &stats);
-        // 40 MiB over 2 shards: about 20 MiB a shard; the split stops once one passes 16 MiB.
-        assert!((20..40).contains(&split.len()), "{} batches", split.len());
+        // 40 MiB over 2 shards: the split stops once its shard batches pass 16 MiB together.
+        assert!((16..=17).contains(&split.len()), "{} batches", split.len());
         assert!(
-            split.iter().all(|b| Rc::ptr_eq(&b.runs, &split[0].runs)),
+            split.iter().all(|b| same_buffer(&b.run, &split[0].run)),
             "one run"
         );
+        assert_eq!(
+            split[0].run.len(),
+            split.iter().map(|b| b.bytes).sum::<usize>(),
+            "a buffer of exactly the shard batches"
+        );
         for b in &split {
-            for (shard, &(start, end)) in b.ranges.iter().enumerate() {
-                assert!(start <= end && end as usize <= b.runs[shard].len());
+            for &(start, end) in &b.ranges {
+                assert!(start <= end && end as usize <= b.run.len());
             }
         }
         let mut records = 0;
@@ -738,22 +773,27 @@ mod tests {
             split.len() as u64 * 16,
             "every keyed record in one shard"
         );
-        // The rest is split from where it stopped.
-        let at = split.last().unwrap().last + 1;
-        let rest: Vec<u8> = read
-            .batches()
-            .filter(|(h, _)| h.base_offset >= at)
-            .flat_map(|(_, b)| b.to_vec())
-            .collect();
-        let rest = split_all(
-            None,
-            &Records::whole_batches(Bytes::from(rest)),
-            2,
-            None,
-            i64::MAX,
-            &stats,
-        );
-        assert_eq!(split.len() + rest.len(), 40);
-        assert_eq!(rest.first().unwrap().base, at);
+        // The rest is split from where it stopped, a split at a time.
+        let mut at = split.last().unwrap().last + 1;
+        let mut batches = split.len();
+        while batches < 40 {
+            let rest: Vec<u8> = read
+                .batches()
+                .filter(|(h, _)| h.base_offset >= at)
+                .flat_map(|(_, b)| b.to_vec())
+                .collect();
+            let rest = split_all(
+                None,
+                &Records::whole_batches(Bytes::from(rest)),
+                2,
+                None,
+                i64::MAX,
+                &stats,
+            );
+            assert_eq!(rest.first().unwrap().base, at);
+            at = rest.last().unwrap().last + 1;
+            batches += rest.len();
+        }
+        assert_eq!((batches, at), (40, 40 * 16));
     }
 }
