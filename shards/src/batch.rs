@@ -271,6 +271,27 @@ fn check_records_within(
     }
 }
 
+/// The records section of batch `h` (`batch`), decompressed and appended to `out` (at most
+/// [`crate::compression::MAX_DECOMPRESSED`] bytes); on error nothing is appended.
+pub fn decompress_records_into(
+    h: &BatchHeader,
+    batch: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), InvalidBatch> {
+    let body = batch
+        .get(HEADER_LEN..h.total_len())
+        .ok_or(InvalidBatch::Truncated {
+            needed: h.total_len(),
+            available: batch.len(),
+        })?;
+    crate::compression::decompress_append(
+        h.compression(),
+        body,
+        out,
+        crate::compression::MAX_DECOMPRESSED,
+    )
+}
+
 /// The records section of a whole batch, decompressed if needed (borrowed when it is not).
 pub fn records_section<'a>(
     h: &BatchHeader,

@@ -71,6 +71,28 @@ pub fn decompress_within(
     Ok(Cow::Owned(out))
 }
 
+/// [`decompress_within`], appending to `out` (at most `limit` bytes appended); on error nothing is
+/// appended. lz4 decompresses straight into `out` (no buffer of its own to allocate and copy from).
+pub fn decompress_append(
+    codec: u8,
+    body: &[u8],
+    out: &mut Vec<u8>,
+    limit: usize,
+) -> Result<(), InvalidBatch> {
+    let start = out.len();
+    let appended = if codec == 3 {
+        crate::lz4_frame::Lz4FrameReader::new(body)
+            .read_all(out, start.saturating_add(limit))
+            .map_err(|e| bad(e.to_string()))
+    } else {
+        decompress_within(codec, body, limit).map(|d| out.extend_from_slice(&d))
+    };
+    if appended.is_err() {
+        out.truncate(start);
+    }
+    appended
+}
+
 /// Kafka's snappy: the Java client's xerial framing (magic, versions, then length-prefixed raw
 /// blocks), or a raw snappy block as some clients write.
 fn snappy(body: &[u8]) -> Result<Vec<u8>, InvalidBatch> {

@@ -1,8 +1,8 @@
 //! Sharded views: one interpreting reader per (source partition, number of shards) on the owning core.
 //!
 //! The reader reads each source batch once, splits it per shard once ([`crate::split`]) and keeps
-//! the shard batches as shared `Bytes` in a bounded window (those split by one read lie back to
-//! back in one buffer per shard, so a response of consecutive batches is one part). A consumer of
+//! the shard batches as shared `Bytes` in a bounded window (those split together lie in one buffer,
+//! each shard's back to back, so a response of consecutive batches is one part). A consumer of
 //! shard `i` is served from its own offset: inside the window it gets the very same buffers as every
 //! other consumer of that shard; behind the window (or too far ahead of the reader) it gets its own
 //! catch-up read, which never moves or blocks the shared reader. The reader is pull-free: it
@@ -11,13 +11,12 @@
 //! and frees its window; the next fetch starts it again.
 
 use crate::batch::{self, BatchHeader};
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidBatch, Result};
 use crate::log::Log;
 use crate::monitor::OffsetMonitor;
 use crate::records::{LogRead, Records};
-use crate::split::{records_of, Routing, MAX_SPLIT_BYTES};
+use crate::split::{Routing, MAX_SPLIT_BYTES};
 use bytes::Bytes;
-use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
@@ -70,8 +69,8 @@ pub struct ViewStats {
 }
 
 /// One source batch, split: a batch per shard, all covering `base..=last`. Shard `i`'s batch is
-/// `run[ranges[i]]`: every shard batch of the source batches split by one read lies in one buffer,
-/// each shard's back to back, so a fetch of consecutive batches sends them as one part.
+/// `run[ranges[i]]`: the shard batches of consecutive source batches split together lie in one
+/// buffer, each shard's back to back, so a fetch of consecutive batches sends them as one part.
 #[derive(Debug)]
 struct SplitBatch {
     base: i64,
@@ -84,8 +83,14 @@ struct SplitBatch {
 
 /// A split stops once its shard batches pass this together (the rest of the read is left for the
 /// next one), so one read costs at most this and one source batch's shard batches (at most
-/// [`crate::split::MAX_SPLIT_BYTES`]) whatever its batches decompress to, and ranges fit `u32`.
+/// [`crate::split::MAX_SPLIT_BYTES`]) whatever its batches decompress to.
 const RUN_BYTES: usize = 16 << 20;
+
+/// Source batches are routed and then copied into one buffer in groups whose shard batches take
+/// about this much together: the records routed are still in cache when they are copied, and a
+/// large read does not hold all its decompressed batches at once. (A group is one buffer: a fetch
+/// sends a group's batches of its shard as one part.)
+const GROUP_BYTES: usize = 256 << 10;
 
 /// Splits the batches of `read` that start before `until`, in order, until their shard batches pass
 /// [`RUN_BYTES`] (at least one; the caller goes on after the last one returned). A batch that cannot
@@ -93,9 +98,10 @@ const RUN_BYTES: usize = 16 << 20;
 /// consumers still move past it. With `only: Some(i)`, each [`SplitBatch`] holds shard i's batch
 /// alone (at index 0).
 ///
-/// Two passes: the first decodes each batch (unless the log kept its records) and routes its
-/// records, the second copies every shard batch into one buffer of exactly their size (one
-/// allocation per read, not one per shard grown as records arrive).
+/// Each batch is decoded (unless the log kept its records) and its records routed; once a group of
+/// them holds about [`GROUP_BYTES`] of shard batches, every shard batch of the group is copied into
+/// one buffer of exactly their size (one allocation per group, not one per shard grown as records
+/// arrive).
 fn split_all(
     log: Option<&Log>,
     read: &Records,
@@ -105,8 +111,8 @@ fn split_all(
     stats: &Cell<ViewStats>,
 ) -> Vec<SplitBatch> {
     let outputs = if only.is_some() { 1 } else { shards as usize };
-    // Each batch's header, records section and routing (None: it could not be decoded or split).
-    let mut routed: Vec<(BatchHeader, Bytes, Option<Routing>)> = Vec::new();
+    let mut split = Vec::new();
+    let mut group = Group::new();
     let mut total = 0;
     for (h, source) in read.batches().take_while(|(h, _)| h.base_offset < until) {
         if total >= RUN_BYTES {
@@ -120,66 +126,166 @@ fn split_all(
         if decoded.is_some() {
             s.decompressions_saved += 1;
         }
-        let records = match decoded {
-            Some(records) => Ok(records),
-            None => records_of(&h, &source, None).map(|r| match r {
-                Cow::Borrowed(r) => source.slice_ref(r),
-                Cow::Owned(r) => Bytes::from(r),
-            }),
-        };
-        let routing = records.and_then(|records| {
-            let routing = Routing::route(&h, &records, shards, only, MAX_SPLIT_BYTES)?;
-            Ok((records, routing))
-        });
-        match routing {
-            Ok((records, routing)) => {
-                total += (0..outputs).map(|i| routing.size(i)).sum::<usize>();
-                routed.push((h, records, Some(routing)));
-            }
+        let bytes = match group.route(h, &source, decoded, shards, only) {
+            Ok(bytes) => bytes,
             Err(e) => {
                 log::warn!(
                     "view: skipping source batch at offset {}: {e}",
                     h.base_offset
                 );
                 s.decode_errors += 1;
-                total += outputs * batch::HEADER_LEN;
-                routed.push((h, Bytes::new(), None));
+                group.skip(h, outputs)
             }
-        }
+        };
         s.source_batches_decoded += 1;
         s.shard_batches_encoded += outputs as u64;
         stats.set(s);
-    }
-    let mut all = Vec::with_capacity(total);
-    let mut ranges: Vec<Vec<(u32, u32)>> = (0..routed.len())
-        .map(|_| Vec::with_capacity(outputs))
-        .collect();
-    for i in 0..outputs {
-        for ((h, records, routing), ranges) in routed.iter().zip(&mut ranges) {
-            let start = all.len() as u32;
-            match routing {
-                Some(routing) => routing.write(i, records, &mut all),
-                None => all.extend_from_slice(&empty_batch(h)),
-            }
-            ranges.push((start, all.len() as u32));
+        total += bytes;
+        if group.bytes >= GROUP_BYTES {
+            group.write(outputs, &mut split);
         }
     }
-    let run = Bytes::from(all);
-    routed
-        .into_iter()
-        .zip(ranges)
-        .map(|((h, _, routing), ranges)| SplitBatch {
-            base: h.base_offset,
-            last: h.last_offset(),
-            records: match routing {
-                Some(r) => r.counts().iter().map(|&c| c as u32).collect(),
-                None => vec![0; outputs],
-            },
-            bytes: ranges.iter().map(|&(a, z)| (z - a) as usize).sum(),
-            run: run.clone(),
-            ranges,
-        })
-        .collect()
+    group.write(outputs, &mut split);
+    split
+}
+
+/// Where a routed batch's records section is: shared (kept by the log, or the uncompressed source
+/// itself), or decompressed into the group's scratch buffer (`start..end`).
+enum Section {
+    Shared(Bytes),
+    Scratch(usize, usize),
+}
+
+thread_local! {
+    /// The scratch buffer of this thread's last [`Group`], kept for the next (a buffer allocated
+    /// afresh per split faulted its pages in again each time: the allocator hands freed large
+    /// buffers back to the kernel).
+    static SCRATCH: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+/// Largest scratch buffer kept for the next split (one that grew past it, for a huge batch, is
+/// freed).
+const SCRATCH_KEPT: usize = 4 << 20;
+
+/// Source batches routed and not yet copied: each one's header, records section and routing (None:
+/// it could not be decoded or split), their shard batches' size together, and the records of the
+/// compressed ones decompressed here, back to back.
+struct Group {
+    batches: Vec<(BatchHeader, Section, Option<Routing>)>,
+    bytes: usize,
+    scratch: Vec<u8>,
+}
+
+impl Group {
+    fn new() -> Self {
+        Self {
+            batches: Vec::new(),
+            bytes: 0,
+            scratch: SCRATCH.with(Cell::take),
+        }
+    }
+
+    fn records<'a>(&'a self, section: &'a Section) -> &'a [u8] {
+        match section {
+            Section::Shared(b) => b,
+            Section::Scratch(a, z) => &self.scratch[*a..*z],
+        }
+    }
+
+    /// Routes batch `h` (`source`; its records `decoded` when the log kept them) and adds it;
+    /// returns its shard batches' size. On error nothing is added.
+    fn route(
+        &mut self,
+        h: BatchHeader,
+        source: &Bytes,
+        decoded: Option<Bytes>,
+        shards: u32,
+        only: Option<u32>,
+    ) -> Result<usize, InvalidBatch> {
+        let start = self.scratch.len();
+        let section = match decoded {
+            Some(records) => Section::Shared(records),
+            None if h.compression() == 0 => {
+                Section::Shared(source.slice_ref(&batch::records_section(&h, source)?))
+            }
+            None => {
+                batch::decompress_records_into(&h, source, &mut self.scratch)?;
+                Section::Scratch(start, self.scratch.len())
+            }
+        };
+        let routed = Routing::route(&h, self.records(&section), shards, only, MAX_SPLIT_BYTES);
+        let routing = match routed {
+            Ok(r) => r,
+            Err(e) => {
+                self.scratch.truncate(start);
+                return Err(e);
+            }
+        };
+        let bytes = (0..routing.counts().len()).map(|i| routing.size(i)).sum();
+        self.batches.push((h, section, Some(routing)));
+        self.bytes += bytes;
+        Ok(bytes)
+    }
+
+    /// Adds batch `h` as one that could not be decoded (an empty batch per output); returns their
+    /// size.
+    fn skip(&mut self, h: BatchHeader, outputs: usize) -> usize {
+        self.batches.push((h, Section::Shared(Bytes::new()), None));
+        let bytes = outputs * batch::HEADER_LEN;
+        self.bytes += bytes;
+        bytes
+    }
+
+    /// Copies every shard batch of the group into one buffer, each output's back to back, appends
+    /// the group's batches to `split`, and empties the group.
+    fn write(&mut self, outputs: usize, split: &mut Vec<SplitBatch>) {
+        if self.batches.is_empty() {
+            return;
+        }
+        let mut all = Vec::with_capacity(self.bytes);
+        let mut ranges: Vec<Vec<(u32, u32)>> = (0..self.batches.len())
+            .map(|_| Vec::with_capacity(outputs))
+            .collect();
+        for i in 0..outputs {
+            for ((h, section, routing), ranges) in self.batches.iter().zip(&mut ranges) {
+                let start = all.len() as u32;
+                match routing {
+                    Some(routing) => routing.write(i, self.records(section), &mut all),
+                    None => all.extend_from_slice(&empty_batch(h)),
+                }
+                ranges.push((start, all.len() as u32));
+            }
+        }
+        let run = Bytes::from(all);
+        split.extend(
+            self.batches
+                .drain(..)
+                .zip(ranges)
+                .map(|((h, _, routing), ranges)| SplitBatch {
+                    base: h.base_offset,
+                    last: h.last_offset(),
+                    records: match routing {
+                        Some(r) => r.counts().iter().map(|&c| c as u32).collect(),
+                        None => vec![0; outputs],
+                    },
+                    bytes: ranges.iter().map(|&(a, z)| (z - a) as usize).sum(),
+                    run: run.clone(),
+                    ranges,
+                }),
+        );
+        self.bytes = 0;
+        self.scratch.clear();
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        if scratch.capacity() <= SCRATCH_KEPT {
+            scratch.clear();
+            SCRATCH.with(|s| s.set(scratch));
+        }
+    }
 }
 
 fn empty_batch(h: &BatchHeader) -> Vec<u8> {
@@ -723,8 +829,9 @@ mod tests {
     use crate::batch::BatchBuilder;
 
     /// `n` batches of 16 keyed records of 64 KiB (about 1 MiB each), back to back, as a read.
-    fn big_read(n: usize) -> Records {
-        let value = vec![b'v'; 64 << 10];
+    /// `n` batches of 16 keyed records of `value` bytes, back to back, as a read.
+    fn read_of(n: usize, value: usize) -> Records {
+        let value = vec![b'v'; value];
         let mut all = Vec::new();
         for b in 0..n {
             let mut builder = BatchBuilder::new(0);
@@ -737,33 +844,66 @@ mod tests {
         Records::whole_batches(Bytes::from(all))
     }
 
+    /// The distinct buffers of `split`, in order, each with the bytes of the batches in it.
+    fn runs(split: &[SplitBatch]) -> Vec<(Bytes, usize)> {
+        let mut runs: Vec<(Bytes, usize)> = Vec::new();
+        for b in split {
+            match runs.last_mut() {
+                Some((run, bytes)) if same_buffer(run, &b.run) => *bytes += b.bytes,
+                _ => runs.push((b.run.clone(), b.bytes)),
+            }
+        }
+        runs
+    }
+
     #[test]
-    fn a_split_stops_past_its_size_and_leaves_the_rest() {
-        let read = big_read(40);
-        assert_eq!(read.batches, 40);
+    fn small_batches_split_together_share_one_buffer_of_exactly_their_size() {
+        // 100 batches of about 4 KiB: groups of about GROUP_BYTES.
+        let read = read_of(100, 240);
         let stats = Cell::default();
-        let split = split_all(None, &read, 2, None, i64::MAX, &stats);
-        // 40 MiB over 2 shards: the split stops once its shard batches pass 16 MiB together.
-        assert!((16..=17).contains(&split.len()), "{} batches", split.len());
+        let split = split_all(None, &read, 4, None, i64::MAX, &stats);
+        assert_eq!(split.len(), 100);
+        let runs = runs(&split);
+        let groups = read.len.div_ceil(GROUP_BYTES);
         assert!(
-            split.iter().all(|b| same_buffer(&b.run, &split[0].run)),
-            "one run"
+            (groups..=groups + 1).contains(&runs.len()),
+            "{} buffers for {} bytes",
+            runs.len(),
+            read.len
         );
-        assert_eq!(
-            split[0].run.len(),
-            split.iter().map(|b| b.bytes).sum::<usize>(),
-            "a buffer of exactly the shard batches"
-        );
+        for (run, bytes) in &runs {
+            assert_eq!(run.len(), *bytes, "a buffer of exactly its shard batches");
+        }
         for b in &split {
             for &(start, end) in &b.ranges {
                 assert!(start <= end && end as usize <= b.run.len());
             }
         }
+        for shard in 0..4 {
+            let got = collect(split.iter(), shard, 0, usize::MAX, true);
+            assert_eq!(got.batches, 100);
+            assert_eq!(got.parts.len(), runs.len(), "one part per buffer");
+            let counted: u64 = got.batch_headers().map(|h| h.record_count as u64).sum();
+            assert_eq!(counted, got.records);
+        }
+    }
+
+    #[test]
+    fn a_split_stops_past_its_size_and_leaves_the_rest() {
+        // 40 batches of about 1 MiB.
+        let read = read_of(40, 64 << 10);
+        assert_eq!(read.batches, 40);
+        let stats = Cell::default();
+        let split = split_all(None, &read, 2, None, i64::MAX, &stats);
+        // 40 MiB over 2 shards: the split stops once its shard batches pass 16 MiB together.
+        assert!((16..=17).contains(&split.len()), "{} batches", split.len());
+        for (run, bytes) in runs(&split) {
+            assert_eq!(run.len(), bytes, "a buffer of exactly its shard batches");
+        }
         let mut records = 0;
         for shard in 0..2 {
             let got = collect(split.iter(), shard, 0, usize::MAX, true);
             assert_eq!(got.batches as usize, split.len());
-            assert_eq!(got.parts.len(), 1, "one part");
             let counted: u64 = got.batch_headers().map(|h| h.record_count as u64).sum();
             assert_eq!(counted, got.records);
             records += got.records;
