@@ -889,6 +889,52 @@ mod tests {
     }
 
     #[test]
+    fn a_damaged_compressed_batch_between_good_ones_spoils_only_itself() {
+        let stats = Cell::default();
+        let batch = |b: i64| {
+            let mut builder = BatchBuilder::new(0);
+            for r in 0..16 {
+                let key = format!("key-{b}-{r}");
+                builder.push(0, Some(key.as_bytes()), Some(b"some value"), &[]);
+            }
+            batch::compress_batch(&builder.finish(b * 16), 3)
+        };
+        let (first, mut middle, last) = (batch(0), batch(1), batch(2));
+        // Damaged after the header: its CRC no longer matters here, its lz4 frame fails.
+        let at = batch::HEADER_LEN + 8;
+        middle[at..at + 8].fill(0xff);
+        let read = Records::whole_batches(Bytes::from([first, middle, last.clone()].concat()));
+        let split = split_all(None, &read, 4, None, i64::MAX, &stats);
+        assert_eq!(split.len(), 3);
+        assert_eq!(stats.get().decode_errors, 1);
+        assert_eq!(
+            split[1].records, [0; 4],
+            "empty batches over the damaged one"
+        );
+        let alone = split_all(
+            None,
+            &Records::whole_batches(Bytes::from(last)),
+            4,
+            None,
+            i64::MAX,
+            &stats,
+        );
+        for shard in 0..4 {
+            let of = |b: &SplitBatch| {
+                let (a, z) = b.ranges[shard];
+                b.run.slice(a as usize..z as usize)
+            };
+            assert_eq!(
+                of(&split[2]),
+                of(&alone[0]),
+                "shard {shard}: the batch after it"
+            );
+        }
+        let records: u32 = split.iter().flat_map(|b| b.records.iter()).sum();
+        assert_eq!(records, 32, "every record of the good batches in one shard");
+    }
+
+    #[test]
     fn a_split_stops_past_its_size_and_leaves_the_rest() {
         // 40 batches of about 1 MiB.
         let read = read_of(40, 64 << 10);
