@@ -14,7 +14,6 @@
 use crate::batch::{self, records_section, BatchHeader, Reader, ATTR_TIMESTAMP_TYPE, HEADER_LEN};
 use crate::error::InvalidBatch;
 use crate::partitioner::shard_of;
-use std::borrow::Cow;
 
 /// One source batch split into `shards` batches: every shard's (`only` None; index = shard), or
 /// only shard `i`'s (`only` Some(i); what a fetch that reads for itself needs, the other shards'
@@ -46,19 +45,7 @@ pub fn split_batch_into(
     only: Option<u32>,
     outs: &mut [Vec<u8>],
 ) -> Result<Vec<i32>, InvalidBatch> {
-    split_within(source, None, shards, only, outs, MAX_SPLIT_BYTES)
-}
-
-/// [`split_batch_into`] for a compressed `source` whose records are already decompressed
-/// (`decoded`: as the produce path decompressed them), so they are not decompressed again.
-pub fn split_decoded_into(
-    source: &[u8],
-    decoded: Option<&[u8]>,
-    shards: u32,
-    only: Option<u32>,
-    outs: &mut [Vec<u8>],
-) -> Result<Vec<i32>, InvalidBatch> {
-    split_within(source, decoded, shards, only, outs, MAX_SPLIT_BYTES)
+    split_within(source, shards, only, outs, MAX_SPLIT_BYTES)
 }
 
 /// [`split_batch_into`] with the shard batches together at most `limit` bytes.
@@ -69,12 +56,11 @@ pub fn split_batch_within(
     outs: &mut [Vec<u8>],
     limit: usize,
 ) -> Result<Vec<i32>, InvalidBatch> {
-    split_within(source, None, shards, only, outs, limit)
+    split_within(source, shards, only, outs, limit)
 }
 
 fn split_within(
     source: &[u8],
-    decoded: Option<&[u8]>,
     shards: u32,
     only: Option<u32>,
     outs: &mut [Vec<u8>],
@@ -83,26 +69,13 @@ fn split_within(
     let outputs = if only.is_some() { 1 } else { shards as usize };
     assert_eq!(outs.len(), outputs);
     let h = BatchHeader::parse(source)?;
-    let records = records_of(&h, source, decoded)?;
+    let records = records_section(&h, source)?;
     let routing = Routing::route(&h, &records, shards, only, limit)?;
     for (i, b) in outs.iter_mut().enumerate() {
         b.reserve(routing.size(i));
         routing.write(i, &records, b);
     }
     Ok(routing.counts)
-}
-
-/// The records section of batch `h` (`source`): `decoded` when the batch is compressed and its
-/// records were decompressed already (by the produce path), else the section, decompressed here.
-pub fn records_of<'a>(
-    h: &BatchHeader,
-    source: &'a [u8],
-    decoded: Option<&'a [u8]>,
-) -> Result<Cow<'a, [u8]>, InvalidBatch> {
-    match decoded {
-        Some(records) if h.compression() != 0 => Ok(Cow::Borrowed(records)),
-        _ => records_section(h, source),
-    }
 }
 
 /// Output of a record with a null key: every output.
