@@ -278,18 +278,22 @@ pub fn decompress_records_into(
     batch: &[u8],
     out: &mut Vec<u8>,
 ) -> Result<(), InvalidBatch> {
-    let body = batch
+    crate::compression::decompress_append(
+        h.compression(),
+        records_body(h, batch)?,
+        out,
+        crate::compression::MAX_DECOMPRESSED,
+    )
+}
+
+/// The records section of batch `h` (`batch`) as it lies there (compressed or not).
+fn records_body<'a>(h: &BatchHeader, batch: &'a [u8]) -> Result<&'a [u8], InvalidBatch> {
+    batch
         .get(HEADER_LEN..h.total_len())
         .ok_or(InvalidBatch::Truncated {
             needed: h.total_len(),
             available: batch.len(),
-        })?;
-    crate::compression::decompress_append(
-        h.compression(),
-        body,
-        out,
-        crate::compression::MAX_DECOMPRESSED,
-    )
+        })
 }
 
 /// The records section of a whole batch, decompressed if needed (borrowed when it is not).
@@ -297,13 +301,7 @@ pub fn records_section<'a>(
     h: &BatchHeader,
     batch: &'a [u8],
 ) -> Result<Cow<'a, [u8]>, InvalidBatch> {
-    let body = batch
-        .get(HEADER_LEN..h.total_len())
-        .ok_or(InvalidBatch::Truncated {
-            needed: h.total_len(),
-            available: batch.len(),
-        })?;
-    crate::compression::decompress(h.compression(), body)
+    crate::compression::decompress(h.compression(), records_body(h, batch)?)
 }
 
 /// `plain` (an uncompressed batch) with its records section compressed by `codec` (1 gzip, 2 snappy,

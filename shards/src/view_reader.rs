@@ -844,6 +844,12 @@ mod tests {
         Records::whole_batches(Bytes::from(all))
     }
 
+    /// Batches back to back, split for every one of `shards` shards.
+    fn split_bytes(batches: Vec<u8>, shards: u32, stats: &Cell<ViewStats>) -> Vec<SplitBatch> {
+        let read = Records::whole_batches(Bytes::from(batches));
+        split_all(None, &read, shards, None, i64::MAX, stats)
+    }
+
     /// The distinct buffers of `split`, in order, each with the bytes of the batches in it.
     fn runs(split: &[SplitBatch]) -> Vec<(Bytes, usize)> {
         let mut runs: Vec<(Bytes, usize)> = Vec::new();
@@ -911,14 +917,7 @@ mod tests {
             split[1].records, [0; 4],
             "empty batches over the damaged one"
         );
-        let alone = split_all(
-            None,
-            &Records::whole_batches(Bytes::from(last)),
-            4,
-            None,
-            i64::MAX,
-            &stats,
-        );
+        let alone = split_bytes(last, 4, &stats);
         for shard in 0..4 {
             let of = |b: &SplitBatch| {
                 let (a, z) = b.ranges[shard];
@@ -968,14 +967,7 @@ mod tests {
                 .filter(|(h, _)| h.base_offset >= at)
                 .flat_map(|(_, b)| b.to_vec())
                 .collect();
-            let rest = split_all(
-                None,
-                &Records::whole_batches(Bytes::from(rest)),
-                2,
-                None,
-                i64::MAX,
-                &stats,
-            );
+            let rest = split_bytes(rest, 2, &stats);
             assert_eq!(rest.first().unwrap().base, at);
             at = rest.last().unwrap().last + 1;
             batches += rest.len();
