@@ -72,7 +72,7 @@ pub fn decompress_within(
 }
 
 /// [`decompress_within`], appending to `out` (at most `limit` bytes appended); on error nothing is
-/// appended. lz4 decompresses straight into `out` (no buffer of its own to allocate and copy from).
+/// appended. lz4 appends each block to `out` as it decodes it (no output buffer of its own per call).
 pub fn decompress_append(
     codec: u8,
     body: &[u8],
