@@ -2,8 +2,8 @@
 //! its shard by key (Kafka's default partitioner; null keys go to every shard), and encode one
 //! uncompressed batch per shard. Routing ([`Routing::route`]) is one pass that copies nothing and
 //! sizes every shard batch; writing ([`Routing::write`]) then copies each into a buffer with room
-//! for it, so the view reader puts all the shard batches of a read into one buffer of exactly their
-//! size (one allocation per read, not one per shard grown record by record).
+//! for it, so the view reader puts the shard batches of a group of source batches into one buffer
+//! of exactly their size (one allocation per group, not one per shard grown record by record).
 //!
 //! Every shard batch covers the source batch's whole offset range (same base offset and
 //! `lastOffsetDelta`), so offsets stay the source's and a shard with no records in the range still
@@ -75,7 +75,7 @@ fn split_within(
         b.reserve(routing.size(i));
         routing.write(i, &records, b);
     }
-    Ok(routing.counts)
+    Ok((0..outputs).map(|i| routing.count(i)).collect())
 }
 
 /// Output of a record with a null key: every output.
@@ -87,9 +87,10 @@ const EVERY: u32 = u32::MAX;
 #[derive(Debug)]
 pub struct Routing {
     header: BatchHeader,
-    /// Each record's range in the records section, and its output ([`EVERY`] for a null key).
-    routes: Vec<(u32, u32, u32)>,
-    counts: Vec<i32>,
+    /// Each output's records' ranges in the records section, in order, output after output (a
+    /// record with a null key is in every output's): output `i`'s end where `ends[i]` says.
+    ranges: Vec<(u32, u32)>,
+    ends: Vec<u32>,
     /// Each output's shard batch size, header included.
     sizes: Vec<usize>,
 }
@@ -110,12 +111,11 @@ impl Routing {
         let malformed = || InvalidBatch::Decompress("malformed record".into());
         // Ranges are kept as u32: a records section is at most `MAX_DECOMPRESSED`.
         u32::try_from(records.len()).map_err(|_| malformed())?;
-        let mut routing = Self {
-            header: *h,
-            routes: Vec::with_capacity(usize::try_from(h.record_count).unwrap_or(0).min(4096)),
-            counts: vec![0; outputs],
-            sizes: vec![HEADER_LEN; outputs],
-        };
+        // Each record's range and output ([`EVERY`] for a null key), in order; and each output's
+        // record count and shard batch size.
+        let mut routes = Vec::with_capacity(usize::try_from(h.record_count).unwrap_or(0).min(4096));
+        let mut counts = vec![0u32; outputs];
+        let mut sizes = vec![HEADER_LEN; outputs];
         let mut total = outputs * HEADER_LEN;
         let mut grow = |n: usize| {
             total = total.saturating_add(n);
@@ -149,26 +149,58 @@ impl Routing {
                 None => {}
                 Some(EVERY) => {
                     grow(len.saturating_mul(outputs))?;
-                    routing.counts.iter_mut().for_each(|c| *c += 1);
-                    routing.sizes.iter_mut().for_each(|s| *s += len);
+                    counts.iter_mut().for_each(|c| *c += 1);
+                    sizes.iter_mut().for_each(|s| *s += len);
                 }
                 Some(i) => {
                     grow(len)?;
-                    routing.counts[i as usize] += 1;
-                    routing.sizes[i as usize] += len;
+                    counts[i as usize] += 1;
+                    sizes[i as usize] += len;
                 }
             }
             if let Some(o) = output {
-                routing.routes.push((start as u32, end as u32, o));
+                routes.push((start as u32, end as u32, o));
             }
             r.at = end;
         }
-        Ok(routing)
+        // Each output's ranges together (a counting sort that keeps the records' order): writing
+        // an output then reads its own records only, not every record once per output.
+        let mut ends: Vec<u32> = counts
+            .iter()
+            .scan(0, |at, &c| {
+                let start = *at;
+                *at += c;
+                Some(start)
+            })
+            .collect();
+        let mut ranges = vec![(0, 0); counts.iter().sum::<u32>() as usize];
+        for (a, z, o) in routes {
+            let mut place = |i: usize| {
+                ranges[ends[i] as usize] = (a, z);
+                ends[i] += 1;
+            };
+            match o {
+                EVERY => (0..outputs).for_each(&mut place),
+                i => place(i as usize),
+            }
+        }
+        Ok(Self {
+            header: *h,
+            ranges,
+            ends,
+            sizes,
+        })
     }
 
-    /// Each output's record count.
-    pub fn counts(&self) -> &[i32] {
-        &self.counts
+    /// Output `i`'s records' ranges in the records section, in order.
+    fn ranges(&self, i: usize) -> &[(u32, u32)] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.ranges[start as usize..self.ends[i] as usize]
+    }
+
+    /// Output `i`'s record count.
+    pub fn count(&self, i: usize) -> i32 {
+        self.ranges(i).len() as i32
     }
 
     /// Output `i`'s shard batch size, header included.
@@ -176,19 +208,35 @@ impl Routing {
         self.sizes[i]
     }
 
+    /// Every output's shard batch size together, headers included.
+    pub fn bytes(&self) -> usize {
+        self.sizes.iter().sum()
+    }
+
     /// Appends output `i`'s shard batch (over the source batch's whole offset range, with its
-    /// records in order and no compression) to `out`; `records` is the section routed.
+    /// records in order and no compression) to `out`; `records` is the section routed. Records
+    /// that lie back to back are copied together.
     pub fn write(&self, i: usize, records: &[u8], out: &mut Vec<u8>) {
         let start = out.len();
         out.resize(start + HEADER_LEN, 0);
-        for &(a, z, o) in &self.routes {
-            if o == i as u32 || o == EVERY {
-                out.extend_from_slice(&records[a as usize..z as usize]);
-            }
+        let mut run: Option<(u32, u32)> = None;
+        for &(a, z) in self.ranges(i) {
+            run = match run {
+                Some((ra, rz)) if rz == a => Some((ra, z)),
+                other => {
+                    if let Some((ra, rz)) = other {
+                        out.extend_from_slice(&records[ra as usize..rz as usize]);
+                    }
+                    Some((a, z))
+                }
+            };
+        }
+        if let Some((ra, rz)) = run {
+            out.extend_from_slice(&records[ra as usize..rz as usize]);
         }
         let header = BatchHeader {
             attributes: self.header.attributes & ATTR_TIMESTAMP_TYPE,
-            record_count: self.counts[i],
+            record_count: self.count(i),
             ..self.header
         };
         batch::write_header(&mut out[start..], &header);

@@ -112,10 +112,9 @@ fn split_all(
 ) -> Vec<SplitBatch> {
     let outputs = if only.is_some() { 1 } else { shards as usize };
     let mut split = Vec::new();
-    let mut group = Group::new();
-    let mut total = 0;
+    let mut group = Group::new(outputs);
     for (h, source) in read.batches().take_while(|(h, _)| h.base_offset < until) {
-        if total >= RUN_BYTES {
+        if group.total >= RUN_BYTES {
             break;
         }
         let mut s = stats.get();
@@ -126,26 +125,22 @@ fn split_all(
         if decoded.is_some() {
             s.decompressions_saved += 1;
         }
-        let bytes = match group.route(h, &source, decoded, shards, only) {
-            Ok(bytes) => bytes,
-            Err(e) => {
-                log::warn!(
-                    "view: skipping source batch at offset {}: {e}",
-                    h.base_offset
-                );
-                s.decode_errors += 1;
-                group.skip(h, outputs)
-            }
-        };
+        if let Err(e) = group.route(h, &source, decoded, shards, only) {
+            log::warn!(
+                "view: skipping source batch at offset {}: {e}",
+                h.base_offset
+            );
+            s.decode_errors += 1;
+            group.skip(h);
+        }
         s.source_batches_decoded += 1;
         s.shard_batches_encoded += outputs as u64;
         stats.set(s);
-        total += bytes;
         if group.bytes >= GROUP_BYTES {
-            group.write(outputs, &mut split);
+            group.write(&mut split);
         }
     }
-    group.write(outputs, &mut split);
+    group.write(&mut split);
     split
 }
 
@@ -169,18 +164,24 @@ const SCRATCH_KEPT: usize = 4 << 20;
 
 /// Source batches routed and not yet copied: each one's header, records section and routing (None:
 /// it could not be decoded or split), their shard batches' size together, and the records of the
-/// compressed ones decompressed here, back to back.
+/// compressed ones decompressed here, back to back. `total` counts the shard batches of every
+/// group of the split so far, this one's included.
 struct Group {
+    /// Shard batches per source batch: every shard's, or one.
+    outputs: usize,
     batches: Vec<(BatchHeader, Section, Option<Routing>)>,
     bytes: usize,
+    total: usize,
     scratch: Vec<u8>,
 }
 
 impl Group {
-    fn new() -> Self {
+    fn new(outputs: usize) -> Self {
         Self {
+            outputs,
             batches: Vec::new(),
             bytes: 0,
+            total: 0,
             scratch: SCRATCH.with(Cell::take),
         }
     }
@@ -192,8 +193,8 @@ impl Group {
         }
     }
 
-    /// Routes batch `h` (`source`; its records `decoded` when the log kept them) and adds it;
-    /// returns its shard batches' size. On error nothing is added.
+    /// Routes batch `h` (`source`; its records `decoded` when the log kept them) and adds it. On
+    /// error nothing is added.
     fn route(
         &mut self,
         h: BatchHeader,
@@ -201,7 +202,7 @@ impl Group {
         decoded: Option<Bytes>,
         shards: u32,
         only: Option<u32>,
-    ) -> Result<usize, InvalidBatch> {
+    ) -> Result<(), InvalidBatch> {
         let start = self.scratch.len();
         let section = match decoded {
             Some(records) => Section::Shared(records),
@@ -221,24 +222,27 @@ impl Group {
                 return Err(e);
             }
         };
-        let bytes = (0..routing.counts().len()).map(|i| routing.size(i)).sum();
-        self.batches.push((h, section, Some(routing)));
-        self.bytes += bytes;
-        Ok(bytes)
+        let bytes = routing.bytes();
+        self.add(h, section, Some(routing), bytes);
+        Ok(())
     }
 
-    /// Adds batch `h` as one that could not be decoded (an empty batch per output); returns their
-    /// size.
-    fn skip(&mut self, h: BatchHeader, outputs: usize) -> usize {
-        self.batches.push((h, Section::Shared(Bytes::new()), None));
-        let bytes = outputs * batch::HEADER_LEN;
+    /// Adds batch `h` as one that could not be decoded (an empty batch per output).
+    fn skip(&mut self, h: BatchHeader) {
+        let bytes = self.outputs * batch::HEADER_LEN;
+        self.add(h, Section::Shared(Bytes::new()), None, bytes);
+    }
+
+    fn add(&mut self, h: BatchHeader, section: Section, routing: Option<Routing>, bytes: usize) {
+        self.batches.push((h, section, routing));
         self.bytes += bytes;
-        bytes
+        self.total += bytes;
     }
 
     /// Copies every shard batch of the group into one buffer, each output's back to back, appends
     /// the group's batches to `split`, and empties the group.
-    fn write(&mut self, outputs: usize, split: &mut Vec<SplitBatch>) {
+    fn write(&mut self, split: &mut Vec<SplitBatch>) {
+        let outputs = self.outputs;
         if self.batches.is_empty() {
             return;
         }
@@ -264,10 +268,9 @@ impl Group {
                 .map(|((h, _, routing), ranges)| SplitBatch {
                     base: h.base_offset,
                     last: h.last_offset(),
-                    records: match routing {
-                        Some(r) => r.counts().iter().map(|&c| c as u32).collect(),
-                        None => vec![0; outputs],
-                    },
+                    records: (0..outputs)
+                        .map(|i| routing.as_ref().map_or(0, |r| r.count(i) as u32))
+                        .collect(),
                     bytes: ranges.iter().map(|&(a, z)| (z - a) as usize).sum(),
                     run: run.clone(),
                     ranges,
@@ -828,7 +831,6 @@ mod tests {
     use super::*;
     use crate::batch::BatchBuilder;
 
-    /// `n` batches of 16 keyed records of 64 KiB (about 1 MiB each), back to back, as a read.
     /// `n` batches of 16 keyed records of `value` bytes, back to back, as a read.
     fn read_of(n: usize, value: usize) -> Records {
         let value = vec![b'v'; value];
