@@ -59,6 +59,11 @@ async fn fill(log: &Log, batches: usize, key_of: impl Fn(usize) -> Option<String
     out
 }
 
+/// A log in `dir` with small segments ([`small_config`]).
+async fn small_log(dir: &std::path::Path) -> Log {
+    Log::open(dir, small_config(), cache()).await.unwrap()
+}
+
 /// A log in `dir` of `batches` batches with [`default_keys`] (see [`fill`]), and a shared reader of
 /// it for `shards` shards (not started).
 async fn filled_with_reader(
@@ -66,7 +71,7 @@ async fn filled_with_reader(
     batches: usize,
     shards: u32,
 ) -> (Log, Vec<Rec>, ViewReaders, Rc<ViewReader>) {
-    let log = Log::open(dir, small_config(), cache()).await.unwrap();
+    let log = small_log(dir).await;
     let all = fill(&log, batches, default_keys).await;
     let views = ViewReaders::new(ViewConfig::default());
     let reader = views.reader(&log, shards);
@@ -148,9 +153,7 @@ fn small_window() -> ViewConfig {
 fn every_shard_holds_exactly_its_records_for_4_and_7_shards() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path(), small_config(), cache())
-            .await
-            .unwrap();
+        let log = small_log(dir.path()).await;
         let all = fill(&log, 30, default_keys).await;
         let views = ViewReaders::new(ViewConfig::default());
         for n in [4u32, 7] {
@@ -202,9 +205,7 @@ fn consumers_of_one_shard_from_different_offsets_share_the_reader() {
 fn a_shard_without_records_in_a_long_stretch_reaches_the_end() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path(), small_config(), cache())
-            .await
-            .unwrap();
+        let log = small_log(dir.path()).await;
         // All keys hash to one shard except the last batch's.
         let lonely = (0..1000)
             .map(|i| format!("k{i}"))
@@ -234,9 +235,7 @@ fn a_shard_without_records_in_a_long_stretch_reaches_the_end() {
 fn a_stalled_or_far_behind_consumer_neither_stalls_nor_rewinds_the_reader() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path(), small_config(), cache())
-            .await
-            .unwrap();
+        let log = small_log(dir.path()).await;
         let mut all = fill(&log, 5, default_keys).await;
         let views = ViewReaders::new(ViewConfig {
             window_bytes: 4 << 10,
@@ -281,9 +280,7 @@ fn a_stalled_or_far_behind_consumer_neither_stalls_nor_rewinds_the_reader() {
 fn an_idle_reader_stops_and_a_new_consumer_restarts_it() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path(), small_config(), cache())
-            .await
-            .unwrap();
+        let log = small_log(dir.path()).await;
         let all = fill(&log, 10, default_keys).await;
         let views = ViewReaders::new(small_window());
         let reader = views.reader(&log, 2);
@@ -310,9 +307,7 @@ fn an_idle_reader_stops_and_a_new_consumer_restarts_it() {
 fn a_batch_that_cannot_be_decoded_is_skipped_for_views() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path(), small_config(), cache())
-            .await
-            .unwrap();
+        let log = small_log(dir.path()).await;
         let mut all = fill(&log, 2, default_keys).await;
         // A gzip batch whose compressed bytes are garbage, with a right CRC. A produce would be
         // refused (its records are checked); one written before that check, or by a path that
@@ -356,9 +351,7 @@ fn a_batch_that_cannot_be_decoded_is_skipped_for_views() {
 fn consumers_behind_the_window_share_their_catch_up_reads() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path(), small_config(), cache())
-            .await
-            .unwrap();
+        let log = small_log(dir.path()).await;
         let all = fill(&log, 60, default_keys).await;
         let config = ViewConfig {
             window_bytes: 4 << 10,
@@ -441,9 +434,7 @@ fn consumers_behind_the_window_share_their_catch_up_reads() {
 fn without_sharing_every_fetch_decodes_for_itself() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path(), small_config(), cache())
-            .await
-            .unwrap();
+        let log = small_log(dir.path()).await;
         let all = fill(&log, 10, default_keys).await;
         let views = ViewReaders::new(ViewConfig {
             shared: false,
@@ -498,9 +489,7 @@ fn a_shards_batches_from_one_read_go_out_as_one_part() {
 fn a_running_reader_splits_what_the_produce_path_decompressed() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path(), small_config(), cache())
-            .await
-            .unwrap();
+        let log = small_log(dir.path()).await;
         let views = ViewReaders::new(small_window());
         let reader = views.reader(&log, 4);
         assert!(!log.keeps_decoded(), "no reader runs yet");
