@@ -1,10 +1,11 @@
 //! What shoal relies on from its runtime (the patched glommio in `vendor/glommio`): its rings take
 //! no interrupt per completion (`IORING_SETUP_COOP_TASKRUN`), so a completion is posted when the
-//! thread next enters the kernel (a system call, or the scheduler tick's return to user space).
-//! The scheduler's preemption timer is such a completion, and a task queue that spins without a
-//! system call must still be preempted by it, so other queues run (produce and the connections'
-//! readers preempt fetch work this way). Were completions never posted without a system call,
-//! the timer below would wait for the spinner's 3 s.
+//! thread next enters the kernel (a system call, or the scheduler tick's return to user space),
+//! and the scheduler's preemption is a deadline that `need_preempt` checks against the clock, not
+//! a timeout request in the ring. A task queue that spins without a system call must still be
+//! preempted, so other queues run (produce and the connections' readers preempt fetch work this
+//! way). Were preemption never noticed without a system call, the timer below would wait for the
+//! spinner's 3 s.
 
 use glommio::{Latency, LocalExecutorBuilder, Placement, Shares};
 use std::cell::Cell;
@@ -37,7 +38,7 @@ fn a_latency_queue_preempts_a_busy_queue_that_makes_no_system_call() {
             let spinner = glommio::spawn_local_into(
                 async move {
                     // CPU only (the clock is read through the vDSO): the only way out before the
-                    // deadline is a preemption that the timer's completion causes.
+                    // deadline is the scheduler's preemption.
                     let mut x = 0u64;
                     while w.get().is_none() && started.elapsed() < Duration::from_secs(3) {
                         for i in 0..1000 {

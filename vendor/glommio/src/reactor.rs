@@ -176,6 +176,11 @@ pub(crate) struct Reactor {
     /// (shoal) The latency ring's SQ flags: `IORING_SQ_TASKRUN` set means a completion is waiting
     /// for the thread to enter the kernel, which counts as a completion for preemption.
     preempt_ptr_sq_flags: *const AtomicU32,
+    /// (shoal) The main ring's CQ head and tail, and how many completions waiting there preempt
+    /// the running task queue (the ring's depth, as glommio 0.9's counting timeout did).
+    main_cq_head: *const u32,
+    main_cq_tail: *const AtomicU32,
+    main_cq_limit: u32,
 }
 
 impl Reactor {
@@ -188,6 +193,7 @@ impl Reactor {
     ) -> io::Result<Reactor> {
         let sys = sys::Reactor::new(notifier, io_memory, ring_depth, blocking_thread)?;
         let (preempt_ptr_head, preempt_ptr_tail, preempt_ptr_sq_flags) = sys.preempt_pointers();
+        let (main_cq_head, main_cq_tail) = sys.main_cq_pointers();
         Ok(Reactor {
             sys,
             timers: RefCell::new(Timers::new()),
@@ -197,6 +203,9 @@ impl Reactor {
             preempt_ptr_head,
             preempt_ptr_tail: preempt_ptr_tail as _,
             preempt_ptr_sq_flags: preempt_ptr_sq_flags as _,
+            main_cq_head,
+            main_cq_tail: main_cq_tail as _,
+            main_cq_limit: ring_depth as u32,
         })
     }
 
@@ -211,10 +220,16 @@ impl Reactor {
     #[inline(always)]
     pub(crate) fn need_preempt(&self) -> bool {
         const IORING_SQ_TASKRUN: u32 = 1 << 2;
-        unsafe {
+        let completions = unsafe {
             *self.preempt_ptr_head != (*self.preempt_ptr_tail).load(Ordering::Acquire)
                 || (*self.preempt_ptr_sq_flags).load(Ordering::Relaxed) & IORING_SQ_TASKRUN != 0
-        }
+                || (*self.main_cq_tail)
+                    .load(Ordering::Acquire)
+                    .wrapping_sub(*self.main_cq_head)
+                    >= self.main_cq_limit
+        };
+        // (shoal) The preemption deadline, last: the clock costs more than the loads above.
+        completions || self.sys.preempt_deadline_passed()
     }
 
     pub(crate) fn id(&self) -> usize {

@@ -968,49 +968,6 @@ impl SleepableRing {
         source
     }
 
-    /// This function prepares a timer that fires only after a given number of
-    /// CQEs are available on the main ring. This timer is linked with a write
-    /// to the latency ring's event fd such that this timer triggers a
-    /// preemption via the latency ring.
-    fn prepare_throughput_preemption_timer(&mut self, min_events: u32, event_fd: RawFd) -> Source {
-        assert!(min_events >= 1, "min_events should be at least 1");
-        let timer_source = Source::new(
-            IoRequirements::default(),
-            -1,
-            SourceType::Timeout(TimeSpec64::MAX, min_events),
-            None,
-            None,
-        );
-
-        const EVENTFD_WAKEUP: &[u64; 1] = &[1u64; 1];
-        let write_op = UringDescriptor {
-            fd: event_fd,
-            flags: SubmissionFlags::empty(),
-            user_data: 0,
-            args: UringOpDescriptor::Write(EVENTFD_WAKEUP as *const u64 as _, 8, 0),
-        };
-
-        let op = match &*timer_source.source_type() {
-            SourceType::Timeout(ts, events) => {
-                UringOpDescriptor::Timeout(&ts.raw as *const _, *events)
-            }
-            _ => unreachable!(),
-        };
-        let queue = self.submission_queue();
-        queue.borrow_mut().submissions.push_front(write_op);
-        queue.borrow_mut().submissions.push_front(UringDescriptor {
-            args: op,
-            fd: -1,
-            flags: SubmissionFlags::IO_LINK,
-            user_data: to_user_data(
-                self.source_map
-                    .borrow_mut()
-                    .add_source(&timer_source, queue.clone()),
-            ),
-        });
-        timer_source
-    }
-
     fn install_eventfd(&mut self, eventfd_src: &Source) -> bool {
         if let Some(mut sqe) = self.ring.sq().prepare_sqe() {
             // Now must wait on the `eventfd` in case someone wants to wake us up.
@@ -1235,7 +1192,12 @@ pub(crate) struct Reactor {
     poll_ring: RefCell<PollRing>,
 
     latency_preemption_timeout_src: Cell<Option<Source>>,
-    throughput_preemption_timeout_src: Cell<Option<Source>>,
+    /// (shoal) When the running task queue is to be preempted: `need_preempt` compares it with the
+    /// clock. glommio 0.9 armed a timeout request on the latency ring for this (and a counting
+    /// timeout, linked to an eventfd write, on the main ring) at every reactor turn, and cancelled
+    /// the previous ones: five requests and up to three `io_uring_enter` calls per turn, whatever
+    /// the turn did.
+    preempt_at: Cell<Option<Instant>>,
 
     link_fd: RawFd,
 
@@ -1366,7 +1328,7 @@ impl Reactor {
             latency_ring: RefCell::new(latency_ring),
             poll_ring: RefCell::new(poll_ring),
             latency_preemption_timeout_src: Cell::new(None),
-            throughput_preemption_timeout_src: Cell::new(None),
+            preempt_at: Cell::new(None),
             blocking_thread,
             link_fd,
             notifier,
@@ -1838,14 +1800,8 @@ impl Reactor {
         // to be removed otherwise we'll wake up when it expires.
         drop(self.latency_preemption_timeout_src.take());
 
-        // Schedule the throughput-based timeout immediately: it won't matter if we end
-        // up sleeping.
-        self.throughput_preemption_timeout_src.replace(Some(
-            main_ring.prepare_throughput_preemption_timer(
-                self.ring_depth() as u32,
-                self.eventfd_src.raw(),
-            ),
-        ));
+        // (shoal) No preemption deadline while we may sleep; a new one is set below.
+        self.preempt_at.set(None);
 
         // This will only dispatch if we run out of sqes. Which means until
         // flush_rings! nothing is really send to the kernel...
@@ -1896,9 +1852,9 @@ impl Reactor {
         }
 
         if let Some(preempt) = preempt_timer() {
-            self.latency_preemption_timeout_src
-                .set(Some(lat_ring.prepare_latency_preemption_timer(preempt)));
-            flush_rings!(lat_ring, main_ring)?;
+            // (shoal) A deadline that `need_preempt` checks against the clock, not a timeout
+            // request: see `preempt_at`.
+            self.preempt_at.set(Some(Instant::now() + preempt));
         }
 
         // A Note about `need_preempt`:
@@ -1921,6 +1877,20 @@ impl Reactor {
         let mut lat_ring = self.latency_ring.borrow_mut();
         let raw = unsafe { lat_ring.ring.raw_mut() };
         (raw.cq.khead, raw.cq.ktail, raw.sq.kflags)
+    }
+
+    /// (shoal) The main ring's CQ head and tail: `need_preempt` counts the completions waiting
+    /// there, in place of glommio 0.9's counting timeout.
+    pub(crate) fn main_cq_pointers(&self) -> (*const u32, *const u32) {
+        let mut main_ring = self.main_ring.borrow_mut();
+        let raw = unsafe { main_ring.ring.raw_mut() };
+        (raw.cq.khead, raw.cq.ktail)
+    }
+
+    /// (shoal) Whether the preemption deadline the last reactor turn set has passed.
+    #[inline(always)]
+    pub(crate) fn preempt_deadline_passed(&self) -> bool {
+        self.preempt_at.get().is_some_and(|at| Instant::now() >= at)
     }
 
     /// RAII-truncate asynchronously files that required it, e.g. because of
