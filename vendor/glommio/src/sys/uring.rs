@@ -855,11 +855,11 @@ impl UringCommon for PollRing {
 
     fn submit_one_event(&mut self, queue: &mut VecDeque<UringDescriptor>) -> Option<bool> {
         let source_map = &mut *self.source_map.borrow_mut();
-        let now = Instant::now();
-
         while let Some(chain) = peek_one_chain(queue, self.size) {
             return if let Some(sqes) = self.ring.sq().prepare_sqes(chain.len() as u32) {
-                let ops = extract_one_chain(source_map, queue, chain, now);
+                // (shoal) The clock is read only when there is something to submit: this runs
+                // for every ring at every reactor turn, mostly with nothing queued.
+                let ops = extract_one_chain(source_map, queue, chain, Instant::now());
                 if ops.is_empty() {
                     // all the sources in the ring were cancelled
                     continue;
@@ -1157,11 +1157,11 @@ impl UringCommon for SleepableRing {
 
     fn submit_one_event(&mut self, queue: &mut VecDeque<UringDescriptor>) -> Option<bool> {
         let source_map = &mut *self.source_map.borrow_mut();
-        let now = Instant::now();
-
         while let Some(chain) = peek_one_chain(queue, self.size) {
             return if let Some(sqes) = self.ring.sq().prepare_sqes(chain.len() as u32) {
-                let ops = extract_one_chain(source_map, queue, chain, now);
+                // (shoal) The clock is read only when there is something to submit: this runs
+                // for every ring at every reactor turn, mostly with nothing queued.
+                let ops = extract_one_chain(source_map, queue, chain, Instant::now());
                 if ops.is_empty() {
                     // all the sources in the ring were cancelled
                     continue;
