@@ -157,7 +157,11 @@ pub fn compress(codec: i16, body: &[u8]) -> Option<Vec<u8>> {
             v.extend_from_slice(&block);
             v
         }
-        3 => crate::lz4_frame::encode(body),
+        3 => {
+            let mut e = lz4_flex::frame::FrameEncoder::new(Vec::new());
+            e.write_all(body).expect("in-memory write");
+            e.finish().expect("in-memory write")
+        }
         4 => zstd::stream::encode_all(body, 3).expect("in-memory write"),
         _ => return None,
     })

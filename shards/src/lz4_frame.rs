@@ -1,14 +1,11 @@
-//! LZ4 frames (Kafka's lz4 codec): a decoder that allocates nothing per batch, and an encoder that
-//! writes frames as Kafka's clients do.
+//! A decoder of LZ4 frames (Kafka's lz4 codec) that allocates nothing per batch.
 //!
 //! `lz4_flex`'s `FrameDecoder` allocates and zero-fills two buffers of the frame's maximum block
 //! size for every frame it decodes (192 KiB for linked 64 KiB blocks, past glibc's `mmap`
 //! threshold), so decoding a 16 KiB batch cost a map, page faults, a 192 KiB `memset` and an
 //! unmap: in the profile of sharded views over an lz4 topic that churn weighed more than the
 //! decompression itself. This decoder decodes one block at a time with `lz4_flex`'s block functions
-//! into a buffer taken from a small per-thread pool, initialised once and kept. Its `FrameEncoder`
-//! likewise sets up a frame's buffers for every batch; [`encode`] compresses each block straight
-//! into the output.
+//! into a buffer taken from a small per-thread pool, initialised once and kept.
 //!
 //! The frame format (lz4's `lz4_Frame_format.md`): magic, a descriptor (flags, maximum block size,
 //! optional content size, a header checksum), blocks (a length, the high bit for a stored block, the
@@ -37,44 +34,6 @@ fn invalid(why: impl Into<String>) -> io::Error {
 
 fn xxh32(data: &[u8]) -> u32 {
     twox_hash::XxHash32::oneshot(0, data)
-}
-
-/// Largest block [`encode`] writes (the frame descriptor's 64 KiB code).
-const ENCODE_BLOCK: usize = 64 << 10;
-
-/// `data` as one LZ4 frame the way Kafka's clients write one: independent blocks of at most 64 KiB,
-/// no content size and no checksums but the header's (the batch's CRC covers the records), a block
-/// that lz4 would not shrink stored as it is, and the end mark.
-pub(crate) fn encode(data: &[u8]) -> Vec<u8> {
-    // Version 01, independent blocks; 64 KiB blocks.
-    const FLG: u8 = 0b0110_0000;
-    const BD: u8 = 4 << 4;
-    let blocks = data.len().div_ceil(ENCODE_BLOCK);
-    let bound = lz4_flex::block::get_maximum_output_size(data.len().min(ENCODE_BLOCK));
-    let mut out = Vec::with_capacity(7 + blocks * 4 + bound * blocks.max(1) + 4);
-    out.extend_from_slice(&MAGIC.to_le_bytes());
-    out.extend_from_slice(&[FLG, BD, (xxh32(&[FLG, BD]) >> 8) as u8]);
-    for block in data.chunks(ENCODE_BLOCK) {
-        let at = out.len();
-        out.resize(
-            at + 4 + lz4_flex::block::get_maximum_output_size(block.len()),
-            0,
-        );
-        match lz4_flex::block::compress_into(block, &mut out[at + 4..]) {
-            Ok(n) if n < block.len() => {
-                out[at..at + 4].copy_from_slice(&(n as u32).to_le_bytes());
-                out.truncate(at + 4 + n);
-            }
-            // Not smaller (or, never with the maximum output size, not done): stored.
-            _ => {
-                out.truncate(at);
-                out.extend_from_slice(&(block.len() as u32 | 0x8000_0000).to_le_bytes());
-                out.extend_from_slice(block);
-            }
-        }
-    }
-    out.extend_from_slice(&0u32.to_le_bytes());
-    out
 }
 
 /// The current frame's settings and progress.
@@ -304,7 +263,7 @@ impl Drop for Lz4FrameReader<'_> {
 mod tests {
     use super::*;
     use lz4_flex::frame::{BlockMode, BlockSize, FrameEncoder, FrameInfo};
-    use std::io::{Read, Write};
+    use std::io::Write;
 
     /// Compressible but not trivially: repeated words with a counter.
     fn content(n: usize) -> Vec<u8> {
@@ -467,57 +426,6 @@ mod tests {
             "{failed} of {} damaged frames refused",
             failed + decoded
         );
-    }
-
-    /// Not compressible: every block is stored.
-    fn noise(n: usize) -> Vec<u8> {
-        let mut x = 0x2545_F491_4F6C_DD1Du64;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
-    }
-
-    #[test]
-    fn encoded_frames_are_kafkas_and_decode_here_and_in_lz4_flex() {
-        for n in [
-            0,
-            1,
-            100,
-            ENCODE_BLOCK - 1,
-            ENCODE_BLOCK,
-            ENCODE_BLOCK + 1,
-            300 << 10,
-        ] {
-            for (data, text) in [(content(n), true), (noise(n), false)] {
-                let frame = super::encode(&data);
-                // Kafka's clients' header: version 01, independent blocks, no checksums, 64 KiB.
-                assert_eq!(frame[..6], [0x04, 0x22, 0x4D, 0x18, 0x60, 0x40]);
-                assert_eq!(decode(&frame).unwrap(), data, "{n} bytes");
-                let mut theirs = Vec::new();
-                lz4_flex::frame::FrameDecoder::new(&frame[..])
-                    .read_to_end(&mut theirs)
-                    .unwrap();
-                assert_eq!(theirs, data, "{n} bytes, lz4_flex");
-                // Blocks are at most 64 KiB; text shrinks, noise is stored, not grown.
-                let overhead = 7 + 4 * n.div_ceil(ENCODE_BLOCK) + 4;
-                if !text {
-                    assert_eq!(frame.len(), n + overhead, "{n} bytes of noise");
-                } else if n >= 4096 {
-                    assert!(frame.len() < n / 2, "{n} bytes of text: {}", frame.len());
-                } else {
-                    assert!(
-                        frame.len() <= n + overhead,
-                        "{n} bytes of text: {}",
-                        frame.len()
-                    );
-                }
-            }
-        }
     }
 
     #[test]
