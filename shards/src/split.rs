@@ -219,19 +219,15 @@ impl Routing {
     pub fn write(&self, i: usize, records: &[u8], out: &mut Vec<u8>) {
         let start = out.len();
         out.resize(start + HEADER_LEN, 0);
-        let mut run: Option<(u32, u32)> = None;
-        for &(a, z) in self.ranges(i) {
-            run = match run {
-                Some((ra, rz)) if rz == a => Some((ra, z)),
-                other => {
-                    if let Some((ra, rz)) = other {
-                        out.extend_from_slice(&records[ra as usize..rz as usize]);
-                    }
-                    Some((a, z))
+        let mut ranges = self.ranges(i).iter().copied();
+        if let Some((mut ra, mut rz)) = ranges.next() {
+            for (a, z) in ranges {
+                if a != rz {
+                    out.extend_from_slice(&records[ra as usize..rz as usize]);
+                    ra = a;
                 }
-            };
-        }
-        if let Some((ra, rz)) = run {
+                rz = z;
+            }
             out.extend_from_slice(&records[ra as usize..rz as usize]);
         }
         let header = BatchHeader {
