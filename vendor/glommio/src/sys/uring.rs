@@ -937,7 +937,10 @@ impl SleepableRing {
     /// certain duration. The timer is added at the front of the queue such
     /// that it will be the first SQE submitted the next time we enter the
     /// latency ring
-    fn prepare_latency_preemption_timer(&mut self, d: Duration) -> Source {
+    ///
+    /// (shoal) Only a sleeping executor's wake-up for its next user timer now: preemption is a
+    /// deadline (`Reactor::preempt_at`).
+    fn prepare_sleep_timer(&mut self, d: Duration) -> Source {
         let source = Source::new(
             IoRequirements::default(),
             -1,
@@ -1191,7 +1194,9 @@ pub(crate) struct Reactor {
     latency_ring: RefCell<SleepableRing>,
     poll_ring: RefCell<PollRing>,
 
-    latency_preemption_timeout_src: Cell<Option<Source>>,
+    /// (shoal) The timeout that wakes a sleeping executor for its next user timer (glommio 0.9
+    /// also armed it as the preemption timer of every turn that did not sleep).
+    sleep_timer_src: Cell<Option<Source>>,
     /// (shoal) When the running task queue is to be preempted: `need_preempt` compares it with the
     /// clock. glommio 0.9 armed a timeout request on the latency ring for this (and a counting
     /// timeout, linked to an eventfd write, on the main ring) at every reactor turn, and cancelled
@@ -1327,7 +1332,7 @@ impl Reactor {
             main_ring: RefCell::new(main_ring),
             latency_ring: RefCell::new(latency_ring),
             poll_ring: RefCell::new(poll_ring),
-            latency_preemption_timeout_src: Cell::new(None),
+            sleep_timer_src: Cell::new(None),
             preempt_at: Cell::new(None),
             blocking_thread,
             link_fd,
@@ -1792,13 +1797,9 @@ impl Reactor {
         // consume all events from the rings
         consume_rings!(into &mut woke; lat_ring, poll_ring, main_ring);
 
-        // Cancel the old timer regardless of whether we can sleep:
-        // if we won't sleep, we will register the new timer with its new
-        // value.
-        //
-        // But if we will sleep, there might be a timer registered that needs
-        // to be removed otherwise we'll wake up when it expires.
-        drop(self.latency_preemption_timeout_src.take());
+        // (shoal) Cancel the last sleep's wake-up timer, if it is still armed: a new one is armed
+        // below if we sleep again.
+        drop(self.sleep_timer_src.take());
 
         // (shoal) No preemption deadline while we may sleep; a new one is set below.
         self.preempt_at.set(None);
@@ -1823,8 +1824,8 @@ impl Reactor {
             // We are about to go to sleep. It's ok to sleep, but if there
             // is a timer set, we need to make sure we wake up to handle it.
             if let Some(dur) = user_timer {
-                self.latency_preemption_timeout_src
-                    .set(Some(lat_ring.prepare_latency_preemption_timer(dur)));
+                self.sleep_timer_src
+                    .set(Some(lat_ring.prepare_sleep_timer(dur)));
                 assert!(flush_rings!(lat_ring)? > 0);
             }
             // From this moment on the remote executors are aware that we are sleeping
@@ -1860,10 +1861,9 @@ impl Reactor {
         // A Note about `need_preempt`:
         //
         // If in the last call to consume_rings! some events completed, the tail and
-        // head would have moved to match. So it does not matter that events were
-        // generated after we registered the timer: since we consumed them here,
-        // need_preempt() should be false at this point. As soon as the next event
-        // in the preempt ring completes, though, then it will be true.
+        // head would have moved to match, so need_preempt() is false at this point
+        // (until the deadline set above passes). As soon as the next event in the
+        // latency ring completes, though, then it will be true.
         Ok(should_sleep)
     }
 
