@@ -9,9 +9,11 @@
 //! activity, and expiry and the limit apply again at once, so only producers whose batches are recent
 //! enough come back, which is what Kafka's replay of the log after its last snapshot does too.
 
+use bytes::Bytes;
+use shards::batch::{self, BatchHeader};
 use shards::files::write_atomically;
-use shards::producers::{ProducerConfig, ProducerStates};
-use shards::{Log, LogConfig, TailCache};
+use shards::producers::{is_idempotent, ProducerConfig, ProducerStates, SequenceCheck};
+use shards::{AppendOptions, AppendResult, Log, LogConfig, TailCache};
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -24,7 +26,42 @@ pub struct Partition {
     pub index: i32,
     pub topic_id: [u8; 16],
     pub log: Log,
-    pub producers: RefCell<ProducerStates>,
+    /// Changed only by [`Partition::produce`] (reserve, then confirm or release) and at open/close.
+    producers: RefCell<ProducerStates>,
+}
+
+/// A produce the partition accepted.
+#[derive(Debug)]
+pub enum Produced {
+    /// Queued for appending (in call order); the task settles the producers' sequence numbers.
+    Appending(Appending),
+    /// A retry of the one batch already written at `base_offset`: acknowledged without appending.
+    Duplicate { base_offset: i64 },
+}
+
+/// Why a produce was refused; nothing was appended and no producer's state changed.
+#[derive(Debug)]
+pub enum Refused {
+    /// The batches are invalid for this log (corrupt, too large, a compacted topic's missing key).
+    Batch(shards::Error),
+    /// An idempotent batch's sequence check: which batch, its first sequence number, and why.
+    Sequence {
+        batch: usize,
+        base_sequence: i32,
+        check: SequenceCheck,
+    },
+}
+
+/// An append queued by [`Partition::produce`]. It runs as a detached task, so a request dropped
+/// mid-append (its client gone) still confirms or releases its producers' sequence numbers.
+#[derive(Debug)]
+pub struct Appending(glommio::task::JoinHandle<Option<shards::Result<AppendResult>>>);
+
+impl Appending {
+    /// The append's result; `None` if finishing it panicked (logged).
+    pub async fn finished(self) -> Option<shards::Result<AppendResult>> {
+        self.0.await.flatten()
+    }
 }
 
 pub fn partition_dir(data_dir: &Path, topic: &str, index: i32) -> PathBuf {
@@ -75,6 +112,87 @@ impl Partition {
         self.log.clone().delete().await
     }
 
+    /// Validates `blob`'s batches, checks and reserves their idempotent producers' sequence numbers
+    /// (all or nothing) and queues the append; once it is written (or fsynced, when `durable`) the
+    /// reservations are confirmed, or released if it failed. Runs up to the queueing without
+    /// awaiting, so produces are appended in the order of the calls.
+    pub fn produce(self: &Rc<Self>, blob: Bytes, durable: bool) -> Result<Produced, Refused> {
+        // While view readers run on the log, what checking compressed batches decompresses is kept
+        // for them (else they would decompress each batch again to split it).
+        let keep = self.log.keeps_decoded();
+        let (headers, decoded) =
+            batch::validate_all_keeping(&blob, self.log.max_batch_bytes(), keep)
+                .map_err(|e| Refused::Batch(e.into()))?;
+        self.log
+            .check_keys(&blob, &headers)
+            .map_err(Refused::Batch)?;
+        let idempotent = headers.iter().any(is_idempotent);
+        if idempotent {
+            let reserved = self
+                .producers
+                .borrow_mut()
+                .check_and_reserve_all(&headers, shards::now_ms());
+            match reserved {
+                Ok(()) => {}
+                Err((_, SequenceCheck::Duplicate { base_offset })) if headers.len() == 1 => {
+                    return Ok(Produced::Duplicate { base_offset })
+                }
+                Err((batch, check)) => {
+                    return Err(Refused::Sequence {
+                        batch,
+                        base_sequence: headers[batch].base_sequence,
+                        check,
+                    })
+                }
+            }
+        }
+        // Only idempotent batches need their headers once the append is done.
+        let settle = if idempotent {
+            headers.clone()
+        } else {
+            Vec::new()
+        };
+        let append = self
+            .log
+            .append_keeping(blob, headers, decoded, AppendOptions { durable });
+        let partition = self.clone();
+        let finished = std::panic::AssertUnwindSafe(async move {
+            let result = append.await;
+            partition.settle(&settle, &result);
+            result
+        });
+        let task = glommio::spawn_local(async move {
+            use futures_lite::FutureExt;
+            let outcome = finished.catch_unwind().await;
+            if outcome.is_err() {
+                log::error!("finishing an append to a partition panicked");
+            }
+            outcome.ok()
+        });
+        Ok(Produced::Appending(Appending(task.detach())))
+    }
+
+    /// Confirms the reserved sequence numbers of an append that succeeded, or releases them.
+    fn settle(&self, headers: &[BatchHeader], result: &shards::Result<AppendResult>) {
+        if headers.is_empty() {
+            return;
+        }
+        let mut states = self.producers.borrow_mut();
+        match result {
+            Ok(r) => {
+                let now = shards::now_ms();
+                let mut base = r.base_offset;
+                for h in headers {
+                    if is_idempotent(h) {
+                        states.confirm(h, base, now);
+                    }
+                    base += h.offset_count();
+                }
+            }
+            Err(_) => states.release_all(headers),
+        }
+    }
+
     /// Idempotent producers whose state is kept, after forgetting the expired ones if a scan is due.
     pub fn producer_ids(&self) -> usize {
         let mut states = self.producers.borrow_mut();
@@ -115,4 +233,86 @@ async fn load_producer_state(log: &Log, config: ProducerConfig) -> shards::Resul
     }
     states.expire(now);
     Ok(states)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::groups::testing::{cache, run};
+    use shards::batch::BatchBuilder;
+
+    fn batch(producer_id: i64, base_sequence: i32) -> Bytes {
+        let mut b = BatchBuilder::new(1).producer(producer_id, 0, base_sequence);
+        b.push(1, Some(b"k"), Some(b"v"), &[]);
+        Bytes::from(b.finish(0))
+    }
+
+    async fn open(dir: &Path) -> Rc<Partition> {
+        let config = LogConfig {
+            direct_io: false,
+            ..LogConfig::default()
+        };
+        let p = Partition::open(dir, "t", 0, [0; 16], config, Default::default(), cache());
+        Rc::new(p.await.unwrap())
+    }
+
+    fn appending(p: Result<Produced, Refused>) -> Appending {
+        match p {
+            Ok(Produced::Appending(a)) => a,
+            other => panic!("expected an append, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn produce_reserves_then_confirms_even_when_the_caller_stops_waiting() {
+        run(|| async {
+            let dir = tempfile::tempdir().unwrap();
+            let p = open(dir.path()).await;
+            let first = appending(p.produce(batch(7, 0), false));
+            // A retry while the first is being written is neither appended nor a duplicate yet.
+            match p.produce(batch(7, 0), false) {
+                Err(Refused::Sequence {
+                    check: SequenceCheck::InFlight,
+                    ..
+                }) => {}
+                other => panic!("expected in flight, got {other:?}"),
+            }
+            // The caller goes away; the detached append still confirms the sequence numbers.
+            drop(first);
+            let second = appending(p.produce(batch(7, 1), false));
+            assert_eq!(second.finished().await.unwrap().unwrap().base_offset, 1);
+            match p.produce(batch(7, 0), false) {
+                Ok(Produced::Duplicate { base_offset: 0 }) => {}
+                other => panic!("expected a duplicate at 0, got {other:?}"),
+            }
+            match p.produce(batch(7, 5), false) {
+                Err(Refused::Sequence {
+                    batch: 0,
+                    base_sequence: 5,
+                    check: SequenceCheck::OutOfOrder { expected: 2 },
+                }) => {}
+                other => panic!("expected out of order, got {other:?}"),
+            }
+            // Nothing refused changed the state: the next sequence is still accepted.
+            let third = appending(p.produce(batch(7, 2), false));
+            assert_eq!(third.finished().await.unwrap().unwrap().base_offset, 2);
+        });
+    }
+
+    #[test]
+    fn a_corrupt_batch_is_refused_before_anything_is_reserved() {
+        run(|| async {
+            let dir = tempfile::tempdir().unwrap();
+            let p = open(dir.path()).await;
+            let mut bad = batch(9, 0).to_vec();
+            let last = bad.len() - 1;
+            bad[last] ^= 0xff; // the CRC no longer matches
+            assert!(matches!(
+                p.produce(Bytes::from(bad), false),
+                Err(Refused::Batch(shards::Error::InvalidBatch(_)))
+            ));
+            let ok = appending(p.produce(batch(9, 0), false));
+            assert_eq!(ok.finished().await.unwrap().unwrap().base_offset, 0);
+        });
+    }
 }

@@ -10,7 +10,7 @@ pub mod group;
 pub mod offsets;
 mod reshard;
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 
 use group::{
     Answer, Group, GroupConfig, GroupState, JoinAnswer, JoinRequest, SyncAnswer, SyncRequest,

@@ -1,13 +1,13 @@
-//! Produce: validate each partition's batches, check idempotent producers' sequence numbers, queue
-//! the appends in request order, and answer when they are written (acks=1) or fsynced (acks=all).
-//! acks=0 gets no response at all, as in Kafka.
+//! Produce: hand each partition its batches in request order (the partition validates them, checks
+//! idempotent producers' sequence numbers and queues the append), and answer when they are written
+//! (acks=1) or fsynced (acks=all). acks=0 gets no response at all, as in Kafka.
 
 use super::{count_errors, frame, HandlerResult, Reply, Versions};
 use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::kafka::errors::code_of;
 use crate::kafka::session::Session;
-use crate::partition::Partition;
+use crate::partition::{Appending, Produced, Refused};
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_response::{
@@ -15,9 +15,8 @@ use kafka_protocol::messages::produce_response::{
 };
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
-use shards::batch::{self, BatchHeader};
-use shards::producers::{is_idempotent, SequenceCheck};
-use shards::{AppendOptions, InvalidBatch};
+use shards::producers::SequenceCheck;
+use shards::InvalidBatch;
 use std::rc::Rc;
 
 pub const VERSIONS: Versions = Versions {
@@ -29,9 +28,8 @@ pub const VERSIONS: Versions = Versions {
 /// The outcome of one partition, or the append it waits for.
 enum Pending {
     Done(PartitionProduceResponse),
-    /// The append and its bookkeeping run detached: a request cancelled mid-append (its client gone)
-    /// still confirms or releases its producers' sequence numbers.
-    Appending(glommio::task::JoinHandle<PartitionProduceResponse>),
+    /// The partition's append (of the partition with this index).
+    Appending(Appending, i32),
 }
 
 fn failed(index: i32, err: ResponseError, message: Option<String>) -> Pending {
@@ -91,9 +89,7 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
         for p in parts {
             partition_responses.push(match p {
                 Pending::Done(r) => r,
-                Pending::Appending(task) => {
-                    task.await.expect("a detached append runs to completion")
-                }
+                Pending::Appending(append, index) => appended(index, append.finished().await),
             });
         }
         responses.push(
@@ -151,78 +147,38 @@ fn start_partition(
             Some("no records".into()),
         );
     };
-    // While view readers run on the log, what checking compressed batches decompresses is kept for
-    // them (else they would decompress each batch again to split it).
-    let keep = partition.log.keeps_decoded();
-    let (headers, decoded) =
-        match batch::validate_all_keeping(&blob, partition.log.max_batch_bytes(), keep) {
-            Ok(h) => h,
-            Err(e) => {
-                let err = code_of(&shards::Error::InvalidBatch(e.clone()));
-                return failed(index, err, Some(e.to_string()));
-            }
-        };
-    // Compacted topics keep the latest record per key: records without one are refused.
-    if let Err(e) = partition.log.check_keys(&blob, &headers) {
-        log::debug!("produce to {topic}-{index} refused: {e}");
-        let mut answer = error_response(index, code_of(&e).code(), Some(e.to_string()));
-        // Which records (KIP-467): clients fail those with INVALID_RECORD and the rest of the
-        // batch with a retriable error of their own.
-        if let shards::Error::InvalidBatch(InvalidBatch::MissingKey { indexes }) = &e {
-            answer.record_errors = indexes
-                .iter()
-                .map(|&i| BatchIndexAndErrorMessage::default().with_batch_index(i))
-                .collect();
-        }
-        return Pending::Done(answer);
-    }
-    if let Some(done) = check_sequences(&partition, &headers, index) {
-        return done;
-    }
-    // Queued now, in request order; only idempotent batches need their headers afterwards.
-    let idempotent = if headers.iter().any(is_idempotent) {
-        headers.clone()
-    } else {
-        Vec::new()
-    };
-    let append = partition
-        .log
-        .append_keeping(blob, headers, decoded, AppendOptions { durable });
-    // A task of its own (the append is shared by the request's partitions), so outside the
-    // request's `catch_unwind`: a panic finishing it answers this partition with an error instead
-    // of taking the core down.
-    let finished = std::panic::AssertUnwindSafe(async move {
-        finish(index, &partition, &idempotent, append.await)
-    });
-    Pending::Appending(
-        glommio::spawn_local(async move {
-            use futures_lite::FutureExt;
-            finished.catch_unwind().await.unwrap_or_else(|_| {
-                log::error!("finishing a produce to partition {index} panicked");
-                error_response(index, ResponseError::UnknownServerError.code(), None)
-            })
-        })
-        .detach(),
-    )
-}
-
-/// Checks idempotent batches, all or nothing: reserves their sequence numbers, or returns the answer
-/// for the partition and leaves the producers' state as it was before the request.
-fn check_sequences(partition: &Partition, headers: &[BatchHeader], index: i32) -> Option<Pending> {
-    if !headers.iter().any(is_idempotent) {
-        return None;
-    }
-    let mut states = partition.producers.borrow_mut();
-    let (i, outcome) = states
-        .check_and_reserve_all(headers, shards::now_ms())
-        .err()?;
-    Some(match outcome {
-        SequenceCheck::Duplicate { base_offset } if headers.len() == 1 => Pending::Done(
+    match partition.produce(blob, durable) {
+        Ok(Produced::Appending(append)) => Pending::Appending(append, index),
+        Ok(Produced::Duplicate { base_offset }) => Pending::Done(
             PartitionProduceResponse::default()
                 .with_index(index)
                 .with_base_offset(base_offset)
                 .with_log_start_offset(partition.log.log_start_offset()),
         ),
+        Err(Refused::Batch(e)) => {
+            log::debug!("produce to {topic}-{index} refused: {e}");
+            let mut answer = error_response(index, code_of(&e).code(), Some(e.to_string()));
+            // Which records (KIP-467): clients fail those with INVALID_RECORD and the rest of the
+            // batch with a retriable error of their own.
+            if let shards::Error::InvalidBatch(InvalidBatch::MissingKey { indexes }) = &e {
+                answer.record_errors = indexes
+                    .iter()
+                    .map(|&i| BatchIndexAndErrorMessage::default().with_batch_index(i))
+                    .collect();
+            }
+            Pending::Done(answer)
+        }
+        Err(Refused::Sequence {
+            base_sequence,
+            check,
+            ..
+        }) => sequence_refused(index, base_sequence, check),
+    }
+}
+
+/// The answer for a partition whose idempotent batches' sequence check failed.
+fn sequence_refused(index: i32, base_sequence: i32, check: SequenceCheck) -> Pending {
+    match check {
         SequenceCheck::Duplicate { .. } => {
             failed(index, ResponseError::DuplicateSequenceNumber, None)
         }
@@ -238,43 +194,26 @@ fn check_sequences(partition: &Partition, headers: &[BatchHeader], index: i32) -
         SequenceCheck::OutOfOrder { expected } => failed(
             index,
             ResponseError::OutOfOrderSequenceNumber,
-            Some(format!(
-                "expected sequence {expected}, got {}",
-                headers[i].base_sequence
-            )),
+            Some(format!("expected sequence {expected}, got {base_sequence}")),
         ),
         SequenceCheck::Fenced => failed(index, ResponseError::InvalidProducerEpoch, None),
         SequenceCheck::UnknownProducer => failed(index, ResponseError::UnknownProducerId, None),
         SequenceCheck::Append => unreachable!("an accepted batch is not an error"),
-    })
+    }
 }
 
-fn finish(
+/// A partition's answer once its append is done.
+fn appended(
     index: i32,
-    partition: &Partition,
-    headers: &[BatchHeader],
-    result: shards::Result<shards::AppendResult>,
+    result: Option<shards::Result<shards::AppendResult>>,
 ) -> PartitionProduceResponse {
-    let mut states = partition.producers.borrow_mut();
     match result {
-        Ok(r) => {
-            let now = shards::now_ms();
-            let mut base = r.base_offset;
-            for h in headers {
-                if is_idempotent(h) {
-                    states.confirm(h, base, now);
-                }
-                base += h.offset_count();
-            }
-            PartitionProduceResponse::default()
-                .with_index(index)
-                .with_base_offset(r.base_offset)
-                .with_log_append_time_ms(r.log_append_time)
-                .with_log_start_offset(r.log_start_offset)
-        }
-        Err(e) => {
-            states.release_all(headers);
-            error_response(index, code_of(&e).code(), Some(e.to_string()))
-        }
+        Some(Ok(r)) => PartitionProduceResponse::default()
+            .with_index(index)
+            .with_base_offset(r.base_offset)
+            .with_log_append_time_ms(r.log_append_time)
+            .with_log_start_offset(r.log_start_offset),
+        Some(Err(e)) => error_response(index, code_of(&e).code(), Some(e.to_string())),
+        None => error_response(index, ResponseError::UnknownServerError.code(), None),
     }
 }
