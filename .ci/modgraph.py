@@ -5,6 +5,11 @@ written in module `a` (at the depth given, default: top-level modules), and the 
     python3 .ci/modgraph.py src            # the shoal crate
     python3 .ci/modgraph.py shards/src     # the engine crate
     python3 .ci/modgraph.py src --depth 2  # one level deeper (kafka::handlers, groups::offsets, ...)
+    python3 .ci/modgraph.py --check src    # also: every edge points down the layer order written in
+                                           # the crate's `lib.rs` layout doc (top layer first); exit 1
+                                           # on a cycle, an edge pointing up, or a module the doc lacks
+
+The layout doc's entries are its lines `//! - [`name`]` or `//! - `name``, in order.
 """
 import os
 import re
@@ -18,8 +23,30 @@ def module_of(root, path):
     return rel
 
 
+def written_order(root):
+    """The top-level modules in the order the crate's layout doc lists them (top layer first)."""
+    src = open(os.path.join(root, "lib.rs"), encoding="utf-8").read()
+    return re.findall(r"^//! - \[?`([a-z_][a-z0-9_]*)`\]?", src, re.M)
+
+
+def check_order(root, edges, mods):
+    """The problems with the written order: modules it lacks, names it has twice, edges pointing up."""
+    order = written_order(root)
+    pos = {m: i for i, m in enumerate(order)}
+    problems = [f"{m}: listed twice in the layout" for m in sorted({m for m in order if order.count(m) > 1})]
+    problems += [f"{m}: a module missing from the layout in {root}/lib.rs" for m in sorted(mods - set(pos))]
+    problems += [f"{m}: in the layout but not a module" for m in order if m not in mods]
+    for a, b in sorted(edges):
+        if a in pos and b in pos and pos[a] > pos[b]:
+            problems.append(f"{a} -> {b}: uses a module listed above it")
+    return problems
+
+
 def main():
     args = sys.argv[1:]
+    check = "--check" in args
+    if check:
+        args.remove("--check")
     depth = 1
     if "--depth" in args:
         i = args.index("--depth")
@@ -101,6 +128,15 @@ def main():
     print(f"{len(edges)} edges; cycles: {len(out)}")
     for c in out:
         print("  cycle: " + ", ".join(c))
+    if check:
+        if depth != 1:
+            sys.exit("--check reads the top-level layout only (--depth 1)")
+        problems = check_order(root, edges, files_mods)
+        for p in problems:
+            print("  layering: " + p)
+        if out or problems:
+            sys.exit(1)
+        print("the written layer order holds")
 
 
 if __name__ == "__main__":

@@ -3,12 +3,13 @@
 //! dirtiest, one pass at a time. A pass yields the core every half millisecond of work
 //! (`log::compact`), so appends and reads on the core wait for it at most about that long.
 //!
-//! Every log registers itself when it opens (a log's cleanup policy can change while it is open);
-//! the registry holds weak handles only. The server starts the compactor on each core ([`start`]). It is per thread, which is per core in shoal (one glommio
-//! executor per thread); a new executor on the same thread gets a new task.
+//! It looks through every log open on the core ([`crate::log::open_logs`]; a log's cleanup policy
+//! can change while it is open). The server starts the compactor on each core ([`start`]). It is
+//! per thread, which is per core in shoal (one glommio executor per thread); a new executor on the
+//! same thread gets a new task.
 
-use crate::log::Log;
-use std::cell::RefCell;
+use crate::log::{open_logs, Log};
+use std::cell::Cell;
 use std::time::Duration;
 
 /// How often the compactor looks for logs that are due.
@@ -16,32 +17,16 @@ pub const TICK: Duration = Duration::from_millis(250);
 /// The compactor's share of the core against the default task queue's 1000, when both have work.
 const SHARES: usize = 100;
 
-#[derive(Default)]
-struct Registry {
-    /// The executor the compactor task runs on, once started.
-    executor: Option<usize>,
-    logs: Vec<crate::log::WeakLog>,
-}
-
 thread_local! {
-    static REGISTRY: RefCell<Registry> = RefCell::new(Registry::default());
-}
-
-/// Adds `log` to this core's compactor (which compacts it while its config says so, once the
-/// compactor is started).
-pub(crate) fn register(log: &Log) {
-    REGISTRY.with(|r| {
-        let mut r = r.borrow_mut();
-        r.logs.retain(|l| l.is_alive());
-        r.logs.push(log.downgrade());
-    });
+    /// The executor this thread's compactor task runs on, once started.
+    static STARTED_ON: Cell<Option<usize>> = const { Cell::new(None) };
 }
 
 /// Starts this core's compactor unless it runs: the server does at each core's start. Logs are
 /// compacted only by explicit [`Log::compact_now`] calls until then (tests that need control).
 pub fn start() {
     let executor = glommio::executor().id();
-    let started = REGISTRY.with(|r| r.borrow_mut().executor.replace(executor) == Some(executor));
+    let started = STARTED_ON.with(|s| s.replace(Some(executor)) == Some(executor));
     if started {
         return;
     }
@@ -49,7 +34,7 @@ pub fn start() {
         Ok(task) => drop(task.detach()),
         Err(e) => {
             log::error!("could not start the compactor: {e}");
-            REGISTRY.with(|r| r.borrow_mut().executor = None);
+            STARTED_ON.with(|s| s.set(None));
         }
     }
 }
@@ -66,15 +51,10 @@ pub fn task_queue() -> glommio::TaskQueueHandle {
 
 /// The logs due now, dirtiest first.
 fn due(now_ms: i64) -> Vec<Log> {
-    let mut due: Vec<(f64, Log)> = REGISTRY.with(|r| {
-        let mut r = r.borrow_mut();
-        r.logs.retain(|l| l.is_alive());
-        r.logs
-            .iter()
-            .filter_map(|l| l.upgrade())
-            .filter_map(|log| Some((log.compaction_due(now_ms)?, log)))
-            .collect()
-    });
+    let mut due: Vec<(f64, Log)> = open_logs()
+        .into_iter()
+        .filter_map(|log| Some((log.compaction_due(now_ms)?, log)))
+        .collect();
     due.sort_by(|a, b| b.0.total_cmp(&a.0));
     due.into_iter().map(|(_, log)| log).collect()
 }

@@ -4,38 +4,39 @@
 //! types and no CLI: those live in the `shoal` crate above, and this crate never depends on them.
 //! State here is `!Send` (`Rc`, `RefCell`, `Cell`): each core owns its own, and nothing takes a lock.
 //!
-//! ## Layout
-//! - [`batch`]      — Kafka RecordBatch v2: header parsing, validation (CRC-32C), offset assignment,
-//!   LogAppendTime stamping, and a builder/decoder for uncompressed batches.
-//! - [`coalescer`]  — the fetch read coalescer (one read per key serves every fetch; fresh S3-FIFO
-//!   cache) and the response-memory budget.
+//! ## Layout, top layer first
+//! Each module uses only those below it; `python3 .ci/modgraph.py --check shards/src` checks it.
+//! - [`view_reader`] — sharded views: one interpreting reader per (partition, shard count), a shared
+//!   window of per-shard batches, catch-up reads for consumers outside it.
 //! - [`compactor`]  — one per core: compacts the core's compacted logs that are due, in a task queue
 //!   of its own (the pass itself is `log::compact`).
-//! - [`compression`] — Kafka's record codecs (gzip, snappy, lz4, zstd), bounded decompression.
-//! - `lz4_frame`    — an LZ4 frame decoder that reuses its block buffers (no allocation per batch).
+//! - [`coalescer`]  — the fetch read coalescer (one read per key serves every fetch; fresh S3-FIFO
+//!   cache) and the response-memory budget.
 //! - [`log`]        — one partition's log: append (offsets, group commit), read, recovery, retention,
 //!   compaction, delete.
 //! - `segment`      — one segment file (`<base_offset:020>.log`): writes, reads, the recovery scan.
+//! - `readahead`    — windows read ahead of a sequential Direct I/O reader of a segment.
 //! - `direct_write` — the active segment's writes with Direct I/O: whole blocks from DMA buffers,
 //!   the last partial block rewritten, zero padding cut when the segment is sealed.
-//! - `readahead`    — windows read ahead of a sequential Direct I/O reader of a segment.
 //! - `index`        — the sparse offset index and its file, which also marks a sealed segment clean.
-//! - [`split`]      — one source batch decompressed once, routed by key and encoded once per view shard.
-//! - `decoded`      — compressed batches' records as decompressed at produce, kept a short while for
-//!   the log's view readers (so a batch is decompressed once, not again to be split).
-//! - [`storage_health`] — storage failures: logged once per episode per log, counted per core.
-//! - [`latency`]    — latency histograms, and the device's write and fsync latencies per core.
 //! - [`tail_cache`] — the per-core cache of recent batches that makes tail reads copy-free and I/O-free.
 //! - `chunk`        — the append-only memory behind the tail cache, shared as `Bytes` without copying.
-//! - [`view_reader`] — sharded views: one interpreting reader per (partition, shard count), a shared
-//!   window of per-shard batches, catch-up reads for consumers outside it.
+//! - `decoded`      — compressed batches' records as decompressed at produce, kept a short while for
+//!   the log's view readers (so a batch is decompressed once, not again to be split).
+//! - [`producers`]  — idempotent producer state per partition: duplicates, gaps, epochs, snapshots.
+//! - [`split`]      — one source batch decompressed once, routed by key and encoded once per view shard.
+//! - [`partitioner`] — Kafka's default partitioner (murmur2), which decides a record's view shard.
+//! - [`records`]    — what a read returns: whole batches as shared slices, plus counts.
+//! - [`batch`]      — Kafka RecordBatch v2: header parsing, validation (CRC-32C), offset assignment,
+//!   LogAppendTime stamping, and a builder/decoder for uncompressed batches.
+//! - [`compression`] — Kafka's record codecs (gzip, snappy, lz4, zstd), bounded decompression.
+//! - `lz4_frame`    — an LZ4 frame decoder that reuses its block buffers (no allocation per batch).
+//! - [`storage_health`] — storage failures: logged once per episode per log, counted per core.
+//! - [`latency`]    — latency histograms, and the device's write and fsync latencies per core.
 //! - [`monitor`]    — the offset monitor: wait until a watermark reaches an offset (group commit,
 //!   long polling).
 //! - [`oneshot`]    — a one-shot value from one task to another on the core (append results,
 //!   group answers).
-//! - [`partitioner`] — Kafka's default partitioner (murmur2), which decides a record's view shard.
-//! - [`producers`]  — idempotent producer state per partition: duplicates, gaps, epochs, snapshots.
-//! - [`records`]    — what a read returns: whole batches as shared slices, plus counts.
 //! - [`config`]     — per-log settings (segment size, flush interval, retention, ...).
 //! - [`files`]      — small files written whole (checkpoints, snapshots).
 //! - [`error`]      — the crate's one error type, mapped to Kafka error codes by the front end.

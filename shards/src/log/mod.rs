@@ -127,24 +127,35 @@ struct NewAppend {
     keep_offsets: bool,
 }
 
-/// A handle that does not keep a log open (the compactor's registry).
+/// A handle that does not keep a log open (the registry of the core's open logs).
 #[derive(Debug, Clone)]
-pub(crate) struct WeakLog(Weak<Inner>);
+struct WeakLog(Weak<Inner>);
+
+thread_local! {
+    /// The logs opened on this core (thread) and not yet dropped, in the order they were opened.
+    static OPEN_LOGS: RefCell<Vec<WeakLog>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The logs open on this core now (each log adds itself when it opens): what the core's
+/// compactor looks through.
+pub fn open_logs() -> Vec<Log> {
+    OPEN_LOGS.with(|logs| {
+        let mut logs = logs.borrow_mut();
+        logs.retain(WeakLog::is_alive);
+        logs.iter().filter_map(WeakLog::upgrade).collect()
+    })
+}
 
 impl WeakLog {
-    pub(crate) fn upgrade(&self) -> Option<Log> {
+    fn upgrade(&self) -> Option<Log> {
         self.0.upgrade().map(|inner| Log { inner })
     }
-    pub(crate) fn is_alive(&self) -> bool {
+    fn is_alive(&self) -> bool {
         self.0.strong_count() > 0
     }
 }
 
 impl Log {
-    pub(crate) fn downgrade(&self) -> WeakLog {
-        WeakLog(Rc::downgrade(&self.inner))
-    }
-
     /// Opens (or creates) the log in `dir`, recovering it: sealed segments with an intact index are
     /// trusted, the last one and any other without are scanned and cut at the first bad batch.
     pub async fn open(
@@ -218,9 +229,12 @@ impl Log {
             decoded: RefCell::default(),
         });
         spawn_background(Rc::downgrade(&inner));
-        let log = Log { inner };
-        crate::compactor::register(&log);
-        Ok(log)
+        OPEN_LOGS.with(|logs| {
+            let mut logs = logs.borrow_mut();
+            logs.retain(WeakLog::is_alive);
+            logs.push(WeakLog(Rc::downgrade(&inner)));
+        });
+        Ok(Log { inner })
     }
 
     pub fn dir(&self) -> &Path {
