@@ -8,6 +8,7 @@
 //! thread as [`AdminRequest`]s on a crossbeam channel.
 
 use crate::core_state::Core;
+use crate::edge::mirror::TopicMirror;
 pub use crate::mesh::{
     ConfigChange, ConfigOp, NewPartitions, NewTopic, Setting, TopicChange, TopicOutcome,
 };
@@ -133,14 +134,7 @@ fn refused_at_the_edge(core: &Core, change: &TopicChange) -> Option<Vec<TopicOut
         TopicChange::Delete { names } => ("delete", names.clone()),
         _ => return None,
     };
-    let upstream = edge.upstream_list();
-    log::warn!(
-        "refused to {what} {}: shoal edge is read-only, its topics are the upstream's; do it on the upstream cluster at {upstream}",
-        names.join(", ")
-    );
-    let why = format!(
-        "shoal edge is read-only: its topics are the upstream's; do this on the upstream cluster at {upstream}"
-    );
+    let why = edge.refuse_topic_change(what, &names);
     Some(
         names
             .iter()
@@ -194,60 +188,24 @@ fn decide_mirror(
     (outcomes, changed)
 }
 
-/// Upstream answers in a row that must leave a topic out before the edge deletes it.
-const MIRROR_MISSES: u32 = 3;
-
-/// Edge mode, on core 0: reads the upstream's topics every `--edge-metadata-refresh-ms` and
-/// mirrors them into the topic table (so Metadata at the edge lists them, each partition led by
-/// one of the edge's cores), until the server stops.
+/// Edge mode, on core 0: mirrors the upstream's topics (as [`TopicMirror`] reads them, every
+/// `--edge-metadata-refresh-ms`) into the topic table, so Metadata at the edge lists them, each
+/// partition led by one of the edge's cores, until the server stops.
 pub async fn mirror_upstream(core: Rc<Core>) {
     let Some(edge) = core.edge.clone() else {
         return;
     };
-    let mut failing = false;
-    // Refreshes in a row that did not list each topic the table has.
-    let mut missing: BTreeMap<String, u32> = BTreeMap::new();
+    let mut mirror = TopicMirror::default();
     while !core.is_shutting_down() {
-        match edge.refresh(true).await {
-            Ok(()) => {
-                if failing {
-                    log::info!("upstream {} answers again", edge.config.upstream_list());
-                    failing = false;
-                }
-                let mut topics: BTreeMap<String, (i32, [u8; 16])> = edge
-                    .topics()
-                    .into_iter()
-                    .map(|(name, t)| (name, (t.leaders.len() as i32, t.id)))
-                    .collect();
-                let current: BTreeMap<String, (i32, [u8; 16])> = core
-                    .topics
-                    .borrow()
-                    .topics
-                    .iter()
-                    .map(|(n, m)| (n.clone(), (m.partitions, m.id)))
-                    .collect();
-                // One answer without a topic (a broker just restarted, an error for that topic)
-                // does not delete it and its data: only MIRROR_MISSES answers in a row do.
-                missing.retain(|name, _| !topics.contains_key(name) && current.contains_key(name));
-                for (name, meta) in &current {
-                    if !topics.contains_key(name) {
-                        let misses = missing.entry(name.clone()).or_default();
-                        *misses += 1;
-                        if *misses < MIRROR_MISSES {
-                            topics.insert(name.clone(), *meta);
-                        }
-                    }
-                }
-                if topics != current {
-                    change_topics(&core, TopicChange::Mirror { topics }).await;
-                }
-            }
-            Err(e) => {
-                if !failing {
-                    edge.error("metadata", &e);
-                    failing = true;
-                }
-            }
+        let current: BTreeMap<String, (i32, [u8; 16])> = core
+            .topics
+            .borrow()
+            .topics
+            .iter()
+            .map(|(n, m)| (n.clone(), (m.partitions, m.id)))
+            .collect();
+        if let Some(topics) = mirror.next(&edge, &current).await {
+            change_topics(&core, TopicChange::Mirror { topics }).await;
         }
         let wait = glommio::timer::sleep(edge.config.metadata_refresh);
         futures_lite::future::or(

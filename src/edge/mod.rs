@@ -7,15 +7,23 @@
 //!   coalescer and the view readers serve from as in `serve`).
 //! - [`forward`]  — consumer-group requests passed to the upstream's group coordinator over a
 //!   connection of the client connection's own.
+//! - [`read`]     — what a consumer's fetch asks of the edge: keep the fetcher running, read
+//!   through to upstream for offsets the edge does not hold.
+//! - [`mirror`]   — the upstream's topic list, as core 0 mirrors it into the topic table.
+//! - [`groups`]   — the requests the edge answers itself instead of the front end's handlers
+//!   (group requests forwarded, ListGroups merged from every upstream broker).
 //!
 //! Each core has an [`EdgeCore`]: its view of the upstream cluster (brokers, partition leaders,
 //! refreshed on demand), a small pool of connections for its own requests (metadata, list offsets,
 //! read-through fetches, coordinator lookups), its feeds and its counters. Cores share nothing:
 //! each asks the upstream what it needs. Core 0 also mirrors the upstream's topic list into the
-//! topic table (see `control::mirror_upstream`).
+//! topic table ([`mirror`], applied by `control::mirror_upstream`).
 
 pub mod feed;
 pub mod forward;
+pub mod groups;
+pub mod mirror;
+pub mod read;
 pub mod upstream;
 
 use crate::metrics::{add, EdgeStats, FeedStatus};
@@ -65,11 +73,28 @@ impl EdgeConfig {
         }
     }
 
+    /// Why a topic change is refused at the edge (logged here): its topics are the upstream's.
+    /// `what`: the change, as a verb ("create", "delete", ...).
+    pub fn refuse_topic_change(&self, what: &str, names: &[String]) -> String {
+        let upstream = self.upstream_list();
+        log::warn!(
+            "refused to {what} {}: shoal edge is read-only, its topics are the upstream's; do it on the upstream cluster at {upstream}",
+            names.join(", ")
+        );
+        format!(
+            "shoal edge is read-only: its topics are the upstream's; do this on the upstream cluster at {upstream}"
+        )
+    }
+
     /// The upstream bootstrap list as one string, for log lines and errors.
     pub fn upstream_list(&self) -> String {
         self.upstream.join(",")
     }
 }
+
+/// ListOffsets' special timestamps.
+const LATEST: i64 = -1;
+const EARLIEST: i64 = -2;
 
 /// Longest an upstream request of the edge's own (not a long-polling fetch) may take.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -370,16 +395,33 @@ impl EdgeCore {
     /// ListOffsets at the edge: the upstream leader's answer, except that "latest" is the edge's
     /// own end where it has seen more. With the upstream unreachable, "earliest" and "latest" are
     /// the ends of what the edge holds, if it holds anything (consumers keep reading it), and
-    /// other lookups get LEADER_NOT_AVAILABLE (clients retry it).
+    /// other lookups get LEADER_NOT_AVAILABLE (clients retry it). A view (`view`: the log is a
+    /// view's source) is computed at the edge from what the edge holds: its earliest offset is
+    /// where that begins (a view consumer before it would get OFFSET_OUT_OF_RANGE).
     pub async fn list_offset(
         self: &Rc<Self>,
         log: &Log,
         topic: &str,
         partition: i32,
         timestamp: i64,
+        view: bool,
     ) -> Result<(i64, i64), i16> {
-        const LATEST: i64 = -1;
-        const EARLIEST: i64 = -2;
+        let held = log.high_watermark() > log.log_start_offset();
+        let answer = self.upstream_offset(log, topic, partition, timestamp).await;
+        answer.map(|(offset, ts)| match timestamp {
+            EARLIEST if view && held => (offset.max(log.log_start_offset()), ts),
+            _ => (offset, ts),
+        })
+    }
+
+    /// The upstream's answer to ListOffsets (see [`EdgeCore::list_offset`]).
+    async fn upstream_offset(
+        self: &Rc<Self>,
+        log: &Log,
+        topic: &str,
+        partition: i32,
+        timestamp: i64,
+    ) -> Result<(i64, i64), i16> {
         const LEADER_NOT_AVAILABLE: i16 = 5;
         let local_end = log.high_watermark();
         let asked = async {

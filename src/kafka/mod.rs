@@ -3,7 +3,6 @@
 
 mod authenticate;
 pub mod connection;
-pub mod edge;
 pub mod errors;
 pub mod handlers;
 pub mod session;

@@ -56,6 +56,14 @@ impl Session {
         }
     }
 
+    /// What this connection may do on `core`, for edge mode's own answers.
+    pub fn rights<'a>(&'a self, core: &'a Core) -> SessionRights<'a> {
+        SessionRights {
+            session: self,
+            core,
+        }
+    }
+
     /// Whether this connection may do `op` on the resource (always, with no authorizer). A denial
     /// is logged the first time it is decided on the connection.
     pub fn allowed(&self, core: &Core, op: Operation, rt: ResourceType, name: &str) -> bool {
@@ -127,5 +135,21 @@ impl Session {
                 &self.host,
                 Operation::Write,
             )
+    }
+}
+
+/// A connection's rights on its core, as edge mode asks for them.
+#[derive(Debug)]
+pub struct SessionRights<'a> {
+    session: &'a Session,
+    core: &'a Core,
+}
+
+impl crate::edge::groups::Rights for SessionRights<'_> {
+    fn may_group(&self, op: Operation, group: &str) -> bool {
+        self.session.may_group(self.core, op, group)
+    }
+    fn may_cluster(&self, op: Operation) -> bool {
+        self.session.may_cluster(self.core, op)
     }
 }

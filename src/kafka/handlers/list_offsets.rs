@@ -55,15 +55,8 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
             if let Some(edge) = &core.edge {
                 // A view's offsets are its source's: the upstream is asked for those.
                 let answer = edge
-                    .list_offset(log, &part.topic, p.partition_index, p.timestamp)
+                    .list_offset(log, &part.topic, p.partition_index, p.timestamp, view)
                     .await;
-                // A view is computed at the edge from what the edge holds: its earliest offset
-                // is where that begins (a view consumer before it would get OFFSET_OUT_OF_RANGE).
-                let held = log.high_watermark() > log.log_start_offset();
-                let answer = answer.map(|(offset, ts)| match p.timestamp {
-                    EARLIEST if view && held => (offset.max(log.log_start_offset()), ts),
-                    _ => (offset, ts),
-                });
                 partitions.push(match answer {
                     Ok((offset, timestamp)) => base
                         .with_offset(offset)

@@ -32,6 +32,7 @@ pub mod sasl_handshake;
 pub mod sync_group;
 
 use crate::core_state::Core;
+use crate::edge::groups::{Answer, Client};
 use crate::kafka::session::Session;
 use crate::wire::header::Request;
 use bytes::Bytes;
@@ -177,7 +178,17 @@ pub async fn handle(core: Rc<Core>, req: Request, session: Rc<Session>) -> Reply
         return Reply::Close;
     }
     if let Some(edge) = &core.edge {
-        if let Some(result) = Box::pin(crate::kafka::edge::handle(&core, edge, &req, s)).await {
+        let rights = s.rights(&core);
+        let client = Client {
+            peer: peer.as_ref(),
+            rights: &rights,
+            forwarder: &s.forwarder,
+        };
+        if let Some(result) = Box::pin(edge.answer(&req, &client)).await {
+            let result = result.map(|answer| match answer {
+                Answer::Frame(chunks) => Reply::Frame(chunks),
+                Answer::Close => Reply::Close,
+            });
             return finish(&core, &req, peer, key, result);
         }
     }

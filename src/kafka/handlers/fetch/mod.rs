@@ -6,7 +6,7 @@
 use super::{count_errors, HandlerResult, Reply, Versions};
 use crate::acl::Operation;
 use crate::core_state::Core;
-use crate::edge::Standing;
+use crate::edge::read::EdgeRead;
 use crate::kafka::errors::code_of;
 use crate::kafka::session::Session;
 use crate::partition::Partition;
@@ -152,9 +152,9 @@ async fn execute(core: &Rc<Core>, plan: &Plan) -> Execution {
                     let read = match view {
                         Some((reader, shard)) => {
                             if let Some(edge) = &core.edge {
-                                // The view's source is fed from upstream like any partition.
-                                let until = plan.deadline;
-                                edge.want(&part.log, &part.topic, part.index, p.offset, until);
+                                let at =
+                                    edge_read(part, p.offset, budget, obligatory, plan.deadline);
+                                edge.keep_fed(at);
                             }
                             reader
                                 .fetch(*shard, p.offset, budget, obligatory)
@@ -181,8 +181,8 @@ async fn execute(core: &Rc<Core>, plan: &Plan) -> Execution {
                             total += records.len;
                             let mut result = ok_result(p.index, part, records);
                             if let Some(s) = shared {
-                                if core.edge.is_some() {
-                                    upstream_watermarks(&mut result, &s.read);
+                                if let Some(edge) = &core.edge {
+                                    edge.upstream_watermarks(&mut result, &s.read);
                                 }
                                 holds.push(core.response_memory.hold(&s));
                             }
@@ -224,23 +224,9 @@ async fn read_partition(
 ) -> shards::Result<Option<Rc<shards::SharedRead>>> {
     let log = part.log.clone();
     if let Some(edge) = &core.edge {
-        match edge.want(&log, &part.topic, part.index, offset, deadline) {
-            Standing::Local if offset >= log.high_watermark() => {
-                // Past what the edge holds yet, within the upstream's range: wait for the fetcher.
-                return Ok(None);
-            }
-            Standing::Local => {}
-            Standing::Upstream => {
-                let limit = deadline
-                    .saturating_duration_since(Instant::now())
-                    .max(MIN_READ_THROUGH_WAIT);
-                // Boxed: the edge's read-through is large and rare; inline, every fetch's future
-                // would carry (and copy) its state.
-                return Box::pin(read_through(
-                    core, edge, part, offset, budget, obligatory, limit,
-                ))
-                .await;
-            }
+        let at = edge_read(part, offset, budget, obligatory, deadline);
+        if let Some(served) = edge.read(&core.coalescer, at).await {
+            return served;
         }
     }
     let high_watermark = log.high_watermark();
@@ -279,71 +265,22 @@ async fn read_partition(
         .map(Some)
 }
 
-/// Edge mode: one fetch from upstream for a consumer outside what the edge holds, shared through
-/// the coalescer by every consumer asking for the same bytes (its own key space: the results carry
-/// the upstream's watermarks). The upstream's OFFSET_OUT_OF_RANGE is passed on; if the upstream
-/// cannot be reached, nothing is returned (the fetch ends as a long poll that found no data).
-async fn read_through(
-    core: &Rc<Core>,
-    edge: &Rc<crate::edge::EdgeCore>,
+/// A partition's read as edge mode is asked about it.
+fn edge_read(
     part: &Partition,
     offset: i64,
-    budget: usize,
+    max_bytes: usize,
     obligatory: bool,
-    limit: Duration,
-) -> shards::Result<Option<Rc<shards::SharedRead>>> {
-    let log = &part.log;
-    let key = shards::CoalesceKey {
-        log: log.id() | READ_THROUGH,
-        layout: log.layout(),
+    deadline: Instant,
+) -> EdgeRead<'_> {
+    EdgeRead {
+        log: &part.log,
+        topic: &part.topic,
+        partition: part.index,
         offset,
-        read_committed: false,
-        max_bytes: budget,
+        max_bytes,
         obligatory,
-    };
-    let (edge, topic, index) = (edge.clone(), part.topic.clone(), part.index);
-    let read = move || async move {
-        match edge
-            .read_through(&topic, index, offset, budget, limit)
-            .await
-        {
-            Ok(Ok(read)) => Ok(read),
-            Ok(Err((log_start_offset, high_watermark))) => Err(shards::Error::OffsetOutOfRange {
-                offset,
-                log_start_offset,
-                high_watermark,
-            }),
-            Err(why) => {
-                edge.error(
-                    &format!("read-through of {topic}-{index} at {offset}"),
-                    &why,
-                );
-                Err(shards::Error::Closed)
-            }
-        }
-    };
-    match core.coalescer.read(key, log.high_watermark(), read).await {
-        Ok(shared) => Ok(Some(shared)),
-        Err(shards::Error::Closed) => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-/// Marks a coalescer key as a read-through's (log ids are small counters).
-const READ_THROUGH: u64 = 1 << 63;
-
-/// A read-through may take this long even when its fetch's own wait is shorter (or zero).
-const MIN_READ_THROUGH_WAIT: Duration = Duration::from_secs(1);
-
-/// Edge mode: a read-through's result carries the upstream's watermarks, which may lie beyond
-/// (high watermark) or before (log start) what the edge holds.
-fn upstream_watermarks(result: &mut PartitionResult, read: &shards::LogRead) {
-    if read.high_watermark > result.high_watermark {
-        result.high_watermark = read.high_watermark;
-        result.last_stable_offset = read.high_watermark;
-    }
-    if read.log_start_offset < result.log_start_offset {
-        result.log_start_offset = read.log_start_offset;
+        deadline,
     }
 }
 

@@ -1,14 +1,11 @@
-//! The Kafka front end in edge mode: consumer-group requests forwarded to the upstream's group
-//! coordinator (so committed offsets live upstream), ListGroups gathered from every upstream
-//! broker. Fetch, Metadata, ListOffsets and FindCoordinator are the usual handlers with edge
-//! branches; Produce and topic changes are refused there.
+//! The requests the edge answers itself instead of the front end's handlers: consumer-group
+//! requests forwarded to the upstream's group coordinator (so committed offsets live upstream),
+//! ListGroups gathered from every upstream broker. The front end asks [`EdgeCore::answer`] first
+//! and handles the request as usual when it declines.
 
-use super::handlers::{HandlerResult, Reply};
-use super::session::Session;
+use super::{forward, EdgeCore};
 use crate::acl::Operation;
-use crate::core_state::Core;
-use crate::edge::{forward, EdgeCore};
-use crate::wire::header::{decode, Request};
+use crate::wire::header::{decode, encode, Request};
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
     ApiKey, DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
@@ -18,30 +15,52 @@ use kafka_protocol::messages::{
     ResponseHeader, SyncGroupRequest, SyncGroupResponse,
 };
 use kafka_protocol::protocol::Decodable;
-use std::rc::Rc;
 
-/// Handles the requests the edge answers differently from `serve`; `None` for the others (and
-/// for group requests the connection may not make: the usual handler refuses those).
-pub async fn handle(
-    core: &Rc<Core>,
-    edge: &Rc<EdgeCore>,
-    req: &Request,
-    who: &Session,
-) -> Option<HandlerResult> {
-    let key = ApiKey::try_from(req.api_key).ok()?;
-    match key {
-        ApiKey::JoinGroup
-        | ApiKey::SyncGroup
-        | ApiKey::Heartbeat
-        | ApiKey::LeaveGroup
-        | ApiKey::OffsetCommit
-        | ApiKey::OffsetFetch
-        | ApiKey::DescribeGroups
-        | ApiKey::DeleteGroups => forward_group(core, edge, req, who, key).await,
-        ApiKey::ListGroups if who.may_cluster(core, Operation::Describe) => {
-            Some(Ok(list_groups(edge, req, who).await))
+/// The edge's answer to a request.
+#[derive(Debug)]
+pub enum Answer {
+    /// A whole response frame, in chunks.
+    Frame(Vec<Bytes>),
+    /// The request cannot be answered (the upstream coordinator is unreachable): close the
+    /// connection after earlier responses.
+    Close,
+}
+
+/// What the connection may do, as the front end's authorizer decides it.
+pub trait Rights: std::fmt::Debug {
+    fn may_group(&self, op: Operation, group: &str) -> bool;
+    fn may_cluster(&self, op: Operation) -> bool;
+}
+
+/// A client connection as the edge sees it: who it is, what it may do, and its own connections to
+/// the upstream's coordinators.
+#[derive(Debug)]
+pub struct Client<'a> {
+    pub peer: &'a str,
+    pub rights: &'a dyn Rights,
+    pub forwarder: &'a forward::Forwarder,
+}
+
+impl EdgeCore {
+    /// Answers the requests the edge handles differently from `serve`; `None` for the others (and
+    /// for group requests the connection may not make: the usual handler refuses those). `Err`:
+    /// the request could not be decoded.
+    pub async fn answer(&self, req: &Request, who: &Client<'_>) -> Option<Result<Answer, String>> {
+        let key = ApiKey::try_from(req.api_key).ok()?;
+        match key {
+            ApiKey::JoinGroup
+            | ApiKey::SyncGroup
+            | ApiKey::Heartbeat
+            | ApiKey::LeaveGroup
+            | ApiKey::OffsetCommit
+            | ApiKey::OffsetFetch
+            | ApiKey::DescribeGroups
+            | ApiKey::DeleteGroups => forward_group(self, req, who, key).await,
+            ApiKey::ListGroups if who.rights.may_cluster(Operation::Describe) => {
+                Some(Ok(list_groups(self, req, who).await))
+            }
+            _ => None,
         }
-        _ => None,
     }
 }
 
@@ -81,12 +100,11 @@ fn groups_of(key: ApiKey, req: &Request) -> Result<Vec<String>, String> {
 /// NOT_COORDINATOR by the upstream, as Kafka does; clients ask again for those. If the
 /// coordinator cannot be reached, the connection is closed (clients reconnect and retry).
 async fn forward_group(
-    core: &Rc<Core>,
-    edge: &Rc<EdgeCore>,
+    edge: &EdgeCore,
     req: &Request,
-    who: &Session,
+    who: &Client<'_>,
     key: ApiKey,
-) -> Option<HandlerResult> {
+) -> Option<Result<Answer, String>> {
     let groups = match groups_of(key, req) {
         Ok(g) => g,
         Err(why) => return Some(Err(why)),
@@ -96,7 +114,7 @@ async fn forward_group(
         ApiKey::DeleteGroups => Operation::Delete,
         _ => Operation::Read,
     };
-    if groups.iter().any(|g| !who.may_group(core, op, g)) {
+    if groups.iter().any(|g| !who.rights.may_group(op, g)) {
         return None;
     }
     let group = groups.first()?;
@@ -146,16 +164,16 @@ async fn forward_group(
         "closing connection from {}: the upstream coordinator of group {group} cannot be reached",
         who.peer
     );
-    Some(Ok(Reply::Close))
+    Some(Ok(Answer::Close))
 }
 
 /// An upstream response frame re-addressed to the client: its correlation id instead of ours,
 /// the rest (header tagged fields, body) as it came.
-fn answer(correlation_id: i32, frame: Bytes) -> Reply {
+fn answer(correlation_id: i32, frame: Bytes) -> Answer {
     let mut head = BytesMut::with_capacity(8);
     head.put_i32(frame.len() as i32);
     head.put_i32(correlation_id);
-    Reply::Frame(vec![head.freeze(), frame.slice(4..)])
+    Answer::Frame(vec![head.freeze(), frame.slice(4..)])
 }
 
 /// Decodes a response frame (correlation id first) of `key` at `version`.
@@ -208,7 +226,7 @@ fn top_errors(key: ApiKey, version: i16, frame: &Bytes) -> Vec<i16> {
 /// ListGroups asked of every upstream broker (each lists the groups it coordinates), merged. A
 /// broker that cannot be asked makes the answer COORDINATOR_NOT_AVAILABLE, with the groups the
 /// others listed.
-async fn list_groups(edge: &Rc<EdgeCore>, req: &Request, who: &Session) -> Reply {
+async fn list_groups(edge: &EdgeCore, req: &Request, who: &Client<'_>) -> Answer {
     let key = ApiKey::ListGroups;
     let _ = edge.refresh(false).await;
     let mut merged = ListGroupsResponse::default();
@@ -235,5 +253,11 @@ async fn list_groups(edge: &Rc<EdgeCore>, req: &Request, who: &Session) -> Reply
             }
         }
     }
-    super::handlers::frame(key, req, &merged)
+    match encode(key, req.api_version, req.correlation_id, &merged) {
+        Ok(frame) => Answer::Frame(vec![frame]),
+        Err(e) => {
+            log::error!("cannot encode a ListGroups response, closing the connection: {e}");
+            Answer::Close
+        }
+    }
 }
