@@ -14,8 +14,7 @@
 //!
 //! Space is allocated ahead (`fallocate`), but on ext4 allocated space is *unwritten* until data
 //! lands in it, and a Direct I/O write there converts extents: the kernel will not do that from the
-//! submitting thread, so every such write went to an io_uring worker thread (14% of the broker's
-//! CPU in the ingest profile, plus the hand-off). A background task therefore writes zeros ahead
+//! submitting thread, so every such write would go to an io_uring worker thread. A background task therefore writes zeros ahead
 //! of the data, 256 KiB at a time from one shared zero buffer, so that the appends land in written
 //! blocks and are issued inline. The zeros are what the allocated space already read as, so
 //! nothing changes on disk for recovery; a data write never overlaps a zero write in flight (it
@@ -63,8 +62,7 @@ pub(crate) const ALLOCATE_STEP: u64 = 8 << 20;
 
 /// One zero write: the shared zero buffer's size. Zeros are written ahead only in files allocated
 /// in steps at least this large (smaller writes would each go to a worker thread themselves).
-/// Appends queue behind a zero write on the device: with 1 MiB zero writes, publish p99 was about
-/// 1 ms higher (8 consumers: e2e p99 2.0 ms against 1.3-1.7 with 256 KiB, same CPU).
+/// Appends queue behind a zero write on the device, so it is kept small.
 const ZERO_CHUNK: u64 = 256 << 10;
 /// How far past the end of the last data write zeros are kept written.
 const ZEROS_AHEAD: u64 = 4 << 20;

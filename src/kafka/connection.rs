@@ -97,11 +97,9 @@ impl Responses {
     /// first would never see the next one ready: when a later request has been read and its reply
     /// is not waiting yet, this one first lets the tasks already woken on the core run once (a
     /// yield, not a wait for the next reply: a reply that is not ready by then is not waited for).
-    /// With 4 producers of 16 KiB batches, 5 in flight each, that took the broker from 1.26 to 0.65
-    /// sends per request (`perf stat`, 5 s each). Not when the task queue is due to give up the
-    /// core: the yield would then leave the reply until the queue's next turn, behind a round of
-    /// fetches (64 consumers of one producer: 0.34-0.35 broker CPU-s/GB in 3 of 3 runs yielding
-    /// always, against 0.24-0.40 without the yield and 0.23-0.26 with this guard).
+    /// Not when the task queue is due to give up the core: the yield would then leave the reply
+    /// until the queue's next turn, behind a round of fetches. (Measurements in
+    /// `docs/performance.md`.)
     pub(super) async fn write_in_turn(&self, core: &Core, seq: i64, reply: Reply) {
         let bit = |seq: i64| 1u64 << (seq as u64 % 64);
         self.ready.set(self.ready.get() | bit(seq));
