@@ -770,3 +770,168 @@ mod tests {
         );
     }
 }
+
+/// A populated snapshot of two cores (every figure non-zero on core 0; core 1 without edge mode)
+/// and the text the renderer gave for it before the rendering was split by component.
+#[cfg(test)]
+mod golden {
+    use super::*;
+    use std::time::Duration;
+
+    fn histogram(us: &[u64]) -> DurationSnapshot {
+        let h = DurationHistogram::default();
+        for &u in us {
+            h.record(Duration::from_micros(u));
+        }
+        h.snapshot()
+    }
+
+    fn partition(topic: &str, index: i32, n: u64, upstream: bool) -> PartitionSnapshot {
+        PartitionSnapshot {
+            topic: topic.to_string(),
+            partition: index,
+            high_watermark: 1000 + n as i64,
+            log_start_offset: 10 + n as i64,
+            size_bytes: 4096 * n,
+            segments: 2 + n as usize,
+            storage_failure: Some("disk full".to_string()),
+            producer_ids: 3 + n,
+            appended_bytes: 5000 + n,
+            writes: 40 + n,
+            fsyncs: 20 + n,
+            compactions: 1 + n,
+            compacted_bytes: 700 + n,
+            compacted_to_bytes: 300 + n,
+            first_dirty_offset: 500 + n as i64,
+            upstream: upstream.then(|| FeedStatus {
+                fetching: true,
+                position: 1000,
+                upstream_log_start_offset: 5,
+                upstream_high_watermark: 1200,
+                last_error: None,
+            }),
+        }
+    }
+
+    pub(crate) fn populated() -> Vec<CoreSnapshot> {
+        (0..2usize)
+            .map(|core| {
+                let n = core as u64 + 1;
+                CoreSnapshot {
+                    core,
+                    apis: vec![(0, 100 * n, 3 * n), (1, 200 * n, n), (99, n, 0)],
+                    durations: vec![
+                        (0, histogram(&[50, 100, 101, 900, 7_000_000])),
+                        (1, histogram(&[20_000, 300 * n])),
+                        (99, histogram(&[1])),
+                    ],
+                    device: shards::DeviceLatency {
+                        writes: histogram(&[200, 200_000, 30 * n]),
+                        fsyncs: histogram(&[2_000, 9_000 * n]),
+                    },
+                    bytes_in: 11 * n,
+                    bytes_out: 12 * n,
+                    response_writes: 13 * n,
+                    connections_open: 14 * n,
+                    connections_total: 15 * n,
+                    fetch_connections: 16 * n,
+                    protocol_errors: 17 * n,
+                    handler_panics: 18 * n,
+                    authentications: 19 * n,
+                    authentication_failures: 20 * n,
+                    tls_handshake_failures: 21 * n,
+                    tls_kernel_connections: 22 * n,
+                    tls_user_space_connections: 23 * n,
+                    tail_cache_used: 24 * n,
+                    tail_cache_capacity: 25 * n,
+                    tail_cache_hits: 26 * n,
+                    tail_cache_misses: 27 * n,
+                    coalescing: core == 0,
+                    view_sharing: core == 0,
+                    coalescer: shards::coalescer::CoalescerStats {
+                        insertions: 28 * n,
+                        reinsertions: 29 * n,
+                        ready_hits: 30 * n,
+                        inflight_hits: 31 * n,
+                        evictions: 32 * n,
+                        cached_bytes: 33 * n,
+                        cached_entries: 34 * n,
+                        reads: 35 * n,
+                    },
+                    fetch_log_read_bytes: 36 * n,
+                    fetch_response_bytes: 37 * n,
+                    fetch_paced: 38 * n,
+                    fetch_paced_us: 39 * n,
+                    fetch_pacing_delay_us: 40 * n,
+                    busy_percent: 41 * n,
+                    response_memory_bytes: 42 * n,
+                    views: shards::view_reader::ViewStats {
+                        readers: 43 * n,
+                        source_batches_decoded: 44 * n,
+                        shard_batches_encoded: 45 * n,
+                        fetches_served: 46 * n,
+                        catch_up_reads: 47 * n,
+                        decode_errors: 48 * n,
+                        decompressions_saved: 49 * n,
+                        catch_up_reads_shared: 50 * n,
+                    },
+                    groups: crate::groups::GroupStats {
+                        by_state: [51 * n, 52 * n, 53 * n, 54 * n, 55 * n],
+                        members: 56 * n,
+                        rebalances: 57 * n,
+                        offset_commits: 58 * n,
+                    },
+                    storage: shards::StorageHealth {
+                        errors: 59 * n,
+                        failing_logs: 60 * n,
+                    },
+                    partitions: vec![
+                        partition("a", 0, n, core == 0),
+                        partition("b", 3, n + 10, false),
+                    ],
+                    edge: (core == 0).then(|| EdgeStats {
+                        upstream: "up:9092".to_string(),
+                        fetch_streams: 61,
+                        upstream_fetches: 62,
+                        upstream_bytes: 63,
+                        read_through: 64,
+                        read_through_bytes: 65,
+                        upstream_errors: 66,
+                    }),
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn metrics_text_is_unchanged() {
+        let text = render_prometheus(&populated());
+        if std::env::var_os("SHOAL_BLESS_METRICS").is_some() {
+            std::fs::write(
+                concat!(env!("CARGO_MANIFEST_DIR"), "/src/metrics_golden.txt"),
+                &text,
+            )
+            .unwrap();
+        }
+        assert_eq!(
+            families(&text),
+            families(include_str!("metrics_golden.txt"))
+        );
+    }
+
+    /// The text's metric families (each its HELP and TYPE lines and samples, in order), sorted by
+    /// name: the exposition format leaves the order of families free.
+    fn families(text: &str) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for line in text.lines() {
+            if line.starts_with("# HELP ") || out.is_empty() {
+                out.push(String::new());
+            }
+            let family = out.last_mut().unwrap();
+            family.push_str(line);
+            family.push('\n');
+        }
+        out.sort();
+        out
+    }
+}
