@@ -7,6 +7,7 @@
 //!   coalescer and the view readers serve from as in `serve`).
 //! - [`forward`]  — consumer-group requests passed to the upstream's group coordinator over a
 //!   connection of the client connection's own.
+//! - [`stats`]    — the edge's counters, their snapshot and their `/metrics` families.
 //!
 //! Each core has an [`EdgeCore`]: its view of the upstream cluster (brokers, partition leaders,
 //! refreshed on demand), a small pool of connections for its own requests (metadata, list offsets,
@@ -16,9 +17,10 @@
 
 pub mod feed;
 pub mod forward;
+pub mod stats;
 pub mod upstream;
 
-use crate::metrics::{add, EdgeStats, FeedStatus};
+use crate::metrics::add;
 use feed::Feed;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
@@ -28,6 +30,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use shards::{Log, LogRead, OffsetMonitor, Records};
+pub use stats::{EdgeMetrics, EdgeStats, FeedStatus};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::ops::RangeInclusive;
@@ -113,16 +116,6 @@ struct Cluster {
 struct Pooled {
     conn: RefCell<Option<Conn>>,
     turn: glommio::sync::Semaphore,
-}
-
-/// The edge's counters on one core.
-#[derive(Debug, Default)]
-pub struct EdgeMetrics {
-    pub upstream_fetches: Cell<u64>,
-    pub upstream_bytes: Cell<u64>,
-    pub read_through: Cell<u64>,
-    pub read_through_bytes: Cell<u64>,
-    pub upstream_errors: Cell<u64>,
 }
 
 /// Where a consumer's offset stands against what the edge holds of a partition.
