@@ -98,7 +98,7 @@ mod tests {
             compacted_bytes: 700 + n,
             compacted_to_bytes: 300 + n,
             first_dirty_offset: 500 + n as i64,
-            upstream: upstream.then(|| FeedStatus {
+            upstream: upstream.then_some(FeedStatus {
                 fetching: true,
                 position: 1000,
                 upstream_log_start_offset: 5,
