@@ -10,7 +10,7 @@
 //! neither Kafka nor other admin requests.
 
 use crate::control::{AdminRequest, AdminSender, Setting};
-use crate::metrics::{render_prometheus, CoreSnapshot};
+use crate::stats::{render_prometheus, CoreSnapshot};
 use crate::topics::TopicTable;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -426,10 +426,10 @@ impl Cores {
                 serde_json::json!({
                     "core": s.core,
                     "port": self.ports[s.core],
-                    "connections_open": s.connections_open,
+                    "connections_open": s.kafka.connections_open,
                     "partitions": s.partitions.len(),
                     "log_bytes": s.partitions.iter().map(|p| p.size_bytes).sum::<u64>(),
-                    "tail_cache_bytes": s.tail_cache_used,
+                    "tail_cache_bytes": s.tail_cache.used_bytes as u64,
                     "storage_errors": s.storage.errors,
                     "storage_failing": s.storage.failing_logs,
                     "edge": s.edge,

@@ -2,10 +2,11 @@
 //! and its end of the control plane. `!Send`: created on the core's executor and never leaves it.
 
 use crate::config::BrokerConfig;
+use crate::kafka_stats::FrontEndStats;
 use crate::load::CoreLoad;
 use crate::mesh::Mesh;
-use crate::metrics::{CoreMetrics, CoreSnapshot, PartitionSnapshot};
 use crate::partition::Partition;
+use crate::stats::{CoreSnapshot, PartitionSnapshot};
 use crate::topics::{apply_topic_configs, parse_view_name, TopicTable, ViewName};
 use glommio::{Latency, Shares, TaskQueueHandle};
 use kafka_protocol::error::ResponseError;
@@ -86,7 +87,7 @@ pub struct Core {
     pub response_memory: Rc<ResponseMemory>,
     pub views: ViewReaders,
     pub mesh: Mesh,
-    pub metrics: CoreMetrics,
+    pub metrics: FrontEndStats,
     /// How busy this core is (sampled), and the fetch pacing derived from it.
     pub load: Rc<CoreLoad>,
     pub queues: TaskQueues,
@@ -148,7 +149,7 @@ impl Core {
             partitions: RefCell::new(HashMap::new()),
             applying: glommio::sync::Semaphore::new(1),
             mesh,
-            metrics: CoreMetrics::default(),
+            metrics: FrontEndStats::default(),
             shutdown,
         }
     }
@@ -305,9 +306,6 @@ impl Core {
     }
 
     pub fn snapshot(&self) -> CoreSnapshot {
-        let m = &self.metrics;
-        let cache = self.tail_cache.stats();
-        let coalescer = self.coalescer.stats();
         let mut partitions: Vec<PartitionSnapshot> = self
             .partitions
             .borrow()
@@ -338,45 +336,18 @@ impl Core {
         partitions.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
         CoreSnapshot {
             core: self.id,
-            apis: (0..m.requests.len())
-                .filter(|&k| m.requests[k].get() > 0)
-                .map(|k| (k as i16, m.requests[k].get(), m.errors[k].get()))
-                .collect(),
-            durations: (0..m.durations.len())
-                .map(|k| (k as i16, m.durations[k].snapshot()))
-                .filter(|(_, d)| d.count() > 0)
-                .collect(),
-            bytes_in: m.bytes_in.get(),
-            bytes_out: m.bytes_out.get(),
-            response_writes: m.response_writes.get(),
-            connections_open: m.connections_open.get(),
-            connections_total: m.connections_total.get(),
-            fetch_connections: m.fetch_connections.get(),
-            protocol_errors: m.protocol_errors.get(),
-            handler_panics: m.handler_panics.get(),
-            authentications: m.authentications.get(),
-            authentication_failures: m.authentication_failures.get(),
-            tls_handshake_failures: m.tls_handshake_failures.get(),
-            tls_kernel_connections: m.tls_kernel_connections.get(),
-            tls_user_space_connections: m.tls_user_space_connections.get(),
-            tail_cache_used: cache.used_bytes as u64,
-            tail_cache_capacity: cache.capacity_bytes as u64,
-            tail_cache_hits: cache.hits,
-            tail_cache_misses: cache.misses,
+            kafka: self.metrics.snapshot(),
+            device: shards::device_latency(),
+            storage: shards::storage_health(),
+            tail_cache: self.tail_cache.stats(),
             coalescing: self.coalescer.is_enabled(),
+            coalescer: self.coalescer.stats(),
             view_sharing: self.views.config().shared,
-            coalescer,
-            fetch_log_read_bytes: m.fetch_log_read_bytes.get(),
-            fetch_response_bytes: m.fetch_response_bytes.get(),
-            fetch_paced: m.fetch_paced.get(),
-            fetch_paced_us: m.fetch_paced_us.get(),
+            views: self.views.stats(),
+            response_memory_bytes: self.response_memory.used() as u64,
             fetch_pacing_delay_us: self.load.delay().as_micros() as u64,
             busy_percent: (self.load.busy() * 100.0).round() as u64,
-            response_memory_bytes: self.response_memory.used() as u64,
-            views: self.views.stats(),
             groups: self.groups.stats(),
-            storage: shards::storage_health(),
-            device: shards::device_latency(),
             partitions,
             edge: self.edge.as_ref().map(|e| e.stats()),
         }

@@ -18,6 +18,8 @@
 //!   connections there, one upstream fetcher per partition mirroring it into the local log, and
 //!   the connections group requests are forwarded over.
 //! - [`mesh`]        — the messages cores send each other and a core's end of the channels.
+//! - [`stats`]       — what a core reports (`CoreSnapshot`, each component's snapshot) and
+//!   `/metrics` composed from each component's families; the `shards` engine's families.
 //! - [`groups`]      — consumer groups: the per-core coordinator, the group state machine, committed
 //!   offsets in a compacted internal log.
 //! - [`partition`]   — a partition on its core: the log plus idempotent-producer state.
@@ -26,7 +28,9 @@
 //! - [`acl`]         — ACLs in Kafka's model (kept in the topic table) and the authorizer's decision.
 //! - [`topic_configs`] — topic and broker configs as Kafka's admin APIs describe them: names, types,
 //!   values in effect, sources, synonyms.
-//! - [`metrics`]     — per-core counters and the Prometheus rendering.
+//! - [`kafka_stats`] — the Kafka front end's counters (held by `Core` for the handlers) and their
+//!   `/metrics` families.
+//! - [`metrics`]     — the Prometheus text writer and the counter cell components count with.
 //! - [`config`]      — the broker settings every core runs with (`BrokerConfig`).
 //! - [`auth`]        — who a connection is: listeners' security protocols, TLS (rustls), SASL (PLAIN,
 //!   SCRAM-SHA-256/512), the users file.
@@ -45,11 +49,13 @@ pub mod core_state;
 pub mod edge;
 pub mod groups;
 pub mod kafka;
+pub mod kafka_stats;
 pub mod load;
 pub mod mesh;
 pub mod metrics;
 pub mod partition;
 pub mod server;
+pub mod stats;
 pub mod topic_configs;
 pub mod topics;
 pub mod wire;

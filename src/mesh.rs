@@ -2,7 +2,7 @@
 //! the channels ([`Mesh`]): send, ask and wait for an answer with a deadline. What the messages
 //! mean (topic changes, statistics, live settings) is the control plane's ([`crate::control`]).
 
-use crate::metrics::CoreSnapshot;
+use crate::stats::CoreSnapshot;
 use crate::topics::TopicTable;
 use glommio::channels::channel_mesh::Senders;
 use glommio::channels::local_channel::{self, LocalSender};

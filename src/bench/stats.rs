@@ -776,7 +776,7 @@ mod tests {
                     let h = shards::DurationHistogram::default();
                     (0..fast).for_each(|_| h.record(Duration::from_micros(200)));
                     (0..slow).for_each(|_| h.record(Duration::from_millis(200)));
-                    shoal::metrics::CoreSnapshot {
+                    shoal::stats::CoreSnapshot {
                         core,
                         device: shards::DeviceLatency {
                             writes: h.snapshot(),
@@ -786,7 +786,7 @@ mod tests {
                     }
                 })
                 .collect();
-            parse_metrics(&shoal::metrics::render_prometheus(&cores))
+            parse_metrics(&shoal::stats::render_prometheus(&cores))
         };
         let (a, b) = (render(10, 0), render(110, 2));
         let d = DeviceMetrics::between(&a, &b);

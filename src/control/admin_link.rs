@@ -3,7 +3,7 @@
 
 use super::{gather_stats, set_everywhere, Setting};
 use crate::core_state::Core;
-use crate::metrics::CoreSnapshot;
+use crate::stats::CoreSnapshot;
 use crate::topics::TopicTable;
 use futures_lite::AsyncReadExt;
 use std::io::Write;

@@ -13,7 +13,7 @@ pub use crate::mesh::{
     ConfigChange, ConfigOp, NewPartitions, NewTopic, Setting, TopicChange, TopicOutcome,
 };
 use crate::mesh::{CoreMsg, CHANGE_TIMEOUT, QUESTION_TIMEOUT};
-use crate::metrics::CoreSnapshot;
+use crate::stats::CoreSnapshot;
 use crate::topic_configs::{is_list_config, is_topic_config, topic_config_value};
 use crate::topics::{apply_topic_configs, validate_topic_name, TopicMeta, TopicTable};
 use glommio::channels::channel_mesh::Receivers;

@@ -11,9 +11,10 @@
 //! upstream's log start when the upstream has dropped everything the log holds.
 
 use super::upstream::Conn;
+use super::FeedStatus;
 use super::{fetch_request, fetched_partition, EdgeCore, Standing, FETCH_VERSIONS};
 use super::{UpstreamError, OFFSET_OUT_OF_RANGE};
-use crate::metrics::{add, FeedStatus};
+use crate::metrics::add;
 use kafka_protocol::messages::{ApiKey, FetchResponse};
 use shards::{Log, Records};
 use std::cell::{Cell, RefCell};

@@ -12,6 +12,7 @@
 //! - [`mirror`]   — the upstream's topic list, as core 0 mirrors it into the topic table.
 //! - [`groups`]   — the requests the edge answers itself instead of the front end's handlers
 //!   (group requests forwarded, ListGroups merged from every upstream broker).
+//! - [`stats`]    — the edge's counters, their snapshot and their `/metrics` families.
 //!
 //! Each core has an [`EdgeCore`]: its view of the upstream cluster (brokers, partition leaders,
 //! refreshed on demand), a small pool of connections for its own requests (metadata, list offsets,
@@ -24,9 +25,10 @@ pub mod forward;
 pub mod groups;
 pub mod mirror;
 pub mod read;
+pub mod stats;
 pub mod upstream;
 
-use crate::metrics::{add, EdgeStats, FeedStatus};
+use crate::metrics::add;
 use feed::Feed;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
@@ -36,6 +38,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use shards::{Log, LogRead, OffsetMonitor, Records};
+pub use stats::{EdgeMetrics, EdgeStats, FeedStatus};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::ops::RangeInclusive;
@@ -138,16 +141,6 @@ struct Cluster {
 struct Pooled {
     conn: RefCell<Option<Conn>>,
     turn: glommio::sync::Semaphore,
-}
-
-/// The edge's counters on one core.
-#[derive(Debug, Default)]
-pub struct EdgeMetrics {
-    pub upstream_fetches: Cell<u64>,
-    pub upstream_bytes: Cell<u64>,
-    pub read_through: Cell<u64>,
-    pub read_through_bytes: Cell<u64>,
-    pub upstream_errors: Cell<u64>,
 }
 
 /// Where a consumer's offset stands against what the edge holds of a partition.

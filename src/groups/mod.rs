@@ -3,12 +3,14 @@
 //! - [`group`]   — one group's state machine (Kafka's classic protocol), pure and synchronous.
 //! - [`offsets`] — committed offsets: in memory, durable in an internal log per core, compacted.
 //! - `reshard`   — moving committed offsets when `--cores` changes ([`reshard()`]).
+//! - `stats`     — what the coordinator reports ([`GroupStats`]) and its `/metrics` families.
 //!
 //! Design notes: `docs/groups.md`.
 
 pub mod group;
 pub mod offsets;
 mod reshard;
+mod stats;
 #[cfg(test)]
 pub(crate) mod testing;
 
@@ -24,6 +26,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 pub use reshard::reshard;
+pub use stats::GroupStats;
 
 /// How often each core checks its groups' deadlines.
 pub const TICK: Duration = Duration::from_millis(50);
@@ -43,17 +46,6 @@ pub fn coordinator_core(group_id: &str, cores: usize) -> usize {
 /// Where core `core`'s committed offsets live.
 pub fn store_dir(data_dir: &Path, core: usize) -> PathBuf {
     data_dir.join("__groups").join(format!("core-{core}"))
-}
-
-/// The consumer groups a core coordinates.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct GroupStats {
-    /// Groups per state, indexed by `GroupState as usize`.
-    pub by_state: [u64; 5],
-    pub members: u64,
-    pub rebalances: u64,
-    /// Partition offsets committed (one OffsetCommit may commit many).
-    pub offset_commits: u64,
 }
 
 /// Settings from the command line.

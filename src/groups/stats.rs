@@ -1,0 +1,54 @@
+//! What a core's group coordinator reports, and its `/metrics` families.
+
+use super::group::GroupState;
+use crate::metrics::{core_label, Exposition, Family};
+
+/// The consumer groups a core coordinates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupStats {
+    /// Groups per state, indexed by `GroupState as usize`.
+    pub by_state: [u64; 5],
+    pub members: u64,
+    pub rebalances: u64,
+    /// Partition offsets committed (one OffsetCommit may commit many).
+    pub offset_commits: u64,
+}
+
+const PER_CORE: [Family<GroupStats>; 3] = [
+    (
+        "members",
+        "gauge",
+        "Members of the consumer groups coordinated.",
+        |g| g.members,
+    ),
+    (
+        "rebalances_total",
+        "counter",
+        "Rebalances started by the consumer groups coordinated.",
+        |g| g.rebalances,
+    ),
+    (
+        "offset_commits_total",
+        "counter",
+        "Partition offsets committed to the groups coordinated.",
+        |g| g.offset_commits,
+    ),
+];
+
+impl GroupStats {
+    /// The group families for every core: (core, its stats).
+    pub fn write_prometheus(out: &mut Exposition, cores: &[(usize, &GroupStats)]) {
+        out.family(
+            "shoal_groups",
+            "gauge",
+            "Consumer groups coordinated, by state.",
+            cores.iter().flat_map(|(core, g)| {
+                GroupState::ALL.iter().map(move |s| {
+                    let labels = format!("{},state=\"{}\"", core_label(*core), s.name());
+                    (labels, g.by_state[*s as usize])
+                })
+            }),
+        );
+        out.per_core("shoal_group_", &PER_CORE, cores);
+    }
+}

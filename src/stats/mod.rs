@@ -1,0 +1,246 @@
+//! What one core reports ([`CoreSnapshot`]: each component's snapshot, plain data that crosses to
+//! core 0), and `/metrics`, composed from each component's families.
+//!
+//! - `engine`     — the `shards` engine's figures: device latency, storage health, tail cache,
+//!   coalescer, response memory, fetch pacing, views.
+//! - `partitions` — each partition's log figures ([`PartitionSnapshot`]).
+
+mod engine;
+mod partitions;
+
+use crate::edge::stats::EdgeFigures;
+use crate::edge::EdgeStats;
+use crate::groups::GroupStats;
+use crate::kafka_stats::FrontEndSnapshot;
+use crate::metrics::Exposition;
+pub use partitions::PartitionSnapshot;
+
+/// Everything one core reports, as plain data that can cross to core 0.
+#[derive(Debug, Clone, Default)]
+pub struct CoreSnapshot {
+    pub core: usize,
+    /// The Kafka front end's counters.
+    pub kafka: FrontEndSnapshot,
+    /// The storage device's write and fsync latencies, over every log of the core.
+    pub device: shards::DeviceLatency,
+    /// Storage failures of every log on the core (partitions and group stores).
+    pub storage: shards::StorageHealth,
+    pub tail_cache: shards::TailCacheStats,
+    pub coalescing: bool,
+    pub coalescer: shards::coalescer::CoalescerStats,
+    pub view_sharing: bool,
+    pub views: shards::view_reader::ViewStats,
+    pub response_memory_bytes: u64,
+    /// The current fetch pacing delay (before the per-partition cap), in microseconds.
+    pub fetch_pacing_delay_us: u64,
+    /// Smoothed busy share of the core, in percent.
+    pub busy_percent: u64,
+    pub groups: GroupStats,
+    pub partitions: Vec<PartitionSnapshot>,
+    /// Edge mode: the upstream fetchers' counters.
+    pub edge: Option<EdgeStats>,
+}
+
+/// Renders all cores' snapshots as Prometheus text exposition.
+pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
+    let mut out = Exposition::default();
+    let kafka: Vec<_> = cores.iter().map(|c| (c.core, &c.kafka)).collect();
+    FrontEndSnapshot::write_prometheus(&mut out, &kafka);
+    let edge: Vec<_> = cores
+        .iter()
+        .map(|c| {
+            let figures = EdgeFigures {
+                stats: c.edge.clone(),
+                cache_bytes: c.partitions.iter().map(|p| p.size_bytes).sum(),
+            };
+            (c.core, figures)
+        })
+        .collect();
+    EdgeFigures::write_prometheus(&mut out, &edge);
+    engine::write_prometheus(&mut out, cores);
+    let groups: Vec<_> = cores.iter().map(|c| (c.core, &c.groups)).collect();
+    GroupStats::write_prometheus(&mut out, &groups);
+    partitions::write_prometheus(&mut out, cores);
+    out.into_text()
+}
+
+/// A populated snapshot of two cores (every figure non-zero on core 0; core 1 without edge mode)
+/// and the text the renderer gave for it before the rendering was split by component.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::edge::FeedStatus;
+    use crate::metrics::{DurationHistogram, DurationSnapshot};
+    use std::time::Duration;
+
+    fn histogram(us: &[u64]) -> DurationSnapshot {
+        let h = DurationHistogram::default();
+        for &u in us {
+            h.record(Duration::from_micros(u));
+        }
+        h.snapshot()
+    }
+
+    fn partition(topic: &str, index: i32, n: u64, upstream: bool) -> PartitionSnapshot {
+        PartitionSnapshot {
+            topic: topic.to_string(),
+            partition: index,
+            high_watermark: 1000 + n as i64,
+            log_start_offset: 10 + n as i64,
+            size_bytes: 4096 * n,
+            segments: 2 + n as usize,
+            storage_failure: Some("disk full".to_string()),
+            producer_ids: 3 + n,
+            appended_bytes: 5000 + n,
+            writes: 40 + n,
+            fsyncs: 20 + n,
+            compactions: 1 + n,
+            compacted_bytes: 700 + n,
+            compacted_to_bytes: 300 + n,
+            first_dirty_offset: 500 + n as i64,
+            upstream: upstream.then_some(FeedStatus {
+                fetching: true,
+                position: 1000,
+                upstream_log_start_offset: 5,
+                upstream_high_watermark: 1200,
+                last_error: None,
+            }),
+        }
+    }
+
+    fn populated() -> Vec<CoreSnapshot> {
+        (0..2usize)
+            .map(|core| {
+                let n = core as u64 + 1;
+                CoreSnapshot {
+                    core,
+                    kafka: FrontEndSnapshot {
+                        apis: vec![(0, 100 * n, 3 * n), (1, 200 * n, n), (99, n, 0)],
+                        durations: vec![
+                            (0, histogram(&[50, 100, 101, 900, 7_000_000])),
+                            (1, histogram(&[20_000, 300 * n])),
+                            (99, histogram(&[1])),
+                        ],
+                        bytes_in: 11 * n,
+                        bytes_out: 12 * n,
+                        response_writes: 13 * n,
+                        connections_open: 14 * n,
+                        connections_total: 15 * n,
+                        fetch_connections: 16 * n,
+                        protocol_errors: 17 * n,
+                        handler_panics: 18 * n,
+                        authentications: 19 * n,
+                        authentication_failures: 20 * n,
+                        tls_handshake_failures: 21 * n,
+                        tls_kernel_connections: 22 * n,
+                        tls_user_space_connections: 23 * n,
+                        fetch_log_read_bytes: 36 * n,
+                        fetch_response_bytes: 37 * n,
+                        fetch_paced: 38 * n,
+                        fetch_paced_us: 39 * n,
+                    },
+                    device: shards::DeviceLatency {
+                        writes: histogram(&[200, 200_000, 30 * n]),
+                        fsyncs: histogram(&[2_000, 9_000 * n]),
+                    },
+                    tail_cache: shards::TailCacheStats {
+                        used_bytes: 24 * n as usize,
+                        capacity_bytes: 25 * n as usize,
+                        hits: 26 * n,
+                        misses: 27 * n,
+                        evicted_chunks: 0,
+                        reused_chunks: 0,
+                    },
+                    coalescing: core == 0,
+                    view_sharing: core == 0,
+                    coalescer: shards::coalescer::CoalescerStats {
+                        insertions: 28 * n,
+                        reinsertions: 29 * n,
+                        ready_hits: 30 * n,
+                        inflight_hits: 31 * n,
+                        evictions: 32 * n,
+                        cached_bytes: 33 * n,
+                        cached_entries: 34 * n,
+                        reads: 35 * n,
+                    },
+                    fetch_pacing_delay_us: 40 * n,
+                    busy_percent: 41 * n,
+                    response_memory_bytes: 42 * n,
+                    views: shards::view_reader::ViewStats {
+                        readers: 43 * n,
+                        source_batches_decoded: 44 * n,
+                        shard_batches_encoded: 45 * n,
+                        fetches_served: 46 * n,
+                        catch_up_reads: 47 * n,
+                        decode_errors: 48 * n,
+                        decompressions_saved: 49 * n,
+                        catch_up_reads_shared: 50 * n,
+                    },
+                    groups: GroupStats {
+                        by_state: [51 * n, 52 * n, 53 * n, 54 * n, 55 * n],
+                        members: 56 * n,
+                        rebalances: 57 * n,
+                        offset_commits: 58 * n,
+                    },
+                    storage: shards::StorageHealth {
+                        errors: 59 * n,
+                        failing_logs: 60 * n,
+                    },
+                    partitions: vec![
+                        partition("a", 0, n, core == 0),
+                        partition("b", 3, n + 10, false),
+                    ],
+                    edge: (core == 0).then(|| EdgeStats {
+                        upstream: "up:9092".to_string(),
+                        fetch_streams: 61,
+                        upstream_fetches: 62,
+                        upstream_bytes: 63,
+                        read_through: 64,
+                        read_through_bytes: 65,
+                        upstream_errors: 66,
+                    }),
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn metrics_text_is_unchanged() {
+        let text = render_prometheus(&populated());
+        if std::env::var_os("SHOAL_BLESS_METRICS").is_some() {
+            std::fs::write(
+                concat!(env!("CARGO_MANIFEST_DIR"), "/src/metrics_golden.txt"),
+                &text,
+            )
+            .unwrap();
+        }
+        assert_eq!(
+            families(&text),
+            families(include_str!("../metrics_golden.txt"))
+        );
+    }
+
+    #[test]
+    fn edge_families_only_when_a_core_is_in_edge_mode() {
+        let mut cores = populated();
+        assert!(render_prometheus(&cores).contains("\nshoal_edge_cache_bytes{core=\"1\"} "));
+        cores[0].edge = None;
+        assert!(!render_prometheus(&cores).contains("shoal_edge_"));
+    }
+
+    /// The text's metric families (each its HELP and TYPE lines and samples, in order), sorted by
+    /// name: the exposition format leaves the order of families free.
+    fn families(text: &str) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for line in text.lines() {
+            if line.starts_with("# HELP ") || out.is_empty() {
+                out.push(String::new());
+            }
+            let family = out.last_mut().unwrap();
+            family.push_str(line);
+            family.push('\n');
+        }
+        out.sort();
+        out
+    }
+}
