@@ -37,7 +37,7 @@
 //! - [`producers`]  — idempotent producer state per partition: duplicates, gaps, epochs, snapshots.
 //! - [`records`]    — what a read returns: whole batches as shared slices, plus counts.
 //! - [`config`]     — per-log settings (segment size, flush interval, retention, ...).
-//! - [`files`]      — small files written whole (checkpoints, snapshots).
+//! - [`files`]      — small files written whole (checkpoints, snapshots); directories created durably.
 //! - [`error`]      — the crate's one error type, mapped to Kafka error codes by the front end.
 
 pub mod batch;
