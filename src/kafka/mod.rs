@@ -5,5 +5,6 @@ mod authenticate;
 pub mod connection;
 pub mod edge;
 pub mod errors;
+mod fault;
 pub mod handlers;
 pub mod session;
