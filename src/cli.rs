@@ -104,6 +104,50 @@ fn parse_listener(s: &str) -> Result<(SecurityProtocol, SocketAddr), String> {
     Ok((protocol, addr))
 }
 
+/// One `--super-users` entry: `User:<name>`, surrounding spaces trimmed (Kafka trims
+/// `super.users` entries too). Every principal shoal gives a client is a `User`, and super users
+/// match exactly, so an entry of another type or with no name could never match: refused. So is
+/// a comma before something that looks like another principal (`User:a,User:b`): commas belong
+/// to the principal (a certificate's subject has them), entries are separated by `;`.
+fn parse_super_user(s: &str) -> Result<String, String> {
+    let entry = s.trim();
+    if entry.is_empty() {
+        return Err("an empty entry: principals are `User:<name>`, separated by `;`".into());
+    }
+    let Some((kind, name)) = entry.split_once(':') else {
+        return Err(format!("{entry}: not a principal, `User:<name>`"));
+    };
+    if kind != "User" {
+        return Err(format!(
+            "{entry}: shoal's principals are all `User:<name>` (the type is case-sensitive)"
+        ));
+    }
+    if name.is_empty() {
+        return Err(format!("{entry}: no name after `User:`"));
+    }
+    // A distinguished name's parts are `attribute=value`: a part that starts with `Type:` before
+    // any `=` is another principal.
+    let looks_like_principal = |part: &str| {
+        part.split_once(':').is_some_and(|(kind, _)| {
+            let kind = kind.trim();
+            !kind.is_empty() && kind.chars().all(|c| c.is_ascii_alphanumeric())
+        })
+    };
+    if entry.split(',').skip(1).any(looks_like_principal) {
+        let suggestion = entry
+            .split(',')
+            .map(str::trim)
+            .collect::<Vec<_>>()
+            .join(";");
+        return Err(format!(
+            "{entry}: several principals separated by commas? Separate them with `;` \
+             (`{suggestion}`, quoted in a shell), or repeat --super-users; a comma belongs to the \
+             principal (`User:CN=alice,O=acme`)"
+        ));
+    }
+    Ok(entry.to_string())
+}
+
 /// Runs `shoal user ...`.
 pub fn run_user(cmd: UserCommand) -> Result<(), String> {
     use shoal::auth::scram::{Credential, MAX_ITERATIONS, MIN_ITERATIONS};
@@ -393,8 +437,10 @@ pub struct ServeArgs {
     /// (every client may do everything).
     #[arg(long, default_value = "none", value_parser = ["acl", "none"])]
     pub authorizer: String,
-    /// Principals allowed everything whatever the ACLs say (comma-separated, `User:<name>`).
-    #[arg(long, value_delimiter = ',')]
+    /// Principals allowed everything whatever the ACLs say: `User:<name>`, separated by `;` as
+    /// in Kafka's `super.users` (a certificate's subject has commas: `User:CN=alice,O=acme`), or
+    /// given by repeating the flag.
+    #[arg(long, value_delimiter = ';', value_parser = parse_super_user)]
     pub super_users: Vec<String>,
     /// With ACLs enforced, a topic, group or the cluster that no ACL names is open to everyone
     /// (Kafka's `allow.everyone.if.no.acl.found`).
@@ -541,6 +587,39 @@ mod tests {
         let d = serve(&["--retention-bytes", "-1"]).unwrap();
         assert_eq!(d.broker.log.retention_bytes, None);
         assert!(serve(&["--segment-bytes", "64 furlongs"]).is_err());
+    }
+
+    #[test]
+    fn super_users_are_separated_by_semicolons() {
+        let users = |args: &[&str]| serve(args).map(|c| c.broker.authorizer.super_users);
+        assert_eq!(
+            users(&["--super-users", "User:admin; User:CN=alice,O=acme"]).unwrap(),
+            ["User:admin", "User:CN=alice,O=acme"]
+        );
+        assert_eq!(
+            users(&["--super-users", "User:a", "--super-users", "User:b;User:c"]).unwrap(),
+            ["User:a", "User:b", "User:c"]
+        );
+        // An escaped comma in a certificate's subject is not taken for a separator.
+        assert_eq!(
+            users(&["--super-users", r"User:CN=Smith\, John,O=acme"]).unwrap(),
+            [r"User:CN=Smith\, John,O=acme"]
+        );
+        assert!(users(&[]).unwrap().is_empty());
+        for (bad, says) in [
+            ("User:a,User:b", "`User:a;User:b`"),
+            ("User:CN=alice,O=acme, Group:x", "Separate them with `;`"),
+            ("User:a;;User:b", "an empty entry"),
+            ("User:a;", "an empty entry"),
+            ("", "an empty entry"),
+            ("alice", "not a principal"),
+            ("user:alice", "case-sensitive"),
+            ("Group:admins", "all `User:<name>`"),
+            ("User:", "no name"),
+        ] {
+            let e = users(&["--super-users", bad]).unwrap_err();
+            assert!(e.contains(says), "{bad:?}: {e}");
+        }
     }
 
     #[test]

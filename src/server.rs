@@ -408,7 +408,7 @@ fn claim_data_dir(dir: &Path, edge: Option<&crate::edge::EdgeConfig>) -> std::io
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(context(e)),
                 _ => {}
             }
-            std::fs::create_dir_all(dir.join("topics")).map_err(context)
+            shards::files::create_dir_all_durable(&dir.join("topics")).map_err(context)
         }
     }
 }
@@ -428,7 +428,7 @@ fn resolve_data_dir(dir: &Path) -> std::io::Result<PathBuf> {
     let context = |e: std::io::Error| {
         std::io::Error::new(e.kind(), format!("data directory {}: {e}", dir.display()))
     };
-    std::fs::create_dir_all(dir.join("topics")).map_err(context)?;
+    shards::files::create_dir_all_durable(&dir.join("topics")).map_err(context)?;
     std::fs::canonicalize(dir).map_err(context)
 }
 

@@ -38,7 +38,7 @@
 //! - [`oneshot`]    — a one-shot value from one task to another on the core (append results,
 //!   group answers).
 //! - [`config`]     — per-log settings (segment size, flush interval, retention, ...).
-//! - [`files`]      — small files written whole (checkpoints, snapshots).
+//! - [`files`]      — small files written whole (checkpoints, snapshots); directories created durably.
 //! - [`error`]      — the crate's one error type, mapped to Kafka error codes by the front end.
 
 pub mod batch;

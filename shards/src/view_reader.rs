@@ -368,11 +368,19 @@ pub struct ViewReader {
     catch_ups: RefCell<HashMap<CatchUpKey, Rc<CatchUp>>>,
 }
 
-/// What makes two catch-up reads the same: where and how much source they read, and the log's
-/// layout (compaction rewrites what an offset range holds). Every shard is split from the read, so
-/// consumers of all shards share it (each shard batch covers its source batch's whole offset range:
-/// consumers of different shards fetch the same offsets).
-type CatchUpKey = (i64, usize, u64);
+/// What makes two catch-up reads the same. Every shard is split from the read, so consumers of
+/// all shards share it (each shard batch covers its source batch's whole offset range: consumers
+/// of different shards fetch the same offsets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct CatchUpKey {
+    /// The source offset the read starts at.
+    offset: i64,
+    /// How much source it reads at most.
+    max_bytes: usize,
+    /// The log's layout when it read ([`Log::layout`]): compaction rewrites what an offset range
+    /// holds.
+    layout: u64,
+}
 
 /// How long a finished catch-up read still serves fetches asking for the same: consumers that fell
 /// behind together stay close, but not at the same instant.
@@ -577,7 +585,11 @@ impl ViewReader {
         max_bytes: usize,
         obligatory: bool,
     ) -> Result<Records> {
-        let key = (offset, max_bytes, self.log.layout());
+        let key = CatchUpKey {
+            offset,
+            max_bytes,
+            layout: self.log.layout(),
+        };
         let now = Instant::now();
         let take = |split: &[SplitBatch]| {
             collect(split.iter(), shard as usize, offset, max_bytes, obligatory)
@@ -607,7 +619,7 @@ impl ViewReader {
                 let oldest = map
                     .iter()
                     .filter_map(|(k, c)| c.finished.get().map(|at| (at, *k)))
-                    .min();
+                    .min_by_key(|&(at, _)| at);
                 let Some((_, k)) = oldest else { break };
                 map.remove(&k);
             }

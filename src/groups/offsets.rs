@@ -240,7 +240,7 @@ impl OffsetStore {
         let generation = {
             let root = root.clone();
             blocking(move || {
-                std::fs::create_dir_all(&root)?;
+                shards::files::create_dir_all_durable(&root)?;
                 let generation = match std::fs::read_to_string(root.join("CURRENT")) {
                     Ok(s) => s
                         .trim()

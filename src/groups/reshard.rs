@@ -17,7 +17,7 @@ use std::rc::Rc;
 /// were written (see the module docs). Runs before the cores start, on an executor of its own.
 pub fn reshard(data_dir: &Path, cores: usize) -> std::io::Result<()> {
     let root = data_dir.join("__groups");
-    std::fs::create_dir_all(&root)?;
+    shards::files::create_dir_all_durable(&root)?;
     let marker = root.join("cores");
     let previous = match std::fs::read_to_string(&marker) {
         Ok(s) => s.trim().parse::<usize>().ok(),

@@ -4,5 +4,6 @@
 mod authenticate;
 pub mod connection;
 pub mod errors;
+mod fault;
 pub mod handlers;
 pub mod session;

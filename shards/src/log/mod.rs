@@ -172,7 +172,7 @@ impl Log {
             let dir = dir.clone();
             glommio::executor()
                 .spawn_blocking(move || {
-                    std::fs::create_dir_all(&dir)?;
+                    crate::files::create_dir_all_durable(&dir)?;
                     finish_interrupted(&dir)?;
                     Ok::<_, std::io::Error>((list_segments(&dir)?, read_checkpoint(&dir)))
                 })

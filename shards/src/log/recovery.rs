@@ -17,7 +17,6 @@ pub(super) struct Found {
 /// (`st_dev`) holding the directory (blocking; run off the executor thread).
 pub(super) fn list_segments(dir: &Path) -> std::io::Result<(Vec<Found>, u64)> {
     use std::os::unix::fs::MetadataExt;
-    std::fs::create_dir_all(dir)?;
     let device = std::fs::metadata(dir)?.dev();
     let mut found = Vec::new();
     for entry in std::fs::read_dir(dir)? {

@@ -34,22 +34,15 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
             .collect();
         (r.resource_type, r.resource_name.to_string(), ops)
     });
-    let outcomes = alter(core, who, resources.collect(), true, request.validate_only).await;
-    let responses: Vec<AlterConfigsResourceResponse> = outcomes
-        .into_iter()
-        .map(|(resource_type, name, error)| {
-            let r = AlterConfigsResourceResponse::default()
-                .with_resource_type(resource_type)
-                .with_resource_name(StrBytes::from_string(name));
-            match error {
-                Some((e, why)) => r
-                    .with_error_code(e.code())
-                    .with_error_message(Some(StrBytes::from_string(why))),
-                None => r,
-            }
-        })
-        .collect();
-    count_errors(core, req, responses.iter().map(|r| r.error_code));
+    let responses: Vec<AlterConfigsResourceResponse> = alter(
+        core,
+        req,
+        who,
+        resources.collect(),
+        true,
+        request.validate_only,
+    )
+    .await;
     Ok(frame(
         ApiKey::AlterConfigs,
         req,
@@ -57,18 +50,57 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
     ))
 }
 
+/// A resource's answer: AlterConfigs and IncrementalAlterConfigs each have a type of their own
+/// for it, with the same fields.
+pub(super) trait ResourceAnswer {
+    fn new(resource_type: i8, name: String, error: Option<(ResponseError, String)>) -> Self;
+    fn error_code(&self) -> i16;
+}
+
+macro_rules! resource_answer {
+    ($answer:ty) => {
+        impl ResourceAnswer for $answer {
+            fn new(
+                resource_type: i8,
+                name: String,
+                error: Option<(ResponseError, String)>,
+            ) -> Self {
+                let r = Self::default()
+                    .with_resource_type(resource_type)
+                    .with_resource_name(StrBytes::from_string(name));
+                match error {
+                    Some((e, why)) => r
+                        .with_error_code(e.code())
+                        .with_error_message(Some(StrBytes::from_string(why))),
+                    None => r,
+                }
+            }
+
+            fn error_code(&self) -> i16 {
+                self.error_code
+            }
+        }
+    };
+}
+
+resource_answer!(AlterConfigsResourceResponse);
+resource_answer!(
+    kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse
+);
+
 /// What an alter request asks of each resource: (type, name, operations).
 pub(super) type Asked = Vec<(i8, String, Vec<ConfigOp>)>;
 
 /// Applies the topics' changes through core 0 (`replace`: the topic's own configs become exactly
-/// the ones set) and answers the rest here; one (type, name, error) per resource, in order.
-pub(super) async fn alter(
+/// the ones set) and answers the rest here; one answer per resource, in order, errors counted.
+pub(super) async fn alter<R: ResourceAnswer>(
     core: &Rc<Core>,
+    req: &Request,
     who: &Session,
     asked: Asked,
     replace: bool,
     validate_only: bool,
-) -> Vec<(i8, String, Option<(ResponseError, String)>)> {
+) -> Vec<R> {
     let allowed: Vec<bool> = asked
         .iter()
         .map(|(t, name, _)| match *t {
@@ -97,7 +129,7 @@ pub(super) async fn alter(
         control::change_topics(core, change).await
     }
     .into_iter();
-    asked
+    let answers: Vec<R> = asked
         .into_iter()
         .zip(allowed)
         .map(|((resource_type, name, _), ok)| {
@@ -119,7 +151,9 @@ pub(super) async fn alter(
                     format!("resource type {other} is not served (topics: 2, brokers: 4)"),
                 )),
             };
-            (resource_type, name, error)
+            R::new(resource_type, name, error)
         })
-        .collect()
+        .collect();
+    count_errors(core, req, answers.iter().map(R::error_code));
+    answers
 }

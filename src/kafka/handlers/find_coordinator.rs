@@ -1,6 +1,6 @@
 //! FindCoordinator: a group's coordinator is the core `murmur2(group id) % cores`
 //! ([`crate::groups::coordinator_core`]); v4 looks up several keys at once. Transactions are not
-//! supported, so transaction coordinators are never available.
+//! supported: a transaction coordinator lookup gets an error that clients do not retry (below).
 
 use super::{count_errors, frame, HandlerResult, Versions};
 use crate::acl::Operation;
@@ -20,6 +20,17 @@ pub const VERSIONS: Versions = Versions {
 };
 
 const GROUP: i8 = 0;
+const TRANSACTION: i8 = 1;
+
+/// The answer to a transaction coordinator lookup. Not `COORDINATOR_NOT_AVAILABLE`: clients retry
+/// that for ever, so a transactional producer would hang. `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`
+/// is the one code both librdkafka (`rd_kafka_txn_handle_FindCoordinator`: it and
+/// `CLUSTER_AUTHORIZATION_FAILED`, any other code is retried) and the Java client (every
+/// non-retriable code) make a fatal error of at once; librdkafka shows the message with it.
+const NO_TRANSACTIONS: (ResponseError, &str) = (
+    ResponseError::TransactionalIdAuthorizationFailed,
+    "transactions are not supported by this broker (shoal)",
+);
 
 fn lookup(core: &Core, who: &Session, key: &StrBytes, key_type: i8) -> Coordinator {
     let c = Coordinator::default().with_key(key.clone());
@@ -32,11 +43,15 @@ fn lookup(core: &Core, who: &Session, key: &StrBytes, key_type: i8) -> Coordinat
             .with_host(StrBytes::default())
             .with_port(-1)
     };
-    if key_type != GROUP {
-        return error(
-            ResponseError::CoordinatorNotAvailable,
-            "transactions are not supported",
-        );
+    match key_type {
+        GROUP => {}
+        TRANSACTION => return error(NO_TRANSACTIONS.0, NO_TRANSACTIONS.1),
+        _ => {
+            return error(
+                ResponseError::InvalidRequest,
+                "unknown key type: 0 (group) or 1 (transaction)",
+            )
+        }
     }
     if !who.may_group(core, Operation::Describe, key) {
         return error(

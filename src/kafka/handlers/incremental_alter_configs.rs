@@ -3,7 +3,7 @@
 //! concurrent changes to different keys do not undo each other.
 
 use super::alter_configs::alter;
-use super::{count_errors, frame, HandlerResult, Versions};
+use super::{frame, HandlerResult, Versions};
 use crate::control::ConfigOp;
 use crate::core_state::Core;
 use crate::kafka::session::Session;
@@ -12,7 +12,6 @@ use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsRe
 use kafka_protocol::messages::{
     ApiKey, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
 };
-use kafka_protocol::protocol::StrBytes;
 use std::rc::Rc;
 
 pub const VERSIONS: Versions = Versions {
@@ -45,22 +44,7 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
         })
         .collect();
     let responses: Vec<AlterConfigsResourceResponse> =
-        alter(core, who, asked, false, request.validate_only)
-            .await
-            .into_iter()
-            .map(|(resource_type, name, error)| {
-                let r = AlterConfigsResourceResponse::default()
-                    .with_resource_type(resource_type)
-                    .with_resource_name(StrBytes::from_string(name));
-                match error {
-                    Some((e, why)) => r
-                        .with_error_code(e.code())
-                        .with_error_message(Some(StrBytes::from_string(why))),
-                    None => r,
-                }
-            })
-            .collect();
-    count_errors(core, req, responses.iter().map(|r| r.error_code));
+        alter(core, req, who, asked, false, request.validate_only).await;
     Ok(frame(
         ApiKey::IncrementalAlterConfigs,
         req,

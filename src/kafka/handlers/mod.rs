@@ -105,11 +105,8 @@ pub fn supports(api_key: i16, version: i16) -> bool {
 pub async fn handle_guarded(core: Rc<Core>, req: Request, session: Rc<Session>) -> Reply {
     use futures_lite::FutureExt;
     let (api_key, version, correlation_id) = (req.api_key, req.api_version, req.correlation_id);
-    let panic_here = fault::panics_for(&req);
     let handled = std::panic::AssertUnwindSafe(async {
-        if panic_here {
-            fault::panic_after_a_yield().await;
-        }
+        crate::kafka::fault::panic_if_asked(&req).await;
         handle(core.clone(), req, session.clone()).await
     })
     .catch_unwind()
@@ -132,30 +129,6 @@ pub async fn handle_guarded(core: Rc<Core>, req: Request, session: Rc<Session>) 
             core.metrics.error(api_key);
             Reply::Close
         }
-    }
-}
-
-/// Fault injection for the end-to-end tests, which run the real binary: when the environment
-/// variable `SHOAL_TEST_PANIC_CLIENT_ID` is set, every request whose client id equals it panics
-/// inside its handler task after its first yield. Unset (always, outside tests), it costs one
-/// branch per request.
-mod fault {
-    use crate::wire::header::Request;
-    use std::sync::OnceLock;
-
-    const VAR: &str = "SHOAL_TEST_PANIC_CLIENT_ID";
-
-    pub fn panics_for(req: &Request) -> bool {
-        static CLIENT_ID: OnceLock<Option<String>> = OnceLock::new();
-        let Some(id) = CLIENT_ID.get_or_init(|| std::env::var(VAR).ok()) else {
-            return false;
-        };
-        req.header.client_id.as_deref() == Some(id.as_str())
-    }
-
-    pub async fn panic_after_a_yield() {
-        glommio::executor().yield_task_queue_now().await;
-        panic!("injected by {VAR}");
     }
 }
 
