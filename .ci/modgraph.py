@@ -8,6 +8,7 @@ written in module `a` (at the depth given, default: top-level modules), and the 
     python3 .ci/modgraph.py --check src    # also: every edge points down the layer order written in
                                            # the crate's `lib.rs` layout doc (top layer first); exit 1
                                            # on a cycle, an edge pointing up, or a module the doc lacks
+    python3 .ci/modgraph.py --check --quiet src   # the same without listing the edges (CI)
 
 The layout doc's entries are its lines `//! - [`name`]` or `//! - `name``, in order.
 """
@@ -50,6 +51,9 @@ def main():
     check = "--check" in args
     if check:
         args.remove("--check")
+    quiet = "--quiet" in args
+    if quiet:
+        args.remove("--quiet")
     depth = 1
     if "--depth" in args:
         i = args.index("--depth")
@@ -93,7 +97,7 @@ def main():
                 if m:
                     files_mods.add("::".join(m[:depth]))
     edges = {(a, b) for a, b in edges if b in files_mods}
-    for a, b in sorted(edges):
+    for a, b in sorted(edges) if not quiet else []:
         print(f"{a} -> {b}")
     # Strongly connected components (Tarjan) with more than one module are the cycles.
     graph = {}

@@ -66,35 +66,30 @@ pub struct Listener {
     pub ports: Vec<u16>,
 }
 
+/// How clients reach the cores: every listener with each core's port on it, and the host name
+/// they are told (Metadata, FindCoordinator).
 #[derive(Debug)]
-pub struct Core {
-    pub id: usize,
-    pub cores: usize,
-    pub config: Rc<BrokerConfig>,
-    /// Each core's Kafka port on the first listener, index = core = broker id.
-    pub ports: Vec<u16>,
+pub struct Cluster {
     /// Every listener; a client is told the ports of the one it connected to.
     pub listeners: Vec<Listener>,
     pub advertised_host: String,
-    pub topics: RefCell<Rc<TopicTable>>,
-    /// Owned partitions by topic, then index (looked up by `&str`, with no allocation per request).
-    pub partitions: RefCell<HashMap<String, HashMap<i32, Rc<Partition>>>>,
-    /// Table changes are applied one at a time (start-up, broadcasts): two applies must not open
-    /// the same partition twice.
-    applying: glommio::sync::Semaphore,
+}
+
+/// What a core's fetches share: the tail cache under the logs, the coalescer and the response
+/// memory it is bounded by, the view readers, and the fetch pacing derived from the core's load.
+#[derive(Debug)]
+pub struct ReadPath {
     pub tail_cache: Rc<TailCache>,
     pub coalescer: Rc<FetchCoalescer>,
     pub response_memory: Rc<ResponseMemory>,
     pub views: ViewReaders,
-    pub mesh: Mesh,
-    pub metrics: FrontEndStats,
     /// How busy this core is (sampled), and the fetch pacing derived from it.
     pub load: Rc<CoreLoad>,
-    pub queues: TaskQueues,
-    /// The consumer groups this core coordinates and their committed offsets.
-    pub groups: crate::groups::Coordinator,
-    /// Moves from 0 to 1 when the server is asked to stop.
-    pub shutdown: OffsetMonitor,
+}
+
+/// Who may connect to this core and how: the users, failed attempts, and TLS.
+#[derive(Debug)]
+pub struct Security {
     /// The users who may authenticate (read again when the file changes).
     pub users: crate::auth::users::Users,
     /// Failed authentications per source address on this core.
@@ -106,14 +101,39 @@ pub struct Core {
     /// a kernel that offers it); turned off for good on this core the first time the kernel
     /// refuses a connection's keys (an older kernel without TLS 1.3 or a cipher).
     pub kernel_tls: Cell<bool>,
+}
+
+/// One core: what its requests need, reached through the sub-structs (`cluster`, `reads`,
+/// `security`, `metrics`) and the methods below.
+#[derive(Debug)]
+pub struct Core {
+    id: usize,
+    cores: usize,
+    config: Rc<BrokerConfig>,
+    pub cluster: Cluster,
+    topics: RefCell<Rc<TopicTable>>,
+    /// Owned partitions by topic, then index (looked up by `&str`, with no allocation per request).
+    partitions: RefCell<HashMap<String, HashMap<i32, Rc<Partition>>>>,
+    /// Table changes are applied one at a time (start-up, broadcasts): two applies must not open
+    /// the same partition twice.
+    applying: glommio::sync::Semaphore,
+    pub reads: ReadPath,
+    mesh: Mesh,
+    /// The front end's counters.
+    pub metrics: FrontEndStats,
+    queues: TaskQueues,
+    /// The consumer groups this core coordinates and their committed offsets.
+    groups: crate::groups::Coordinator,
+    /// Moves from 0 to 1 when the server is asked to stop.
+    shutdown: OffsetMonitor,
+    pub security: Security,
     /// Edge mode: the upstream cluster as this core sees it, and its partitions' fetchers.
-    pub edge: Option<Rc<crate::edge::EdgeCore>>,
+    edge: Option<Rc<crate::edge::EdgeCore>>,
 }
 
 impl Core {
     pub fn new(id: usize, config: Rc<BrokerConfig>, listeners: Vec<Listener>, mesh: Mesh) -> Self {
-        let ports = listeners[0].ports.clone();
-        let cores = ports.len();
+        let cores = listeners[0].ports.len();
         let shutdown = OffsetMonitor::new(0);
         let edge = config
             .edge
@@ -123,28 +143,33 @@ impl Core {
             edge,
             id,
             cores,
-            advertised_host: config.advertised_host.clone(),
-            tail_cache: Rc::new(TailCache::new(config.tail_cache_bytes, 1 << 20)),
-            coalescer: FetchCoalescer::new(config.fetch_cache_bytes, config.fetch_coalescing),
-            response_memory: ResponseMemory::new(config.fetch_response_budget_bytes),
-            views: ViewReaders::new(config.views),
+            cluster: Cluster {
+                listeners,
+                advertised_host: config.advertised_host.clone(),
+            },
+            reads: ReadPath {
+                tail_cache: Rc::new(TailCache::new(config.tail_cache_bytes, 1 << 20)),
+                coalescer: FetchCoalescer::new(config.fetch_cache_bytes, config.fetch_coalescing),
+                response_memory: ResponseMemory::new(config.fetch_response_budget_bytes),
+                views: ViewReaders::new(config.views),
+                load: Rc::new(CoreLoad::new(config.fetch_pacing)),
+            },
             groups: crate::groups::Coordinator::new(id, cores, config.groups),
-            load: Rc::new(CoreLoad::new(config.fetch_pacing)),
             queues: TaskQueues::create(),
-            users: crate::auth::users::Users::new(&config.data_dir),
-            auth_failures: Default::default(),
-            tls: config
-                .auth
-                .tls
-                .as_ref()
-                .map(crate::auth::tls::server_config),
-            kernel_tls: Cell::new(
-                config.auth.tls.as_ref().is_some_and(|t| t.kernel)
-                    && crate::wire::ktls::available(),
-            ),
+            security: Security {
+                users: crate::auth::users::Users::new(&config.data_dir),
+                auth_failures: Default::default(),
+                tls: config
+                    .auth
+                    .tls
+                    .as_ref()
+                    .map(crate::auth::tls::server_config),
+                kernel_tls: Cell::new(
+                    config.auth.tls.as_ref().is_some_and(|t| t.kernel)
+                        && crate::wire::ktls::available(),
+                ),
+            },
             config,
-            ports,
-            listeners,
             topics: RefCell::new(Rc::new(TopicTable::default())),
             partitions: RefCell::new(HashMap::new()),
             applying: glommio::sync::Semaphore::new(1),
@@ -152,6 +177,42 @@ impl Core {
             metrics: FrontEndStats::default(),
             shutdown,
         }
+    }
+
+    /// This core's id: its broker id (node_id) in Metadata.
+    pub fn id(&self) -> usize {
+        self.id
+    }
+    /// How many cores (brokers) the server runs.
+    pub fn cores(&self) -> usize {
+        self.cores
+    }
+    pub fn config(&self) -> &BrokerConfig {
+        &self.config
+    }
+    /// This core's copy of the topic table (topics, ACLs), as last broadcast.
+    pub fn topics(&self) -> Rc<TopicTable> {
+        self.topics.borrow().clone()
+    }
+    /// This core's end of the channels to the other cores.
+    pub fn mesh(&self) -> &Mesh {
+        &self.mesh
+    }
+    /// The task queues its request handlers run in.
+    pub fn queues(&self) -> &TaskQueues {
+        &self.queues
+    }
+    /// The consumer groups this core coordinates.
+    pub fn groups(&self) -> &crate::groups::Coordinator {
+        &self.groups
+    }
+    /// Moves from 0 to 1 when the server is asked to stop.
+    pub fn shutdown(&self) -> &OffsetMonitor {
+        &self.shutdown
+    }
+    /// Edge mode's upstream, as this core sees it; `None` for `shoal serve`.
+    pub fn upstream(&self) -> Option<&Rc<crate::edge::EdgeCore>> {
+        self.edge.as_ref()
     }
 
     pub fn is_shutting_down(&self) -> bool {
@@ -220,7 +281,7 @@ impl Core {
         };
         for p in gone {
             // Requests still holding it get `Closed` (NOT_LEADER_OR_FOLLOWER) from now on.
-            self.views.forget(p.log.id());
+            self.reads.views.forget(p.log.id());
             if let Err(e) = p.delete().await {
                 log::error!("deleting partition {}-{}: {e}", p.topic, p.index);
             }
@@ -244,7 +305,7 @@ impl Core {
                 meta.id,
                 config,
                 self.config.producers,
-                self.tail_cache.clone(),
+                self.reads.tail_cache.clone(),
             )
             .await;
             match opened {
@@ -281,26 +342,30 @@ impl Core {
     pub fn apply_setting(&self, setting: crate::mesh::Setting) {
         match setting {
             crate::mesh::Setting::ViewSharing(shared) => {
-                self.views.set_config(shards::view_reader::ViewConfig {
-                    shared,
-                    ..self.views.config()
-                })
+                self.reads
+                    .views
+                    .set_config(shards::view_reader::ViewConfig {
+                        shared,
+                        ..self.reads.views.config()
+                    })
             }
             crate::mesh::Setting::MaxDeltaForFanout(delta) => {
-                self.views.set_config(shards::view_reader::ViewConfig {
-                    max_delta_for_fanout: delta.max(0),
-                    ..self.views.config()
-                })
+                self.reads
+                    .views
+                    .set_config(shards::view_reader::ViewConfig {
+                        max_delta_for_fanout: delta.max(0),
+                        ..self.reads.views.config()
+                    })
             }
             crate::mesh::Setting::FetchCoalescing(on) => {
-                if on != self.coalescer.is_enabled() {
+                if on != self.reads.coalescer.is_enabled() {
                     log::info!(
                         "core {}: fetch coalescing {}",
                         self.id,
                         if on { "on" } else { "off" }
                     );
                 }
-                self.coalescer.set_enabled(on);
+                self.reads.coalescer.set_enabled(on);
             }
         }
     }
@@ -339,14 +404,14 @@ impl Core {
             kafka: self.metrics.snapshot(),
             device: shards::device_latency(),
             storage: shards::storage_health(),
-            tail_cache: self.tail_cache.stats(),
-            coalescing: self.coalescer.is_enabled(),
-            coalescer: self.coalescer.stats(),
-            view_sharing: self.views.config().shared,
-            views: self.views.stats(),
-            response_memory_bytes: self.response_memory.used() as u64,
-            fetch_pacing_delay_us: self.load.delay().as_micros() as u64,
-            busy_percent: (self.load.busy() * 100.0).round() as u64,
+            tail_cache: self.reads.tail_cache.stats(),
+            coalescing: self.reads.coalescer.is_enabled(),
+            coalescer: self.reads.coalescer.stats(),
+            view_sharing: self.reads.views.config().shared,
+            views: self.reads.views.stats(),
+            response_memory_bytes: self.reads.response_memory.used() as u64,
+            fetch_pacing_delay_us: self.reads.load.delay().as_micros() as u64,
+            busy_percent: (self.reads.load.busy() * 100.0).round() as u64,
             groups: self.groups.stats(),
             partitions,
             edge: self.edge.as_ref().map(|e| e.stats()),

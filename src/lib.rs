@@ -2,36 +2,41 @@
 //!
 //! Thread-per-core on glommio: every core is a Kafka broker with its own port, owns a share of the
 //! partitions, and serves them without locks. Storage and everything else shard-local lives in the
-//! `shards` crate; this crate is the process around it. The `shoal` binary (`main.rs`, `cli.rs`, `units.rs`
-//! and the load generator `bench/`, none of them part of this library) runs it through [`server`].
+//! `shards` crate; this crate is the process around it. The `shoal` binary (`main.rs`, `cli.rs`,
+//! `units.rs` and the load generator `bench/`, none of them part of this library) runs it through
+//! [`server`].
 //!
-//! ## Layout, top layer first (each uses only those below it; `python3 .ci/modgraph.py src` shows it)
+//! ## Layout, top layer first
+//! Each module uses only those below it; `python3 .ci/modgraph.py --check src` checks it (CI runs it).
 //! - [`server`]      — start-up: listeners, one pinned executor per core, the core mesh, orderly stop.
 //! - [`admin`]       — admin HTTP on its own thread (`/metrics`, `/v1/status`, live settings), asking
 //!   core 0 by message.
 //! - [`kafka`]       — the Kafka front end: connections, one handler per API.
 //! - [`control`]     — the control plane: create, grow, configure and delete topics via core 0,
 //!   persisted and broadcast; statistics and live settings gathered for the admin.
-//! - [`core_state`]  — one core's state (`Core`): topic table copy, owned partitions, tail cache,
-//!   coalescer, view readers, group coordinator, metrics, its end of the mesh.
-//! - [`edge`]        — edge mode (`shoal edge`): a core's view of the upstream cluster, its
-//!   connections there, one upstream fetcher per partition mirroring it into the local log, and
-//!   the connections group requests are forwarded over.
+//! - [`core_state`]  — one core (`Core`): its topic table copy and owned partitions, the read path
+//!   (tail cache, coalescer, view readers, pacing), security, the group coordinator, the front
+//!   end's counters, its end of the mesh and, in edge mode, its upstream.
+//! - [`config`]      — the broker settings every core runs with (`BrokerConfig`), composed of each
+//!   layer's own settings (log, groups, ACLs, auth, pacing, edge).
 //! - [`mesh`]        — the messages cores send each other and a core's end of the channels.
 //! - [`stats`]       — what a core reports (`CoreSnapshot`, each component's snapshot) and
 //!   `/metrics` composed from each component's families; the `shards` engine's families.
+//! - [`edge`]        — edge mode (`shoal edge`), all of it: a core's view of the upstream cluster,
+//!   one upstream fetcher per partition mirroring it into the local log, read-through, the topic
+//!   mirror, group requests forwarded upstream, and its counters. The front end and the control
+//!   plane ask `Core::upstream()` (absent in `serve`) through a few narrow methods.
 //! - [`groups`]      — consumer groups: the per-core coordinator, the group state machine, committed
 //!   offsets in a compacted internal log.
+//! - [`kafka_stats`] — the Kafka front end's counters (held by `Core` for the handlers) and their
+//!   `/metrics` families.
 //! - [`partition`]   — a partition on its core: the log plus idempotent-producer state.
 //! - [`topics`]      — the topic table every core holds a copy of, the partition -> core mapping,
 //!   topic names and configs.
 //! - [`acl`]         — ACLs in Kafka's model (kept in the topic table) and the authorizer's decision.
 //! - [`topic_configs`] — topic and broker configs as Kafka's admin APIs describe them: names, types,
 //!   values in effect, sources, synonyms.
-//! - [`kafka_stats`] — the Kafka front end's counters (held by `Core` for the handlers) and their
-//!   `/metrics` families.
 //! - [`metrics`]     — the Prometheus text writer and the counter cell components count with.
-//! - [`config`]      — the broker settings every core runs with (`BrokerConfig`).
 //! - [`auth`]        — who a connection is: listeners' security protocols, TLS (rustls), SASL (PLAIN,
 //!   SCRAM-SHA-256/512), the users file.
 //! - [`load`]        — how busy a core is, and the fetch pacing derived from it.

@@ -536,8 +536,8 @@ async fn run_core(
     }
     core.apply_table(table).await;
     if let Err(e) = core
-        .groups
-        .load(&core.config.data_dir, core.tail_cache.clone())
+        .groups()
+        .load(&core.config().data_dir, core.reads.tail_cache.clone())
         .await
     {
         // Without its offsets the core must not coordinate groups (it would answer as if none
@@ -548,11 +548,11 @@ async fn run_core(
     shards::compactor::start();
     let ticker = glommio::spawn_local({
         let core = core.clone();
-        async move { core.groups.run_ticker(&core.shutdown).await }
+        async move { core.groups().run_ticker(&core.shutdown()).await }
     });
     let sampler = glommio::spawn_local(crate::load::run_sampler(
-        core.load.clone(),
-        core.shutdown.clone(),
+        core.reads.load.clone(),
+        core.shutdown().clone(),
     ));
     let accepts: Vec<_> = fds
         .into_iter()
@@ -566,14 +566,14 @@ async fn run_core(
         .collect();
     let admin =
         admin_inbox.map(|inbox| glommio::spawn_local(control::serve_admin(core.clone(), inbox)));
-    let mirror = (id == 0 && core.edge.is_some())
+    let mirror = (id == 0 && core.upstream().is_some())
         .then(|| glommio::spawn_local(control::mirror_upstream(core.clone())));
     while !stop.load(Ordering::SeqCst) {
         glommio::timer::sleep(Duration::from_millis(50)).await;
     }
     log::info!("core {id}: stopping");
-    core.shutdown.advance(1);
-    core.groups.stop();
+    core.shutdown().advance(1);
+    core.groups().stop();
     ticker.await;
     sampler.await;
     for a in accepts {
@@ -590,7 +590,7 @@ async fn run_core(
         glommio::timer::sleep(Duration::from_millis(10)).await;
     }
     core.close_partitions().await;
-    core.groups.close().await;
+    core.groups().close().await;
     log::info!("core {id}: stopped");
 }
 
@@ -598,7 +598,7 @@ async fn run_core(
 async fn accept_until_shutdown(core: Rc<Core>, listener: TcpListener, index: usize) {
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
-            core.shutdown.wait_for(1).await;
+            core.shutdown().wait_for(1).await;
             None
         })
         .await;
@@ -606,15 +606,15 @@ async fn accept_until_shutdown(core: Rc<Core>, listener: TcpListener, index: usi
             None => return,
             Some(Ok(stream)) => {
                 let serve = connection::serve(core.clone(), stream, index);
-                match glommio::spawn_local_into(serve, core.queues.readers) {
+                match glommio::spawn_local_into(serve, core.queues().readers) {
                     Ok(task) => {
                         task.detach();
                     }
-                    Err(e) => log::error!("core {}: cannot serve a connection: {e}", core.id),
+                    Err(e) => log::error!("core {}: cannot serve a connection: {e}", core.id()),
                 }
             }
             Some(Err(e)) => {
-                log::warn!("core {}: kafka accept failed: {e}", core.id);
+                log::warn!("core {}: kafka accept failed: {e}", core.id());
                 glommio::timer::sleep(Duration::from_millis(10)).await;
             }
         }

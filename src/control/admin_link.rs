@@ -86,7 +86,7 @@ pub async fn serve_admin(core: Rc<Core>, inbox: AdminInbox) {
         let rang = futures_lite::future::or(
             async { matches!(doorbell.read(&mut rings).await, Ok(n) if n > 0) },
             async {
-                core.shutdown.wait_for(1).await;
+                core.shutdown().wait_for(1).await;
                 false
             },
         )
@@ -104,7 +104,7 @@ async fn answer_admin(core: &Rc<Core>, request: AdminRequest) {
         }
         AdminRequest::Status(reply) => {
             let stats = gather_stats(core).await;
-            let table = (**core.topics.borrow()).clone();
+            let table = (*core.topics()).clone();
             let _ = reply.try_send((stats, table));
         }
         AdminRequest::Set(setting, reply) => {

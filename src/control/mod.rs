@@ -51,27 +51,27 @@ async fn handle(core: &Rc<Core>, _peer: usize, msg: CoreMsg) {
     match msg {
         CoreMsg::Change { from, id, change } => {
             let outcomes = change_on_core0(core, change).await;
-            core.mesh
+            core.mesh()
                 .send(from, CoreMsg::Outcomes { id, outcomes })
                 .await;
         }
         CoreMsg::Apply { from, id, table } => {
             core.apply_table(table).await;
-            core.mesh.send(from, CoreMsg::Applied { id }).await;
+            core.mesh().send(from, CoreMsg::Applied { id }).await;
         }
         CoreMsg::Set { from, id, setting } => {
             core.apply_setting(setting);
-            core.mesh.send(from, CoreMsg::Applied { id }).await;
+            core.mesh().send(from, CoreMsg::Applied { id }).await;
         }
         CoreMsg::Stats { from, id } => {
             let snapshot = Box::new(core.snapshot());
-            core.mesh
+            core.mesh()
                 .send(from, CoreMsg::StatsReply { id, snapshot })
                 .await;
         }
         reply @ (CoreMsg::Outcomes { id, .. }
         | CoreMsg::Applied { id }
-        | CoreMsg::StatsReply { id, .. }) => core.mesh.complete(id, reply),
+        | CoreMsg::StatsReply { id, .. }) => core.mesh().complete(id, reply),
     }
 }
 
@@ -79,13 +79,13 @@ async fn handle(core: &Rc<Core>, _peer: usize, msg: CoreMsg) {
 /// table; if anything changed, the table is persisted and applied on every core. One outcome per
 /// topic, in request order.
 async fn change_on_core0(core: &Rc<Core>, change: TopicChange) -> Vec<TopicOutcome> {
-    let Ok(_permit) = core.mesh.changes.acquire_permit(1).await else {
+    let Ok(_permit) = core.mesh().changes.acquire_permit(1).await else {
         return Vec::new();
     };
     if let Some(refused) = refused_at_the_edge(core, &change) {
         return refused;
     }
-    let mut table = (**core.topics.borrow()).clone();
+    let mut table = (*core.topics()).clone();
     let mut seen = Names::default();
     let (mut outcomes, changed) = match &change {
         TopicChange::Create {
@@ -118,7 +118,7 @@ async fn change_on_core0(core: &Rc<Core>, change: TopicChange) -> Vec<TopicOutco
 /// At the edge, topics are the upstream's: creating, growing, configuring and deleting them is
 /// refused (POLICY_VIOLATION, with the upstream to do it on), and logged.
 fn refused_at_the_edge(core: &Core, change: &TopicChange) -> Option<Vec<TopicOutcome>> {
-    let edge = core.config.edge.as_ref()?;
+    let edge = core.config().edge.as_ref()?;
     let (what, names): (&str, Vec<String>) = match change {
         TopicChange::Create { topics, .. } => {
             ("create", topics.iter().map(|t| t.name.clone()).collect())
@@ -192,14 +192,13 @@ fn decide_mirror(
 /// `--edge-metadata-refresh-ms`) into the topic table, so Metadata at the edge lists them, each
 /// partition led by one of the edge's cores, until the server stops.
 pub async fn mirror_upstream(core: Rc<Core>) {
-    let Some(edge) = core.edge.clone() else {
+    let Some(edge) = core.upstream().cloned() else {
         return;
     };
     let mut mirror = TopicMirror::default();
     while !core.is_shutting_down() {
         let current: BTreeMap<String, (i32, [u8; 16])> = core
-            .topics
-            .borrow()
+            .topics()
             .topics
             .iter()
             .map(|(n, m)| (n.clone(), (m.partitions, m.id)))
@@ -213,7 +212,7 @@ pub async fn mirror_upstream(core: Rc<Core>) {
                 wait.await;
             },
             async {
-                core.shutdown.wait_for(1).await;
+                core.shutdown().wait_for(1).await;
             },
         )
         .await;
@@ -238,7 +237,7 @@ impl Names {
 /// Has core 0 decide a topic change (here, or by message) and returns its outcomes: CreateTopics,
 /// CreatePartitions, AlterConfigs and IncrementalAlterConfigs (topics), DeleteTopics.
 pub async fn change_topics(core: &Rc<Core>, change: TopicChange) -> Vec<TopicOutcome> {
-    if core.id == 0 {
+    if core.id() == 0 {
         return change_on_core0(core, change).await;
     }
     ask_core0(core, |from, id| CoreMsg::Change { from, id, change }).await
@@ -246,11 +245,11 @@ pub async fn change_topics(core: &Rc<Core>, change: TopicChange) -> Vec<TopicOut
 
 /// Sends a topic change to core 0 and waits for its outcomes.
 async fn ask_core0(core: &Rc<Core>, msg: impl FnOnce(usize, u64) -> CoreMsg) -> Vec<TopicOutcome> {
-    let Some(asked) = core.mesh.ask(0, |id| msg(core.id, id)).await else {
+    let Some(asked) = core.mesh().ask(0, |id| msg(core.id(), id)).await else {
         return Vec::new();
     };
     match core
-        .mesh
+        .mesh()
         .answer(asked, Instant::now() + CHANGE_TIMEOUT)
         .await
     {
@@ -262,17 +261,20 @@ async fn ask_core0(core: &Rc<Core>, msg: impl FnOnce(usize, u64) -> CoreMsg) -> 
 /// Every core's statistics, gathered on core 0 for the admin thread.
 pub async fn gather_stats(core: &Rc<Core>) -> Vec<CoreSnapshot> {
     let mut asked = Vec::new();
-    for peer in (0..core.cores).filter(|&p| p != core.id) {
+    for peer in (0..core.cores()).filter(|&p| p != core.id()) {
         asked.extend(
-            core.mesh
-                .ask(peer, |id| CoreMsg::Stats { from: core.id, id })
+            core.mesh()
+                .ask(peer, |id| CoreMsg::Stats {
+                    from: core.id(),
+                    id,
+                })
                 .await,
         );
     }
     let mut out = vec![core.snapshot()];
     let deadline = Instant::now() + QUESTION_TIMEOUT;
     for a in asked {
-        if let Some(CoreMsg::StatsReply { snapshot, .. }) = core.mesh.answer(a, deadline).await {
+        if let Some(CoreMsg::StatsReply { snapshot, .. }) = core.mesh().answer(a, deadline).await {
             out.push(*snapshot);
         }
     }
@@ -294,13 +296,13 @@ async fn on_every_core(
     local: impl std::future::Future<Output = ()>,
 ) {
     let mut asked = Vec::new();
-    for peer in (0..core.cores).filter(|&p| p != core.id) {
-        asked.extend(core.mesh.ask(peer, |id| msg(core.id, id)).await);
+    for peer in (0..core.cores()).filter(|&p| p != core.id()) {
+        asked.extend(core.mesh().ask(peer, |id| msg(core.id(), id)).await);
     }
     local.await;
     let deadline = Instant::now() + CHANGE_TIMEOUT;
     for a in asked {
-        core.mesh.answer(a, deadline).await;
+        core.mesh().answer(a, deadline).await;
     }
 }
 
@@ -373,7 +375,7 @@ fn decide_create(
     let mut changed = false;
     for t in topics {
         let partitions = if t.partitions == -1 {
-            core.config.default_partitions
+            core.config().default_partitions
         } else {
             t.partitions
         };
@@ -401,7 +403,7 @@ fn decide_create(
                 ResponseError::InvalidReplicationFactor,
                 "shoal keeps one replica: replication factor must be 1 or -1".into(),
             ))
-        } else if let Err(why) = apply_topic_configs(&core.config.log, &t.configs) {
+        } else if let Err(why) = apply_topic_configs(&core.config().log, &t.configs) {
             Some((ResponseError::InvalidConfig, why))
         } else {
             None
@@ -504,7 +506,7 @@ fn decide_grow(
     for t in topics {
         let err = seen
             .twice(&t.name)
-            .or_else(|| check_growth(table, t, core.cores));
+            .or_else(|| check_growth(table, t, core.cores()));
         if err.is_some() {
             outcomes.push(outcome(&t.name, err, table.get(&t.name)));
             continue;
@@ -620,7 +622,7 @@ fn decide_configure(
                     ResponseError::UnknownTopicOrPartition,
                     format!("no topic named {name}"),
                 )),
-                Some(meta) => changed_configs(&core.config.log, &meta.configs, change),
+                Some(meta) => changed_configs(&core.config().log, &meta.configs, change),
             }
         };
         match result {
@@ -664,7 +666,7 @@ fn decide_delete(table: &mut TopicTable, names: &[String]) -> (Vec<TopicOutcome>
 
 /// Removes the (emptied) directories of deleted topics.
 async fn remove_topic_dirs(core: &Core, names: Vec<String>) {
-    let topics_dir = core.config.data_dir.join("topics");
+    let topics_dir = core.config().data_dir.join("topics");
     let _ = glommio::executor()
         .spawn_blocking(move || {
             for name in names {
@@ -678,7 +680,7 @@ async fn remove_topic_dirs(core: &Core, names: Vec<String>) {
 /// applied and every outcome that was a success becomes `KAFKA_STORAGE_ERROR`; false then.
 async fn commit(core: &Rc<Core>, mut table: TopicTable, outcomes: &mut [TopicOutcome]) -> bool {
     table.revision += 1;
-    if let Err(e) = persist_table(&core.config.data_dir, &table).await {
+    if let Err(e) = persist_table(&core.config().data_dir, &table).await {
         log::error!("could not persist the topic table: {e}");
         for o in outcomes.iter_mut() {
             o.error.get_or_insert((

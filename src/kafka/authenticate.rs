@@ -48,7 +48,7 @@ pub(super) async fn authenticate(
     seq: &mut i64,
 ) -> Option<Principal> {
     let mut session = SaslSession::Handshake;
-    let timeout = core.config.auth.timeout;
+    let timeout = core.config().auth.timeout;
     let deadline = std::time::Instant::now() + timeout;
     loop {
         let give_up = async {
@@ -84,7 +84,7 @@ async fn step(
     addr: Option<IpAddr>,
 ) -> Next {
     let key = ApiKey::try_from(req.api_key).expect("header parsing checked the key");
-    let auth = &core.config.auth;
+    let auth = &core.config().auth;
     let supported = handlers::supports(req.api_key, req.api_version);
     let malformed = |why: String| {
         log::warn!(
@@ -135,15 +135,20 @@ async fn step(
                 Ok(r) => r,
                 Err(e) => return malformed(e),
             };
-            let limited =
-                addr.is_some_and(|a| core.auth_failures.blocked(a, auth.max_failures_per_minute));
+            let limited = addr.is_some_and(|a| {
+                core.security
+                    .auth_failures
+                    .blocked(a, auth.max_failures_per_minute)
+            });
             let outcome = if limited {
                 Err(crate::auth::scram::Failed(
                     "too many failed authentications from this address: try again in a minute"
                         .into(),
                 ))
             } else {
-                session.authenticate(&r.auth_bytes, &core.users).await
+                session
+                    .authenticate(&r.auth_bytes, &core.security.users)
+                    .await
             };
             match outcome {
                 Ok(Step::Continue(bytes)) => Next::More(frame(
@@ -165,7 +170,7 @@ async fn step(
                 }
                 Err(crate::auth::scram::Failed(why)) => {
                     if let (Some(a), false) = (addr, limited) {
-                        core.auth_failures.failed(a);
+                        core.security.auth_failures.failed(a);
                     }
                     add(&core.metrics.authentication_failures, 1);
                     log::warn!(

@@ -146,14 +146,14 @@ impl Responses {
     }
 }
 
-/// Serves one connection accepted on listener `listener` (index in `core.listeners`).
+/// Serves one connection accepted on listener `listener` (index in `core.cluster.listeners`).
 pub async fn serve(core: Rc<Core>, stream: TcpStream, listener: usize) {
-    let protocol = core.listeners[listener].protocol;
+    let protocol = core.cluster.listeners[listener].protocol;
     let addr = stream.peer_addr().ok();
     let peer: Rc<str> = addr.map_or_else(|| "?".into(), |a| a.to_string().into());
     let _ = stream.set_nodelay(true);
     let tls = if protocol.tls() {
-        core.tls.as_ref()
+        core.security.tls.as_ref()
     } else {
         None
     };
@@ -249,7 +249,7 @@ async fn tls_handshake(
             "handshake timed out",
         ))
     }
-    if core.kernel_tls.get() && ktls::attach(stream.as_raw_fd()).is_ok() {
+    if core.security.kernel_tls.get() && ktls::attach(stream.as_raw_fd()).is_ok() {
         let mut conn =
             futures_rustls::rustls::ServerConnection::new(tls.clone()).map_err(io::Error::other)?;
         futures_lite::future::or(ktls::handshake(&mut stream, &mut conn), timeout()).await?;
@@ -257,11 +257,11 @@ async fn tls_handshake(
         let suite = conn.negotiated_cipher_suite().map(|s| s.suite());
         let budget = ktls::offload(stream.as_raw_fd(), conn).inspect_err(|e| {
             // This connection is lost (its keys have left rustls); the next ones are not.
-            core.kernel_tls.set(false);
+            core.security.kernel_tls.set(false);
             log::warn!(
                 "core {}: the kernel refused TLS keys ({suite:?}): {e}; this core encrypts in \
                  user space from now on",
-                core.id
+                core.id()
             );
         })?;
         add(&core.metrics.tls_kernel_connections, 1);
@@ -297,7 +297,7 @@ pub(super) async fn next_request(
     let frame = futures_lite::future::or(
         async { Some(frames.read_request(reader, limit).await) },
         async {
-            futures_lite::future::or(core.shutdown.wait_for(1), async {
+            futures_lite::future::or(core.shutdown().wait_for(1), async {
                 give_up.await;
                 false
             })
@@ -346,7 +346,7 @@ async fn serve_requests(
     responses: &Rc<Responses>,
     seq: &mut i64,
 ) {
-    let limit = core.config.max_request_bytes;
+    let limit = core.config().max_request_bytes;
     let peer = &session.peer;
     let mut fetched = false;
     loop {
@@ -364,7 +364,7 @@ async fn serve_requests(
             fetched = true;
             add(&core.metrics.fetch_connections, 1);
         }
-        let queue = core.queues.for_api(req.api_key);
+        let queue = core.queues().for_api(req.api_key);
         let (api_key, read_at) = (req.api_key, std::time::Instant::now());
         // Detached: a request, once read, is handled to the end even if the connection goes away
         // (as in Kafka); only its answer is dropped. A handler cancelled half-way could leave

@@ -67,11 +67,11 @@ impl Session {
     /// Whether this connection may do `op` on the resource (always, with no authorizer). A denial
     /// is logged the first time it is decided on the connection.
     pub fn allowed(&self, core: &Core, op: Operation, rt: ResourceType, name: &str) -> bool {
-        let config = &core.config.authorizer;
+        let config = &core.config().authorizer;
         if !config.enabled {
             return true;
         }
-        let revision = core.topics.borrow().revision;
+        let revision = core.topics().revision;
         let mut decisions = self.decisions.borrow_mut();
         if decisions.revision != revision || decisions.count >= MAX_DECISIONS {
             *decisions = Decisions {
@@ -89,7 +89,7 @@ impl Session {
         };
         let d = acl::authorize(
             config,
-            &core.topics.borrow().acls,
+            &core.topics().acls,
             &self.principal_name,
             &self.host,
             op,
@@ -129,8 +129,8 @@ impl Session {
     pub fn may_write_idempotently(&self, core: &Core) -> bool {
         self.may_cluster(core, Operation::IdempotentWrite)
             || acl::allowed_on_some_topic(
-                &core.config.authorizer,
-                &core.topics.borrow().acls,
+                &core.config().authorizer,
+                &core.topics().acls,
                 &self.principal_name,
                 &self.host,
                 Operation::Write,

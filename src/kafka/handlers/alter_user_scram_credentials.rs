@@ -109,7 +109,7 @@ pub async fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult 
     // A user with any refused change changes nothing.
     changes.retain(|(i, _)| users[*i].1.is_none());
     if !changes.is_empty() {
-        let path = core.users.path().to_path_buf();
+        let path = core.security.users.path().to_path_buf();
         let list: Vec<CredentialChange> = changes.iter().map(|(_, c)| c.clone()).collect();
         let applied = glommio::executor()
             .spawn_blocking(move || UserStore::change_file(&path, &list))

@@ -20,7 +20,7 @@ pub async fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult 
     let mut results = Vec::new();
     for id in &request.groups_names {
         let error = if who.may_group(core, Operation::Delete, id) {
-            core.groups.delete(id).await.err()
+            core.groups().delete(id).await.err()
         } else {
             Some(kafka_protocol::error::ResponseError::GroupAuthorizationFailed)
         };

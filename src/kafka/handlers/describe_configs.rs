@@ -91,7 +91,7 @@ fn entries(
 ) -> Result<Vec<ConfigEntry>, (ResponseError, String)> {
     match resource_type {
         TOPIC => {
-            let table = core.topics.borrow().clone();
+            let table = core.topics().clone();
             // A view has its source's configs.
             let source = match parse_view_name(name) {
                 Some(Ok(v)) => v.source,
@@ -103,23 +103,23 @@ fn entries(
                     format!("no topic named {name}"),
                 )
             })?;
-            Ok(topic_config_entries(&core.config.log, &meta.configs))
+            Ok(topic_config_entries(&core.config().log, &meta.configs))
         }
         BROKER => match name.parse::<usize>() {
-            Ok(id) if id < core.cores => Ok(broker_config_entries(
-                &core.config.log,
-                core.config.default_partitions,
+            Ok(id) if id < core.cores() => Ok(broker_config_entries(
+                &core.config().log,
+                core.config().default_partitions,
             )),
             // The cluster-wide default resource: the same flags.
             _ if name.is_empty() => Ok(broker_config_entries(
-                &core.config.log,
-                core.config.default_partitions,
+                &core.config().log,
+                core.config().default_partitions,
             )),
             _ => Err((
                 ResponseError::InvalidRequest,
                 format!(
                     "no broker {name:?}: brokers are the cores 0 to {}",
-                    core.cores - 1
+                    core.cores() - 1
                 ),
             )),
         },

@@ -30,12 +30,12 @@ pub fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult {
             } else {
                 Err(kafka_protocol::error::ResponseError::GroupAuthorizationFailed)
             };
-            if let Err(e) = allowed.and_then(|()| core.groups.check(id)) {
+            if let Err(e) = allowed.and_then(|()| core.groups().check(id)) {
                 return base
                     .with_error_code(e.code())
                     .with_group_state(StrBytes::from_static_str(GroupState::Dead.name()));
             }
-            core.groups
+            core.groups()
                 .with_group(id, |g| {
                     base.clone()
                         .with_group_state(StrBytes::from_static_str(g.state().name()))

@@ -32,7 +32,7 @@ pub async fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult 
             .with_error_message(Some(StrBytes::from_static_str("not authorized")));
         return Ok(frame(ApiKey::DescribeUserScramCredentials, req, &denied));
     }
-    let store = core.users.current().await;
+    let store = core.security.users.current().await;
     let listed = store.list();
     let result = |user: &str| {
         let r = DescribeUserScramCredentialsResult::default()

@@ -61,10 +61,10 @@ fn lookup(core: &Core, who: &Session, key: &StrBytes, key_type: i8) -> Coordinat
     }
     // The empty group id has a coordinator too: OffsetCommit, OffsetFetch, DescribeGroups and
     // DeleteGroups accept it, as in Kafka (only the membership APIs refuse it).
-    let owner = coordinator_core(key, core.cores);
+    let owner = coordinator_core(key, core.cores());
     c.with_node_id(BrokerId(owner as i32))
-        .with_host(StrBytes::from_string(core.advertised_host.clone()))
-        .with_port(i32::from(core.listeners[who.listener].ports[owner]))
+        .with_host(StrBytes::from_string(core.cluster.advertised_host.clone()))
+        .with_port(i32::from(core.cluster.listeners[who.listener].ports[owner]))
 }
 
 pub fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult {

@@ -27,7 +27,7 @@ pub fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult {
         .as_ref()
         .filter(|_| req.api_version >= 3)
         .map(|s| s.to_string());
-    let error = core.groups.heartbeat(
+    let error = core.groups().heartbeat(
         &request.group_id,
         &request.member_id,
         instance.as_deref(),

@@ -49,14 +49,14 @@ pub fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
         let (id, epoch) = if request.producer_epoch < i16::MAX - 1 {
             (request.producer_id.0, request.producer_epoch + 1)
         } else {
-            (next_producer_id(core.id), 0)
+            (next_producer_id(core.id()), 0)
         };
         InitProducerIdResponse::default()
             .with_producer_id(ProducerId(id))
             .with_producer_epoch(epoch)
     } else {
         InitProducerIdResponse::default()
-            .with_producer_id(ProducerId(next_producer_id(core.id)))
+            .with_producer_id(ProducerId(next_producer_id(core.id())))
             .with_producer_epoch(0)
     };
     if response.error_code != 0 {

@@ -79,7 +79,7 @@ pub async fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult 
             require_known_member_id: v >= 4,
             supports_skip_assignment: v >= 9,
         };
-        match core.groups.join(&request.group_id, join) {
+        match core.groups().join(&request.group_id, join) {
             Answer::Now(a) => Ok(a),
             Answer::Later(rx) => rx.await.ok_or(ResponseError::NotCoordinator),
         }

@@ -39,7 +39,7 @@ pub fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult {
     } else {
         vec![(request.member_id.to_string(), None)]
     };
-    let response = match core.groups.leave(&request.group_id, &members) {
+    let response = match core.groups().leave(&request.group_id, &members) {
         Err(e) => LeaveGroupResponse::default().with_error_code(e.code()),
         Ok(errors) if v >= 3 => LeaveGroupResponse::default().with_members(
             members

@@ -22,7 +22,7 @@ pub fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult {
     // DESCRIBE on the cluster lists every group; else those the client may describe.
     let all = who.may_cluster(core, Operation::Describe);
     let groups = core
-        .groups
+        .groups()
         .list()
         .into_iter()
         .filter(|(id, _, _)| all || who.may_group(core, Operation::Describe, id))

@@ -52,7 +52,7 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
                 }
             };
             let log = &part.log;
-            if let Some(edge) = &core.edge {
+            if let Some(edge) = core.upstream() {
                 // A view's offsets are its source's: the upstream is asked for those.
                 let answer = edge
                     .list_offset(log, &part.topic, p.partition_index, p.timestamp, view)

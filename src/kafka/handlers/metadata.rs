@@ -35,13 +35,13 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
                 .collect(),
         ),
     };
-    let auto_create = core.config.auto_create_topics
+    let auto_create = core.config().auto_create_topics
         && (req.api_version < 4 || request.allow_auto_topic_creation);
     if let (Some(names), true) = (&wanted, auto_create) {
         let missing: Vec<NewTopic> = names
             .iter()
             .filter(|n| {
-                core.topics.borrow().get(n).is_none()
+                core.topics().get(n).is_none()
                     && validate_topic_name(n).is_ok()
                     && !control::is_view_name(n)
                     && (who.may_cluster(core, Operation::Create)
@@ -62,7 +62,7 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
             control::change_topics(core, change).await;
         }
     }
-    let table = core.topics.borrow().clone();
+    let table = core.topics().clone();
     // All topics: those the client may describe; named ones it may not: refused by name.
     let names: Vec<String> = wanted.unwrap_or_else(|| {
         table
@@ -106,7 +106,7 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
             };
             let partitions = (0..meta.partitions)
                 .map(|p| {
-                    let leader = BrokerId(table.owner(meta, p, core.cores) as i32);
+                    let leader = BrokerId(table.owner(meta, p, core.cores()) as i32);
                     MetadataResponsePartition::default()
                         .with_partition_index(p)
                         .with_leader_id(leader)
@@ -121,12 +121,12 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
         })
         .collect();
     count_errors(core, req, topics.iter().map(|t| t.error_code));
-    let brokers = (0..core.cores)
+    let brokers = (0..core.cores())
         .map(|i| {
             MetadataResponseBroker::default()
                 .with_node_id(BrokerId(i as i32))
-                .with_host(StrBytes::from_string(core.advertised_host.clone()))
-                .with_port(core.listeners[who.listener].ports[i] as i32)
+                .with_host(StrBytes::from_string(core.cluster.advertised_host.clone()))
+                .with_port(core.cluster.listeners[who.listener].ports[i] as i32)
         })
         .collect();
     let response = MetadataResponse::default()

@@ -150,7 +150,7 @@ pub async fn handle(core: Rc<Core>, req: Request, session: Rc<Session>) -> Reply
         crate::metrics::add(&core.metrics.protocol_errors, 1);
         return Reply::Close;
     }
-    if let Some(edge) = &core.edge {
+    if let Some(edge) = core.upstream() {
         let rights = s.rights(&core);
         let client = Client {
             peer: peer.as_ref(),

@@ -43,7 +43,7 @@ pub async fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult 
         .filter(|_| v >= 7)
         .map(|s| s.to_string());
     let checked = if who.may_group(core, Operation::Read, &request.group_id) {
-        core.groups.check_commit(
+        core.groups().check_commit(
             &request.group_id,
             &request.member_id,
             instance.as_deref(),
@@ -93,7 +93,7 @@ pub async fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult 
     }
     let written = match checked {
         Ok(store) if !to_write.is_empty() => {
-            core.groups
+            core.groups()
                 .commit(&store, &request.group_id, to_write)
                 .await
         }

@@ -43,7 +43,7 @@ fn lookup(
     if !who.may_group(core, Operation::Describe, group) {
         return Err(ResponseError::GroupAuthorizationFailed);
     }
-    core.groups.check(group)?;
+    core.groups().check(group)?;
     let visible = |t: &str| who.may_topic(core, Operation::Describe, t);
     Ok(match asked {
         Some(topics) => topics
@@ -54,7 +54,7 @@ fn lookup(
                     .map(|p| {
                         (
                             p,
-                            core.groups
+                            core.groups()
                                 .fetch(group, &name, p)
                                 .filter(|_| visible(&name)),
                         )
@@ -65,7 +65,7 @@ fn lookup(
             .collect(),
         None => {
             let mut by_topic: BTreeMap<String, Vec<Found>> = BTreeMap::new();
-            for ((t, p), c) in core.groups.fetch_all(group) {
+            for ((t, p), c) in core.groups().fetch_all(group) {
                 if !visible(&t) {
                     continue;
                 }
@@ -97,10 +97,10 @@ fn fields(c: Option<Committed>, v: i16) -> (i64, i32, Option<StrBytes>) {
 async fn settle(core: &Core, version: i16, request: &OffsetFetchRequest) {
     if version >= 8 {
         for g in &request.groups {
-            core.groups.settled(&g.group_id).await;
+            core.groups().settled(&g.group_id).await;
         }
     } else {
-        core.groups.settled(&request.group_id).await;
+        core.groups().settled(&request.group_id).await;
     }
 }
 

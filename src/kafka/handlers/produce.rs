@@ -56,10 +56,7 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
         let name = t.name.0.clone();
         let mut parts = Vec::new();
         let writable = who.may_topic(core, Operation::Write, &name);
-        let read_only = core
-            .edge
-            .as_ref()
-            .map(|e| e.refuse_produce(&name, &who.peer));
+        let read_only = core.upstream().map(|e| e.refuse_produce(&name, &who.peer));
         for p in t.partition_data {
             parts.push(if let Some(why) = &read_only {
                 failed(

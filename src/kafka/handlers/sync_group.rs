@@ -58,7 +58,7 @@ pub async fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult 
                 })
                 .collect(),
         };
-        match core.groups.sync(&request.group_id, sync) {
+        match core.groups().sync(&request.group_id, sync) {
             Answer::Now(a) => Ok(a),
             Answer::Later(rx) => rx.await.ok_or(ResponseError::NotCoordinator),
         }

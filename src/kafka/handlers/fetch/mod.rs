@@ -111,8 +111,9 @@ fn plan(core: &Core, request: &FetchRequest, who: &Session) -> Plan {
                             .ok_or(ResponseError::TopicAuthorizationFailed)
                             .and_then(|()| core.local_partition(name, p.partition))
                             .map(|(part, view)| {
-                                let view =
-                                    view.map(|v| (core.views.reader(&part.log, v.shards), v.shard));
+                                let view = view.map(|v| {
+                                    (core.reads.views.reader(&part.log, v.shards), v.shard)
+                                });
                                 ReadSource { part, view }
                             }),
                     })
@@ -124,7 +125,7 @@ fn plan(core: &Core, request: &FetchRequest, who: &Session) -> Plan {
     Plan {
         topics,
         // Under memory pressure a fetch returns what fits: at least one batch (KIP-74), never waiting.
-        max_bytes: response_limit(request.max_bytes, core.response_memory.available()),
+        max_bytes: response_limit(request.max_bytes, core.reads.response_memory.available()),
         min_bytes: request.min_bytes.max(0) as usize,
         deadline: Instant::now() + wait,
         read_committed: request.isolation_level == 1,
@@ -151,7 +152,7 @@ async fn execute(core: &Rc<Core>, plan: &Plan) -> Execution {
                     // window): only coalesced log reads are counted against response memory.
                     let read = match view {
                         Some((reader, shard)) => {
-                            if let Some(edge) = &core.edge {
+                            if let Some(edge) = core.upstream() {
                                 let at =
                                     edge_read(part, p.offset, budget, obligatory, plan.deadline);
                                 edge.keep_fed(at);
@@ -181,10 +182,10 @@ async fn execute(core: &Rc<Core>, plan: &Plan) -> Execution {
                             total += records.len;
                             let mut result = ok_result(p.index, part, records);
                             if let Some(s) = shared {
-                                if let Some(edge) = &core.edge {
+                                if let Some(edge) = core.upstream() {
                                     edge.upstream_watermarks(&mut result, &s.read);
                                 }
-                                holds.push(core.response_memory.hold(&s));
+                                holds.push(core.reads.response_memory.hold(&s));
                             }
                             result
                         }
@@ -223,9 +224,9 @@ async fn read_partition(
     deadline: Instant,
 ) -> shards::Result<Option<Rc<shards::SharedRead>>> {
     let log = part.log.clone();
-    if let Some(edge) = &core.edge {
+    if let Some(edge) = core.upstream() {
         let at = edge_read(part, offset, budget, obligatory, deadline);
-        if let Some(served) = edge.read(&core.coalescer, at).await {
+        if let Some(served) = edge.read(&core.reads.coalescer, at).await {
             return served;
         }
     }
@@ -259,7 +260,8 @@ async fn read_partition(
         }
         r
     };
-    core.coalescer
+    core.reads
+        .coalescer
         .read(key, high_watermark, read)
         .await
         .map(Some)
@@ -313,7 +315,7 @@ fn down_convert_errors(version: i16, topics: &mut [TopicResult]) {
 
 pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
     let request: FetchRequest = decode(req)?;
-    let _held = core.load.hold_fetch();
+    let _held = core.reads.load.hold_fetch();
     let plan = plan(core, &request, who);
     pace(core, &plan, Before::Read).await;
     let mut done = loop {
@@ -375,6 +377,7 @@ enum Before {
 /// `--fetch-pacing-max-ms`, at most a second), so shutdown does not cut it short.
 async fn pace(core: &Core, plan: &Plan, when: Before) {
     let delay = core
+        .reads
         .load
         .fetch_delay()
         .min(plan.deadline.saturating_duration_since(Instant::now()));
@@ -425,7 +428,7 @@ async fn wait_for_data(core: &Core, plan: &Plan) -> bool {
         false
     };
     let shutdown = async {
-        core.shutdown.wait_for(1).await;
+        core.shutdown().wait_for(1).await;
         false
     };
     futures_lite::future::or(any, futures_lite::future::or(timeout, shutdown)).await
