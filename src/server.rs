@@ -78,190 +78,36 @@ impl Server {
     /// Binds every listener, then starts the cores. Returns once the ports accept connections.
     pub fn start(mut config: ServerConfig) -> std::io::Result<Server> {
         let cores = config.cores.max(1);
-        let admin_token = match &config.admin_token_file {
-            None => None,
-            Some(path) => {
-                let token = std::fs::read_to_string(path)
-                    .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?
-                    .trim()
-                    .to_string();
-                if token.len() < 16 {
-                    return Err(std::io::Error::other(format!(
-                        "{}: the admin token must have at least 16 characters",
-                        path.display()
-                    )));
-                }
-                Some(token)
-            }
-        };
+        let admin_token = config
+            .admin_token_file
+            .as_deref()
+            .map(read_admin_token)
+            .transpose()?;
         let broker = &mut config.broker;
         broker.data_dir = resolve_data_dir(&broker.data_dir)?;
         log::info!("data directory: {}", broker.data_dir.display());
         let data_dir_lock = lock_data_dir(&broker.data_dir)?;
         claim_data_dir(&broker.data_dir, broker.edge.as_ref())?;
         if let Some(tls) = &broker.auth.tls {
-            crate::auth::tls::server_config(tls)
-                .map_err(|e| std::io::Error::other(format!("TLS: {e}")))?;
-            let kernel = if !tls.kernel {
-                "encrypted in user space (--tls-kernel off)"
-            } else if crate::wire::ktls::available() {
-                "encrypted by the kernel (kTLS) after each handshake"
-            } else {
-                "encrypted in user space (this kernel does not offer kernel TLS: no `tls` in \
-                 /proc/sys/net/ipv4/tcp_available_ulp)"
-            };
-            log::info!(
-                "TLS on the Kafka listener{}; {kernel}",
-                if tls.client_ca.is_some() {
-                    ", client certificates required"
-                } else {
-                    ""
-                },
-            );
+            check_and_log_tls(tls)?;
         }
-        let wanted = if config.listeners.is_empty() {
-            let implied =
-                SecurityProtocol::implied(broker.auth.tls.is_some(), !broker.auth.sasl.is_empty());
-            vec![(implied, config.listen)]
-        } else {
-            config.listeners.clone()
-        };
-        for (protocol, addr) in &wanted {
-            if protocol.tls() && broker.auth.tls.is_none() {
-                return Err(std::io::Error::other(format!(
-                    "listener {}://{addr} needs --tls-cert and --tls-key",
-                    protocol.name()
-                )));
-            }
-            if protocol.sasl() && broker.auth.sasl.is_empty() {
-                return Err(std::io::Error::other(format!(
-                    "listener {}://{addr} needs --sasl-mechanisms",
-                    protocol.name()
-                )));
-            }
-        }
-        // The admin endpoint's TLS: the listeners' certificate, no client certificates.
-        let admin_tls = match (&config.admin_tls, &broker.auth.tls) {
-            (false, _) => None,
-            (true, None) => {
-                return Err(std::io::Error::other(
-                    "--admin-tls needs --tls-cert and --tls-key",
-                ))
-            }
-            (true, Some(t)) => {
-                let plain = crate::auth::tls::TlsConfig {
-                    client_ca: None,
-                    kernel: false,
-                    ..t.clone()
-                };
-                Some(
-                    crate::auth::tls::server_config(&plain)
-                        .map_err(|e| std::io::Error::other(format!("admin TLS: {e}")))?,
-                )
-            }
-        };
-        let table = control::load_table(&broker.data_dir)?;
-        crate::groups::reshard(&broker.data_dir, cores)?;
+        let wanted = wanted_listeners(&config)?;
+        let admin_tls = admin_tls(config.admin_tls, config.broker.auth.tls.as_ref())?;
+        let table = control::load_table(&config.broker.data_dir)?;
+        crate::groups::reshard(&config.broker.data_dir, cores)?;
         let retry = config.bind_retry;
-        // Per core, one socket per listener.
-        let mut sockets: Vec<Vec<std::net::TcpListener>> = (0..cores).map(|_| Vec::new()).collect();
-        for (protocol, addr) in &wanted {
-            for (i, core_sockets) in sockets.iter_mut().enumerate() {
-                let port = if addr.port() == 0 {
-                    0
-                } else {
-                    addr.port() + i as u16
-                };
-                let l = bind_retrying(SocketAddr::new(addr.ip(), port), retry).map_err(|e| {
-                    std::io::Error::new(
-                        e.kind(),
-                        format!(
-                            "core {i}: cannot listen on port {port}: {e} ({} listener)",
-                            protocol.name()
-                        ),
-                    )
-                })?;
-                l.set_nonblocking(true)?;
-                core_sockets.push(l);
-            }
-        }
-        let listeners: Vec<Listener> = wanted
-            .iter()
-            .enumerate()
-            .map(|(k, (protocol, _))| {
-                let ports = sockets
-                    .iter()
-                    .map(|s| s[k].local_addr().map(|a| a.port()))
-                    .collect::<Result<Vec<u16>, _>>()?;
-                Ok(Listener {
-                    protocol: *protocol,
-                    ports,
-                })
-            })
-            .collect::<std::io::Result<_>>()?;
+        let (sockets, listeners) = bind_listeners(&wanted, cores, retry)?;
         let ports = listeners[0].ports.clone();
-        let admin_listener = bind_retrying(config.admin, retry).map_err(|e| {
-            std::io::Error::new(
-                e.kind(),
-                format!("cannot listen on the admin address {}: {e}", config.admin),
-            )
-        })?;
-        admin_listener.set_nonblocking(true)?;
+        let admin_listener = bind_named(config.admin, "the admin address", retry)?;
         let admin = admin_listener.local_addr()?;
-        let metrics_listener = match config.metrics_listen {
-            None => None,
-            Some(addr) => {
-                let l = bind_retrying(addr, retry).map_err(|e| {
-                    std::io::Error::new(
-                        e.kind(),
-                        format!("cannot listen on the metrics address {addr}: {e}"),
-                    )
-                })?;
-                l.set_nonblocking(true)?;
-                Some(l)
-            }
-        };
+        let metrics_listener = config
+            .metrics_listen
+            .map(|addr| bind_named(addr, "the metrics address", retry))
+            .transpose()?;
         let (admin_requests, admin_inbox) = control::admin_link(ADMIN_QUEUE)?;
-        let mut admin_inbox = Some(admin_inbox);
         let stop = Arc::new(AtomicBool::new(false));
-        let mesh = MeshBuilder::<CoreMsg, _>::full(cores, 1024);
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let broker = Arc::new(config.broker);
-        let mut handles = Vec::with_capacity(cores);
-        for (i, core_sockets) in sockets.into_iter().enumerate() {
-            let placement = if cores <= cpus {
-                Placement::Fixed(i)
-            } else {
-                Placement::Unbound
-            };
-            let fds: Vec<RawFd> = core_sockets.into_iter().map(|l| l.into_raw_fd()).collect();
-            let inbox = if i == 0 { admin_inbox.take() } else { None };
-            let (broker, listeners, stop, mesh, table) = (
-                broker.clone(),
-                listeners.clone(),
-                stop.clone(),
-                mesh.clone(),
-                table.clone(),
-            );
-            let h = LocalExecutorBuilder::new(placement)
-                .name(&format!("shoal-core-{i}"))
-                .spawn(move || async move {
-                    let _stop_all = StopOnPanic(stop.clone());
-                    run_core(
-                        i,
-                        (*broker).clone(),
-                        listeners,
-                        fds,
-                        inbox,
-                        mesh,
-                        stop,
-                        table,
-                    )
-                    .await;
-                })
-                .map_err(|e| std::io::Error::other(format!("cannot start core {i}: {e}")))?;
-            handles.push(h);
-        }
+        let handles = spawn_cores(sockets, &broker, &listeners, admin_inbox, &stop, &table)?;
         let admin_cores = admin::Cores {
             requests: admin_requests,
             ports: ports.clone(),
@@ -278,20 +124,15 @@ impl Server {
             metrics_only: true,
             ..admin_cores.clone()
         };
-        let admin_thread =
-            admin::spawn(admin_listener, admin_cores, stop.clone()).map_err(|e| {
-                stop.store(true, Ordering::SeqCst);
-                std::io::Error::other(format!("cannot start the admin thread: {e}"))
-            })?;
+        let admin_thread = spawn_admin(admin_listener, admin_cores, &stop, "admin")?;
         let (metrics, metrics_thread) = match metrics_listener {
             None => (None, None),
             Some(l) => {
                 let addr = l.local_addr()?;
-                let thread = admin::spawn(l, metrics_cores, stop.clone()).map_err(|e| {
-                    stop.store(true, Ordering::SeqCst);
-                    std::io::Error::other(format!("cannot start the metrics thread: {e}"))
-                })?;
-                (Some(addr), Some(thread))
+                (
+                    Some(addr),
+                    Some(spawn_admin(l, metrics_cores, &stop, "metrics")?),
+                )
             }
         };
         log::info!("shoal serving on ports {ports:?} ({cores} cores), admin on {admin}");
@@ -373,6 +214,217 @@ fn lock_data_dir(dir: &Path) -> std::io::Result<std::fs::File> {
         e.kind(),
         format!("locking {}: {e}", path.display()),
     ))
+}
+
+/// The admin token in `path` (trimmed), refused if shorter than 16 characters.
+fn read_admin_token(path: &Path) -> std::io::Result<String> {
+    let token = std::fs::read_to_string(path)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?
+        .trim()
+        .to_string();
+    if token.len() < 16 {
+        return Err(std::io::Error::other(format!(
+            "{}: the admin token must have at least 16 characters",
+            path.display()
+        )));
+    }
+    Ok(token)
+}
+
+/// Checks that the listeners' TLS files can be read, and says how records will be encrypted.
+fn check_and_log_tls(tls: &crate::auth::tls::TlsConfig) -> std::io::Result<()> {
+    crate::auth::tls::server_config(tls).map_err(|e| std::io::Error::other(format!("TLS: {e}")))?;
+    let kernel = if !tls.kernel {
+        "encrypted in user space (--tls-kernel off)"
+    } else if crate::wire::ktls::available() {
+        "encrypted by the kernel (kTLS) after each handshake"
+    } else {
+        "encrypted in user space (this kernel does not offer kernel TLS: no `tls` in \
+         /proc/sys/net/ipv4/tcp_available_ulp)"
+    };
+    log::info!(
+        "TLS on the Kafka listener{}; {kernel}",
+        if tls.client_ca.is_some() {
+            ", client certificates required"
+        } else {
+            ""
+        },
+    );
+    Ok(())
+}
+
+/// The Kafka listeners to open (`--listeners`, or `--listen` with the protocol the security
+/// settings imply), each refused if it needs security settings that are missing.
+fn wanted_listeners(config: &ServerConfig) -> std::io::Result<Vec<(SecurityProtocol, SocketAddr)>> {
+    let auth = &config.broker.auth;
+    let wanted = if config.listeners.is_empty() {
+        let implied = SecurityProtocol::implied(auth.tls.is_some(), !auth.sasl.is_empty());
+        vec![(implied, config.listen)]
+    } else {
+        config.listeners.clone()
+    };
+    for (protocol, addr) in &wanted {
+        if protocol.tls() && auth.tls.is_none() {
+            return Err(std::io::Error::other(format!(
+                "listener {}://{addr} needs --tls-cert and --tls-key",
+                protocol.name()
+            )));
+        }
+        if protocol.sasl() && auth.sasl.is_empty() {
+            return Err(std::io::Error::other(format!(
+                "listener {}://{addr} needs --sasl-mechanisms",
+                protocol.name()
+            )));
+        }
+    }
+    Ok(wanted)
+}
+
+/// The admin endpoint's TLS (`--admin-tls`): the listeners' certificate, no client certificates.
+fn admin_tls(
+    wanted: bool,
+    tls: Option<&crate::auth::tls::TlsConfig>,
+) -> std::io::Result<Option<Arc<futures_rustls::rustls::ServerConfig>>> {
+    match (wanted, tls) {
+        (false, _) => Ok(None),
+        (true, None) => Err(std::io::Error::other(
+            "--admin-tls needs --tls-cert and --tls-key",
+        )),
+        (true, Some(t)) => {
+            let plain = crate::auth::tls::TlsConfig {
+                client_ca: None,
+                kernel: false,
+                ..t.clone()
+            };
+            crate::auth::tls::server_config(&plain)
+                .map(Some)
+                .map_err(|e| std::io::Error::other(format!("admin TLS: {e}")))
+        }
+    }
+}
+
+/// Binds one socket per core per listener (core *i* on the listener's port + *i*, or a free port
+/// for port 0): the sockets by core, and each listener with the ports it got.
+fn bind_listeners(
+    wanted: &[(SecurityProtocol, SocketAddr)],
+    cores: usize,
+    retry: Duration,
+) -> std::io::Result<(Vec<Vec<std::net::TcpListener>>, Vec<Listener>)> {
+    let mut sockets: Vec<Vec<std::net::TcpListener>> = (0..cores).map(|_| Vec::new()).collect();
+    for (protocol, addr) in wanted {
+        for (i, core_sockets) in sockets.iter_mut().enumerate() {
+            let port = if addr.port() == 0 {
+                0
+            } else {
+                addr.port() + i as u16
+            };
+            let l = bind_retrying(SocketAddr::new(addr.ip(), port), retry).map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "core {i}: cannot listen on port {port}: {e} ({} listener)",
+                        protocol.name()
+                    ),
+                )
+            })?;
+            l.set_nonblocking(true)?;
+            core_sockets.push(l);
+        }
+    }
+    let listeners = wanted
+        .iter()
+        .enumerate()
+        .map(|(k, (protocol, _))| {
+            let ports = sockets
+                .iter()
+                .map(|s| s[k].local_addr().map(|a| a.port()))
+                .collect::<Result<Vec<u16>, _>>()?;
+            Ok(Listener {
+                protocol: *protocol,
+                ports,
+            })
+        })
+        .collect::<std::io::Result<_>>()?;
+    Ok((sockets, listeners))
+}
+
+/// Binds `addr` (named `what` in the error), non-blocking.
+fn bind_named(
+    addr: SocketAddr,
+    what: &str,
+    retry: Duration,
+) -> std::io::Result<std::net::TcpListener> {
+    let l = bind_retrying(addr, retry).map_err(|e| {
+        std::io::Error::new(e.kind(), format!("cannot listen on {what} {addr}: {e}"))
+    })?;
+    l.set_nonblocking(true)?;
+    Ok(l)
+}
+
+/// Starts one executor per core (pinned when there are CPUs enough), each serving its sockets;
+/// core 0 also takes the admin's requests.
+fn spawn_cores(
+    sockets: Vec<Vec<std::net::TcpListener>>,
+    broker: &Arc<BrokerConfig>,
+    listeners: &[Listener],
+    admin_inbox: control::AdminInbox,
+    stop: &Arc<AtomicBool>,
+    table: &crate::topics::TopicTable,
+) -> std::io::Result<Vec<glommio::ExecutorJoinHandle<()>>> {
+    let cores = sockets.len();
+    let mut admin_inbox = Some(admin_inbox);
+    let mesh = MeshBuilder::<CoreMsg, _>::full(cores, 1024);
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut handles = Vec::with_capacity(cores);
+    for (i, core_sockets) in sockets.into_iter().enumerate() {
+        let placement = if cores <= cpus {
+            Placement::Fixed(i)
+        } else {
+            Placement::Unbound
+        };
+        let fds: Vec<RawFd> = core_sockets.into_iter().map(|l| l.into_raw_fd()).collect();
+        let inbox = if i == 0 { admin_inbox.take() } else { None };
+        let (broker, listeners, stop, mesh, table) = (
+            broker.clone(),
+            listeners.to_vec(),
+            stop.clone(),
+            mesh.clone(),
+            table.clone(),
+        );
+        let h = LocalExecutorBuilder::new(placement)
+            .name(&format!("shoal-core-{i}"))
+            .spawn(move || async move {
+                let _stop_all = StopOnPanic(stop.clone());
+                run_core(
+                    i,
+                    (*broker).clone(),
+                    listeners,
+                    fds,
+                    inbox,
+                    mesh,
+                    stop,
+                    table,
+                )
+                .await;
+            })
+            .map_err(|e| std::io::Error::other(format!("cannot start core {i}: {e}")))?;
+        handles.push(h);
+    }
+    Ok(handles)
+}
+
+/// Starts an admin HTTP thread (`what`: "admin" or "metrics"); on failure every core is told
+/// to stop.
+fn spawn_admin(
+    listener: std::net::TcpListener,
+    cores: admin::Cores,
+    stop: &Arc<AtomicBool>,
+    what: &str,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    admin::spawn(listener, cores, stop.clone()).map_err(|e| {
+        stop.store(true, Ordering::SeqCst);
+        std::io::Error::other(format!("cannot start the {what} thread: {e}"))
+    })
 }
 
 /// Marks a data directory an edge's cache ([`EDGE_MARK`]). An edge starts with an empty cache
@@ -548,7 +600,7 @@ async fn run_core(
     shards::compactor::start();
     let ticker = glommio::spawn_local({
         let core = core.clone();
-        async move { core.groups().run_ticker(&core.shutdown()).await }
+        async move { core.groups().run_ticker(core.shutdown()).await }
     });
     let sampler = glommio::spawn_local(crate::load::run_sampler(
         core.reads.load.clone(),
