@@ -211,9 +211,11 @@ fn a_tls_listener_serves_python_clients_and_librdkafka_and_refuses_plaintext() {
             "kernel {kernel}, user space {user}"
         );
     } else {
-        eprintln!(
-            "SKIPPED: kernel TLS: this kernel offers no `tls` ULP (/proc/sys/net/ipv4/tcp_available_ulp); \
-             checked that rustls encrypted instead"
+        shards::testing::skipped(
+            "a_tls_listener_serves_python_clients_and_librdkafka_and_refuses_plaintext",
+            "kernel TLS",
+            "this kernel offers no `tls` ULP (/proc/sys/net/ipv4/tcp_available_ulp); checked \
+             that rustls encrypted instead",
         );
         assert!(
             kernel == 0 && user > 0,
