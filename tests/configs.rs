@@ -46,6 +46,54 @@ fn describe(
     (e.value.clone(), format!("{:?}", e.source), e.is_read_only)
 }
 
+/// Every config of `resource`: (name, value, source), in the order described.
+fn describe_all(
+    admin: &AdminClient<DefaultClientContext>,
+    resource: ResourceSpecifier<'_>,
+) -> Vec<(String, Option<String>, String)> {
+    let results = futures_lite::future::block_on(admin.describe_configs([&resource], &opts()))
+        .expect("DescribeConfigs answered");
+    let r = results.into_iter().next().unwrap().expect("described");
+    r.entries
+        .iter()
+        .map(|e| (e.name.clone(), e.value.clone(), format!("{:?}", e.source)))
+        .collect()
+}
+
+const TOPIC_RESOURCE: i8 = 2;
+const BROKER_RESOURCE: i8 = 4;
+const INVALID_REQUEST: i16 = 42;
+const INVALID_CONFIG: i16 = 40;
+
+/// AlterConfigs (v2) of one resource to `key=value`, sent as wire bytes: the resource's error
+/// code and message.
+fn alter_on_the_wire(
+    port: u16,
+    resource_type: i8,
+    name: &str,
+    key: &str,
+    value: &str,
+) -> (i16, Option<String>) {
+    use kafka_protocol::messages::alter_configs_request::{AlterConfigsResource, AlterableConfig};
+    use kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse, ApiKey};
+    use kafka_protocol::protocol::StrBytes;
+    let request =
+        AlterConfigsRequest::default().with_resources(vec![AlterConfigsResource::default()
+            .with_resource_type(resource_type)
+            .with_resource_name(StrBytes::from_string(name.into()))
+            .with_configs(vec![AlterableConfig::default()
+                .with_name(StrBytes::from_string(key.into()))
+                .with_value(Some(StrBytes::from_string(value.into())))])]);
+    let mut s = common::wire::connect(port);
+    let r: AlterConfigsResponse = common::wire::call(&mut s, ApiKey::AlterConfigs, 2, 1, &request);
+    assert_eq!(r.responses.len(), 1, "one answer per resource");
+    let r = &r.responses[0];
+    (
+        r.error_code,
+        r.error_message.as_ref().map(|m| m.to_string()),
+    )
+}
+
 fn alter(admin: &AdminClient<DefaultClientContext>, change: AlterConfig<'_>) -> AlterConfigsResult {
     futures_lite::future::block_on(admin.alter_configs([&change], &opts()))
         .expect("AlterConfigs answered")
@@ -114,42 +162,57 @@ fn topic_configs_are_described_changed_everywhere_and_kept() {
         (Some("268435456"), "Default", true)
     );
 
-    // Refused, changing nothing. (The `rdkafka` crate reports every AlterConfigs resource as a
-    // success, whatever its error code, so the refusals are seen by what did not change here; the
-    // codes themselves are checked with kafka-python in tests/python_clients.rs.)
-    for (key, value) in [
-        ("max.message.bytes", "soon"),
-        ("compression.type", "zstd"),
-        ("cleanup.policy", "compact,archive"),
+    // Refused, with their error codes, changing nothing. (The `rdkafka` crate reports every
+    // AlterConfigs resource as a success, whatever its error code: these go on the wire.)
+    let view = "tuned.shard-0-of-2";
+    let before = [
+        describe_all(&admin, ResourceSpecifier::Topic(TOPIC)),
+        describe_all(&admin, ResourceSpecifier::Broker(0)),
+        describe_all(&admin, ResourceSpecifier::Topic(view)),
+    ];
+    for (resource_type, name, key, value, code) in [
+        (
+            TOPIC_RESOURCE,
+            TOPIC,
+            "max.message.bytes",
+            "soon",
+            INVALID_CONFIG,
+        ),
+        (
+            TOPIC_RESOURCE,
+            TOPIC,
+            "compression.type",
+            "zstd",
+            INVALID_CONFIG,
+        ),
+        (
+            TOPIC_RESOURCE,
+            TOPIC,
+            "cleanup.policy",
+            "compact,archive",
+            INVALID_CONFIG,
+        ),
+        (
+            BROKER_RESOURCE,
+            "0",
+            "log.segment.bytes",
+            "1",
+            INVALID_REQUEST,
+        ),
+        (TOPIC_RESOURCE, view, "retention.ms", "1", INVALID_REQUEST),
     ] {
-        let _ = alter(
-            &admin,
-            AlterConfig::new(ResourceSpecifier::Topic(TOPIC)).set(key, value),
-        );
+        let (error, message) = alter_on_the_wire(shoal.ports[0], resource_type, name, key, value);
+        assert_eq!(error, code, "{name}: {key}={value}: {message:?}");
     }
-    let _ = alter(
-        &admin,
-        AlterConfig::new(ResourceSpecifier::Broker(0)).set("log.segment.bytes", "1"),
-    );
-    let _ = alter(
-        &admin,
-        AlterConfig::new(ResourceSpecifier::Topic("tuned.shard-0-of-2")).set("retention.ms", "1"),
-    );
+    let after = [
+        describe_all(&admin, ResourceSpecifier::Topic(TOPIC)),
+        describe_all(&admin, ResourceSpecifier::Broker(0)),
+        describe_all(&admin, ResourceSpecifier::Topic(view)),
+    ];
+    assert_eq!(before, after, "the refused changes changed nothing");
     assert_eq!(
         describe(&admin, ResourceSpecifier::Topic(TOPIC), "max.message.bytes"),
         (Some("1048588".into()), "Default".into(), false)
-    );
-    assert_eq!(
-        describe(&admin, ResourceSpecifier::Topic(TOPIC), "cleanup.policy")
-            .0
-            .as_deref(),
-        Some("delete")
-    );
-    assert_eq!(
-        describe(&admin, ResourceSpecifier::Broker(0), "log.segment.bytes")
-            .0
-            .as_deref(),
-        Some("268435456")
     );
 
     // A 100 KB record goes in; after max.message.bytes=32768 it does not, on either partition: the

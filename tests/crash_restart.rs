@@ -1,5 +1,6 @@
 //! A broker killed with SIGKILL under load comes straight back on the same ports, as a supervisor
-//! restarting it at once expects, and keeps everything it acknowledged.
+//! restarting it at once expects, and keeps everything it acknowledged: every produced record, and
+//! the group's last acknowledged commit, read back exactly after each restart.
 //!
 //! The old process's listening sockets outlive it by a fraction of a second (the kernel closes them
 //! when it tears down the dead process's io_uring rings), so the new one must wait for its ports
@@ -50,6 +51,53 @@ fn start(data_dir: &std::path::Path, listen: &str) -> Shoal {
     )
 }
 
+/// The group consumer's commits, shared with the test: while `hold` is set it commits nothing, so
+/// `acked`, the offset of the last commit the broker acknowledged, is what a kill must keep.
+#[derive(Default)]
+struct Commits {
+    hold: bool,
+    acked: Option<i64>,
+}
+
+/// Partition 0 of the topic at `offset`, for a commit.
+fn at(offset: i64) -> TopicPartitionList {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(TOPIC, 0, Offset::Offset(offset))
+        .unwrap();
+    tpl
+}
+
+/// The offset `crash-group` has committed on partition 0 (`None`: none), read by a client outside
+/// the group; OffsetFetch is retried for 30 s while the restarted broker does not answer it.
+fn committed_offset(bootstrap: &str) -> Option<i64> {
+    let client: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "crash-group")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(TOPIC, 0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match client.committed_offsets(tpl.clone(), Duration::from_secs(5)) {
+            Ok(c) => {
+                return match c.find_partition(TOPIC, 0).unwrap().offset() {
+                    Offset::Offset(o) => Some(o),
+                    Offset::Invalid => None,
+                    other => panic!("crash-group's committed offset reads {other:?}"),
+                }
+            }
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "OffsetFetch not answered within 30 s: {e}"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
 #[test]
 fn kill_9_under_load_and_restart_at_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -86,9 +134,11 @@ fn kill_9_under_load_and_restart_at_once() {
             }
         })
     };
-    // A committing group consumer: group commits and fetches are in flight at each kill too.
+    // A committing group consumer: its fetches are in flight at each kill too; its commits are
+    // held while the test kills, so that the last one acknowledged is known.
+    let commits = Arc::new(Mutex::new(Commits::default()));
     let group = {
-        let (bootstrap, stop) = (bootstrap.clone(), stop.clone());
+        let (bootstrap, stop, commits) = (bootstrap.clone(), stop.clone(), commits.clone());
         std::thread::spawn(move || {
             let consumer: BaseConsumer = ClientConfig::new()
                 .set("bootstrap.servers", &bootstrap)
@@ -101,40 +151,69 @@ fn kill_9_under_load_and_restart_at_once() {
                 .expect("consumer");
             consumer.subscribe(&[TOPIC]).unwrap();
             let mut n = 0u64;
+            let mut next = None;
             while !stop.load(Ordering::SeqCst) {
                 if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
                     n += 1;
+                    next = Some(m.offset() + 1);
                     if n % 100 == 0 {
-                        let _ = consumer.commit_message(&m, CommitMode::Async);
+                        // The lock is held through the commit: while the test holds it, no
+                        // commit is in flight and `acked` is the last one the broker answered.
+                        let mut c = commits.lock().unwrap();
+                        if !c.hold
+                            && consumer
+                                .commit(&at(m.offset() + 1), CommitMode::Sync)
+                                .is_ok()
+                        {
+                            c.acked = Some(m.offset() + 1);
+                        }
                     }
                 }
             }
-            // One synchronous commit of where it got to, retried over a rejoin after the last restart.
+            // One synchronous commit of where it got to, retried over a rejoin after the last
+            // restart; not acknowledged within 30 s fails the test.
+            let next = next.expect("the group consumer received records");
             let deadline = Instant::now() + Duration::from_secs(30);
-            while consumer.commit_consumer_state(CommitMode::Sync).is_err()
-                && Instant::now() < deadline
-            {
+            while let Err(e) = consumer.commit(&at(next), CommitMode::Sync) {
+                assert!(
+                    Instant::now() < deadline,
+                    "the final commit of {next} not acknowledged within 30 s: {e}"
+                );
                 consumer.poll(Duration::from_millis(100));
             }
-            n
+            (n, next)
         })
     };
 
+    let mut last_acked = None;
     for round in 0..RESTARTS {
         let before = acked.0.lock().unwrap().len();
         let deadline = Instant::now() + Duration::from_secs(30);
-        // Let the load reach the new process before killing it.
-        while acked.0.lock().unwrap().len() < before + 500 {
+        // Let the load, and a new group commit, reach the new process before killing it.
+        while acked.0.lock().unwrap().len() < before + 500
+            || commits.lock().unwrap().acked == last_acked
+        {
             assert!(
                 Instant::now() < deadline,
-                "round {round}: no acknowledged produce after the restart"
+                "round {round}: no acknowledged produce or group commit after the restart"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+        let mut held = commits.lock().unwrap();
+        held.hold = true;
+        last_acked = held.acked;
+        drop(held);
         shoal.kill_hard();
         // At once: a supervisor would not wait either.
         shoal = start(dir.path(), &listen);
         assert_eq!(shoal.ports, vec![port], "round {round}: the same port");
+        // The last commit acknowledged before the kill is what the group has committed now.
+        let committed = committed_offset(&bootstrap);
+        assert_eq!(
+            committed, last_acked,
+            "round {round}: the group's committed offset after the restart"
+        );
+        commits.lock().unwrap().hold = false;
     }
 
     stop.store(true, Ordering::SeqCst);
@@ -142,7 +221,7 @@ fn kill_9_under_load_and_restart_at_once() {
     producer
         .flush(Duration::from_secs(60))
         .expect("the producer drained");
-    let consumed = group.join().unwrap();
+    let (consumed, final_commit) = group.join().unwrap();
     assert!(consumed > 0, "the group consumer received records");
     let acked = acked.0.lock().unwrap().clone();
     assert!(acked.len() > RESTARTS * 500);
@@ -176,24 +255,15 @@ fn kill_9_under_load_and_restart_at_once() {
             missing.remove(&v);
         }
     }
-    // The group's commits survived the crashes: its committed offset is within the log.
+    // The final commit, acknowledged after the last restart, is read back exactly.
     let (_, high) = reader
         .fetch_watermarks(TOPIC, 0, Duration::from_secs(10))
         .expect("ListOffsets answered");
-    let group: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &bootstrap)
-        .set("group.id", "crash-group")
-        .create()
-        .expect("consumer");
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition(TOPIC, 0);
-    let committed = group
-        .committed_offsets(tpl, Duration::from_secs(10))
-        .expect("OffsetFetch answered");
-    match committed.find_partition(TOPIC, 0).unwrap().offset() {
-        Offset::Offset(o) => assert!(o > 0 && o <= high, "crash-group committed {o} of {high}"),
-        other => panic!("crash-group has no committed offset: {other:?}"),
-    }
+    assert!(
+        final_commit <= high,
+        "crash-group committed {final_commit} of {high}"
+    );
+    assert_eq!(committed_offset(&bootstrap), Some(final_commit));
     // The last restart is served without errors, and no start waited in vain for its port.
     let errors: Vec<String> = shoal
         .log_lines()

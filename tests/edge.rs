@@ -1226,7 +1226,11 @@ fn an_edge_in_front_of_another_kafka_broker_serves_its_records() {
         })
     });
     let Some(tansu) = tansu else {
-        eprintln!("SKIPPED: no tansu binary (set SHOAL_TEST_TANSU to run against another broker)");
+        shards::testing::skipped(
+            "an_edge_in_front_of_another_kafka_broker_serves_its_records",
+            "the whole test",
+            "no tansu binary (set SHOAL_TEST_TANSU, or put tansu on the PATH)",
+        );
         return;
     };
     const TOPIC: &str = "other";

@@ -133,8 +133,22 @@ fn client(which: &str, shoal: &Shoal, topic: &str, options: serde_json::Value) -
     )
 }
 
+/// Whether `tls.py` succeeded: its 10 records acknowledged and read back, exactly.
 fn ok(out: &str) -> bool {
-    out.contains(r#""ok": true"#) && !out.contains(r#""consumed": 0"#)
+    let line = out
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+        return false;
+    };
+    v["ok"] == true && v["consumed"] == 10 && v["same"] == true
+}
+
+/// The broker's count of failed TLS handshakes.
+fn handshake_failures(shoal: &Shoal) -> u64 {
+    shoal.metric("shoal_tls_handshake_failures_total")
 }
 
 #[test]
@@ -149,6 +163,7 @@ fn a_tls_listener_serves_python_clients_and_librdkafka_and_refuses_plaintext() {
     }
     // A client that does not trust the server's CA.
     let other = Ca::new("another CA").write(pki.dir.path(), "other");
+    let failures = handshake_failures(&shoal);
     let out = client(
         "confluent-kafka",
         &shoal,
@@ -156,6 +171,11 @@ fn a_tls_listener_serves_python_clients_and_librdkafka_and_refuses_plaintext() {
         serde_json::json!({ "ca": other.to_str().unwrap() }),
     );
     assert!(out.contains(r#""ok": false"#), "{out}");
+    let failures_after_client = handshake_failures(&shoal);
+    assert!(
+        failures_after_client > failures,
+        "the untrusting client's handshakes counted: {failures} then {failures_after_client}"
+    );
     // A plaintext Kafka client: its bytes are not a TLS handshake; closed.
     let mut s = connect(shoal.ports[0]);
     send(
@@ -165,16 +185,22 @@ fn a_tls_listener_serves_python_clients_and_librdkafka_and_refuses_plaintext() {
         1,
         &ApiVersionsRequest::default(),
     );
-    // It gets a TLS alert at most (never a Kafka response), and the connection closes.
+    // It gets a TLS alert at most (never a Kafka response), and the broker closes the connection
+    // within 10 s (an end of stream or a reset, not the read timing out).
     let mut answer = Vec::new();
     s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
         .unwrap();
-    let _ = std::io::Read::read_to_end(&mut s, &mut answer);
+    match std::io::Read::read_to_end(&mut s, &mut answer) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("the plaintext connection was not closed within 10 s: {e}"),
+    }
     assert!(
         answer.len() <= 7 && answer.first().is_none_or(|&b| b == 21),
         "a TLS alert at most: {answer:?}"
     );
-    assert!(shoal.metric("shoal_tls_handshake_failures_total") >= 2);
+    // That one connection is one more failed handshake.
+    assert_eq!(handshake_failures(&shoal), failures_after_client + 1);
     // Who encrypted: the kernel where it offers kernel TLS (`--tls-kernel auto`, the default),
     // rustls where it does not (the machines CI runs on).
     let kernel = shoal.metric("shoal_tls_kernel_connections_total");
@@ -185,6 +211,12 @@ fn a_tls_listener_serves_python_clients_and_librdkafka_and_refuses_plaintext() {
             "kernel {kernel}, user space {user}"
         );
     } else {
+        shards::testing::skipped(
+            "a_tls_listener_serves_python_clients_and_librdkafka_and_refuses_plaintext",
+            "kernel TLS",
+            "this kernel offers no `tls` ULP (/proc/sys/net/ipv4/tcp_available_ulp); checked \
+             that rustls encrypted instead",
+        );
         assert!(
             kernel == 0 && user > 0,
             "kernel {kernel}, user space {user}"
@@ -262,21 +294,21 @@ fn mtls_refuses_bad_certificates_and_names_the_principal_acls_use() {
         let out = client(which, &shoal, "private", with(&bob));
         assert!(out.contains(r#""ok": false"#), "{which} bob: {out}");
     }
-    for (what, certs) in [("expired", &expired), ("untrusted", &stranger)] {
-        let out = client("confluent-kafka", &shoal, "public", with(certs));
+    // Each refused client's handshakes are counted (one client may try more than once).
+    for (what, options) in [
+        ("expired", with(&expired)),
+        ("untrusted", with(&stranger)),
+        ("no client certificate", serde_json::json!({ "ca": ca })),
+    ] {
+        let failures = handshake_failures(&shoal);
+        let out = client("confluent-kafka", &shoal, "public", options);
         assert!(out.contains(r#""ok": false"#), "{what}: {out}");
+        let after = handshake_failures(&shoal);
+        assert!(
+            after > failures,
+            "{what}: failed handshakes {failures} then {after}"
+        );
     }
-    let out = client(
-        "confluent-kafka",
-        &shoal,
-        "public",
-        serde_json::json!({ "ca": ca }),
-    );
-    assert!(
-        out.contains(r#""ok": false"#),
-        "no client certificate: {out}"
-    );
-    assert!(shoal.metric("shoal_tls_handshake_failures_total") >= 3);
 }
 
 #[test]

@@ -192,14 +192,22 @@ pub fn print_summary(s: &RunSummary) {
         }
     );
     println!(
-        "{:<16} {:.2} CPU-s = {:.2} cores{}",
+        "{:<16} {:.2} CPU-s = {:.2} cores{}{}",
         "generator CPU",
         s.generator.cpu_s,
         s.generator.cores,
         s.generator
             .cpu_s_per_delivered_gb
             .map(|g| format!(", {g:.2} CPU-s per delivered GB"))
-            .unwrap_or_default()
+            .unwrap_or_default(),
+        if s.generator.unattributed_cpu_s.abs() >= 0.005 {
+            format!(
+                " ({:.2} CPU-s more of this process unattributed: threads that exited)",
+                s.generator.unattributed_cpu_s
+            )
+        } else {
+            String::new()
+        }
     );
     let who = if s.kind == "kafka" {
         "broker"
@@ -242,6 +250,9 @@ pub fn print_summary(s: &RunSummary) {
         ));
     }
     println!("{who:<16} {}", parts.join("; "));
+    if let Some(method) = &sv.cpu_method {
+        println!("{:<16} {method}", "its CPU from");
+    }
     if let Some(f) = &sv.fetch {
         println!(
             "{:<16} coalescer hit ratio {}; log bytes read {} for {} delivered ({})",

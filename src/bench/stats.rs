@@ -355,67 +355,116 @@ fn stat_ticks(stat: &str) -> Option<u64> {
     Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
 }
 
-/// CPU seconds of this process: all of it, and the part spent by threads whose name starts with
-/// `server_prefix` (the embedded broker's, or the raw baseline server's), io_uring workers included:
-/// a worker is named `iou-wrk-<tid>` after the thread whose ring it serves.
+/// CPU seconds of this process at one moment: all of it (the process clock, exited threads
+/// included), and what [`ThreadCpu`] attributes to the server's threads and to the others.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CpuSample {
     pub process_s: f64,
     pub server_s: f64,
+    pub others_s: f64,
 }
 
-pub fn cpu_sample(server_prefix: &str) -> CpuSample {
-    let hz = clock_ticks();
-    // Nanoseconds where the kernel gives them (the process clock, each thread's schedstat): a
-    // light generator uses a few 10 ms clock ticks a second, too coarse to tell apart.
-    let process_s = process_cpu_s().unwrap_or_else(|| {
-        std::fs::read_to_string("/proc/self/stat")
-            .ok()
-            .and_then(|s| stat_ticks(&s))
-            .unwrap_or(0) as f64
-            / hz
-    });
-    let mut threads = Vec::new();
-    if let Ok(dir) = std::fs::read_dir("/proc/self/task") {
-        for t in dir.flatten() {
-            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-            let secs = std::fs::read_to_string(t.path().join("schedstat"))
-                .ok()
-                .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-                .map(|ns| ns as f64 / 1e9)
-                .or_else(|| {
-                    std::fs::read_to_string(t.path().join("stat"))
-                        .ok()
-                        .and_then(|s| stat_ticks(&s))
-                        .map(|ticks| ticks as f64 / hz)
-                })
-                .unwrap_or(0.0);
-            threads.push((
-                t.file_name().to_string_lossy().to_string(),
-                comm.trim_end().to_string(),
-                secs,
-            ));
+impl CpuSample {
+    /// CPU of the process between `begin` and `self` that neither figure holds: what threads
+    /// used after the last sample that saw them, before they exited (or before it, when no
+    /// sample saw them at all).
+    pub fn unattributed_since(&self, begin: &CpuSample) -> f64 {
+        let attributed = (self.server_s + self.others_s) - (begin.server_s + begin.others_s);
+        (self.process_s - begin.process_s) - attributed
+    }
+}
+
+/// The CPU of this process's threads, told apart by name: the server's (names starting with a
+/// prefix: the embedded broker's cores, or the raw baseline server's) with their io_uring workers
+/// (a worker is named `iou-wrk-<tid>` after the thread whose ring it serves), and the others (the
+/// generator). Each thread is kept, with what it had used, once a sample has seen it: one that
+/// exits later still counts, up to that sample. Sampled once a second, a thread's CPU is lost only
+/// from its last sample to its exit; io_uring workers exit after idling for seconds, so that is
+/// close to nothing for them, and the remainder is reported ([`CpuSample::unattributed_since`]).
+#[derive(Debug)]
+pub struct ThreadCpu {
+    server_prefix: String,
+    /// (tid, start time in clock ticks since boot: tids are reused) -> (a server thread, CPU
+    /// seconds when last seen).
+    threads: HashMap<(String, u64), (bool, f64)>,
+}
+
+impl ThreadCpu {
+    pub fn new(server_prefix: &str) -> ThreadCpu {
+        ThreadCpu {
+            server_prefix: server_prefix.to_string(),
+            threads: HashMap::new(),
         }
     }
-    let server_tids: Vec<&str> = threads
-        .iter()
-        .filter(|(_, comm, _)| comm.starts_with(server_prefix))
-        .map(|(tid, _, _)| tid.as_str())
-        .collect();
-    let server_s: f64 = threads
-        .iter()
-        .filter(|(_, comm, _)| {
-            comm.starts_with(server_prefix)
-                || comm
-                    .strip_prefix("iou-wrk-")
-                    .is_some_and(|owner| server_tids.contains(&owner))
-        })
-        .map(|(_, _, secs)| secs)
-        .sum();
-    CpuSample {
-        process_s,
-        server_s,
+
+    /// Reads every live thread's CPU and returns the totals, exited threads included.
+    pub fn sample(&mut self) -> CpuSample {
+        let hz = clock_ticks();
+        // Nanoseconds where the kernel gives them (the process clock, each thread's schedstat): a
+        // light generator uses a few 10 ms clock ticks a second, too coarse to tell apart.
+        let process_s = process_cpu_s().unwrap_or_else(|| {
+            std::fs::read_to_string("/proc/self/stat")
+                .ok()
+                .and_then(|s| stat_ticks(&s))
+                .unwrap_or(0) as f64
+                / hz
+        });
+        let mut live = Vec::new();
+        if let Ok(dir) = std::fs::read_dir("/proc/self/task") {
+            for t in dir.flatten() {
+                let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
+                    continue; // exited since the listing
+                };
+                let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+                let secs = std::fs::read_to_string(t.path().join("schedstat"))
+                    .ok()
+                    .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+                    .map(|ns| ns as f64 / 1e9)
+                    .or_else(|| stat_ticks(&stat).map(|ticks| ticks as f64 / hz))
+                    .unwrap_or(0.0);
+                let tid = t.file_name().to_string_lossy().to_string();
+                let started = stat_start_time(&stat).unwrap_or(0);
+                live.push((tid, started, comm.trim_end().to_string(), secs));
+            }
+        }
+        let server_tids: Vec<&str> = live
+            .iter()
+            .filter(|(_, _, comm, _)| comm.starts_with(&self.server_prefix))
+            .map(|(tid, ..)| tid.as_str())
+            .collect();
+        let mut updates = Vec::new();
+        for (tid, started, comm, secs) in &live {
+            let server = comm.starts_with(&self.server_prefix)
+                || comm.strip_prefix("iou-wrk-").is_some_and(|owner| {
+                    server_tids.contains(&owner)
+                        || self
+                            .threads
+                            .iter()
+                            .any(|((t, _), (server, _))| *server && t == owner)
+                });
+            updates.push(((tid.clone(), *started), (server, *secs)));
+        }
+        self.threads.extend(updates);
+        let (mut server_s, mut others_s) = (0.0, 0.0);
+        for (server, secs) in self.threads.values() {
+            if *server {
+                server_s += secs;
+            } else {
+                others_s += secs;
+            }
+        }
+        CpuSample {
+            process_s,
+            server_s,
+            others_s,
+        }
     }
+}
+
+/// A thread's or process's start time (field 22, clock ticks since boot) from its `stat` file.
+fn stat_start_time(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// This process's CPU time (all threads, exited ones included), in seconds at nanosecond
@@ -430,10 +479,25 @@ fn process_cpu_s() -> Option<f64> {
     (rc == 0).then(|| ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9)
 }
 
-/// CPU seconds of another process, if this host can see it.
-pub fn pid_cpu_s(pid: u32) -> Option<f64> {
+/// CPU seconds of another process on this host (exited threads included), and whether they come
+/// at nanosecond resolution (its process CPU clock, as [`ThreadCpu`] reads this process's
+/// threads) or in clock ticks (`/proc/<pid>/stat`, where that clock cannot be read).
+pub fn pid_cpu_s(pid: u32) -> Option<(f64, bool)> {
+    let mut clock: libc::clockid_t = 0;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: both calls write only to the valid, writable locals passed to them.
+    let precise = unsafe {
+        libc::clock_getcpuclockid(pid as libc::pid_t, &mut clock) == 0
+            && libc::clock_gettime(clock, &mut ts) == 0
+    };
+    if precise {
+        return Some((ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9, true));
+    }
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    Some(stat_ticks(&s)? as f64 / clock_ticks())
+    Some((stat_ticks(&s)? as f64 / clock_ticks(), false))
 }
 
 /// Peak resident set (VmHWM) of a process (None: this one), in bytes: since it started, or since
@@ -762,8 +826,81 @@ mod tests {
 
     #[test]
     fn stat_parsing_skips_odd_thread_names() {
-        let s = "12 (a) b) c) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0";
+        let s = "12 (a) b) c) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 1 0 4242 0";
         assert_eq!(stat_ticks(s), Some(300));
+        assert_eq!(stat_start_time(s), Some(4242));
+    }
+
+    /// Burns about `ms` of CPU on the calling thread.
+    fn spin(ms: u64) {
+        let t = std::time::Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < Duration::from_millis(ms) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+    }
+
+    #[test]
+    fn a_server_thread_that_exits_between_samples_keeps_its_cpu() {
+        let mut cpu = ThreadCpu::new("cpu-test-server");
+        let begin = cpu.sample();
+        let worker = std::thread::Builder::new()
+            .name("cpu-test-server".into())
+            .spawn(|| {
+                spin(200);
+                // Seen by a sample while alive, then more work before it exits.
+                std::thread::park();
+                spin(5);
+            })
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        cpu.sample();
+        worker.thread().unpark();
+        worker.join().unwrap();
+        let end = cpu.sample();
+        let server = end.server_s - begin.server_s;
+        assert!(
+            (0.15..0.5).contains(&server),
+            "the exited server thread's CPU: {server} s"
+        );
+    }
+
+    #[test]
+    fn another_process_cpu_is_read_at_nanosecond_resolution() {
+        let mut child = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; exec sleep 30",
+            ])
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        // Until the loop is done: the process is asleep and its CPU no longer moves.
+        let (cpu, precise) = loop {
+            let (a, precise) = pid_cpu_s(pid).unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+            let (b, _) = pid_cpu_s(pid).unwrap();
+            if a > 0.0 && a == b {
+                break (b, precise);
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the child never slept"
+            );
+        };
+        let ticks = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| stat_ticks(&s))
+            .unwrap() as f64
+            / clock_ticks();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(precise, "read from the process CPU clock");
+        assert!(
+            (cpu - ticks).abs() < 0.05,
+            "{cpu} s by the clock, {ticks} s in clock ticks"
+        );
     }
 
     #[test]

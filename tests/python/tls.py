@@ -1,6 +1,8 @@
 """Produces and consumes over TLS (optionally with a client certificate, optionally with SASL on top)
-with an unmodified Python client, printing one JSON line: {"ok": true, "consumed": N} or
-{"ok": false, "error": NAME, "message": TEXT}. Used by tests/tls.rs.
+with an unmodified Python client, printing one JSON line: {"ok": true, "consumed": N, "same": B} or
+{"ok": false, "error": NAME, "message": TEXT}. It produces 10 records to partition 0, then reads
+from the first of them: N records came back, and B tells whether they are the 10 sent, in order.
+Used by tests/tls.rs.
 
 usage: tls.py CLIENT BOOTSTRAP TOPIC OPTIONS
 CLIENT: kafka-python or confluent-kafka (librdkafka, with the OpenSSL its wheel bundles).
@@ -13,6 +15,7 @@ import time
 client, bootstrap, topic, options = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 sasl = options.get("sasl")
 N = 10
+SENT = [(b"k%d" % i, b"v%d" % i) for i in range(N)]
 
 
 def done(**kw):
@@ -31,15 +34,15 @@ if client == "kafka-python":
     try:
         p = KafkaProducer(bootstrap_servers=bootstrap, request_timeout_ms=5000, max_block_ms=5000,
                           retries=0, **conf)
-        for i in range(N):
-            p.send(topic, key=b"k%d" % i, value=b"v%d" % i).get(timeout=10)
+        offsets = [p.send(topic, key=b"k%d" % i, value=b"v%d" % i, partition=0).get(timeout=10).offset
+                   for i in range(N)]
         p.close()
         c = KafkaConsumer(bootstrap_servers=bootstrap, consumer_timeout_ms=4000, **conf)
         c.assign([TopicPartition(topic, 0)])
-        c.seek_to_beginning()
-        got = [m for m in c]
+        c.seek(TopicPartition(topic, 0), offsets[0])
+        got = [(m.key, m.value) for m in c]
         c.close()
-        done(ok=True, consumed=len(got))
+        done(ok=True, consumed=len(got), same=got == SENT)
     except KafkaError as e:
         done(ok=False, error=type(e).__name__, message=str(e))
 else:
@@ -55,18 +58,18 @@ else:
     p = Producer(dict(conf, **{"message.timeout.ms": 8000}))
     delivered = []
     for i in range(N):
-        p.produce(topic, key=b"k%d" % i, value=b"v%d" % i,
-                  on_delivery=lambda err, msg: delivered.append(err))
+        p.produce(topic, key=b"k%d" % i, value=b"v%d" % i, partition=0,
+                  on_delivery=lambda err, msg: delivered.append((err, msg.offset())))
     p.flush(12)
-    if len(delivered) != N or any(delivered):
-        why = [e.str() for e in errors[:1]] or [str(e) for e in delivered if e][:1]
+    if len(delivered) != N or any(err for err, _ in delivered):
+        why = [e.str() for e in errors[:1]] or [str(e) for e, _ in delivered if e][:1]
         done(ok=False, error="delivery", message=str(why))
     c = Consumer(dict(conf, **{"group.id": "tls-test", "enable.auto.commit": False}))
-    c.assign([TopicPartition(topic, 0, 0)])
-    got, deadline = 0, time.time() + 12
-    while got < N and time.time() < deadline:
+    c.assign([TopicPartition(topic, 0, min(o for _, o in delivered))])
+    got, deadline = [], time.time() + 12
+    while len(got) < N and time.time() < deadline:
         m = c.poll(0.5)
         if m is not None and not m.error():
-            got += 1
+            got.append((m.key(), m.value()))
     c.close()
-    done(ok=True, consumed=got)
+    done(ok=True, consumed=len(got), same=got == SENT)

@@ -8,25 +8,15 @@ use std::future::Future;
 use std::rc::Rc;
 use std::time::Duration;
 
-/// Runs `fut` on a fresh glommio executor with a 60 s guard so a hang fails instead of stalling CI.
+/// [`shards::testing::run`] (a fresh executor, a hang fails the test), with the log shown for
+/// failing tests.
 pub fn run<F, Fut>(f: F)
 where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = ()> + 'static,
 {
     let _ = env_logger::builder().is_test(true).try_init();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            glommio::LocalExecutor::default().run(f());
-        }));
-        let _ = tx.send(outcome);
-    });
-    match rx.recv_timeout(Duration::from_secs(60)) {
-        Ok(Ok(())) => {}
-        Ok(Err(panic)) => std::panic::resume_unwind(panic),
-        Err(_) => panic!("test did not finish within 60 s"),
-    }
+    shards::testing::run(f)
 }
 
 /// Waits (up to 10 s) until the shared view reader has split everything below `log`'s high watermark.

@@ -31,7 +31,7 @@ pub fn tmpfs_or_skip(dir: &Path, size: &str, test: &str) -> Option<Mount> {
     let mount = Mount::tmpfs(dir, size);
     if mount.is_none() {
         // Without root there is no way to make a real disk full; say so loudly rather than pass quietly.
-        eprintln!("SKIPPED {test}: mounting a tmpfs needs root");
+        shards::testing::skipped(test, "the whole test", "mounting a tmpfs needs root");
         assert!(
             effective_uid() != 0,
             "running as root but the tmpfs mount failed: {test} could not run"

@@ -2,7 +2,7 @@
 
 use super::Observer;
 use crate::bench::stats;
-use crate::bench::stats::{cpu_sample, Counters, CpuSample, Shared};
+use crate::bench::stats::{Counters, CpuSample, Shared, ThreadCpu};
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -11,14 +11,15 @@ pub(super) struct Snap {
     pub(super) at: Instant,
     pub(super) counters: Counters,
     pub(super) cpu: CpuSample,
-    pub(super) pid_cpu: Option<f64>,
+    /// The server process's CPU seconds, and whether at nanosecond resolution.
+    pub(super) pid_cpu: Option<(f64, bool)>,
     pub(super) metrics: Option<HashMap<String, f64>>,
 }
 
 impl Snap {
-    pub(super) fn take(shared: &Shared, obs: &Observer) -> Snap {
+    pub(super) fn take(shared: &Shared, obs: &Observer, cpu: &mut ThreadCpu) -> Snap {
         Snap {
-            cpu: cpu_sample(obs.thread_prefix.unwrap_or("\0")),
+            cpu: cpu.sample(),
             pid_cpu: obs.pid.and_then(stats::pid_cpu_s),
             metrics: obs.admin.and_then(|a| stats::scrape(a).ok()),
             counters: shared.snapshot(),

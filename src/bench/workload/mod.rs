@@ -25,7 +25,8 @@ mod summary;
 
 use crate::bench::client::{self, Cluster, Codec, PartitionLeader};
 use crate::bench::stats::{
-    self, now_us, ConsumerStats, DeviceMetrics, FetchMetrics, Latency, Phase, Shared, ViewMetrics,
+    self, now_us, ConsumerStats, DeviceMetrics, FetchMetrics, Latency, Phase, Shared, ThreadCpu,
+    ViewMetrics,
 };
 use check::check;
 use executors::{assign, spawn_clients, ClientCfg, ConsumerPlan};
@@ -438,6 +439,9 @@ impl<'a> Run<'a> {
         let backlog_end = clients.caught_up_ends.as_deref();
         let mut tick = 1u32;
         let mut begin: Option<Snap> = None;
+        // Sampled every second as well as at both ends, so that a thread that exits in between
+        // keeps what it used (see `ThreadCpu`).
+        let mut cpu = ThreadCpu::new(self.obs.thread_prefix.unwrap_or("\0"));
         let (end, caught_up) = loop {
             let next_tick = t0 + Duration::from_secs(u64::from(tick));
             let boundary = if begin.is_none() {
@@ -461,13 +465,14 @@ impl<'a> Run<'a> {
                     "warmup"
                 };
                 live.line(shared, phase);
+                cpu.sample();
                 tick += 1;
             }
             if begin.is_none() && now >= measure_start {
-                begin = Some(Snap::take(shared, self.obs));
+                begin = Some(Snap::take(shared, self.obs, &mut cpu));
                 shared.set_phase(Phase::Measure);
             } else if begin.is_some() && (now >= measure_end || done_early) {
-                let s = Snap::take(shared, self.obs);
+                let s = Snap::take(shared, self.obs, &mut cpu);
                 shared.set_phase(if self.raw { Phase::Stop } else { Phase::Drain });
                 break (s, done_early);
             }
@@ -626,7 +631,21 @@ impl<'a> Run<'a> {
         let (begin, end) = (&m.begin, &m.end);
         let cpu_s = match (obs.thread_prefix, obs.pid) {
             (Some(_), _) => Some(end.cpu.server_s - begin.cpu.server_s),
-            (None, Some(_)) => end.pid_cpu.zip(begin.pid_cpu).map(|(a, b)| a - b),
+            (None, Some(_)) => end.pid_cpu.zip(begin.pid_cpu).map(|(a, b)| a.0 - b.0),
+            (None, None) => None,
+        };
+        let cpu_method = match (obs.thread_prefix, obs.pid) {
+            (Some(p), _) => Some(format!(
+                "the CPU clocks (ns) of this process's threads {p}* and their io_uring workers, \
+                 sampled every second: a thread that exits counts to its last sample"
+            )),
+            (None, Some(pid)) => end.pid_cpu.zip(begin.pid_cpu).map(|(a, b)| {
+                if a.1 && b.1 {
+                    format!("the process CPU clock (ns) of pid {pid}, exited threads included")
+                } else {
+                    format!("utime + stime of pid {pid} (clock ticks), exited threads included")
+                }
+            }),
             (None, None) => None,
         };
         let peak_rss = memory.pid.and_then(stats::peak_rss);
@@ -637,6 +656,7 @@ impl<'a> Run<'a> {
                 _ => None,
             },
             cpu_s,
+            cpu_method,
             cores: cpu_s.map(|c| c / secs),
             cpu_s_per_delivered_gb: cpu_s.and_then(|c| per_gb(c, gb)),
             cpu_us_per_fetch: None,

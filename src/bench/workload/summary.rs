@@ -151,22 +151,27 @@ pub struct Correctness {
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct GeneratorCpu {
-    /// CPU seconds of the load generator (this process minus the server's threads).
+    /// CPU seconds of the load generator: this process's threads other than the server's.
     pub cpu_s: f64,
     /// cpu_s over the measured seconds.
     pub cores: f64,
     pub cpu_s_per_delivered_gb: Option<f64>,
+    /// CPU seconds of this process that neither the generator's nor an embedded server's figure
+    /// holds: what threads used after the last once-a-second sample that saw them, before they
+    /// exited.
+    pub unattributed_cpu_s: f64,
 }
 
 impl GeneratorCpu {
-    /// This process's CPU less the server threads' between two samples `secs` apart, in which
-    /// `gb` gigabytes were delivered.
+    /// The generator threads' CPU between two samples `secs` apart, in which `gb` gigabytes were
+    /// delivered.
     pub(super) fn between(begin: &CpuSample, end: &CpuSample, secs: f64, gb: f64) -> GeneratorCpu {
-        let cpu_s = (end.process_s - end.server_s) - (begin.process_s - begin.server_s);
+        let cpu_s = end.others_s - begin.others_s;
         GeneratorCpu {
             cpu_s,
             cores: cpu_s / secs,
             cpu_s_per_delivered_gb: per_gb(cpu_s, gb),
+            unattributed_cpu_s: end.unattributed_since(begin),
         }
     }
 }
@@ -181,6 +186,8 @@ pub struct ServerFigures {
     /// Where its CPU figure comes from: "threads" (in this process), "pid N", or null.
     pub observed: Option<String>,
     pub cpu_s: Option<f64>,
+    /// How `cpu_s` was measured (the clock read, its resolution, what happens to exited threads).
+    pub cpu_method: Option<String>,
     pub cores: Option<f64>,
     pub cpu_s_per_delivered_gb: Option<f64>,
     /// Its CPU over the fetch responses the consumers received (microseconds; the produce work,
