@@ -112,7 +112,7 @@ impl UserStore {
             .collect();
         let bytes = serde_json::to_vec_pretty(&raw).expect("plain data serializes");
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
+            shards::files::create_dir_all_durable(dir)?;
         }
         shards::files::write_atomically(path, &bytes)?;
         use std::os::unix::fs::PermissionsExt;
