@@ -30,7 +30,7 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
         match &t.name {
             Some(n) => names.push(n.0.to_string()),
             None => {
-                let table = core.topics().clone();
+                let table = core.topics();
                 match table
                     .topics
                     .iter()

@@ -87,7 +87,7 @@ pub fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult {
                     .with_error_message(Some(StrBytes::from_string(why)))
             }
             Ok(f) => {
-                let table = core.topics().clone();
+                let table = core.topics();
                 response.with_resources(grouped(table.acls.iter().filter(|b| f.matches(b))))
             }
         }

@@ -91,7 +91,7 @@ fn entries(
 ) -> Result<Vec<ConfigEntry>, (ResponseError, String)> {
     match resource_type {
         TOPIC => {
-            let table = core.topics().clone();
+            let table = core.topics();
             // A view has its source's configs.
             let source = match parse_view_name(name) {
                 Some(Ok(v)) => v.source,

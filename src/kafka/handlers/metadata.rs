@@ -62,7 +62,7 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
             control::change_topics(core, change).await;
         }
     }
-    let table = core.topics().clone();
+    let table = core.topics();
     // All topics: those the client may describe; named ones it may not: refused by name.
     let names: Vec<String> = wanted.unwrap_or_else(|| {
         table
