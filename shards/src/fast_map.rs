@@ -1,6 +1,6 @@
-//! The hash maps on per-request paths (coalescer, tail cache, view readers, producer state):
-//! hashbrown's table with foldhash, a hasher a few times cheaper than std's SipHash-1-3 on the
-//! small fixed-size keys these maps hold. Why, and where std's map stays: `docs/engine.md`.
+//! The hash maps whose key is hashed on every fetch (coalescer, tail cache, view readers):
+//! hashbrown's table with foldhash, a hasher about five times cheaper than std's SipHash-1-3 on
+//! the small fixed-size keys these maps hold. Why, and where std's map stays: `docs/engine.md`.
 
 use foldhash::fast::{FoldHasher, SeedableRandomState};
 use foldhash::SharedSeed;
