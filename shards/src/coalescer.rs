@@ -6,9 +6,10 @@
 //! Design notes: `docs/engine.md`.
 
 use crate::error::Error;
+use crate::fast_map::{FastMap, FastSet};
 use crate::records::LogRead;
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -85,12 +86,12 @@ impl Entry {
 #[derive(Debug, Default)]
 struct Cache {
     capacity: usize,
-    entries: HashMap<CoalesceKey, Entry>,
+    entries: FastMap<CoalesceKey, Entry>,
     small: VecDeque<(CoalesceKey, u64)>,
     main: VecDeque<(CoalesceKey, u64)>,
     small_bytes: usize,
     main_bytes: usize,
-    ghost: HashSet<CoalesceKey>,
+    ghost: FastSet<CoalesceKey>,
     ghost_order: VecDeque<CoalesceKey>,
     next_generation: u64,
     /// Per log, the latest visible end a cached read saw, and the keys of cached results that
@@ -100,7 +101,7 @@ struct Cache {
     /// if they finish after it: at the tail a result is a few KiB but its bytes are slices of the
     /// tail cache's 1 MiB chunks, so dead results would otherwise pin chunks the tail cache has
     /// already let go.
-    uncut: HashMap<u64, (i64, Vec<CoalesceKey>)>,
+    uncut: FastMap<u64, (i64, Vec<CoalesceKey>)>,
 }
 
 impl Cache {
@@ -269,7 +270,7 @@ impl Future for PendingReadWait {
 #[derive(Debug)]
 pub struct FetchCoalescer {
     enabled: Cell<bool>,
-    in_flight: RefCell<HashMap<CoalesceKey, Rc<PendingRead>>>,
+    in_flight: RefCell<FastMap<CoalesceKey, Rc<PendingRead>>>,
     cache: RefCell<Cache>,
     stats: Cell<CoalescerStats>,
 }
@@ -279,7 +280,7 @@ impl FetchCoalescer {
     pub fn new(capacity_bytes: usize, enabled: bool) -> Rc<Self> {
         Rc::new(Self {
             enabled: Cell::new(enabled),
-            in_flight: RefCell::new(HashMap::new()),
+            in_flight: RefCell::default(),
             cache: RefCell::new(Cache {
                 capacity: capacity_bytes,
                 ..Cache::default()

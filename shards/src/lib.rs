@@ -42,6 +42,7 @@
 //! - [`error`]      — the crate's one error type, mapped to Kafka error codes by the front end.
 //! - [`testing`]    — for the tests of this crate and the ones above: an executor guarded by a
 //!   timeout, and the line that says a check was skipped.
+//! - [`fast_map`]   — the hash map of per-request paths: hashbrown with foldhash, seeded from the OS.
 
 pub mod batch;
 mod chunk;
@@ -52,6 +53,7 @@ pub mod config;
 mod decoded;
 mod direct_write;
 pub mod error;
+pub mod fast_map;
 pub mod files;
 mod index;
 pub mod latency;
@@ -73,6 +75,7 @@ pub mod view_reader;
 pub use crate::coalescer::{CoalesceKey, FetchCoalescer, ResponseHold, ResponseMemory, SharedRead};
 pub use crate::config::LogConfig;
 pub use crate::error::{Error, InvalidBatch, Result};
+pub use crate::fast_map::{FastMap, FastSet};
 pub use crate::latency::{device_latency, DeviceLatency, DurationHistogram, DurationSnapshot};
 pub use crate::log::{AppendOptions, AppendResult, CompactionStats, Log, LogStats};
 pub use crate::monitor::OffsetMonitor;

@@ -12,13 +12,14 @@
 
 use crate::batch::{self, BatchHeader};
 use crate::error::{Error, InvalidBatch, Result};
+use crate::fast_map::FastMap;
 use crate::log::Log;
 use crate::monitor::OffsetMonitor;
 use crate::records::{LogRead, Records};
 use crate::split::{Routing, MAX_SPLIT_BYTES};
 use bytes::Bytes;
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -365,7 +366,7 @@ pub struct ViewReader {
     /// A fetch is extending the window backwards; others behind it read for themselves meanwhile.
     filling: Cell<bool>,
     /// Catch-up reads in flight or just finished, shared by fetches asking for the same.
-    catch_ups: RefCell<HashMap<CatchUpKey, Rc<CatchUp>>>,
+    catch_ups: RefCell<FastMap<CatchUpKey, Rc<CatchUp>>>,
 }
 
 /// What makes two catch-up reads the same. Every shard is split from the read, so consumers of
@@ -420,7 +421,7 @@ impl CatchUp {
 /// Finishes a catch-up read when dropped, read or not: wakes its waiters, and forgets it unless it
 /// has a result to share.
 struct CatchUpDone<'a> {
-    map: &'a RefCell<HashMap<CatchUpKey, Rc<CatchUp>>>,
+    map: &'a RefCell<FastMap<CatchUpKey, Rc<CatchUp>>>,
     key: CatchUpKey,
     slot: Rc<CatchUp>,
 }
@@ -460,7 +461,7 @@ impl ViewReader {
             last_fetch: Cell::new(Instant::now()),
             running: Cell::new(false),
             filling: Cell::new(false),
-            catch_ups: RefCell::new(HashMap::new()),
+            catch_ups: RefCell::default(),
         })
     }
 
@@ -612,7 +613,7 @@ impl ViewReader {
             let mut map = self.catch_ups.borrow_mut();
             // Finished reads past their freshness go, then the oldest finished while too many.
             map.retain(|_, c| c.usable(now));
-            let kept = |map: &HashMap<CatchUpKey, Rc<CatchUp>>| {
+            let kept = |map: &FastMap<CatchUpKey, Rc<CatchUp>>| {
                 map.values().map(|c| c.bytes()).sum::<usize>()
             };
             while map.len() >= CATCH_UPS_KEPT || kept(&map) > CATCH_UP_BYTES {
@@ -797,7 +798,7 @@ impl ViewReader {
 /// A core's view readers, by (source log id, shards).
 #[derive(Debug, Default)]
 pub struct ViewReaders {
-    readers: RefCell<HashMap<(u64, u32), Rc<ViewReader>>>,
+    readers: RefCell<FastMap<(u64, u32), Rc<ViewReader>>>,
     config: Rc<Cell<ViewConfig>>,
     stats: Rc<Cell<ViewStats>>,
 }
@@ -805,7 +806,7 @@ pub struct ViewReaders {
 impl ViewReaders {
     pub fn new(config: ViewConfig) -> Self {
         Self {
-            readers: RefCell::new(HashMap::new()),
+            readers: RefCell::default(),
             config: Rc::new(Cell::new(config)),
             stats: Rc::default(),
         }
