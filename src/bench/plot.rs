@@ -312,6 +312,86 @@ mod tests {
         assert_eq!(svg.matches("<polyline").count(), 2);
     }
 
+    /// A sweep with every kind of line: linear and log panels, solid and dashed series, a series
+    /// with one point (no line), points left out (zero, NaN, negative on the log axis).
+    fn sample() -> String {
+        let xs = [1.0, 4.0, 16.0, 64.0];
+        render(
+            "shoal bench fanout: 1000 B messages, 1 partition, 1 producer",
+            "produce rate 1,000 msg/s, acks=1, tail from latest, compression none; shoal; 5 s measured per run",
+            "consumers per partition",
+            &xs,
+            &[
+                Panel {
+                    title: "delivered throughput".into(),
+                    y_label: "MB/s delivered (all consumers)".into(),
+                    series: vec![
+                        Series {
+                            name: "shoal, coalescing on".into(),
+                            points: vec![(1.0, 0.95), (4.0, 3.9), (16.0, 15.2), (64.0, 61.0)],
+                            dash: None,
+                        },
+                        Series {
+                            name: "shoal, coalescing off".into(),
+                            points: vec![(1.0, 0.95), (4.0, 3.8), (16.0, f64::NAN), (0.0, 2.0)],
+                            dash: Some("3,3"),
+                        },
+                        Series {
+                            name: "raw TCP baseline".into(),
+                            points: vec![(16.0, 2_400.0)],
+                            dash: Some("8,4"),
+                        },
+                    ],
+                    log_y: false,
+                },
+                Panel {
+                    title: "end-to-end latency, p99".into(),
+                    y_label: "p99 e2e latency (ms)".into(),
+                    series: vec![
+                        Series {
+                            name: "shoal, coalescing on".into(),
+                            points: vec![(1.0, 0.8), (4.0, 1.3), (16.0, 0.0), (64.0, 240.0)],
+                            dash: None,
+                        },
+                        Series {
+                            name: "shoal, coalescing off".into(),
+                            points: vec![(1.0, 0.9), (4.0, -1.0), (16.0, 35.0), (64.0, 410.0)],
+                            dash: Some("3,3"),
+                        },
+                    ],
+                    log_y: true,
+                },
+            ],
+        )
+    }
+
+    /// One swept value, and a log panel with nothing to draw.
+    fn lone_point() -> String {
+        render(
+            "one point",
+            "",
+            "producers",
+            &[8.0],
+            &[Panel {
+                title: "latency".into(),
+                y_label: "ms".into(),
+                series: vec![Series {
+                    name: "none".into(),
+                    points: vec![(8.0, f64::NAN)],
+                    dash: None,
+                }],
+                log_y: true,
+            }],
+        )
+    }
+
+    /// The figure is the same, byte for byte, as when the golden file was written.
+    #[test]
+    fn renders_the_golden_svg() {
+        let svg = sample() + &lone_point();
+        assert_eq!(svg, include_str!("plot_golden.svg"));
+    }
+
     #[test]
     fn nice_steps() {
         assert_eq!(nice_step(100.0, 5.0), 20.0);
