@@ -53,6 +53,7 @@ use report::{
 };
 use serde::Serialize;
 use std::io;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use workload::{Endpoint, Observer, RunSummary, Settings, Workload};
@@ -239,179 +240,308 @@ fn fanout(args: FanoutArgs, serve_config: ServeConfig) -> io::Result<()> {
     Ok(())
 }
 
+/// The points of a series, the compared settings at each, and how often each runs.
+struct Plan {
+    points: Vec<Option<(SweepKey, u64)>>,
+    /// `--compare`: on, then off; without it, the broker as it is.
+    modes: Vec<Option<bool>>,
+    repeat: usize,
+}
+
+impl Plan {
+    fn of(args: &FanoutArgs) -> Plan {
+        Plan {
+            points: match &args.sweep {
+                Some(s) => s.values.iter().map(|v| Some((s.key, *v))).collect(),
+                None => vec![None],
+            },
+            modes: if args.compare.is_some() {
+                vec![Some(true), Some(false)]
+            } else {
+                vec![None]
+            },
+            repeat: args.repeat.max(1) as usize,
+        }
+    }
+
+    fn total_runs(&self) -> usize {
+        self.points.len() * self.modes.len() * self.repeat
+    }
+}
+
+/// The broker under test and the generator's connections to it, renewed with each fresh broker
+/// process.
+struct UnderTest<'a> {
+    broker: &'a mut Broker,
+    cluster: Cluster,
+    /// `--produce-bootstrap`: where the producers write instead.
+    upstream: Option<Cluster>,
+    obs: Observer,
+}
+
+impl UnderTest<'_> {
+    /// A fresh broker process, so that the next run's peak RSS is its own.
+    fn restart(&mut self, args: &FanoutArgs) -> io::Result<()> {
+        self.broker.restart(args)?;
+        self.cluster = Cluster::connect(self.broker.bootstrap)?;
+        self.obs = self.broker.observer();
+        println!(
+            "\n(a fresh shoal process for the next run: {})",
+            self.broker.describe()
+        );
+        Ok(())
+    }
+}
+
+impl Report {
+    /// The report of a series with `args`, before its first run.
+    fn new(args: &FanoutArgs) -> Report {
+        Report {
+            tool: "shoal bench fanout",
+            version: env!("CARGO_PKG_VERSION"),
+            broker: String::new(),
+            config: args.clone(),
+            runs: Vec::new(),
+            raw_baselines: Vec::new(),
+            disk_baselines: Vec::new(),
+            medians: Vec::new(),
+            raw_baseline_medians: Vec::new(),
+            comparisons: Vec::new(),
+            ok: false,
+        }
+    }
+}
+
 fn series(args: &FanoutArgs, broker: &mut Broker, cpus: usize) -> io::Result<Report> {
-    let mut cluster = Cluster::connect(broker.bootstrap)?;
+    let cluster = Cluster::connect(broker.bootstrap)?;
     let upstream = match &args.produce_bootstrap {
         Some(addr) => Some(Cluster::connect(client::resolve(addr)?)?),
         None => None,
     };
-    let mut obs = broker.observer();
+    let obs = broker.observer();
     println!("shoal bench fanout: {}", broker.describe());
-    let points: Vec<Option<(SweepKey, u64)>> = match &args.sweep {
-        Some(s) => s.values.iter().map(|v| Some((s.key, *v))).collect(),
-        None => vec![None],
+    let mut ut = UnderTest {
+        broker,
+        cluster,
+        upstream,
+        obs,
     };
-    let modes: Vec<Option<bool>> = if args.compare.is_some() {
-        vec![Some(true), Some(false)]
-    } else {
-        vec![None]
-    };
-    let switch_before = args.compare.and_then(|c| switch_enabled(broker.admin, c));
-    let repeat = args.repeat.max(1) as usize;
-    let total_runs = points.len() * modes.len() * repeat;
-    let mut runs: Vec<RunSummary> = Vec::new();
-    let mut raws: Vec<RunSummary> = Vec::new();
-    let mut medians: Vec<Repeats> = Vec::new();
-    let mut raw_medians: Vec<Repeats> = Vec::new();
-    let mut disks = Vec::new();
-    let mut comparisons = Vec::new();
-    for point in &points {
+    let plan = Plan::of(args);
+    let switch_before = args
+        .compare
+        .and_then(|c| switch_enabled(ut.broker.admin, c));
+    let mut report = Report::new(args);
+    for point in &plan.points {
         let mut w = workload_for(args, *point, cpus);
-        let first_of_point = runs.len();
-        // Per mode, the runs of its repeats; the raw baselines of the point.
-        let mut of_mode: Vec<Vec<usize>> = vec![Vec::new(); modes.len()];
-        let mut of_raw = Vec::new();
-        for rep in 0..repeat {
-            for (m, mode) in modes.iter().enumerate() {
-                if args.broker_process && !runs.is_empty() {
-                    // Every run gets a fresh process: its peak RSS is its own.
-                    broker.restart(args)?;
-                    cluster = Cluster::connect(broker.bootstrap)?;
-                    obs = broker.observer();
-                    println!(
-                        "\n(a fresh shoal process for the next run: {})",
-                        broker.describe()
-                    );
-                }
-                if let (Some(on), Some(admin), Some(c)) = (mode, broker.admin, args.compare) {
-                    stats::set_switch(admin, c.setting(), *on)?;
-                }
-                w.topic = if runs.is_empty() {
-                    args.topic.clone()
-                } else {
-                    format!("{}-{}", args.topic, runs.len() + 1)
-                };
-                let label = run_label(&w, args.compare.zip(*mode));
-                let of_repeats = match repeat {
-                    1 => String::new(),
-                    n => format!(" (repeat {}/{n})", rep + 1),
-                };
-                println!(
-                    "\n== run {}/{total_runs}: {label}{of_repeats} ==",
-                    runs.len() + 1
-                );
-                println!("{}", describe_workload(&w, args));
-                let state = |c: Compare| match args.compare {
-                    Some(compared) if compared == c => *mode,
-                    _ => switch_enabled(broker.admin, c),
-                };
-                let settings = Settings {
-                    coalescing: state(Compare::Coalescing),
-                    view_sharing: w.views.and(state(Compare::ViewSharing)),
-                };
-                let endpoint = Endpoint::Kafka(&cluster, upstream.as_ref());
-                let s = workload::run(&w, &endpoint, &obs, &label, settings)?;
-                print_summary(&s);
-                of_mode[m].push(runs.len());
-                runs.push(s);
-            }
-            if args.raw_baseline {
-                let raw = raw_baseline(&w, cluster.versions.fetch, broker.cores.unwrap_or(1))?;
-                // Each run of this repeat against this repeat's raw server.
-                let these: Vec<usize> = of_mode.iter().map(|v| v[rep]).collect();
-                for &i in &these {
-                    against_raw(&mut runs[i], &raw, args.rate);
-                }
-                let these: Vec<RunSummary> = these.iter().map(|&i| runs[i].clone()).collect();
-                print_raw(&raw, &these, args.rate);
-                of_raw.push(raws.len());
-                raws.push(raw);
-            }
-        }
-        let point_medians: Vec<Repeats> = of_mode
-            .into_iter()
-            .map(|ix| Repeats::of(&ix.iter().map(|&i| &runs[i]).collect::<Vec<_>>(), ix))
-            .collect();
-        let raw_median = (!of_raw.is_empty()).then(|| {
-            Repeats::of(
-                &of_raw.iter().map(|&i| &raws[i]).collect::<Vec<_>>(),
-                of_raw,
-            )
-        });
-        let first_median = medians.len();
-        medians.extend(point_medians);
-        if let Some(raw) = &raw_median {
-            // The medians against the median raw server.
-            for m in &mut medians[first_median..] {
-                against_raw(&mut m.median, &raw.median, args.rate);
-            }
-        }
-        if repeat > 1 {
-            print_medians(&medians[first_median..], raw_median.as_ref());
-        }
-        if modes.len() == 2 {
-            let (on, off) = (
-                &medians[first_median].median,
-                &medians[first_median + 1].median,
-            );
-            comparisons.push(Comparison::of(on, off, first_median));
-            let compared = args.compare.expect("two modes only with --compare");
-            print_comparison(compared, on, off, repeat);
-        }
-        raw_medians.extend(raw_median);
-        if let (true, Some(dir)) = (args.disk_baseline, &broker.data_dir) {
-            let writers = disk::writers_for(w.partitions as usize);
-            println!(
-                "\n== disk baseline: {writers} writer{} of {} KiB Direct I/O writes in {} ==",
-                plural(writers),
-                disk::WRITE_BYTES >> 10,
-                dir.display()
-            );
-            // A baseline that cannot run (a full disk) is reported; the runs still stand.
-            let measured = disk::measure(dir, writers, broker.flush_interval, disk::PHASE)
-                .unwrap_or_else(|e| {
-                    println!("disk baseline    failed: {e}");
-                    None
-                });
-            if let Some(d) = measured {
-                for r in &mut runs[first_of_point..] {
-                    r.disk_baseline_fraction =
-                        ratio(Some(r.produced.mb_per_s), Some(d.plain.mb_per_s));
-                }
-                for m in &mut medians[first_median..] {
-                    m.median.disk_baseline_fraction =
-                        ratio(Some(m.median.produced.mb_per_s), Some(d.plain.mb_per_s));
-                }
-                print_disk(&d, &runs[first_of_point..]);
-                disks.push(d);
-            }
-        }
+        run_point(args, &plan, &mut ut, &mut w, &mut report)?;
     }
-    if let (Some(before), Some(admin), Some(c)) = (switch_before, broker.admin, args.compare) {
+    if let (Some(before), Some(admin), Some(c)) = (switch_before, ut.broker.admin, args.compare) {
         stats::set_switch(admin, c.setting(), before)?;
     }
-    if medians.len() > 1 || !raws.is_empty() || repeat > 1 {
-        let rows: Vec<&RunSummary> = medians.iter().map(|m| &m.median).collect();
-        let raw_rows: Vec<&RunSummary> = raw_medians.iter().map(|m| &m.median).collect();
+    finish(args, ut.broker, plan.repeat, report)
+}
+
+/// One point of the series: each setting's runs, `--repeat` times, each repeat followed by the raw
+/// baseline when asked; then their medians and comparison, and the disk baseline when asked.
+fn run_point(
+    args: &FanoutArgs,
+    plan: &Plan,
+    ut: &mut UnderTest,
+    w: &mut Workload,
+    report: &mut Report,
+) -> io::Result<()> {
+    let first_of_point = report.runs.len();
+    // Per mode, the runs of its repeats; the raw baselines of the point.
+    let mut of_mode: Vec<Vec<usize>> = vec![Vec::new(); plan.modes.len()];
+    let mut of_raw = Vec::new();
+    for rep in 0..plan.repeat {
+        for (m, mode) in plan.modes.iter().enumerate() {
+            let s = run_one(args, plan, ut, w, *mode, rep, report.runs.len())?;
+            of_mode[m].push(report.runs.len());
+            report.runs.push(s);
+        }
+        if args.raw_baseline {
+            let raw = raw_baseline(w, ut.cluster.versions.fetch, ut.broker.cores.unwrap_or(1))?;
+            // Each run of this repeat against this repeat's raw server.
+            let these: Vec<usize> = of_mode.iter().map(|v| v[rep]).collect();
+            for &i in &these {
+                against_raw(&mut report.runs[i], &raw, args.rate);
+            }
+            let these: Vec<RunSummary> = these.iter().map(|&i| report.runs[i].clone()).collect();
+            print_raw(&raw, &these, args.rate);
+            of_raw.push(report.raw_baselines.len());
+            report.raw_baselines.push(raw);
+        }
+    }
+    let first_median = add_medians(args, plan, report, of_mode, of_raw);
+    if let (true, Some(dir)) = (args.disk_baseline, &ut.broker.data_dir) {
+        disk_baseline(
+            dir,
+            ut.broker.flush_interval,
+            w,
+            report,
+            first_of_point,
+            first_median,
+        );
+    }
+    Ok(())
+}
+
+/// The `index`-th run of the series (from 0): the point's workload `w` with the compared setting
+/// `mode`, in repeat `rep`.
+fn run_one(
+    args: &FanoutArgs,
+    plan: &Plan,
+    ut: &mut UnderTest,
+    w: &mut Workload,
+    mode: Option<bool>,
+    rep: usize,
+    index: usize,
+) -> io::Result<RunSummary> {
+    if args.broker_process && index > 0 {
+        ut.restart(args)?;
+    }
+    if let (Some(on), Some(admin), Some(c)) = (mode, ut.broker.admin, args.compare) {
+        stats::set_switch(admin, c.setting(), on)?;
+    }
+    w.topic = if index == 0 {
+        args.topic.clone()
+    } else {
+        format!("{}-{}", args.topic, index + 1)
+    };
+    let label = run_label(w, args.compare.zip(mode));
+    let of_repeats = match plan.repeat {
+        1 => String::new(),
+        n => format!(" (repeat {}/{n})", rep + 1),
+    };
+    println!(
+        "\n== run {}/{}: {label}{of_repeats} ==",
+        index + 1,
+        plan.total_runs()
+    );
+    println!("{}", describe_workload(w, args));
+    let state = |c: Compare| match args.compare {
+        Some(compared) if compared == c => mode,
+        _ => switch_enabled(ut.broker.admin, c),
+    };
+    let settings = Settings {
+        coalescing: state(Compare::Coalescing),
+        view_sharing: w.views.and(state(Compare::ViewSharing)),
+    };
+    let endpoint = Endpoint::Kafka(&ut.cluster, ut.upstream.as_ref());
+    let s = workload::run(w, &endpoint, &ut.obs, &label, settings)?;
+    print_summary(&s);
+    Ok(s)
+}
+
+/// The medians of a point's repeats (`of_mode`: per setting, its runs), against the median of its
+/// raw baselines (`of_raw`), printed with the comparison of the settings. Returns the index of the
+/// point's first median.
+fn add_medians(
+    args: &FanoutArgs,
+    plan: &Plan,
+    report: &mut Report,
+    of_mode: Vec<Vec<usize>>,
+    of_raw: Vec<usize>,
+) -> usize {
+    let point_medians: Vec<Repeats> = of_mode
+        .into_iter()
+        .map(|ix| Repeats::of(&ix.iter().map(|&i| &report.runs[i]).collect::<Vec<_>>(), ix))
+        .collect();
+    let raw_median = (!of_raw.is_empty()).then(|| {
+        Repeats::of(
+            &of_raw
+                .iter()
+                .map(|&i| &report.raw_baselines[i])
+                .collect::<Vec<_>>(),
+            of_raw,
+        )
+    });
+    let first_median = report.medians.len();
+    report.medians.extend(point_medians);
+    if let Some(raw) = &raw_median {
+        // The medians against the median raw server.
+        for m in &mut report.medians[first_median..] {
+            against_raw(&mut m.median, &raw.median, args.rate);
+        }
+    }
+    if plan.repeat > 1 {
+        print_medians(&report.medians[first_median..], raw_median.as_ref());
+    }
+    if plan.modes.len() == 2 {
+        let (on, off) = (
+            &report.medians[first_median].median,
+            &report.medians[first_median + 1].median,
+        );
+        report
+            .comparisons
+            .push(Comparison::of(on, off, first_median));
+        let compared = args.compare.expect("two modes only with --compare");
+        print_comparison(compared, on, off, plan.repeat);
+    }
+    report.raw_baseline_medians.extend(raw_median);
+    first_median
+}
+
+/// The disk baseline in the embedded broker's data directory `dir`, beside the point's runs (from
+/// `first_run`) and medians (from `first_median`).
+fn disk_baseline(
+    dir: &Path,
+    flush_interval: Option<Duration>,
+    w: &Workload,
+    report: &mut Report,
+    first_run: usize,
+    first_median: usize,
+) {
+    let writers = disk::writers_for(w.partitions as usize);
+    println!(
+        "\n== disk baseline: {writers} writer{} of {} KiB Direct I/O writes in {} ==",
+        plural(writers),
+        disk::WRITE_BYTES >> 10,
+        dir.display()
+    );
+    // A baseline that cannot run (a full disk) is reported; the runs still stand.
+    let measured = disk::measure(dir, writers, flush_interval, disk::PHASE).unwrap_or_else(|e| {
+        println!("disk baseline    failed: {e}");
+        None
+    });
+    let Some(d) = measured else {
+        return;
+    };
+    for r in &mut report.runs[first_run..] {
+        r.disk_baseline_fraction = ratio(Some(r.produced.mb_per_s), Some(d.plain.mb_per_s));
+    }
+    for m in &mut report.medians[first_median..] {
+        m.median.disk_baseline_fraction =
+            ratio(Some(m.median.produced.mb_per_s), Some(d.plain.mb_per_s));
+    }
+    print_disk(&d, &report.runs[first_run..]);
+    report.disk_baselines.push(d);
+}
+
+/// The end of a series: the table of the medians (when there is more than one run to show), the
+/// verdict, then the JSON summary and the plot when asked.
+fn finish(
+    args: &FanoutArgs,
+    broker: &Broker,
+    repeat: usize,
+    mut report: Report,
+) -> io::Result<Report> {
+    if report.medians.len() > 1 || !report.raw_baselines.is_empty() || repeat > 1 {
+        let rows: Vec<&RunSummary> = report.medians.iter().map(|m| &m.median).collect();
+        let raw_rows: Vec<&RunSummary> = report
+            .raw_baseline_medians
+            .iter()
+            .map(|m| &m.median)
+            .collect();
         print_table(&rows, &raw_rows, args.rate, repeat);
     }
-    let ok = runs
+    report.ok = report
+        .runs
         .iter()
         .all(|r| r.correctness.all_received && r.errors.count == 0)
-        && raws.iter().all(|r| r.errors.count == 0);
-    let report = Report {
-        tool: "shoal bench fanout",
-        version: env!("CARGO_PKG_VERSION"),
-        broker: broker.describe(),
-        config: args.clone(),
-        runs,
-        raw_baselines: raws,
-        disk_baselines: disks,
-        medians,
-        raw_baseline_medians: raw_medians,
-        comparisons,
-        ok,
-    };
+        && report.raw_baselines.iter().all(|r| r.errors.count == 0);
+    report.broker = broker.describe();
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&report).map_err(io::Error::other)?;
         std::fs::write(path, text + "\n")?;

@@ -120,21 +120,56 @@ fn latency_line(name: &str, l: &Option<stats::Latency>) -> String {
 }
 
 pub fn print_summary(s: &RunSummary) {
-    println!(
+    for line in summary_lines(s) {
+        println!("{line}");
+    }
+}
+
+/// A run's summary: its throughput, latencies and correctness (Kafka runs), errors, the
+/// generator's CPU, then the server's figures.
+fn summary_lines(s: &RunSummary) -> Vec<String> {
+    let mut lines = vec![format!(
         "-- summary: {} ({:.1} s measured) --",
         s.label, s.measured_s
-    );
-    if s.kind == "kafka" {
-        println!(
-            "{:<16} {} msgs, {}: {} msg/s, {:.1} MB/s",
-            "produced",
-            stats::thousands(s.produced.records),
-            stats::size(s.produced.bytes),
-            stats::thousands(s.produced.msg_per_s as u64),
-            s.produced.mb_per_s
-        );
+    )];
+    let kafka = s.kind == "kafka";
+    if kafka {
+        lines.push(produced_line(s));
     }
-    println!(
+    lines.push(delivered_line(s));
+    if kafka {
+        lines.push(latency_line("publish latency", &s.publish_latency_us));
+        lines.push(latency_line("e2e latency", &s.e2e_latency_us));
+        lines.extend(correctness_lines(s));
+    }
+    lines.push(errors_line(s));
+    lines.push(generator_line(s));
+    lines.push(server_line(s));
+    lines.extend(
+        s.server
+            .cpu_method
+            .as_ref()
+            .map(|method| format!("{:<16} {method}", "its CPU from")),
+    );
+    lines.extend(fetch_path_line(s));
+    lines.extend(broker_disk_line(s));
+    lines.extend(views_line(s));
+    lines
+}
+
+fn produced_line(s: &RunSummary) -> String {
+    format!(
+        "{:<16} {} msgs, {}: {} msg/s, {:.1} MB/s",
+        "produced",
+        stats::thousands(s.produced.records),
+        stats::size(s.produced.bytes),
+        stats::thousands(s.produced.msg_per_s as u64),
+        s.produced.mb_per_s
+    )
+}
+
+fn delivered_line(s: &RunSummary) -> String {
+    format!(
         "{:<16} {} msgs, {} to {} consumers: {} msg/s, {:.1} MB/s (slowest consumer {} msg/s, {:.1} MB/s; {} fetches of {} on average)",
         "delivered",
         stats::thousands(s.delivered.records),
@@ -146,40 +181,43 @@ pub fn print_summary(s: &RunSummary) {
         s.delivered.slowest_consumer_mb_per_s,
         stats::thousands(s.delivered.fetches),
         stats::size(s.delivered.mean_fetch_bytes as u64),
-    );
-    if s.kind == "kafka" {
-        println!("{}", latency_line("publish latency", &s.publish_latency_us));
-        println!("{}", latency_line("e2e latency", &s.e2e_latency_us));
-        let c = &s.correctness;
-        if c.all_received {
-            println!(
-                "{:<16} OK: all {} consumers received every record produced after they started ({} records in all, {} produced; drained in {:.2} s)",
-                "correctness",
-                c.consumers,
-                stats::thousands(c.received_records),
-                stats::thousands(s.totals.produced_records),
-                c.drain_s
-            );
-        } else {
-            println!(
-                "{:<16} FAILED: {} of {} consumers received everything ({} of {} expected records; {} gaps)",
-                "correctness",
-                c.complete_consumers,
-                c.consumers,
-                stats::thousands(c.received_records),
-                stats::thousands(c.expected_records),
-                c.gaps
-            );
-            for i in &c.incomplete {
-                println!(
-                    "{:<16}   consumer {} (partition {}): from {} reached {} of {}, {} records received, {} offsets missing between batches",
-                    "", i.consumer, i.partition, i.start_offset, i.position, i.final_offset,
-                    i.received_records, i.gap_offsets
-                );
-            }
-        }
+    )
+}
+
+/// OK, or FAILED followed by a line per consumer that did not receive everything.
+fn correctness_lines(s: &RunSummary) -> Vec<String> {
+    let c = &s.correctness;
+    if c.all_received {
+        return vec![format!(
+            "{:<16} OK: all {} consumers received every record produced after they started ({} records in all, {} produced; drained in {:.2} s)",
+            "correctness",
+            c.consumers,
+            stats::thousands(c.received_records),
+            stats::thousands(s.totals.produced_records),
+            c.drain_s
+        )];
     }
-    println!(
+    let mut lines = vec![format!(
+        "{:<16} FAILED: {} of {} consumers received everything ({} of {} expected records; {} gaps)",
+        "correctness",
+        c.complete_consumers,
+        c.consumers,
+        stats::thousands(c.received_records),
+        stats::thousands(c.expected_records),
+        c.gaps
+    )];
+    for i in &c.incomplete {
+        lines.push(format!(
+            "{:<16}   consumer {} (partition {}): from {} reached {} of {}, {} records received, {} offsets missing between batches",
+            "", i.consumer, i.partition, i.start_offset, i.position, i.final_offset,
+            i.received_records, i.gap_offsets
+        ));
+    }
+    lines
+}
+
+fn errors_line(s: &RunSummary) -> String {
+    format!(
         "{:<16} {} ({} produce, {} consume){}",
         "errors",
         s.errors.count,
@@ -190,8 +228,11 @@ pub fn print_summary(s: &RunSummary) {
         } else {
             format!(": {}", s.errors.messages.join("; "))
         }
-    );
-    println!(
+    )
+}
+
+fn generator_line(s: &RunSummary) -> String {
+    format!(
         "{:<16} {:.2} CPU-s = {:.2} cores{}{}",
         "generator CPU",
         s.generator.cpu_s,
@@ -208,7 +249,11 @@ pub fn print_summary(s: &RunSummary) {
         } else {
             String::new()
         }
-    );
+    )
+}
+
+/// The broker's (or the raw server's) CPU and peak memory.
+fn server_line(s: &RunSummary) -> String {
     let who = if s.kind == "kafka" {
         "broker"
     } else {
@@ -230,86 +275,98 @@ pub fn print_summary(s: &RunSummary) {
     } else {
         parts.push("CPU not observable (not on this host; give --admin of a local shoal)".into());
     }
-    if let Some(rss) = sv.peak_rss_bytes {
-        parts.push(format!(
-            "peak RSS {}{}{}",
-            stats::size(rss),
-            match (sv.rss_at_consumers_start_bytes, sv.peak_rss_growth_bytes) {
-                (Some(start), Some(growth)) => format!(
-                    " ({} when the consumers started, +{} while serving them)",
-                    stats::size(start),
-                    stats::size(growth)
-                ),
-                _ => String::new(),
-            },
-            if sv.peak_rss_includes_generator {
-                " (process, generator included)"
-            } else {
-                ""
-            }
-        ));
-    }
-    println!("{who:<16} {}", parts.join("; "));
-    if let Some(method) = &sv.cpu_method {
-        println!("{:<16} {method}", "its CPU from");
-    }
-    if let Some(f) = &sv.fetch {
-        println!(
-            "{:<16} coalescer hit ratio {}; log bytes read {} for {} delivered ({})",
-            "fetch path",
-            f.coalescer_hit_ratio
-                .map(|r| format!("{:.1}%", r * 100.0))
-                .unwrap_or_else(|| "-".into()),
-            stats::size(f.log_read_bytes),
-            stats::size(f.response_bytes),
-            f.fan_out_saving
-                .map(|x| format!("each byte read served {x:.1} times"))
-                .unwrap_or_else(|| "nothing read".into())
-        );
-    }
-    if let Some(d) = &sv.device {
-        let ops = |what: &str, o: &stats::DeviceOps| {
-            format!(
-                "{} {what} (mean {}; {} over 10 ms, {} over 100 ms, the slowest {})",
-                stats::thousands(o.count),
-                o.mean_us
-                    .map_or_else(|| "-".into(), |us| stats::us(us.round() as u64)),
-                stats::thousands(o.over_10ms),
-                stats::thousands(o.over_100ms),
-                o.slowest_within_s
-                    .map_or_else(|| "over 5 s".into(), |s| format!("<= {s} s")),
-            )
-        };
-        println!(
-            "{:<16} {}; {}",
-            "broker disk",
-            ops("writes of appends", &d.writes),
-            ops("fsyncs", &d.fsyncs)
-        );
-    }
-    if let Some(v) = &sv.views {
-        println!(
-            "{:<16} {} source batches decoded for {} produced ({} per batch), {} shard batches \
-             encoded, {} view fetches, {} catch-up reads (and {} fetches served by another's), {} \
-             decode errors, {} split without decompressing again{}",
-            "views",
-            stats::thousands(v.source_batches_decoded),
-            stats::thousands(v.source_batches),
-            v.decodes_per_source_batch
-                .map_or_else(|| "-".into(), |d| format!("{d:.2}")),
-            stats::thousands(v.shard_batches_encoded),
-            stats::thousands(v.fetches_served),
-            stats::thousands(v.catch_up_reads),
-            stats::thousands(v.catch_up_reads_shared),
-            v.decode_errors,
-            stats::thousands(v.decompressions_saved),
-            match s.view_sharing {
-                Some(true) => "; readers shared",
-                Some(false) => "; readers not shared",
-                None => "",
-            }
-        );
-    }
+    parts.extend(peak_rss(s));
+    format!("{who:<16} {}", parts.join("; "))
+}
+
+/// The server's peak resident memory, and what serving the consumers added to it.
+fn peak_rss(s: &RunSummary) -> Option<String> {
+    let sv = &s.server;
+    let rss = sv.peak_rss_bytes?;
+    Some(format!(
+        "peak RSS {}{}{}",
+        stats::size(rss),
+        match (sv.rss_at_consumers_start_bytes, sv.peak_rss_growth_bytes) {
+            (Some(start), Some(growth)) => format!(
+                " ({} when the consumers started, +{} while serving them)",
+                stats::size(start),
+                stats::size(growth)
+            ),
+            _ => String::new(),
+        },
+        if sv.peak_rss_includes_generator {
+            " (process, generator included)"
+        } else {
+            ""
+        }
+    ))
+}
+
+/// shoal's fetch path: how many reads the coalescer saved, how often each byte read was sent.
+fn fetch_path_line(s: &RunSummary) -> Option<String> {
+    let f = s.server.fetch.as_ref()?;
+    Some(format!(
+        "{:<16} coalescer hit ratio {}; log bytes read {} for {} delivered ({})",
+        "fetch path",
+        f.coalescer_hit_ratio
+            .map(|r| format!("{:.1}%", r * 100.0))
+            .unwrap_or_else(|| "-".into()),
+        stats::size(f.log_read_bytes),
+        stats::size(f.response_bytes),
+        f.fan_out_saving
+            .map(|x| format!("each byte read served {x:.1} times"))
+            .unwrap_or_else(|| "nothing read".into())
+    ))
+}
+
+/// shoal's storage device: its writes of appends and its fsyncs.
+fn broker_disk_line(s: &RunSummary) -> Option<String> {
+    let d = s.server.device.as_ref()?;
+    Some(format!(
+        "{:<16} {}; {}",
+        "broker disk",
+        device_ops("writes of appends", &d.writes),
+        device_ops("fsyncs", &d.fsyncs)
+    ))
+}
+
+fn device_ops(what: &str, o: &stats::DeviceOps) -> String {
+    format!(
+        "{} {what} (mean {}; {} over 10 ms, {} over 100 ms, the slowest {})",
+        stats::thousands(o.count),
+        o.mean_us
+            .map_or_else(|| "-".into(), |us| stats::us(us.round() as u64)),
+        stats::thousands(o.over_10ms),
+        stats::thousands(o.over_100ms),
+        o.slowest_within_s
+            .map_or_else(|| "over 5 s".into(), |s| format!("<= {s} s")),
+    )
+}
+
+/// shoal's shard views (`--views`): the decoding and encoding they cost, and their reads.
+fn views_line(s: &RunSummary) -> Option<String> {
+    let v = s.server.views.as_ref()?;
+    Some(format!(
+        "{:<16} {} source batches decoded for {} produced ({} per batch), {} shard batches \
+         encoded, {} view fetches, {} catch-up reads (and {} fetches served by another's), {} \
+         decode errors, {} split without decompressing again{}",
+        "views",
+        stats::thousands(v.source_batches_decoded),
+        stats::thousands(v.source_batches),
+        v.decodes_per_source_batch
+            .map_or_else(|| "-".into(), |d| format!("{d:.2}")),
+        stats::thousands(v.shard_batches_encoded),
+        stats::thousands(v.fetches_served),
+        stats::thousands(v.catch_up_reads),
+        stats::thousands(v.catch_up_reads_shared),
+        v.decode_errors,
+        stats::thousands(v.decompressions_saved),
+        match s.view_sharing {
+            Some(true) => "; readers shared",
+            Some(false) => "; readers not shared",
+            None => "",
+        }
+    ))
 }
 
 fn fmt_ratio(r: Option<f64>) -> String {
@@ -711,4 +768,54 @@ pub fn render_plot(report: &Report, sweep: &Sweep) -> String {
             },
         ],
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The summaries the golden text holds: every line of a failed Kafka run, a complete one with
+    /// fewer figures, and a raw baseline's.
+    fn samples() -> Vec<RunSummary> {
+        let failed = RunSummary::sample();
+        let mut complete = RunSummary::sample();
+        complete.correctness.all_received = true;
+        complete.errors = Default::default();
+        complete.publish_latency_us = None;
+        complete.generator.cpu_s_per_delivered_gb = None;
+        complete.generator.unattributed_cpu_s = 0.0;
+        complete.server.cpu_method = None;
+        complete.server.cpu_s_per_delivered_gb = None;
+        complete.server.cpu_us_per_fetch = None;
+        complete.server.rss_at_consumers_start_bytes = None;
+        complete.server.peak_rss_includes_generator = false;
+        complete.server.fetch = complete.server.fetch.map(|mut f| {
+            f.coalescer_hit_ratio = None;
+            f.fan_out_saving = None;
+            f
+        });
+        complete.server.device = None;
+        complete.server.views = complete.server.views.map(|mut v| {
+            v.decodes_per_source_batch = None;
+            v
+        });
+        complete.view_sharing = Some(false);
+        let mut raw = RunSummary::sample();
+        raw.kind = "raw-baseline";
+        raw.label = "raw TCP baseline consumers=4x2".into();
+        raw.server = Default::default();
+        raw.view_sharing = None;
+        vec![failed, complete, raw]
+    }
+
+    /// The summaries are the same, byte for byte, as when the golden text was printed.
+    #[test]
+    fn summaries_print_the_golden_text() {
+        let text: String = samples()
+            .iter()
+            .flat_map(summary_lines)
+            .map(|l| l + "\n")
+            .collect();
+        assert_eq!(text, include_str!("report_golden.txt"));
+    }
 }

@@ -5,7 +5,7 @@ use super::executors::{connect, setup_over, ClientCfg, DoneOnDrop, ProducerPlan,
 use crate::bench::client;
 use crate::bench::client::{Codec, ProduceFrame};
 use crate::bench::stats::{now_us, record, Hists, Phase, Shared};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures_lite::AsyncWriteExt;
 use glommio::channels::local_channel;
 use glommio::channels::local_channel::{LocalReceiver, LocalSender};
@@ -16,6 +16,7 @@ use shoal::wire::fetch::decode::FrameReader;
 use shoal::wire::SharedStream;
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::io;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -105,6 +106,69 @@ pub(super) struct ProducerConn {
     pub(super) unacked: Option<Unacked>,
 }
 
+/// One partition a producer writes to.
+struct Target {
+    partition: i32,
+    /// Its leader's connection, in the producer's.
+    conn: usize,
+    /// Without compression, a ready-made request; with it, each batch is compressed from the
+    /// template.
+    frame: Option<ProduceFrame>,
+}
+
+/// The batch a producer sends over and over, and where each send stamps its time.
+struct Template {
+    batch: Vec<u8>,
+    /// Records whose values carry the send time: the first, or the first of each shard view.
+    stamped: usize,
+    value_ats: Vec<usize>,
+    /// A copy of the batch, stamped before it is compressed.
+    scratch: Vec<u8>,
+}
+
+impl Template {
+    fn new(cfg: &ClientCfg, id: usize) -> Template {
+        let batch = template_batch(
+            cfg.message_bytes,
+            cfg.records_per_batch,
+            id as u64 + 1,
+            cfg.views,
+        );
+        let stamped = cfg
+            .views
+            .map_or(1, |n| (n as usize).min(cfg.records_per_batch));
+        let value_ats =
+            client::value_positions(&batch, stamped).expect("template values are >= 8 bytes");
+        Template {
+            scratch: batch.clone(),
+            batch,
+            stamped,
+            value_ats,
+        }
+    }
+}
+
+/// Spaces a producer's batches `interval` apart (zero: as fast as possible).
+struct Pacer {
+    interval: Duration,
+    next_at: Instant,
+}
+
+impl Pacer {
+    async fn wait(&mut self) {
+        if self.interval.is_zero() {
+            return;
+        }
+        let now = Instant::now();
+        if self.next_at > now {
+            glommio::timer::sleep(self.next_at - now).await;
+        } else if now - self.next_at > Duration::from_millis(100) {
+            self.next_at = now; // fell far behind: do not burst to catch up
+        }
+        self.next_at += self.interval;
+    }
+}
+
 pub(super) async fn producer(
     cfg: Arc<ClientCfg>,
     shared: Arc<Shared>,
@@ -119,75 +183,125 @@ pub(super) async fn producer(
         errors: &stats.errors,
         failed: None,
     };
-    // One connection per leader; per partition, its connection and a ready-made request (without
-    // compression; with it, each batch is compressed from the template).
+    let mut template = Template::new(&cfg, plan.id);
+    let (mut conns, mut targets) =
+        match connect_partitions(&cfg, &shared, &plan, &hists, &template).await {
+            Ok(c) => c,
+            Err(e) => return report.fail(e),
+        };
+    setup_over(&shared).await;
+    send_batches(
+        &cfg,
+        &shared,
+        plan.id,
+        &report,
+        &mut conns,
+        &mut targets,
+        &mut template,
+    )
+    .await;
+    // Let the readers collect the outstanding responses.
+    for c in &mut conns {
+        if let Some(Unacked {
+            pending, reader, ..
+        }) = c.unacked.take()
+        {
+            drop(pending);
+            reader.await;
+        }
+    }
+}
+
+/// One connection per leader of the plan's partitions (with acks, with a task reading its
+/// responses), and per partition, its connection and request.
+async fn connect_partitions(
+    cfg: &Arc<ClientCfg>,
+    shared: &Arc<Shared>,
+    plan: &ProducerPlan,
+    hists: &Rc<RefCell<Hists>>,
+    template: &Template,
+) -> io::Result<(Vec<ProducerConn>, Vec<Target>)> {
     let mut conns: Vec<ProducerConn> = Vec::new();
     let mut by_leader: HashMap<SocketAddr, usize> = HashMap::new();
     let mut targets = Vec::new();
-    let template = template_batch(
-        cfg.message_bytes,
-        cfg.records_per_batch,
-        plan.id as u64 + 1,
-        cfg.views,
-    );
-    let stamped = cfg
-        .views
-        .map_or(1, |n| (n as usize).min(cfg.records_per_batch));
-    let value_ats =
-        client::value_positions(&template, stamped).expect("template values are >= 8 bytes");
     for p in &plan.partitions {
         let conn = match by_leader.get(&p.leader) {
             Some(&c) => c,
             None => {
-                let stream = match connect(p.leader).await {
-                    Ok(s) => s,
-                    Err(e) => return report.fail(e),
-                };
-                let unacked = (cfg.acks != 0).then(|| {
-                    let slots = Rc::new(Semaphore::new(cfg.max_in_flight.max(1) as u64));
-                    let (pending, rx) = local_channel::new_unbounded();
-                    let reader = glommio::spawn_local(produce_responses(
-                        cfg.clone(),
-                        shared.clone(),
-                        plan.id,
-                        stream.clone(),
-                        rx,
-                        slots.clone(),
-                        hists.clone(),
-                    ));
-                    Unacked {
-                        slots,
-                        pending,
-                        reader,
-                    }
-                });
+                let stream = connect(p.leader).await?;
+                let unacked =
+                    (cfg.acks != 0).then(|| Unacked::start(cfg, shared, plan.id, &stream, hists));
                 conns.push(ProducerConn { stream, unacked });
                 by_leader.insert(p.leader, conns.len() - 1);
                 conns.len() - 1
             }
         };
         let frame = if cfg.compression == Codec::None {
-            match ProduceFrame::new(
+            Some(ProduceFrame::new(
                 &cfg.topic,
                 p.partition,
                 cfg.acks,
                 cfg.produce_version,
-                template.clone(),
-                stamped,
-            ) {
-                Ok(f) => Some(f),
-                Err(e) => return report.fail(e),
-            }
+                template.batch.clone(),
+                template.stamped,
+            )?)
         } else {
             None
         };
-        targets.push((p.partition, conn, frame));
+        targets.push(Target {
+            partition: p.partition,
+            conn,
+            frame,
+        });
     }
-    setup_over(&shared).await;
-    let interval = Duration::from_secs_f64(cfg.batch_interval);
-    let mut next_at = Instant::now();
+    Ok((conns, targets))
+}
+
+impl Unacked {
+    /// `--max-in-flight` slots on `stream`, and the task reading its responses.
+    fn start(
+        cfg: &Arc<ClientCfg>,
+        shared: &Arc<Shared>,
+        id: usize,
+        stream: &SharedStream,
+        hists: &Rc<RefCell<Hists>>,
+    ) -> Unacked {
+        let slots = Rc::new(Semaphore::new(cfg.max_in_flight.max(1) as u64));
+        let (pending, rx) = local_channel::new_unbounded();
+        let reader = glommio::spawn_local(produce_responses(
+            cfg.clone(),
+            shared.clone(),
+            id,
+            stream.clone(),
+            rx,
+            slots.clone(),
+            hists.clone(),
+        ));
+        Unacked {
+            slots,
+            pending,
+            reader,
+        }
+    }
+}
+
+/// Sends a batch to each target in turn, paced, until the drain (or, producing the backlog, until
+/// it is all sent), or an error.
+async fn send_batches(
+    cfg: &ClientCfg,
+    shared: &Shared,
+    id: usize,
+    report: &Reporter<'_>,
+    conns: &mut [ProducerConn],
+    targets: &mut [Target],
+    template: &mut Template,
+) {
+    let stats = &shared.producers[id];
+    let mut pacer = Pacer {
+        interval: Duration::from_secs_f64(cfg.batch_interval),
+        next_at: Instant::now(),
+    };
     let mut correlation = 0i32;
-    let mut scratch = template.clone();
     let mut i = 0usize;
     loop {
         let phase = shared.phase();
@@ -197,18 +311,12 @@ pub(super) async fn producer(
         {
             break;
         }
-        if !interval.is_zero() && phase != Phase::Backlog {
-            let now = Instant::now();
-            if next_at > now {
-                glommio::timer::sleep(next_at - now).await;
-            } else if now - next_at > Duration::from_millis(100) {
-                next_at = now; // fell far behind: do not burst to catch up
-            }
-            next_at += interval;
+        if phase != Phase::Backlog {
+            pacer.wait().await;
         }
         let n = targets.len();
-        let (partition, conn, frame) = &mut targets[i % n];
-        let conn = &mut conns[*conn];
+        let target = &mut targets[i % n];
+        let conn = &mut conns[target.conn];
         i += 1;
         // Waits while --max-in-flight requests are outstanding on this connection.
         let slot = match &conn.unacked {
@@ -220,33 +328,15 @@ pub(super) async fn producer(
         };
         correlation = correlation.wrapping_add(1);
         let ts = now_us();
-        let compressed;
-        let (request, batch_len): (&[u8], usize) = match frame {
-            Some(f) => {
-                let len = f.batch_len();
-                (f.stamp(correlation, ts), len)
-            }
-            None => {
-                scratch.copy_from_slice(&template);
-                client::stamp_batch(&mut scratch, &value_ats, ts);
-                let b = cfg.compression.compress_batch(&scratch);
-                let len = b.len();
-                let req = client::produce_request(&cfg.topic, *partition, cfg.acks, Bytes::from(b));
-                let request =
-                    client::request_frame(ApiKey::Produce, cfg.produce_version, correlation, &req)
-                        .map(|f| (f, len));
-                match request {
-                    Ok((f, len)) => {
-                        compressed = f;
-                        (&compressed[..], len)
-                    }
-                    Err(e) => {
-                        report.fail(format!("building a produce request: {e}"));
-                        break;
-                    }
+        let mut compressed = BytesMut::new();
+        let (request, batch_len) =
+            match next_request(cfg, target, template, correlation, ts, &mut compressed) {
+                Ok(r) => r,
+                Err(e) => {
+                    report.fail(format!("building a produce request: {e}"));
+                    break;
                 }
-            }
-        };
+            };
         // Publish latency starts here: the slot is taken and the request built.
         let sent = Instant::now();
         if let (Some(f), Some(slot)) = (&conn.unacked, slot) {
@@ -261,11 +351,7 @@ pub(super) async fn producer(
                 break;
             }
         }
-        let written = match conn.stream.write_all(request).await {
-            Ok(()) => conn.stream.flush().await,
-            Err(e) => Err(e),
-        };
-        if let Err(e) = written {
+        if let Err(e) = write_request(&mut conn.stream, request).await {
             report.fail(format!("sending a produce request: {e}"));
             break;
         }
@@ -275,16 +361,34 @@ pub(super) async fn producer(
         stats.bytes.fetch_add(batch_len as u64, Relaxed);
         shared.bytes_sent.fetch_add(batch_len as u64, Relaxed);
     }
-    // Let the readers collect the outstanding responses.
-    for c in &mut conns {
-        if let Some(Unacked {
-            pending, reader, ..
-        }) = c.unacked.take()
-        {
-            drop(pending);
-            reader.await;
-        }
+}
+
+/// The request for `target`'s next batch, stamped with `ts`, and the batch's length: its
+/// ready-made request, or the template stamped, compressed and framed into `compressed`.
+fn next_request<'a>(
+    cfg: &ClientCfg,
+    target: &'a mut Target,
+    template: &mut Template,
+    correlation: i32,
+    ts: u64,
+    compressed: &'a mut BytesMut,
+) -> io::Result<(&'a [u8], usize)> {
+    if let Some(f) = &mut target.frame {
+        let len = f.batch_len();
+        return Ok((f.stamp(correlation, ts), len));
     }
+    template.scratch.copy_from_slice(&template.batch);
+    client::stamp_batch(&mut template.scratch, &template.value_ats, ts);
+    let b = cfg.compression.compress_batch(&template.scratch);
+    let len = b.len();
+    let req = client::produce_request(&cfg.topic, target.partition, cfg.acks, Bytes::from(b));
+    *compressed = client::request_frame(ApiKey::Produce, cfg.produce_version, correlation, &req)?;
+    Ok((&compressed[..], len))
+}
+
+async fn write_request(stream: &mut SharedStream, request: &[u8]) -> io::Result<()> {
+    stream.write_all(request).await?;
+    stream.flush().await
 }
 
 pub(super) async fn produce_responses(

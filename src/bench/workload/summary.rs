@@ -256,3 +256,140 @@ pub struct RunSummary {
     /// Produced MB/s over the disk baseline's write rate (`--disk-baseline`), when it ran.
     pub disk_baseline_fraction: Option<f64>,
 }
+
+#[cfg(test)]
+impl RunSummary {
+    /// A Kafka run with every figure set and two consumers short of records: the report's tests
+    /// print it, and unset what they do not want.
+    pub(crate) fn sample() -> RunSummary {
+        let latency = |base: u64| Latency {
+            samples: 12_345,
+            mean: base as f64 * 1.5,
+            p50: base,
+            p99: base * 4,
+            p99_9: base * 9,
+            p99_99: base * 20,
+            max: base * 50,
+        };
+        let incomplete = |consumer: usize| IncompleteConsumer {
+            consumer,
+            partition: consumer as i32 % 2,
+            start_offset: 10,
+            position: 900 + consumer as i64,
+            final_offset: 1_000,
+            received_records: 880,
+            gap_offsets: 11,
+        };
+        let ops = |count: u64, slowest: Option<f64>| stats::DeviceOps {
+            count,
+            mean_us: Some(123.4),
+            over_10ms: 3,
+            over_100ms: 1,
+            slowest_within_s: slowest,
+        };
+        RunSummary {
+            label: "consumers=4x2 producers=1 coalescing=on".into(),
+            kind: "kafka",
+            topic: Some("fanout".into()),
+            partitions: 2,
+            producers: 1,
+            consumers_per_partition: 4,
+            consumers: 8,
+            views: Some(2),
+            message_bytes: 1_000,
+            records_per_batch: 16,
+            coalescing: Some(true),
+            view_sharing: Some(true),
+            warmup_s: 2.0,
+            measured_s: 5.25,
+            produced: Throughput::of(1_234_567, 1_234_567_000, 5.25),
+            delivered: Delivered {
+                records: 9_876_543,
+                bytes: 9_876_543_000,
+                msg_per_s: 1_881_246.3,
+                mb_per_s: 1_794.1,
+                slowest_consumer_msg_per_s: 230_000.7,
+                slowest_consumer_mb_per_s: 219.35,
+                fetches: 456_789,
+                mean_fetch_bytes: 21_621.9,
+            },
+            publish_latency_us: Some(latency(850)),
+            e2e_latency_us: Some(latency(1_250)),
+            totals: Totals {
+                produced_records: 1_300_000,
+                produced_bytes: 1_300_000_000,
+                acked_records: 1_300_000,
+                consumed_records: 10_400_000,
+                consumed_bytes: 10_400_000_000,
+                backlog_records: 0,
+                backlog_bytes: 0,
+            },
+            errors: Errors {
+                count: 3,
+                produce: 1,
+                consume: 2,
+                messages: vec!["producer 0: timed out".into(), "consumer 3: reset".into()],
+            },
+            correctness: Correctness {
+                checked: true,
+                all_received: false,
+                consumers: 8,
+                complete_consumers: 6,
+                expected_records: 7_920,
+                received_records: 7_800,
+                gaps: 2,
+                final_offsets: vec![1_000, 1_000],
+                drain_s: 0.125,
+                incomplete: vec![incomplete(3), incomplete(6)],
+            },
+            generator: GeneratorCpu {
+                cpu_s: 4.321,
+                cores: 0.823,
+                cpu_s_per_delivered_gb: Some(0.4375),
+                unattributed_cpu_s: 0.25,
+            },
+            server: ServerFigures {
+                observed: Some("threads".into()),
+                cpu_method: Some(
+                    "the process CPU clock (ns) of pid 4242, exited threads included".into(),
+                ),
+                cpu_s: Some(6.5),
+                cores: Some(1.238),
+                cpu_s_per_delivered_gb: Some(0.658),
+                cpu_us_per_fetch: Some(14.23),
+                peak_rss_bytes: Some(512 << 20),
+                peak_rss_includes_generator: true,
+                rss_at_consumers_start_bytes: Some(300 << 20),
+                peak_rss_since_consumers_start: true,
+                peak_rss_growth_bytes: Some(212 << 20),
+                fetch: Some(stats::FetchMetrics {
+                    coalescer_reads: 1_000,
+                    coalescer_inflight_hits: 2_000,
+                    coalescer_ready_hits: 5_000,
+                    coalescer_hit_ratio: Some(0.875),
+                    log_read_bytes: 1_234_567_000,
+                    response_bytes: 9_876_543_000,
+                    fan_out_saving: Some(8.0),
+                }),
+                device: Some(DeviceMetrics {
+                    writes: ops(45_678, Some(0.25)),
+                    fsyncs: ops(321, None),
+                }),
+                views: Some(ViewMetrics {
+                    source_batches: 77_160,
+                    source_batches_decoded: 77_161,
+                    shard_batches_encoded: 154_320,
+                    fetches_served: 456_789,
+                    catch_up_reads: 42,
+                    catch_up_reads_shared: 17,
+                    decode_errors: 0,
+                    decompressions_saved: 1_234,
+                    decodes_per_source_batch: Some(1.0000129),
+                }),
+            },
+            raw_baseline_fraction: Some(0.456),
+            raw_cpu_ratio: None,
+            disk_baseline_fraction: None,
+        }
+    }
+}
