@@ -73,6 +73,10 @@ pub enum Error {
     /// The log was closed or deleted while the operation waited.
     #[error("log is closed")]
     Closed,
+    /// The log is a read replica of another core's (Kafka: `NOT_LEADER_OR_FOLLOWER`): only its
+    /// owner writes it; or it fell out of step with the owner and waits for a fresh snapshot.
+    #[error("read replica: only the owner core writes this log")]
+    ReadReplica,
 }
 
 impl Error {

@@ -13,7 +13,8 @@
 //! - [`coalescer`]  — the fetch read coalescer (one read per key serves every fetch; fresh S3-FIFO
 //!   cache) and the response-memory budget.
 //! - [`log`]        — one partition's log: append (offsets, group commit), read, recovery, retention,
-//!   compaction, delete.
+//!   compaction, delete; read replicas of it on other cores (fed by the owner's hand-overs,
+//!   reading the owner's files through duplicated descriptors).
 //! - `segment`      — one segment file (`<base_offset:020>.log`): writes, reads, the recovery scan.
 //! - `readahead`    — windows read ahead of a sequential Direct I/O reader of a segment.
 //! - `direct_write` — the active segment's writes with Direct I/O: whole blocks from DMA buffers,
@@ -77,7 +78,10 @@ pub use crate::config::LogConfig;
 pub use crate::error::{Error, InvalidBatch, Result};
 pub use crate::fast_map::{FastMap, FastSet};
 pub use crate::latency::{device_latency, DeviceLatency, DurationHistogram, DurationSnapshot};
-pub use crate::log::{AppendOptions, AppendResult, CompactionStats, Log, LogStats};
+pub use crate::log::{
+    AppendOptions, AppendResult, Appended, CompactionStats, Handover, Log, LogEvent, LogSnapshot,
+    LogStats, WeakLog,
+};
 pub use crate::monitor::OffsetMonitor;
 pub use crate::records::{LogRead, Records};
 pub use crate::segment::now_ms;

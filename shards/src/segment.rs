@@ -159,6 +159,22 @@ impl Segment {
         self.direct_reads.set(false);
     }
 
+    /// A segment of another core's log, read through `file` (a duplicate of the owner's
+    /// descriptor) by a read replica: it is never opened by path (compaction may put another file
+    /// there at any moment) and never written.
+    pub(crate) fn borrowed(
+        path: PathBuf,
+        file: BufferedFile,
+        base_offset: i64,
+        index: SparseIndex,
+        meta: SegmentMeta,
+        last_modified_ms: i64,
+    ) -> Self {
+        let seg = Self::with_meta(path, file, base_offset, index, meta, last_modified_ms);
+        seg.retire();
+        seg
+    }
+
     /// The Direct I/O read handle, opened on first use; `None` once the segment is retired and
     /// none was open (its path names the file that replaced it).
     async fn dma_reader(&self) -> Result<Option<Rc<DmaFile>>> {
@@ -290,7 +306,15 @@ impl Segment {
             }
             return Err(e);
         }
-        let mut at = pos;
+        self.note_written(headers);
+        Ok(synced)
+    }
+
+    /// Counts batches described by `headers` as written at the end of the file: size, index,
+    /// offsets and timestamps (the owner after its write; a read replica when the owner hands
+    /// the batches over).
+    pub(crate) fn note_written(&self, headers: &[BatchHeader]) {
+        let mut at = self.size.get();
         let mut index = self.index.borrow_mut();
         for h in headers {
             debug_assert!(self.can_hold(h.last_offset()), "the log rolls first");
@@ -301,7 +325,6 @@ impl Segment {
         }
         self.size.set(at);
         self.last_modified_ms.set(now_ms());
-        Ok(synced)
     }
 
     /// The error for a write of `len` bytes at `pos` that wrote only `n`. The kernel tells why (a

@@ -308,20 +308,37 @@ impl TailCache {
         max_bytes: usize,
         obligatory: bool,
     ) -> Option<Records> {
+        let read = self.lookup(id, offset, max_bytes, obligatory);
+        let counter = if read.is_some() {
+            &self.hits
+        } else {
+            &self.misses
+        };
+        counter.set(counter.get() + 1);
+        read
+    }
+
+    /// [`Self::read`] of at least one batch, not counted as a hit or a miss (the log handing its
+    /// new batches to its read replicas).
+    pub(crate) fn peek(&self, id: LogId, offset: i64, max_bytes: usize) -> Option<Records> {
+        self.lookup(id, offset, max_bytes, true)
+    }
+
+    fn lookup(
+        &self,
+        id: LogId,
+        offset: i64,
+        max_bytes: usize,
+        obligatory: bool,
+    ) -> Option<Records> {
         let inner = self.inner.borrow();
-        let Some(pt) = inner
+        let pt = inner
             .partitions
             .get(&id)
-            .filter(|pt| pt.first_offset().is_some_and(|f| f <= offset))
-        else {
-            self.misses.set(self.misses.get() + 1);
-            return None;
-        };
+            .filter(|pt| pt.first_offset().is_some_and(|f| f <= offset))?;
         if pt.next_offset().is_none_or(|n| offset >= n) {
-            self.misses.set(self.misses.get() + 1);
             return None;
         }
-        self.hits.set(self.hits.get() + 1);
         // The chunk holding `offset`: the last one whose first batch starts at or before it.
         let ci = pt
             .chunks

@@ -19,7 +19,7 @@ pub fn code_of(e: &Error) -> ResponseError {
         Error::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
         Error::Storage { .. } => ResponseError::KafkaStorageError,
         // The partition went away (topic deleted) while the request ran.
-        Error::Closed => ResponseError::NotLeaderOrFollower,
+        Error::Closed | Error::ReadReplica => ResponseError::NotLeaderOrFollower,
     }
 }
 

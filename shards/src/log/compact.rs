@@ -208,6 +208,7 @@ impl Log {
     /// it for logs that are due; tests and benchmarks call it directly).
     pub async fn compact_now(&self) -> Result<CompactionStats> {
         let inner = &self.inner;
+        inner.check_open_owner()?;
         {
             // Retention holds the permit while it deletes: start between two of its runs.
             let _permit = inner.permit().await?;
@@ -590,6 +591,7 @@ impl Inner {
         }
         self.layout.set(self.layout.get() + 1);
         self.cache.forget_below(self.cache_id, end);
+        self.segments_changed();
         Ok(true)
     }
 }

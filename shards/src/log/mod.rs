@@ -24,11 +24,14 @@ use std::time::{Duration, Instant};
 
 mod compact;
 mod recovery;
+mod replica;
 mod writer;
 
 use compact::{finish_interrupted, read_checkpoint, CompactionState};
 pub use compact::{CompactionStats, MAP_BYTES};
 use recovery::{list_segments, recover};
+use replica::Replication;
+pub use replica::{Appended, Handover, LogEvent, LogSnapshot};
 use writer::{spawn_background, write_index, PendingAppend};
 
 /// How an append wants to be acknowledged.
@@ -116,6 +119,10 @@ struct Inner {
     /// compressed batches decompressed, in `decoded`, for the readers to split.
     view_readers: Cell<u32>,
     decoded: RefCell<DecodedRecords>,
+    /// A read replica of another core's log (see `replica`): nothing is written, only read.
+    replica: bool,
+    /// The owner's: told of every change its read replicas must follow.
+    replication: Replication,
 }
 
 /// An append on its way to the queue (see [`writer::PendingAppend`]).
@@ -127,9 +134,10 @@ struct NewAppend {
     keep_offsets: bool,
 }
 
-/// A handle that does not keep a log open (the registry of the core's open logs).
+/// A handle that does not keep a log open (the registry of the core's open logs; a replication
+/// hook that must not keep its own log alive).
 #[derive(Debug, Clone)]
-struct WeakLog(Weak<Inner>);
+pub struct WeakLog(Weak<Inner>);
 
 thread_local! {
     /// The logs opened on this core (thread) and not yet dropped, in the order they were opened.
@@ -147,7 +155,7 @@ pub fn open_logs() -> Vec<Log> {
 }
 
 impl WeakLog {
-    fn upgrade(&self) -> Option<Log> {
+    pub fn upgrade(&self) -> Option<Log> {
         self.0.upgrade().map(|inner| Log { inner })
     }
     fn is_alive(&self) -> bool {
@@ -198,36 +206,7 @@ impl Log {
             .expect("recover leaves a segment")
             .next_offset
             .get();
-        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        let inner = Rc::new(Inner {
-            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            cache_id: cache.register(),
-            cache,
-            dir,
-            config: RefCell::new(config),
-            segments: RefCell::new(segments),
-            high_watermark: OffsetMonitor::new(next),
-            durable: OffsetMonitor::new(next),
-            append_permit: Semaphore::new(1),
-            queue: RefCell::new(VecDeque::new()),
-            writing: Cell::new(false),
-            syncing: Cell::new(false),
-            sync_target: Cell::new(next),
-            unsealed: RefCell::new(Vec::new()),
-            dir_changes: Cell::new(0),
-            dir_synced: Cell::new(0),
-            failure: RefCell::new(None),
-            storage: StorageEpisode::default(),
-            closed: Cell::new(false),
-            stats: Cell::new(LogStats::default()),
-            compaction: RefCell::new(CompactionState {
-                first_dirty,
-                ..CompactionState::default()
-            }),
-            layout: Cell::new(0),
-            view_readers: Cell::new(0),
-            decoded: RefCell::default(),
-        });
+        let inner = Inner::new(dir, config, cache, segments, next, first_dirty, false);
         spawn_background(Rc::downgrade(&inner));
         OPEN_LOGS.with(|logs| {
             let mut logs = logs.borrow_mut();
@@ -239,6 +218,10 @@ impl Log {
 
     pub fn dir(&self) -> &Path {
         &self.inner.dir
+    }
+    /// A handle that does not keep the log open.
+    pub fn downgrade(&self) -> WeakLog {
+        WeakLog(Rc::downgrade(&self.inner))
     }
     /// Identifies this open log among all logs ever opened by the process (a re-created topic's
     /// partition gets a new id), for keys of per-core caches such as the fetch coalescer.
@@ -454,6 +437,7 @@ impl Log {
         inner.layout.set(inner.layout.get() + 1);
         inner.high_watermark.advance(offset);
         inner.request_sync(offset);
+        inner.segments_changed();
         for seg in &old {
             seg.retire();
             remove_segment_files(seg).await;
@@ -625,9 +609,7 @@ impl Log {
     pub async fn enforce_retention(&self) -> Result<usize> {
         let inner = &self.inner;
         let _permit = inner.permit().await?;
-        if inner.closed.get() {
-            return Err(Error::Closed);
-        }
+        inner.check_open_owner()?;
         // A compacted-only log keeps its segments; while a compaction pass rewrites segments,
         // retention waits for the next check.
         if !inner.config.borrow().cleanup_delete || inner.compaction.borrow().running {
@@ -661,6 +643,9 @@ impl Log {
             }
             segs.drain(..n).collect()
         };
+        if !doomed.is_empty() {
+            inner.segments_changed();
+        }
         for seg in &doomed {
             log::info!(
                 "retention: deleting {} (offsets {}..{}, {} bytes)",
@@ -677,6 +662,10 @@ impl Log {
     /// Flushes, marks every sealed segment clean and closes the files. Appends still waiting fail with
     /// `Closed`; durable appends already written are synced first.
     pub async fn close(self) -> Result<()> {
+        if self.inner.replica {
+            self.close_replica();
+            return Ok(());
+        }
         let inner = self.inner;
         let permit = inner.permit().await?;
         inner.closed.set(true);
@@ -708,8 +697,13 @@ impl Log {
         result
     }
 
-    /// Deletes the whole partition: its files and its directory.
+    /// Deletes the whole partition: its files and its directory (a read replica only closes: the
+    /// files are its owner's).
     pub async fn delete(self) -> Result<()> {
+        if self.inner.replica {
+            self.close_replica();
+            return Ok(());
+        }
         let dir = self.inner.dir.clone();
         let _ = self.close().await;
         glommio::executor()
@@ -722,6 +716,50 @@ impl Log {
 }
 
 impl Inner {
+    /// A log's state over `segments` (oldest first, not empty), written up to `next`.
+    fn new(
+        dir: PathBuf,
+        config: LogConfig,
+        cache: Rc<TailCache>,
+        segments: Vec<Rc<Segment>>,
+        next: i64,
+        first_dirty: i64,
+        replica: bool,
+    ) -> Rc<Inner> {
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        Rc::new(Inner {
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            cache_id: cache.register(),
+            cache,
+            dir,
+            config: RefCell::new(config),
+            segments: RefCell::new(segments),
+            high_watermark: OffsetMonitor::new(next),
+            durable: OffsetMonitor::new(next),
+            append_permit: Semaphore::new(1),
+            queue: RefCell::new(VecDeque::new()),
+            writing: Cell::new(false),
+            syncing: Cell::new(false),
+            sync_target: Cell::new(next),
+            unsealed: RefCell::new(Vec::new()),
+            dir_changes: Cell::new(0),
+            dir_synced: Cell::new(0),
+            failure: RefCell::new(None),
+            storage: StorageEpisode::default(),
+            closed: Cell::new(false),
+            stats: Cell::new(LogStats::default()),
+            compaction: RefCell::new(CompactionState {
+                first_dirty,
+                ..CompactionState::default()
+            }),
+            layout: Cell::new(0),
+            view_readers: Cell::new(0),
+            decoded: RefCell::default(),
+            replica,
+            replication: Replication::default(),
+        })
+    }
+
     /// The first segment's base offset; a closed log (no segments) reports its end.
     fn log_start_offset(&self) -> i64 {
         self.segments
@@ -747,6 +785,9 @@ impl Inner {
     fn check_writable(&self) -> Result<()> {
         if self.closed.get() {
             return Err(Error::Closed);
+        }
+        if self.replica {
+            return Err(Error::ReadReplica);
         }
         match &*self.failure.borrow() {
             Some(why) => Err(Error::storage(&self.dir, why)),

@@ -137,7 +137,8 @@ impl Inner {
         }
         let stamp = self.config.borrow().log_append_time;
         let now = now_ms();
-        let mut next = self.high_watermark.value();
+        let from = self.high_watermark.value();
+        let mut next = from;
         // Mirrored batches that would land below what is written are refused (checked in order:
         // each append's batches already rise among themselves).
         let mut kept = Vec::with_capacity(group.len());
@@ -214,6 +215,7 @@ impl Inner {
         }
         let mut batches = 0;
         let mut bytes = 0;
+        let first = group[0].headers[0].base_offset;
         for mut p in group {
             let mut at = 0;
             if !stamp && self.view_readers.get() > 0 {
@@ -261,6 +263,7 @@ impl Inner {
             s.appended_bytes += bytes;
             s.append_writes += 1;
         });
+        self.appended(from, first, next);
     }
 
     /// Answers every queued append with `e`.
@@ -288,6 +291,7 @@ impl Inner {
         self.unsealed.borrow_mut().push(old.clone());
         self.dir_changes.set(self.dir_changes.get() + 1);
         self.request_sync(old.next_offset.get());
+        self.segments_changed();
         Ok(())
     }
 
