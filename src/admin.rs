@@ -1,6 +1,7 @@
 //! Admin HTTP on its own thread (`shoal-admin`): `GET /metrics` (Prometheus text, every core's
 //! figures), `GET /v1/status` (JSON), and live settings: `PUT` or `POST /v1/config/<name>` with the
-//! value as body (or `?value=`): `fetch_coalescing` on|off, `view_sharing` on|off,
+//! value as body (or `?value=`): `fetch_coalescing` on|off, `view_sharing` on|off, `read_replicas`
+//! all|auto|off,
 //! `max_delta_for_fanout` offsets; answered once every core has applied it.
 //!
 //! The thread never touches a core's state: it asks core 0 by message ([`AdminRequest`] on a
@@ -416,6 +417,17 @@ impl Cores {
                         "partitions": m.partitions,
                         "configs": m.configs,
                         "leaders": (0..m.partitions).map(|p| table.owner(m, p, cores)).collect::<Vec<_>>(),
+                        // Each partition's read replica cores, as its owner core says.
+                        "replica_cores": (0..m.partitions).map(|p| {
+                            let owner = table.owner(m, p, cores);
+                            stats
+                                .iter()
+                                .find(|s| s.core == owner)
+                                .and_then(|s| {
+                                    s.replicas.replica_cores.iter().find(|r| r.0 == *name && r.1 == p)
+                                })
+                                .map_or_else(Vec::new, |r| r.2.clone())
+                        }).collect::<Vec<_>>(),
                     }),
                 )
             })
@@ -428,6 +440,7 @@ impl Cores {
                     "port": self.ports[s.core],
                     "connections_open": s.kafka.connections_open,
                     "partitions": s.partitions.len(),
+                    "read_replicas": s.replicas.held,
                     "log_bytes": s.partitions.iter().map(|p| p.size_bytes).sum::<u64>(),
                     "tail_cache_bytes": s.tail_cache.used_bytes as u64,
                     "storage_errors": s.storage.errors,
@@ -496,8 +509,9 @@ fn parse_setting(name: &str, value: &str) -> Result<Setting, String> {
             .ok_or_else(|| {
                 format!("max_delta_for_fanout takes a number of offsets, not {value:?}")
             }),
+        "read_replicas" => crate::topic_configs::ReplicaPolicy::parse(value).map(Setting::ReadReplicas),
         _ => Err(format!(
-            "unknown setting {name:?}: fetch_coalescing, view_sharing, max_delta_for_fanout"
+            "unknown setting {name:?}: fetch_coalescing, view_sharing, max_delta_for_fanout, read_replicas"
         )),
     }
 }

@@ -13,7 +13,9 @@ use shoal::config::BrokerConfig;
 use shoal::edge::EdgeConfig;
 use shoal::groups::CoordinatorConfig;
 use shoal::load::PacingConfig;
+use shoal::replicas::ReplicaConfig;
 use shoal::server::ServerConfig;
+use shoal::topic_configs::ReplicaPolicy;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -354,6 +356,16 @@ pub struct ServeArgs {
     /// serves every consumer asking for it. Also switchable live through the admin API.
     #[arg(long, default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set)]
     pub fetch_coalescing: bool,
+    /// Read replicas of a partition on the other cores, so a hot partition is served by every
+    /// core (consumers are steered by Kafka's preferred_read_replica, KIP-392): auto (once a
+    /// partition is hot), all, or off. Also switchable live through the admin API, and per topic
+    /// with the topic config shoal.read.replicas.
+    #[arg(long, default_value = "auto", value_parser = ReplicaPolicy::parse)]
+    pub read_replicas: ReplicaPolicy,
+    /// `--read-replicas auto`: a partition gets replicas once this many connections fetch it on
+    /// its owner core (or the owner core is busy and at least two do).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
+    pub read_replica_min_consumers: u32,
     /// Memory for recent fetch results per core (the coalescer's cache), in bytes.
     #[arg(long, default_value_t = 64 << 20, value_parser = parse_size_usize)]
     pub fetch_cache_bytes: usize,
@@ -510,6 +522,10 @@ impl ServeArgs {
                 },
                 tail_cache_bytes: self.tail_cache_bytes,
                 fetch_coalescing: self.fetch_coalescing,
+                replicas: ReplicaConfig {
+                    policy: self.read_replicas,
+                    min_consumers: self.read_replica_min_consumers,
+                },
                 fetch_cache_bytes: self.fetch_cache_bytes,
                 fetch_response_budget_bytes: self.fetch_response_budget_bytes,
                 fetch_pacing: PacingConfig {

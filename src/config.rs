@@ -36,6 +36,8 @@ pub struct BrokerConfig {
     /// Record bytes unsent fetch responses may hold per core.
     pub fetch_response_budget_bytes: usize,
     pub views: ViewConfig,
+    /// Read replicas of hot partitions on the other cores (policy switchable live).
+    pub replicas: crate::replicas::ReplicaConfig,
     pub groups: CoordinatorConfig,
     /// Long polls on a saturated core wait a little to carry more per response.
     pub fetch_pacing: PacingConfig,

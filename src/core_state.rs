@@ -6,6 +6,7 @@ use crate::kafka_stats::FrontEndStats;
 use crate::load::CoreLoad;
 use crate::mesh::Mesh;
 use crate::partition::Partition;
+use crate::replicas::{ReplicaMsg, Replicas};
 use crate::stats::{CoreSnapshot, PartitionSnapshot};
 use crate::topics::{apply_topic_configs, parse_view_name, TopicTable, ViewName};
 use glommio::{Latency, Shares, TaskQueueHandle};
@@ -129,6 +130,9 @@ pub struct Core {
     pub security: Security,
     /// Edge mode: the upstream cluster as this core sees it, and its partitions' fetchers.
     edge: Option<Rc<crate::edge::EdgeCore>>,
+    /// Read replicas: this core's partitions fed to other cores, the replicas it holds of
+    /// theirs, and where consumers are steered.
+    pub replicas: Replicas,
 }
 
 impl Core {
@@ -155,6 +159,7 @@ impl Core {
                 load: Rc::new(CoreLoad::new(config.fetch_pacing)),
             },
             groups: crate::groups::Coordinator::new(id, cores, config.groups),
+            replicas: Replicas::new(id, cores, config.replicas),
             queues: TaskQueues::create(),
             security: Security {
                 users: crate::auth::users::Users::new(&config.data_dir),
@@ -244,6 +249,26 @@ impl Core {
         }
     }
 
+    /// [`Core::local_partition`] for a consumer's fetch: also a read replica this core holds of
+    /// another core's partition.
+    pub fn fetch_partition(
+        &self,
+        topic: &str,
+        index: i32,
+    ) -> Result<(Rc<Partition>, Option<ViewName>), ResponseError> {
+        match self.local_partition(topic, index) {
+            Err(ResponseError::NotLeaderOrFollower) => {
+                let view = parse_view_name(topic).and_then(Result::ok);
+                let source = view.as_ref().map_or(topic, |v| v.source.as_str());
+                self.replicas
+                    .held(source, index)
+                    .map(|p| (p, view))
+                    .ok_or(ResponseError::NotLeaderOrFollower)
+            }
+            other => other,
+        }
+    }
+
     /// Which core owns a partition, if the topic and partition exist.
     pub fn owner(&self, topic: &str, index: i32) -> Option<usize> {
         let table = self.topics.borrow();
@@ -279,6 +304,15 @@ impl Core {
             });
             gone
         };
+        for p in &gone {
+            self.replicas.forget_owned(p.log.id());
+        }
+        // Replicas of topics gone or re-created are dropped (their owners stop feeding them too).
+        let gone = gone.into_iter().chain(self.replicas.drop_gone(|topic, id| {
+            table
+                .get(topic)
+                .is_some_and(|m| id.is_none_or(|id| *id == m.id))
+        }));
         for p in gone {
             // Requests still holding it get `Closed` (NOT_LEADER_OR_FOLLOWER) from now on.
             self.reads.views.forget(p.log.id());
@@ -295,6 +329,7 @@ impl Core {
             if let Some(p) = self.partition(&topic, index) {
                 // Changed topic configs (AlterConfigs) apply from the partition's next append or
                 // check, without reopening it.
+                self.replicas.set_log_config(p.log.id(), &config);
                 p.log.set_config(config);
                 continue;
             }
@@ -324,13 +359,15 @@ impl Core {
         }
     }
 
-    /// Closes every partition cleanly (flush, clean marks, producer snapshots).
+    /// Closes every partition cleanly (flush, clean marks, producer snapshots), and the replicas
+    /// this core holds.
     pub async fn close_partitions(&self) {
         let parts: Vec<Rc<Partition>> = self
             .partitions
             .borrow_mut()
             .drain()
             .flat_map(|(_, parts)| parts.into_values())
+            .chain(self.replicas.take_held())
             .collect();
         for p in parts {
             if let Err(e) = p.close().await {
@@ -357,6 +394,7 @@ impl Core {
                         ..self.reads.views.config()
                     })
             }
+            crate::mesh::Setting::ReadReplicas(policy) => self.replicas.set_policy(policy),
             crate::mesh::Setting::FetchCoalescing(on) => {
                 if on != self.reads.coalescer.is_enabled() {
                     log::info!(
@@ -368,6 +406,56 @@ impl Core {
                 self.reads.coalescer.set_enabled(on);
             }
         }
+    }
+
+    /// A read replica message from another core, handled as it arrives (in order).
+    pub fn receive_replica(&self, msg: ReplicaMsg) {
+        // Edge mode: a partition whose consumers read its replicas stays fed from upstream here.
+        if let (
+            Some(edge),
+            ReplicaMsg::Load {
+                of, connections, ..
+            },
+        ) = (&self.edge, &msg)
+        {
+            if let Some(p) = self
+                .partition(&of.topic, of.partition)
+                .filter(|_| *connections > 0)
+            {
+                let until = std::time::Instant::now() + 3 * crate::replicas::TICK;
+                edge.want(&p.log, &p.topic, p.index, p.log.high_watermark(), until);
+            }
+        }
+        if let Some(gone) = self.replicas.receive(msg, &self.reads.tail_cache) {
+            self.reads.views.forget(gone.log.id());
+            glommio::spawn_local(async move {
+                let _ = gone.close().await;
+            })
+            .detach();
+        }
+    }
+
+    /// Every [`crate::replicas::TICK`]: each partition this core owns gets the read replicas its
+    /// topic's policy asks for now, and the replicas this core holds report their load.
+    pub fn tick_replicas(&self) {
+        let now = std::time::Instant::now();
+        let busy = self.reads.load.busy();
+        let table = self.topics();
+        let server = self.replicas.config().policy;
+        let owned: Vec<Rc<Partition>> = self
+            .partitions
+            .borrow()
+            .values()
+            .flat_map(|parts| parts.values().cloned())
+            .collect();
+        for p in owned {
+            let policy = table
+                .get(&p.topic)
+                .and_then(|m| crate::topic_configs::ReplicaPolicy::of_topic(&m.configs))
+                .unwrap_or(server);
+            self.replicas.evaluate(&p, policy, busy, now);
+        }
+        self.replicas.report(busy, now);
     }
 
     pub fn snapshot(&self) -> CoreSnapshot {
@@ -414,6 +502,7 @@ impl Core {
             busy_percent: (self.reads.load.busy() * 100.0).round() as u64,
             groups: self.groups.stats(),
             partitions,
+            replicas: self.replicas.stats(std::time::Instant::now()),
             edge: self.edge.as_ref().map(|e| e.stats()),
         }
     }

@@ -22,6 +22,9 @@
 //! - [`mesh`]        — the messages cores send each other and a core's end of the channels.
 //! - [`stats`]       — what a core reports (`CoreSnapshot`, each component's snapshot) and
 //!   `/metrics` composed from each component's families; the `shards` engine's families.
+//! - [`replicas`]    — read replicas of hot partitions on the other cores (KIP-392 between
+//!   cores): the owner's hand-overs, the replicas a core holds, steering consumers by
+//!   `preferred_read_replica`, when replicas start and stop.
 //! - [`edge`]        — edge mode (`shoal edge`), all of it: a core's view of the upstream cluster,
 //!   one upstream fetcher per partition mirroring it into the local log, read-through, the topic
 //!   mirror, group requests forwarded upstream, and its counters. The front end and the control
@@ -59,6 +62,7 @@ pub mod load;
 pub mod mesh;
 pub mod metrics;
 pub mod partition;
+pub mod replicas;
 pub mod server;
 pub mod stats;
 pub mod topic_configs;

@@ -132,6 +132,8 @@ pub enum CoreMsg {
         id: u64,
         snapshot: Box<CoreSnapshot>,
     },
+    /// Read replicas of hot partitions (see [`crate::replicas`]); handled in arrival order.
+    Replica(crate::replicas::ReplicaMsg),
 }
 
 /// Settings that change without a restart.
@@ -140,6 +142,7 @@ pub enum Setting {
     FetchCoalescing(bool),
     ViewSharing(bool),
     MaxDeltaForFanout(i64),
+    ReadReplicas(crate::topic_configs::ReplicaPolicy),
 }
 
 /// A request sent to another core, waiting for its answer.

@@ -90,9 +90,24 @@ impl Partition {
         })
     }
 
+    /// A read replica of another core's partition (see [`crate::replicas`]): its log is a
+    /// [`Log::replica`], and it keeps no producer state (produces go to the owner).
+    pub fn replica(topic: &str, index: i32, topic_id: [u8; 16], log: Log) -> Partition {
+        Partition {
+            topic: topic.to_string(),
+            index,
+            topic_id,
+            log,
+            producers: RefCell::default(),
+        }
+    }
+
     /// Saves the producer state and closes the log cleanly (requests still holding the partition get
-    /// `Closed` from then on).
+    /// `Closed` from then on). A replica only closes its log: the files are its owner's.
     pub async fn close(&self) -> shards::Result<()> {
+        if self.log.is_replica() {
+            return self.log.clone().close().await;
+        }
         let snapshot = self.producers.borrow().encode(self.log.high_watermark());
         let path = self.log.dir().join(SNAPSHOT);
         let written = glommio::executor()

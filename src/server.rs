@@ -602,6 +602,8 @@ async fn run_core(
         let core = core.clone();
         async move { core.groups().run_ticker(core.shutdown()).await }
     });
+    let replica_ticker = glommio::spawn_local(control::tick_replicas(core.clone()));
+    glommio::spawn_local(control::send_replica_messages(core.clone())).detach();
     let sampler = glommio::spawn_local(crate::load::run_sampler(
         core.reads.load.clone(),
         core.shutdown().clone(),
@@ -627,6 +629,7 @@ async fn run_core(
     core.shutdown().advance(1);
     core.groups().stop();
     ticker.await;
+    replica_ticker.await;
     sampler.await;
     for a in accepts {
         a.await;

@@ -121,12 +121,58 @@ const TOPIC_CONFIGS: &[Known] = &[
         doc: "a partition rolls to a new segment file when the active one would grow past this",
     },
     Known {
+        name: READ_REPLICAS_CONFIG,
+        broker: "shoal.read.replicas",
+        config_type: ConfigType::String,
+        doc: "read replicas of this topic's partitions on the other cores: all, auto (when a partition is hot), off, or default (the server's --read-replicas)",
+    },
+    Known {
         name: "segment.ms",
         broker: "log.roll.ms",
         config_type: ConfigType::Long,
         doc: "a partition rolls to a new segment when the active one's first record is this old",
     },
 ];
+
+/// The topic config (shoal's own) that says where a topic's partitions get read replicas.
+pub const READ_REPLICAS_CONFIG: &str = "shoal.read.replicas";
+
+/// When a partition gets read replicas on the other cores (`--read-replicas`, and per topic
+/// [`READ_REPLICAS_CONFIG`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReplicaPolicy {
+    /// Once a partition is hot: enough consumers on its owner core, or the owner core busy.
+    #[default]
+    Auto,
+    /// Every partition, on every other core, always.
+    All,
+    /// Never: a partition is served by its owner core only.
+    Off,
+}
+
+impl ReplicaPolicy {
+    pub fn parse(v: &str) -> Result<Self, String> {
+        match v {
+            "auto" => Ok(Self::Auto),
+            "all" => Ok(Self::All),
+            "off" => Ok(Self::Off),
+            _ => Err(format!("{v:?}: read replicas are all, auto or off")),
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::All => "all",
+            Self::Off => "off",
+        }
+    }
+    /// A topic's own policy, if its configs set one (`default` or none: the server's).
+    pub fn of_topic(configs: &BTreeMap<String, String>) -> Option<Self> {
+        configs
+            .get(READ_REPLICAS_CONFIG)
+            .and_then(|v| Self::parse(v).ok())
+    }
+}
 
 /// Whether `name` is a topic config shoal knows.
 pub fn is_topic_config(name: &str) -> bool {
@@ -172,6 +218,7 @@ pub fn topic_config_value(name: &str, c: &LogConfig) -> String {
         "retention.ms" => ms(c.retention_age, -1),
         "segment.bytes" => c.segment_bytes.to_string(),
         "segment.ms" => ms(c.segment_age, i64::MAX),
+        READ_REPLICAS_CONFIG => "default".into(),
         _ => String::new(),
     }
 }

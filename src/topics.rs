@@ -208,6 +208,13 @@ pub fn apply_topic_configs(
                     u64::try_from(num(k, v)?).map_err(|_| format!("{k} must not be negative"))?,
                 )
             }
+            // Not the log's: the read path's (`ReplicaPolicy::of_topic`).
+            crate::topic_configs::READ_REPLICAS_CONFIG => {
+                if v != "default" {
+                    crate::topic_configs::ReplicaPolicy::parse(v)
+                        .map_err(|e| format!("{k}={e} (or default)"))?;
+                }
+            }
             _ => return Err(format!("unsupported topic config {k}")),
         }
     }

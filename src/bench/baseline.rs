@@ -285,6 +285,7 @@ async fn serve(mut stream: TcpStream, ring: Arc<Ring>, pace: Option<Pace>) {
                             last_stable_offset: hw,
                             log_start_offset: 0,
                             aborted_transactions: AbortedTransactions::Empty,
+                            preferred_read_replica: -1,
                             records,
                         }
                     })

@@ -33,12 +33,50 @@ use table_file::persist_table;
 /// Most partitions a topic may have.
 pub const MAX_PARTITIONS: i32 = 10_000;
 
+/// Puts this core's read replica messages on the mesh, in order, for as long as the core runs.
+pub async fn send_replica_messages(core: Rc<Core>) {
+    let Some(outbox) = core.replicas.outbox() else {
+        return;
+    };
+    while let Some((to, msg)) = outbox.recv().await {
+        core.mesh().send(to, CoreMsg::Replica(msg)).await;
+        core.replicas.sent(to);
+    }
+}
+
+/// Every [`crate::replicas::TICK`] until shutdown: read replicas started and stopped by policy,
+/// and held replicas' load reported to their owners.
+pub async fn tick_replicas(core: Rc<Core>) {
+    loop {
+        let stopped = futures_lite::future::or(
+            async {
+                glommio::timer::sleep(crate::replicas::TICK).await;
+                false
+            },
+            async {
+                core.shutdown().wait_for(1).await;
+                true
+            },
+        )
+        .await;
+        if stopped {
+            return;
+        }
+        core.tick_replicas();
+    }
+}
+
 /// Starts one task per peer that receives its messages.
 pub fn spawn_receivers(core: &Rc<Core>, mut receivers: Receivers<CoreMsg>) {
     for (peer, rx) in receivers.streams() {
         let core = core.clone();
         glommio::spawn_local(async move {
             while let Some(msg) = rx.recv().await {
+                // Read replicas' hand-overs are applied in the order they came, at once.
+                if let CoreMsg::Replica(msg) = msg {
+                    core.receive_replica(msg);
+                    continue;
+                }
                 let core = core.clone();
                 glommio::spawn_local(async move { handle(&core, peer, msg).await }).detach();
             }
@@ -69,6 +107,7 @@ async fn handle(core: &Rc<Core>, _peer: usize, msg: CoreMsg) {
                 .send(from, CoreMsg::StatsReply { id, snapshot })
                 .await;
         }
+        CoreMsg::Replica(msg) => core.receive_replica(msg),
         reply @ (CoreMsg::Outcomes { id, .. }
         | CoreMsg::Applied { id }
         | CoreMsg::StatsReply { id, .. }) => core.mesh().complete(id, reply),

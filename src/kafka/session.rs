@@ -27,6 +27,9 @@ struct Decisions {
 pub struct Session {
     /// The client's address, for logs.
     pub peer: Rc<str>,
+    /// Identifies the connection among every one the process accepted (read replicas steer
+    /// consumers per connection).
+    pub id: u64,
     pub principal: Principal,
     /// The listener the client connected to (index in `Core::listeners`): Metadata and
     /// FindCoordinator name that listener's ports.
@@ -45,8 +48,10 @@ impl Session {
         host: Option<std::net::IpAddr>,
         listener: usize,
     ) -> Self {
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Self {
             peer,
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             listener,
             principal_name: principal.to_string(),
             principal,

@@ -37,6 +37,8 @@ pub struct CoreSnapshot {
     pub busy_percent: u64,
     pub groups: GroupStats,
     pub partitions: Vec<PartitionSnapshot>,
+    /// Read replicas held and fed, hand-overs, redirects, fetch connections per partition.
+    pub replicas: crate::replicas::ReplicaStats,
     /// Edge mode: the upstream fetchers' counters.
     pub edge: Option<EdgeStats>,
 }
@@ -61,6 +63,8 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
     let groups: Vec<_> = cores.iter().map(|c| (c.core, &c.groups)).collect();
     GroupStats::write_prometheus(&mut out, &groups);
     partitions::write_prometheus(&mut out, cores);
+    let replicas: Vec<_> = cores.iter().map(|c| (c.core, &c.replicas)).collect();
+    crate::replicas::ReplicaStats::write_prometheus(&mut out, &replicas);
     out.into_text()
 }
 

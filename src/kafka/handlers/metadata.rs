@@ -104,15 +104,29 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
                     }
                 },
             };
+            let source = parse_view_name(name)
+                .and_then(Result::ok)
+                .map_or_else(|| name.clone(), |v| v.source);
+            let source = source.as_str();
             let partitions = (0..meta.partitions)
                 .map(|p| {
                     let leader = BrokerId(table.owner(meta, p, core.cores()) as i32);
+                    // The leader first, then the cores holding read replicas of it (in sync:
+                    // they serve only what the leader has).
+                    let replicas: Vec<BrokerId> = std::iter::once(leader)
+                        .chain(
+                            core.replicas
+                                .replica_cores(source, p)
+                                .into_iter()
+                                .map(BrokerId),
+                        )
+                        .collect();
                     MetadataResponsePartition::default()
                         .with_partition_index(p)
                         .with_leader_id(leader)
                         .with_leader_epoch(0)
-                        .with_replica_nodes(vec![leader])
-                        .with_isr_nodes(vec![leader])
+                        .with_replica_nodes(replicas.clone())
+                        .with_isr_nodes(replicas)
                 })
                 .collect();
             topic

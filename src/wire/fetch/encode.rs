@@ -30,7 +30,7 @@
 //!     last_stable_offset  i64     v4+
 //!     log_start_offset    i64     v5+
 //!     aborted_transactions [ ]    v4+, nullable v4+ (we keep no transactions: empty or null)
-//!     preferred_read_replica i32  v11+ (always -1 here)
+//!     preferred_read_replica i32  v11+ (-1 unless another core should serve it)
 //!     records             nullable bytes (never written null: see below)
 //!     (tagged: diverging_epoch, current_leader, snapshot_id; never written)
 //! ```
@@ -67,6 +67,9 @@ pub struct PartitionResult {
     pub last_stable_offset: i64,
     pub log_start_offset: i64,
     pub aborted_transactions: AbortedTransactions,
+    /// v11+: the broker (core) the consumer should fetch this partition from instead (KIP-392);
+    /// -1: none.
+    pub preferred_read_replica: i32,
     /// Never null on the wire: an error carries empty records, as in Kafka.
     pub records: Records,
 }
@@ -95,6 +98,7 @@ impl PartitionResult {
             last_stable_offset: -1,
             log_start_offset: -1,
             aborted_transactions,
+            preferred_read_replica: -1,
             records: Records::empty(),
         }
     }
@@ -188,7 +192,7 @@ pub fn encode_fetch_response(
             // aborted_transactions: nullable in every version written here (v4+).
             l.put_aborted_transactions(&mut buf, p.aborted_transactions);
             if version >= 11 {
-                buf.put_i32(-1); // preferred_read_replica: none
+                buf.put_i32(p.preferred_read_replica);
             }
             let len = records_len(&p.records);
             l.put_bytes_len(&mut buf, len);
@@ -373,6 +377,8 @@ mod tests {
             last_stable_offset: 900 + i64::from(partition),
             log_start_offset: 5 + i64::from(partition),
             aborted_transactions: AbortedTransactions::Empty,
+            // Every other partition names another core to fetch from.
+            preferred_read_replica: if partition % 2 == 1 { 3 } else { -1 },
             records,
         }
     }
@@ -473,7 +479,12 @@ mod tests {
                     AbortedTransactions::Null => None,
                 };
                 assert_eq!(gp.aborted_transactions, aborted, "v{version}");
-                assert_eq!(gp.preferred_read_replica.0, -1);
+                let preferred = if version >= 11 {
+                    wp.preferred_read_replica
+                } else {
+                    -1
+                };
+                assert_eq!(gp.preferred_read_replica.0, preferred, "v{version}");
                 assert_eq!(gp.diverging_epoch, Default::default());
                 assert_eq!(gp.current_leader, Default::default());
                 assert_eq!(gp.snapshot_id, Default::default());

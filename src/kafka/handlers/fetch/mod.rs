@@ -10,6 +10,7 @@ use crate::edge::read::EdgeRead;
 use crate::kafka::errors::code_of;
 use crate::kafka::session::Session;
 use crate::partition::Partition;
+use crate::replicas::Steer;
 use crate::wire::fetch::encode::{
     self, encode_fetch_response, AbortedTransactions, PartitionResult, TopicResult,
 };
@@ -55,6 +56,8 @@ struct PlannedPartition {
     offset: i64,
     max_bytes: usize,
     target: Result<ReadSource, ResponseError>,
+    /// The owner answers with no records and another core to fetch from (KIP-392).
+    redirect: Option<i32>,
 }
 
 /// What a planned partition reads: a partition's log (through the coalescer), or a view shard
@@ -89,7 +92,11 @@ struct Plan {
     read_committed: bool,
 }
 
-fn plan(core: &Core, request: &FetchRequest, who: &Session) -> Plan {
+fn plan(core: &Core, request: &FetchRequest, version: i16, who: &Session) -> Plan {
+    // Only consumers (not brokers' replica fetches) of Fetch v11+ know preferred_read_replica.
+    let may_redirect = version >= 11 && request.replica_id.0 < 0;
+    let now = Instant::now();
+    let busy = core.reads.load.busy();
     let topics = request
         .topics
         .iter()
@@ -102,20 +109,36 @@ fn plan(core: &Core, request: &FetchRequest, who: &Session) -> Plan {
                 partitions: t
                     .partitions
                     .iter()
-                    .map(|p| PlannedPartition {
-                        index: p.partition,
-                        offset: p.fetch_offset,
-                        max_bytes: p.partition_max_bytes.max(0) as usize,
-                        target: readable
+                    .map(|p| {
+                        let target = readable
                             .then_some(())
                             .ok_or(ResponseError::TopicAuthorizationFailed)
-                            .and_then(|()| core.local_partition(name, p.partition))
+                            .and_then(|()| core.fetch_partition(name, p.partition))
                             .map(|(part, view)| {
                                 let view = view.map(|v| {
                                     (core.reads.views.reader(&part.log, v.shards), v.shard)
                                 });
                                 ReadSource { part, view }
-                            }),
+                            });
+                        let redirect = target.as_ref().ok().and_then(|t| {
+                            let steered = (may_redirect && !t.part.log.is_replica())
+                                .then(|| core.replicas.steer(&t.part, who.id, busy, now));
+                            match steered {
+                                Some(Steer::To(c)) => Some(c),
+                                _ => {
+                                    // Served here: one of this core's fetch connections of it.
+                                    core.replicas.note_fetch(&t.part, who.id, now);
+                                    None
+                                }
+                            }
+                        });
+                        PlannedPartition {
+                            index: p.partition,
+                            offset: p.fetch_offset,
+                            max_bytes: p.partition_max_bytes.max(0) as usize,
+                            target,
+                            redirect,
+                        }
                     })
                     .collect(),
             }
@@ -145,6 +168,10 @@ async fn execute(core: &Rc<Core>, plan: &Plan) -> Execution {
         for p in &t.partitions {
             partitions.push(match &p.target {
                 Err(e) => PartitionResult::error(p.index, e.code()),
+                Ok(ReadSource { part, .. }) if p.redirect.is_some() => PartitionResult {
+                    preferred_read_replica: p.redirect.unwrap_or(-1),
+                    ..ok_result(p.index, part, shards::Records::empty())
+                },
                 Ok(ReadSource { part, view }) => {
                     let budget = p.max_bytes.min(plan.max_bytes.saturating_sub(total));
                     let obligatory = total == 0;
@@ -152,7 +179,7 @@ async fn execute(core: &Rc<Core>, plan: &Plan) -> Execution {
                     // window): only coalesced log reads are counted against response memory.
                     let read = match view {
                         Some((reader, shard)) => {
-                            if let Some(edge) = core.upstream() {
+                            if let Some(edge) = upstream_of(core, part) {
                                 let at =
                                     edge_read(part, p.offset, budget, obligatory, plan.deadline);
                                 edge.keep_fed(at);
@@ -182,7 +209,7 @@ async fn execute(core: &Rc<Core>, plan: &Plan) -> Execution {
                             total += records.len;
                             let mut result = ok_result(p.index, part, records);
                             if let Some(s) = shared {
-                                if let Some(edge) = core.upstream() {
+                                if let Some(edge) = upstream_of(core, part) {
                                     edge.upstream_watermarks(&mut result, &s.read);
                                 }
                                 holds.push(core.reads.response_memory.hold(&s));
@@ -224,7 +251,7 @@ async fn read_partition(
     deadline: Instant,
 ) -> shards::Result<Option<Rc<shards::SharedRead>>> {
     let log = part.log.clone();
-    if let Some(edge) = core.upstream() {
+    if let Some(edge) = upstream_of(core, part) {
         let at = edge_read(part, offset, budget, obligatory, deadline);
         if let Some(served) = edge.read(&core.reads.coalescer, at).await {
             return served;
@@ -232,6 +259,15 @@ async fn read_partition(
     }
     let high_watermark = log.high_watermark();
     let log_start_offset = log.log_start_offset();
+    // A read replica may be a hand-over behind the owner, whose high watermark the consumer may
+    // have seen: it waits (a long poll) until the deadline before calling the offset out of range.
+    if log.is_replica() && offset > high_watermark && Instant::now() < deadline {
+        return Ok(None);
+    }
+    // Edge mode reads older data through from upstream on the owner only: back to the leader.
+    if log.is_replica() && core.upstream().is_some() && offset < log_start_offset {
+        return Err(shards::Error::ReadReplica);
+    }
     if offset < log_start_offset || offset > high_watermark {
         return Err(shards::Error::OffsetOutOfRange {
             offset,
@@ -267,6 +303,11 @@ async fn read_partition(
         .map(Some)
 }
 
+/// Edge mode's upstream, for a partition this core owns (a read replica's owner keeps the feed).
+fn upstream_of<'a>(core: &'a Core, part: &Partition) -> Option<&'a Rc<crate::edge::EdgeCore>> {
+    core.upstream().filter(|_| !part.log.is_replica())
+}
+
 /// A partition's read as edge mode is asked about it.
 fn edge_read(
     part: &Partition,
@@ -295,6 +336,7 @@ fn ok_result(partition: i32, part: &Partition, records: shards::Records) -> Part
         last_stable_offset: hw,
         log_start_offset: part.log.log_start_offset(),
         aborted_transactions: AbortedTransactions::Empty,
+        preferred_read_replica: -1,
         records,
     }
 }
@@ -316,15 +358,16 @@ fn down_convert_errors(version: i16, topics: &mut [TopicResult]) {
 pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
     let request: FetchRequest = decode(req)?;
     let _held = core.reads.load.hold_fetch();
-    let plan = plan(core, &request, who);
+    let plan = plan(core, &request, req.api_version, who);
     pace(core, &plan, Before::Read).await;
     let mut done = loop {
         let run = execute(core, &plan).await;
+        // Errors and redirects are answered at once.
         let errors = run
             .topics
             .iter()
             .flat_map(|t| &t.partitions)
-            .any(|p| p.error_code != 0);
+            .any(|p| p.error_code != 0 || p.preferred_read_replica >= 0);
         if run.total >= plan.min_bytes
             || errors
             || Instant::now() >= plan.deadline
