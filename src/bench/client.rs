@@ -166,7 +166,13 @@ impl SyncConn {
 pub struct PartitionLeader {
     pub partition: i32,
     pub leader: SocketAddr,
+    /// The leader's node id (a shoal core's index); -1 where there is none (the raw baseline).
+    pub leader_id: i32,
 }
+
+/// The brokers of the cluster by node id (a shoal core's index), where a consumer can be sent by
+/// a fetch response's preferred read replica.
+pub type Brokers = HashMap<i32, SocketAddr>;
 
 /// The cluster as seen from the bootstrap address: versions, brokers.
 #[derive(Debug)]
@@ -282,6 +288,18 @@ impl Cluster {
         }
     }
 
+    /// Every broker the metadata lists, by node id (those whose address does not resolve left out).
+    pub fn brokers(&self, topic: &str) -> io::Result<Brokers> {
+        let m = self.metadata(topic)?;
+        Ok(m.brokers
+            .iter()
+            .filter_map(|b| {
+                let addr = resolve(&format!("{}:{}", b.host, b.port)).ok()?;
+                Some((b.node_id.0, addr))
+            })
+            .collect())
+    }
+
     fn leaders(&self, m: &MetadataResponse, topic: &str) -> io::Result<Vec<PartitionLeader>> {
         let t = m
             .topics
@@ -313,6 +331,7 @@ impl Cluster {
             out.push(PartitionLeader {
                 partition: p.partition_index,
                 leader: resolve(addr)?,
+                leader_id: p.leader_id.0,
             });
         }
         out.sort_by_key(|p| p.partition);

@@ -151,10 +151,32 @@ fn summary_lines(s: &RunSummary) -> Vec<String> {
             .as_ref()
             .map(|method| format!("{:<16} {method}", "its CPU from")),
     );
+    lines.extend(read_replicas_line(s));
     lines.extend(fetch_path_line(s));
     lines.extend(broker_disk_line(s));
     lines.extend(views_line(s));
     lines
+}
+
+/// KIP-392: the responses that preferred another broker, and the consumers' moves.
+fn read_replicas_line(s: &RunSummary) -> Option<String> {
+    let r = &s.read_replicas;
+    if r.redirects + r.moves_to_replica + r.returns_to_leader == 0 {
+        return None;
+    }
+    Some(format!(
+        "{:<16} {} fetch responses preferred another broker ({}); {} moves to a read replica, {} \
+         back to the leader",
+        "read replicas",
+        stats::thousands(r.redirects),
+        if r.follow {
+            "followed: --follow-replicas on"
+        } else {
+            "not followed: --follow-replicas off"
+        },
+        stats::thousands(r.moves_to_replica),
+        stats::thousands(r.returns_to_leader),
+    ))
 }
 
 fn produced_line(s: &RunSummary) -> String {
@@ -800,11 +822,13 @@ mod tests {
             v
         });
         complete.view_sharing = Some(false);
+        complete.read_replicas = Default::default();
         let mut raw = RunSummary::sample();
         raw.kind = "raw-baseline";
         raw.label = "raw TCP baseline consumers=4x2".into();
         raw.server = Default::default();
         raw.view_sharing = None;
+        raw.read_replicas = Default::default();
         vec![failed, complete, raw]
     }
 

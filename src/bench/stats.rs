@@ -7,7 +7,9 @@ use serde::Serialize;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicI64, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -122,6 +124,14 @@ pub struct ConsumerStats {
     pub done: AtomicBool,
     /// It stopped on an error it cannot recover from.
     pub failed: AtomicBool,
+    /// The broker (node id) it fetches from now: its partition's leader or a read replica; -1
+    /// where brokers have no ids (the raw baseline).
+    pub broker: AtomicI32,
+    /// Fetch responses that preferred another broker (KIP-392), followed or not.
+    pub redirects: AtomicU64,
+    /// Times it moved to a read replica, and back to the leader.
+    pub to_replica: AtomicU64,
+    pub to_leader: AtomicU64,
 }
 
 impl ConsumerStats {
@@ -139,6 +149,10 @@ impl ConsumerStats {
             errors: AtomicU64::new(0),
             done: AtomicBool::new(false),
             failed: AtomicBool::new(false),
+            broker: AtomicI32::new(-1),
+            redirects: AtomicU64::new(0),
+            to_replica: AtomicU64::new(0),
+            to_leader: AtomicU64::new(0),
         }
     }
 }

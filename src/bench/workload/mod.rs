@@ -7,20 +7,23 @@
 //! the socket). Each batch's first record starts with the send time in microseconds.
 //!
 //! Each consumer has its own connection to its partition's leader and fetches on its own from its
-//! own offset (no group). It walks batch headers only: it counts records, checks that offsets follow
-//! on (a gap no batch explains is an error), and samples end-to-end latency from every batch's
-//! embedded timestamp (for compressed batches, from one batch per response, which it decompresses).
+//! own offset (no group); where a response prefers a read replica (KIP-392), it moves there. It
+//! walks batch headers only: it counts records, checks that offsets follow on (a gap no batch
+//! explains is an error), and samples end-to-end latency from every batch's embedded timestamp
+//! (for compressed batches, from one batch per response, which it decompresses).
 
 //!
 //! - [`executors`] — client executors and the plan of who runs where; [`consumer`], [`producer`]
-//!   the tasks; [`live`] the line printed every second; [`summary`] and [`check`] what a run
-//!   reports. This module holds the run itself (the orchestrating thread).
+//!   the tasks; [`route`] which broker a consumer fetches from; [`live`] the line printed every
+//!   second; [`summary`] and [`check`] what a run reports. This module holds the run itself (the
+//!   orchestrating thread).
 
 mod check;
 mod consumer;
 mod executors;
 mod live;
 mod producer;
+mod route;
 mod summary;
 
 use crate::bench::client::{self, Cluster, Codec, PartitionLeader};
@@ -38,7 +41,9 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use summary::{per_gb, Delivered, Errors, GeneratorCpu, ServerFigures, Throughput, Totals};
+use summary::{
+    per_gb, Delivered, Errors, GeneratorCpu, ReadReplicas, ServerFigures, Throughput, Totals,
+};
 pub use summary::{RunSummary, Settings};
 
 /// Everything a run does, resolved from the command line.
@@ -69,6 +74,8 @@ pub struct Workload {
     pub fetch_max_bytes: i32,
     pub drain_timeout: Duration,
     pub receive_buffer: usize,
+    /// `--follow-replicas`: consumers move to the read replica a fetch response prefers.
+    pub follow_replicas: bool,
     /// Print a live line every second.
     pub live: bool,
 }
@@ -225,6 +232,7 @@ impl<'a> Run<'a> {
                     .map(|p| PartitionLeader {
                         partition: p,
                         leader: addrs[p as usize % addrs.len()],
+                        leader_id: -1,
                     })
                     .collect(),
                 *fetch_version,
@@ -233,6 +241,11 @@ impl<'a> Run<'a> {
             ),
         };
         let raw = modulus.is_some();
+        // Where a preferred read replica listens (KIP-392): the brokers of the metadata.
+        let brokers = match endpoint {
+            Endpoint::Kafka(cluster, _) if w.follow_replicas => cluster.brokers(&w.topic)?,
+            _ => client::Brokers::new(),
+        };
         let producers = if raw { 0 } else { w.producers };
         let per_producer = if producers > 0 {
             w.rate / producers as f64
@@ -259,6 +272,8 @@ impl<'a> Run<'a> {
             receive_buffer: w.receive_buffer,
             modulus,
             sample_latency: !raw,
+            follow_replicas: w.follow_replicas && !raw,
+            brokers,
         };
         Ok(Run {
             w,
@@ -411,6 +426,7 @@ impl<'a> Run<'a> {
                         topic: topic.clone(),
                         partition: l.partition,
                         leader: l.leader,
+                        leader_id: l.leader_id,
                     });
                     let mut s = ConsumerStats::new(l.partition, starts[l.partition as usize]);
                     s.shard = *shard;
@@ -611,6 +627,7 @@ impl<'a> Run<'a> {
             correctness,
             generator: GeneratorCpu::between(&begin.cpu, &end.cpu, secs, gb),
             server,
+            read_replicas: ReadReplicas::of(shared, self.cfg.follow_replicas),
             raw_baseline_fraction: None,
             raw_cpu_ratio: None,
             disk_baseline_fraction: None,
@@ -824,6 +841,7 @@ mod tests {
             .map(|p| PartitionLeader {
                 partition: p,
                 leader: "127.0.0.1:1".parse().unwrap(),
+                leader_id: 0,
             })
             .collect();
         let plans = assign(2, &leaders, 2, Vec::new());

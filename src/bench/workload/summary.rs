@@ -3,7 +3,7 @@
 use super::Backlog;
 use crate::bench::stats;
 use crate::bench::stats::{
-    Counters, CpuSample, DeviceMetrics, FetchMetrics, Latency, Shared, ViewMetrics,
+    ConsumerStats, Counters, CpuSample, DeviceMetrics, FetchMetrics, Latency, Shared, ViewMetrics,
 };
 use serde::Serialize;
 use std::sync::atomic::Ordering::Relaxed;
@@ -212,6 +212,31 @@ pub struct ServerFigures {
     pub views: Option<ViewMetrics>,
 }
 
+/// Read replicas (KIP-392) as the consumers met them, over the whole run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ReadReplicas {
+    /// `--follow-replicas`: consumers move to the broker a fetch response prefers.
+    pub follow: bool,
+    /// Fetch responses that preferred another broker than the one asked, followed or not.
+    pub redirects: u64,
+    /// Times a consumer moved to a read replica, and back to its partition's leader (the replica
+    /// refused it, failed, or preferred the leader).
+    pub moves_to_replica: u64,
+    pub returns_to_leader: u64,
+}
+
+impl ReadReplicas {
+    pub(super) fn of(shared: &Shared, follow: bool) -> ReadReplicas {
+        let sum = |f: fn(&ConsumerStats) -> u64| shared.consumers.iter().map(f).sum();
+        ReadReplicas {
+            follow,
+            redirects: sum(|c| c.redirects.load(Relaxed)),
+            moves_to_replica: sum(|c| c.to_replica.load(Relaxed)),
+            returns_to_leader: sum(|c| c.to_leader.load(Relaxed)),
+        }
+    }
+}
+
 /// The shoal settings a run was made with, where known (None: not set by the generator and not
 /// read back).
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
@@ -247,6 +272,7 @@ pub struct RunSummary {
     pub correctness: Correctness,
     pub generator: GeneratorCpu,
     pub server: ServerFigures,
+    pub read_replicas: ReadReplicas,
     /// Delivered MB/s over the raw baseline's with the same consumers: only when it ran and the
     /// producers were not paced (`--rate 0`), as the raw server answers every fetch at once.
     pub raw_baseline_fraction: Option<f64>,
@@ -386,6 +412,12 @@ impl RunSummary {
                     decompressions_saved: 1_234,
                     decodes_per_source_batch: Some(1.0000129),
                 }),
+            },
+            read_replicas: ReadReplicas {
+                follow: true,
+                redirects: 1_234,
+                moves_to_replica: 40,
+                returns_to_leader: 2,
             },
             raw_baseline_fraction: Some(0.456),
             raw_cpu_ratio: None,
