@@ -28,21 +28,22 @@ mod summary;
 
 use crate::bench::client::{self, Cluster, Codec, PartitionLeader};
 use crate::bench::stats::{
-    self, now_us, ConsumerStats, DeviceMetrics, FetchMetrics, Latency, Phase, Shared, ThreadCpu,
+    self, now_us, ConsumerStats, CoreCpu, DeviceMetrics, FetchMetrics, Latency, Phase, Shared,
     ViewMetrics,
 };
 use check::check;
 use executors::{assign, spawn_clients, ClientCfg, ConsumerPlan};
-use live::{Live, Snap};
+use live::{CpuClocks, Live, Snap};
 pub(crate) use producer::template_batch;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use summary::{
-    per_gb, Delivered, Errors, GeneratorCpu, ReadReplicas, ServerFigures, Throughput, Totals,
+    per_gb, BrokerFigures, Delivered, Errors, GeneratorCpu, ReadReplicas, ServerFigures,
+    Throughput, Totals,
 };
 pub use summary::{RunSummary, Settings};
 
@@ -101,6 +102,8 @@ pub struct Observer {
     pub thread_prefix: Option<&'static str>,
     /// Its process id when it runs elsewhere on this host.
     pub pid: Option<u32>,
+    /// The name prefix of its core threads in that process (a shoal's), to tell its cores apart.
+    pub pid_thread_prefix: Option<&'static str>,
     /// shoal's admin HTTP address.
     pub admin: Option<SocketAddr>,
     /// Report this process's peak RSS as the server's (embedded broker; it includes the generator).
@@ -187,6 +190,8 @@ struct Measured {
     begin: Snap,
     end: Snap,
     live: Live,
+    /// How many consumers fetched from each broker (node id) when it ended.
+    consumers_per_broker: BTreeMap<i32, usize>,
 }
 
 /// The end offsets once the producers stopped, and the seconds the consumers took to reach them.
@@ -457,7 +462,7 @@ impl<'a> Run<'a> {
         let mut begin: Option<Snap> = None;
         // Sampled every second as well as at both ends, so that a thread that exits in between
         // keeps what it used (see `ThreadCpu`).
-        let mut cpu = ThreadCpu::new(self.obs.thread_prefix.unwrap_or("\0"));
+        let mut cpu = CpuClocks::new(self.obs);
         let (end, caught_up) = loop {
             let next_tick = t0 + Duration::from_secs(u64::from(tick));
             let boundary = if begin.is_none() {
@@ -500,7 +505,12 @@ impl<'a> Run<'a> {
                 (end.at - begin.at).as_secs_f64()
             );
         }
-        Measured { begin, end, live }
+        Measured {
+            begin,
+            end,
+            live,
+            consumers_per_broker: shared.consumers_per_broker(),
+        }
     }
 
     /// Drain: producers stop; consumers read up to the final end offsets (against the raw
@@ -599,6 +609,14 @@ impl<'a> Run<'a> {
             .cpu_s
             .filter(|_| delivered.fetches > 0)
             .map(|c| c * 1e6 / delivered.fetches as f64);
+        let per_broker = if raw {
+            Vec::new()
+        } else {
+            BrokerFigures::list(
+                &measured.consumers_per_broker,
+                self.cores(measured).as_ref(),
+            )
+        };
         RunSummary {
             label: self.label.to_string(),
             kind: if raw { "raw-baseline" } else { "kafka" },
@@ -627,11 +645,24 @@ impl<'a> Run<'a> {
             correctness,
             generator: GeneratorCpu::between(&begin.cpu, &end.cpu, secs, gb),
             server,
+            per_broker,
             read_replicas: ReadReplicas::of(shared, self.cfg.follow_replicas),
             raw_baseline_fraction: None,
             raw_cpu_ratio: None,
             disk_baseline_fraction: None,
         }
+    }
+
+    /// Each server core's CPU over the measured interval, where its threads can be seen: in this
+    /// process, or in the broker's process on this host.
+    fn cores(&self, m: &Measured) -> Option<BTreeMap<usize, CoreCpu>> {
+        let (begin, end) = (&m.begin, &m.end);
+        let cores = match (self.obs.thread_prefix, &begin.pid_threads, &end.pid_threads) {
+            (Some(_), ..) => end.cpu.cores_since(&begin.cpu),
+            (None, Some(b), Some(e)) => e.cores_since(b),
+            _ => return None,
+        };
+        (!cores.is_empty()).then_some(cores)
     }
 
     /// The server's CPU over the measured interval (`gb`: gigabytes delivered in it), its memory,
