@@ -50,6 +50,20 @@ impl Compare {
     }
 }
 
+/// A setting of the generator's own that is on or off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+impl OnOff {
+    pub fn on(self) -> bool {
+        self == OnOff::On
+    }
+}
+
 /// `--rate`: messages or bytes per second over all producers; 0 is as fast as possible.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -231,6 +245,12 @@ pub struct FanoutArgs {
     /// Receive buffer of each consumer connection (responses stream through it).
     #[arg(long, default_value = "128KiB", value_parser = parse_size)]
     pub receive_buffer: u64,
+    /// Consumers follow a fetch response's preferred read replica (KIP-392), as librdkafka and
+    /// the Java client do: they move their partition's fetching to that broker (a shoal core) and
+    /// go back to the leader when it refuses them. off: they stay with the leader, as clients
+    /// without KIP-392 do (kafka-python, kafkajs).
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub follow_replicas: OnOff,
     /// No live lines, only the summaries.
     #[arg(long)]
     pub quiet: bool,

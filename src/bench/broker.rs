@@ -10,6 +10,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// The name prefix of a shoal's core threads (`shoal-core-<core>`, see `shoal::server`).
+const CORE_THREADS: &str = "shoal-core-";
+
 /// Turns `shoal serve` flags (`--broker-arg`s, after the bench's own) into the embedded broker's
 /// configuration; the command line owns that parsing.
 pub type ServeConfig = fn(&[String]) -> Result<ServerConfig, String>;
@@ -123,8 +126,9 @@ impl Broker {
     pub fn observer(&self) -> Observer {
         let in_process = matches!(self.embedded, Some((Embedded::InProcess(_), _)));
         Observer {
-            thread_prefix: in_process.then_some("shoal-core-"),
+            thread_prefix: in_process.then_some(CORE_THREADS),
             pid: self.pid,
+            pid_thread_prefix: self.pid.map(|_| CORE_THREADS),
             admin: self.admin,
             rss_of_this_process: in_process,
         }

@@ -34,6 +34,7 @@ const IO_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Kafka error codes the client reacts to.
 pub const OFFSET_OUT_OF_RANGE: i16 = 1;
+pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
 pub const TOPIC_ALREADY_EXISTS: i16 = 36;
 
 /// `ListOffsets` timestamps.
@@ -165,7 +166,13 @@ impl SyncConn {
 pub struct PartitionLeader {
     pub partition: i32,
     pub leader: SocketAddr,
+    /// The leader's node id (a shoal core's index); -1 where there is none (the raw baseline).
+    pub leader_id: i32,
 }
+
+/// The brokers of the cluster by node id (a shoal core's index), where a consumer can be sent by
+/// a fetch response's preferred read replica.
+pub type Brokers = HashMap<i32, SocketAddr>;
 
 /// The cluster as seen from the bootstrap address: versions, brokers.
 #[derive(Debug)]
@@ -281,6 +288,18 @@ impl Cluster {
         }
     }
 
+    /// Every broker the metadata lists, by node id (those whose address does not resolve left out).
+    pub fn brokers(&self, topic: &str) -> io::Result<Brokers> {
+        let m = self.metadata(topic)?;
+        Ok(m.brokers
+            .iter()
+            .filter_map(|b| {
+                let addr = resolve(&format!("{}:{}", b.host, b.port)).ok()?;
+                Some((b.node_id.0, addr))
+            })
+            .collect())
+    }
+
     fn leaders(&self, m: &MetadataResponse, topic: &str) -> io::Result<Vec<PartitionLeader>> {
         let t = m
             .topics
@@ -312,6 +331,7 @@ impl Cluster {
             out.push(PartitionLeader {
                 partition: p.partition_index,
                 leader: resolve(addr)?,
+                leader_id: p.leader_id.0,
             });
         }
         out.sort_by_key(|p| p.partition);
@@ -584,11 +604,12 @@ pub fn stamp_batch(b: &mut [u8], value_ats: &[usize], now_us: u64) {
 mod tests {
     use super::*;
     use bytes::BufMut;
-    use kafka_protocol::messages::{RequestHeader, ResponseHeader};
+    use kafka_protocol::messages::fetch_response::{
+        AbortedTransaction, FetchableTopicResponse, LeaderIdAndEpoch, PartitionData,
+    };
+    use kafka_protocol::messages::{FetchResponse, ProducerId, RequestHeader, ResponseHeader};
     use shards::batch::BatchBuilder;
     use shoal::wire::fetch::decode::{read_fetch_response, BatchVisitor, FrameReader};
-
-    const NOT_LEADER_OR_FOLLOWER: i16 = 6;
 
     fn sample_batch(records: usize, value: usize) -> Vec<u8> {
         let mut b = BatchBuilder::new(1);
@@ -624,12 +645,30 @@ mod tests {
         fn whole_batch(&mut self, _: &BatchHeader, _: &[u8]) {}
     }
 
-    #[test]
-    fn fetch_responses_of_every_version_stream_through_a_small_buffer() {
-        use kafka_protocol::messages::fetch_response::{
-            AbortedTransaction, FetchableTopicResponse, LeaderIdAndEpoch, PartitionData,
-        };
-        use kafka_protocol::messages::{FetchResponse, ProducerId};
+    /// A whole response frame (size, header, body) as a broker sends it, encoded by kafka-protocol.
+    fn response_frame(response: &FetchResponse, version: i16, correlation: i32) -> Vec<u8> {
+        let mut frame = BytesMut::new();
+        frame.put_i32(0);
+        ResponseHeader::default()
+            .with_correlation_id(correlation)
+            .encode(&mut frame, ApiKey::Fetch.response_header_version(version))
+            .unwrap();
+        response.encode(&mut frame, version).unwrap();
+        let len = (frame.len() - 4) as i32;
+        frame[..4].copy_from_slice(&len.to_be_bytes());
+        frame.to_vec()
+    }
+
+    /// One partition's answer in a response for "topic".
+    fn response_of(partitions: Vec<PartitionData>) -> FetchResponse {
+        FetchResponse::default().with_responses(vec![FetchableTopicResponse::default()
+            .with_topic(name("topic"))
+            .with_partitions(partitions)])
+    }
+
+    /// Two stamped batches (offsets 0-2 with timestamp 11, 3-5 with 22) and the head of a third cut
+    /// short, as KIP-74 allows.
+    fn two_batches_and_a_cut_one() -> Vec<u8> {
         let mut records = Vec::new();
         for (base, ts) in [(0i64, 11u64), (3, 22)] {
             let mut b = sample_batch(3, 300);
@@ -638,41 +677,36 @@ mod tests {
             shards::batch::set_base_offset(&mut b, base);
             records.extend_from_slice(&b);
         }
-        records.extend_from_slice(&sample_batch(1, 20)[..30]); // cut short, as KIP-74 allows
+        records.extend_from_slice(&sample_batch(1, 20)[..30]);
+        records
+    }
+
+    #[test]
+    fn fetch_responses_of_every_version_stream_through_a_small_buffer() {
+        let records = two_batches_and_a_cut_one();
         for version in 4..=12i16 {
-            let response =
-                FetchResponse::default().with_responses(vec![FetchableTopicResponse::default()
-                    .with_topic(name("topic"))
-                    .with_partitions(vec![
-                        PartitionData::default()
-                            .with_partition_index(0)
-                            .with_high_watermark(6)
-                            .with_aborted_transactions(Some(vec![AbortedTransaction::default()
-                                .with_producer_id(ProducerId(9))
-                                .with_first_offset(1)]))
-                            .with_current_leader(
-                                LeaderIdAndEpoch::default()
-                                    .with_leader_id(BrokerId(3))
-                                    .with_leader_epoch(1),
-                            )
-                            .with_records(Some(Bytes::from(records.clone()))),
-                        PartitionData::default()
-                            .with_partition_index(1)
-                            .with_error_code(NOT_LEADER_OR_FOLLOWER)
-                            .with_high_watermark(42)
-                            .with_records(None),
-                    ])]);
-            let mut frame = BytesMut::new();
-            frame.put_i32(0);
-            ResponseHeader::default()
-                .with_correlation_id(7)
-                .encode(&mut frame, ApiKey::Fetch.response_header_version(version))
-                .unwrap();
-            response.encode(&mut frame, version).unwrap();
-            let len = (frame.len() - 4) as i32;
-            frame[..4].copy_from_slice(&len.to_be_bytes());
+            let response = response_of(vec![
+                PartitionData::default()
+                    .with_partition_index(0)
+                    .with_high_watermark(6)
+                    .with_aborted_transactions(Some(vec![AbortedTransaction::default()
+                        .with_producer_id(ProducerId(9))
+                        .with_first_offset(1)]))
+                    .with_current_leader(
+                        LeaderIdAndEpoch::default()
+                            .with_leader_id(BrokerId(3))
+                            .with_leader_epoch(1),
+                    )
+                    .with_records(Some(Bytes::from(records.clone()))),
+                PartitionData::default()
+                    .with_partition_index(1)
+                    .with_error_code(NOT_LEADER_OR_FOLLOWER)
+                    .with_high_watermark(42)
+                    .with_records(None),
+            ]);
+            let frame = response_frame(&response, version, 7);
             // A second frame behind it must be left untouched.
-            let mut wire = frame.to_vec();
+            let mut wire = frame.clone();
             wire.extend_from_slice(&frame);
             let mut stream = futures_lite::io::Cursor::new(wire);
             let mut reader = FrameReader::new(256);
@@ -692,8 +726,51 @@ mod tests {
                 assert_eq!(seen.0, vec![(0, Some(11)), (3, Some(22))], "v{version}");
                 assert_eq!(out.error_code, NOT_LEADER_OR_FOLLOWER, "v{version}");
                 assert_eq!(out.high_watermark, 42, "v{version}");
+                assert_eq!(out.preferred_read_replica, -1, "v{version}");
             }
             assert!(reader.buffered().is_empty(), "v{version}");
+        }
+    }
+
+    /// KIP-392: from v11 a partition's answer may name the broker to fetch it from instead, with
+    /// no records (a leader steering the consumer away) or with some.
+    #[test]
+    fn the_preferred_read_replica_is_read_from_v11_on() {
+        let records = two_batches_and_a_cut_one();
+        for version in 4..=12i16 {
+            let cases = [
+                (2, Bytes::new(), vec![]),
+                (
+                    5,
+                    Bytes::from(records.clone()),
+                    vec![(0, Some(11)), (3, Some(22))],
+                ),
+                (-1, Bytes::new(), vec![]),
+            ];
+            for (preferred, records, batches) in cases {
+                // Before v11 the field does not exist: the encoder refuses anything but -1.
+                let sent = if version >= 11 { preferred } else { -1 };
+                let response = response_of(vec![PartitionData::default()
+                    .with_partition_index(0)
+                    .with_high_watermark(6)
+                    .with_preferred_read_replica(BrokerId(sent))
+                    .with_records(Some(records))]);
+                let mut stream =
+                    futures_lite::io::Cursor::new(response_frame(&response, version, 9));
+                let mut seen = Collect(Vec::new());
+                let out = futures_lite::future::block_on(read_fetch_response(
+                    &mut FrameReader::new(256),
+                    &mut stream,
+                    version,
+                    9,
+                    &mut seen,
+                    &mut Vec::new(),
+                ))
+                .unwrap_or_else(|e| panic!("v{version}: {e}"));
+                assert_eq!(out.preferred_read_replica, sent, "v{version}");
+                assert_eq!((out.error_code, out.high_watermark), (0, 6), "v{version}");
+                assert_eq!(seen.0, batches, "v{version}");
+            }
         }
     }
 

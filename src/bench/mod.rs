@@ -205,6 +205,7 @@ fn workload_for(args: &FanoutArgs, point: Option<(SweepKey, u64)>, cpus: usize) 
         fetch_max_bytes: args.fetch_max_bytes.min(i32::MAX as u64) as i32,
         drain_timeout: args.drain_timeout,
         receive_buffer: (args.receive_buffer as usize).max(4096),
+        follow_replicas: args.follow_replicas.on(),
         live: !args.quiet,
     }
 }

@@ -151,10 +151,74 @@ fn summary_lines(s: &RunSummary) -> Vec<String> {
             .as_ref()
             .map(|method| format!("{:<16} {method}", "its CPU from")),
     );
+    lines.extend(per_broker_line(s));
+    lines.extend(read_replicas_line(s));
     lines.extend(fetch_path_line(s));
     lines.extend(broker_disk_line(s));
     lines.extend(views_line(s));
     lines
+}
+
+/// Per broker (a shoal core): the consumers fetching from it at the end of the measured interval,
+/// and its CPU over it where its threads were seen.
+fn per_broker_line(s: &RunSummary) -> Option<String> {
+    if s.per_broker.is_empty() {
+        return None;
+    }
+    let each: Vec<String> = s
+        .per_broker
+        .iter()
+        .map(|b| {
+            let cpu = b
+                .cpu_s
+                .map(|c| format!(", {c:.2} CPU-s"))
+                .unwrap_or_default();
+            let n = b.consumers_at_end;
+            format!("{}: {n} consumer{}{cpu}", b.node_id, plural(n))
+        })
+        .collect();
+    // CPU is seen per core: a shoal's threads, embedded or on this host.
+    let workers: Vec<f64> = s
+        .per_broker
+        .iter()
+        .filter_map(|b| b.io_uring_workers_cpu_s)
+        .collect();
+    let cores = !workers.is_empty();
+    Some(format!(
+        "{:<16} {} (consumers fetching from each at the end of the measured interval{})",
+        if cores { "per core" } else { "per broker" },
+        each.join("; "),
+        if cores {
+            let workers: f64 = workers.iter().sum();
+            format!(
+                "; CPU over it, each core's io_uring workers included: {workers:.2} CPU-s of them \
+                 in all"
+            )
+        } else {
+            String::new()
+        }
+    ))
+}
+
+/// KIP-392: the responses that preferred another broker, and the consumers' moves.
+fn read_replicas_line(s: &RunSummary) -> Option<String> {
+    let r = &s.read_replicas;
+    if r.redirects + r.moves_to_replica + r.returns_to_leader == 0 {
+        return None;
+    }
+    Some(format!(
+        "{:<16} {} fetch responses preferred another broker ({}); {} moves to a read replica, {} \
+         back to the leader",
+        "read replicas",
+        stats::thousands(r.redirects),
+        if r.follow {
+            "followed: --follow-replicas on"
+        } else {
+            "not followed: --follow-replicas off"
+        },
+        stats::thousands(r.moves_to_replica),
+        stats::thousands(r.returns_to_leader),
+    ))
 }
 
 fn produced_line(s: &RunSummary) -> String {
@@ -800,11 +864,17 @@ mod tests {
             v
         });
         complete.view_sharing = Some(false);
+        for b in &mut complete.per_broker {
+            (b.cpu_s, b.io_uring_workers_cpu_s) = (None, None);
+        }
+        complete.read_replicas = Default::default();
         let mut raw = RunSummary::sample();
         raw.kind = "raw-baseline";
         raw.label = "raw TCP baseline consumers=4x2".into();
         raw.server = Default::default();
         raw.view_sharing = None;
+        raw.per_broker = Vec::new();
+        raw.read_replicas = Default::default();
         vec![failed, complete, raw]
     }
 

@@ -4,10 +4,13 @@
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicI64, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -122,6 +125,14 @@ pub struct ConsumerStats {
     pub done: AtomicBool,
     /// It stopped on an error it cannot recover from.
     pub failed: AtomicBool,
+    /// The broker (node id) it fetches from now: its partition's leader or a read replica; -1
+    /// where brokers have no ids (the raw baseline).
+    pub broker: AtomicI32,
+    /// Fetch responses that preferred another broker (KIP-392), followed or not.
+    pub redirects: AtomicU64,
+    /// Times it moved to a read replica, and back to the leader.
+    pub to_replica: AtomicU64,
+    pub to_leader: AtomicU64,
 }
 
 impl ConsumerStats {
@@ -139,6 +150,10 @@ impl ConsumerStats {
             errors: AtomicU64::new(0),
             done: AtomicBool::new(false),
             failed: AtomicBool::new(false),
+            broker: AtomicI32::new(-1),
+            redirects: AtomicU64::new(0),
+            to_replica: AtomicU64::new(0),
+            to_leader: AtomicU64::new(0),
         }
     }
 }
@@ -266,6 +281,18 @@ impl Shared {
         }
     }
 
+    /// How many consumers fetch from each broker (node id) now; those without one left out.
+    pub fn consumers_per_broker(&self) -> BTreeMap<i32, usize> {
+        let mut out = BTreeMap::new();
+        for c in &self.consumers {
+            let b = c.broker.load(R);
+            if b >= 0 {
+                *out.entry(b).or_default() += 1;
+            }
+        }
+        out
+    }
+
     /// Largest lag of any consumer behind its partition's known end, in records.
     pub fn max_lag(&self) -> i64 {
         self.consumers
@@ -355,13 +382,23 @@ fn stat_ticks(stat: &str) -> Option<u64> {
     Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
 }
 
-/// CPU seconds of this process at one moment: all of it (the process clock, exited threads
+/// CPU seconds of a process at one moment: all of it (the process clock, exited threads
 /// included), and what [`ThreadCpu`] attributes to the server's threads and to the others.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct CpuSample {
     pub process_s: f64,
     pub server_s: f64,
     pub others_s: f64,
+    /// The server's part by thread index (the number after the prefix in its name: a shoal
+    /// core's index).
+    pub cores: BTreeMap<usize, CoreCpu>,
+}
+
+/// CPU seconds of one server thread (a shoal core) and of the io_uring workers serving its ring.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CoreCpu {
+    pub thread_s: f64,
+    pub workers_s: f64,
 }
 
 impl CpuSample {
@@ -372,93 +409,183 @@ impl CpuSample {
         let attributed = (self.server_s + self.others_s) - (begin.server_s + begin.others_s);
         (self.process_s - begin.process_s) - attributed
     }
+
+    /// Each server thread's CPU (with its io_uring workers') between `begin` and `self`.
+    pub fn cores_since(&self, begin: &CpuSample) -> BTreeMap<usize, CoreCpu> {
+        self.cores
+            .iter()
+            .map(|(i, end)| {
+                let b = begin.cores.get(i).copied().unwrap_or_default();
+                let d = CoreCpu {
+                    thread_s: end.thread_s - b.thread_s,
+                    workers_s: end.workers_s - b.workers_s,
+                };
+                (*i, d)
+            })
+            .collect()
+    }
 }
 
-/// The CPU of this process's threads, told apart by name: the server's (names starting with a
-/// prefix: the embedded broker's cores, or the raw baseline server's) with their io_uring workers
-/// (a worker is named `iou-wrk-<tid>` after the thread whose ring it serves), and the others (the
-/// generator). Each thread is kept, with what it had used, once a sample has seen it: one that
+/// What a thread seen by [`ThreadCpu`] is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum ThreadKind {
+    /// A server thread, or an io_uring worker of one (`worker`); `index`: the server thread's
+    /// (see [`thread_index`]).
+    Server {
+        index: Option<usize>,
+        worker: bool,
+    },
+    Other,
+}
+
+/// The CPU of a process's threads (this one's, or another's on this host), told apart by name:
+/// the server's (names starting with a prefix: the broker's cores, or the raw baseline server's)
+/// with their io_uring workers (a worker is named `iou-wrk-<tid>` after the thread whose ring it
+/// serves, so it is counted with that thread), and the others (the generator, or the broker's
+/// other threads). Each thread is kept, with what it had used, once a sample has seen it: one that
 /// exits later still counts, up to that sample. Sampled once a second, a thread's CPU is lost only
 /// from its last sample to its exit; io_uring workers exit after idling for seconds, so that is
 /// close to nothing for them, and the remainder is reported ([`CpuSample::unattributed_since`]).
 #[derive(Debug)]
 pub struct ThreadCpu {
+    /// Whose threads: None for this process.
+    pid: Option<u32>,
     server_prefix: String,
-    /// (tid, start time in clock ticks since boot: tids are reused) -> (a server thread, CPU
-    /// seconds when last seen).
-    threads: HashMap<(String, u64), (bool, f64)>,
+    /// (tid, start time in clock ticks since boot: tids are reused) -> (what it is, CPU seconds
+    /// when last seen).
+    threads: HashMap<(String, u64), (ThreadKind, f64)>,
 }
 
 impl ThreadCpu {
+    /// This process's threads.
     pub fn new(server_prefix: &str) -> ThreadCpu {
         ThreadCpu {
+            pid: None,
             server_prefix: server_prefix.to_string(),
             threads: HashMap::new(),
         }
     }
 
-    /// Reads every live thread's CPU and returns the totals, exited threads included.
-    pub fn sample(&mut self) -> CpuSample {
-        let hz = clock_ticks();
+    /// The threads of process `pid` on this host.
+    pub fn of_process(pid: u32, server_prefix: &str) -> ThreadCpu {
+        ThreadCpu {
+            pid: Some(pid),
+            ..ThreadCpu::new(server_prefix)
+        }
+    }
+
+    /// The whole process's CPU seconds.
+    fn process_s(&self, hz: f64) -> f64 {
         // Nanoseconds where the kernel gives them (the process clock, each thread's schedstat): a
         // light generator uses a few 10 ms clock ticks a second, too coarse to tell apart.
-        let process_s = process_cpu_s().unwrap_or_else(|| {
+        if let Some(pid) = self.pid {
+            return pid_cpu_s(pid).map_or(0.0, |(s, _)| s);
+        }
+        process_cpu_s().unwrap_or_else(|| {
             std::fs::read_to_string("/proc/self/stat")
                 .ok()
                 .and_then(|s| stat_ticks(&s))
                 .unwrap_or(0) as f64
                 / hz
-        });
+        })
+    }
+
+    /// Every live thread: (tid, start time, name, CPU seconds).
+    fn live(&self, hz: f64) -> Vec<(String, u64, String, f64)> {
+        let tasks = match self.pid {
+            Some(pid) => format!("/proc/{pid}/task"),
+            None => "/proc/self/task".to_string(),
+        };
         let mut live = Vec::new();
-        if let Ok(dir) = std::fs::read_dir("/proc/self/task") {
-            for t in dir.flatten() {
-                let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
-                    continue; // exited since the listing
-                };
-                let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-                let secs = std::fs::read_to_string(t.path().join("schedstat"))
-                    .ok()
-                    .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-                    .map(|ns| ns as f64 / 1e9)
-                    .or_else(|| stat_ticks(&stat).map(|ticks| ticks as f64 / hz))
-                    .unwrap_or(0.0);
-                let tid = t.file_name().to_string_lossy().to_string();
-                let started = stat_start_time(&stat).unwrap_or(0);
-                live.push((tid, started, comm.trim_end().to_string(), secs));
+        let Ok(dir) = std::fs::read_dir(tasks) else {
+            return live;
+        };
+        for t in dir.flatten() {
+            let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
+                continue; // exited since the listing
+            };
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            let secs = std::fs::read_to_string(t.path().join("schedstat"))
+                .ok()
+                .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+                .map(|ns| ns as f64 / 1e9)
+                .or_else(|| stat_ticks(&stat).map(|ticks| ticks as f64 / hz))
+                .unwrap_or(0.0);
+            let tid = t.file_name().to_string_lossy().to_string();
+            let started = stat_start_time(&stat).unwrap_or(0);
+            live.push((tid, started, comm.trim_end().to_string(), secs));
+        }
+        live
+    }
+
+    /// Reads every live thread's CPU and returns the totals, exited threads included.
+    pub fn sample(&mut self) -> CpuSample {
+        let hz = clock_ticks();
+        let process_s = self.process_s(hz);
+        let live = self.live(hz);
+        // The server threads by tid, seen now or before: the owners of io_uring workers.
+        let mut owners: HashMap<&str, Option<usize>> = HashMap::new();
+        for ((tid, _), (kind, _)) in &self.threads {
+            if let ThreadKind::Server {
+                index,
+                worker: false,
+            } = kind
+            {
+                owners.insert(tid, *index);
             }
         }
-        let server_tids: Vec<&str> = live
-            .iter()
-            .filter(|(_, _, comm, _)| comm.starts_with(&self.server_prefix))
-            .map(|(tid, ..)| tid.as_str())
-            .collect();
+        for (tid, _, comm, _) in &live {
+            if let Some(rest) = comm.strip_prefix(self.server_prefix.as_str()) {
+                owners.insert(tid, thread_index(rest));
+            }
+        }
         let mut updates = Vec::new();
         for (tid, started, comm, secs) in &live {
-            let server = comm.starts_with(&self.server_prefix)
-                || comm.strip_prefix("iou-wrk-").is_some_and(|owner| {
-                    server_tids.contains(&owner)
-                        || self
-                            .threads
-                            .iter()
-                            .any(|((t, _), (server, _))| *server && t == owner)
-                });
-            updates.push(((tid.clone(), *started), (server, *secs)));
+            let kind = if let Some(rest) = comm.strip_prefix(self.server_prefix.as_str()) {
+                ThreadKind::Server {
+                    index: thread_index(rest),
+                    worker: false,
+                }
+            } else {
+                match comm.strip_prefix("iou-wrk-").and_then(|o| owners.get(o)) {
+                    Some(index) => ThreadKind::Server {
+                        index: *index,
+                        worker: true,
+                    },
+                    None => ThreadKind::Other,
+                }
+            };
+            updates.push(((tid.clone(), *started), (kind, *secs)));
         }
         self.threads.extend(updates);
-        let (mut server_s, mut others_s) = (0.0, 0.0);
-        for (server, secs) in self.threads.values() {
-            if *server {
-                server_s += secs;
-            } else {
-                others_s += secs;
+        let mut out = CpuSample {
+            process_s,
+            ..CpuSample::default()
+        };
+        for (kind, secs) in self.threads.values() {
+            match *kind {
+                ThreadKind::Server { index, worker } => {
+                    out.server_s += secs;
+                    if let Some(i) = index {
+                        let core = out.cores.entry(i).or_default();
+                        if worker {
+                            core.workers_s += secs;
+                        } else {
+                            core.thread_s += secs;
+                        }
+                    }
+                }
+                ThreadKind::Other => out.others_s += secs,
             }
         }
-        CpuSample {
-            process_s,
-            server_s,
-            others_s,
-        }
+        out
     }
+}
+
+/// The index in a server thread's name after the prefix: `shoal-core-3-17` is core 3 (glommio
+/// appends `-<executor id>` to the name it is given).
+fn thread_index(after_prefix: &str) -> Option<usize> {
+    after_prefix.split('-').next()?.parse().ok()
 }
 
 /// A thread's or process's start time (field 22, clock ticks since boot) from its `stat` file.
@@ -831,38 +958,112 @@ mod tests {
         assert_eq!(stat_start_time(s), Some(4242));
     }
 
-    /// Burns about `ms` of CPU on the calling thread.
-    fn spin(ms: u64) {
-        let t = std::time::Instant::now();
-        let mut x = 0u64;
-        while t.elapsed() < Duration::from_millis(ms) {
-            x = std::hint::black_box(x.wrapping_add(1));
-        }
-    }
-
     #[test]
     fn a_server_thread_that_exits_between_samples_keeps_its_cpu() {
         let mut cpu = ThreadCpu::new("cpu-test-server");
         let begin = cpu.sample();
+        let (spun, spun_rx) = std::sync::mpsc::channel();
         let worker = std::thread::Builder::new()
             .name("cpu-test-server".into())
-            .spawn(|| {
-                spin(200);
+            .spawn(move || {
+                spin_cpu(200);
+                spun.send(()).unwrap();
                 // Seen by a sample while alive, then more work before it exits.
                 std::thread::park();
-                spin(5);
+                spin_cpu(5);
             })
             .unwrap();
-        std::thread::sleep(Duration::from_millis(300));
+        spun_rx.recv().unwrap();
         cpu.sample();
         worker.thread().unpark();
         worker.join().unwrap();
         let end = cpu.sample();
         let server = end.server_s - begin.server_s;
         assert!(
-            (0.15..0.5).contains(&server),
+            (0.2..0.25).contains(&server),
             "the exited server thread's CPU: {server} s"
         );
+    }
+
+    /// Burns `ms` of the calling thread's own CPU time, however busy the machine.
+    fn spin_cpu(ms: u64) {
+        let thread_s = || {
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+            ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+        };
+        let until = thread_s() + ms as f64 / 1e3;
+        let mut x = 0u64;
+        while thread_s() < until {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+    }
+
+    #[test]
+    fn server_threads_are_told_apart_by_the_index_in_their_name() {
+        // Read through /proc/<pid>, as another process's threads are.
+        let mut cpu = ThreadCpu::of_process(std::process::id(), "cpu-core-");
+        let begin = cpu.sample();
+        let (tids, tid) = std::sync::mpsc::channel();
+        let mut threads: Vec<_> = [(0, 50), (1, 250)]
+            .into_iter()
+            .map(|(core, ms)| {
+                let tids = tids.clone();
+                std::thread::Builder::new()
+                    // As glommio names an executor's thread: the name given, `-<executor id>`.
+                    .name(format!("cpu-core-{core}-1{core}"))
+                    .spawn(move || {
+                        // SAFETY: gettid has no preconditions.
+                        tids.send((core, unsafe { libc::gettid() })).unwrap();
+                        spin_cpu(ms);
+                        std::thread::park();
+                    })
+                    .unwrap()
+            })
+            .collect();
+        // An io_uring worker of core 0's ring, named after the thread it serves.
+        let core0 = std::iter::from_fn(|| tid.recv().ok())
+            .find(|(core, _)| *core == 0)
+            .unwrap()
+            .1;
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("iou-wrk-{core0}"))
+                .spawn(|| {
+                    spin_cpu(100);
+                    std::thread::park();
+                })
+                .unwrap(),
+        );
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let end = loop {
+            std::thread::sleep(Duration::from_millis(50));
+            let s = cpu.sample();
+            let cores = s.cores_since(&begin);
+            let (c0, c1) = (cores.get(&0).copied(), cores.get(&1).copied());
+            let (c0, c1) = (c0.unwrap_or_default(), c1.unwrap_or_default());
+            let done = c0.thread_s >= 0.05 && c0.workers_s >= 0.1 && c1.thread_s >= 0.25;
+            if done || std::time::Instant::now() > deadline {
+                break s;
+            }
+        };
+        for t in threads {
+            t.thread().unpark();
+            t.join().unwrap();
+        }
+        let cores = end.cores_since(&begin);
+        let (c0, c1) = (cores[&0], cores[&1]);
+        assert!((0.05..0.1).contains(&c0.thread_s), "core 0: {c0:?}");
+        assert!((0.25..0.3).contains(&c1.thread_s), "core 1: {c1:?}");
+        assert!((0.1..0.15).contains(&c0.workers_s), "core 0: {c0:?}");
+        assert_eq!(c1.workers_s, 0.0);
+        let server = end.server_s - begin.server_s;
+        let cores_s = c0.thread_s + c0.workers_s + c1.thread_s;
+        assert!((server - cores_s).abs() < 1e-9, "{server} vs {cores_s}");
     }
 
     #[test]

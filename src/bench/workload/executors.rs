@@ -3,7 +3,7 @@
 
 use super::consumer::consumer;
 use super::producer::producer;
-use crate::bench::client::{Codec, PartitionLeader};
+use crate::bench::client::{Brokers, Codec, PartitionLeader};
 use crate::bench::stats::{Hists, Phase, Shared};
 use glommio::net::TcpStream;
 use glommio::{LocalExecutorBuilder, Placement};
@@ -38,6 +38,10 @@ pub(super) struct ClientCfg {
     /// Raw baseline: offsets wrap at this.
     pub(super) modulus: Option<i64>,
     pub(super) sample_latency: bool,
+    /// `--follow-replicas`: consumers move to the read replica a fetch response prefers, found in
+    /// `brokers`.
+    pub(super) follow_replicas: bool,
+    pub(super) brokers: Brokers,
 }
 
 #[derive(Debug, Clone)]
@@ -47,6 +51,8 @@ pub(super) struct ConsumerPlan {
     pub(super) topic: Arc<str>,
     pub(super) partition: i32,
     pub(super) leader: SocketAddr,
+    /// The leader's node id (-1: none, the raw baseline).
+    pub(super) leader_id: i32,
 }
 
 #[derive(Debug, Clone)]

@@ -13,17 +13,46 @@ pub(super) struct Snap {
     pub(super) cpu: CpuSample,
     /// The server process's CPU seconds, and whether at nanosecond resolution.
     pub(super) pid_cpu: Option<(f64, bool)>,
+    /// Its threads (a shoal's cores) when it runs as another process on this host.
+    pub(super) pid_threads: Option<CpuSample>,
     pub(super) metrics: Option<HashMap<String, f64>>,
 }
 
 impl Snap {
-    pub(super) fn take(shared: &Shared, obs: &Observer, cpu: &mut ThreadCpu) -> Snap {
+    pub(super) fn take(shared: &Shared, obs: &Observer, cpu: &mut CpuClocks) -> Snap {
         Snap {
-            cpu: cpu.sample(),
+            cpu: cpu.this.sample(),
             pid_cpu: obs.pid.and_then(stats::pid_cpu_s),
+            pid_threads: cpu.server_process.as_mut().map(ThreadCpu::sample),
             metrics: obs.admin.and_then(|a| stats::scrape(a).ok()),
             counters: shared.snapshot(),
             at: Instant::now(),
+        }
+    }
+}
+
+/// The threads whose CPU a run follows, sampled every second (see [`ThreadCpu`]): this process's,
+/// and the server process's where it runs apart on this host.
+pub(super) struct CpuClocks {
+    pub(super) this: ThreadCpu,
+    pub(super) server_process: Option<ThreadCpu>,
+}
+
+impl CpuClocks {
+    pub(super) fn new(obs: &Observer) -> CpuClocks {
+        CpuClocks {
+            this: ThreadCpu::new(obs.thread_prefix.unwrap_or("\0")),
+            server_process: obs
+                .pid
+                .zip(obs.pid_thread_prefix)
+                .map(|(pid, prefix)| ThreadCpu::of_process(pid, prefix)),
+        }
+    }
+
+    pub(super) fn sample(&mut self) {
+        self.this.sample();
+        if let Some(s) = &mut self.server_process {
+            s.sample();
         }
     }
 }

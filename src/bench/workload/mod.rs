@@ -7,38 +7,44 @@
 //! the socket). Each batch's first record starts with the send time in microseconds.
 //!
 //! Each consumer has its own connection to its partition's leader and fetches on its own from its
-//! own offset (no group). It walks batch headers only: it counts records, checks that offsets follow
-//! on (a gap no batch explains is an error), and samples end-to-end latency from every batch's
-//! embedded timestamp (for compressed batches, from one batch per response, which it decompresses).
+//! own offset (no group); where a response prefers a read replica (KIP-392), it moves there. It
+//! walks batch headers only: it counts records, checks that offsets follow on (a gap no batch
+//! explains is an error), and samples end-to-end latency from every batch's embedded timestamp
+//! (for compressed batches, from one batch per response, which it decompresses).
 
 //!
 //! - [`executors`] — client executors and the plan of who runs where; [`consumer`], [`producer`]
-//!   the tasks; [`live`] the line printed every second; [`summary`] and [`check`] what a run
-//!   reports. This module holds the run itself (the orchestrating thread).
+//!   the tasks; [`route`] which broker a consumer fetches from; [`live`] the line printed every
+//!   second; [`summary`] and [`check`] what a run reports. This module holds the run itself (the
+//!   orchestrating thread).
 
 mod check;
 mod consumer;
 mod executors;
 mod live;
 mod producer;
+mod route;
 mod summary;
 
 use crate::bench::client::{self, Cluster, Codec, PartitionLeader};
 use crate::bench::stats::{
-    self, now_us, ConsumerStats, DeviceMetrics, FetchMetrics, Latency, Phase, Shared, ThreadCpu,
+    self, now_us, ConsumerStats, CoreCpu, DeviceMetrics, FetchMetrics, Latency, Phase, Shared,
     ViewMetrics,
 };
 use check::check;
 use executors::{assign, spawn_clients, ClientCfg, ConsumerPlan};
-use live::{Live, Snap};
+use live::{CpuClocks, Live, Snap};
 pub(crate) use producer::template_batch;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use summary::{per_gb, Delivered, Errors, GeneratorCpu, ServerFigures, Throughput, Totals};
+use summary::{
+    per_gb, BrokerFigures, Delivered, Errors, GeneratorCpu, ReadReplicas, ServerFigures,
+    Throughput, Totals,
+};
 pub use summary::{RunSummary, Settings};
 
 /// Everything a run does, resolved from the command line.
@@ -69,6 +75,8 @@ pub struct Workload {
     pub fetch_max_bytes: i32,
     pub drain_timeout: Duration,
     pub receive_buffer: usize,
+    /// `--follow-replicas`: consumers move to the read replica a fetch response prefers.
+    pub follow_replicas: bool,
     /// Print a live line every second.
     pub live: bool,
 }
@@ -94,6 +102,8 @@ pub struct Observer {
     pub thread_prefix: Option<&'static str>,
     /// Its process id when it runs elsewhere on this host.
     pub pid: Option<u32>,
+    /// The name prefix of its core threads in that process (a shoal's), to tell its cores apart.
+    pub pid_thread_prefix: Option<&'static str>,
     /// shoal's admin HTTP address.
     pub admin: Option<SocketAddr>,
     /// Report this process's peak RSS as the server's (embedded broker; it includes the generator).
@@ -180,6 +190,8 @@ struct Measured {
     begin: Snap,
     end: Snap,
     live: Live,
+    /// How many consumers fetched from each broker (node id) when it ended.
+    consumers_per_broker: BTreeMap<i32, usize>,
 }
 
 /// The end offsets once the producers stopped, and the seconds the consumers took to reach them.
@@ -225,6 +237,7 @@ impl<'a> Run<'a> {
                     .map(|p| PartitionLeader {
                         partition: p,
                         leader: addrs[p as usize % addrs.len()],
+                        leader_id: -1,
                     })
                     .collect(),
                 *fetch_version,
@@ -233,6 +246,11 @@ impl<'a> Run<'a> {
             ),
         };
         let raw = modulus.is_some();
+        // Where a preferred read replica listens (KIP-392): the brokers of the metadata.
+        let brokers = match endpoint {
+            Endpoint::Kafka(cluster, _) if w.follow_replicas => cluster.brokers(&w.topic)?,
+            _ => client::Brokers::new(),
+        };
         let producers = if raw { 0 } else { w.producers };
         let per_producer = if producers > 0 {
             w.rate / producers as f64
@@ -259,6 +277,8 @@ impl<'a> Run<'a> {
             receive_buffer: w.receive_buffer,
             modulus,
             sample_latency: !raw,
+            follow_replicas: w.follow_replicas && !raw,
+            brokers,
         };
         Ok(Run {
             w,
@@ -411,6 +431,7 @@ impl<'a> Run<'a> {
                         topic: topic.clone(),
                         partition: l.partition,
                         leader: l.leader,
+                        leader_id: l.leader_id,
                     });
                     let mut s = ConsumerStats::new(l.partition, starts[l.partition as usize]);
                     s.shard = *shard;
@@ -441,7 +462,7 @@ impl<'a> Run<'a> {
         let mut begin: Option<Snap> = None;
         // Sampled every second as well as at both ends, so that a thread that exits in between
         // keeps what it used (see `ThreadCpu`).
-        let mut cpu = ThreadCpu::new(self.obs.thread_prefix.unwrap_or("\0"));
+        let mut cpu = CpuClocks::new(self.obs);
         let (end, caught_up) = loop {
             let next_tick = t0 + Duration::from_secs(u64::from(tick));
             let boundary = if begin.is_none() {
@@ -484,7 +505,12 @@ impl<'a> Run<'a> {
                 (end.at - begin.at).as_secs_f64()
             );
         }
-        Measured { begin, end, live }
+        Measured {
+            begin,
+            end,
+            live,
+            consumers_per_broker: shared.consumers_per_broker(),
+        }
     }
 
     /// Drain: producers stop; consumers read up to the final end offsets (against the raw
@@ -583,6 +609,14 @@ impl<'a> Run<'a> {
             .cpu_s
             .filter(|_| delivered.fetches > 0)
             .map(|c| c * 1e6 / delivered.fetches as f64);
+        let per_broker = if raw {
+            Vec::new()
+        } else {
+            BrokerFigures::list(
+                &measured.consumers_per_broker,
+                self.cores(measured).as_ref(),
+            )
+        };
         RunSummary {
             label: self.label.to_string(),
             kind: if raw { "raw-baseline" } else { "kafka" },
@@ -611,10 +645,24 @@ impl<'a> Run<'a> {
             correctness,
             generator: GeneratorCpu::between(&begin.cpu, &end.cpu, secs, gb),
             server,
+            per_broker,
+            read_replicas: ReadReplicas::of(shared, self.cfg.follow_replicas),
             raw_baseline_fraction: None,
             raw_cpu_ratio: None,
             disk_baseline_fraction: None,
         }
+    }
+
+    /// Each server core's CPU over the measured interval, where its threads can be seen: in this
+    /// process, or in the broker's process on this host.
+    fn cores(&self, m: &Measured) -> Option<BTreeMap<usize, CoreCpu>> {
+        let (begin, end) = (&m.begin, &m.end);
+        let cores = match (self.obs.thread_prefix, &begin.pid_threads, &end.pid_threads) {
+            (Some(_), ..) => end.cpu.cores_since(&begin.cpu),
+            (None, Some(b), Some(e)) => e.cores_since(b),
+            _ => return None,
+        };
+        (!cores.is_empty()).then_some(cores)
     }
 
     /// The server's CPU over the measured interval (`gb`: gigabytes delivered in it), its memory,
@@ -824,6 +872,7 @@ mod tests {
             .map(|p| PartitionLeader {
                 partition: p,
                 leader: "127.0.0.1:1".parse().unwrap(),
+                leader_id: 0,
             })
             .collect();
         let plans = assign(2, &leaders, 2, Vec::new());

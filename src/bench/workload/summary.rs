@@ -3,9 +3,11 @@
 use super::Backlog;
 use crate::bench::stats;
 use crate::bench::stats::{
-    Counters, CpuSample, DeviceMetrics, FetchMetrics, Latency, Shared, ViewMetrics,
+    ConsumerStats, CoreCpu, Counters, CpuSample, DeviceMetrics, FetchMetrics, Latency, Shared,
+    ViewMetrics,
 };
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -212,6 +214,79 @@ pub struct ServerFigures {
     pub views: Option<ViewMetrics>,
 }
 
+/// One broker as the run saw it; for shoal, one core (the node id is the core's index).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct BrokerFigures {
+    pub node_id: i32,
+    /// Consumers fetching from it when the measured interval ended: those of the partitions it
+    /// leads, and those a fetch response sent to it as a read replica.
+    pub consumers_at_end: usize,
+    /// Its core thread's CPU seconds over the measured interval, with those of the io_uring
+    /// workers serving that thread's ring (a worker is named after the thread: `iou-wrk-<tid>`),
+    /// where the broker's threads can be seen (an embedded shoal, or one on this host).
+    pub cpu_s: Option<f64>,
+    /// The io_uring workers' part of `cpu_s`.
+    pub io_uring_workers_cpu_s: Option<f64>,
+}
+
+impl BrokerFigures {
+    /// Every broker that consumers fetched from at the end (`consumers`, by node id) and every
+    /// core whose CPU was seen (`cores`, by index), in node id order.
+    pub(super) fn list(
+        consumers: &BTreeMap<i32, usize>,
+        cores: Option<&BTreeMap<usize, CoreCpu>>,
+    ) -> Vec<BrokerFigures> {
+        let mut out: BTreeMap<i32, BrokerFigures> = consumers
+            .iter()
+            .map(|(&node_id, &n)| {
+                let b = BrokerFigures {
+                    node_id,
+                    consumers_at_end: n,
+                    ..BrokerFigures::default()
+                };
+                (node_id, b)
+            })
+            .collect();
+        for (&core, cpu) in cores.into_iter().flatten() {
+            let Ok(node_id) = i32::try_from(core) else {
+                continue;
+            };
+            let b = out.entry(node_id).or_insert_with(|| BrokerFigures {
+                node_id,
+                ..BrokerFigures::default()
+            });
+            b.cpu_s = Some(cpu.thread_s + cpu.workers_s);
+            b.io_uring_workers_cpu_s = Some(cpu.workers_s);
+        }
+        out.into_values().collect()
+    }
+}
+
+/// Read replicas (KIP-392) as the consumers met them, over the whole run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ReadReplicas {
+    /// `--follow-replicas`: consumers move to the broker a fetch response prefers.
+    pub follow: bool,
+    /// Fetch responses that preferred another broker than the one asked, followed or not.
+    pub redirects: u64,
+    /// Times a consumer moved to a read replica, and back to its partition's leader (the replica
+    /// refused it, failed, or preferred the leader).
+    pub moves_to_replica: u64,
+    pub returns_to_leader: u64,
+}
+
+impl ReadReplicas {
+    pub(super) fn of(shared: &Shared, follow: bool) -> ReadReplicas {
+        let sum = |f: fn(&ConsumerStats) -> u64| shared.consumers.iter().map(f).sum();
+        ReadReplicas {
+            follow,
+            redirects: sum(|c| c.redirects.load(Relaxed)),
+            moves_to_replica: sum(|c| c.to_replica.load(Relaxed)),
+            returns_to_leader: sum(|c| c.to_leader.load(Relaxed)),
+        }
+    }
+}
+
 /// The shoal settings a run was made with, where known (None: not set by the generator and not
 /// read back).
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
@@ -247,6 +322,10 @@ pub struct RunSummary {
     pub correctness: Correctness,
     pub generator: GeneratorCpu,
     pub server: ServerFigures,
+    /// Per broker (a shoal core): the consumers fetching from it at the end of the measured
+    /// interval, and its CPU over it where its threads can be seen. Empty for the raw baseline.
+    pub per_broker: Vec<BrokerFigures>,
+    pub read_replicas: ReadReplicas,
     /// Delivered MB/s over the raw baseline's with the same consumers: only when it ran and the
     /// producers were not paced (`--rate 0`), as the raw server answers every fetch at once.
     pub raw_baseline_fraction: Option<f64>,
@@ -279,6 +358,12 @@ impl RunSummary {
             final_offset: 1_000,
             received_records: 880,
             gap_offsets: 11,
+        };
+        let core = |node_id: i32, consumers_at_end: usize, cpu_s: f64| BrokerFigures {
+            node_id,
+            consumers_at_end,
+            cpu_s: Some(cpu_s),
+            io_uring_workers_cpu_s: Some(cpu_s / 8.0),
         };
         let ops = |count: u64, slowest: Option<f64>| stats::DeviceOps {
             count,
@@ -386,6 +471,13 @@ impl RunSummary {
                     decompressions_saved: 1_234,
                     decodes_per_source_batch: Some(1.0000129),
                 }),
+            },
+            per_broker: vec![core(0, 5, 4.0), core(1, 3, 2.25), core(2, 0, 0.25)],
+            read_replicas: ReadReplicas {
+                follow: true,
+                redirects: 1_234,
+                moves_to_replica: 40,
+                returns_to_leader: 2,
             },
             raw_baseline_fraction: Some(0.456),
             raw_cpu_ratio: None,

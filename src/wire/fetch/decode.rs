@@ -232,6 +232,9 @@ pub struct FetchOutcome {
     pub error_code: i16,
     /// The high watermark of the last partition in the response (-1 if none).
     pub high_watermark: i64,
+    /// The last partition's preferred read replica (KIP-392, v11+): the broker the client should
+    /// fetch that partition from instead; -1 for none (and before v11).
+    pub preferred_read_replica: i32,
 }
 
 /// Reads one FetchResponse (v4 to v12) from `s`, handing every complete batch to `visitor`. The
@@ -265,6 +268,7 @@ pub async fn read_fetch_response<S: AsyncRead + Unpin, V: BatchVisitor>(
     c.skip_tags().await?; // response header v1
     let mut out = FetchOutcome {
         high_watermark: -1,
+        preferred_read_replica: -1,
         ..FetchOutcome::default()
     };
     let _throttle = c.i32().await?;
@@ -292,9 +296,7 @@ pub async fn read_fetch_response<S: AsyncRead + Unpin, V: BatchVisitor>(
                 c.skip(16).await?; // producer id, first offset
                 c.skip_tags().await?;
             }
-            if version >= 11 {
-                let _preferred_read_replica = c.i32().await?;
-            }
+            out.preferred_read_replica = if version >= 11 { c.i32().await? } else { -1 };
             if let Some(len) = c.bytes_len().await? {
                 walk_batches(&mut c, len, visitor, scratch).await?;
             }
