@@ -483,8 +483,31 @@ impl Cores {
                 })
             })
             .collect();
+        // Partitions with read replicas on other cores: each with its leader and those cores.
+        let replicated: Vec<serde_json::Value> = stats
+            .iter()
+            .flat_map(|s| {
+                s.replicas
+                    .replica_cores
+                    .iter()
+                    .filter_map(move |(topic, partition, cores)| {
+                        let owner = table
+                            .get(topic)
+                            .map(|m| table.owner(m, *partition, self.ports.len()))?;
+                        (owner == s.core).then(|| {
+                            serde_json::json!({
+                                "topic": topic,
+                                "partition": partition,
+                                "leader": owner,
+                                "replica_cores": cores,
+                            })
+                        })
+                    })
+            })
+            .collect();
         serde_json::json!({
             "version": env!("CARGO_PKG_VERSION"),
+            "replicated_partitions": replicated,
             "upstream_partitions": upstream,
             "data_dir": self.data_dir,
             "topic_table_revision": table.revision,

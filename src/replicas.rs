@@ -78,7 +78,7 @@ pub enum ReplicaMsg {
     Start {
         of: ReplicaOf,
         owner: usize,
-        config: LogConfig,
+        config: Box<LogConfig>,
         snapshot: LogSnapshot,
     },
     /// Owner to replica core: the next change of the log.
@@ -456,7 +456,7 @@ impl Replicas {
             ReplicaMsg::Start {
                 of: fed.of.clone(),
                 owner: self.me,
-                config: fed.config.borrow().clone(),
+                config: Box::new(fed.config.borrow().clone()),
                 snapshot,
             },
         );
@@ -606,7 +606,7 @@ impl Replicas {
                 snapshot,
             } => {
                 self.snapshots.set(self.snapshots.get() + 1);
-                let log = match shards::Log::replica(snapshot, config, cache.clone()) {
+                let log = match shards::Log::replica(snapshot, *config, cache.clone()) {
                     Ok(log) => log,
                     Err(e) => {
                         log::warn!(

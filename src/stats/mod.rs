@@ -194,6 +194,16 @@ mod tests {
                         partition("a", 0, n, core == 0),
                         partition("b", 3, n + 10, false),
                     ],
+                    replicas: crate::replicas::ReplicaStats {
+                        held: 67 * n,
+                        fed: 68 * n,
+                        handover_batches: 69 * n,
+                        handover_bytes: 70 * n,
+                        snapshots: 71 * n,
+                        redirects: 72 * n,
+                        fetch_connections: vec![("a".into(), 0, 73 * n as u32)],
+                        replica_cores: vec![("a".into(), 0, vec![1 - core as i32])],
+                    },
                     edge: (core == 0).then(|| EdgeStats {
                         upstream: "up:9092".to_string(),
                         fetch_streams: 61,

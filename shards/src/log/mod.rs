@@ -31,7 +31,7 @@ use compact::{finish_interrupted, read_checkpoint, CompactionState};
 pub use compact::{CompactionStats, MAP_BYTES};
 use recovery::{list_segments, recover};
 use replica::Replication;
-pub use replica::{Appended, Handover, LogEvent, LogSnapshot};
+pub use replica::{Appended, Handover, LogEvent, LogSnapshot, ReplicationHook};
 use writer::{spawn_background, write_index, PendingAppend};
 
 /// How an append wants to be acknowledged.

@@ -78,10 +78,13 @@ pub enum Handover {
     Snapshot(LogSnapshot),
 }
 
+/// What the owner's log calls with each [`LogEvent`].
+pub type ReplicationHook = Rc<dyn Fn(LogEvent)>;
+
 /// The owner's replication hook, if any.
 #[derive(Default)]
 pub(super) struct Replication {
-    hook: RefCell<Option<Rc<dyn Fn(LogEvent)>>>,
+    hook: RefCell<Option<ReplicationHook>>,
 }
 
 impl std::fmt::Debug for Replication {
@@ -147,7 +150,7 @@ impl Inner {
 impl Log {
     /// Owner: sets (or, with `None`, removes) the hook told of every change read replicas must
     /// follow. It runs on the writer's path: it must only queue what it is given.
-    pub fn set_replication(&self, hook: Option<Rc<dyn Fn(LogEvent)>>) {
+    pub fn set_replication(&self, hook: Option<ReplicationHook>) {
         *self.inner.replication.hook.borrow_mut() = hook;
     }
 
