@@ -42,8 +42,16 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Record `i`'s create time is this plus `i`.
-const BASE_TS: i64 = 1_700_000_000_000;
+/// Record `i`'s create time is this plus `i` ms: the time the test process first asked, so that
+/// records are recent (retention by time and producer expiry, which go by record times, leave
+/// them alone) and the same wherever they are compared.
+fn base_ts() -> i64 {
+    static BASE: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    *BASE.get_or_init(|| {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        now.expect("a clock after 1970").as_millis() as i64
+    })
+}
 /// A key space where no two records share a key (topics that are not compacted).
 const UNIQUE_KEYS: usize = usize::MAX;
 /// Kafka's error codes the raw fetches expect.
@@ -190,6 +198,18 @@ fn redirects(node: &Shoal) -> u64 {
 /// Replica partitions held, all cores together.
 fn replicas_held(node: &Shoal) -> u64 {
     metric(node, "shoal_read_replicas", &[])
+}
+
+/// Waits until the cores hold `n` replica partitions in all.
+fn wait_for_replicas_held(node: &Shoal, n: u64) {
+    wait_for(
+        &format!("{n} replica partitions held"),
+        Duration::from_secs(20),
+        || match replicas_held(node) {
+            held if held == n => Ok(()),
+            held => Err(format!("{held} held")),
+        },
+    );
 }
 
 /// The `replica_cores` `/v1/status` gives `topic`/`partition`: those of the object in it that names
@@ -422,7 +442,7 @@ struct Rec {
 
 impl Rec {
     /// Record number `i` of a test, stored at `partition`/`offset`: key `k-<i mod keys>`, a value
-    /// whose length and bytes vary with `i`, a header `i` holding `i`, create time BASE_TS + i.
+    /// whose length and bytes vary with `i`, a header `i` holding `i`, create time [`base_ts`] + i.
     fn nth(partition: i32, offset: i64, i: usize, keys: usize) -> Rec {
         let value = format!("v{i}:")
             .into_bytes()
@@ -435,7 +455,7 @@ impl Rec {
             key: Some(format!("k-{}", i % keys).into_bytes()),
             value: Some(value),
             headers: vec![("i".to_string(), Some(i.to_string().into_bytes()))],
-            timestamp: Timestamp::CreateTime(BASE_TS + i as i64),
+            timestamp: Timestamp::CreateTime(base_ts() + i as i64),
         }
     }
 
@@ -518,17 +538,21 @@ fn check_exactly(who: &str, got: &[Rec], want: &[Rec]) {
     );
 }
 
-/// Each acknowledged record: (partition, offset, i).
+/// Each acknowledged record: (partition, offset, i); and each record that failed, with why.
 #[derive(Clone, Default)]
-struct Acks(Arc<Mutex<Vec<(i32, i64, usize)>>>);
+struct Acks(
+    Arc<Mutex<Vec<(i32, i64, usize)>>>,
+    Arc<Mutex<Vec<(usize, String)>>>,
+);
 
 impl ClientContext for Acks {}
 
 impl ProducerContext for Acks {
     type DeliveryOpaque = usize;
     fn delivery(&self, result: &DeliveryResult<'_>, i: usize) {
-        if let Ok(m) = result {
-            self.0.lock().unwrap().push((m.partition(), m.offset(), i));
+        match result {
+            Ok(m) => self.0.lock().unwrap().push((m.partition(), m.offset(), i)),
+            Err((e, _)) => self.1.lock().unwrap().push((i, e.to_string())),
         }
     }
 }
@@ -548,6 +572,8 @@ impl Writer {
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("linger.ms", "5")
+            // Batches fit the small segments the tests use (a batch is at most one segment).
+            .set("batch.size", "4096")
             .set("message.timeout.ms", "60000")
             .set("reconnect.backoff.ms", "50")
             .set("reconnect.backoff.max.ms", "500")
@@ -576,7 +602,7 @@ impl Writer {
             .key(key)
             .payload(value)
             .headers(headers)
-            .timestamp(BASE_TS + i as i64);
+            .timestamp(base_ts() + i as i64);
         while let Err((e, back)) = self.producer.send(record) {
             assert_eq!(
                 e.rdkafka_error_code(),
@@ -588,11 +614,19 @@ impl Writer {
         }
     }
 
-    /// Waits (at most 60 s) for every queued record's acknowledgement.
+    /// Waits (at most 60 s) for every queued record's acknowledgement; fails the test if any
+    /// record failed.
     fn flush(&self) {
         self.producer
             .flush(Duration::from_secs(60))
             .expect("every record acknowledged within 60 s");
+        let failed = self.acks.1.lock().unwrap();
+        assert!(
+            failed.is_empty(),
+            "{} records failed, e.g. {:?}",
+            failed.len(),
+            &failed[..failed.len().min(3)]
+        );
     }
 
     /// Produces records `range` to `topic`/`partition` and waits for their acknowledgements.
@@ -611,13 +645,6 @@ impl Writer {
         acks.into_iter()
             .map(|(p, o, i)| Rec::nth(p, o, i, self.keys))
             .collect()
-    }
-
-    /// Of `topic`'s acknowledged records, those of `partition`.
-    fn acknowledged_in(&self, partition: i32) -> Vec<Rec> {
-        let mut all = self.acknowledged();
-        all.retain(|r| r.partition == partition);
-        all
     }
 }
 
@@ -786,6 +813,19 @@ fn wait_for_records(what: &str, readers: &[Reader], n: usize, timeout: Duration)
             first.errors()
         ))
     })
+}
+
+/// Waits until the last record every reader received is at `offset` (a compacted partition's
+/// consumers get fewer records than were produced, but always the last one).
+fn wait_for_last_offset(what: &str, readers: &[Reader], offset: i64) {
+    wait_for(
+        &format!("{what} to reach offset {offset}"),
+        Duration::from_secs(60),
+        || match readers.iter().find(|r| r.last_offset() != Some(offset)) {
+            None => Ok(()),
+            Some(r) => Err(format!("{} is at {:?}", r.name, r.last_offset())),
+        },
+    );
 }
 
 /// Stops every reader (a moment after the last wait, so that anything extra would have arrived)
@@ -1253,14 +1293,7 @@ fn a_compaction_swap_under_replica_readers_keeps_every_keys_latest_record() {
                 n => Err(format!("{n} passes")),
             },
         );
-        wait_for(
-            "the tail consumers to reach the last record",
-            Duration::from_secs(60),
-            || match tail.iter().find(|r| r.last_offset() != Some(end - 1)) {
-                None => Ok(()),
-                Some(r) => Err(format!("{} is at {:?}", r.name, r.last_offset())),
-            },
-        );
+        wait_for_last_offset("the tail consumers", &tail, end - 1);
     }
     let sent = writer.acknowledged();
     let latest: BTreeSet<i64> = {
@@ -1271,17 +1304,7 @@ fn a_compaction_swap_under_replica_readers_keeps_every_keys_latest_record() {
         by_key.into_values().collect()
     };
     let catch_up = start_readers("compacted-late", 4, &bootstrap, &from_start, &[]);
-    wait_for(
-        "the late consumers to reach the last record",
-        Duration::from_secs(60),
-        || match catch_up
-            .iter()
-            .find(|r| r.last_offset() != Some(RECORDS as i64 - 1))
-        {
-            None => Ok(()),
-            Some(r) => Err(format!("{} is at {:?}", r.name, r.last_offset())),
-        },
-    );
+    wait_for_last_offset("the late consumers", &catch_up, RECORDS as i64 - 1);
     std::thread::sleep(Duration::from_millis(300));
     for r in tail {
         let name = r.name.clone();
@@ -1354,25 +1377,37 @@ fn retention_under_replica_readers_moves_the_log_start_on_both_cores() {
     );
     let end = RECORDS as i64;
     let replica_port = shoal.ports[cores.other];
-    let what = "the replica core";
-    expect_fetch_error(replica_port, TOPIC, 0, 0, OFFSET_OUT_OF_RANGE, what);
-    expect_fetch_error(replica_port, TOPIC, 0, end + 100, OFFSET_OUT_OF_RANGE, what);
+    // The replica core learns the new log start from the owner: a moment after it, it answers
+    // as the leader does.
     wait_for(
-        "the replica core to serve from the new log start",
+        "the replica core to answer below the log start, past the end and at the log start as \
+         the leader does",
         Duration::from_secs(10),
         || {
+            let error_at = |offset| raw_fetch(replica_port, TOPIC, 0, offset, 0).0.error_code;
             let (p, _) = raw_fetch(replica_port, TOPIC, 0, start, 0);
             let got = (
+                error_at(0),
+                error_at(end + 100),
                 p.error_code,
+                p.preferred_read_replica.0,
                 p.high_watermark,
                 p.log_start_offset,
                 batch_offsets(p.records.as_deref().unwrap_or_default()).map(|(f, _)| f),
             );
-            (got == (NONE, end, start, Some(start)))
-                .then_some(())
-                .ok_or(format!(
-                    "(error, high watermark, log start, first batch) {got:?}"
-                ))
+            let want = (
+                OFFSET_OUT_OF_RANGE,
+                OFFSET_OUT_OF_RANGE,
+                NONE,
+                -1,
+                end,
+                start,
+                Some(start),
+            );
+            (got == want).then_some(()).ok_or(format!(
+                "(error below, error past the end; at the log start: error, preferred read \
+                 replica, high watermark, log start, first batch) {got:?}"
+            ))
         },
     );
     let (p, took) = raw_fetch(replica_port, TOPIC, 0, end, 500);
@@ -1477,14 +1512,7 @@ fn a_topic_deleted_under_replica_readers_goes_and_others_are_still_served() {
             other => Err(format!("{other:?}")),
         },
     );
-    wait_for(
-        "its replica to be dropped",
-        Duration::from_secs(20),
-        || match replicas_held(&shoal) {
-            1 => Ok(()),
-            n => Err(format!("{n} replicas held")),
-        },
-    );
+    wait_for_replicas_held(&shoal, 1);
     for port in &shoal.ports {
         expect_fetch_error(*port, "doomed", 0, 0, UNKNOWN_TOPIC_OR_PARTITION, "deleted");
     }
@@ -1545,37 +1573,32 @@ fn partitions_added_to_a_hot_topic_get_replicas_too() {
         &[(TOPIC, 0, Offset::Beginning)],
         &[],
     );
-    let writer = Writer::new(&bootstrap, UNIQUE_KEYS);
-    writer.produce(TOPIC, 0, 0..N);
+    let before = Writer::new(&bootstrap, UNIQUE_KEYS);
+    before.produce(TOPIC, 0, 0..N);
     wait_for_records("partition 0", &first, N, Duration::from_secs(30));
 
     grow_topic(&bootstrap, TOPIC, 3);
     let grown = expect_placements(&metadata_client(&bootstrap), TOPIC, 3, true);
-    wait_for(
-        "a replica of every partition",
-        Duration::from_secs(20),
-        || match replicas_held(&shoal) {
-            3 => Ok(()),
-            n => Err(format!("{n} replicas held")),
-        },
-    );
+    wait_for_replicas_held(&shoal, 3);
     let all: Vec<(&str, i32, Offset)> = (0..3).map(|p| (TOPIC, p, Offset::Beginning)).collect();
     let second = start_readers("growing-all", 8, &bootstrap, &all, &[]);
+    // A new producer: the first one's metadata has the topic with one partition.
+    let after = Writer::new(&bootstrap, UNIQUE_KEYS);
     for p in 0..3 {
         let from = N * (p as usize + 1);
-        writer.produce(TOPIC, p, from..from + N);
+        after.produce(TOPIC, p, from..from + N);
     }
     wait_for_records("every partition", &second, 4 * N, Duration::from_secs(60));
     wait_for_records("partition 0 again", &first, 2 * N, Duration::from_secs(30));
     for (p, placement) in grown.iter().enumerate() {
         wait_for_replica_readers(&shoal, TOPIC, p as i32, placement.cores());
     }
-    finish_exactly("partition 0's consumers", first, &writer.acknowledged_in(0));
-    finish_exactly(
-        "every partition's consumers",
-        second,
-        &writer.acknowledged(),
-    );
+    let mut want = before.acknowledged();
+    want.extend(after.acknowledged());
+    want.sort_by_key(|r| (r.partition, r.offset));
+    let in_0: Vec<Rec> = want.iter().filter(|r| r.partition == 0).cloned().collect();
+    finish_exactly("partition 0's consumers", first, &in_0);
+    finish_exactly("every partition's consumers", second, &want);
     shoal.stop();
 }
 
@@ -1605,14 +1628,7 @@ fn switching_replicas_off_live_returns_consumers_to_the_owner_without_loss_or_re
 
     set_policy(&shoal, "off");
     expect_placements(&meta, TOPIC, 1, false);
-    wait_for(
-        "every replica dropped",
-        Duration::from_secs(20),
-        || match replicas_held(&shoal) {
-            0 => Ok(()),
-            n => Err(format!("{n} replicas held")),
-        },
-    );
+    wait_for_replicas_held(&shoal, 0);
     let sent_before = redirects(&shoal);
     expect_fetch_error(
         shoal.ports[cores.other],
@@ -1705,14 +1721,7 @@ fn a_topics_own_read_replica_setting_overrides_the_brokers() {
     set_policy(&shoal, "off");
     expect_placements(&meta, "public", 1, false);
     expect_placements(&meta, "private", 1, true);
-    wait_for(
-        "the private topic's replica only",
-        Duration::from_secs(20),
-        || match replicas_held(&shoal) {
-            1 => Ok(()),
-            n => Err(format!("{n} replicas held")),
-        },
-    );
+    wait_for_replicas_held(&shoal, 1);
     writer.produce("private", 0, N..2 * N);
     wait_for_records(
         "the private topic",
