@@ -17,6 +17,7 @@
 mod common;
 
 use common::python::run_script;
+use common::records::Rec;
 use common::wire::{call, connect, topic_name};
 use common::{free_port_run, shoal_command, Shoal};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
@@ -29,7 +30,7 @@ use rdkafka::admin::{
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Header, Headers, Message, OwnedHeaders, Timestamp};
+use rdkafka::message::{Header, Message, OwnedHeaders, Timestamp};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
@@ -429,17 +430,8 @@ fn wait_for_replica_readers(node: &Shoal, topic: &str, partition: i32, cores: Co
 // ---------------------------------------------------------------------------------------------
 // Records
 
-/// One record: as a client delivered it, or as the broker must hold it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Rec {
-    partition: i32,
-    offset: i64,
-    key: Option<Vec<u8>>,
-    value: Option<Vec<u8>>,
-    headers: Vec<(String, Option<Vec<u8>>)>,
-    timestamp: Timestamp,
-}
-
+/// The records of these tests: produced as [`Rec::nth`], delivered by librdkafka ([`Rec::of`]) or
+/// kafka-python ([`Rec::of_json`]).
 impl Rec {
     /// Record number `i` of a test, stored at `partition`/`offset`: key `k-<i mod keys>`, a value
     /// whose length and bytes vary with `i`, a header `i` holding `i`, create time [`base_ts`] + i.
@@ -456,22 +448,6 @@ impl Rec {
             value: Some(value),
             headers: vec![("i".to_string(), Some(i.to_string().into_bytes()))],
             timestamp: Timestamp::CreateTime(base_ts() + i as i64),
-        }
-    }
-
-    fn of<M: Message>(m: &M) -> Rec {
-        let headers = m.headers().map_or_else(Vec::new, |h| {
-            h.iter()
-                .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
-                .collect()
-        });
-        Rec {
-            partition: m.partition(),
-            offset: m.offset(),
-            key: m.key().map(<[u8]>::to_vec),
-            value: m.payload().map(<[u8]>::to_vec),
-            headers,
-            timestamp: m.timestamp(),
         }
     }
 
