@@ -53,9 +53,11 @@ fn base_ts() -> i64 {
         now.expect("a clock after 1970").as_millis() as i64
     })
 }
+
 /// A key space where no two records share a key (topics that are not compacted).
 const UNIQUE_KEYS: usize = usize::MAX;
-/// Kafka's error codes the raw fetches expect.
+
+// Kafka's error codes the raw fetches expect.
 const NONE: i16 = 0;
 const OFFSET_OUT_OF_RANGE: i16 = 1;
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
@@ -257,50 +259,55 @@ fn admin_options() -> AdminOptions {
     AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)))
 }
 
+/// Waits for an admin request's answer; fails the test, naming `what`, if the request or any of
+/// its per-resource results failed.
+fn admin_call<T, E: std::fmt::Debug>(
+    what: &str,
+    request: impl std::future::Future<Output = rdkafka::error::KafkaResult<Vec<Result<T, E>>>>,
+) {
+    let results = futures_lite::future::block_on(request)
+        .unwrap_or_else(|e| panic!("{what}: not answered: {e}"));
+    for r in results {
+        if let Err(e) = r {
+            panic!("{what}: {e:?}");
+        }
+    }
+}
+
 /// Creates `topic` with `partitions` partitions and topic configs `configs`.
 fn create_topic(bootstrap: &str, topic: &str, partitions: i32, configs: &[(&str, &str)]) {
     let new = configs.iter().fold(
         NewTopic::new(topic, partitions, TopicReplication::Fixed(1)),
         |t, (k, v)| t.set(k, v),
     );
-    let results =
-        futures_lite::future::block_on(admin(bootstrap).create_topics([&new], &admin_options()))
-            .expect("CreateTopics answered");
-    for r in results {
-        r.unwrap_or_else(|e| panic!("creating {topic}: {e:?}"));
-    }
+    admin_call(
+        &format!("creating {topic} with {configs:?}"),
+        admin(bootstrap).create_topics([&new], &admin_options()),
+    );
 }
 
 fn delete_topic(bootstrap: &str, topic: &str) {
-    let results =
-        futures_lite::future::block_on(admin(bootstrap).delete_topics(&[topic], &admin_options()))
-            .expect("DeleteTopics answered");
-    for r in results {
-        r.unwrap_or_else(|e| panic!("deleting {topic}: {e:?}"));
-    }
+    admin_call(
+        &format!("deleting {topic}"),
+        admin(bootstrap).delete_topics(&[topic], &admin_options()),
+    );
 }
 
 /// Grows `topic` to `count` partitions (CreatePartitions).
 fn grow_topic(bootstrap: &str, topic: &str, count: usize) {
-    let grow = NewPartitions::new(topic, count);
-    let results = futures_lite::future::block_on(
-        admin(bootstrap).create_partitions([&grow], &admin_options()),
-    )
-    .expect("CreatePartitions answered");
-    for r in results {
-        r.unwrap_or_else(|e| panic!("growing {topic} to {count}: {e:?}"));
-    }
+    admin_call(
+        &format!("growing {topic} to {count} partitions"),
+        admin(bootstrap).create_partitions([&NewPartitions::new(topic, count)], &admin_options()),
+    );
 }
 
 /// Sets topic config `key` of `topic` (AlterConfigs).
 fn alter_topic_config(bootstrap: &str, topic: &str, key: &str, value: &str) {
     let change = AlterConfig::new(ResourceSpecifier::Topic(topic)).set(key, value);
-    let results =
-        futures_lite::future::block_on(admin(bootstrap).alter_configs([&change], &admin_options()))
-            .expect("AlterConfigs answered");
-    for r in results {
-        r.unwrap_or_else(|e| panic!("setting {key}={value} on {topic}: {e:?}"));
-    }
+    admin_call(
+        &format!("setting {key}={value} on {topic}"),
+        admin(bootstrap).alter_configs([&change], &admin_options()),
+    );
 }
 
 /// A client for Metadata requests.
@@ -1185,10 +1192,11 @@ fn a_kill_9_mid_run_loses_nothing_a_consumer_was_served() {
             "kill {k}: consumers were told a high watermark of {high}; the log ends at {}",
             log.len()
         );
-        if let Some(r) = log[..*high as usize].iter().find(|r| r.index() >= *next) {
+        // `next` was read after the kill; record `next` itself may have been queued just before.
+        if let Some(r) = log[..*high as usize].iter().find(|r| r.index() > *next) {
             panic!(
                 "kill {k}: offset {} (below the high watermark {high} consumers were told) \
-                 holds record {}, sent after the kill (from {next} on): what was there was lost",
+                 holds record {}, sent after the kill (past {next}): what was there was lost",
                 r.offset,
                 r.index()
             );
