@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod python;
+pub mod records;
 pub mod wire;
 
 use std::io::{BufRead, BufReader, Read, Write};
