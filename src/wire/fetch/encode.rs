@@ -348,7 +348,7 @@ impl Layout {
 mod tests {
     use super::*;
     use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-    use kafka_protocol::messages::{FetchResponse, ResponseHeader, TopicName};
+    use kafka_protocol::messages::{BrokerId, FetchResponse, ResponseHeader, TopicName};
     use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
     fn records(parts: &[Vec<u8>]) -> Records {
@@ -573,6 +573,11 @@ mod tests {
                                         AbortedTransactions::Empty => Some(vec![]),
                                         AbortedTransactions::Null => None,
                                     })
+                                    .with_preferred_read_replica(BrokerId(if version >= 11 {
+                                        p.preferred_read_replica
+                                    } else {
+                                        -1
+                                    }))
                                     .with_records(Some(Bytes::from(p.records.to_vec())))
                             })
                             .collect(),
