@@ -308,7 +308,8 @@ fn librdkafka_offset_reset_like_0034_at_every_fetch_version() {
 #[test]
 fn librdkafka_follows_not_leader_to_the_right_core_at_every_fetch_version() {
     let dir = tempfile::tempdir().unwrap();
-    let shoal = Shoal::start(dir.path(), 2, &[]);
+    // Without read replicas: with them the other core would serve the partition, not refuse it.
+    let shoal = Shoal::start(dir.path(), 2, &["--read-replicas", "off"]);
     create_topics(&shoal.bootstrap(), &[(TOPIC, 1)]);
     produce(&shoal.bootstrap());
     for version in 4..=12 {
