@@ -39,6 +39,9 @@ const BUSY: f64 = 0.75;
 /// Hand-overs waiting for one core beyond which that core is resynchronized with snapshots
 /// instead (a core that cannot keep up must not make the owner hold its batches without bound).
 const MAX_QUEUED: u32 = 4096;
+/// How long after being sent to a replica core a consumer may still be missing from that core's
+/// report (its first fetch there, and the report's way back).
+const REPORT_LAG: Duration = Duration::from_millis(250);
 /// Most consumers whose core is remembered per partition (each remembered [`STEER_MEMORY`]).
 const MAX_STEERED: usize = 100_000;
 const STEER_MEMORY: Duration = Duration::from_secs(600);
@@ -135,9 +138,9 @@ struct Fed {
     /// The replica cores.
     cores: RefCell<Vec<usize>>,
     /// What each replica core last reported: (fetch connections of the partition, busy share),
-    /// and consumers sent there since.
+    /// and when consumers were sent there lately (those the report may not count yet).
     reported: RefCell<FastMap<usize, (u32, f64)>>,
-    sent_since_report: RefCell<FastMap<usize, u32>>,
+    sent_lately: RefCell<FastMap<usize, Vec<Instant>>>,
     /// Owner connections and the core each was given, with when it was last seen.
     steered: RefCell<FastMap<u64, (usize, Instant)>>,
     /// `auto`: since when the partition has been cool.
@@ -330,7 +333,10 @@ impl Replicas {
             // Its replica has stopped: it is given a core again.
         }
         let reported = fed.reported.borrow();
-        let mut sent = fed.sent_since_report.borrow_mut();
+        let mut sent = fed.sent_lately.borrow_mut();
+        // Without reports (a replica core that stopped answering) these would only grow.
+        sent.values_mut()
+            .for_each(|s| s.retain(|&t| now.duration_since(t) < FETCHING_WITHIN));
         // Consumers here: connections that fetched lately and were not sent elsewhere (this one,
         // new, is not counted: it has not been given a core yet).
         let here = self.fetchers.borrow().get(&part.log.id()).map_or(0, |f| {
@@ -343,11 +349,15 @@ impl Replicas {
                 })
                 .count() as u32
         });
-        let load = |consumers: u32, busy: f64| (consumers + 1) as f64 * (1.0 + busy);
+        // Consumers decide; a core past the busy mark counts double, so a saturated core gets
+        // fewer (a transient busy share must not skew the split of a burst of new consumers).
+        let load = |consumers: u32, busy: f64| {
+            (consumers + 1) as f64 * if busy >= BUSY { 2.0 } else { 1.0 }
+        };
         let mut best = (load(here, busy), self.me);
         for &core in cores.iter() {
             let (consumers, busy) = reported.get(&core).copied().unwrap_or((0, 0.0));
-            let consumers = consumers + sent.get(&core).copied().unwrap_or(0);
+            let consumers = consumers + sent.get(&core).map_or(0, |s| s.len() as u32);
             // Ties go to the replica: the owner also takes the partition's appends.
             let l = load(consumers, busy);
             if l <= best.0 {
@@ -356,7 +366,7 @@ impl Replicas {
         }
         let core = best.1;
         if core != self.me {
-            *sent.entry(core).or_default() += 1;
+            sent.entry(core).or_default().push(now);
         }
         if steered.len() >= MAX_STEERED {
             steered.retain(|_, (_, seen)| now.duration_since(*seen) < STEER_MEMORY);
@@ -484,7 +494,7 @@ impl Replicas {
             config: RefCell::new(part.log.config()),
             cores: RefCell::default(),
             reported: RefCell::default(),
-            sent_since_report: RefCell::default(),
+            sent_lately: RefCell::default(),
             steered: RefCell::default(),
             cool_since: Cell::new(None),
         });
@@ -670,7 +680,12 @@ impl Replicas {
                     f.reported
                         .borrow_mut()
                         .insert(from, (connections, busy_percent as f64 / 100.0));
-                    f.sent_since_report.borrow_mut().remove(&from);
+                    // A consumer sent there shows in its report once it has fetched there:
+                    // those sent just now may not have yet, and still count on top of it.
+                    let counted_before = Instant::now() - REPORT_LAG;
+                    if let Some(sent) = f.sent_lately.borrow_mut().get_mut(&from) {
+                        sent.retain(|&t| t > counted_before);
+                    }
                 }
                 None
             }

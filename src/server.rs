@@ -603,7 +603,16 @@ async fn run_core(
         async move { core.groups().run_ticker(core.shutdown()).await }
     });
     let replica_ticker = glommio::spawn_local(control::tick_replicas(core.clone()));
-    glommio::spawn_local(control::send_replica_messages(core.clone())).detach();
+    // Latency-sensitive: a write's hand-overs leave before the owner's fetch work goes on.
+    match glommio::spawn_local_into(
+        control::send_replica_messages(core.clone()),
+        core.queues().other,
+    ) {
+        Ok(task) => {
+            task.detach();
+        }
+        Err(e) => log::error!("core {id}: read replica hand-overs cannot be sent: {e}"),
+    }
     let sampler = glommio::spawn_local(crate::load::run_sampler(
         core.reads.load.clone(),
         core.shutdown().clone(),

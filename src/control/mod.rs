@@ -70,18 +70,32 @@ pub async fn tick_replicas(core: Rc<Core>) {
 pub fn spawn_receivers(core: &Rc<Core>, mut receivers: Receivers<CoreMsg>) {
     for (peer, rx) in receivers.streams() {
         let core = core.clone();
-        glommio::spawn_local(async move {
-            while let Some(msg) = rx.recv().await {
-                // Read replicas' hand-overs are applied in the order they came, at once.
-                if let CoreMsg::Replica(msg) = msg {
-                    core.receive_replica(msg);
-                    continue;
+        let (queue, core_id) = (core.queues().other, core.id());
+        // In a latency-sensitive queue: read replicas' hand-overs must not wait behind a core's
+        // fetch work.
+        let receive = glommio::spawn_local_into(
+            async move {
+                while let Some(msg) = rx.recv().await {
+                    // Read replicas' hand-overs are applied in the order they came, at once.
+                    if let CoreMsg::Replica(msg) = msg {
+                        core.receive_replica(msg);
+                        continue;
+                    }
+                    let core = core.clone();
+                    glommio::spawn_local(async move { handle(&core, peer, msg).await }).detach();
                 }
-                let core = core.clone();
-                glommio::spawn_local(async move { handle(&core, peer, msg).await }).detach();
+            },
+            queue,
+        );
+        match receive {
+            Ok(task) => {
+                task.detach();
             }
-        })
-        .detach();
+            Err(e) => log::error!(
+                "core {}: messages from core {peer} cannot be received: {e}",
+                core_id
+            ),
+        }
     }
 }
 
