@@ -34,6 +34,7 @@ use rdkafka::message::{Header, Message, OwnedHeaders, Timestamp};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use shards::partitioner::shard_of;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::CString;
 use std::path::Path;
@@ -1808,4 +1809,50 @@ fn an_edge_serves_a_hot_partition_from_both_cores_with_one_upstream_stream() {
     finish_exactly("through the edge", readers, &writer.acknowledged());
     edge.stop();
     upstream.stop();
+}
+
+/// A sharded view of a hot partition is read on both cores: each core holding the partition (its
+/// owner, its replica) runs its own interpreting reader, and every consumer of a shard gets
+/// exactly that shard's records, with the source's offsets.
+#[test]
+fn a_view_of_a_hot_partition_is_read_on_both_cores() {
+    const TOPIC: &str = "viewed";
+    const N: usize = 600;
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = start_broker(dir.path(), "all", &[]);
+    let bootstrap = shoal.bootstrap();
+    create_replicated(&shoal, TOPIC, &[]);
+    let views: Vec<String> = (0..2).map(|s| format!("{TOPIC}.shard-{s}-of-2")).collect();
+    let readers: Vec<Vec<Reader>> = views
+        .iter()
+        .map(|v| start_readers(v, 8, &bootstrap, &[(v.as_str(), 0, Offset::Beginning)], &[]))
+        .collect();
+    let writer = Writer::new(&bootstrap, UNIQUE_KEYS);
+    writer.produce(TOPIC, 0, 0..N);
+    let sent = writer.acknowledged();
+    for (shard, readers) in readers.into_iter().enumerate() {
+        let want: Vec<Rec> = sent
+            .iter()
+            .filter(|r| shard_of(r.key.as_deref(), 2).is_none_or(|s| s == shard as u32))
+            .cloned()
+            .collect();
+        assert!(
+            !want.is_empty() && want.len() < N,
+            "keys spread over both shards"
+        );
+        let what = format!("shard {shard} of 2");
+        wait_for_records(&what, &readers, want.len(), Duration::from_secs(60));
+        finish_exactly(&what, readers, &want);
+    }
+    assert!(
+        redirects(&shoal) > 0,
+        "view consumers were sent to the replica"
+    );
+    for core in 0..2 {
+        assert!(
+            core_metric(&shoal, "shoal_view_fetches_served_total", core) > 0,
+            "core {core} served view fetches from its own reader"
+        );
+    }
+    shoal.stop();
 }
