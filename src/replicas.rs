@@ -185,7 +185,8 @@ pub struct ReplicaStats {
     pub snapshots: u64,
     /// Fetch answers of this core naming another core as the preferred read replica.
     pub redirects: u64,
-    /// Fetch connections per partition on this core (last [`FETCHING_WITHIN`]).
+    /// Fetch connections per partition on this core (open, and fetched it within
+    /// [`FETCHING_WITHIN`]).
     pub fetch_connections: Vec<(String, i32, u32)>,
     /// Held and fed replicas: (topic, partition, replica cores).
     pub replica_cores: Vec<(String, i32, Vec<i32>)>,
@@ -297,6 +298,17 @@ impl Replicas {
             last: FastMap::default(),
         });
         f.last.insert(conn, now);
+    }
+
+    /// A connection that fetched closed: it no longer counts as fetching anything here, and an
+    /// owner forgets the core it gave it.
+    pub fn connection_closed(&self, conn: u64) {
+        for f in self.fetchers.borrow_mut().values_mut() {
+            f.last.remove(&conn);
+        }
+        for f in self.fed.borrow().values() {
+            f.steered.borrow_mut().remove(&conn);
+        }
     }
 
     /// Connections that fetched the partition of log `log_id` here lately.
@@ -913,7 +925,7 @@ impl ReplicaStats {
         out.family(
             "shoal_partition_fetch_connections",
             "gauge",
-            "Connections that fetched a partition on this core (its owner or a read replica) in the last 10 s.",
+            "Open connections that fetched a partition on this core (its owner or a read replica) in the last 10 s.",
             cores.iter().flat_map(|(core, s)| {
                 s.fetch_connections.iter().map(move |(topic, partition, n)| {
                     (

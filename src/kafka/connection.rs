@@ -391,6 +391,7 @@ async fn serve_requests(
     if fetched {
         let open = &core.metrics.fetch_connections;
         open.set(open.get().saturating_sub(1));
+        core.replicas.connection_closed(session.id);
     }
 }
 

@@ -442,9 +442,10 @@ async fn wait_for_data(core: &Core, plan: &Plan) -> bool {
         .filter_map(|p| {
             p.target.as_ref().ok().map(|t| {
                 // Past what is there now, not past the fetch offset: with some data but less
-                // than min_bytes, the latter is already true and the fetch would spin.
+                // than min_bytes, the latter is already true and the fetch would spin. (A read
+                // replica long-polls for any offset past its end, up to `i64::MAX`.)
                 let m = t.monitor();
-                let after = m.value().max(p.offset) + 1;
+                let after = m.value().max(p.offset).saturating_add(1);
                 (m, after)
             })
         });
