@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::records::Rec;
 use common::{create_topics, free_port_run, send_retrying, shoal_command, Shoal};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -113,34 +114,7 @@ fn produce(bootstrap: &str, topic: &str, partitions: usize, range: std::ops::Ran
         .expect("every record acknowledged by the upstream");
 }
 
-/// One delivered record, as the consumer saw it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Rec {
-    partition: i32,
-    offset: i64,
-    key: Option<Vec<u8>>,
-    value: Option<Vec<u8>>,
-    headers: Vec<(String, Option<Vec<u8>>)>,
-    timestamp: Timestamp,
-}
-
 impl Rec {
-    fn of<M: Message>(m: &M) -> Rec {
-        let headers = m.headers().map_or_else(Vec::new, |h| {
-            h.iter()
-                .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
-                .collect()
-        });
-        Rec {
-            partition: m.partition(),
-            offset: m.offset(),
-            key: m.key().map(<[u8]>::to_vec),
-            value: m.payload().map(<[u8]>::to_vec),
-            headers,
-            timestamp: m.timestamp(),
-        }
-    }
-
     /// What record `i` of a topic with `partitions` partitions must look like.
     fn expected(i: usize, partitions: usize) -> Rec {
         let (key, value, header) = record(i);

@@ -159,20 +159,12 @@ impl Segment {
         self.direct_reads.set(false);
     }
 
-    /// A segment of another core's log, read through `file` (a duplicate of the owner's
+    /// This segment as one of another core's log, read through `file` (a duplicate of the owner's
     /// descriptor) by a read replica: it is never opened by path (compaction may put another file
     /// there at any moment) and never written.
-    pub(crate) fn borrowed(
-        path: PathBuf,
-        file: BufferedFile,
-        base_offset: i64,
-        index: SparseIndex,
-        meta: SegmentMeta,
-        last_modified_ms: i64,
-    ) -> Self {
-        let seg = Self::with_meta(path, file, base_offset, index, meta, last_modified_ms);
-        seg.retire();
-        seg
+    pub(crate) fn borrowed(self) -> Self {
+        self.retire();
+        self
     }
 
     /// The Direct I/O read handle, opened on first use; `None` once the segment is retired and

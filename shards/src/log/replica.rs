@@ -291,7 +291,8 @@ fn borrowed_segments(snapshot: LogSnapshot) -> Result<Vec<Rc<Segment>>> {
                 )
             };
             let seg =
-                Segment::borrowed(s.path, file, s.base_offset, index, meta, s.last_modified_ms);
+                Segment::with_meta(s.path, file, s.base_offset, index, meta, s.last_modified_ms)
+                    .borrowed();
             seg.sealed.set(s.sealed);
             Ok(Rc::new(seg))
         })
