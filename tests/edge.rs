@@ -14,7 +14,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Header, Headers, Message, OwnedHeaders, Timestamp};
+use rdkafka::message::{Header, Message, OwnedHeaders, Timestamp};
 use rdkafka::producer::{
     BaseRecord, DefaultProducerContext, DeliveryResult, Producer, ProducerContext, ThreadedProducer,
 };
