@@ -3,6 +3,7 @@
 
 mod bench;
 mod cli;
+mod client;
 mod units;
 
 use clap::Parser;
