@@ -108,8 +108,11 @@ impl SyncConn {
         let frame = request_frame(key, version, self.correlation, body)?;
         self.stream.write_all(&frame)?;
         self.stream.flush()?;
-        let body = frame::read_blocking(&mut self.stream, 64 << 20)
-            .map_err(|e| other(format!("{key:?} response: {e}")))?;
+        let body = frame::read_blocking(&mut self.stream, 64 << 20).map_err(|e| {
+            // The kind stays, so that a caller can tell a timeout from a closed connection.
+            let e = io::Error::from(e);
+            io::Error::new(e.kind(), format!("{key:?} response: {e}"))
+        })?;
         decode_response(key, version, self.correlation, body)
     }
 }

@@ -23,7 +23,8 @@ impl std::error::Error for Failure {}
 impl Failure {
     /// A Kafka error code answered for `what` (`topic clicks`), with the broker's message if any.
     pub fn kafka(code: i16, what: &str, message: Option<&str>) -> Failure {
-        let error = ResponseError::try_from_code(code);
+        let error =
+            ResponseError::try_from_code(code).filter(|e| !matches!(e, ResponseError::Unknown(_)));
         let name = error.map_or_else(|| format!("KafkaError{code}"), |e| format!("{e:?}"));
         let detail = message
             .filter(|m| !m.is_empty())
@@ -63,7 +64,10 @@ impl Failure {
 impl From<std::io::Error> for Failure {
     fn from(e: std::io::Error) -> Failure {
         use std::io::ErrorKind::*;
-        let text = e.to_string();
+        let mut text = e.to_string();
+        if matches!(e.kind(), TimedOut | WouldBlock) {
+            text += " (no answer within --timeout)";
+        }
         let (name, hint) = if text.contains("SASL") {
             (
                 "SaslAuthenticationFailed",
