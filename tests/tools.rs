@@ -13,7 +13,6 @@ use rdkafka::producer::DefaultProducerContext;
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use serde_json::Value;
 use std::io::Read;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -288,21 +287,12 @@ fn an_unreachable_or_silent_broker_fails_within_the_timeout() {
     drop(silent);
 }
 
-fn add_user(dir: &Path, name: &str, password: &str) {
-    let out = Command::new(env!("CARGO_BIN_EXE_shoal"))
-        .args(["user", "add", name, "--password", password, "--data-dir"])
-        .arg(dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-}
-
 #[test]
 fn over_sasl_ssl_a_user_authenticates_and_acls_refuse_by_name() {
     let pki = pki();
     let data = tempfile::tempdir().unwrap();
-    add_user(data.path(), "admin", "admin-pw");
-    add_user(data.path(), "alice", "alice-pw");
+    common::add_user(data.path(), "admin", "admin-pw");
+    common::add_user(data.path(), "alice", "alice-pw");
     let (cert, key) = (
         pki.server.0.to_str().unwrap(),
         pki.server.1.to_str().unwrap(),

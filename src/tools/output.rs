@@ -39,6 +39,15 @@ impl Table {
             .title
             .as_ref()
             .map_or(String::new(), |t| format!("{t}\n"));
+        if self.header.is_empty() {
+            // Lines of text rather than columns.
+            return out
+                + &self
+                    .rows
+                    .iter()
+                    .map(|r| r.join("  ") + "\n")
+                    .collect::<String>();
+        }
         out += &line(self.header.clone());
         for row in &self.rows {
             out += &line(row.iter().map(String::as_str).collect());
@@ -79,5 +88,8 @@ mod tests {
             t.render(),
             "topic t\nPARTITION  LEADER\n0          12\n10         3\n"
         );
+        let mut lines = Table::new(None, Vec::new());
+        lines.rows.push(vec!["deleted topic t".into()]);
+        assert_eq!(lines.render(), "deleted topic t\n");
     }
 }

@@ -47,7 +47,7 @@ pub fn run(s: &Session, action: TopicAction) -> Result<Report, Failure> {
 
 /// A one-line answer, as a table of one row and as JSON.
 fn done(what: String, json: serde_json::Value) -> Report {
-    let mut t = Table::new(None, vec!["RESULT"]);
+    let mut t = Table::new(None, Vec::new());
     t.rows.push(vec![what]);
     Report {
         tables: vec![t],

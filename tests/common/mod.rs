@@ -239,6 +239,16 @@ pub fn send_retrying<C, K, P>(
     }
 }
 
+/// Adds a SASL user to `data_dir` with `shoal user add` (a running server picks it up).
+pub fn add_user(data_dir: &Path, name: &str, password: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["user", "add", name, "--password", password, "--data-dir"])
+        .arg(data_dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}
+
 /// Creates topics with librdkafka's admin client and checks each was created.
 pub fn create_topics(bootstrap: &str, topics: &[(&str, i32)]) {
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
