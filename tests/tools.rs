@@ -2,7 +2,7 @@
 //! described, altered, grown and deleted with the CLI as librdkafka sees them, with JSON output
 //! parsed; describe's high watermark equal to what librdkafka produced; Kafka errors named; an
 //! unreachable or silent broker failing within --timeout; and SASL_SSL with ACLs, where a user
-//! without a grant is refused by name.
+//! without a grant is refused by name; every command's --help has an example.
 
 mod common;
 
@@ -402,4 +402,31 @@ fn over_sasl_ssl_a_user_authenticates_and_acls_refuse_by_name() {
         plain.stderr
     );
     server.stop();
+}
+
+#[test]
+fn every_command_has_help_with_an_example() {
+    for command in [
+        "topic create",
+        "topic list",
+        "topic describe",
+        "topic alter-config",
+        "topic add-partitions",
+        "topic delete",
+        "cluster info",
+    ] {
+        let mut args: Vec<&str> = command.split(' ').collect();
+        args.push("--help");
+        let run = shoal(&args, &[]);
+        assert!(run.ok, "{command}: {}", run.stderr);
+        let example = format!("Example: `shoal {command}");
+        assert!(run.stdout.contains(&example), "{command}: {}", run.stdout);
+        for flag in ["--brokers", "--timeout", "--format", "--password-file"] {
+            assert!(
+                run.stdout.contains(flag),
+                "{command} lacks {flag}: {}",
+                run.stdout
+            );
+        }
+    }
 }
