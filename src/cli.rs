@@ -1,5 +1,6 @@
 //! The command line: `shoal serve` and its flags (every number a user may want to change is here),
-//! `shoal bench`, whose flags are the load generator's, and `shoal user`, which manages SASL users.
+//! `shoal bench`, whose flags are the load generator's, `shoal user`, which manages SASL users, and
+//! the operator commands `shoal topic` and `shoal cluster` (their flags in `tools::args`).
 
 use crate::units::{parse_size, parse_size_or_minus_one, parse_size_usize};
 use clap::{Args, Parser, Subcommand};
@@ -46,6 +47,11 @@ pub enum Command {
     /// changes at the next authentication).
     #[command(subcommand)]
     User(UserCommand),
+    /// Topics on any Kafka-compatible broker, through the Kafka protocol: create, list, describe,
+    /// alter-config, add-partitions, delete. `shoal topic --help`.
+    Topic(crate::tools::TopicCommand),
+    /// The cluster a Kafka-compatible broker belongs to: `shoal cluster info`.
+    Cluster(crate::tools::ClusterCommand),
 }
 
 #[derive(Debug, Subcommand)]

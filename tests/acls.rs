@@ -13,17 +13,6 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use std::path::Path;
-use std::process::Command;
-
-fn add_user(dir: &Path, name: &str) {
-    let status = Command::new(env!("CARGO_BIN_EXE_shoal"))
-        .args(["user", "add", name, "--password", &format!("{name}-pw")])
-        .arg("--data-dir")
-        .arg(dir)
-        .output()
-        .unwrap();
-    assert!(status.status.success(), "{status:?}");
-}
 
 fn start(dir: &Path) -> Shoal {
     Shoal::start(
@@ -62,7 +51,7 @@ const ALICE_ACLS: &str = r#"[
 fn acls_grant_deny_and_survive_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     for u in ["admin", "alice", "bob"] {
-        add_user(dir.path(), u);
+        common::add_user(dir.path(), u, &format!("{u}-pw"));
     }
     let shoal = start(dir.path());
     let out = act(

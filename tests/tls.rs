@@ -6,108 +6,13 @@
 
 mod common;
 
+use common::pki::{pki, Ca, Pki};
 use common::python::run_script;
 use common::wire::{connect, send};
 use common::Shoal;
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest};
-use rcgen::{
-    BasicConstraints, Certificate, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
-};
+use rcgen::DnType;
 use std::path::{Path, PathBuf};
-
-/// A CA that signs certificates into `dir`.
-struct Ca {
-    cert: Certificate,
-    key: KeyPair,
-}
-
-impl Ca {
-    fn new(name: &str) -> Ca {
-        let key = KeyPair::generate().unwrap();
-        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
-        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        p.distinguished_name.push(DnType::CommonName, name);
-        p.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let cert = p.self_signed(&key).unwrap();
-        Ca { cert, key }
-    }
-
-    /// Writes `<name>.pem` (the CA's certificate) into `dir`.
-    fn write(&self, dir: &Path, name: &str) -> PathBuf {
-        let path = dir.join(format!("{name}.pem"));
-        std::fs::write(&path, self.cert.pem()).unwrap();
-        path
-    }
-
-    /// Signs a certificate for `subject` ((type, value) pairs), writes `<name>.crt` and `<name>.key`.
-    fn sign(
-        &self,
-        dir: &Path,
-        name: &str,
-        subject: &[(DnType, &str)],
-        server: bool,
-        expired: bool,
-    ) -> (PathBuf, PathBuf) {
-        let key = KeyPair::generate().unwrap();
-        let sans = if server {
-            vec!["localhost".to_string(), "127.0.0.1".to_string()]
-        } else {
-            Vec::new()
-        };
-        let mut p = CertificateParams::new(sans).unwrap();
-        for (t, v) in subject {
-            p.distinguished_name.push(t.clone(), *v);
-        }
-        p.extended_key_usages = vec![if server {
-            ExtendedKeyUsagePurpose::ServerAuth
-        } else {
-            ExtendedKeyUsagePurpose::ClientAuth
-        }];
-        if expired {
-            p.not_before = rcgen::date_time_ymd(2020, 1, 1);
-            p.not_after = rcgen::date_time_ymd(2021, 1, 1);
-        }
-        let cert = p.signed_by(&key, &self.cert, &self.key).unwrap();
-        let (crt, k) = (
-            dir.join(format!("{name}.crt")),
-            dir.join(format!("{name}.key")),
-        );
-        std::fs::write(&crt, cert.pem()).unwrap();
-        std::fs::write(&k, key.serialize_pem()).unwrap();
-        (crt, k)
-    }
-}
-
-/// Files of one test: the CA, the server's certificate and key.
-struct Pki {
-    dir: tempfile::TempDir,
-    ca: Ca,
-    ca_pem: PathBuf,
-    server: (PathBuf, PathBuf),
-}
-
-fn pki() -> Pki {
-    let dir = tempfile::tempdir().unwrap();
-    let ca = Ca::new("shoal test CA");
-    let ca_pem = ca.write(dir.path(), "ca");
-    let server = ca.sign(
-        dir.path(),
-        "server",
-        &[(DnType::CommonName, "localhost")],
-        true,
-        false,
-    );
-    Pki {
-        dir,
-        ca,
-        ca_pem,
-        server,
-    }
-}
 
 fn start(pki: &Pki, data: &Path, extra: &[&str]) -> Shoal {
     let (cert, key) = (

@@ -2,8 +2,8 @@
 //! external Kafka-compatible broker at `--bootstrap`.
 
 use super::args::FanoutArgs;
+use super::stats;
 use super::workload::Observer;
-use super::{client, stats};
 use shoal::server::{Server, ServerConfig};
 use std::io;
 use std::net::SocketAddr;
@@ -39,17 +39,21 @@ pub struct Broker {
 impl Broker {
     pub fn start(args: &FanoutArgs, serve_config: ServeConfig) -> io::Result<Broker> {
         if let Some(b) = &args.bootstrap {
-            let admin = args.admin.as_deref().map(client::resolve).transpose()?;
+            let admin = args
+                .admin
+                .as_deref()
+                .map(crate::client::resolve)
+                .transpose()?;
             // The broker's CPU and memory can be read when it runs on this host.
             // (Only for loopback addresses: a port number alone says nothing about other hosts.)
             let pid = admin
-                .or(client::resolve(b).ok())
+                .or(crate::client::resolve(b).ok())
                 .filter(|a| a.ip().is_loopback())
                 .and_then(stats::find_listener_pid)
                 .filter(|p| *p != std::process::id());
             return Ok(Broker {
                 embedded: None,
-                bootstrap: client::resolve(b)?,
+                bootstrap: crate::client::resolve(b)?,
                 admin,
                 pid,
                 cores: None,

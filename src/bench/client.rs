@@ -10,7 +10,8 @@
 //!
 //! Batches are built and read with `shards::batch`, and compressed with `shards::split`.
 
-use bytes::{Bytes, BytesMut};
+use crate::client::{pick_version, request_frame, resolve, SyncConn};
+use bytes::Bytes;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
@@ -21,16 +22,12 @@ use kafka_protocol::messages::{
     CreateTopicsResponse, FetchRequest, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest,
     MetadataResponse, ProduceRequest, TopicName,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 use shards::batch::{self, BatchHeader, HEADER_LEN};
-use shoal::wire::{frame, header};
 use std::collections::HashMap;
-use std::io::{self, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::io;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
-
-const CLIENT_ID: &str = "shoal-bench";
-const IO_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Kafka error codes the client reacts to.
 pub const OFFSET_OUT_OF_RANGE: i16 = 1;
@@ -47,26 +44,6 @@ fn other(msg: impl Into<String>) -> io::Error {
 
 fn name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_string()))
-}
-
-/// A whole request frame: size, header (in the version the API uses), body.
-pub fn request_frame<R: Encodable>(
-    key: ApiKey,
-    version: i16,
-    correlation: i32,
-    body: &R,
-) -> io::Result<BytesMut> {
-    header::encode_request(CLIENT_ID, key, version, correlation, body).map_err(other)
-}
-
-/// Decodes a response frame (without its size): header, then body; checks the correlation id.
-pub fn decode_response<R: Decodable>(
-    key: ApiKey,
-    version: i16,
-    correlation: i32,
-    frame: Bytes,
-) -> io::Result<R> {
-    header::decode_response(key, version, correlation, frame).map_err(other)
 }
 
 /// The API versions this client speaks, intersected with the broker's.
@@ -92,19 +69,7 @@ impl Negotiated {
     fn negotiate(r: &ApiVersionsResponse) -> io::Result<Negotiated> {
         let mut chosen = HashMap::new();
         for (key, lo, hi) in WANTED {
-            let k = r
-                .api_keys
-                .iter()
-                .find(|k| k.api_key == key as i16)
-                .ok_or_else(|| other(format!("the broker does not serve {key:?}")))?;
-            let v = hi.min(k.max_version);
-            if v < lo.max(k.min_version) {
-                return Err(other(format!(
-                    "no common {key:?} version: the broker serves {}..={}, this client {lo}..={hi}",
-                    k.min_version, k.max_version
-                )));
-            }
-            chosen.insert(key as i16, v);
+            chosen.insert(key as i16, pick_version(r, key, lo, hi)?);
         }
         Ok(Negotiated {
             produce: chosen[&(ApiKey::Produce as i16)],
@@ -113,51 +78,6 @@ impl Negotiated {
             list_offsets: chosen[&(ApiKey::ListOffsets as i16)],
             create_topics: chosen[&(ApiKey::CreateTopics as i16)],
         })
-    }
-}
-
-/// Resolves `host:port` to one socket address.
-pub fn resolve(addr: &str) -> io::Result<SocketAddr> {
-    addr.to_socket_addrs()?
-        .next()
-        .ok_or_else(|| other(format!("{addr}: no address")))
-}
-
-/// A blocking connection for set-up calls.
-#[derive(Debug)]
-pub struct SyncConn {
-    stream: super::tls::SyncStream,
-    correlation: i32,
-}
-
-impl SyncConn {
-    pub fn connect(addr: SocketAddr) -> io::Result<SyncConn> {
-        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(10))
-            .map_err(|e| io::Error::new(e.kind(), format!("connecting to {addr}: {e}")))?;
-        stream.set_read_timeout(Some(IO_TIMEOUT))?;
-        stream.set_write_timeout(Some(IO_TIMEOUT))?;
-        stream.set_nodelay(true)?;
-        let mut stream = super::tls::SyncStream::wrap(stream, addr)?;
-        super::sasl::authenticate_sync(&mut stream)?;
-        Ok(SyncConn {
-            stream,
-            correlation: 0,
-        })
-    }
-
-    pub fn call<Req: Encodable, Resp: Decodable>(
-        &mut self,
-        key: ApiKey,
-        version: i16,
-        body: &Req,
-    ) -> io::Result<Resp> {
-        self.correlation += 1;
-        let frame = request_frame(key, version, self.correlation, body)?;
-        self.stream.write_all(&frame)?;
-        self.stream.flush()?;
-        let body = frame::read_blocking(&mut self.stream, 64 << 20)
-            .map_err(|e| other(format!("{key:?} response: {e}")))?;
-        decode_response(key, version, self.correlation, body)
     }
 }
 
@@ -603,11 +523,12 @@ pub fn stamp_batch(b: &mut [u8], value_ats: &[usize], now_us: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::BufMut;
+    use bytes::{BufMut, BytesMut};
     use kafka_protocol::messages::fetch_response::{
         AbortedTransaction, FetchableTopicResponse, LeaderIdAndEpoch, PartitionData,
     };
     use kafka_protocol::messages::{FetchResponse, ProducerId, RequestHeader, ResponseHeader};
+    use kafka_protocol::protocol::{Decodable, Encodable};
     use shards::batch::BatchBuilder;
     use shoal::wire::fetch::decode::{read_fetch_response, BatchVisitor, FrameReader};
 

@@ -35,14 +35,13 @@ mod disk;
 pub mod plot;
 mod repeat;
 mod report;
-mod sasl;
 pub mod stats;
-mod tls;
 pub mod workload;
 
 pub use args::BenchCommand;
 pub use broker::ServeConfig;
 
+use crate::client::{sasl, tls};
 use args::{validate, Compare, FanoutArgs, Rate, Start, SweepKey};
 use broker::Broker;
 use client::Cluster;
@@ -316,7 +315,7 @@ impl Report {
 fn series(args: &FanoutArgs, broker: &mut Broker, cpus: usize) -> io::Result<Report> {
     let cluster = Cluster::connect(broker.bootstrap)?;
     let upstream = match &args.produce_bootstrap {
-        Some(addr) => Some(Cluster::connect(client::resolve(addr)?)?),
+        Some(addr) => Some(Cluster::connect(crate::client::resolve(addr)?)?),
         None => None,
     };
     let obs = broker.observer();

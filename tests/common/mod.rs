@@ -2,6 +2,7 @@
 //! stopped with SIGTERM (and checked to exit cleanly) when dropped.
 #![allow(dead_code)]
 
+pub mod pki;
 pub mod python;
 pub mod records;
 pub mod wire;
@@ -236,6 +237,16 @@ pub fn send_retrying<C, K, P>(
             }
         }
     }
+}
+
+/// Adds a SASL user to `data_dir` with `shoal user add` (a running server picks it up).
+pub fn add_user(data_dir: &Path, name: &str, password: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["user", "add", name, "--password", password, "--data-dir"])
+        .arg(data_dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
 }
 
 /// Creates topics with librdkafka's admin client and checks each was created.

@@ -189,8 +189,8 @@ pub(super) async fn connect(addr: SocketAddr) -> io::Result<shoal::wire::SharedS
         .and_then(|_| s.set_read_timeout(Some(Duration::from_secs(60))))
         .and_then(|_| s.set_write_timeout(Some(Duration::from_secs(60))))
         .map_err(|e| io::Error::other(e.to_string()))?;
-    let mut stream = crate::bench::tls::wrap(s, addr).await?;
-    crate::bench::sasl::authenticate(&mut stream).await?;
+    let mut stream = crate::client::tls::wrap(s, addr).await?;
+    crate::client::sasl::authenticate(&mut stream).await?;
     Ok(stream)
 }
 

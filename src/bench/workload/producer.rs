@@ -382,7 +382,8 @@ fn next_request<'a>(
     let b = cfg.compression.compress_batch(&template.scratch);
     let len = b.len();
     let req = client::produce_request(&cfg.topic, target.partition, cfg.acks, Bytes::from(b));
-    *compressed = client::request_frame(ApiKey::Produce, cfg.produce_version, correlation, &req)?;
+    *compressed =
+        crate::client::request_frame(ApiKey::Produce, cfg.produce_version, correlation, &req)?;
     Ok((&compressed[..], len))
 }
 
@@ -417,7 +418,7 @@ pub(super) async fn produce_responses(
             }
         };
         let latency = p.sent.elapsed().as_micros() as u64;
-        let r: ProduceResponse = match client::decode_response(
+        let r: ProduceResponse = match crate::client::decode_response(
             ApiKey::Produce,
             cfg.produce_version,
             p.correlation,

@@ -1,5 +1,5 @@
-//! The generator's TLS (`--tls-ca`, and `--tls-client-cert`/`--tls-client-key` for mTLS): one rustls
-//! client configuration for the whole process, used by every connection it makes, blocking
+//! The client side of TLS (a CA, and a client certificate and key for mTLS): one rustls client
+//! configuration for the whole process, used by every connection it makes, blocking
 //! (set-up calls) and async (producers, consumers).
 
 use futures_rustls::rustls::pki_types::pem::PemObject;

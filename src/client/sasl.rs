@@ -1,9 +1,9 @@
-//! The generator's SASL (`--sasl-mechanism`, `--sasl-username`, `--sasl-password`): every
-//! connection it makes, blocking or async, authenticates right after connecting (and after TLS),
+//! The client side of SASL (`--sasl-mechanism` and a user and password): once enabled, every
+//! connection the process makes, blocking or async, authenticates right after connecting (and after TLS),
 //! with SaslHandshake v1 and SaslAuthenticate v2.
 
-use super::client::{decode_response, request_frame};
 use super::tls::SyncStream;
+use super::{decode_response, request_frame};
 use futures_lite::{AsyncWriteExt, FutureExt};
 use kafka_protocol::messages::{
     ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,

@@ -1,0 +1,432 @@
+//! The operator commands (`shoal topic`, `shoal cluster`) against the real binary: topics created,
+//! described, altered, grown and deleted with the CLI as librdkafka sees them, with JSON output
+//! parsed; describe's high watermark equal to what librdkafka produced; Kafka errors named; an
+//! unreachable or silent broker failing within --timeout; and SASL_SSL with ACLs, where a user
+//! without a grant is refused by name; every command's --help has an example.
+
+mod common;
+
+use common::pki::pki;
+use common::Shoal;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::DefaultProducerContext;
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+use serde_json::Value;
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// What one CLI run did.
+struct Run {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+    took: Duration,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        assert!(self.ok, "the command failed: {}", self.stderr);
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.stdout))
+    }
+}
+
+/// `shoal ARGS...` with `env`, killed (and the test failed) after 60 s.
+fn shoal(args: &[&str], env: &[(&str, &str)]) -> Run {
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(args)
+        .env_remove("SHOAL_PASSWORD")
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("shoal runs");
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("shoal {args:?} still running after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = started.elapsed();
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    Run {
+        ok: status.success(),
+        stdout,
+        stderr,
+        took,
+    }
+}
+
+/// `shoal topic ARGS... -b BOOTSTRAP --format json`.
+fn topic(bootstrap: &str, args: &[&str]) -> Run {
+    let mut all = vec!["topic"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["-b", bootstrap, "--format", "json"]);
+    shoal(&all, &[])
+}
+
+/// The partition count librdkafka sees for `topic` (`None`: it does not see the topic).
+fn librdkafka_partitions(bootstrap: &str, topic: &str) -> Option<usize> {
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("allow.auto.create.topics", "false")
+        .create()
+        .unwrap();
+    let m = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .expect("metadata");
+    let t = m.topics().iter().find(|t| t.name() == topic)?;
+    (t.error().is_none()).then(|| t.partitions().len())
+}
+
+/// Produces `counts[p]` records to partition `p` with librdkafka, and waits for them all.
+fn produce(bootstrap: &str, topic: &str, counts: &[usize]) {
+    let producer: ThreadedProducer<DefaultProducerContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("linger.ms", "5")
+        .create()
+        .unwrap();
+    for (p, n) in counts.iter().enumerate() {
+        for i in 0..*n {
+            let value = format!("record {i}");
+            common::send_retrying(
+                &producer,
+                BaseRecord::<(), _, ()>::to(topic)
+                    .partition(p as i32)
+                    .payload(&value),
+            );
+        }
+    }
+    producer
+        .flush(Duration::from_secs(30))
+        .expect("all delivered");
+}
+
+fn config<'a>(described: &'a Value, name: &str) -> &'a Value {
+    described["configs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no config {name}: {described}"))
+}
+
+#[test]
+fn topics_made_with_the_cli_are_the_topics_librdkafka_sees() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Shoal::start(dir.path(), 2, &["--auto-create-topics", "false"]);
+    let b = server.bootstrap();
+
+    let created = topic(
+        &b,
+        &[
+            "create",
+            "orders",
+            "--partitions",
+            "4",
+            "-c",
+            "retention.ms=3600000",
+        ],
+    )
+    .json();
+    assert_eq!(created["partitions"], 4);
+    assert_eq!(librdkafka_partitions(&b, "orders"), Some(4));
+    let listed = topic(&b, &["list"]).json();
+    let entry = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "orders")
+        .unwrap_or_else(|| panic!("orders not listed: {listed}"));
+    assert_eq!(entry["partitions"], 4);
+
+    // Creating it again: refused, by name.
+    let again = topic(&b, &["create", "orders", "--partitions", "4"]);
+    assert!(!again.ok, "{}", again.stdout);
+    assert!(
+        again.stderr.contains("TopicAlreadyExists"),
+        "{}",
+        again.stderr
+    );
+    assert!(again.stderr.contains("hint:"), "{}", again.stderr);
+
+    // The high watermark and log start of each partition, as produced.
+    let counts = [5, 0, 3, 7];
+    produce(&b, "orders", &counts);
+    let described = topic(&b, &["describe", "orders"]).json();
+    let parts = described["partitions"].as_array().unwrap();
+    assert_eq!(parts.len(), 4, "{described}");
+    for (p, n) in counts.iter().enumerate() {
+        assert_eq!(parts[p]["partition"], p, "{described}");
+        assert_eq!(
+            parts[p]["high_watermark"], *n as i64,
+            "partition {p}: {described}"
+        );
+        assert_eq!(parts[p]["log_start"], 0, "partition {p}: {described}");
+        // Two cores: every partition has a leader among them, which is its only replica.
+        let leader = parts[p]["leader"].as_i64().unwrap();
+        assert!((0..2).contains(&leader), "{described}");
+        assert_eq!(
+            parts[p]["replicas"],
+            serde_json::json!([leader]),
+            "{described}"
+        );
+    }
+    let retention = config(&described, "retention.ms");
+    assert_eq!(retention["value"], "3600000");
+    assert_eq!(retention["source"], "DYNAMIC_TOPIC_CONFIG");
+
+    // Set one config and remove another: the rest stay.
+    topic(
+        &b,
+        &[
+            "alter-config",
+            "orders",
+            "-c",
+            "segment.bytes=1048576",
+            "--delete-config",
+            "retention.ms",
+        ],
+    )
+    .json();
+    let described = topic(&b, &["describe", "orders"]).json();
+    let segment = config(&described, "segment.bytes");
+    assert_eq!(segment["value"], "1048576");
+    assert_eq!(segment["source"], "DYNAMIC_TOPIC_CONFIG");
+    assert_ne!(
+        config(&described, "retention.ms")["source"],
+        "DYNAMIC_TOPIC_CONFIG"
+    );
+
+    topic(&b, &["add-partitions", "orders", "--partitions", "6"]).json();
+    assert_eq!(librdkafka_partitions(&b, "orders"), Some(6));
+    let described = topic(&b, &["describe", "orders"]).json();
+    assert_eq!(described["partitions"].as_array().unwrap().len(), 6);
+    let shrink = topic(&b, &["add-partitions", "orders", "--partitions", "2"]);
+    assert!(
+        !shrink.ok && shrink.stderr.contains("InvalidPartitions"),
+        "{}",
+        shrink.stderr
+    );
+
+    let info = shoal(&["cluster", "info", "-b", &b, "--format", "json"], &[]).json();
+    assert_eq!(info["brokers"].as_array().unwrap().len(), 2, "{info}");
+    assert!(info["brokers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|x| x["address"] == b.as_str()));
+    assert!(info["api_versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a["name"] == "CreateTopics"));
+    let controller = info["controller"].as_i64().unwrap();
+    assert!((0..2).contains(&controller), "{info}");
+    let table = shoal(&["cluster", "info", "-b", &b], &[]);
+    assert!(
+        table.ok && table.stdout.contains("CLUSTER-ID"),
+        "{}",
+        table.stdout
+    );
+
+    topic(&b, &["delete", "orders"]).json();
+    assert_eq!(librdkafka_partitions(&b, "orders"), None);
+    let gone = topic(&b, &["describe", "orders"]);
+    assert!(
+        !gone.ok && gone.stderr.contains("UnknownTopicOrPartition"),
+        "{}",
+        gone.stderr
+    );
+    server.stop();
+}
+
+#[test]
+fn an_unreachable_or_silent_broker_fails_within_the_timeout() {
+    // A closed port: refused at once, naming the address.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = closed.local_addr().unwrap().to_string();
+    drop(closed);
+    let run = shoal(&["topic", "list", "-b", &addr, "--timeout", "2s"], &[]);
+    assert!(!run.ok);
+    assert!(run.took < Duration::from_secs(10), "{:?}", run.took);
+    assert!(
+        run.stderr.contains("BrokerUnreachable") && run.stderr.contains(&addr),
+        "{}",
+        run.stderr
+    );
+    // A port that accepts but never answers: given up on after --timeout.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap().to_string();
+    let run = shoal(&["cluster", "info", "-b", &addr, "--timeout", "1s"], &[]);
+    assert!(!run.ok);
+    assert!(
+        run.took >= Duration::from_secs(1) && run.took < Duration::from_secs(10),
+        "{:?}",
+        run.took
+    );
+    assert!(run.stderr.contains("TimedOut"), "{}", run.stderr);
+    drop(silent);
+}
+
+#[test]
+fn over_sasl_ssl_a_user_authenticates_and_acls_refuse_by_name() {
+    let pki = pki();
+    let data = tempfile::tempdir().unwrap();
+    common::add_user(data.path(), "admin", "admin-pw");
+    common::add_user(data.path(), "alice", "alice-pw");
+    let (cert, key) = (
+        pki.server.0.to_str().unwrap(),
+        pki.server.1.to_str().unwrap(),
+    );
+    let server = Shoal::start(
+        data.path(),
+        1,
+        &[
+            "--tls-cert",
+            cert,
+            "--tls-key",
+            key,
+            "--tls-kernel",
+            "off",
+            "--sasl-mechanisms",
+            "SCRAM-SHA-256,SCRAM-SHA-512,PLAIN",
+            "--authorizer",
+            "acl",
+            "--super-users",
+            "User:admin",
+            "--auto-create-topics",
+            "false",
+        ],
+    );
+    assert_eq!(server.listeners[0].0, "SASL_SSL");
+    let b = server.bootstrap();
+    let ca = pki.ca_pem.to_str().unwrap();
+    let secured = |mechanism: &str, user: &str, args: &[&str], env: &[(&str, &str)]| {
+        let mut all = vec!["topic"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&[
+            "-b",
+            &b,
+            "--tls-ca",
+            ca,
+            "--sasl-mechanism",
+            mechanism,
+            "--user",
+            user,
+            "--format",
+            "json",
+        ]);
+        shoal(&all, env)
+    };
+    // The super user creates a topic (password from the environment).
+    let admin_env = [("SHOAL_PASSWORD", "admin-pw")];
+    secured(
+        "SCRAM-SHA-256",
+        "admin",
+        &["create", "secured", "--partitions", "2"],
+        &admin_env,
+    )
+    .json();
+    let listed = secured("SCRAM-SHA-512", "admin", &["list"], &admin_env).json();
+    assert!(listed.to_string().contains("\"secured\""), "{listed}");
+
+    // alice (password from a file) authenticates; with no ACL she sees no topics and may not
+    // create one.
+    let file = data.path().join("alice.pw");
+    std::fs::write(&file, "alice-pw\n").unwrap();
+    let file = file.to_str().unwrap();
+    let listed = secured("PLAIN", "alice", &["list", "--password-file", file], &[]).json();
+    assert_eq!(listed, serde_json::json!([]));
+    let denied = secured(
+        "SCRAM-SHA-256",
+        "alice",
+        &[
+            "create",
+            "mine",
+            "--partitions",
+            "1",
+            "--password-file",
+            file,
+        ],
+        &[],
+    );
+    assert!(!denied.ok, "{}", denied.stdout);
+    assert!(
+        denied.stderr.contains("TopicAuthorizationFailed")
+            || denied.stderr.contains("ClusterAuthorizationFailed"),
+        "{}",
+        denied.stderr
+    );
+    // A wrong password, and no password at all.
+    let wrong = secured(
+        "SCRAM-SHA-256",
+        "alice",
+        &["list"],
+        &[("SHOAL_PASSWORD", "nope")],
+    );
+    assert!(
+        !wrong.ok && wrong.stderr.contains("SaslAuthenticationFailed"),
+        "{}",
+        wrong.stderr
+    );
+    let none = secured("SCRAM-SHA-256", "alice", &["list"], &[]);
+    assert!(
+        !none.ok && none.stderr.contains("SHOAL_PASSWORD"),
+        "{}",
+        none.stderr
+    );
+    // Without TLS the listener is not spoken to.
+    let plain = shoal(&["topic", "list", "-b", &b, "--timeout", "2s"], &[]);
+    assert!(
+        !plain.ok && plain.took < Duration::from_secs(10),
+        "{}",
+        plain.stderr
+    );
+    server.stop();
+}
+
+#[test]
+fn every_command_has_help_with_an_example() {
+    for command in [
+        "topic create",
+        "topic list",
+        "topic describe",
+        "topic alter-config",
+        "topic add-partitions",
+        "topic delete",
+        "cluster info",
+    ] {
+        let mut args: Vec<&str> = command.split(' ').collect();
+        args.push("--help");
+        let run = shoal(&args, &[]);
+        assert!(run.ok, "{command}: {}", run.stderr);
+        let example = format!("Example: `shoal {command}");
+        assert!(run.stdout.contains(&example), "{command}: {}", run.stdout);
+        for flag in ["--brokers", "--timeout", "--format", "--password-file"] {
+            assert!(
+                run.stdout.contains(flag),
+                "{command} lacks {flag}: {}",
+                run.stdout
+            );
+        }
+    }
+}
