@@ -442,13 +442,7 @@ impl Core {
         let busy = self.reads.load.busy();
         let table = self.topics();
         let server = self.replicas.config().policy;
-        let owned: Vec<Rc<Partition>> = self
-            .partitions
-            .borrow()
-            .values()
-            .flat_map(|parts| parts.values().cloned())
-            .collect();
-        for p in owned {
+        for p in self.owned_partitions() {
             let policy = table
                 .get(&p.topic)
                 .and_then(|m| crate::topic_configs::ReplicaPolicy::of_topic(&m.configs))
@@ -456,6 +450,15 @@ impl Core {
             self.replicas.evaluate(&p, policy, busy, now);
         }
         self.replicas.report(busy, now);
+    }
+
+    /// Every partition this core owns (not the read replicas it holds), in no order.
+    pub fn owned_partitions(&self) -> Vec<Rc<Partition>> {
+        self.partitions
+            .borrow()
+            .values()
+            .flat_map(|parts| parts.values().cloned())
+            .collect()
     }
 
     pub fn snapshot(&self) -> CoreSnapshot {

@@ -253,6 +253,7 @@ fn expected_ranges() -> Vec<(i16, i16, i16)> {
         (ApiKey::ListGroups as i16, 0, 4),
         (ApiKey::DescribeGroups as i16, 0, 5),
         (ApiKey::DeleteGroups as i16, 0, 2),
+        (ApiKey::DescribeLogDirs as i16, 1, 4),
         (ApiKey::SaslHandshake as i16, 1, 1),
         (ApiKey::SaslAuthenticate as i16, 0, 2),
         (ApiKey::CreateAcls as i16, 1, 3),
@@ -1749,4 +1750,93 @@ fn deleting_a_topic_under_a_waiting_fetch_keeps_the_core_alive() {
     );
     api_versions_ok(&mut connect(port), 3);
     shoal.stop(); // asserts a clean exit: no core died
+}
+
+// ---------------------------------------------------------------------------------------------------
+// 6. DescribeLogDirs.
+
+/// DescribeLogDirs at every version: each core (a broker) answers for the partitions it leads, in
+/// its data directory, with each one's size equal to the broker's own figure; partitions led by the
+/// other core or unknown are left out; all of them when the topics are null; the file system's
+/// total and usable bytes from v4.
+#[test]
+fn describe_log_dirs_answers_for_the_partitions_each_core_leads() {
+    use kafka_protocol::messages::describe_log_dirs_request::DescribableLogDirTopic;
+    use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse};
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 2, &[]);
+    create_topic(&shoal, "sized", 4);
+    let leaders: Vec<usize> = (0..4).map(|p| leader(&shoal, "sized", p)).collect();
+    assert!(leaders.contains(&0) && leaders.contains(&1), "{leaders:?}");
+    for (p, &core) in leaders.iter().enumerate() {
+        let values: Vec<String> = (0..=p).map(|i| format!("value {i}")).collect();
+        let values: Vec<&str> = values.iter().map(String::as_str).collect();
+        let r = produce(shoal.ports[core], "sized", p as i32, batch(&values));
+        assert_eq!(r.error_code, NONE);
+    }
+    let size = |p: usize| {
+        shoal.metric_with(
+            "shoal_log_size_bytes",
+            &format!("topic=\"sized\",partition=\"{p}\""),
+        ) as i64
+    };
+    // (partition, size) of "sized" in an answer, checked to be one directory without error.
+    let sized = |r: &DescribeLogDirsResponse| -> Vec<(i32, i64)> {
+        assert_eq!(r.error_code, NONE);
+        assert_eq!(r.results.len(), 1, "{r:?}");
+        let d = &r.results[0];
+        assert_eq!(d.error_code, NONE);
+        assert_eq!(
+            d.log_dir.as_str(),
+            dir.path().canonicalize().unwrap().to_str().unwrap()
+        );
+        d.topics
+            .iter()
+            .filter(|t| t.name.0.as_str() == "sized")
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(|p| (p.partition_index, p.partition_size))
+            })
+            .collect()
+    };
+    for v in 1..=4 {
+        for (core, &port) in shoal.ports.iter().enumerate() {
+            let mine: Vec<(i32, i64)> = (0..4)
+                .filter(|&p| leaders[p] == core)
+                .map(|p| (p as i32, size(p)))
+                .collect();
+            assert!(mine.iter().all(|&(_, bytes)| bytes > 0), "{mine:?}");
+            // Null topics: every partition here.
+            let all: DescribeLogDirsResponse = call(
+                &mut connect(port),
+                ApiKey::DescribeLogDirs,
+                v,
+                1,
+                &DescribeLogDirsRequest::default().with_topics(None),
+            );
+            assert_eq!(sized(&all), mine, "v{v} core {core}");
+            if v >= 4 {
+                let d = &all.results[0];
+                assert!(d.total_bytes > 0 && (0..=d.total_bytes).contains(&d.usable_bytes));
+            }
+            // Every partition asked for, one twice, one that does not exist, an unknown topic.
+            let asked = DescribeLogDirsRequest::default().with_topics(Some(vec![
+                DescribableLogDirTopic::default()
+                    .with_topic(name("sized"))
+                    .with_partitions(vec![0, 1, 2, 3, 3, 9]),
+                DescribableLogDirTopic::default()
+                    .with_topic(name("nope"))
+                    .with_partitions(vec![0]),
+            ]));
+            let some: DescribeLogDirsResponse =
+                call(&mut connect(port), ApiKey::DescribeLogDirs, v, 2, &asked);
+            assert_eq!(sized(&some), mine, "v{v} core {core}");
+            assert!(some.results[0]
+                .topics
+                .iter()
+                .all(|t| t.name.0.as_str() == "sized"));
+        }
+    }
+    shoal.stop();
 }

@@ -1,8 +1,8 @@
 //! The operator commands (`shoal topic`, `shoal cluster`) against the real binary: topics created,
 //! described, altered, grown and deleted with the CLI as librdkafka sees them, with JSON output
-//! parsed; describe's high watermark equal to what librdkafka produced; Kafka errors named; an
-//! unreachable or silent broker failing within --timeout; and SASL_SSL with ACLs, where a user
-//! without a grant is refused by name; every command's --help has an example.
+//! parsed; describe's high watermark equal to what librdkafka produced and its size the broker's;
+//! Kafka errors named; an unreachable or silent broker failing within --timeout; and SASL_SSL with
+//! ACLs, where a user without a grant is refused by name; every command's --help has an example.
 
 mod common;
 
@@ -73,6 +73,19 @@ fn topics_made_with_the_cli_are_the_topics_librdkafka_sees() {
             "partition {p}: {described}"
         );
         assert_eq!(parts[p]["log_start"], 0, "partition {p}: {described}");
+        // Its size on disk (DescribeLogDirs to the leader) is the broker's own figure.
+        let size = parts[p]["size_bytes"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{described}"));
+        assert_eq!(
+            size,
+            server.metric_with(
+                "shoal_log_size_bytes",
+                &format!("topic=\"orders\",partition=\"{p}\"")
+            ),
+            "partition {p}: {described}"
+        );
+        assert_eq!(size > 0, *n > 0, "partition {p}: {described}");
         // Two cores: every partition has a leader among them, which is its only replica.
         let leader = parts[p]["leader"].as_i64().unwrap();
         assert!((0..2).contains(&leader), "{described}");

@@ -1,16 +1,18 @@
 //! `shoal topic describe`: the topic's partitions from Metadata, each one's high watermark and log
-//! start from its leader (ListOffsets latest and earliest), and its configs with their sources
-//! (DescribeConfigs, from any broker).
+//! start from its leader (ListOffsets latest and earliest) and its size on disk (DescribeLogDirs to
+//! the leader, where the broker serves it and the user may describe the cluster), and its configs
+//! with their sources (DescribeConfigs, from any broker).
 
 use super::failure::Failure;
 use super::output::{Report, Table};
 use super::session::{topic_name, Session};
 use super::topic::TOPIC_RESOURCE;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::describe_log_dirs_request::DescribableLogDirTopic;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, DescribeConfigsRequest, DescribeConfigsResponse, ListOffsetsRequest,
-    ListOffsetsResponse,
+    ApiKey, BrokerId, DescribeConfigsRequest, DescribeConfigsResponse, DescribeLogDirsRequest,
+    DescribeLogDirsResponse, ListOffsetsRequest, ListOffsetsResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use serde::Serialize;
@@ -29,6 +31,8 @@ struct PartitionInfo {
     /// `None` where the leader could not say (no leader, or an error).
     high_watermark: Option<i64>,
     log_start: Option<i64>,
+    /// Bytes on the leader's disk; `None` where it could not say.
+    size_bytes: Option<i64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -65,6 +69,7 @@ pub fn describe(s: &Session, name: &str) -> Result<Report, Failure> {
             isr: p.isr_nodes.iter().map(|b| b.0).collect(),
             high_watermark: None,
             log_start: None,
+            size_bytes: None,
         })
         .collect();
     partitions.sort_by_key(|p| p.partition);
@@ -83,9 +88,11 @@ pub fn describe(s: &Session, name: &str) -> Result<Report, Failure> {
         })?;
         let latest = offsets(s, addr, name, &ids, LATEST)?;
         let earliest = offsets(s, addr, name, &ids, EARLIEST)?;
+        let sizes = sizes(s, addr, name, &ids);
         for p in partitions.iter_mut() {
             p.high_watermark = p.high_watermark.or(latest.get(&p.partition).copied());
             p.log_start = p.log_start.or(earliest.get(&p.partition).copied());
+            p.size_bytes = p.size_bytes.or(sizes.get(&p.partition).copied());
         }
     }
     let info = TopicInfo {
@@ -130,6 +137,42 @@ fn offsets(
         .filter(|p| p.error_code == 0)
         .map(|p| (p.partition_index, p.offset))
         .collect())
+}
+
+/// DescribeLogDirs for `partitions` of `topic` at their leader `addr`: partition to bytes on
+/// disk. Empty where the broker does not serve it or refuses it (it needs DESCRIBE on the
+/// cluster): the size is then left out, not the description.
+fn sizes(
+    s: &Session,
+    addr: std::net::SocketAddr,
+    topic: &str,
+    partitions: &[i32],
+) -> BTreeMap<i32, i64> {
+    let Ok(version) = s.version(ApiKey::DescribeLogDirs, 1, 4) else {
+        return BTreeMap::new();
+    };
+    let req =
+        DescribeLogDirsRequest::default()
+            .with_topics(Some(vec![DescribableLogDirTopic::default()
+                .with_topic(topic_name(topic))
+                .with_partitions(partitions.to_vec())]));
+    let Ok(r) = s.call::<_, DescribeLogDirsResponse>(addr, ApiKey::DescribeLogDirs, version, &req)
+    else {
+        return BTreeMap::new();
+    };
+    let mut out = BTreeMap::new();
+    for dir in r.results.iter().filter(|d| d.error_code == 0) {
+        for p in dir
+            .topics
+            .iter()
+            .filter(|t| t.name.0.as_str() == topic)
+            .flat_map(|t| &t.partitions)
+            .filter(|p| !p.is_future_key)
+        {
+            *out.entry(p.partition_index).or_insert(0) += p.partition_size;
+        }
+    }
+    out
 }
 
 fn configs(s: &Session, topic: &str) -> Result<Vec<ConfigInfo>, Failure> {
@@ -186,6 +229,7 @@ fn tables(info: &TopicInfo) -> Vec<Table> {
             "ISR",
             "HIGH-WATERMARK",
             "LOG-START",
+            "SIZE",
         ],
     );
     for p in &info.partitions {
@@ -196,6 +240,7 @@ fn tables(info: &TopicInfo) -> Vec<Table> {
             ids(&p.isr),
             offset(p.high_watermark),
             offset(p.log_start),
+            offset(p.size_bytes),
         ]);
     }
     let mut configs = Table::new(Some("configs".into()), vec!["NAME", "VALUE", "SOURCE"]);

@@ -46,6 +46,7 @@ pub const KNOWN: &[ApiKey] = &[
     ApiKey::ListGroups,
     ApiKey::DescribeGroups,
     ApiKey::DeleteGroups,
+    ApiKey::DescribeLogDirs,
     ApiKey::SaslHandshake,
     ApiKey::SaslAuthenticate,
     ApiKey::CreateAcls,
@@ -915,6 +916,19 @@ pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: 
                 .map(|_| GroupId(s(group(rng, index))))
                 .collect(),
         )),
+        ApiKey::DescribeLogDirs => {
+            // Null (every partition here) or some topics with partitions, some of them hostile.
+            let topics = (!rng.one_in(3)).then(|| {
+                (0..rng.below(3))
+                    .map(|_| {
+                        describe_log_dirs_request::DescribableLogDirTopic::default()
+                            .with_topic(TopicName(s(topic(rng))))
+                            .with_partitions((0..rng.below(4)).map(|_| partition(rng)).collect())
+                    })
+                    .collect()
+            });
+            frame!(DescribeLogDirsRequest::default().with_topics(topics))
+        }
         ApiKey::SaslHandshake => frame!(SaslHandshakeRequest::default()
             .with_mechanism(s(*rng.pick(&["PLAIN", "SCRAM-SHA-256", "GSSAPI", ""])))),
         ApiKey::SaslAuthenticate => frame!(SaslAuthenticateRequest::default().with_auth_bytes(
@@ -1045,6 +1059,7 @@ pub fn decode_response(key: ApiKey, version: i16, frame: Bytes) -> Result<(), St
         ApiKey::ListGroups => body::<ListGroupsResponse>(buf, v),
         ApiKey::DescribeGroups => body::<DescribeGroupsResponse>(buf, v),
         ApiKey::DeleteGroups => body::<DeleteGroupsResponse>(buf, v),
+        ApiKey::DescribeLogDirs => body::<DescribeLogDirsResponse>(buf, v),
         ApiKey::SaslHandshake => body::<SaslHandshakeResponse>(buf, v),
         ApiKey::SaslAuthenticate => body::<SaslAuthenticateResponse>(buf, v),
         ApiKey::CreateAcls => body::<CreateAclsResponse>(buf, v),

@@ -13,6 +13,7 @@ pub mod delete_topics;
 pub mod describe_acls;
 pub mod describe_configs;
 pub mod describe_groups;
+pub mod describe_log_dirs;
 pub mod describe_user_scram_credentials;
 pub mod fetch;
 pub mod find_coordinator;
@@ -83,6 +84,7 @@ pub const APIS: &[Versions] = &[
     offset_fetch::VERSIONS,
     list_groups::VERSIONS,
     describe_groups::VERSIONS,
+    describe_log_dirs::VERSIONS,
     delete_groups::VERSIONS,
     sasl_handshake::VERSIONS,
     sasl_authenticate::VERSIONS,
@@ -191,6 +193,7 @@ pub async fn handle(core: Rc<Core>, req: Request, session: Rc<Session>) -> Reply
         ApiKey::OffsetFetch => Box::pin(offset_fetch::handle(&core, &req, s)).await,
         ApiKey::ListGroups => list_groups::handle(&core, &req, s),
         ApiKey::DescribeGroups => describe_groups::handle(&core, &req, s),
+        ApiKey::DescribeLogDirs => describe_log_dirs::handle(&core, &req, s),
         ApiKey::DeleteGroups => Box::pin(delete_groups::handle(&core, &req, s)).await,
         ApiKey::SaslHandshake => sasl_handshake::handle(&req),
         ApiKey::SaslAuthenticate => sasl_authenticate::handle(&req),
