@@ -1,5 +1,6 @@
 //! Admin HTTP on its own thread (`shoal-admin`): `GET /metrics` (Prometheus text, every core's
-//! figures), `GET /v1/status` (JSON), and live settings: `PUT` or `POST /v1/config/<name>` with the
+//! figures), `GET /v1/status` (JSON), the live console (`GET /` or `/console`, polling
+//! `GET /v1/console`; see [`crate::console`]), and live settings: `PUT` or `POST /v1/config/<name>` with the
 //! value as body (or `?value=`): `fetch_coalescing` on|off, `view_sharing` on|off, `read_replicas`
 //! all|auto|off,
 //! `max_delta_for_fanout` offsets; answered once every core has applied it.
@@ -21,6 +22,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+/// The console's pages.
+const HTML: &str = "text/html; charset=utf-8";
 
 /// Largest request head (request line and headers) served; larger ones get 431.
 const MAX_REQUEST_HEAD: usize = 16 << 10;
@@ -191,6 +195,8 @@ struct Request {
     target: String,
     /// The `Authorization` header's value, if sent.
     authorization: Option<String>,
+    /// The console's token cookie (`shoal_admin_token`), if sent.
+    cookie_token: Option<String>,
     body: Vec<u8>,
 }
 
@@ -201,7 +207,7 @@ fn read_request(
     deadline: Instant,
 ) -> Result<Option<Request>, Response> {
     let mut buf = Vec::new();
-    let (method, target, authorization, head_len, content_length) = loop {
+    let (method, target, (authorization, cookie_token), head_len, content_length) = loop {
         match read_some(stream, &mut buf, deadline)? {
             0 => return Ok(None),
             _ => {
@@ -209,16 +215,10 @@ fn read_request(
                 let mut parsed = httparse::Request::new(&mut headers);
                 match parsed.parse(&buf) {
                     Ok(httparse::Status::Complete(n)) if n <= MAX_REQUEST_HEAD => {
-                        let authorization = parsed
-                            .headers
-                            .iter()
-                            .find(|h| h.name.eq_ignore_ascii_case("authorization"))
-                            .and_then(|h| std::str::from_utf8(h.value).ok())
-                            .map(|v| v.trim().to_string());
                         break (
                             parsed.method.unwrap_or("").to_string(),
                             parsed.path.unwrap_or("").to_string(),
-                            authorization,
+                            credentials(parsed.headers),
                             n,
                             content_length(parsed.headers),
                         );
@@ -248,6 +248,7 @@ fn read_request(
         method,
         target,
         authorization,
+        cookie_token,
         body: buf.split_off(head_len),
     }))
 }
@@ -286,6 +287,32 @@ fn read_some(
     }
 }
 
+/// The `Authorization` header's value and the console's token cookie, where sent.
+fn credentials(headers: &[httparse::Header<'_>]) -> (Option<String>, Option<String>) {
+    fn header<'a>(
+        headers: &'a [httparse::Header<'_>],
+        name: &'static str,
+    ) -> impl Iterator<Item = &'a str> {
+        headers
+            .iter()
+            .filter(move |h| h.name.eq_ignore_ascii_case(name))
+            .filter_map(|h| std::str::from_utf8(h.value).ok())
+    }
+    let authorization = header(headers, "authorization")
+        .next()
+        .map(|v| v.trim().to_string());
+    let cookie = header(headers, "cookie")
+        .flat_map(|v| v.split(';'))
+        .filter_map(|c| c.trim().split_once('='))
+        .find(|(name, _)| *name == TOKEN_COOKIE)
+        .map(|(_, value)| value.trim().to_string());
+    (authorization, cookie)
+}
+
+/// The cookie the console's login page keeps the admin token in (SameSite=Strict), taken for
+/// GET requests only: a cookie cannot change a setting.
+const TOKEN_COOKIE: &str = "shoal_admin_token";
+
 /// The Content-Length header's value, 0 if absent or unreadable.
 fn content_length(headers: &[httparse::Header<'_>]) -> usize {
     headers
@@ -313,13 +340,20 @@ fn authorized(request: &Request, path: &str, token: Option<&str>) -> bool {
     if request.method == "GET" && path == "/metrics" {
         return true;
     }
-    request
+    let matches =
+        |given: &str| crate::auth::scram::constant_time_eq(given.as_bytes(), token.as_bytes());
+    let bearer = request
         .authorization
         .as_deref()
         .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|given| {
-            crate::auth::scram::constant_time_eq(given.trim().as_bytes(), token.as_bytes())
-        })
+        .is_some_and(|given| matches(given.trim()));
+    let cookie = request.method == "GET"
+        && request
+            .cookie_token
+            .as_deref()
+            .map(crate::console::percent_decode)
+            .is_some_and(|given| matches(&given));
+    bearer || cookie
 }
 
 fn route(request: &Request, cores: &Cores) -> Response {
@@ -333,6 +367,14 @@ fn route(request: &Request, cores: &Cores) -> Response {
         );
     }
     if !authorized(request, path, cores.token.as_deref()) {
+        if request.method == "GET" && matches!(path, "/" | "/console") {
+            // A browser cannot send a bearer token: the login page (no data) keeps it in a cookie.
+            return (
+                "401 Unauthorized",
+                HTML,
+                crate::console::LOGIN_PAGE.to_string(),
+            );
+        }
         log::warn!(
             "admin: {} {path} refused: no valid bearer token",
             request.method
@@ -372,10 +414,24 @@ fn route(request: &Request, cores: &Cores) -> Response {
             ),
             Err(unanswered) => unanswered,
         },
+        ("GET", "/" | "/console") => ("200 OK", HTML, crate::console::PAGE.to_string()),
+        ("GET", "/v1/console") => match cores.ask(AdminRequest::Status) {
+            Ok((stats, table)) => (
+                "200 OK",
+                "application/json",
+                crate::console::console_json(
+                    &stats,
+                    &table,
+                    &cores.ports,
+                    &crate::console::ConsoleQuery::parse(target),
+                ),
+            ),
+            Err(unanswered) => unanswered,
+        },
         ("GET", _) => (
             "404 Not Found",
             "text/plain",
-            "not found: try /metrics or /v1/status\n".to_string(),
+            "not found: try /console, /metrics or /v1/status\n".to_string(),
         ),
         _ => (
             "405 Method Not Allowed",

@@ -11,6 +11,8 @@
 //! - [`server`]      — start-up: listeners, one pinned executor per core, the core mesh, orderly stop.
 //! - [`admin`]       — admin HTTP on its own thread (`/metrics`, `/v1/status`, live settings), asking
 //!   core 0 by message.
+//! - [`console`]     — the live console: its page (compiled in) and the JSON it polls, built from
+//!   the cores' snapshots and the topic table.
 //! - [`kafka`]       — the Kafka front end: connections, one handler per API.
 //! - [`control`]     — the control plane: create, grow, configure and delete topics via core 0,
 //!   persisted and broadcast; statistics and live settings gathered for the admin.
@@ -52,6 +54,7 @@ pub mod admin;
 pub mod alloc_guard;
 pub mod auth;
 pub mod config;
+pub mod console;
 pub mod control;
 pub mod core_state;
 pub mod edge;

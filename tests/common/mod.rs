@@ -2,6 +2,7 @@
 //! stopped with SIGTERM (and checked to exit cleanly) when dropped.
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod cli;
 pub mod pki;
 pub mod python;

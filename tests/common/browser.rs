@@ -1,0 +1,113 @@
+//! A headless browser for the console's tests: Debian's `chromium`, installed by the test itself
+//! (`apt-get install chromium`, as root) where it is missing, and a page's DOM as it stands once
+//! its scripts have run.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The chromium binary, installed the first time it is needed on a machine without one.
+pub fn chromium() -> PathBuf {
+    static BROWSER: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BROWSER
+        .get_or_init(|| {
+            let found = || {
+                ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+                    .into_iter()
+                    .map(PathBuf::from)
+                    .find(|p| p.exists())
+            };
+            if let Some(path) = found() {
+                return path;
+            }
+            let apt = |args: &[&str]| {
+                Command::new("apt-get")
+                    .args(args)
+                    .env("DEBIAN_FRONTEND", "noninteractive")
+                    .stdout(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success())
+            };
+            let installed = apt(&["install", "-y", "-qq", "chromium"])
+                || (apt(&["update", "-qq"]) && apt(&["install", "-y", "-qq", "chromium"]));
+            assert!(
+                installed,
+                "could not install chromium with apt-get (needs root)"
+            );
+            found().expect("chromium installed")
+        })
+        .clone()
+}
+
+/// The DOM of `url` after its scripts ran for `budget` of virtual time (timers run at once), as
+/// HTML; the browser is killed and the test failed after 90 s of real time.
+pub fn dump_dom(url: &str, budget: Duration) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let mut child = Command::new(chromium())
+        .args([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-extensions",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("--virtual-time-budget={}", budget.as_millis()))
+        .arg("--dump-dom")
+        .arg(url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromium runs");
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut stdout, &mut out).unwrap();
+        out
+    });
+    let started = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(90) {
+            let _ = child.kill();
+            panic!("chromium still running after 90 s on {url}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    reader.join().unwrap()
+}
+
+/// The attributes of the first element whose opening tag contains `marker` (e.g.
+/// `data-topic="hot"`), as (name, value) pairs; `None` if there is none.
+pub fn element_attributes(dom: &str, marker: &str) -> Option<Vec<(String, String)>> {
+    let at = dom.find(marker)?;
+    let start = dom[..at].rfind('<')?;
+    let end = at + dom[at..].find('>')?;
+    let tag = &dom[start..end];
+    let mut out = Vec::new();
+    let mut rest = tag;
+    while let Some(eq) = rest.find("=\"") {
+        let name = rest[..eq]
+            .rsplit([' ', '<'])
+            .next()
+            .unwrap_or("")
+            .to_string();
+        let value_end = rest[eq + 2..].find('"')?;
+        out.push((name, rest[eq + 2..eq + 2 + value_end].to_string()));
+        rest = &rest[eq + 2 + value_end + 1..];
+    }
+    Some(out)
+}
+
+/// One attribute of the element found by [`element_attributes`]; panics (showing the DOM's
+/// length) if the element or the attribute is missing.
+pub fn attribute(dom: &str, marker: &str, name: &str) -> String {
+    element_attributes(dom, marker)
+        .unwrap_or_else(|| panic!("no element with {marker} in the page ({} bytes)", dom.len()))
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v)
+        .unwrap_or_else(|| panic!("the element with {marker} has no {name}"))
+}
