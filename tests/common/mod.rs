@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod cli;
+pub mod edge;
 pub mod pki;
 pub mod python;
 pub mod records;

@@ -52,7 +52,7 @@ pub struct SeekArgs {
     /// A topic, or some of its partitions (`clicks:0,2`); repeat for more.
     #[arg(long = "topic", value_parser = parse_topic_partitions, required_unless_present = "all_topics")]
     pub topics: Vec<TopicPartitions>,
-    /// Every topic the group has committed offsets for.
+    /// Every partition of the topics the group has committed offsets in.
     #[arg(long, conflicts_with = "topics")]
     pub all_topics: bool,
     /// To each partition's log start.

@@ -4,9 +4,11 @@
 //!
 //! Lag is the high watermark minus the committed offset (what a read-uncommitted consumer has
 //! left); `lag_committed` the last stable offset minus it (what a read-committed consumer has
-//! left: they differ only while transactions are open). A partition without a commit (a member
-//! owns it but has not committed yet) shows committed `-` and the lag of a consumer starting at
-//! the log start: the most it may have to read.
+//! left: they differ only while transactions are open). The partitions shown are all those of
+//! every topic the group has committed offsets in or is assigned. A partition without a commit
+//! (nobody read it yet, or its owner has not committed) shows committed `-` and the lag of a
+//! consumer starting at the log start: the most it may have to read. (Kafka's tool shows no lag
+//! there; counting it keeps a topic's total lag the records the group has not read.)
 
 use super::coordinator::{self, Committed};
 use crate::tools::failure::Failure;
@@ -117,7 +119,8 @@ pub fn describe(s: &Session, group: &str) -> Result<Report, Failure> {
     })
 }
 
-/// Every partition the group has committed or a member is assigned, with its offsets and lag.
+/// Every partition of the topics the group has committed in or a member is assigned, with its
+/// offsets and lag.
 fn partition_lags(
     s: &Session,
     committed: &Committed,
@@ -147,8 +150,18 @@ fn partition_lags(
         Some(s.metadata(Some(&names))?)
     };
     let mut out = Vec::new();
-    for (topic, ps) in &by_topic {
+    for (topic, ps) in by_topic.iter_mut() {
         let m = m.as_ref().expect("metadata asked for every topic");
+        // Every partition of the topic: one nobody committed or owns is lag too.
+        if let Some(t) = m
+            .topics
+            .iter()
+            .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == *topic))
+        {
+            ps.extend(t.partitions.iter().map(|p| p.partition_index));
+            ps.sort_unstable();
+            ps.dedup();
+        }
         let ask = |ts, iso| offsets::of_partitions(s, m, topic, ps, ts, iso);
         let hwm = ask(LATEST, Isolation::ReadUncommitted)?;
         let lso = ask(LATEST, Isolation::ReadCommitted)?;

@@ -5,7 +5,7 @@
 //! committed offset (log start where none) with only `--shift-by`, plus the shift, clamped to
 //! [log start, high watermark]; then committed with OffsetCommit as a simple (memberless) commit.
 
-use super::args::SeekArgs;
+use super::args::{SeekArgs, TopicPartitions};
 use super::coordinator::{self, Committed};
 use crate::tools::failure::Failure;
 use crate::tools::offsets::{self, Isolation, EARLIEST, LATEST};
@@ -160,28 +160,36 @@ pub fn seek(s: &Session, a: SeekArgs) -> Result<Report, Failure> {
 }
 
 /// The partitions to move, by topic: those named (all of a topic's where none are), or with
-/// --all-topics every partition the group has committed.
+/// --all-topics every partition of the topics the group has committed in (as `describe` shows
+/// them: a partition nobody committed yet moves too).
 fn partitions(
     s: &Session,
     a: &SeekArgs,
     committed: &Committed,
 ) -> Result<BTreeMap<String, Vec<i32>>, Failure> {
     let mut out: BTreeMap<String, Vec<i32>> = BTreeMap::new();
-    if a.all_topics {
-        for (t, p) in committed.keys() {
-            out.entry(t.clone()).or_default().push(*p);
-        }
-        if out.is_empty() {
+    let specs: Vec<TopicPartitions> = if a.all_topics {
+        let mut topics: Vec<&String> = committed.keys().map(|(t, _)| t).collect();
+        topics.dedup();
+        if topics.is_empty() {
             return Err(Failure::usage(format!(
                 "group {} has no committed offsets: name the topics with --topic",
                 a.group
             )));
         }
-        return Ok(out);
-    }
-    let names: Vec<&str> = a.topics.iter().map(|t| t.topic.as_str()).collect();
+        topics
+            .into_iter()
+            .map(|t| TopicPartitions {
+                topic: t.clone(),
+                partitions: Vec::new(),
+            })
+            .collect()
+    } else {
+        a.topics.clone()
+    };
+    let names: Vec<&str> = specs.iter().map(|t| t.topic.as_str()).collect();
     let m = s.metadata(Some(&names))?;
-    for spec in &a.topics {
+    for spec in &specs {
         let what = format!("topic {}", spec.topic);
         let t = m
             .topics
