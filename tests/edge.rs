@@ -9,7 +9,7 @@ mod common;
 
 use common::edge::{edge_command, start_edge, start_upstream, wait_for_topic};
 use common::records::Rec;
-use common::{create_topics, free_port_run, send_retrying, Shoal};
+use common::{create_topics, free_port_run, send_retrying, shoal_command, Shoal};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
@@ -21,7 +21,6 @@ use rdkafka::producer::{
 };
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
-use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

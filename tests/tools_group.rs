@@ -1,10 +1,11 @@
 //! `shoal group` against the real binary: a librdkafka consumer group's lag equal to what was
-//! produced after its last commit, per partition and in total; `seek --to-datetime` moving the group
-//! to exactly the first record at or after the time, where a librdkafka consumer of the group then
-//! starts; `seek` and `delete` refused by name while a consumer is in the group; `--dry-run`
-//! changing nothing; `delete` removing the group. And the read-only commands (`topic list`,
-//! `topic describe`, `group list`, `group describe`) through `shoal edge` giving the upstream's
-//! answers. JSON output parsed throughout.
+//! produced after its last commit, per partition and in total; `seek --to-datetime` moving the
+//! group to exactly the first record at or after the time, where a librdkafka consumer of the
+//! group then starts; `seek` and `delete` refused by name while a consumer is in the group;
+//! `--dry-run` changing nothing; `delete` removing the group; a silent broker failing within
+//! --timeout. And the read-only commands (`topic list`, `topic describe`, `group list`,
+//! `group describe`) through `shoal edge` giving the upstream's answers. JSON output parsed
+//! throughout.
 
 mod common;
 
@@ -356,4 +357,14 @@ fn every_group_command_has_help_with_an_example() {
         "{}",
         both.stderr
     );
+    // A broker that accepts and never answers: TimedOut within --timeout, not a hang.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap().to_string();
+    let run = shoal(
+        &["group", "describe", "g", "-b", &addr, "--timeout", "1s"],
+        &[],
+    );
+    assert!(!run.ok && run.stderr.contains("TimedOut"), "{}", run.stderr);
+    assert!(run.took < Duration::from_secs(10), "{:?}", run.took);
+    drop(silent);
 }
