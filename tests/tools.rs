@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::cli::{librdkafka_partitions, produce, shoal, topic};
+use common::cli::{assert_help_has_an_example, librdkafka_partitions, produce, shoal, topic};
 use common::pki::pki;
 use common::Shoal;
 use serde_json::Value;
@@ -307,18 +307,6 @@ fn every_command_has_help_with_an_example() {
         "topic delete",
         "cluster info",
     ] {
-        let mut args: Vec<&str> = command.split(' ').collect();
-        args.push("--help");
-        let run = shoal(&args, &[]);
-        assert!(run.ok, "{command}: {}", run.stderr);
-        let example = format!("Example: `shoal {command}");
-        assert!(run.stdout.contains(&example), "{command}: {}", run.stdout);
-        for flag in ["--brokers", "--timeout", "--format", "--password-file"] {
-            assert!(
-                run.stdout.contains(flag),
-                "{command} lacks {flag}: {}",
-                run.stdout
-            );
-        }
+        assert_help_has_an_example(command);
     }
 }

@@ -9,7 +9,10 @@
 
 mod common;
 
-use common::cli::{consume, group, group_consumer, produce, produce_records, shoal, topic, Run};
+use common::cli::{
+    assert_help_has_an_example, consume, group, group_consumer, produce, produce_records, shoal,
+    topic, Run,
+};
 use common::edge::{start_edge, wait_for_topic};
 use common::Shoal;
 use rdkafka::consumer::{CommitMode, Consumer};
@@ -315,19 +318,7 @@ fn read_only_commands_through_an_edge_give_the_upstreams_answers() {
 #[test]
 fn every_group_command_has_help_with_an_example() {
     for command in ["group list", "group describe", "group seek", "group delete"] {
-        let mut args: Vec<&str> = command.split(' ').collect();
-        args.push("--help");
-        let run = shoal(&args, &[]);
-        assert!(run.ok, "{command}: {}", run.stderr);
-        let example = format!("Example: `shoal {command}");
-        assert!(run.stdout.contains(&example), "{command}: {}", run.stdout);
-        for flag in ["--brokers", "--timeout", "--format", "--password-file"] {
-            assert!(
-                run.stdout.contains(flag),
-                "{command} lacks {flag}: {}",
-                run.stdout
-            );
-        }
+        assert_help_has_an_example(command);
     }
     let seek = shoal(&["group", "seek", "--help"], &[]).stdout;
     for flag in [

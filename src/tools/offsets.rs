@@ -3,11 +3,8 @@
 //! timestamp. Used by `topic describe`, `group describe` and `group seek`.
 
 use super::failure::Failure;
-use super::session::{topic_name, Session};
-use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::{
-    ApiKey, BrokerId, ListOffsetsRequest, ListOffsetsResponse, MetadataResponse,
-};
+use super::session::Session;
+use kafka_protocol::messages::{ApiKey, ListOffsetsResponse, MetadataResponse};
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 
@@ -37,20 +34,8 @@ pub fn at(
     isolation: Isolation,
 ) -> Result<BTreeMap<i32, i64>, Failure> {
     let version = s.version(ApiKey::ListOffsets, 1, 7)?;
-    let mut req = ListOffsetsRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_topics(vec![ListOffsetsTopic::default()
-            .with_name(topic_name(topic))
-            .with_partitions(
-                partitions
-                    .iter()
-                    .map(|p| {
-                        ListOffsetsPartition::default()
-                            .with_partition_index(*p)
-                            .with_timestamp(timestamp)
-                    })
-                    .collect(),
-            )]);
+    let asked: Vec<(i32, i64)> = partitions.iter().map(|p| (*p, timestamp)).collect();
+    let mut req = shoal::edge::list_offsets_request(topic, &asked);
     // The isolation level exists from v2; v1 always reads uncommitted.
     if version >= 2 {
         req = req.with_isolation_level(isolation as i8);

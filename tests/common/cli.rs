@@ -70,6 +70,24 @@ pub fn shoal(args: &[&str], env: &[(&str, &str)]) -> Run {
     }
 }
 
+/// Checks that `shoal COMMAND --help` has an example (`Example: `shoal COMMAND ...`) and the
+/// connection and output flags.
+pub fn assert_help_has_an_example(command: &str) {
+    let mut args: Vec<&str> = command.split(' ').collect();
+    args.push("--help");
+    let run = shoal(&args, &[]);
+    assert!(run.ok, "{command}: {}", run.stderr);
+    let example = format!("Example: `shoal {command}");
+    assert!(run.stdout.contains(&example), "{command}: {}", run.stdout);
+    for flag in ["--brokers", "--timeout", "--format", "--password-file"] {
+        assert!(
+            run.stdout.contains(flag),
+            "{command} lacks {flag}: {}",
+            run.stdout
+        );
+    }
+}
+
 /// `shoal topic ARGS... -b BOOTSTRAP --format json`.
 pub fn topic(bootstrap: &str, args: &[&str]) -> Run {
     operator("topic", bootstrap, args)
