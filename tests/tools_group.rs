@@ -3,15 +3,15 @@
 //! group to exactly the first record at or after the time, where a librdkafka consumer of the
 //! group then starts; `seek` and `delete` refused by name while a consumer is in the group;
 //! `--dry-run` changing nothing; `delete` removing the group; a silent broker failing within
-//! --timeout. And the read-only commands (`topic list`, `topic describe`, `group list`,
-//! `group describe`) through `shoal edge` giving the upstream's answers. JSON output parsed
-//! throughout.
+//! --timeout; over SASL_SSL with ACLs, a user without a grant refused by name. And the read-only
+//! commands (`topic list`, `topic describe`, `group list`, `group describe`) through `shoal edge`
+//! giving the upstream's answers. JSON output parsed throughout.
 
 mod common;
 
 use common::cli::{
     assert_help_has_an_example, consume, group, group_consumer, produce, produce_records, shoal,
-    topic, Run,
+    topic, Run, Secured,
 };
 use common::edge::{start_edge, wait_for_topic};
 use common::Shoal;
@@ -313,6 +313,71 @@ fn read_only_commands_through_an_edge_give_the_upstreams_answers() {
         "{described}"
     );
     assert_eq!(described["total_lag"], 3);
+}
+
+#[test]
+fn over_sasl_ssl_a_group_without_an_acl_is_refused_by_name() {
+    let secure = Secured::start();
+    let admin = |args: &[&str]| {
+        secure.run(
+            "SCRAM-SHA-512",
+            "admin",
+            args,
+            &[("SHOAL_PASSWORD", "admin-pw")],
+        )
+    };
+    let alice = |args: &[&str]| {
+        secure.run(
+            "SCRAM-SHA-256",
+            "alice",
+            args,
+            &[("SHOAL_PASSWORD", "alice-pw")],
+        )
+    };
+    admin(&["topic", "create", "secured", "--partitions", "2"]).json();
+    // The super user makes a group by moving its offsets, lists and describes it.
+    let moved = admin(&[
+        "group",
+        "seek",
+        "auditors",
+        "--topic",
+        "secured",
+        "--to-earliest",
+    ])
+    .json();
+    assert_eq!(column(&moved, "new"), vec![json!(0); 2], "{moved}");
+    let listed = admin(&["group", "list"]).json();
+    assert!(listed.to_string().contains("\"auditors\""), "{listed}");
+    let described = admin(&["group", "describe", "auditors"]).json();
+    assert_eq!(
+        column(&described, "committed"),
+        vec![json!(0); 2],
+        "{described}"
+    );
+
+    // alice has no ACL: she sees no group, and may not describe, move or delete one.
+    assert_eq!(alice(&["group", "list"]).json(), json!([]));
+    refused(
+        &alice(&["group", "describe", "auditors"]),
+        "GroupAuthorizationFailed",
+    );
+    refused(
+        &alice(&[
+            "group",
+            "seek",
+            "auditors",
+            "--topic",
+            "secured",
+            "--to-latest",
+        ]),
+        "GroupAuthorizationFailed",
+    );
+    refused(
+        &alice(&["group", "delete", "auditors"]),
+        "GroupAuthorizationFailed",
+    );
+    admin(&["group", "delete", "auditors"]).json();
+    secure.server.stop();
 }
 
 #[test]

@@ -88,6 +88,70 @@ pub fn assert_help_has_an_example(command: &str) {
     }
 }
 
+/// A one-core `shoal serve` whose only listener is SASL_SSL (SCRAM-SHA-256, SCRAM-SHA-512 and
+/// PLAIN), with ACLs on and `admin` its super user; the users `admin` (password `admin-pw`) and
+/// `alice` (`alice-pw`); no topic auto-creation.
+pub struct Secured {
+    pub server: super::Shoal,
+    pub pki: super::pki::Pki,
+    pub data: tempfile::TempDir,
+}
+
+impl Secured {
+    pub fn start() -> Secured {
+        let pki = super::pki::pki();
+        let data = tempfile::tempdir().unwrap();
+        super::add_user(data.path(), "admin", "admin-pw");
+        super::add_user(data.path(), "alice", "alice-pw");
+        let (cert, key) = (
+            pki.server.0.to_str().unwrap(),
+            pki.server.1.to_str().unwrap(),
+        );
+        let server = super::Shoal::start(
+            data.path(),
+            1,
+            &[
+                "--tls-cert",
+                cert,
+                "--tls-key",
+                key,
+                "--tls-kernel",
+                "off",
+                "--sasl-mechanisms",
+                "SCRAM-SHA-256,SCRAM-SHA-512,PLAIN",
+                "--authorizer",
+                "acl",
+                "--super-users",
+                "User:admin",
+                "--auto-create-topics",
+                "false",
+            ],
+        );
+        assert_eq!(server.listeners[0].0, "SASL_SSL");
+        Secured { server, pki, data }
+    }
+
+    /// `shoal ARGS... -b BOOTSTRAP --tls-ca CA --sasl-mechanism MECHANISM --user USER --format json`
+    /// with `env` (where a password may be).
+    pub fn run(&self, mechanism: &str, user: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let b = self.server.bootstrap();
+        let mut all = args.to_vec();
+        all.extend_from_slice(&[
+            "-b",
+            &b,
+            "--tls-ca",
+            self.pki.ca_pem.to_str().unwrap(),
+            "--sasl-mechanism",
+            mechanism,
+            "--user",
+            user,
+            "--format",
+            "json",
+        ]);
+        shoal(&all, env)
+    }
+}
+
 /// `shoal topic ARGS... -b BOOTSTRAP --format json`.
 pub fn topic(bootstrap: &str, args: &[&str]) -> Run {
     operator("topic", bootstrap, args)
