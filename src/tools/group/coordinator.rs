@@ -25,15 +25,33 @@ use std::time::{Duration, Instant};
 /// Committed offsets by topic and partition.
 pub type Committed = BTreeMap<(String, i32), i64>;
 
-/// Coordinator errors that pass: COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE.
-const RETRIABLE: [i16; 2] = [14, 15];
+/// Coordinator errors that pass: the coordinator is loading its groups, not elected yet, or moved
+/// (ask FindCoordinator again).
+const PASSING: [&str; 3] = [
+    "CoordinatorLoadInProgress",
+    "CoordinatorNotAvailable",
+    "NotCoordinator",
+];
 
 fn group_id(g: &str) -> GroupId {
     GroupId(StrBytes::from_string(g.to_string()))
 }
 
-/// A group's coordinator: its node id and address. Asked again (within --timeout) while the
-/// broker answers that the coordinator is loading or not available yet.
+/// Runs `f` (which finds the coordinator and asks it) again while it fails with an error that
+/// passes, for at most --timeout; then its last answer.
+pub fn retrying<T>(s: &Session, mut f: impl FnMut() -> Result<T, Failure>) -> Result<T, Failure> {
+    let deadline = Instant::now() + s.timeout();
+    loop {
+        match f() {
+            Err(e) if PASSING.contains(&e.name.as_str()) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            answer => return answer,
+        }
+    }
+}
+
+/// A group's coordinator: its node id and address.
 pub fn find(s: &Session, group: &str) -> Result<(i32, SocketAddr), Failure> {
     let version = s.version(ApiKey::FindCoordinator, 1, 4)?;
     let key = StrBytes::from_string(group.to_string());
@@ -42,38 +60,30 @@ pub fn find(s: &Session, group: &str) -> Result<(i32, SocketAddr), Failure> {
     } else {
         FindCoordinatorRequest::default().with_key(key)
     };
-    let deadline = Instant::now() + s.timeout();
-    loop {
-        let r: FindCoordinatorResponse =
-            s.call(s.bootstrap, ApiKey::FindCoordinator, version, &req)?;
-        let (code, message, node, host, port) = match r.coordinators.first() {
-            Some(c) if version >= 4 => (
-                c.error_code,
-                c.error_message.clone(),
-                c.node_id,
-                c.host.clone(),
-                c.port,
-            ),
-            _ => (
-                r.error_code,
-                r.error_message.clone(),
-                r.node_id,
-                r.host.clone(),
-                r.port,
-            ),
-        };
-        if RETRIABLE.contains(&code) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(100));
-            continue;
-        }
-        Failure::check(
-            code,
-            &format!("finding the coordinator of group {group}"),
-            message.as_deref(),
-        )?;
-        let addr = crate::client::resolve(&format!("{host}:{port}"))?;
-        return Ok((node.0, addr));
-    }
+    let r: FindCoordinatorResponse = s.call(s.bootstrap, ApiKey::FindCoordinator, version, &req)?;
+    let (code, message, node, host, port) = match r.coordinators.first() {
+        Some(c) if version >= 4 => (
+            c.error_code,
+            c.error_message.clone(),
+            c.node_id,
+            c.host.clone(),
+            c.port,
+        ),
+        _ => (
+            r.error_code,
+            r.error_message.clone(),
+            r.node_id,
+            r.host.clone(),
+            r.port,
+        ),
+    };
+    Failure::check(
+        code,
+        &format!("finding the coordinator of group {group}"),
+        message.as_deref(),
+    )?;
+    let addr = crate::client::resolve(&format!("{host}:{port}"))?;
+    Ok((node.0, addr))
 }
 
 /// DescribeGroups for one group at its coordinator.

@@ -77,9 +77,11 @@ fn lag(committed: Option<i64>, log_start: Option<i64>, end: Option<i64>) -> Opti
 }
 
 pub fn describe(s: &Session, group: &str) -> Result<Report, Failure> {
-    let (node, addr) = coordinator::find(s, group)?;
-    let g = coordinator::describe(s, addr, group)?;
-    let committed = coordinator::committed(s, addr, group)?;
+    let (node, g, committed) = coordinator::retrying(s, || {
+        let (node, addr) = coordinator::find(s, group)?;
+        let g = coordinator::describe(s, addr, group)?;
+        Ok((node, g, coordinator::committed(s, addr, group)?))
+    })?;
     if g.group_state.as_str() == "Dead" && committed.is_empty() {
         return Err(Failure::kafka(
             GROUP_ID_NOT_FOUND,

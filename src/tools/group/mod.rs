@@ -71,7 +71,7 @@ fn list(s: &Session) -> Result<Report, Failure> {
 fn delete(s: &Session, groups: &[String]) -> Result<Report, Failure> {
     let mut by_coordinator: BTreeMap<SocketAddr, Vec<&str>> = BTreeMap::new();
     for g in groups {
-        let (_, addr) = coordinator::find(s, g)?;
+        let (_, addr) = coordinator::retrying(s, || coordinator::find(s, g))?;
         by_coordinator.entry(addr).or_default().push(g);
     }
     let mut deleted = Vec::new();

@@ -96,8 +96,11 @@ fn new_offset(
 pub fn seek(s: &Session, a: SeekArgs) -> Result<Report, Failure> {
     let target = target(&a)?;
     let group = a.group.as_str();
-    let (_, addr) = coordinator::find(s, group)?;
-    let g = coordinator::describe(s, addr, group)?;
+    let (g, committed) = coordinator::retrying(s, || {
+        let (_, addr) = coordinator::find(s, group)?;
+        let g = coordinator::describe(s, addr, group)?;
+        Ok((g, coordinator::committed(s, addr, group)?))
+    })?;
     if !coordinator::is_stopped(&g) {
         return Err(Failure::kafka(
             NON_EMPTY_GROUP,
@@ -110,7 +113,6 @@ pub fn seek(s: &Session, a: SeekArgs) -> Result<Report, Failure> {
             None,
         ));
     }
-    let committed = coordinator::committed(s, addr, group)?;
     let chosen = partitions(s, &a, &committed)?;
     let names: Vec<&str> = chosen.keys().map(String::as_str).collect();
     let m = s.metadata(Some(&names))?;
@@ -154,7 +156,10 @@ pub fn seek(s: &Session, a: SeekArgs) -> Result<Report, Failure> {
             .iter()
             .map(|mv| ((mv.topic.clone(), mv.partition), mv.new))
             .collect();
-        coordinator::commit(s, addr, group, &plan)?;
+        coordinator::retrying(s, || {
+            let (_, addr) = coordinator::find(s, group)?;
+            coordinator::commit(s, addr, group, &plan)
+        })?;
     }
     Ok(report(group, a.dry_run, moves))
 }
