@@ -182,6 +182,24 @@ fn lag_seek_and_delete_of_a_group_librdkafka_consumes_in() {
         [3, 1, 0, 2].map(|n| json!(n)),
         "{plan}"
     );
+    // A day ago: every record is older (made in 2023), so each partition's end.
+    let plan = group(
+        &b,
+        &[
+            "seek",
+            "readers",
+            "--all-topics",
+            "--by-duration",
+            "1d",
+            "--dry-run",
+        ],
+    )
+    .json();
+    assert_eq!(
+        column(&plan, "new"),
+        [7, 3, 3, 5].map(|n| json!(n)),
+        "{plan}"
+    );
     assert_eq!(describe(&b, "readers")["partitions"], lagging["partitions"]);
 
     // To the first record at or after 22:13:23.2: offset 4 (made at 23.0 + 1 s), none in
