@@ -295,6 +295,9 @@ fn tables(info: &GroupInfo) -> Vec<Table> {
             assigned.join(" "),
         ]);
     }
+    if members.rows.is_empty() {
+        return vec![summary, parts, topics];
+    }
     vec![summary, parts, topics, members]
 }
 
