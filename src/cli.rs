@@ -1,6 +1,7 @@
 //! The command line: `shoal serve` and its flags (every number a user may want to change is here),
 //! `shoal bench`, whose flags are the load generator's, `shoal user`, which manages SASL users, and
-//! the operator commands `shoal topic` and `shoal cluster` (their flags in `tools::args`).
+//! the operator commands `shoal topic`, `shoal group` and `shoal cluster` (their flags in
+//! `tools::args` and `tools::group::args`).
 
 use crate::units::{parse_size, parse_size_or_minus_one, parse_size_usize};
 use clap::{Args, Parser, Subcommand};
@@ -50,6 +51,9 @@ pub enum Command {
     /// Topics on any Kafka-compatible broker, through the Kafka protocol: create, list, describe,
     /// alter-config, add-partitions, delete. `shoal topic --help`.
     Topic(crate::tools::TopicCommand),
+    /// Consumer groups on any Kafka-compatible broker: list, describe (members, lag per
+    /// partition), seek (reset a stopped group's offsets), delete. `shoal group --help`.
+    Group(crate::tools::GroupCommand),
     /// The cluster a Kafka-compatible broker belongs to: `shoal cluster info`.
     Cluster(crate::tools::ClusterCommand),
 }

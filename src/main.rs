@@ -1,5 +1,5 @@
 //! The `shoal` binary: parses the command line and runs the chosen command, the broker (the `shoal`
-//! library), the load generator (`bench`) or an operator command (`tools`: `topic`, `cluster`),
+//! library), the load generator (`bench`) or an operator command (`tools`: `topic`, `group`, `cluster`),
 //! the last two part of this binary only, sharing its Kafka client (`client`).
 
 mod bench;
@@ -18,7 +18,11 @@ fn main() {
     let cli = Cli::parse();
     // The load generator's embedded broker logs only what needs attention.
     let level = match cli.command {
-        Command::Bench(_) | Command::User(_) | Command::Topic(_) | Command::Cluster(_) => "warn",
+        Command::Bench(_)
+        | Command::User(_)
+        | Command::Topic(_)
+        | Command::Group(_)
+        | Command::Cluster(_) => "warn",
         Command::Serve(_) | Command::Edge(_) => "info",
     };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
@@ -28,6 +32,7 @@ fn main() {
         Command::Bench(cmd) => bench::run(cmd, cli::serve_config),
         Command::User(cmd) => cli::run_user(cmd).map_err(std::io::Error::other),
         Command::Topic(cmd) => tools::run_topic(cmd).map_err(std::io::Error::other),
+        Command::Group(cmd) => tools::run_group(cmd).map_err(std::io::Error::other),
         Command::Cluster(cmd) => tools::run_cluster(cmd).map_err(std::io::Error::other),
     };
     if let Err(e) = result {

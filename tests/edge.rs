@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::edge::{edge_command, start_edge, start_upstream, wait_for_topic};
 use common::records::Rec;
 use common::{create_topics, free_port_run, send_retrying, shoal_command, Shoal};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -20,7 +21,6 @@ use rdkafka::producer::{
 };
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
-use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -29,36 +29,6 @@ use std::time::{Duration, Instant};
 
 /// Every record's create time is this plus its index.
 const BASE_TS: i64 = 1_700_000_000_000;
-
-/// `shoal edge` on `data_dir` with `cores` cores in front of `upstream` (bootstrap addresses), on
-/// free ports.
-fn edge_command(data_dir: &Path, cores: usize, upstream: &str, extra: &[&str]) -> Command {
-    let args = [&["--upstream", upstream][..], extra].concat();
-    shoal_command("edge", data_dir, cores, "127.0.0.1:0", &args)
-}
-
-/// One edge core in front of `upstream`, re-reading its topic list every 500 ms.
-fn start_edge(data_dir: &Path, upstream: &str) -> Shoal {
-    let cmd = edge_command(
-        data_dir,
-        1,
-        upstream,
-        &["--edge-metadata-refresh-ms", "500"],
-    );
-    let edge = Shoal::spawn(cmd, data_dir);
-    assert_eq!(edge.ports.len(), 1);
-    edge
-}
-
-/// The upstream: `shoal serve` on one core (groups rebalance at once).
-fn start_upstream(data_dir: &Path, listen: &str) -> Shoal {
-    Shoal::start_on(
-        data_dir,
-        1,
-        listen,
-        &["--group-initial-rebalance-delay-ms", "0"],
-    )
-}
 
 fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
@@ -263,62 +233,6 @@ fn wait_for_readers(what: &str, readers: &[Reader], n: usize, timeout: Duration)
             );
         }
         std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Waits until `edge`'s metadata lists `topic` with `partitions` partitions, each led by one of the
-/// edge's own cores (a broker on one of its ports).
-fn wait_for_topic(edge: &Shoal, topic: &str, partitions: usize) {
-    let client: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", edge.bootstrap())
-        .create()
-        .expect("metadata client");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let mut last: String;
-    loop {
-        match client.fetch_metadata(None, Duration::from_secs(5)) {
-            Ok(md) => {
-                if let Some(t) = md.topics().iter().find(|t| t.name() == topic) {
-                    if t.error().is_none() && t.partitions().len() == partitions {
-                        for p in t.partitions() {
-                            let leader = md
-                                .brokers()
-                                .iter()
-                                .find(|b| b.id() == p.leader())
-                                .unwrap_or_else(|| {
-                                    panic!("{topic}/{}: leader {} is no broker", p.id(), p.leader())
-                                });
-                            assert!(
-                                edge.ports.contains(&(leader.port() as u16)),
-                                "{topic}/{}: led by {}:{}, not by one of the edge's cores {:?}",
-                                p.id(),
-                                leader.host(),
-                                leader.port(),
-                                edge.ports
-                            );
-                        }
-                        return;
-                    }
-                    last = format!(
-                        "{topic}: error {:?}, {} partitions",
-                        t.error(),
-                        t.partitions().len()
-                    );
-                } else {
-                    last = format!(
-                        "topics {:?}",
-                        md.topics().iter().map(|t| t.name()).collect::<Vec<_>>()
-                    );
-                }
-            }
-            Err(e) => last = e.to_string(),
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the edge at {} did not list {topic} with {partitions} partitions within 15 s; last: {last}",
-            edge.bootstrap()
-        );
-        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

@@ -6,8 +6,9 @@
 
 mod common;
 
-use common::cli::{librdkafka_partitions, produce, shoal, topic};
-use common::pki::pki;
+use common::cli::{
+    assert_help_has_an_example, librdkafka_partitions, produce, shoal, topic, Secured,
+};
 use common::Shoal;
 use serde_json::Value;
 use std::time::Duration;
@@ -194,53 +195,11 @@ fn an_unreachable_or_silent_broker_fails_within_the_timeout() {
 
 #[test]
 fn over_sasl_ssl_a_user_authenticates_and_acls_refuse_by_name() {
-    let pki = pki();
-    let data = tempfile::tempdir().unwrap();
-    common::add_user(data.path(), "admin", "admin-pw");
-    common::add_user(data.path(), "alice", "alice-pw");
-    let (cert, key) = (
-        pki.server.0.to_str().unwrap(),
-        pki.server.1.to_str().unwrap(),
-    );
-    let server = Shoal::start(
-        data.path(),
-        1,
-        &[
-            "--tls-cert",
-            cert,
-            "--tls-key",
-            key,
-            "--tls-kernel",
-            "off",
-            "--sasl-mechanisms",
-            "SCRAM-SHA-256,SCRAM-SHA-512,PLAIN",
-            "--authorizer",
-            "acl",
-            "--super-users",
-            "User:admin",
-            "--auto-create-topics",
-            "false",
-        ],
-    );
-    assert_eq!(server.listeners[0].0, "SASL_SSL");
-    let b = server.bootstrap();
-    let ca = pki.ca_pem.to_str().unwrap();
+    let secure = Secured::start();
+    let b = secure.server.bootstrap();
+    let data = &secure.data;
     let secured = |mechanism: &str, user: &str, args: &[&str], env: &[(&str, &str)]| {
-        let mut all = vec!["topic"];
-        all.extend_from_slice(args);
-        all.extend_from_slice(&[
-            "-b",
-            &b,
-            "--tls-ca",
-            ca,
-            "--sasl-mechanism",
-            mechanism,
-            "--user",
-            user,
-            "--format",
-            "json",
-        ]);
-        shoal(&all, env)
+        secure.run(mechanism, user, &[&["topic"], args].concat(), env)
     };
     // The super user creates a topic (password from the environment).
     let admin_env = [("SHOAL_PASSWORD", "admin-pw")];
@@ -306,7 +265,7 @@ fn over_sasl_ssl_a_user_authenticates_and_acls_refuse_by_name() {
         "{}",
         plain.stderr
     );
-    server.stop();
+    secure.server.stop();
 }
 
 #[test]
@@ -320,18 +279,6 @@ fn every_command_has_help_with_an_example() {
         "topic delete",
         "cluster info",
     ] {
-        let mut args: Vec<&str> = command.split(' ').collect();
-        args.push("--help");
-        let run = shoal(&args, &[]);
-        assert!(run.ok, "{command}: {}", run.stderr);
-        let example = format!("Example: `shoal {command}");
-        assert!(run.stdout.contains(&example), "{command}: {}", run.stdout);
-        for flag in ["--brokers", "--timeout", "--format", "--password-file"] {
-            assert!(
-                run.stdout.contains(flag),
-                "{command} lacks {flag}: {}",
-                run.stdout
-            );
-        }
+        assert_help_has_an_example(command);
     }
 }

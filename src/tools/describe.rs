@@ -4,22 +4,19 @@
 //! with their sources (DescribeConfigs, from any broker).
 
 use super::failure::Failure;
+use super::offsets::{self, Isolation, EARLIEST, LATEST};
 use super::output::{Report, Table};
 use super::session::{topic_name, Session};
 use super::topic::TOPIC_RESOURCE;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::describe_log_dirs_request::DescribableLogDirTopic;
-use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, DescribeConfigsRequest, DescribeConfigsResponse, DescribeLogDirsRequest,
-    DescribeLogDirsResponse, ListOffsetsRequest, ListOffsetsResponse,
+    ApiKey, DescribeConfigsRequest, DescribeConfigsResponse, DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
-
-const LATEST: i64 = -1;
-const EARLIEST: i64 = -2;
+use std::collections::BTreeMap;
 
 #[derive(Debug, Serialize)]
 struct PartitionInfo {
@@ -74,26 +71,17 @@ pub fn describe(s: &Session, name: &str) -> Result<Report, Failure> {
         .collect();
     partitions.sort_by_key(|p| p.partition);
     // One ListOffsets per leader and timestamp, for all the partitions it leads.
-    let mut by_leader: HashMap<i32, Vec<i32>> = HashMap::new();
-    for p in partitions.iter().filter(|p| p.leader >= 0) {
-        by_leader.entry(p.leader).or_default().push(p.partition);
+    let ids: Vec<i32> = partitions.iter().map(|p| p.partition).collect();
+    let latest = offsets::of_partitions(s, &m, name, &ids, LATEST, Isolation::ReadUncommitted)?;
+    let earliest = offsets::of_partitions(s, &m, name, &ids, EARLIEST, Isolation::ReadUncommitted)?;
+    let mut sizes = BTreeMap::new();
+    for (addr, ids) in offsets::by_leader(s, &m, name, &ids)? {
+        sizes.extend(sizes_at(s, addr, name, &ids));
     }
-    for (leader, ids) in by_leader {
-        let addr = s.broker(&m, leader).ok_or_else(|| {
-            Failure::other(
-                "LeaderNotAvailable",
-                format!("topic {name}: leader {leader} is not among the brokers"),
-                "retry in a moment",
-            )
-        })?;
-        let latest = offsets(s, addr, name, &ids, LATEST)?;
-        let earliest = offsets(s, addr, name, &ids, EARLIEST)?;
-        let sizes = sizes(s, addr, name, &ids);
-        for p in partitions.iter_mut() {
-            p.high_watermark = p.high_watermark.or(latest.get(&p.partition).copied());
-            p.log_start = p.log_start.or(earliest.get(&p.partition).copied());
-            p.size_bytes = p.size_bytes.or(sizes.get(&p.partition).copied());
-        }
+    for p in partitions.iter_mut() {
+        p.high_watermark = latest.get(&p.partition).copied();
+        p.log_start = earliest.get(&p.partition).copied();
+        p.size_bytes = sizes.get(&p.partition).copied();
     }
     let info = TopicInfo {
         name: name.to_string(),
@@ -106,43 +94,10 @@ pub fn describe(s: &Session, name: &str) -> Result<Report, Failure> {
     })
 }
 
-/// ListOffsets for `partitions` of `topic` at their leader `addr`: partition to offset (those
-/// answered with an error left out).
-fn offsets(
-    s: &Session,
-    addr: std::net::SocketAddr,
-    topic: &str,
-    partitions: &[i32],
-    timestamp: i64,
-) -> Result<BTreeMap<i32, i64>, Failure> {
-    let version = s.version(ApiKey::ListOffsets, 1, 7)?;
-    let req = ListOffsetsRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_topics(vec![ListOffsetsTopic::default()
-            .with_name(topic_name(topic))
-            .with_partitions(
-                partitions
-                    .iter()
-                    .map(|p| {
-                        ListOffsetsPartition::default()
-                            .with_partition_index(*p)
-                            .with_timestamp(timestamp)
-                    })
-                    .collect(),
-            )]);
-    let r: ListOffsetsResponse = s.call(addr, ApiKey::ListOffsets, version, &req)?;
-    Ok(r.topics
-        .iter()
-        .flat_map(|t| &t.partitions)
-        .filter(|p| p.error_code == 0)
-        .map(|p| (p.partition_index, p.offset))
-        .collect())
-}
-
 /// DescribeLogDirs for `partitions` of `topic` at their leader `addr`: partition to bytes on
 /// disk. Empty where the broker does not serve it or refuses it (it needs DESCRIBE on the
 /// cluster): the size is then left out, not the description.
-fn sizes(
+fn sizes_at(
     s: &Session,
     addr: std::net::SocketAddr,
     topic: &str,

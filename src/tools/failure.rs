@@ -116,6 +116,13 @@ fn hint(e: ResponseError) -> &'static str {
         InvalidTopicException => "topic names are letters, digits, '.', '_' and '-', at most 249",
         PolicyViolation => "the broker's policy refused it: see its log",
         NotController => "the controller moved: retry",
+        NonEmptyGroup => {
+            "stop the group's consumers first (`shoal group describe GROUP` lists its members)"
+        }
+        GroupIdNotFound => "`shoal group list` shows the groups there are",
+        CoordinatorNotAvailable | NotCoordinator | CoordinatorLoadInProgress => {
+            "the group's coordinator is moving or loading: retry in a moment"
+        }
         SaslAuthenticationFailed | IllegalSaslState | UnsupportedSaslMechanism => {
             "check --sasl-mechanism, --user and the password"
         }

@@ -78,6 +78,11 @@ impl Session {
         })
     }
 
+    /// `--timeout`: how long a connection or an answer may take.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     pub fn connect(&self, addr: SocketAddr) -> Result<SyncConn, Failure> {
         Ok(SyncConn::connect_within(addr, self.timeout, self.timeout)?)
     }

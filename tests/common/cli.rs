@@ -3,6 +3,7 @@
 //! operator-command tests share.
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
 use rdkafka::producer::DefaultProducerContext;
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use serde_json::Value;
@@ -69,9 +70,101 @@ pub fn shoal(args: &[&str], env: &[(&str, &str)]) -> Run {
     }
 }
 
+/// Checks that `shoal COMMAND --help` has an example (`Example: `shoal COMMAND ...`) and the
+/// connection and output flags.
+pub fn assert_help_has_an_example(command: &str) {
+    let mut args: Vec<&str> = command.split(' ').collect();
+    args.push("--help");
+    let run = shoal(&args, &[]);
+    assert!(run.ok, "{command}: {}", run.stderr);
+    let example = format!("Example: `shoal {command}");
+    assert!(run.stdout.contains(&example), "{command}: {}", run.stdout);
+    for flag in ["--brokers", "--timeout", "--format", "--password-file"] {
+        assert!(
+            run.stdout.contains(flag),
+            "{command} lacks {flag}: {}",
+            run.stdout
+        );
+    }
+}
+
+/// A one-core `shoal serve` whose only listener is SASL_SSL (SCRAM-SHA-256, SCRAM-SHA-512 and
+/// PLAIN), with ACLs on and `admin` its super user; the users `admin` (password `admin-pw`) and
+/// `alice` (`alice-pw`); no topic auto-creation.
+pub struct Secured {
+    pub server: super::Shoal,
+    pub pki: super::pki::Pki,
+    pub data: tempfile::TempDir,
+}
+
+impl Secured {
+    pub fn start() -> Secured {
+        let pki = super::pki::pki();
+        let data = tempfile::tempdir().unwrap();
+        super::add_user(data.path(), "admin", "admin-pw");
+        super::add_user(data.path(), "alice", "alice-pw");
+        let (cert, key) = (
+            pki.server.0.to_str().unwrap(),
+            pki.server.1.to_str().unwrap(),
+        );
+        let server = super::Shoal::start(
+            data.path(),
+            1,
+            &[
+                "--tls-cert",
+                cert,
+                "--tls-key",
+                key,
+                "--tls-kernel",
+                "off",
+                "--sasl-mechanisms",
+                "SCRAM-SHA-256,SCRAM-SHA-512,PLAIN",
+                "--authorizer",
+                "acl",
+                "--super-users",
+                "User:admin",
+                "--auto-create-topics",
+                "false",
+            ],
+        );
+        assert_eq!(server.listeners[0].0, "SASL_SSL");
+        Secured { server, pki, data }
+    }
+
+    /// `shoal ARGS... -b BOOTSTRAP --tls-ca CA --sasl-mechanism MECHANISM --user USER --format json`
+    /// with `env` (where a password may be).
+    pub fn run(&self, mechanism: &str, user: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let b = self.server.bootstrap();
+        let mut all = args.to_vec();
+        all.extend_from_slice(&[
+            "-b",
+            &b,
+            "--tls-ca",
+            self.pki.ca_pem.to_str().unwrap(),
+            "--sasl-mechanism",
+            mechanism,
+            "--user",
+            user,
+            "--format",
+            "json",
+        ]);
+        shoal(&all, env)
+    }
+}
+
 /// `shoal topic ARGS... -b BOOTSTRAP --format json`.
 pub fn topic(bootstrap: &str, args: &[&str]) -> Run {
-    let mut all = vec!["topic"];
+    operator("topic", bootstrap, args)
+}
+
+/// `shoal group ARGS... -b BOOTSTRAP --format json`.
+pub fn group(bootstrap: &str, args: &[&str]) -> Run {
+    operator("group", bootstrap, args)
+}
+
+/// `shoal COMMAND ARGS... -b BOOTSTRAP --format json`.
+fn operator(command: &str, bootstrap: &str, args: &[&str]) -> Run {
+    let mut all = vec![command];
     all.extend_from_slice(args);
     all.extend_from_slice(&["-b", bootstrap, "--format", "json"]);
     shoal(&all, &[])
@@ -93,23 +186,66 @@ pub fn librdkafka_partitions(bootstrap: &str, topic: &str) -> Option<usize> {
 
 /// Produces `counts[p]` records to partition `p` with librdkafka, and waits for them all.
 pub fn produce(bootstrap: &str, topic: &str, counts: &[usize]) {
+    let records: Vec<(i32, Option<i64>)> = counts
+        .iter()
+        .enumerate()
+        .flat_map(|(p, n)| (0..*n).map(move |_| (p as i32, None)))
+        .collect();
+    produce_records(bootstrap, topic, &records);
+}
+
+/// Produces one record per `(partition, timestamp)` with librdkafka, in order (no timestamp: the
+/// producer's clock), and waits for them all.
+pub fn produce_records(bootstrap: &str, topic: &str, records: &[(i32, Option<i64>)]) {
     let producer: ThreadedProducer<DefaultProducerContext> = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("linger.ms", "5")
         .create()
         .unwrap();
-    for (p, n) in counts.iter().enumerate() {
-        for i in 0..*n {
-            let value = format!("record {i}");
-            super::send_retrying(
-                &producer,
-                BaseRecord::<(), _, ()>::to(topic)
-                    .partition(p as i32)
-                    .payload(&value),
-            );
+    for (i, (p, ts)) in records.iter().enumerate() {
+        let value = format!("record {i}");
+        let mut record = BaseRecord::<(), _, ()>::to(topic)
+            .partition(*p)
+            .payload(&value);
+        if let Some(ts) = ts {
+            record = record.timestamp(*ts);
         }
+        super::send_retrying(&producer, record);
     }
     producer
         .flush(Duration::from_secs(30))
         .expect("all delivered");
+}
+
+/// A librdkafka consumer in `group` subscribed to `topic`: from the log start where the group has
+/// no commit, committing only when told.
+pub fn group_consumer(bootstrap: &str, group: &str, topic: &str) -> BaseConsumer {
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .set("session.timeout.ms", "6000")
+        .create()
+        .unwrap();
+    consumer.subscribe(&[topic]).unwrap();
+    consumer
+}
+
+/// Polls until `n` records came (failing the test after `within`); their (partition, offset).
+pub fn consume(consumer: &BaseConsumer, n: usize, within: Duration) -> Vec<(i32, i64)> {
+    let deadline = Instant::now() + within;
+    let mut got = Vec::new();
+    while got.len() < n {
+        assert!(
+            Instant::now() < deadline,
+            "{} of {n} records within {within:?}: {got:?}",
+            got.len()
+        );
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            let m = m.expect("no consumer error");
+            got.push((m.partition(), m.offset()));
+        }
+    }
+    got
 }

@@ -4,6 +4,7 @@
 
 pub mod browser;
 pub mod cli;
+pub mod edge;
 pub mod pki;
 pub mod python;
 pub mod records;
