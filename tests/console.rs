@@ -75,19 +75,24 @@ fn the_console_shows_the_brokers_numbers_in_a_browser() {
     let stop = Arc::new(AtomicBool::new(false));
     let readers = tail_readers(&b, "hot", 4, &stop);
 
-    // Wait (bounded) until the broker counts the four readers and the hot partition's replica.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let c = console(&shoal, "");
+    // Wait (bounded) until the broker counts the four readers, spread over both cores, and the
+    // hot partition's replica. A reader sent to the replica core still counts on the owner until
+    // it has not fetched there for 10 s, so the count settles at 4 only then.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut settled = 0;
+    while settled < 3 {
+        let c = console(&shoal, "?topic=hot");
         let hot = topic_row(&c, "hot");
-        if hot["consumers"] == 4 && hot["replicated_partitions"] == 1 {
-            break;
-        }
+        let cores = c["partitions"]["items"][0]["consumers_by_core"]
+            .as_object()
+            .map_or(0, |m| m.len());
+        let ready = hot["consumers"] == 4 && hot["replicated_partitions"] == 1 && cores == 2;
+        settled = if ready { settled + 1 } else { 0 };
         assert!(
             Instant::now() < deadline,
-            "readers or replica not counted: {c}"
+            "readers or replica not settled: {c}"
         );
-        std::thread::sleep(Duration::from_millis(200));
+        std::thread::sleep(Duration::from_millis(500));
     }
 
     let url = format!("http://{}/console?topic=hot", shoal.admin);
