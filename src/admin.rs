@@ -544,11 +544,15 @@ fn parse_setting(name: &str, value: &str) -> Result<Setting, String> {
             .ok_or_else(|| {
                 format!("max_delta_for_fanout takes a number of offsets, not {value:?}")
             }),
-        "read_replicas" => crate::topic_configs::ReplicaPolicy::parse(value).map(Setting::ReadReplicas),
+        "read_replicas" => {
+            crate::topic_configs::ReplicaPolicy::parse(value).map(Setting::ReadReplicas)
+        }
         "group_lag_interval_ms" => value
             .parse::<u64>()
             .map(|ms| Setting::GroupLagInterval(Duration::from_millis(ms)))
-            .map_err(|_| format!("group_lag_interval_ms takes milliseconds (0: off), not {value:?}")),
+            .map_err(|_| {
+                format!("group_lag_interval_ms takes milliseconds (0: off), not {value:?}")
+            }),
         _ => Err(format!(
             "unknown setting {name:?}: fetch_coalescing, view_sharing, max_delta_for_fanout, \
              read_replicas, group_lag_interval_ms"

@@ -97,7 +97,8 @@ async fn round(core: &Rc<Core>) -> Vec<lag::GroupLag> {
     keep(partition_ends(core, local).await);
     let deadline = Instant::now() + QUESTION_TIMEOUT;
     for a in asked {
-        if let Some(CoreMsg::PartitionEndsReply { ends, .. }) = core.mesh().answer(a, deadline).await
+        if let Some(CoreMsg::PartitionEndsReply { ends, .. }) =
+            core.mesh().answer(a, deadline).await
         {
             keep(ends);
         }

@@ -124,7 +124,9 @@ pub fn compute(
             figures.lag_max = figures.lag_max.max(lag);
             if lag > 0 {
                 lagging = true;
-                let at = end.next_timestamps.binary_search_by_key(offset, |(o, _)| *o);
+                let at = end
+                    .next_timestamps
+                    .binary_search_by_key(offset, |(o, _)| *o);
                 if let Ok(i) = at {
                     let age = now_ms.saturating_sub(end.next_timestamps[i].1).max(0) as u64;
                     figures.time_lag_ms = figures.time_lag_ms.max(Some(age));
@@ -306,7 +308,11 @@ mod tests {
         .into_iter()
         .collect();
         let figures = compute(&positions(), &ends, 7_001, &config(true, 100));
-        assert_eq!(figures.len(), 2, "a group with only deleted partitions: none");
+        assert_eq!(
+            figures.len(),
+            2,
+            "a group with only deleted partitions: none"
+        );
         let a = &figures[0];
         assert_eq!((a.lag_sum, a.lag_max), (7, 5));
         assert_eq!(a.time_lag_ms, Some(6_001), "the oldest unconsumed record");

@@ -93,6 +93,11 @@ pub fn librdkafka_partitions(bootstrap: &str, topic: &str) -> Option<usize> {
 
 /// Produces `counts[p]` records to partition `p` with librdkafka, and waits for them all.
 pub fn produce(bootstrap: &str, topic: &str, counts: &[usize]) {
+    produce_stamped(bootstrap, topic, counts, None);
+}
+
+/// [`produce`] with every record stamped `timestamp_ms` (CreateTime), or by the client if `None`.
+pub fn produce_stamped(bootstrap: &str, topic: &str, counts: &[usize], timestamp_ms: Option<i64>) {
     let producer: ThreadedProducer<DefaultProducerContext> = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("linger.ms", "5")
@@ -101,12 +106,11 @@ pub fn produce(bootstrap: &str, topic: &str, counts: &[usize]) {
     for (p, n) in counts.iter().enumerate() {
         for i in 0..*n {
             let value = format!("record {i}");
-            super::send_retrying(
-                &producer,
-                BaseRecord::<(), _, ()>::to(topic)
-                    .partition(p as i32)
-                    .payload(&value),
-            );
+            let mut record = BaseRecord::<(), _, ()>::to(topic)
+                .partition(p as i32)
+                .payload(&value);
+            record.timestamp = timestamp_ms;
+            super::send_retrying(&producer, record);
         }
     }
     producer
