@@ -71,7 +71,8 @@ async fn round(core: &Rc<Core>) -> Vec<lag::GroupLag> {
         return Vec::new();
     }
     let mut by_owner: BTreeMap<usize, Vec<EndQuery>> = BTreeMap::new();
-    for q in lag::queries(&positions) {
+    let figures = core.groups().lag();
+    for q in lag::queries(&positions, |tp, offset| figures.knows(tp, offset)) {
         if let Some(owner) = owner_of(core, &q.topic, q.partition) {
             by_owner.entry(owner).or_default().push(q);
         }
@@ -103,8 +104,8 @@ async fn round(core: &Rc<Core>) -> Vec<lag::GroupLag> {
             keep(ends);
         }
     }
-    let config = core.groups().lag().config();
-    lag::compute(&positions, &ends, shards::now_ms(), &config)
+    figures.complete(&positions, &mut ends);
+    lag::compute(&positions, &ends, shards::now_ms(), &figures.config())
 }
 
 /// The core owning `topic`'s partition (a view's: its source's); `None` if the topic (or the
@@ -147,6 +148,7 @@ pub async fn partition_ends(core: &Core, asked: Vec<EndQuery>) -> Vec<PartitionE
             topic: q.topic,
             partition: q.partition,
             high_watermark,
+            log_start_offset: p.log.log_start_offset(),
             next_timestamps,
         });
     }

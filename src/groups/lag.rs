@@ -43,6 +43,7 @@ pub struct PartitionEnd {
     pub topic: String,
     pub partition: i32,
     pub high_watermark: i64,
+    pub log_start_offset: i64,
     /// (committed offset, timestamp of the record a consumer there gets next) for the asked offsets
     /// below the high watermark whose timestamp the log could tell; ascending by offset.
     pub next_timestamps: Vec<(i64, i64)>,
@@ -75,12 +76,19 @@ pub struct GroupLag {
 /// Committed offsets of a core's groups: (group, its (partition, offset) pairs).
 pub type Positions = Vec<(String, Vec<(TopicPartition, i64)>)>;
 
-/// The partitions whose ends the groups need, each with its distinct committed offsets.
-pub fn queries(positions: &Positions) -> Vec<EndQuery> {
+/// The partitions whose ends the groups need, each with its distinct committed offsets but those
+/// whose timestamps are `known` already.
+pub fn queries(
+    positions: &Positions,
+    known: impl Fn(&TopicPartition, i64) -> bool,
+) -> Vec<EndQuery> {
     let mut wanted: BTreeMap<&TopicPartition, BTreeSet<i64>> = BTreeMap::new();
     for (_, offsets) in positions {
         for (tp, offset) in offsets {
-            wanted.entry(tp).or_default().insert(*offset);
+            let asked = wanted.entry(tp).or_default();
+            if !known(tp, *offset) {
+                asked.insert(*offset);
+            }
         }
     }
     wanted
@@ -159,6 +167,10 @@ pub struct LagFigures {
     config: LagConfig,
     interval: Cell<Duration>,
     latest: RefCell<Vec<GroupLag>>,
+    /// Timestamps of the records at committed offsets, read in earlier rounds: a record does not
+    /// change, so a group that does not move costs one read, not one per round. Kept while the
+    /// offset is committed and not below its partition's log start (where the next record moves).
+    known: RefCell<HashMap<TopicPartition, BTreeMap<i64, i64>>>,
 }
 
 impl LagFigures {
@@ -167,6 +179,7 @@ impl LagFigures {
             config,
             interval: Cell::new(config.interval),
             latest: RefCell::new(Vec::new()),
+            known: RefCell::new(HashMap::new()),
         }
     }
     /// The settings in effect (with the interval as last set live).
@@ -185,6 +198,44 @@ impl LagFigures {
     pub fn replace(&self, figures: Vec<GroupLag>) {
         *self.latest.borrow_mut() = figures;
     }
+    /// Whether the timestamp at `offset` of `tp` is known from an earlier round.
+    pub fn knows(&self, tp: &TopicPartition, offset: i64) -> bool {
+        self.known
+            .borrow()
+            .get(tp)
+            .is_some_and(|k| k.contains_key(&offset))
+    }
+
+    /// Adds the known timestamps of the offsets committed now (below the high watermark) to the
+    /// ends reported this round, then keeps every timestamp the ends hold for the next round.
+    pub fn complete(
+        &self,
+        positions: &Positions,
+        ends: &mut HashMap<TopicPartition, PartitionEnd>,
+    ) {
+        let mut known = self.known.borrow_mut();
+        for (tp, offset) in positions.iter().flat_map(|(_, offsets)| offsets) {
+            let (Some(end), Some(ts)) =
+                (ends.get_mut(tp), known.get(tp).and_then(|k| k.get(offset)))
+            else {
+                continue;
+            };
+            if *offset < end.high_watermark && !end.next_timestamps.iter().any(|(o, _)| o == offset)
+            {
+                end.next_timestamps.push((*offset, *ts));
+            }
+        }
+        known.clear();
+        for (tp, end) in ends.iter_mut() {
+            end.next_timestamps.sort_unstable();
+            let kept = end
+                .next_timestamps
+                .iter()
+                .filter(|(o, _)| *o >= end.log_start_offset);
+            known.insert(tp.clone(), kept.copied().collect());
+        }
+    }
+
     /// Drops a deleted group's figures at once, not at the next round.
     pub fn forget(&self, group: &str) {
         self.latest.borrow_mut().retain(|g| g.group != group);
@@ -260,6 +311,7 @@ mod tests {
             topic: t.to_string(),
             partition: p,
             high_watermark: hw,
+            log_start_offset: 2,
             next_timestamps: ts.to_vec(),
         };
         (tp(t, p), e)
@@ -278,7 +330,7 @@ mod tests {
         let mut p = positions();
         p.push(("d".into(), vec![(tp("t", 0), 10)]));
         assert_eq!(
-            queries(&p),
+            queries(&p, |tp, o| *tp == ("t".to_string(), 1) && o == 4),
             vec![
                 EndQuery {
                     topic: "gone".into(),
@@ -293,7 +345,7 @@ mod tests {
                 EndQuery {
                     topic: "t".into(),
                     partition: 1,
-                    committed: vec![4]
+                    committed: vec![],
                 },
             ]
         );
@@ -335,6 +387,45 @@ mod tests {
         assert_eq!((b.group.as_str(), b.lag_sum, b.lag_max), ("b", 0, 0));
         assert_eq!(b.time_lag_ms, Some(0), "caught up");
         assert_eq!(b.partitions.len(), 1);
+    }
+
+    #[test]
+    fn timestamps_are_read_once_while_the_offset_stays_committed_above_the_log_start() {
+        let figures = LagFigures::new(config(false, 0));
+        let round = |positions: &Positions, reported: Vec<(TopicPartition, PartitionEnd)>| {
+            let mut ends: HashMap<_, _> = reported.into_iter().collect();
+            figures.complete(positions, &mut ends);
+            compute(positions, &ends, 10_000, &figures.config())
+        };
+        let first = round(
+            &positions(),
+            vec![
+                end("t", 0, 12, &[(10, 1_000)]),
+                end("t", 1, 9, &[(4, 4_000)]),
+            ],
+        );
+        assert_eq!(first[0].time_lag_ms, Some(9_000));
+        assert!(figures.knows(&tp("t", 0), 10) && figures.knows(&tp("t", 1), 4));
+        // The next round asks for no timestamp of these (12 is at the end: no read for it).
+        let asked: Vec<Vec<i64>> = queries(&positions(), |tp, o| figures.knows(tp, o))
+            .into_iter()
+            .filter(|q| q.topic == "t")
+            .map(|q| q.committed)
+            .collect();
+        assert_eq!(asked, [vec![12], vec![]]);
+        let second = round(
+            &positions(),
+            vec![end("t", 0, 12, &[]), end("t", 1, 9, &[])],
+        );
+        assert_eq!(second, first);
+        // Offset 1 of "gone" is below its log start: the record there moves, it is asked again.
+        let p: Positions = vec![("c".into(), vec![(tp("gone", 0), 1)])];
+        round(&p, vec![end("gone", 0, 5, &[(1, 3_000)])]);
+        assert!(!figures.knows(&tp("gone", 0), 1));
+        assert!(
+            !figures.knows(&tp("t", 0), 10),
+            "forgotten once no group commits it"
+        );
     }
 
     #[test]
