@@ -2,7 +2,8 @@
 //! coordinator asks the other core for some of its partitions' ends): a librdkafka group consumes,
 //! commits and leaves; records produced after the commit show as lag, per group and per partition,
 //! and as time lag (their timestamps are an hour old); once the group consumes them and commits,
-//! every figure is back to 0. Also in `/v1/status`, and switched off and on live.
+//! every figure is back to 0. Also in `/v1/status`, switched off and on live, and gone with the
+//! topic.
 
 mod common;
 
@@ -175,5 +176,29 @@ fn lag_after_the_last_commit_and_back_to_zero_once_consumed() {
     }
     node.admin_request("PUT", "/v1/config/group_lag_interval_ms?value=200", "");
     wait_for_figures(&node, "switched on again", caught_up);
+
+    // A deleted topic's partitions are left out: the group, committed to no other, has no series.
+    delete_topic(&bootstrap);
+    let deadline = Instant::now() + WAIT;
+    while exported(&node) {
+        assert!(
+            Instant::now() < deadline,
+            "lag of a deleted topic still exported"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     node.stop();
+}
+
+fn delete_topic(bootstrap: &str) {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("admin client");
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let deleted = futures_lite::future::block_on(admin.delete_topics(&[TOPIC], &opts));
+    for r in deleted.expect("DeleteTopics answered") {
+        r.expect("topic deleted");
+    }
 }
