@@ -561,8 +561,20 @@ impl Cores {
                     })
             })
             .collect();
+        // Consumer groups' lag as their coordinator cores last computed it.
+        let group_lag: Vec<serde_json::Value> = stats
+            .iter()
+            .flat_map(|s| {
+                s.group_lag.iter().map(move |g| {
+                    let mut v = serde_json::json!(g);
+                    v["coordinator"] = s.core.into();
+                    v
+                })
+            })
+            .collect();
         serde_json::json!({
             "version": env!("CARGO_PKG_VERSION"),
+            "group_lag": group_lag,
             "replicated_partitions": replicated,
             "upstream_partitions": upstream,
             "data_dir": self.data_dir,
@@ -588,9 +600,18 @@ fn parse_setting(name: &str, value: &str) -> Result<Setting, String> {
             .ok_or_else(|| {
                 format!("max_delta_for_fanout takes a number of offsets, not {value:?}")
             }),
-        "read_replicas" => crate::topic_configs::ReplicaPolicy::parse(value).map(Setting::ReadReplicas),
+        "read_replicas" => {
+            crate::topic_configs::ReplicaPolicy::parse(value).map(Setting::ReadReplicas)
+        }
+        "group_lag_interval_ms" => value
+            .parse::<u64>()
+            .map(|ms| Setting::GroupLagInterval(Duration::from_millis(ms)))
+            .map_err(|_| {
+                format!("group_lag_interval_ms takes milliseconds (0: off), not {value:?}")
+            }),
         _ => Err(format!(
-            "unknown setting {name:?}: fetch_coalescing, view_sharing, max_delta_for_fanout, read_replicas"
+            "unknown setting {name:?}: fetch_coalescing, view_sharing, max_delta_for_fanout, \
+             read_replicas, group_lag_interval_ms"
         )),
     }
 }
@@ -875,6 +896,11 @@ mod tests {
             Ok(Setting::MaxDeltaForFanout(500))
         );
         assert!(parse_setting("max_delta_for_fanout", "-3").is_err());
+        assert_eq!(
+            parse_setting("group_lag_interval_ms", "250"),
+            Ok(Setting::GroupLagInterval(Duration::from_millis(250)))
+        );
+        assert!(parse_setting("group_lag_interval_ms", "soon").is_err());
         assert!(parse_setting("fetch_coalescing", "maybe").is_err());
         assert!(parse_setting("nonsense", "1").is_err());
         assert_eq!(query_value("/v1/config/x?a=b&value=on"), Some("on".into()));

@@ -13,6 +13,7 @@ use shoal::admin::parse_on_off;
 use shoal::auth::{AuthConfig, SaslMechanism, SecurityProtocol};
 use shoal::config::BrokerConfig;
 use shoal::edge::EdgeConfig;
+use shoal::groups::lag::LagConfig;
 use shoal::groups::CoordinatorConfig;
 use shoal::load::PacingConfig;
 use shoal::replicas::ReplicaConfig;
@@ -419,6 +420,16 @@ pub struct ServeArgs {
     /// holds at least this many records and more than twice the live ones.
     #[arg(long, default_value_t = 10_000)]
     pub group_offsets_compact_min_records: u64,
+    /// How often each coordinator core computes its consumer groups' lag (the shoal_group_lag_*
+    /// metrics), in ms; 0: never. Also switchable live (admin setting group_lag_interval_ms).
+    #[arg(long, default_value_t = 5000)]
+    pub group_lag_interval_ms: u64,
+    /// Also export each group's lag per partition (shoal_group_partition_lag; can be many series).
+    #[arg(long)]
+    pub group_lag_per_partition: bool,
+    /// Most per-partition lag series one core exports, over all its groups.
+    #[arg(long, default_value_t = 10_000)]
+    pub group_lag_max_partition_series: usize,
     /// An idempotent producer with no batch for this long (ms) is forgotten per partition; its next
     /// batch must start a new sequence (Kafka producer.id.expiration.ms).
     #[arg(long, default_value_t = 86_400_000)]
@@ -556,6 +567,11 @@ impl ServeArgs {
                     min_session_timeout: Duration::from_millis(self.group_min_session_timeout_ms),
                     max_session_timeout: Duration::from_millis(self.group_max_session_timeout_ms),
                     compact_min_records: self.group_offsets_compact_min_records.max(1),
+                    lag: LagConfig {
+                        interval: Duration::from_millis(self.group_lag_interval_ms),
+                        per_partition: self.group_lag_per_partition,
+                        max_partition_series: self.group_lag_max_partition_series,
+                    },
                 },
                 auth: AuthConfig {
                     sasl: self.sasl_mechanisms,

@@ -395,6 +395,9 @@ impl Core {
                     })
             }
             crate::mesh::Setting::ReadReplicas(policy) => self.replicas.set_policy(policy),
+            crate::mesh::Setting::GroupLagInterval(interval) => {
+                self.groups.lag().set_interval(interval)
+            }
             crate::mesh::Setting::FetchCoalescing(on) => {
                 if on != self.reads.coalescer.is_enabled() {
                     log::info!(
@@ -504,6 +507,7 @@ impl Core {
             fetch_pacing_delay_us: self.reads.load.delay().as_micros() as u64,
             busy_percent: (self.reads.load.busy() * 100.0).round() as u64,
             groups: self.groups.stats(),
+            group_lag: self.groups.lag().latest(),
             partitions,
             replicas: self.replicas.stats(std::time::Instant::now()),
             edge: self.edge.as_ref().map(|e| e.stats()),

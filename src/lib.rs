@@ -16,6 +16,9 @@
 //! - [`kafka`]       — the Kafka front end: connections, one handler per API.
 //! - [`control`]     — the control plane: create, grow, configure and delete topics via core 0,
 //!   persisted and broadcast; statistics and live settings gathered for the admin.
+//! - [`group_lag`]   — consumer group lag, computed on each group's coordinator core every
+//!   `--group-lag-interval-ms` from the high watermarks (and record timestamps) its partitions'
+//!   owner cores report over the mesh, one message per owner core; and the owner's answer.
 //! - [`core_state`]  — one core (`Core`): its topic table copy and owned partitions, the read path
 //!   (tail cache, coalescer, view readers, pacing), security, the group coordinator, the front
 //!   end's counters, its end of the mesh and, in edge mode, its upstream.
@@ -58,6 +61,7 @@ pub mod console;
 pub mod control;
 pub mod core_state;
 pub mod edge;
+pub mod group_lag;
 pub mod groups;
 pub mod kafka;
 pub mod kafka_stats;

@@ -134,6 +134,17 @@ pub enum CoreMsg {
     },
     /// Read replicas of hot partitions (see [`crate::replicas`]); handled in arrival order.
     Replica(crate::replicas::ReplicaMsg),
+    /// Consumer group lag: a coordinator core asks an owner core for the ends of the partitions
+    /// its groups committed offsets for (all of that core's in one message).
+    PartitionEnds {
+        from: usize,
+        id: u64,
+        asked: Vec<crate::groups::lag::EndQuery>,
+    },
+    PartitionEndsReply {
+        id: u64,
+        ends: Vec<crate::groups::lag::PartitionEnd>,
+    },
 }
 
 /// Settings that change without a restart.
@@ -143,6 +154,8 @@ pub enum Setting {
     ViewSharing(bool),
     MaxDeltaForFanout(i64),
     ReadReplicas(crate::topic_configs::ReplicaPolicy),
+    /// How often coordinator cores compute their groups' lag (zero: never).
+    GroupLagInterval(Duration),
 }
 
 /// A request sent to another core, waiting for its answer.

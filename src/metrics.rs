@@ -19,6 +19,21 @@ pub fn core_label(core: usize) -> String {
     format!("core=\"{core}\"")
 }
 
+/// A label value as the text format writes it: backslash, double quote and line feed escaped
+/// (group ids are any string a client sends).
+pub fn label_value(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// Prometheus text being written: each family's HELP and TYPE once, then its samples.
 #[derive(Debug, Default)]
 pub struct Exposition {

@@ -603,6 +603,7 @@ async fn run_core(
         async move { core.groups().run_ticker(core.shutdown()).await }
     });
     let replica_ticker = glommio::spawn_local(control::tick_replicas(core.clone()));
+    let lag_rounds = glommio::spawn_local(crate::group_lag::run(core.clone()));
     // Latency-sensitive: a write's hand-overs leave before the owner's fetch work goes on.
     match glommio::spawn_local_into(
         control::send_replica_messages(core.clone()),
@@ -639,6 +640,7 @@ async fn run_core(
     core.groups().stop();
     ticker.await;
     replica_ticker.await;
+    lag_rounds.await;
     sampler.await;
     for a in accepts {
         a.await;

@@ -666,6 +666,28 @@ fn offsets_by_timestamp() {
     });
 }
 
+#[test]
+fn the_timestamp_a_consumer_at_an_offset_gets_next() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), small_config(), no_cache())
+            .await
+            .unwrap();
+        // batch(n, _, seed) stamps record i with 1_700_000_000_000 + seed + i.
+        for seed in [0u64, 100] {
+            log.append(batch(3, 500, seed), NON_DURABLE).await.unwrap();
+        }
+        let t0 = 1_700_000_000_000i64;
+        assert_eq!(log.timestamp_at(-5).await.unwrap(), Some(t0));
+        assert_eq!(log.timestamp_at(1).await.unwrap(), Some(t0 + 1));
+        assert_eq!(log.timestamp_at(3).await.unwrap(), Some(t0 + 100));
+        assert_eq!(log.timestamp_at(5).await.unwrap(), Some(t0 + 102));
+        assert_eq!(log.timestamp_at(6).await.unwrap(), None, "caught up");
+        assert_eq!(log.timestamp_at(60).await.unwrap(), None);
+        log.close().await.unwrap();
+    });
+}
+
 /// A producer whose clock is ahead of the broker's: LogAppendTime stamping leaves the batch's max
 /// timestamp below its base timestamp. That is no damage, and recovery must keep the batch.
 #[test]

@@ -122,9 +122,16 @@ async fn handle(core: &Rc<Core>, _peer: usize, msg: CoreMsg) {
                 .await;
         }
         CoreMsg::Replica(msg) => core.receive_replica(msg),
+        CoreMsg::PartitionEnds { from, id, asked } => {
+            let ends = crate::group_lag::partition_ends(core, asked).await;
+            core.mesh()
+                .send(from, CoreMsg::PartitionEndsReply { id, ends })
+                .await;
+        }
         reply @ (CoreMsg::Outcomes { id, .. }
         | CoreMsg::Applied { id }
-        | CoreMsg::StatsReply { id, .. }) => core.mesh().complete(id, reply),
+        | CoreMsg::StatsReply { id, .. }
+        | CoreMsg::PartitionEndsReply { id, .. }) => core.mesh().complete(id, reply),
     }
 }
 

@@ -2,12 +2,15 @@
 //!
 //! - [`group`]   — one group's state machine (Kafka's classic protocol), pure and synchronous.
 //! - [`offsets`] — committed offsets: in memory, durable in an internal log per core, compacted.
+//! - [`lag`]     — consumer group lag computed from committed offsets and partitions' ends, the
+//!   latest figures kept for the statistics, and their `/metrics` families.
 //! - `reshard`   — moving committed offsets when `--cores` changes ([`reshard()`]).
 //! - `stats`     — what the coordinator reports ([`GroupStats`]) and its `/metrics` families.
 //!
 //! Design notes: `docs/groups.md`.
 
 pub mod group;
+pub mod lag;
 pub mod offsets;
 mod reshard;
 mod stats;
@@ -57,6 +60,7 @@ pub struct CoordinatorConfig {
     /// Compact a core's offsets log once it holds at least this many records (and more than twice
     /// the live ones).
     pub compact_min_records: u64,
+    pub lag: lag::LagConfig,
 }
 
 /// One core's groups and their committed offsets.
@@ -74,6 +78,8 @@ pub struct Coordinator {
     offset_commits: Cell<u64>,
     /// Set by [`Coordinator::stop`]: no new JoinGroup or SyncGroup may wait.
     stopped: Cell<bool>,
+    /// The groups' lag as last computed (by `crate::group_lag`).
+    lag: lag::LagFigures,
 }
 
 impl Coordinator {
@@ -88,6 +94,7 @@ impl Coordinator {
             retired_rebalances: Cell::new(0),
             offset_commits: Cell::new(0),
             stopped: Cell::new(false),
+            lag: lag::LagFigures::new(config.lag),
         }
     }
 
@@ -331,6 +338,29 @@ impl Coordinator {
             .unwrap_or_default()
     }
 
+    /// Every committed offset of every group, for the lag round: groups and partitions sorted.
+    pub fn positions(&self) -> lag::Positions {
+        let Some(store) = self.offsets.borrow().clone() else {
+            return Vec::new();
+        };
+        let mut groups = store.groups();
+        groups.sort();
+        groups
+            .into_iter()
+            .map(|g| {
+                let offsets = store.group_offsets(&g);
+                let offsets = offsets.into_iter().map(|(tp, c)| (tp, c.offset));
+                (g, offsets.filter(|(_, o)| *o >= 0).collect::<Vec<_>>())
+            })
+            .filter(|(_, offsets)| !offsets.is_empty())
+            .collect()
+    }
+
+    /// The groups' lag as last computed, and its settings.
+    pub fn lag(&self) -> &lag::LagFigures {
+        &self.lag
+    }
+
     /// Whether the group is in a rebalance (OffsetFetch with `require_stable` waits on it in Kafka
     /// only for pending transactional offsets, which shoal does not have).
     pub fn exists(&self, group_id: &str) -> bool {
@@ -385,6 +415,7 @@ impl Coordinator {
             }
         }
         let written = store.delete_group(group_id).await;
+        self.lag.forget(group_id);
         let removed = self.groups.borrow_mut().remove(group_id);
         if let Some(g) = removed {
             self.retired_rebalances
@@ -516,6 +547,11 @@ mod tests {
             min_session_timeout: Duration::from_millis(1),
             max_session_timeout: Duration::from_secs(300),
             compact_min_records: 1000,
+            lag: lag::LagConfig {
+                interval: Duration::from_secs(5),
+                per_partition: false,
+                max_partition_series: 100,
+            },
         }
     }
 

@@ -36,6 +36,8 @@ pub struct CoreSnapshot {
     /// Smoothed busy share of the core, in percent.
     pub busy_percent: u64,
     pub groups: GroupStats,
+    /// The lag of the consumer groups the core coordinates, as last computed.
+    pub group_lag: Vec<crate::groups::lag::GroupLag>,
     pub partitions: Vec<PartitionSnapshot>,
     /// Read replicas held and fed, hand-overs, redirects, fetch connections per partition.
     pub replicas: crate::replicas::ReplicaStats,
@@ -62,6 +64,8 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
     engine::write_prometheus(&mut out, cores);
     let groups: Vec<_> = cores.iter().map(|c| (c.core, &c.groups)).collect();
     GroupStats::write_prometheus(&mut out, &groups);
+    let lag: Vec<_> = cores.iter().flat_map(|c| &c.group_lag).collect();
+    crate::groups::lag::write_prometheus(&mut out, &lag);
     partitions::write_prometheus(&mut out, cores);
     let replicas: Vec<_> = cores.iter().map(|c| (c.core, &c.replicas)).collect();
     crate::replicas::ReplicaStats::write_prometheus(&mut out, &replicas);
@@ -186,6 +190,17 @@ mod tests {
                         rebalances: 57 * n,
                         offset_commits: 58 * n,
                     },
+                    group_lag: vec![crate::groups::lag::GroupLag {
+                        group: format!("g{core}"),
+                        lag_sum: 74 * n,
+                        lag_max: 75 * n,
+                        time_lag_ms: (core == 0).then_some(76_000),
+                        partitions: vec![crate::groups::lag::PartitionLag {
+                            topic: "a".into(),
+                            partition: 0,
+                            lag: 74 * n,
+                        }],
+                    }],
                     storage: shards::StorageHealth {
                         errors: 59 * n,
                         failing_logs: 60 * n,

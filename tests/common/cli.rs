@@ -186,10 +186,15 @@ pub fn librdkafka_partitions(bootstrap: &str, topic: &str) -> Option<usize> {
 
 /// Produces `counts[p]` records to partition `p` with librdkafka, and waits for them all.
 pub fn produce(bootstrap: &str, topic: &str, counts: &[usize]) {
+    produce_stamped(bootstrap, topic, counts, None);
+}
+
+/// [`produce`] with every record stamped `timestamp_ms` (CreateTime), or by the client if `None`.
+pub fn produce_stamped(bootstrap: &str, topic: &str, counts: &[usize], timestamp_ms: Option<i64>) {
     let records: Vec<(i32, Option<i64>)> = counts
         .iter()
         .enumerate()
-        .flat_map(|(p, n)| (0..*n).map(move |_| (p as i32, None)))
+        .flat_map(|(p, n)| (0..*n).map(move |_| (p as i32, timestamp_ms)))
         .collect();
     produce_records(bootstrap, topic, &records);
 }

@@ -605,6 +605,33 @@ impl Log {
         Ok(None)
     }
 
+    /// The timestamp of the record a consumer at `offset` gets next: the first record at or after
+    /// it (the log start, if `offset` is below it). `None` at the high watermark, or where a control
+    /// batch comes next. Reads one batch, from the tail cache when it is recent: consumer group lag
+    /// asks this of each lagging group's committed offset, to tell how old its backlog is. A
+    /// compressed batch gives its first timestamp, a LogAppendTime batch its append time.
+    pub async fn timestamp_at(&self, offset: i64) -> Result<Option<i64>> {
+        let at = offset.max(self.log_start_offset());
+        if at >= self.high_watermark() {
+            return Ok(None);
+        }
+        let read = self.read(at, 1, true).await?;
+        let Some((h, bytes)) = read.records.batches().find(|(h, _)| h.last_offset() >= at) else {
+            return Ok(None);
+        };
+        if h.is_control() {
+            return Ok(None);
+        }
+        if h.is_log_append_time() {
+            return Ok(Some(h.max_timestamp));
+        }
+        let exact = (h.compression() == 0)
+            .then(|| batch::records(&bytes).ok())
+            .flatten()
+            .and_then(|records| records.iter().find(|r| r.offset >= at).map(|r| r.timestamp));
+        Ok(Some(exact.unwrap_or(h.base_timestamp)))
+    }
+
     /// Deletes whole old segments beyond the retention limits (never the active one) and returns how many.
     pub async fn enforce_retention(&self) -> Result<usize> {
         let inner = &self.inner;
