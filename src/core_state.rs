@@ -508,6 +508,7 @@ impl Core {
             busy_percent: (self.reads.load.busy() * 100.0).round() as u64,
             groups: self.groups.stats(),
             group_lag: self.groups.lag().latest(),
+            group_list: self.groups.summaries(),
             partitions,
             replicas: self.replicas.stats(std::time::Instant::now()),
             edge: self.edge.as_ref().map(|e| e.stats()),

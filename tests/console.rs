@@ -2,7 +2,8 @@
 //! chromium, headless, against `shoal serve` with a hot partition read by consumers on both cores
 //! (read replicas), a wider topic and records produced by librdkafka. The page, once its scripts
 //! ran, shows the broker's numbers: every core, each topic's partitions, high watermarks,
-//! consumers and replicated partitions, one topic's partitions with leader and replica cores. And
+//! consumers and replicated partitions, one topic's partitions with leader and replica cores, a
+//! lagging group's lag with its sparkline. And
 //! the console under an admin token: the login page without it, the token from a cookie for reads
 //! only.
 
@@ -67,11 +68,30 @@ fn topic_row<'a>(c: &'a Value, name: &str) -> &'a Value {
 #[test]
 fn the_console_shows_the_brokers_numbers_in_a_browser() {
     let dir = tempfile::tempdir().unwrap();
-    let shoal = Shoal::start(dir.path(), 2, &["--read-replicas", "all"]);
+    let shoal = Shoal::start(
+        dir.path(),
+        2,
+        &["--read-replicas", "all", "--group-lag-interval-ms", "200"],
+    );
     let b = shoal.bootstrap();
     common::create_topics(&b, &[("hot", 1), ("wide", 3)]);
     produce(&b, "hot", &[40]);
     produce(&b, "wide", &[5, 6, 7]);
+    // A stopped group committed at the start of "wide": it lags by all 18 records.
+    let seek = common::cli::shoal(
+        &[
+            "group",
+            "seek",
+            "lagger",
+            "--topic",
+            "wide",
+            "--to-earliest",
+            "-b",
+            &b,
+        ],
+        &[],
+    );
+    assert!(seek.ok, "{}", seek.stderr);
     let stop = Arc::new(AtomicBool::new(false));
     let readers = tail_readers(&b, "hot", 4, &stop);
 
@@ -86,7 +106,15 @@ fn the_console_shows_the_brokers_numbers_in_a_browser() {
         let cores = c["partitions"]["items"][0]["consumers_by_core"]
             .as_object()
             .map_or(0, |m| m.len());
-        let ready = hot["consumers"] == 4 && hot["replicated_partitions"] == 1 && cores == 2;
+        let lagger = c["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["group"] == "lagger");
+        let ready = hot["consumers"] == 4
+            && hot["replicated_partitions"] == 1
+            && cores == 2
+            && lagger.is_some_and(|g| g["lag_sum"] == 18);
         settled = if ready { settled + 1 } else { 0 };
         assert!(
             Instant::now() < deadline,
@@ -129,6 +157,13 @@ fn the_console_shows_the_brokers_numbers_in_a_browser() {
         (1 - leader).to_string()
     );
     assert_eq!(attribute(&dom, "data-partition=\"0\"", "data-hw"), "40");
+    // The lagging group: no members, all 18 records behind, with its lag over time drawn.
+    let lagger = "data-group=\"lagger\"";
+    assert_eq!(attribute(&dom, lagger, "data-lag"), "18");
+    assert_eq!(attribute(&dom, lagger, "data-members"), "0");
+    let row = &dom[dom.find(lagger).unwrap()..];
+    let row = &row[..row.find("</tr>").unwrap()];
+    assert!(row.contains("Empty") && row.contains("<polyline"), "{row}");
     shoal.stop();
 }
 

@@ -8,7 +8,6 @@
 mod common;
 
 use common::edge::{start_edge, start_upstream};
-use common::Shoal;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -22,6 +22,8 @@ pub const LOGIN_PAGE: &str = include_str!("login.html");
 /// Rows per page, by default and at most.
 const DEFAULT_LIMIT: usize = 50;
 const MAX_LIMIT: usize = 500;
+/// Groups listed, the most lagging first.
+const MAX_GROUPS: usize = 500;
 /// Upstream streams listed in edge mode (the rest counted).
 const MAX_STREAMS: usize = 200;
 
@@ -109,6 +111,7 @@ pub fn console_json(
         "cores": stats.iter().map(|s| core_json(s, ports)).collect::<Vec<_>>(),
         "topics": topics_json(&layout, table, query),
         "partitions": query.topic.as_deref().map(|t| partitions_json(&layout, table, t, query)),
+        "groups": groups_json(stats),
         "edge": edge_json(stats),
     })
     .to_string()
@@ -275,6 +278,38 @@ fn partitions_json(layout: &Layout, table: &TopicTable, topic: &str, q: &Console
     let mut out = page(rows, q.from, q.limit);
     out["topic"] = json!(topic);
     out
+}
+
+/// Every group with its coordinator core, state, members and lag as last computed (`null` where
+/// lag is not computed: no commits yet, lag turned off, or edge mode); the busiest lag first, at
+/// most [`MAX_GROUPS`].
+fn groups_json(stats: &[CoreSnapshot]) -> Value {
+    let mut rows: Vec<Value> = stats
+        .iter()
+        .flat_map(|s| {
+            s.group_list.iter().map(move |g| {
+                let lag = s.group_lag.iter().find(|l| l.group == g.group);
+                json!({
+                    "group": g.group,
+                    "core": s.core,
+                    "state": g.state,
+                    "members": g.members,
+                    "lag_sum": lag.map(|l| l.lag_sum),
+                    "lag_max": lag.map(|l| l.lag_max),
+                    "time_lag_seconds": lag.and_then(|l| l.time_lag_ms).map(|ms| ms as f64 / 1000.0),
+                    "partitions": lag.map(|l| &l.partitions),
+                })
+            })
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        b["lag_sum"]
+            .as_u64()
+            .cmp(&a["lag_sum"].as_u64())
+            .then_with(|| a["group"].as_str().cmp(&b["group"].as_str()))
+    });
+    rows.truncate(MAX_GROUPS);
+    Value::Array(rows)
 }
 
 /// Edge mode: each partition's upstream stream (position, the upstream's range, its last error),

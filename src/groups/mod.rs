@@ -29,7 +29,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 pub use reshard::reshard;
-pub use stats::GroupStats;
+pub use stats::{GroupStats, GroupSummary};
 
 /// How often each core checks its groups' deadlines.
 pub const TICK: Duration = Duration::from_millis(50);
@@ -382,6 +382,22 @@ impl Coordinator {
             })
             .collect();
         v.sort();
+        v
+    }
+
+    /// Each group here with its state and member count, by id.
+    pub fn summaries(&self) -> Vec<GroupSummary> {
+        let mut v: Vec<GroupSummary> = self
+            .groups
+            .borrow()
+            .values()
+            .map(|g| GroupSummary {
+                group: g.id.clone(),
+                state: g.state().name(),
+                members: g.member_count() as u64,
+            })
+            .collect();
+        v.sort_by(|a, b| a.group.cmp(&b.group));
         v
     }
 

@@ -3,6 +3,14 @@
 use super::group::GroupState;
 use crate::metrics::{core_label, Exposition, Family};
 
+/// One group a core coordinates, for the console.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct GroupSummary {
+    pub group: String,
+    pub state: &'static str,
+    pub members: u64,
+}
+
 /// The consumer groups a core coordinates.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GroupStats {

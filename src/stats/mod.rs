@@ -38,6 +38,8 @@ pub struct CoreSnapshot {
     pub groups: GroupStats,
     /// The lag of the consumer groups the core coordinates, as last computed.
     pub group_lag: Vec<crate::groups::lag::GroupLag>,
+    /// The groups the core coordinates, with their states and members (for the console).
+    pub group_list: Vec<crate::groups::GroupSummary>,
     pub partitions: Vec<PartitionSnapshot>,
     /// Read replicas held and fed, hand-overs, redirects, fetch connections per partition.
     pub replicas: crate::replicas::ReplicaStats,
@@ -190,6 +192,7 @@ mod tests {
                         rebalances: 57 * n,
                         offset_commits: 58 * n,
                     },
+                    group_list: Vec::new(),
                     group_lag: vec![crate::groups::lag::GroupLag {
                         group: format!("g{core}"),
                         lag_sum: 74 * n,
