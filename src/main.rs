@@ -1,5 +1,6 @@
 //! The `shoal` binary: parses the command line and runs the chosen command, the broker (the `shoal`
-//! library), the load generator (`bench`) or an operator command (`tools`: `topic`, `cluster`),
+//! library), the load generator (`bench`) or an operator command (`tools`: `topic`, `cluster`,
+//! `acl`, `user` over the protocol, `produce`, `consume`),
 //! the last two part of this binary only, sharing its Kafka client (`client`).
 
 mod bench;
@@ -18,7 +19,13 @@ fn main() {
     let cli = Cli::parse();
     // The load generator's embedded broker logs only what needs attention.
     let level = match cli.command {
-        Command::Bench(_) | Command::User(_) | Command::Topic(_) | Command::Cluster(_) => "warn",
+        Command::Bench(_)
+        | Command::User(_)
+        | Command::Topic(_)
+        | Command::Cluster(_)
+        | Command::Acl(_)
+        | Command::Produce(_)
+        | Command::Consume(_) => "warn",
         Command::Serve(_) | Command::Edge(_) => "info",
     };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
@@ -29,6 +36,9 @@ fn main() {
         Command::User(cmd) => cli::run_user(cmd).map_err(std::io::Error::other),
         Command::Topic(cmd) => tools::run_topic(cmd).map_err(std::io::Error::other),
         Command::Cluster(cmd) => tools::run_cluster(cmd).map_err(std::io::Error::other),
+        Command::Acl(cmd) => tools::run_acl(cmd).map_err(std::io::Error::other),
+        Command::Produce(cmd) => tools::run_produce(cmd).map_err(std::io::Error::other),
+        Command::Consume(cmd) => tools::run_consume(cmd).map_err(std::io::Error::other),
     };
     if let Err(e) = result {
         eprintln!("shoal: {e}");

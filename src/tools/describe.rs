@@ -101,7 +101,7 @@ pub fn describe(s: &Session, name: &str) -> Result<Report, Failure> {
 
 /// ListOffsets for `partitions` of `topic` at their leader `addr`: partition to offset (those
 /// answered with an error left out).
-fn offsets(
+pub fn offsets(
     s: &Session,
     addr: std::net::SocketAddr,
     topic: &str,
