@@ -58,8 +58,10 @@ pub enum Command {
     /// ACLs on any Kafka-compatible broker: create, list, delete. `shoal acl --help`.
     Acl(crate::tools::AclCommand),
     /// Produces the lines of standard input (`key<TAB>value` with --key-delimiter) to a topic.
+    /// Example: `shoal produce clicks --key-delimiter '\t' < lines.txt`
     Produce(crate::tools::ProduceCommand),
-    /// Prints a topic's records (kcat-style --format templates, or JSON lines).
+    /// Prints a topic's records (kcat-style --format templates, or JSON lines). Example:
+    /// `shoal consume clicks --offset beginning --exit --format '%k=%s\n'`
     Consume(crate::tools::ConsumeCommand),
 }
 
@@ -91,7 +93,8 @@ pub enum UserCommand {
         data_dir: PathBuf,
     },
     /// Over the Kafka protocol (AlterUserScramCredentials): creates a user, or sets a user's
-    /// password, salted and hashed here. Example: `SHOAL_NEW_PASSWORD=... shoal user create alice`
+    /// password, salted and hashed here; the new password from --new-password-file or
+    /// SHOAL_NEW_PASSWORD. Example: `shoal user create alice --mechanism SCRAM-SHA-512`
     Create(crate::tools::UserCreate),
     /// Over the Kafka protocol: deletes a user's credentials (all, or --mechanism's); its new
     /// connections are refused. Example: `shoal user delete alice`

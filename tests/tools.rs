@@ -306,6 +306,14 @@ fn every_command_has_help_with_an_example() {
         "topic add-partitions",
         "topic delete",
         "cluster info",
+        "acl create",
+        "acl list",
+        "acl delete",
+        "user create",
+        "user delete",
+        "user list",
+        "produce",
+        "consume",
     ] {
         let mut args: Vec<&str> = command.split(' ').collect();
         args.push("--help");

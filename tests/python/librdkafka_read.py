@@ -39,7 +39,10 @@ c = Consumer(conf)
 try:
     md = c.list_topics(topic, timeout=10)
 except KafkaException as e:
-    auth_failed()
+    # An authentication failure reaches error_cb only when callbacks are served.
+    for _ in range(10):
+        c.poll(0.3)
+        auth_failed()
     done(ok=False, error=e.args[0].name(), message=e.args[0].str())
 auth_failed()
 t = md.topics.get(topic)
