@@ -127,7 +127,16 @@ fn produced_lines_in_each_compression_are_what_librdkafka_reads() {
         .count();
     let sent = shoal_input(
         &[
-            "produce", "io-none", "-b", &b, "--partition", "1", "--acks", "1", "--format", "json",
+            "produce",
+            "io-none",
+            "-b",
+            &b,
+            "--partition",
+            "1",
+            "--acks",
+            "1",
+            "--format",
+            "json",
         ],
         &[],
         b"x\ny\n",
@@ -206,7 +215,14 @@ fn records_librdkafka_produced_are_printed_by_consume_exactly() {
     let all = consume(
         &b,
         "made",
-        &["--offset", "beginning", "--count", "15", "--format", "%k=%s\\n"],
+        &[
+            "--offset",
+            "beginning",
+            "--count",
+            "15",
+            "--format",
+            "%k=%s\\n",
+        ],
     );
     let of = |prefix: char| -> String {
         all.lines()
@@ -222,7 +238,15 @@ fn records_librdkafka_produced_are_printed_by_consume_exactly() {
     let json_lines = consume(
         &b,
         "made",
-        &["-p", "0", "--offset", "beginning", "--exit", "--format", "json"],
+        &[
+            "-p",
+            "0",
+            "--offset",
+            "beginning",
+            "--exit",
+            "--format",
+            "json",
+        ],
     );
     let parsed: Vec<Value> = json_lines
         .lines()
@@ -240,14 +264,35 @@ fn records_librdkafka_produced_are_printed_by_consume_exactly() {
     let template = consume(
         &b,
         "made",
-        &["-p", "1", "--offset", "beginning", "--count", "1", "--format", "%t|%p|%o|%k|%s|%K|%S|%h\\n"],
+        &[
+            "-p",
+            "1",
+            "--offset",
+            "beginning",
+            "--count",
+            "1",
+            "--format",
+            "%t|%p|%o|%k|%s|%K|%S|%h\\n",
+        ],
     );
     assert_eq!(template, "made|1|0|q0|w0|2|2|\n");
 
     // From a timestamp: the first record at or after it; after every record, nothing.
-    let offsets = |from: &str| consume(&b, "made", &["-p", "0", "--offset", from, "--exit", "--format", "%o\\n"]);
-    assert_eq!(offsets(&format!("@{}", t0 + 3000)), lines(3..10, |i| i.to_string()));
-    assert_eq!(offsets(&format!("@{}", t0 + 3500)), lines(4..10, |i| i.to_string()));
+    let offsets = |from: &str| {
+        consume(
+            &b,
+            "made",
+            &["-p", "0", "--offset", from, "--exit", "--format", "%o\\n"],
+        )
+    };
+    assert_eq!(
+        offsets(&format!("@{}", t0 + 3000)),
+        lines(3..10, |i| i.to_string())
+    );
+    assert_eq!(
+        offsets(&format!("@{}", t0 + 3500)),
+        lines(4..10, |i| i.to_string())
+    );
     assert_eq!(offsets(&format!("@{}", t0 + 60_000)), "");
     // From an offset, and from the end.
     assert_eq!(offsets("8"), "8\n9\n");
@@ -259,14 +304,21 @@ fn records_librdkafka_produced_are_printed_by_consume_exactly() {
         all.extend_from_slice(args);
         consume(&b, "made", &all)
     };
-    assert_eq!(group(&["--offset", "beginning", "--count", "4"]), lines(0..4, |i| format!("v{i}")));
+    assert_eq!(
+        group(&["--offset", "beginning", "--count", "4"]),
+        lines(0..4, |i| format!("v{i}"))
+    );
     assert_eq!(group(&["--count", "3"]), lines(4..7, |i| format!("v{i}")));
     assert_eq!(group(&["--exit"]), lines(7..10, |i| format!("v{i}")));
     assert_eq!(group(&["--exit"]), "");
 
     // A partition the topic lacks.
     let run = shoal(&["consume", "made", "-b", &b, "-p", "7", "--exit"], &[]);
-    assert!(!run.ok && run.stderr.contains("UnknownTopicOrPartition"), "{}", run.stderr);
+    assert!(
+        !run.ok && run.stderr.contains("UnknownTopicOrPartition"),
+        "{}",
+        run.stderr
+    );
     server.stop();
 }
 
@@ -276,7 +328,11 @@ fn produce_and_consume_fail_within_the_timeout_on_a_closed_port() {
     let addr = closed.local_addr().unwrap().to_string();
     drop(closed);
     let consume = shoal(&["consume", "t", "-b", &addr, "--timeout", "2s"], &[]);
-    let produce = shoal_input(&["produce", "t", "-b", &addr, "--timeout", "2s"], &[], b"x\n");
+    let produce = shoal_input(
+        &["produce", "t", "-b", &addr, "--timeout", "2s"],
+        &[],
+        b"x\n",
+    );
     for run in [consume, produce] {
         assert!(!run.ok);
         assert!(run.took < Duration::from_secs(10), "{:?}", run.took);

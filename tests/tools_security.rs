@@ -64,7 +64,14 @@ impl Secured {
     }
 
     /// `shoal ARGS... --format json` as `user` (SCRAM-SHA-512), `input` on its standard input.
-    fn run_as(&self, user: &str, password: &str, args: &[&str], env: &[(&str, &str)], input: &[u8]) -> Run {
+    fn run_as(
+        &self,
+        user: &str,
+        password: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+        input: &[u8],
+    ) -> Run {
         let mut all = args.to_vec();
         all.extend_from_slice(&[
             "-b",
@@ -89,7 +96,14 @@ impl Secured {
     }
 
     /// What librdkafka reads of `topic` (COUNT records) as `user` with `mechanism`.
-    fn read_as(&self, mechanism: &str, user: &str, password: &str, topic: &str, count: usize) -> Value {
+    fn read_as(
+        &self,
+        mechanism: &str,
+        user: &str,
+        password: &str,
+        topic: &str,
+        count: usize,
+    ) -> Value {
         let config = json!({
             "security.protocol": "SASL_SSL",
             "ssl.ca.location": self.ca(),
@@ -103,7 +117,14 @@ impl Secured {
     /// Lets `principal` use the group `librdkafka_read.py` names (librdkafka looks for its
     /// coordinator even when partitions are assigned).
     fn allow_reader_group(&self, principal: &str) {
-        let args = ["acl", "create", "--allow-principal", principal, "--operation", "read"];
+        let args = [
+            "acl",
+            "create",
+            "--allow-principal",
+            principal,
+            "--operation",
+            "read",
+        ];
         let mut all = args.to_vec();
         all.extend_from_slice(&["--group", "librdkafka-read"]);
         self.admin(&all);
@@ -114,7 +135,13 @@ impl Secured {
         self.admin(&["topic", "create", name, "--partitions", "1"]);
         let input: String = (0..n).map(|i| format!("record {i}\n")).collect();
         let sent = self
-            .run_as("admin", ADMIN_PASSWORD, &["produce", name], &[], input.as_bytes())
+            .run_as(
+                "admin",
+                ADMIN_PASSWORD,
+                &["produce", name],
+                &[],
+                input.as_bytes(),
+            )
             .json();
         assert_eq!(sent["records"], n, "{sent}");
     }
@@ -142,15 +169,34 @@ fn users_created_with_the_cli_authenticate_librdkafka_until_deleted() {
         .run_as(
             "admin",
             ADMIN_PASSWORD,
-            &["user", "create", "carol", "--mechanism", "SCRAM-SHA-256", "--mechanism", "SCRAM-SHA-512"],
+            &[
+                "user",
+                "create",
+                "carol",
+                "--mechanism",
+                "SCRAM-SHA-256",
+                "--mechanism",
+                "SCRAM-SHA-512",
+            ],
             &[("SHOAL_NEW_PASSWORD", "carol-pw")],
             b"",
         )
         .json();
-    assert_eq!(created["mechanisms"], json!(["SCRAM-SHA-256", "SCRAM-SHA-512"]));
+    assert_eq!(
+        created["mechanisms"],
+        json!(["SCRAM-SHA-256", "SCRAM-SHA-512"])
+    );
     let file = s.pki.dir.path().join("dave.pw");
     std::fs::write(&file, "dave-pw\n").unwrap();
-    s.admin(&["user", "create", "dave", "--iterations", "8192", "--new-password-file", file.to_str().unwrap()]);
+    s.admin(&[
+        "user",
+        "create",
+        "dave",
+        "--iterations",
+        "8192",
+        "--new-password-file",
+        file.to_str().unwrap(),
+    ]);
 
     for mechanism in ["SCRAM-SHA-256", "SCRAM-SHA-512"] {
         let read = s.read_as(mechanism, "carol", "carol-pw", "secured", 5);
@@ -194,19 +240,42 @@ fn users_created_with_the_cli_authenticate_librdkafka_until_deleted() {
         refused.stderr
     );
     // No new password anywhere: refused before asking the broker.
-    let none = s.run_as("admin", ADMIN_PASSWORD, &["user", "create", "eve"], &[], b"");
-    assert!(!none.ok && none.stderr.contains("SHOAL_NEW_PASSWORD"), "{}", none.stderr);
+    let none = s.run_as(
+        "admin",
+        ADMIN_PASSWORD,
+        &["user", "create", "eve"],
+        &[],
+        b"",
+    );
+    assert!(
+        !none.ok && none.stderr.contains("SHOAL_NEW_PASSWORD"),
+        "{}",
+        none.stderr
+    );
 
     let deleted = s.admin(&["user", "delete", "carol"]);
-    assert_eq!(deleted["deleted"], json!(["SCRAM-SHA-256", "SCRAM-SHA-512"]));
+    assert_eq!(
+        deleted["deleted"],
+        json!(["SCRAM-SHA-256", "SCRAM-SHA-512"])
+    );
     for mechanism in ["SCRAM-SHA-256", "SCRAM-SHA-512"] {
         let read = s.read_as(mechanism, "carol", "carol-pw", "secured", 1);
         assert_eq!(read["error"], "_AUTHENTICATION", "{mechanism}: {read}");
     }
     let listed = s.admin(&["user", "list"]);
     assert!(!listed.to_string().contains("carol"), "{listed}");
-    let again = s.run_as("admin", ADMIN_PASSWORD, &["user", "delete", "carol"], &[], b"");
-    assert!(!again.ok && again.stderr.contains("ResourceNotFound"), "{}", again.stderr);
+    let again = s.run_as(
+        "admin",
+        ADMIN_PASSWORD,
+        &["user", "delete", "carol"],
+        &[],
+        b"",
+    );
+    assert!(
+        !again.ok && again.stderr.contains("ResourceNotFound"),
+        "{}",
+        again.stderr
+    );
     s.server.stop();
 }
 
@@ -241,7 +310,16 @@ fn acls_created_with_the_cli_allow_and_deny_librdkafka_and_round_trip() {
     assert_eq!(bob["error"], "TOPIC_AUTHORIZATION_FAILED", "{bob}");
 
     // A DENY beats the ALLOW.
-    s.admin(&["acl", "create", "--deny-principal", "User:alice", "--operation", "read", "--topic", "orders"]);
+    s.admin(&[
+        "acl",
+        "create",
+        "--deny-principal",
+        "User:alice",
+        "--operation",
+        "read",
+        "--topic",
+        "orders",
+    ]);
     let denied = alice(1);
     assert_eq!(denied["error"], "TOPIC_AUTHORIZATION_FAILED", "{denied}");
 
@@ -250,7 +328,11 @@ fn acls_created_with_the_cli_allow_and_deny_librdkafka_and_round_trip() {
                "resource_type": "TOPIC", "name": "orders", "pattern_type": "LITERAL", "host": "*"})
     };
     let mut listed = s.admin(&["acl", "list", "--topic", "orders"]);
-    let all = json!([binding("ALLOW", "DESCRIBE"), binding("ALLOW", "READ"), binding("DENY", "READ")]);
+    let all = json!([
+        binding("ALLOW", "DESCRIBE"),
+        binding("ALLOW", "READ"),
+        binding("DENY", "READ")
+    ]);
     sort(&mut listed);
     assert_eq!(listed, sorted(all.clone()));
     let mut everything = s.admin(&["acl", "list"]);
@@ -262,25 +344,72 @@ fn acls_created_with_the_cli_allow_and_deny_librdkafka_and_round_trip() {
     assert_eq!(everything, sorted(all));
     let denies = s.admin(&["acl", "list", "--deny-principal", "User:alice"]);
     assert_eq!(denies, json!([binding("DENY", "READ")]));
-    let denies = s.admin(&["acl", "list", "--deny-principal", "User:alice", "--topic", "orders"]);
+    let denies = s.admin(&[
+        "acl",
+        "list",
+        "--deny-principal",
+        "User:alice",
+        "--topic",
+        "orders",
+    ]);
     assert_eq!(denies, json!([binding("DENY", "READ")]));
-    let matching = s.admin(&["acl", "list", "--topic", "orders", "--resource-pattern-type", "match", "--operation", "describe"]);
+    let matching = s.admin(&[
+        "acl",
+        "list",
+        "--topic",
+        "orders",
+        "--resource-pattern-type",
+        "match",
+        "--operation",
+        "describe",
+    ]);
     assert_eq!(matching, json!([binding("ALLOW", "DESCRIBE")]));
 
-    let deleted = s.admin(&["acl", "delete", "--deny-principal", "User:alice", "--topic", "orders"]);
+    let deleted = s.admin(&[
+        "acl",
+        "delete",
+        "--deny-principal",
+        "User:alice",
+        "--topic",
+        "orders",
+    ]);
     assert_eq!(deleted, json!([binding("DENY", "READ")]));
     let mut listed = s.admin(&["acl", "list", "--topic", "orders"]);
     sort(&mut listed);
-    assert_eq!(listed, sorted(json!([binding("ALLOW", "DESCRIBE"), binding("ALLOW", "READ")])));
+    assert_eq!(
+        listed,
+        sorted(json!([
+            binding("ALLOW", "DESCRIBE"),
+            binding("ALLOW", "READ")
+        ]))
+    );
     assert_eq!(alice(3)["records"].as_array().map(Vec::len), Some(3));
 
     // Refusals by name: a delete with no resource, alice managing ACLs.
-    let no_resource = s.run_as("admin", ADMIN_PASSWORD, &["acl", "delete", "--allow-principal", "User:alice"], &[], b"");
-    assert!(!no_resource.ok && no_resource.stderr.contains("InvalidArguments"), "{}", no_resource.stderr);
+    let no_resource = s.run_as(
+        "admin",
+        ADMIN_PASSWORD,
+        &["acl", "delete", "--allow-principal", "User:alice"],
+        &[],
+        b"",
+    );
+    assert!(
+        !no_resource.ok && no_resource.stderr.contains("InvalidArguments"),
+        "{}",
+        no_resource.stderr
+    );
     let by_alice = s.run_as(
         "alice",
         "alice-pw",
-        &["acl", "create", "--allow-principal", "User:alice", "--operation", "all", "--cluster"],
+        &[
+            "acl",
+            "create",
+            "--allow-principal",
+            "User:alice",
+            "--operation",
+            "all",
+            "--cluster",
+        ],
         &[],
         b"",
     );
@@ -293,9 +422,7 @@ fn acls_created_with_the_cli_allow_and_deny_librdkafka_and_round_trip() {
 }
 
 fn sort(v: &mut Value) {
-    v.as_array_mut()
-        .unwrap()
-        .sort_by_key(|b| b.to_string());
+    v.as_array_mut().unwrap().sort_by_key(|b| b.to_string());
 }
 
 fn sorted(mut v: Value) -> Value {

@@ -100,7 +100,12 @@ impl SyncConn {
 
     /// Sends a request without waiting for an answer: for one that gets none (Produce with
     /// acks=0), and the first half of [`call`](Self::call).
-    pub fn send<Req: Encodable>(&mut self, key: ApiKey, version: i16, body: &Req) -> io::Result<()> {
+    pub fn send<Req: Encodable>(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+        body: &Req,
+    ) -> io::Result<()> {
         self.correlation += 1;
         let frame = request_frame(key, version, self.correlation, body)?;
         self.stream.write_all(&frame)?;

@@ -190,7 +190,10 @@ impl AclSpec {
 
     /// Every principal given with its permission; `[None]` when none is given (any principal).
     fn principals(&self) -> Vec<Option<(String, i8)>> {
-        let allow = self.allow_principal.iter().map(|p| Some((p.clone(), ALLOW)));
+        let allow = self
+            .allow_principal
+            .iter()
+            .map(|p| Some((p.clone(), ALLOW)));
         let deny = self.deny_principal.iter().map(|p| Some((p.clone(), DENY)));
         let all: Vec<_> = allow.chain(deny).collect();
         if all.is_empty() {
@@ -202,9 +205,7 @@ impl AclSpec {
 
     /// One filter per principal and operation given (none given: any).
     fn filters(&self, default_pattern: PatternType) -> Vec<Filter> {
-        let (resource_type, name) = self
-            .resource()
-            .map_or((ANY, None), |(t, n)| (t, Some(n)));
+        let (resource_type, name) = self.resource().map_or((ANY, None), |(t, n)| (t, Some(n)));
         let pattern = self.resource_pattern_type.unwrap_or(default_pattern) as i8;
         let operations: Vec<i8> = if self.operation.is_empty() {
             vec![ANY]
@@ -372,11 +373,7 @@ fn delete(s: &Session, spec: &AclSpec) -> Result<Report, Failure> {
     for fr in &r.filter_results {
         Failure::check(fr.error_code, "deleting ACLs", fr.error_message.as_deref())?;
         for m in &fr.matching_acls {
-            Failure::check(
-                m.error_code,
-                "deleting an ACL",
-                m.error_message.as_deref(),
-            )?;
+            Failure::check(m.error_code, "deleting an ACL", m.error_message.as_deref())?;
             deleted.push(Binding {
                 resource_type: resource_name(m.resource_type),
                 name: m.resource_name.to_string(),
@@ -431,7 +428,10 @@ mod tests {
 
     #[test]
     fn names_are_kafkas() {
-        assert_eq!(operation_name(Operation::ClusterAction as i8), "CLUSTER_ACTION");
+        assert_eq!(
+            operation_name(Operation::ClusterAction as i8),
+            "CLUSTER_ACTION"
+        );
         assert_eq!(operation_name(12), "IDEMPOTENT_WRITE");
         assert_eq!(operation_name(99), "UNKNOWN(99)");
         assert_eq!(resource_name(TRANSACTIONAL_ID), "TRANSACTIONAL_ID");

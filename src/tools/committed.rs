@@ -55,9 +55,9 @@ impl Group {
             .with_topics(Some(vec![OffsetFetchRequestTopic::default()
                 .with_name(topic_name(topic))
                 .with_partition_indexes(partitions.to_vec())]));
-        let r: OffsetFetchResponse = self
-            .conn
-            .call(ApiKey::OffsetFetch, self.fetch_version, &req)?;
+        let r: OffsetFetchResponse =
+            self.conn
+                .call(ApiKey::OffsetFetch, self.fetch_version, &req)?;
         let what = format!("the offsets of group {}", self.id);
         Failure::check(r.error_code, &what, None)?;
         let mut out = BTreeMap::new();

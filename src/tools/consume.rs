@@ -219,21 +219,40 @@ impl<'a> Consumer<'a> {
             }
         }
         if let Some(p) = args.partition.iter().find(|p| !leaders.contains_key(p)) {
-            return Err(Failure::kafka(3, &format!("topic {topic} partition {p}"), None));
+            return Err(Failure::kafka(
+                3,
+                &format!("topic {topic} partition {p}"),
+                None,
+            ));
         }
-        let mut group = args.group.as_deref().map(|g| Group::open(s, g)).transpose()?;
+        let mut group = args
+            .group
+            .as_deref()
+            .map(|g| Group::open(s, g))
+            .transpose()?;
         let ids: Vec<i32> = leaders.keys().copied().collect();
         let mut starts = match &mut group {
             Some(g) => g.committed(topic, &ids)?,
             None => BTreeMap::new(),
         };
-        let missing: Vec<i32> = ids.iter().copied().filter(|p| !starts.contains_key(p)).collect();
+        let missing: Vec<i32> = ids
+            .iter()
+            .copied()
+            .filter(|p| !starts.contains_key(p))
+            .collect();
         starts.extend(start_offsets(s, topic, &leaders, &missing, args.offset)?);
         let positions = leaders
             .into_iter()
             .map(|(p, leader)| {
                 let next = starts.get(&p).copied().unwrap_or(0);
-                (p, Position { leader, next, at_end: false })
+                (
+                    p,
+                    Position {
+                        leader,
+                        next,
+                        at_end: false,
+                    },
+                )
             })
             .collect();
         Ok(Consumer {
@@ -261,8 +280,11 @@ impl<'a> Consumer<'a> {
             let mut leaders: Vec<SocketAddr> = self.positions.values().map(|p| p.leader).collect();
             leaders.sort();
             leaders.dedup();
-            let before: BTreeMap<i32, i64> =
-                self.positions.iter().map(|(p, pos)| (*p, pos.next)).collect();
+            let before: BTreeMap<i32, i64> = self
+                .positions
+                .iter()
+                .map(|(p, pos)| (*p, pos.next))
+                .collect();
             for leader in leaders {
                 self.fetch(leader, out)?;
                 if self.args.count.is_some_and(|c| self.printed >= c) {
@@ -338,13 +360,21 @@ impl<'a> Consumer<'a> {
                 continue;
             };
             let bytes = pd.records.as_deref().unwrap_or_default();
-            let decoded = decode(bytes, pos.next, pd.aborted_transactions.as_deref())
-                .map_err(|e| Failure::other("CorruptRecord", format!("{what}: {e}"), "see the broker's log"))?;
+            let decoded =
+                decode(bytes, pos.next, pd.aborted_transactions.as_deref()).map_err(|e| {
+                    Failure::other(
+                        "CorruptRecord",
+                        format!("{what}: {e}"),
+                        "see the broker's log",
+                    )
+                })?;
             for rec in &decoded.records {
                 if self.args.count.is_some_and(|c| self.printed >= c) {
                     return Ok(());
                 }
-                self.printer.print(out, topic, p, rec).map_err(Stop::Write)?;
+                self.printer
+                    .print(out, topic, p, rec)
+                    .map_err(Stop::Write)?;
                 self.printed += 1;
                 pos.next = rec.offset + 1;
             }
@@ -393,7 +423,13 @@ fn start_offsets(
                 .copied()
                 .filter(|o| *o >= 0)
                 .or_else(|| latest.get(&p).copied())
-                .ok_or_else(|| Failure::kafka(3, &format!("the offsets of topic {topic} partition {p}"), None))?;
+                .ok_or_else(|| {
+                    Failure::kafka(
+                        3,
+                        &format!("the offsets of topic {topic} partition {p}"),
+                        None,
+                    )
+                })?;
             out.insert(p, o);
         }
     }
@@ -409,7 +445,10 @@ mod tests {
         assert_eq!(parse_start("beginning"), Ok(Start::Beginning));
         assert_eq!(parse_start("end"), Ok(Start::End));
         assert_eq!(parse_start("42"), Ok(Start::Offset(42)));
-        assert_eq!(parse_start("@1700000000000"), Ok(Start::Timestamp(1_700_000_000_000)));
+        assert_eq!(
+            parse_start("@1700000000000"),
+            Ok(Start::Timestamp(1_700_000_000_000))
+        );
         assert!(parse_start("-3").is_err());
         assert!(parse_start("@soon").is_err());
     }

@@ -26,8 +26,8 @@ mod session;
 mod topic;
 pub mod user;
 
-pub use args::{ClusterCommand, TopicCommand};
 pub use acl::AclCommand;
+pub use args::{ClusterCommand, TopicCommand};
 pub use consume::ConsumeCommand;
 pub use failure::Failure;
 pub use produce::ProduceCommand;

@@ -21,8 +21,10 @@ use std::io::BufRead;
 const MAX_REQUEST_BYTES: usize = 1 << 20;
 
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  printf 'k1\\tv1\\nk2\\tv2\\n' | shoal produce clicks --key-delimiter '\\t' -H source=cli\n  \
-    seq 1000 | shoal produce numbers --compression zstd --acks 1 --format json")]
+#[command(
+    after_help = "Examples:\n  printf 'k1\\tv1\\nk2\\tv2\\n' | shoal produce clicks --key-delimiter '\\t' -H source=cli\n  \
+    seq 1000 | shoal produce numbers --compression zstd --acks 1 --format json"
+)]
 pub struct ProduceCommand {
     pub topic: String,
     /// Split each line at the first occurrence of this string into key and value (`\t`: a TAB);
@@ -114,8 +116,10 @@ pub fn run(s: &Session, cmd: &ProduceCommand) -> Result<Report, Failure> {
         let (key, value) = split(&line, delimiter.as_deref());
         let partition = match (cmd.partition, key) {
             (Some(n), _) => n,
-            (None, Some(k)) => partitions[shards::partitioner::shard_of(Some(k), partitions.len() as u32)
-                .expect("a key") as usize],
+            (None, Some(k)) => {
+                partitions[shards::partitioner::shard_of(Some(k), partitions.len() as u32)
+                    .expect("a key") as usize]
+            }
             (None, None) => partitions[sticky % partitions.len()],
         };
         let now = now_ms();
@@ -177,7 +181,11 @@ impl<'a> Producer<'a> {
             leaders.insert(p.partition_index, (leader, addr));
         }
         if leaders.is_empty() {
-            return Err(Failure::kafka(3, &format!("topic {topic}: no partitions"), None));
+            return Err(Failure::kafka(
+                3,
+                &format!("topic {topic}: no partitions"),
+                None,
+            ));
         }
         Ok(Producer {
             s,
@@ -282,7 +290,11 @@ impl<'a> Producer<'a> {
         t.title = Some(format!(
             "{total} record(s) to topic {} (acks {})",
             self.topic,
-            if self.acks < 0 { "all".to_string() } else { self.acks.to_string() }
+            if self.acks < 0 {
+                "all".to_string()
+            } else {
+                self.acks.to_string()
+            }
         ));
         let partitions: Vec<&Sent> = self.sent.values().collect();
         Report {
@@ -298,7 +310,10 @@ mod tests {
 
     #[test]
     fn lines_split_into_key_and_value() {
-        assert_eq!(split(b"k\tv\tw", Some("\t")), (Some(&b"k"[..]), &b"v\tw"[..]));
+        assert_eq!(
+            split(b"k\tv\tw", Some("\t")),
+            (Some(&b"k"[..]), &b"v\tw"[..])
+        );
         assert_eq!(split(b"plain", Some("\t")), (None, &b"plain"[..]));
         assert_eq!(split(b"a::b", Some("::")), (Some(&b"a"[..]), &b"b"[..]));
         assert_eq!(split(b"a\tb", None), (None, &b"a\tb"[..]));

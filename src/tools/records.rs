@@ -264,7 +264,10 @@ fn push_char(text: &mut Vec<u8>, c: Option<char>) {
 
 /// A record as one JSON object; bytes as text (invalid UTF-8 replaced), a missing key as null.
 fn json(topic: &str, partition: i32, r: &Fetched) -> serde_json::Value {
-    let text = |b: &Option<Vec<u8>>| b.as_deref().map(|b| String::from_utf8_lossy(b).into_owned());
+    let text = |b: &Option<Vec<u8>>| {
+        b.as_deref()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+    };
     serde_json::json!({
         "topic": topic,
         "partition": partition,
@@ -296,9 +299,7 @@ mod tests {
 
     fn printed(template: &str, r: &Fetched) -> String {
         let mut out = Vec::new();
-        Printer::parse(template)
-            .print(&mut out, "t", 3, r)
-            .unwrap();
+        Printer::parse(template).print(&mut out, "t", 3, r).unwrap();
         String::from_utf8(out).unwrap()
     }
 
@@ -320,7 +321,12 @@ mod tests {
         let mut b = BatchBuilder::new(100);
         for i in 0..5 {
             let v = format!("v{i}");
-            b.push(100 + i, Some(b"k"), Some(v.as_bytes()), &[(b"h", Some(b"x"))]);
+            b.push(
+                100 + i,
+                Some(b"k"),
+                Some(v.as_bytes()),
+                &[(b"h", Some(b"x"))],
+            );
         }
         b.finish(10)
     }

@@ -32,9 +32,11 @@ pub fn parse_scram(s: &str) -> Result<Mechanism, String> {
 
 /// `shoal user create NAME`.
 #[derive(Debug, Args)]
-#[command(after_help = "Example:\n  SHOAL_NEW_PASSWORD=... SHOAL_PASSWORD=... shoal user create \
+#[command(
+    after_help = "Example:\n  SHOAL_NEW_PASSWORD=... SHOAL_PASSWORD=... shoal user create \
     alice --mechanism SCRAM-SHA-512 -b host:9093 --tls-ca ca.pem --sasl-mechanism SCRAM-SHA-256 \
-    --user admin")]
+    --user admin"
+)]
 pub struct UserCreate {
     pub name: String,
     /// The SCRAM mechanism to store a credential for; repeatable.
@@ -65,8 +67,10 @@ pub struct UserDelete {
 
 /// `shoal user list`: over the protocol, or offline with --data-dir.
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  shoal user list -b 127.0.0.1:9092 --format json\n  \
-    shoal user list --data-dir ./shoal-data")]
+#[command(
+    after_help = "Examples:\n  shoal user list -b 127.0.0.1:9092 --format json\n  \
+    shoal user list --data-dir ./shoal-data"
+)]
 pub struct UserList {
     /// Read the users file of this data directory instead of asking a broker.
     #[arg(long)]
@@ -219,11 +223,15 @@ fn alter(s: &Session, req: AlterUserScramCredentialsRequest, what: &str) -> Resu
 /// The users (one, or all: `None`) with their mechanisms and iteration counts.
 fn describe(s: &Session, user: Option<&str>) -> Result<Vec<UserInfo>, Failure> {
     let version = s.version(ApiKey::DescribeUserScramCredentials, 0, 0)?;
-    let req = DescribeUserScramCredentialsRequest::default().with_users(user.map(|u| {
-        vec![UserName::default().with_name(StrBytes::from_string(u.to_string()))]
-    }));
-    let r: DescribeUserScramCredentialsResponse =
-        s.call(s.bootstrap, ApiKey::DescribeUserScramCredentials, version, &req)?;
+    let req = DescribeUserScramCredentialsRequest::default().with_users(
+        user.map(|u| vec![UserName::default().with_name(StrBytes::from_string(u.to_string()))]),
+    );
+    let r: DescribeUserScramCredentialsResponse = s.call(
+        s.bootstrap,
+        ApiKey::DescribeUserScramCredentials,
+        version,
+        &req,
+    )?;
     Failure::check(r.error_code, "listing users", r.error_message.as_deref())?;
     let mut out = Vec::new();
     for res in &r.results {
