@@ -15,6 +15,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use serde::Serialize;
+use shoal::acl::Operation;
 
 #[derive(Debug, Args)]
 #[command(
@@ -51,8 +52,10 @@ pub struct AclSpec {
     /// A principal to deny, `User:NAME`; repeatable. A DENY beats any ALLOW.
     #[arg(long)]
     pub deny_principal: Vec<String>,
-    /// An operation; repeatable (list and delete: none means any).
-    #[arg(long, value_enum)]
+    /// An operation: read, write, create, delete, alter, describe, cluster-action,
+    /// describe-configs, alter-configs, idempotent-write or all; repeatable (list and delete:
+    /// none means any).
+    #[arg(long, value_parser = parse_operation)]
     pub operation: Vec<Operation>,
     /// The resource: a topic (`*`: every topic) ...
     #[arg(long)]
@@ -74,22 +77,6 @@ pub struct AclSpec {
     /// The client host the ACL applies to (create: default `*`, any host).
     #[arg(long)]
     pub host: Option<String>,
-}
-
-/// Kafka's operation codes, by the names `kafka-acls.sh` takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Operation {
-    All = 2,
-    Read = 3,
-    Write = 4,
-    Create = 5,
-    Delete = 6,
-    Alter = 7,
-    Describe = 8,
-    ClusterAction = 9,
-    DescribeConfigs = 10,
-    AlterConfigs = 11,
-    IdempotentWrite = 12,
 }
 
 /// Kafka's pattern type codes.
@@ -162,15 +149,35 @@ fn permission_name(code: i8) -> String {
     name_of(code, &[(DENY, "DENY"), (ALLOW, "ALLOW")])
 }
 
+/// Kafka's name of an operation in `kafka-acls.sh`'s spelling: `ClusterAction`, `cluster-action`.
+fn kebab(op: Operation) -> String {
+    let mut out = String::new();
+    for (i, c) in format!("{op:?}").chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            out.push('-');
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out
+}
+
+fn parse_operation(s: &str) -> Result<Operation, String> {
+    let wanted = s.to_ascii_lowercase().replace('_', "-");
+    Operation::ALL_OPS
+        .into_iter()
+        .find(|o| kebab(*o) == wanted)
+        .ok_or_else(|| {
+            let names: Vec<String> = Operation::ALL_OPS.into_iter().map(kebab).collect();
+            format!("{s}: one of {}", names.join(", "))
+        })
+}
+
+/// An operation code as Kafka names it: `CLUSTER_ACTION`.
 fn operation_name(code: i8) -> String {
-    Operation::value_variants()
-        .iter()
-        .find(|o| **o as i8 == code)
-        .and_then(|o| o.to_possible_value())
-        .map_or_else(
-            || format!("UNKNOWN({code})"),
-            |v| v.get_name().to_uppercase().replace('-', "_"),
-        )
+    Operation::from_code(code).map_or_else(
+        || format!("UNKNOWN({code})"),
+        |o| kebab(o).to_uppercase().replace('-', "_"),
+    )
 }
 
 impl AclSpec {
@@ -305,7 +312,13 @@ fn create(s: &Session, spec: &AclSpec) -> Result<Report, Failure> {
             "ACL {} {} {} on {} {}",
             b.permission, b.principal, b.operation, b.resource_type, b.name
         );
-        Failure::check(res.error_code, &what, res.error_message.as_deref())?;
+        Failure::check(res.error_code, &what, res.error_message.as_deref()).map_err(|mut f| {
+            if f.name == "InvalidRequest" {
+                f.hint = "check the principal (User:NAME), the resource and the operation: a \
+                          broker may not serve every resource type";
+            }
+            f
+        })?;
     }
     Ok(report(
         creations.iter().map(Filter::binding).collect(),

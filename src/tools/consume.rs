@@ -198,26 +198,12 @@ impl From<Failure> for Stop {
 impl<'a> Consumer<'a> {
     fn new(s: &'a Session, args: &'a ConsumeArgs, printer: Printer) -> Result<Self, Failure> {
         let topic = args.topic.as_str();
-        let m = s.metadata(Some(&[topic]))?;
-        let t = m
-            .topics
-            .iter()
-            .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
-            .ok_or_else(|| Failure::kafka(3, &format!("topic {topic}"), None))?;
-        Failure::check(t.error_code, &format!("topic {topic}"), None)?;
-        let mut leaders = BTreeMap::new();
-        for p in &t.partitions {
-            if args.partition.is_empty() || args.partition.contains(&p.partition_index) {
-                let addr = s.broker(&m, p.leader_id.0).ok_or_else(|| {
-                    Failure::other(
-                        "LeaderNotAvailable",
-                        format!("topic {topic} partition {}: no leader", p.partition_index),
-                        "retry in a moment",
-                    )
-                })?;
-                leaders.insert(p.partition_index, addr);
-            }
-        }
+        let leaders: BTreeMap<i32, SocketAddr> = s
+            .leaders(topic)?
+            .into_iter()
+            .filter(|(p, _)| args.partition.is_empty() || args.partition.contains(p))
+            .map(|(p, (_, addr))| (p, addr))
+            .collect();
         if let Some(p) = args.partition.iter().find(|p| !leaders.contains_key(p)) {
             return Err(Failure::kafka(
                 3,

@@ -161,25 +161,7 @@ fn now_ms() -> i64 {
 impl<'a> Producer<'a> {
     fn new(s: &'a Session, cmd: &ProduceCommand) -> Result<Producer<'a>, Failure> {
         let topic = cmd.topic.as_str();
-        let m = s.metadata(Some(&[topic]))?;
-        let t = m
-            .topics
-            .iter()
-            .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
-            .ok_or_else(|| Failure::kafka(3, &format!("topic {topic}"), None))?;
-        Failure::check(t.error_code, &format!("topic {topic}"), None)?;
-        let mut leaders = BTreeMap::new();
-        for p in &t.partitions {
-            let leader = p.leader_id.0;
-            let addr = s.broker(&m, leader).ok_or_else(|| {
-                Failure::other(
-                    "LeaderNotAvailable",
-                    format!("topic {topic} partition {}: no leader", p.partition_index),
-                    "retry in a moment",
-                )
-            })?;
-            leaders.insert(p.partition_index, (leader, addr));
-        }
+        let leaders = s.leaders(topic)?;
         if leaders.is_empty() {
             return Err(Failure::kafka(
                 3,

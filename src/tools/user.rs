@@ -239,7 +239,13 @@ fn describe(s: &Session, user: Option<&str>) -> Result<Vec<UserInfo>, Failure> {
             res.error_code,
             &format!("user {}", res.user.as_str()),
             res.error_message.as_deref(),
-        )?;
+        )
+        .map_err(|mut f| {
+            if f.name == "ResourceNotFound" {
+                f.hint = "`shoal user list` shows the users there are";
+            }
+            f
+        })?;
         out.push(UserInfo {
             user: res.user.to_string(),
             credentials: res
