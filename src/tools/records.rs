@@ -331,6 +331,45 @@ mod tests {
         b.finish(10)
     }
 
+    /// A batch of `values` from `producer` at `base`, with `attributes` set.
+    fn batch_of(producer: i64, base: i64, attributes: i16, values: &[&str]) -> Vec<u8> {
+        let mut b = BatchBuilder::new(0).producer(producer, 0, 0);
+        for v in values {
+            b.push(0, None, Some(v.as_bytes()), &[]);
+        }
+        let mut bytes = b.finish(base);
+        bytes[21..23].copy_from_slice(&attributes.to_be_bytes());
+        bytes
+    }
+
+    #[test]
+    fn aborted_transactions_and_control_batches_are_skipped() {
+        const TRANSACTIONAL: i16 = 0x10;
+        const CONTROL: i16 = 0x20;
+        let mut bytes = batch_of(7, 0, TRANSACTIONAL, &["aborted-1", "aborted-2"]);
+        bytes.extend(batch_of(8, 2, 0, &["plain"]));
+        bytes.extend(batch_of(7, 3, TRANSACTIONAL | CONTROL, &["marker"]));
+        bytes.extend(batch_of(7, 4, TRANSACTIONAL, &["committed"]));
+        let values = |d: &Decoded| -> Vec<String> {
+            d.records
+                .iter()
+                .map(|r| String::from_utf8(r.value.clone().unwrap()).unwrap())
+                .collect()
+        };
+        let aborted = [AbortedTransaction::default()
+            .with_producer_id(kafka_protocol::messages::ProducerId(7))
+            .with_first_offset(0)];
+        let committed = decode(&bytes, 0, Some(&aborted)).unwrap();
+        assert_eq!(values(&committed), ["plain", "committed"]);
+        assert_eq!(committed.next, 5);
+        // read_uncommitted: every record but the marker.
+        let all = decode(&bytes, 0, None).unwrap();
+        assert_eq!(
+            values(&all),
+            ["aborted-1", "aborted-2", "plain", "committed"]
+        );
+    }
+
     #[test]
     fn compressed_batches_decode_from_an_offset_within_them() {
         for codec in [0, 1, 2, 3, 4] {
