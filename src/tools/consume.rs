@@ -248,7 +248,9 @@ impl<'a> Consumer<'a> {
             positions,
             conns: HashMap::new(),
             group,
-            version: s.version(ApiKey::Fetch, 4, 12)?,
+            // v11+ lets a broker send a partition's reader to another replica
+            // (preferred_read_replica); this reader stays with the leader.
+            version: s.version(ApiKey::Fetch, 4, 10)?,
             printed: 0,
         })
     }
