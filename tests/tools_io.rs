@@ -1,6 +1,7 @@
 //! `shoal produce` and `shoal consume` against the real binary: lines and `key<TAB>value` lines
 //! with headers, in each compression, read back by librdkafka exactly (keys, values, headers, the
-//! key's partition as Kafka's default partitioner picks it); records produced by librdkafka
+//! key's partition as Kafka's default partitioner picks it), to a chosen partition with acks 1
+//! and 0; records produced by librdkafka
 //! printed by `shoal consume` exactly, from the beginning, an offset, a timestamp (the first record
 //! at or after it) or a group's committed offset. (A closed port: with the others in tests/tools.rs.)
 
@@ -157,6 +158,42 @@ fn produced_lines_in_each_compression_are_what_librdkafka_reads() {
     assert_eq!(p1[in_p1]["value"], "x");
     assert_eq!(p1[in_p1 + 1]["value"], "y");
     assert_eq!(p1[in_p1]["key"], Value::Null);
+
+    // --acks 0: no answer, so no offsets; the record lands all the same.
+    let sent = shoal_input(
+        &[
+            "produce",
+            "io-none",
+            "-b",
+            &b,
+            "--partition",
+            "2",
+            "--acks",
+            "0",
+            "--format",
+            "json",
+        ],
+        &[],
+        b"fire-and-forget\n",
+    )
+    .json();
+    assert_eq!(
+        sent["partitions"],
+        json!([{"partition": 2, "records": 1, "first_offset": null, "last_offset": null}])
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let tail = consume(
+            &b,
+            "io-none",
+            &["-p", "2", "--offset", "beginning", "--exit"],
+        );
+        if tail.ends_with("fire-and-forget\n") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not there: {tail}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     server.stop();
 }
 
