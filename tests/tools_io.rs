@@ -1,9 +1,9 @@
 //! `shoal produce` and `shoal consume` against the real binary: lines and `key<TAB>value` lines
 //! with headers, in each compression, read back by librdkafka exactly (keys, values, headers, the
 //! key's partition as Kafka's default partitioner picks it), to a chosen partition with acks 1
-//! and 0; records produced by librdkafka
-//! printed by `shoal consume` exactly, from the beginning, an offset, a timestamp (the first record
-//! at or after it) or a group's committed offset. (A closed port: with the others in tests/tools.rs.)
+//! and 0; records produced by librdkafka printed by `shoal consume` exactly, from the beginning,
+//! an offset, a timestamp (the first record at or after it) or a group's committed offset. (A
+//! closed port: with the others in tests/tools.rs.)
 
 mod common;
 
