@@ -1,7 +1,7 @@
 //! The command line: `shoal serve` and its flags (every number a user may want to change is here),
 //! `shoal bench`, whose flags are the load generator's, `shoal user`, which manages SASL users, and
-//! the operator commands `shoal topic`, `shoal group` and `shoal cluster` (their flags in
-//! `tools::args` and `tools::group::args`).
+//! the operator commands `shoal topic`, `group`, `cluster`, `acl`, `user` over the protocol,
+//! `produce` and `consume` (their flags in `tools`).
 
 use crate::units::{parse_size, parse_size_or_minus_one, parse_size_usize};
 use clap::{Args, Parser, Subcommand};
@@ -45,8 +45,10 @@ pub enum Command {
     /// Load generators; `shoal bench fanout --help`.
     #[command(subcommand)]
     Bench(crate::bench::BenchCommand),
-    /// SASL users and their SCRAM credentials, in the data directory (a running server picks up
-    /// changes at the next authentication).
+    /// SASL users and their SCRAM credentials: `create`, `delete` and `list` ask a broker over the
+    /// Kafka protocol (any Kafka-compatible one); `add`, `remove` and `list --data-dir` edit the
+    /// users file of a data directory (a running server picks up changes at the next
+    /// authentication).
     #[command(subcommand)]
     User(UserCommand),
     /// Topics on any Kafka-compatible broker, through the Kafka protocol: create, list, describe,
@@ -57,12 +59,21 @@ pub enum Command {
     Group(crate::tools::GroupCommand),
     /// The cluster a Kafka-compatible broker belongs to: `shoal cluster info`.
     Cluster(crate::tools::ClusterCommand),
+    /// ACLs on any Kafka-compatible broker: create, list, delete. `shoal acl --help`.
+    Acl(crate::tools::AclCommand),
+    /// Produces the lines of standard input (`key<TAB>value` with --key-delimiter) to a topic.
+    /// Example: `shoal produce clicks --key-delimiter '\t' < lines.txt`
+    Produce(crate::tools::ProduceCommand),
+    /// Prints a topic's records (kcat-style --format templates, or JSON lines). Example:
+    /// `shoal consume clicks --offset beginning --exit --format '%k=%s\n'`
+    Consume(crate::tools::ConsumeCommand),
 }
 
 #[derive(Debug, Subcommand)]
 pub enum UserCommand {
-    /// Adds a user, or sets a user's password: SCRAM credentials (salted and hashed, never the
-    /// password) for each mechanism asked for. SASL/PLAIN checks passwords against them too.
+    /// Offline: adds a user to --data-dir's users file, or sets a user's password: SCRAM
+    /// credentials (salted and hashed, never the password) for each mechanism asked for.
+    /// SASL/PLAIN checks passwords against them too.
     Add {
         name: String,
         /// The password (visible to other users of this machine in the process list: prefer
@@ -85,7 +96,15 @@ pub enum UserCommand {
         #[arg(long, default_value = "./shoal-data")]
         data_dir: PathBuf,
     },
-    /// Removes a user (or one mechanism's credential): its new connections are refused.
+    /// Over the Kafka protocol (AlterUserScramCredentials): creates a user, or sets a user's
+    /// password, salted and hashed here; the new password from --new-password-file or
+    /// SHOAL_NEW_PASSWORD. Example: `shoal user create alice --mechanism SCRAM-SHA-512`
+    Create(crate::tools::UserCreate),
+    /// Over the Kafka protocol: deletes a user's credentials (all, or --mechanism's); its new
+    /// connections are refused. Example: `shoal user delete alice`
+    Delete(crate::tools::UserDelete),
+    /// Offline: removes a user (or one mechanism's credential) from --data-dir's users file: its
+    /// new connections are refused.
     Remove {
         name: String,
         #[arg(long, value_parser = parse_scram)]
@@ -93,17 +112,13 @@ pub enum UserCommand {
         #[arg(long, default_value = "./shoal-data")]
         data_dir: PathBuf,
     },
-    /// Lists users with their mechanisms and iteration counts.
-    List {
-        #[arg(long, default_value = "./shoal-data")]
-        data_dir: PathBuf,
-    },
+    /// Lists users with their mechanisms and iteration counts: from a broker over the Kafka
+    /// protocol (DescribeUserScramCredentials), or from --data-dir's users file when it is given.
+    /// Example: `shoal user list --format json`
+    List(crate::tools::UserList),
 }
 
-fn parse_scram(s: &str) -> Result<shoal::auth::scram::Mechanism, String> {
-    shoal::auth::scram::Mechanism::from_name(s)
-        .ok_or_else(|| format!("{s}: SCRAM-SHA-256 or SCRAM-SHA-512"))
-}
+use crate::tools::parse_scram;
 
 fn parse_listener(s: &str) -> Result<(SecurityProtocol, SocketAddr), String> {
     let (protocol, addr) = s
@@ -159,6 +174,11 @@ fn parse_super_user(s: &str) -> Result<String, String> {
         ));
     }
     Ok(entry.to_string())
+}
+
+/// `shoal user create | delete | list` over the protocol: its failure as text.
+fn protocol(action: crate::tools::UserAction) -> Result<(), String> {
+    crate::tools::run_user(action).map_err(|e| e.to_string())
 }
 
 /// Runs `shoal user ...`.
@@ -227,7 +247,12 @@ pub fn run_user(cmd: UserCommand) -> Result<(), String> {
                 .map_err(|e| format!("{}: {e}", path.display()))?;
             println!("user {name}: removed");
         }
-        UserCommand::List { data_dir } => {
+        UserCommand::Create(c) => return protocol(crate::tools::UserAction::Create(c)),
+        UserCommand::Delete(d) => return protocol(crate::tools::UserAction::Delete(d)),
+        UserCommand::List(l) => {
+            let Some(data_dir) = l.data_dir.clone() else {
+                return protocol(crate::tools::UserAction::List(l));
+            };
             let (_, store) = load(&data_dir)?;
             for (user, creds) in store.list() {
                 let creds: Vec<String> = creds

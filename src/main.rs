@@ -1,5 +1,6 @@
 //! The `shoal` binary: parses the command line and runs the chosen command, the broker (the `shoal`
-//! library), the load generator (`bench`) or an operator command (`tools`: `topic`, `group`, `cluster`),
+//! library), the load generator (`bench`) or an operator command (`tools`: `topic`, `group`,
+//! `cluster`, `acl`, `user` over the protocol, `produce`, `consume`),
 //! the last two part of this binary only, sharing its Kafka client (`client`).
 
 mod bench;
@@ -22,7 +23,10 @@ fn main() {
         | Command::User(_)
         | Command::Topic(_)
         | Command::Group(_)
-        | Command::Cluster(_) => "warn",
+        | Command::Cluster(_)
+        | Command::Acl(_)
+        | Command::Produce(_)
+        | Command::Consume(_) => "warn",
         Command::Serve(_) | Command::Edge(_) => "info",
     };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
@@ -34,6 +38,9 @@ fn main() {
         Command::Topic(cmd) => tools::run_topic(cmd).map_err(std::io::Error::other),
         Command::Group(cmd) => tools::run_group(cmd).map_err(std::io::Error::other),
         Command::Cluster(cmd) => tools::run_cluster(cmd).map_err(std::io::Error::other),
+        Command::Acl(cmd) => tools::run_acl(cmd).map_err(std::io::Error::other),
+        Command::Produce(cmd) => tools::run_produce(cmd).map_err(std::io::Error::other),
+        Command::Consume(cmd) => tools::run_consume(cmd).map_err(std::io::Error::other),
     };
     if let Err(e) = result {
         eprintln!("shoal: {e}");

@@ -171,14 +171,28 @@ fn an_unreachable_or_silent_broker_fails_within_the_timeout() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = closed.local_addr().unwrap().to_string();
     drop(closed);
-    let run = shoal(&["topic", "list", "-b", &addr, "--timeout", "2s"], &[]);
-    assert!(!run.ok);
-    assert!(run.took < Duration::from_secs(10), "{:?}", run.took);
-    assert!(
-        run.stderr.contains("BrokerUnreachable") && run.stderr.contains(&addr),
-        "{}",
-        run.stderr
-    );
+    for command in [
+        "topic list",
+        "consume t",
+        "produce t",
+        "acl list",
+        "user list",
+    ] {
+        let mut args: Vec<&str> = command.split(' ').collect();
+        args.extend_from_slice(&["-b", &addr, "--timeout", "2s"]);
+        let run = common::cli::shoal_input(&args, &[], b"x\n");
+        assert!(!run.ok, "{command}");
+        assert!(
+            run.took < Duration::from_secs(10),
+            "{command}: {:?}",
+            run.took
+        );
+        assert!(
+            run.stderr.contains("BrokerUnreachable") && run.stderr.contains(&addr),
+            "{command}: {}",
+            run.stderr
+        );
+    }
     // A port that accepts but never answers: given up on after --timeout.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = silent.local_addr().unwrap().to_string();
@@ -278,6 +292,14 @@ fn every_command_has_help_with_an_example() {
         "topic add-partitions",
         "topic delete",
         "cluster info",
+        "acl create",
+        "acl list",
+        "acl delete",
+        "user create",
+        "user delete",
+        "user list",
+        "produce",
+        "consume",
     ] {
         assert_help_has_an_example(command);
     }

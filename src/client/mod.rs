@@ -98,16 +98,27 @@ impl SyncConn {
         })
     }
 
+    /// Sends a request without waiting for an answer: for one that gets none (Produce with
+    /// acks=0), and the first half of [`call`](Self::call).
+    pub fn send<Req: Encodable>(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+        body: &Req,
+    ) -> io::Result<()> {
+        self.correlation += 1;
+        let frame = request_frame(key, version, self.correlation, body)?;
+        self.stream.write_all(&frame)?;
+        self.stream.flush()
+    }
+
     pub fn call<Req: Encodable, Resp: Decodable>(
         &mut self,
         key: ApiKey,
         version: i16,
         body: &Req,
     ) -> io::Result<Resp> {
-        self.correlation += 1;
-        let frame = request_frame(key, version, self.correlation, body)?;
-        self.stream.write_all(&frame)?;
-        self.stream.flush()?;
+        self.send(key, version, body)?;
         let body = frame::read_blocking(&mut self.stream, 64 << 20).map_err(|e| {
             // The kind stays, so that a caller can tell a timeout from a closed connection.
             let e = io::Error::from(e);

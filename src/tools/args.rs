@@ -71,7 +71,7 @@ fn parse_timeout(s: &str) -> Result<Duration, String> {
 }
 
 /// `key=value`, a topic config.
-fn parse_config(s: &str) -> Result<(String, String), String> {
+pub fn parse_config(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
         .filter(|(k, _)| !k.is_empty())
         .map(|(k, v)| (k.to_string(), v.to_string()))

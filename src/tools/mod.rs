@@ -1,4 +1,5 @@
-//! The operator commands (`shoal topic`, `shoal group`, `shoal cluster`): a Kafka admin client for any
+//! The operator commands (`shoal topic`, `shoal group`, `shoal cluster`, `shoal acl`, `shoal user`
+//! over the protocol, `shoal produce`, `shoal consume`): a Kafka admin client for any
 //! Kafka-compatible broker, over the binary's shared client (`crate::client`).
 //!
 //! - [`args`]: the connection and output flags every command takes;
@@ -8,20 +9,34 @@
 //! - [`offsets`]: ListOffsets at each partition's leader (log start, high watermark, last stable
 //!   offset, offset for a time);
 //! - [`topic`], [`describe`], [`group`], [`cluster`]: the commands.
+//! - [`acl`], [`user`]: ACLs and SCRAM users, each with its flags.
+//! - [`produce`], [`consume`]: records from standard input, records to standard output, each with
+//!   its flags; [`records`]: fetched batches decoded and records printed by template or as JSON;
+//!   [`committed`]: a group's committed offsets, for `consume --group`.
 
+pub mod acl;
 pub mod args;
 mod cluster;
+mod committed;
+pub mod consume;
 mod describe;
 mod failure;
 mod group;
 mod offsets;
 mod output;
+pub mod produce;
+mod records;
 mod session;
 mod topic;
+pub mod user;
 
+pub use acl::AclCommand;
 pub use args::{ClusterCommand, TopicCommand};
+pub use consume::ConsumeCommand;
 pub use failure::Failure;
 pub use group::args::GroupCommand;
+pub use produce::ProduceCommand;
+pub use user::{parse_scram, UserAction, UserCreate, UserDelete, UserList};
 
 /// Runs `shoal topic ...`.
 pub fn run_topic(cmd: TopicCommand) -> Result<(), Failure> {
@@ -45,4 +60,35 @@ pub fn run_cluster(cmd: ClusterCommand) -> Result<(), Failure> {
     let report = cluster::run(&session, cmd.action)?;
     report.print(cmd.client.format);
     Ok(())
+}
+
+/// Runs `shoal acl ...`.
+pub fn run_acl(cmd: AclCommand) -> Result<(), Failure> {
+    let session = session::Session::open(&cmd.client)?;
+    let report = acl::run(&session, cmd.action)?;
+    report.print(cmd.client.format);
+    Ok(())
+}
+
+/// Runs `shoal user create | delete | list` over the Kafka protocol.
+pub fn run_user(action: UserAction) -> Result<(), Failure> {
+    let session = session::Session::open(action.client())?;
+    let format = action.client().format;
+    let report = user::run(&session, action)?;
+    report.print(format);
+    Ok(())
+}
+
+/// Runs `shoal produce ...`.
+pub fn run_produce(cmd: ProduceCommand) -> Result<(), Failure> {
+    let session = session::Session::open(&cmd.client)?;
+    let report = produce::run(&session, &cmd)?;
+    report.print(cmd.client.format);
+    Ok(())
+}
+
+/// Runs `shoal consume ...`.
+pub fn run_consume(cmd: ConsumeCommand) -> Result<(), Failure> {
+    let session = session::Session::open(&cmd.args.client)?;
+    consume::run(&session, &cmd)
 }

@@ -9,6 +9,7 @@ use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -116,6 +117,31 @@ impl Session {
     pub fn broker(&self, m: &MetadataResponse, id: i32) -> Option<SocketAddr> {
         let b = m.brokers.iter().find(|b| b.node_id.0 == id)?;
         resolve(&format!("{}:{}", b.host, b.port)).ok()
+    }
+
+    /// Each partition of `topic` with its leader's node id and address (a topic the broker does
+    /// not know, or a partition without a leader, is an error).
+    pub fn leaders(&self, topic: &str) -> Result<BTreeMap<i32, (i32, SocketAddr)>, Failure> {
+        let m = self.metadata(Some(&[topic]))?;
+        let t = m
+            .topics
+            .iter()
+            .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
+            .ok_or_else(|| Failure::kafka(3, &format!("topic {topic}"), None))?;
+        Failure::check(t.error_code, &format!("topic {topic}"), None)?;
+        let mut leaders = BTreeMap::new();
+        for p in &t.partitions {
+            let leader = p.leader_id.0;
+            let addr = self.broker(&m, leader).ok_or_else(|| {
+                Failure::other(
+                    "LeaderNotAvailable",
+                    format!("topic {topic} partition {}: no leader", p.partition_index),
+                    "retry in a moment",
+                )
+            })?;
+            leaders.insert(p.partition_index, (leader, addr));
+        }
+        Ok(leaders)
     }
 
     /// One request to the controller (the bootstrap broker when the metadata names none).

@@ -46,7 +46,7 @@ pub fn run(s: &Session, action: TopicAction) -> Result<Report, Failure> {
 }
 
 /// A one-line answer, as a table of one row and as JSON.
-fn done(what: String, json: serde_json::Value) -> Report {
+pub fn done(what: String, json: serde_json::Value) -> Report {
     let mut t = Table::new(None, Vec::new());
     t.rows.push(vec![what]);
     Report {

@@ -1,13 +1,13 @@
 //! The `shoal` binary run as an operator command (`shoal topic ...`, `shoal group ...`): its exit
-//! status, output and how long it took, killed after 60 s; and the librdkafka helpers the
-//! operator-command tests share.
+//! status, output and how long it took, killed after 60 s, with its standard input given; and the
+//! librdkafka helpers the operator-command tests share.
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::DefaultProducerContext;
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use serde_json::Value;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -29,15 +29,30 @@ impl Run {
 
 /// `shoal ARGS...` with `env`, killed (and the test failed) after 60 s.
 pub fn shoal(args: &[&str], env: &[(&str, &str)]) -> Run {
+    shoal_input(args, env, b"")
+}
+
+/// `shoal ARGS...` with `env` and `input` on its standard input, killed (and the test failed)
+/// after 60 s.
+pub fn shoal_input(args: &[&str], env: &[(&str, &str)], input: &[u8]) -> Run {
     let started = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_shoal"))
         .args(args)
         .env_remove("SHOAL_PASSWORD")
+        .env_remove("SHOAL_NEW_PASSWORD")
         .envs(env.iter().copied())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("shoal runs");
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_vec();
+    // A thread of its own, so that a child that does not read cannot block the test; closing
+    // it ends the input.
+    std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
             break s;
@@ -253,4 +268,16 @@ pub fn consume(consumer: &BaseConsumer, n: usize, within: Duration) -> Vec<(i32,
         }
     }
     got
+}
+
+/// COUNT records of `topic`, every partition from the beginning, as librdkafka (confluent-kafka's,
+/// with SSL, SCRAM and zstd) reads them with the extra settings `config`:
+/// `tests/python/librdkafka_read.py`'s answer, `{"ok": true, "records": [...]}` or
+/// `{"ok": false, "error": NAME}`.
+pub fn librdkafka_read(bootstrap: &str, topic: &str, count: usize, config: &Value) -> Value {
+    let out = super::python::run_script(
+        "librdkafka_read.py",
+        &[bootstrap, topic, &count.to_string(), &config.to_string()],
+    );
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
 }
