@@ -2,8 +2,8 @@
 //! coordinator asks the other core for some of its partitions' ends): a librdkafka group consumes,
 //! commits and leaves; records produced after the commit show as lag, per group and per partition,
 //! and as time lag (their timestamps are an hour old); once the group consumes them and commits,
-//! every figure is back to 0. Also in `/v1/status`, switched off and on live, and gone with the
-//! topic.
+//! every figure is back to 0. The figures equal `shoal group describe`'s; also in `/v1/status`,
+//! switched off and on live, and gone with the topic.
 
 mod common;
 
@@ -152,6 +152,19 @@ fn lag_after_the_last_commit_and_back_to_zero_once_consumed() {
         (3_600..3_700).contains(&lagging.time_lag_seconds),
         "the first unconsumed records are an hour old: {lagging:?}"
     );
+    // The metric is the operator command's figure: `shoal group describe`, per partition and in all.
+    let described = common::cli::shoal(
+        &[
+            "group", "describe", GROUP, "-b", &bootstrap, "--format", "json",
+        ],
+        &[],
+    )
+    .json();
+    assert_eq!(described["total_lag"], lagging.sum, "{described}");
+    for p in described["partitions"].as_array().unwrap() {
+        let index = p["partition"].as_u64().unwrap() as usize;
+        assert_eq!(p["lag"], lagging.partitions[index], "{described}");
+    }
     let entry = status_entry(&node);
     assert_eq!(entry["lag_sum"], total as u64, "{entry}");
     assert_eq!(entry["lag_max"], 9, "{entry}");
