@@ -326,7 +326,7 @@ pub struct ServeArgs {
     /// Number of cores (executors, brokers) to run; default: all available.
     #[arg(long)]
     pub cores: Option<usize>,
-    /// Admin HTTP address (/metrics, /v1/status).
+    /// Admin HTTP address (the console at /, /metrics, /v1/status, live settings).
     #[arg(long, default_value = "127.0.0.1:9644")]
     pub admin: SocketAddr,
     /// Serve the admin endpoint over HTTPS, with --tls-cert and --tls-key.
