@@ -74,6 +74,46 @@ pub struct Server {
     _data_dir_lock: std::fs::File,
 }
 
+/// Most open files asked for: every partition holds two or three (its directory, its active
+/// segment, sealed segments being read), every connection one, so 10,000 partitions and their
+/// consumers need more than the usual default of 1,024 (or a hard limit of 20,000).
+const OPEN_FILES_WANTED: u64 = 1 << 20;
+
+/// Raises this process's open-files limit as far as it may: the soft limit to the hard one, and
+/// both to [`OPEN_FILES_WANTED`] where the process may raise its hard limit (root) and the kernel
+/// allows it (`fs.nr_open`). Logs what it ends with, so a refused partition (`Too many open
+/// files`) can be matched to it.
+fn raise_open_files_limit() {
+    let mut now = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read or write the one struct passed.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut now) } != 0 {
+        return;
+    }
+    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(now.rlim_max);
+    let wanted = OPEN_FILES_WANTED.min(nr_open).max(now.rlim_max);
+    let set = |soft: u64, hard: u64| {
+        let l = libc::rlimit {
+            rlim_cur: soft,
+            rlim_max: hard,
+        };
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &l) == 0 }
+    };
+    let limit = if set(wanted, wanted) {
+        wanted
+    } else if set(now.rlim_max, now.rlim_max) {
+        now.rlim_max
+    } else {
+        now.rlim_cur
+    };
+    log::info!("open files limit: {limit} (partitions take two or three each, connections one)");
+}
+
 impl Server {
     /// Binds every listener, then starts the cores. Returns once the ports accept connections.
     pub fn start(mut config: ServerConfig) -> std::io::Result<Server> {
@@ -86,6 +126,7 @@ impl Server {
         let broker = &mut config.broker;
         broker.data_dir = resolve_data_dir(&broker.data_dir)?;
         log::info!("data directory: {}", broker.data_dir.display());
+        raise_open_files_limit();
         let data_dir_lock = lock_data_dir(&broker.data_dir)?;
         claim_data_dir(&broker.data_dir, broker.edge.as_ref())?;
         if let Some(tls) = &broker.auth.tls {

@@ -90,7 +90,7 @@ fn admin_answers_every_path_as_before() {
     let shoal = Shoal::start(dir.path(), 2, &[]);
     let (status, body) = shoal.admin_get("/nope");
     assert_eq!(status, "HTTP/1.1 404 Not Found");
-    assert_eq!(body, "not found: try /metrics or /v1/status\n");
+    assert_eq!(body, "not found: try /console, /metrics or /v1/status\n");
     let (status, body) = shoal.admin_request("DELETE", "/v1/status", "");
     assert_eq!(status, "HTTP/1.1 405 Method Not Allowed");
     assert_eq!(body, "only GET is served\n");

@@ -7,60 +7,32 @@
 mod common;
 
 use common::cli::{librdkafka_read, shoal_input, Run};
-use common::pki::{pki, Pki};
-use common::Shoal;
 use serde_json::{json, Value};
 
 const ADMIN_PASSWORD: &str = "admin-pw";
 
-/// A SASL_SSL broker with ACLs, `admin` its super user.
+/// A SASL_SSL broker with ACLs, `admin` its super user and its only user.
 struct Secured {
-    server: Shoal,
+    inner: common::cli::Secured,
     bootstrap: String,
-    pki: Pki,
-    _data: tempfile::TempDir,
 }
 
 impl Secured {
     fn start() -> Secured {
-        let pki = pki();
-        let data = tempfile::tempdir().unwrap();
-        common::add_user(data.path(), "admin", ADMIN_PASSWORD);
-        let server = Shoal::start(
-            data.path(),
-            1,
-            &[
-                "--tls-cert",
-                pki.server.0.to_str().unwrap(),
-                "--tls-key",
-                pki.server.1.to_str().unwrap(),
-                "--tls-kernel",
-                "off",
-                "--sasl-mechanisms",
-                "SCRAM-SHA-256,SCRAM-SHA-512",
-                "--authorizer",
-                "acl",
-                "--super-users",
-                "User:admin",
-                "--auto-create-topics",
-                "false",
-                // librdkafka retries a refused authentication: the test's own refusals must not
-                // lock the super user out.
-                "--max-failed-authentications-per-minute",
-                "1000",
-            ],
+        // librdkafka retries a refused authentication: the test's own refusals must not lock the
+        // super user out.
+        let inner = common::cli::Secured::start_with(
+            &[("admin", ADMIN_PASSWORD)],
+            &["--max-failed-authentications-per-minute", "1000"],
         );
-        assert_eq!(server.listeners[0].0, "SASL_SSL");
         Secured {
-            bootstrap: server.bootstrap(),
-            server,
-            pki,
-            _data: data,
+            bootstrap: inner.server.bootstrap(),
+            inner,
         }
     }
 
     fn ca(&self) -> &str {
-        self.pki.ca_pem.to_str().unwrap()
+        self.inner.pki.ca_pem.to_str().unwrap()
     }
 
     /// `shoal ARGS... --format json` as `user` (SCRAM-SHA-512), `input` on its standard input.
@@ -186,7 +158,7 @@ fn users_created_with_the_cli_authenticate_librdkafka_until_deleted() {
         created["mechanisms"],
         json!(["SCRAM-SHA-256", "SCRAM-SHA-512"])
     );
-    let file = s.pki.dir.path().join("dave.pw");
+    let file = s.inner.pki.dir.path().join("dave.pw");
     std::fs::write(&file, "dave-pw\n").unwrap();
     s.admin(&[
         "user",
@@ -276,7 +248,7 @@ fn users_created_with_the_cli_authenticate_librdkafka_until_deleted() {
         "{}",
         again.stderr
     );
-    s.server.stop();
+    s.inner.server.stop();
 }
 
 #[test]
@@ -418,7 +390,7 @@ fn acls_created_with_the_cli_allow_and_deny_librdkafka_and_round_trip() {
         "{}",
         by_alice.stderr
     );
-    s.server.stop();
+    s.inner.server.stop();
 }
 
 fn sort(v: &mut Value) {

@@ -9,6 +9,8 @@
 //! name), partitions are listed for one topic at a time (`topic`, `from`, `limit`), and the edge's
 //! upstream streams are capped.
 
+pub mod sample;
+
 use crate::stats::{CoreSnapshot, PartitionSnapshot};
 use crate::topics::TopicTable;
 use serde_json::{json, Value};
@@ -351,66 +353,10 @@ fn page(rows: Vec<Value>, from: usize, limit: usize) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topics::TopicMeta;
-
-    /// 10,000 partitions (100 topics of 100) on 4 cores, every one with figures.
-    fn many() -> (Vec<CoreSnapshot>, TopicTable) {
-        let mut table = TopicTable::default();
-        for t in 0..100u64 {
-            table.topics.insert(
-                format!("topic-{t:03}"),
-                TopicMeta {
-                    id: [t as u8; 16],
-                    partitions: 100,
-                    configs: BTreeMap::new(),
-                    ordinal: t,
-                },
-            );
-        }
-        let mut cores: Vec<CoreSnapshot> = (0..4)
-            .map(|core| CoreSnapshot {
-                core,
-                ..CoreSnapshot::default()
-            })
-            .collect();
-        for (name, m) in &table.topics {
-            for p in 0..m.partitions {
-                let owner = table.owner(m, p, 4);
-                cores[owner].partitions.push(PartitionSnapshot {
-                    topic: name.clone(),
-                    partition: p,
-                    high_watermark: 10,
-                    log_start_offset: 0,
-                    size_bytes: 100,
-                    segments: 1,
-                    storage_failure: None,
-                    producer_ids: 0,
-                    appended_bytes: 100,
-                    writes: 1,
-                    fsyncs: 0,
-                    compactions: 0,
-                    compacted_bytes: 0,
-                    compacted_to_bytes: 0,
-                    first_dirty_offset: 0,
-                    upstream: None,
-                });
-            }
-        }
-        // Readers of one partition on two cores.
-        cores[1]
-            .replicas
-            .fetch_connections
-            .push(("topic-042".into(), 7, 3));
-        cores[2]
-            .replicas
-            .fetch_connections
-            .push(("topic-042".into(), 7, 2));
-        (cores, table)
-    }
 
     #[test]
     fn ten_thousand_partitions_make_a_small_page() {
-        let (cores, table) = many();
+        let (cores, table) = sample::many_partitions(100, 100, 4);
         let ports = [9092, 9093, 9094, 9095];
         let text = console_json(&cores, &table, &ports, &ConsoleQuery::parse("/v1/console"));
         assert!(text.len() < 32 << 10, "{} bytes", text.len());

@@ -6,9 +6,10 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The chromium binary, installed the first time it is needed on a machine without one.
-pub fn chromium() -> PathBuf {
-    static BROWSER: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+/// The chromium binary, installed the first time it is needed on a machine without one (as root,
+/// with `apt-get`); why not, where it cannot be.
+pub fn chromium() -> Result<PathBuf, String> {
+    static BROWSER: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
     BROWSER
         .get_or_init(|| {
             let found = || {
@@ -18,32 +19,41 @@ pub fn chromium() -> PathBuf {
                     .find(|p| p.exists())
             };
             if let Some(path) = found() {
-                return path;
+                return Ok(path);
             }
             let apt = |args: &[&str]| {
                 Command::new("apt-get")
                     .args(args)
                     .env("DEBIAN_FRONTEND", "noninteractive")
                     .stdout(Stdio::null())
+                    .stderr(Stdio::null())
                     .status()
                     .is_ok_and(|s| s.success())
             };
-            let installed = apt(&["install", "-y", "-qq", "chromium"])
+            let _ = apt(&["install", "-y", "-qq", "chromium"])
                 || (apt(&["update", "-qq"]) && apt(&["install", "-y", "-qq", "chromium"]));
-            assert!(
-                installed,
-                "could not install chromium with apt-get (needs root)"
-            );
-            found().expect("chromium installed")
+            found().ok_or_else(|| {
+                "chromium is not installed and `apt-get install chromium` failed (it needs root \
+                 and Debian's package archive)"
+                    .to_string()
+            })
         })
         .clone()
 }
 
 /// The DOM of `url` after its scripts ran for `budget` of virtual time (timers run at once), as
-/// HTML; the browser is killed and the test failed after 90 s of real time.
-pub fn dump_dom(url: &str, budget: Duration) -> String {
+/// HTML; the browser is killed and the test failed after 90 s of real time. `None`, with a SKIPPED
+/// line naming `test`, where no browser can be had.
+pub fn dump_dom(test: &str, url: &str, budget: Duration) -> Option<String> {
+    let browser = match chromium() {
+        Ok(path) => path,
+        Err(why) => {
+            shards::testing::skipped(test, "the console in a headless browser", &why);
+            return None;
+        }
+    };
     let profile = tempfile::tempdir().unwrap();
-    let mut child = Command::new(chromium())
+    let mut child = Command::new(browser)
         .args([
             "--headless=new",
             "--no-sandbox",
@@ -76,7 +86,7 @@ pub fn dump_dom(url: &str, budget: Duration) -> String {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    reader.join().unwrap()
+    Some(reader.join().unwrap())
 }
 
 /// The attributes of the first element whose opening tag contains `marker` (e.g.

@@ -114,34 +114,37 @@ pub struct Secured {
 
 impl Secured {
     pub fn start() -> Secured {
+        Self::start_with(&[("admin", "admin-pw"), ("alice", "alice-pw")], &[])
+    }
+
+    /// The same broker with only `users` (name, password) and `extra` flags.
+    pub fn start_with(users: &[(&str, &str)], extra: &[&str]) -> Secured {
         let pki = super::pki::pki();
         let data = tempfile::tempdir().unwrap();
-        super::add_user(data.path(), "admin", "admin-pw");
-        super::add_user(data.path(), "alice", "alice-pw");
+        for (name, password) in users {
+            super::add_user(data.path(), name, password);
+        }
         let (cert, key) = (
             pki.server.0.to_str().unwrap(),
             pki.server.1.to_str().unwrap(),
         );
-        let server = super::Shoal::start(
-            data.path(),
-            1,
-            &[
-                "--tls-cert",
-                cert,
-                "--tls-key",
-                key,
-                "--tls-kernel",
-                "off",
-                "--sasl-mechanisms",
-                "SCRAM-SHA-256,SCRAM-SHA-512,PLAIN",
-                "--authorizer",
-                "acl",
-                "--super-users",
-                "User:admin",
-                "--auto-create-topics",
-                "false",
-            ],
-        );
+        let flags = [
+            "--tls-cert",
+            cert,
+            "--tls-key",
+            key,
+            "--tls-kernel",
+            "off",
+            "--sasl-mechanisms",
+            "SCRAM-SHA-256,SCRAM-SHA-512,PLAIN",
+            "--authorizer",
+            "acl",
+            "--super-users",
+            "User:admin",
+            "--auto-create-topics",
+            "false",
+        ];
+        let server = super::Shoal::start(data.path(), 1, &[&flags[..], extra].concat());
         assert_eq!(server.listeners[0].0, "SASL_SSL");
         Secured { server, pki, data }
     }
