@@ -484,3 +484,38 @@ fn the_page_stays_small_and_quick_with_ten_thousand_partitions() {
         "1000"
     );
 }
+
+/// `shoal edge`'s console: each upstream stream with its position and the upstream's range, and per
+/// core the bytes fetched from upstream beside those served.
+#[test]
+fn an_edges_console_shows_its_upstream_streams() {
+    const TEST: &str = "an_edges_console_shows_its_upstream_streams";
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let upstream = common::edge::start_upstream(dirs[0].path(), "127.0.0.1:0");
+    common::create_topics(&upstream.bootstrap(), &[("feed", 1)]);
+    produce(&upstream.bootstrap(), "feed", &[25]);
+    let edge = common::edge::start_edge(dirs[1].path(), &upstream.bootstrap());
+    common::edge::wait_for_topic(&edge, "feed", 1);
+    let consumer = common::cli::group_consumer(&edge.bootstrap(), "edge-readers", "feed");
+    common::cli::consume(&consumer, 25, Duration::from_secs(30));
+    let url = format!("http://{}/console", edge.admin);
+    let Some(dom) = dump_dom(TEST, &url, Duration::from_secs(3)) else {
+        return;
+    };
+    let stream = "data-stream=\"feed/0\"";
+    let row = &dom[dom.find(stream).expect("the stream is listed")..];
+    let row = &row[..row.find("</tr>").unwrap()];
+    // Position 25, the upstream's range 0..25, nothing behind.
+    assert!(
+        row.contains("<td>25</td>") && row.contains("<td>0</td>"),
+        "{row}"
+    );
+    let fetched: u64 = attribute(&dom, "data-edge-core=\"0\"", "data-upstream-bytes")
+        .parse()
+        .unwrap();
+    assert!(fetched > 0, "no bytes from upstream shown");
+    assert_eq!(attribute(&dom, "data-edge-core=\"0\"", "data-streams"), "1");
+    drop(consumer);
+    edge.stop();
+    upstream.stop();
+}

@@ -337,7 +337,10 @@ fn edge_json(stats: &[CoreSnapshot]) -> Value {
         })
         .collect();
     json!({
-        "cores": stats.iter().map(|s| json!({ "core": s.core, "stats": s.edge })).collect::<Vec<_>>(),
+        "cores": stats
+            .iter()
+            .map(|s| json!({ "core": s.core, "stats": s.edge, "bytes_out": s.kafka.bytes_out }))
+            .collect::<Vec<_>>(),
         "streams_total": streams.len(),
         "streams": streams.into_iter().take(MAX_STREAMS).collect::<Vec<_>>(),
     })
