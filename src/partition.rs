@@ -141,6 +141,13 @@ impl Partition {
         self.log
             .check_keys(&blob, &headers)
             .map_err(Refused::Batch)?;
+        // Transactional batches wait for the transaction coordinator: without it nothing would
+        // ever close their transactions (and hold the last stable offset back for good).
+        if headers.iter().any(BatchHeader::is_transactional) {
+            return Err(Refused::Batch(shards::Error::InvalidBatch(
+                shards::InvalidBatch::Unsupported,
+            )));
+        }
         let idempotent = headers.iter().any(is_idempotent);
         if idempotent {
             let reserved = self

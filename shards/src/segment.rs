@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::index::{SegmentMeta, SparseIndex};
 use crate::readahead::{self, ReadAhead};
 use crate::records::Records;
+use crate::transactions::{parse_marker, txn_index_file_name, Marker, SegmentTxns};
 use bytes::Bytes;
 use glommio::io::{BufferedFile, DmaFile, OpenOptions};
 use std::cell::{Cell, RefCell};
@@ -67,6 +68,8 @@ pub(crate) struct Segment {
     /// Compaction replaced this segment: its path now names another file, so nothing may be
     /// opened by path any more; reads still in flight finish on the handles already open.
     retired: Cell<bool>,
+    /// The transactions its markers aborted, and those open at its end (once rolled).
+    pub txns: RefCell<SegmentTxns>,
 }
 
 /// What a recovery scan found.
@@ -77,6 +80,9 @@ pub(crate) struct Scan {
     pub index: SparseIndex,
     /// Why the scan stopped before the end of the file, if it did.
     pub damage: Option<String>,
+    /// The transactional batches found, in order, with the marker of each control batch: what
+    /// recovery replays to rebuild the segment's transaction state.
+    pub transactional: Vec<(BatchHeader, Option<Marker>)>,
 }
 
 impl Segment {
@@ -230,6 +236,7 @@ impl Segment {
             dma_reader: RefCell::new(None),
             readahead: ReadAhead::default(),
             retired: Cell::new(false),
+            txns: RefCell::default(),
         }
     }
 
@@ -244,6 +251,10 @@ impl Segment {
 
     pub(crate) fn index_path(&self) -> PathBuf {
         self.path.with_file_name(index_file_name(self.base_offset))
+    }
+    pub(crate) fn txn_index_path(&self) -> PathBuf {
+        self.path
+            .with_file_name(txn_index_file_name(self.base_offset))
     }
 
     /// The timestamp retention by time compares: the newest record's, or the last write's if the
@@ -576,6 +587,7 @@ impl Segment {
             max_timestamp: -1,
             first_timestamp: -1,
         };
+        let mut transactional = Vec::new();
         let mut pos = 0u64;
         let mut buf_start = 0u64;
         let mut buf: Vec<u8> = Vec::new();
@@ -638,6 +650,9 @@ impl Segment {
                     h.base_offset, meta.next_offset
                 ));
             }
+            if h.is_transactional() {
+                transactional.push((h, parse_marker(&h, &buf[at..at + total])));
+            }
             index.maybe_add((h.base_offset - base_offset) as u32, pos as u32);
             if meta.first_timestamp < 0 {
                 meta.first_timestamp = h.max_timestamp;
@@ -652,6 +667,7 @@ impl Segment {
             meta,
             index,
             damage,
+            transactional,
         })
     }
 }

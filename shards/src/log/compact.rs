@@ -113,7 +113,7 @@ pub(super) fn finish_interrupted(dir: &Path) -> std::io::Result<()> {
                 continue;
             };
             let covered = stem.len() == 20
-                && matches!(ext, "log" | "index")
+                && matches!(ext, "log" | "index" | "txnindex")
                 && stem.parse::<i64>().is_ok_and(|o| base <= o && o < end);
             if covered {
                 std::fs::remove_file(entry.path())?;
@@ -136,6 +136,9 @@ pub(super) fn finish_interrupted(dir: &Path) -> std::io::Result<()> {
 struct Cleaned {
     path: PathBuf,
     index_path: PathBuf,
+    /// The group's transaction index (written only when not empty).
+    txn_index_path: PathBuf,
+    txns: crate::transactions::SegmentTxns,
     file: glommio::io::BufferedFile,
     index: SparseIndex,
     meta: SegmentMeta,
@@ -420,6 +423,15 @@ impl Inner {
         let base = group[0].base_offset;
         let path = self.dir.join(format!("{base:020}.log.cleaned"));
         let index_path = self.dir.join(format!("{base:020}.index.cleaned"));
+        let txn_index_path = self.dir.join(format!("{base:020}.txnindex.cleaned"));
+        // The group's aborted transactions are carried over (their offsets do not change), and
+        // the transactions open at its end are those open at its last segment's.
+        let mut txns = crate::transactions::SegmentTxns::default();
+        for seg in group {
+            let t = seg.txns.borrow();
+            txns.aborted.extend_from_slice(&t.aborted);
+            txns.open_at_end = t.open_at_end.clone();
+        }
         let file = glommio::io::OpenOptions::new()
             .read(true)
             .write(true)
@@ -431,6 +443,8 @@ impl Inner {
         let mut out = Cleaned {
             path,
             index_path,
+            txn_index_path,
+            txns,
             file,
             index: SparseIndex::new(config.index_interval_bytes),
             meta: SegmentMeta {
@@ -517,6 +531,10 @@ impl Inner {
                 .fdatasync()
                 .await
                 .map_err(|e| Error::storage(&out.path, e))?;
+            if !out.txns.is_empty() {
+                let txns = out.txns.encode(base, out.meta.size);
+                writer::write_file(&out.txn_index_path, txns).await?;
+            }
             let index = out.index.encode(&out.meta);
             writer::write_file(&out.index_path, index).await?;
             Ok(())
@@ -557,12 +575,23 @@ impl Inner {
         glommio::io::rename(&swap_path, &final_path)
             .await
             .map_err(io(&swap_path))?;
-        let index_in_place = glommio::io::rename(
-            &cleaned.index_path,
-            self.dir.join(crate::segment::index_file_name(base)),
-        )
-        .await
-        .is_ok();
+        // The transaction index before the index, which marks the segment clean (see
+        // `write_index`); without it in place the segment is scanned at the next open.
+        let txns_in_place = cleaned.txns.is_empty()
+            || glommio::io::rename(
+                &cleaned.txn_index_path,
+                self.dir
+                    .join(crate::transactions::txn_index_file_name(base)),
+            )
+            .await
+            .is_ok();
+        let index_in_place = txns_in_place
+            && glommio::io::rename(
+                &cleaned.index_path,
+                self.dir.join(crate::segment::index_file_name(base)),
+            )
+            .await
+            .is_ok();
         let seg = Segment::with_meta(
             final_path,
             cleaned.file,
@@ -572,6 +601,7 @@ impl Inner {
             group.last().map_or(now_ms(), |s| s.last_modified_ms.get()),
         );
         seg.sealed.set(index_in_place);
+        *seg.txns.borrow_mut() = cleaned.txns;
         seg.set_direct_reads(self.active().writes_direct());
         // In memory, in one step: readers see either the old segments or the new one.
         {
@@ -631,7 +661,7 @@ async fn write_all(out: &Cleaned, buf: Vec<u8>, pos: u64) -> Result<u64> {
 
 /// Removes a rewritten group that will not be swapped in.
 async fn discard(c: &Cleaned) {
-    for p in [&c.path, &c.index_path] {
+    for p in [&c.path, &c.index_path, &c.txn_index_path] {
         let _ = glommio::io::remove(p).await;
     }
 }
