@@ -342,3 +342,61 @@ fn retention_removes_a_segments_aborted_index_with_it() {
         log.close().await.unwrap();
     });
 }
+
+#[test]
+fn compaction_carries_the_aborted_index_and_open_transactions() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            cleanup_compact: true,
+            cleanup_delete: false,
+            ..small_config()
+        };
+        let log = Log::open(dir.path(), config.clone(), cache())
+            .await
+            .unwrap();
+        let mut m = Model::default();
+        m.data(&log, 4, 1).await; // open through every segment compaction rewrites
+        for round in 0..40u64 {
+            // Records of a few keys, overwritten round after round: compaction removes most.
+            let mut b = BatchBuilder::new(1_700_000_000_000);
+            for k in 0..3 {
+                let key = format!("key-{k}");
+                b.push(
+                    1_700_000_000_000,
+                    Some(key.as_bytes()),
+                    Some(&[1; 200]),
+                    &[],
+                );
+            }
+            log.append(Bytes::from(b.finish(0)), NON_DURABLE)
+                .await
+                .unwrap();
+            m.data(&log, 1 + round as i64 % 3, 1).await;
+            if round % 3 == 2 {
+                m.end(&log, 1 + round as i64 % 3, round % 2 == 0).await;
+            }
+        }
+        m.check(&log, "before compaction");
+        // Segments written small are rewritten into fewer: their indexes are merged.
+        log.set_config(LogConfig {
+            segment_bytes: 64 << 10,
+            ..config.clone()
+        });
+        let stats = log.compact_now().await.unwrap();
+        assert!(stats.read_bytes > stats.written_bytes, "{stats:?}");
+        assert!(stats.segments_after < stats.segments_before, "{stats:?}");
+        m.check(&log, "after compaction");
+        log.close().await.unwrap();
+        let log = Log::open(dir.path(), config.clone(), cache())
+            .await
+            .unwrap();
+        m.check(&log, "after compaction and a restart");
+        m.end(&log, 4, false).await;
+        m.check(&log, "the transaction open across compaction aborts whole");
+        drop(log);
+        let log = Log::open(dir.path(), config, cache()).await.unwrap();
+        m.check(&log, "after a crash");
+        log.close().await.unwrap();
+    });
+}
