@@ -1,5 +1,6 @@
 //! ListOffsets: earliest (-2), latest (-1), the record with the largest timestamp (-3), or the first
-//! offset at or after a timestamp.
+//! offset at or after a timestamp. Latest is the last stable offset for read_committed (isolation
+//! level 1), as in Kafka: where a read_committed consumer's reads end.
 
 use super::{count_errors, frame, HandlerResult, Versions};
 use crate::acl::Operation;
@@ -70,6 +71,7 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
                 continue;
             }
             let found = match p.timestamp {
+                LATEST if request.isolation_level == 1 => Ok(Some((log.last_stable_offset(), -1))),
                 LATEST => Ok(Some((log.high_watermark(), -1))),
                 EARLIEST => Ok(Some((log.log_start_offset(), -1))),
                 MAX_TIMESTAMP => match log.max_timestamp() {
