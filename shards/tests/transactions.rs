@@ -11,7 +11,6 @@ use shards::batch::BatchBuilder;
 use shards::transactions::{encode_marker, AbortedTxn, Marker};
 use shards::{AppendOptions, Error, InvalidBatch, Log, LogConfig};
 use std::collections::BTreeMap;
-use std::path::Path;
 
 const NON_DURABLE: AppendOptions = AppendOptions { durable: false };
 
@@ -30,6 +29,11 @@ fn txn_batch(producer_id: i64, base_sequence: i32, records: usize, value_len: us
         );
     }
     Bytes::from(b.finish(0))
+}
+
+/// Opens the log in `dir` with small segments (they roll every few dozen batches).
+async fn open(dir: &std::path::Path) -> Log {
+    Log::open(dir, small_config(), cache()).await.unwrap()
 }
 
 /// What the log should know of its transactions, kept beside it by the tests.
@@ -138,23 +142,11 @@ async fn workload(log: &Log, model: &mut Model, steps: usize, seed: u64) {
     }
 }
 
-fn txn_index_files(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut v: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "txnindex"))
-        .collect();
-    v.sort();
-    v
-}
-
 #[test]
 fn the_last_stable_offset_follows_interleaved_producers() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path(), small_config(), cache())
-            .await
-            .unwrap();
+        let log = open(dir.path()).await;
         let mut m = Model::default();
         log.append(batch(1, 10, 1), NON_DURABLE).await.unwrap(); // 0
         assert_eq!(log.last_stable_offset(), 1);
@@ -207,9 +199,7 @@ fn the_last_stable_offset_follows_interleaved_producers() {
 fn producers_may_not_write_control_batches_or_transactions_without_a_producer_id() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path(), small_config(), cache())
-            .await
-            .unwrap();
+        let log = open(dir.path()).await;
         let marker = Marker {
             commit: true,
             coordinator_epoch: 0,
@@ -235,9 +225,7 @@ fn producers_may_not_write_control_batches_or_transactions_without_a_producer_id
 fn the_aborted_index_spans_segment_rolls() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path(), small_config(), cache())
-            .await
-            .unwrap();
+        let log = open(dir.path()).await;
         let mut m = Model::default();
         // A long transaction from producer 1 across many segments, with others inside it.
         m.data(&log, 1, 2).await;
@@ -261,9 +249,7 @@ fn a_crash_rebuilds_open_transactions_and_aborted_indexes_exactly() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
         let mut m = Model::default();
-        let log = Log::open(dir.path(), small_config(), cache())
-            .await
-            .unwrap();
+        let log = open(dir.path()).await;
         m.data(&log, 4, 1).await; // open across every segment, never ended
         workload(&log, &mut m, 250, 11).await;
         m.data(&log, 3, 1).await;
@@ -281,22 +267,18 @@ fn a_crash_rebuilds_open_transactions_and_aborted_indexes_exactly() {
         m.check(&log, "after the crash, appending");
         log.close().await.unwrap();
         // A clean restart trusts the sealed segments' transaction indexes.
-        let log = Log::open(dir.path(), small_config(), cache())
-            .await
-            .unwrap();
+        let log = open(dir.path()).await;
         m.check(&log, "after a clean restart");
         log.close().await.unwrap();
         // A damaged transaction index makes its segment scanned, and its index rebuilt.
-        let files = txn_index_files(dir.path());
+        let files = files(dir.path(), ".txnindex");
         assert!(files.len() >= 2, "{files:?}");
         for f in &files[..2] {
             let mut b = std::fs::read(f).unwrap();
             b[13] ^= 1;
             std::fs::write(f, b).unwrap();
         }
-        let log = Log::open(dir.path(), small_config(), cache())
-            .await
-            .unwrap();
+        let log = open(dir.path()).await;
         m.check(&log, "after damage to transaction indexes");
         log.close().await.unwrap();
     });
@@ -307,9 +289,7 @@ fn retention_removes_a_segments_aborted_index_with_it() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
         let mut m = Model::default();
-        let log = Log::open(dir.path(), small_config(), cache())
-            .await
-            .unwrap();
+        let log = open(dir.path()).await;
         m.data(&log, 1, 1).await;
         m.end(&log, 1, false).await;
         workload(&log, &mut m, 200, 21).await;
@@ -318,7 +298,7 @@ fn retention_removes_a_segments_aborted_index_with_it() {
             m.end(&log, pid, true).await;
         }
         log.close().await.unwrap();
-        let first = txn_index_files(dir.path())[0].clone();
+        let first = files(dir.path(), ".txnindex")[0].clone();
         assert!(first.ends_with(format!("{:020}.txnindex", 0)), "{first:?}");
         let log = Log::open(
             dir.path(),
