@@ -285,6 +285,10 @@ impl Log {
     pub fn last_stable_monitor(&self) -> &OffsetMonitor {
         &self.inner.last_stable
     }
+    /// How many transactions are open (metrics).
+    pub fn open_transaction_count(&self) -> usize {
+        self.inner.transactions.borrow().len()
+    }
     /// (producer id, first offset) of every open transaction, oldest first.
     pub fn open_transactions(&self) -> Vec<(i64, i64)> {
         self.inner.transactions.borrow().iter().collect()
