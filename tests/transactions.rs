@@ -164,16 +164,22 @@ fn write_transactions(data_dir: &Path) -> Written {
 }
 
 fn fetch(isolation_level: i8) -> FetchRequest {
+    fetch_at(isolation_level, 0, 0)
+}
+
+/// A fetch of partition 0 from `offset` that long-polls up to `max_wait_ms` for a byte.
+fn fetch_at(isolation_level: i8, offset: i64, max_wait_ms: i32) -> FetchRequest {
     FetchRequest::default()
         .with_replica_id(kafka_protocol::messages::BrokerId(-1))
-        .with_max_wait_ms(0)
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(1)
         .with_max_bytes(1 << 20)
         .with_isolation_level(isolation_level)
         .with_topics(vec![FetchTopic::default()
             .with_topic(TopicName(s(TOPIC)))
             .with_partitions(vec![FetchPartition::default()
                 .with_partition(0)
-                .with_fetch_offset(0)
+                .with_fetch_offset(offset)
                 .with_partition_max_bytes(1 << 20)])])
 }
 
@@ -290,6 +296,29 @@ fn read_committed_consumers_stop_at_the_last_stable_offset_and_skip_aborted_reco
         let values = data_values(p.records.as_deref().unwrap_or_default());
         assert_eq!(values.len(), 8, "v{version}: {values:?}");
     }
+    // At the last stable offset a read_committed long poll waits out its time: the records past
+    // it are not committed; a read_uncommitted fetch there gets them at once.
+    let start = Instant::now();
+    let r: FetchResponse = call(&mut c, ApiKey::Fetch, 12, 3, &fetch_at(1, w.open_from, 400));
+    let p = &r.responses[0].partitions[0];
+    assert_eq!(p.error_code, NONE);
+    assert!(p.records.as_deref().unwrap_or_default().is_empty());
+    assert!(
+        start.elapsed() >= Duration::from_millis(350),
+        "{:?}",
+        start.elapsed()
+    );
+    let start = Instant::now();
+    let r: FetchResponse = call(
+        &mut c,
+        ApiKey::Fetch,
+        12,
+        4,
+        &fetch_at(0, w.open_from, 5_000),
+    );
+    let values = data_values(r.responses[0].partitions[0].records.as_deref().unwrap());
+    assert_eq!(values, ["open-1", "plain-3"]);
+    assert!(start.elapsed() < Duration::from_secs(4));
     assert_eq!(latest(&mut c, 1), w.open_from);
     assert_eq!(latest(&mut c, 0), w.high_watermark);
     // librdkafka drops the aborted records and stops before the open transaction.
