@@ -152,6 +152,22 @@ struct KeyMap {
     bytes: usize,
     /// The base offset of each idempotent producer's last batch in the compactable segments.
     last_batch: HashMap<i64, i64>,
+    /// Each producer's aborted transactions (first offset, marker offset), from the whole log's
+    /// aborted index: their records are removed, and never count as a key's latest value.
+    aborted: HashMap<i64, Vec<(i64, i64)>>,
+}
+
+impl KeyMap {
+    /// Whether batch `h` belongs to an aborted transaction.
+    fn is_aborted(&self, h: &BatchHeader) -> bool {
+        h.is_transactional()
+            && !h.is_control()
+            && self.aborted.get(&h.producer_id).is_some_and(|ranges| {
+                ranges
+                    .iter()
+                    .any(|&(first, last)| first <= h.base_offset && h.base_offset < last)
+            })
+    }
 }
 
 /// Lets other task queues run after each [`SLICE`] of work.
@@ -284,9 +300,13 @@ impl Inner {
         segs[..segs.len().saturating_sub(1)]
             .iter()
             .take_while(|s| {
+                // Not past the last stable offset: an open transaction's records may still be
+                // aborted, and must not replace a key's committed value (Kafka's cleaner stops
+                // there too).
                 s.sealed.get()
                     && !unsealed.iter().any(|u| Rc::ptr_eq(u, s))
                     && s.retention_timestamp() <= now_ms - lag
+                    && s.next_offset.get() <= self.last_stable.value()
             })
             .cloned()
             .collect()
@@ -306,6 +326,14 @@ impl Inner {
         let mut slicer = Slicer(Instant::now());
         // 1. The key map over the dirty segments, and producers' last batches over all.
         let mut map = KeyMap::default();
+        for seg in self.segments.borrow().iter() {
+            for a in &seg.txns.borrow().aborted {
+                map.aborted
+                    .entry(a.producer_id)
+                    .or_default()
+                    .push((a.first_offset, a.last_offset));
+            }
+        }
         let mut mapped = 0;
         for seg in &segs {
             let dirty = seg.next_offset.get() > first_dirty;
@@ -318,7 +346,8 @@ impl Inner {
                     if h.producer_id >= 0 {
                         map.last_batch.insert(h.producer_id, h.base_offset);
                     }
-                    if dirty {
+                    // Markers' control records and aborted records are no key's value.
+                    if dirty && !h.is_control() && !map.is_aborted(&h) {
                         let plain = records_section(&h, &bytes)?;
                         for r in record_spans(&h, &plain)? {
                             if let Some(k) = r.key {
@@ -465,8 +494,13 @@ impl Inner {
                         let plain = records_section(&h, &bytes)?;
                         let spans = record_spans(&h, &plain)?;
                         let mut keep = Vec::with_capacity(spans.len());
+                        let aborted = map.is_aborted(&h);
                         for r in &spans {
                             let offset = h.base_offset + r.offset_delta as i64;
+                            if aborted {
+                                stats.records_removed += 1;
+                                continue;
+                            }
                             // Records without a key cannot be compacted: Kafka's cleaner drops them too.
                             let Some(k) = &r.key else {
                                 stats.records_removed += 1;
