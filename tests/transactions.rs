@@ -319,6 +319,26 @@ fn read_committed_consumers_stop_at_the_last_stable_offset_and_skip_aborted_reco
     let values = data_values(r.responses[0].partitions[0].records.as_deref().unwrap());
     assert_eq!(values, ["open-1", "plain-3"]);
     assert!(start.elapsed() < Duration::from_secs(4));
+    // Two read_committed fetches at one offset share one read (the coalescer keys on the
+    // isolation and keeps the result fresh while the last stable offset stays).
+    let reads = shoal.metric("shoal_fetch_coalescer_reads_total");
+    for correlation in [5, 6] {
+        let r: FetchResponse = call(&mut c, ApiKey::Fetch, 12, correlation, &fetch_at(1, 1, 0));
+        assert_eq!(
+            r.responses[0].partitions[0]
+                .aborted_transactions
+                .iter()
+                .flatten()
+                .count(),
+            1
+        );
+    }
+    assert_eq!(shoal.metric("shoal_fetch_coalescer_reads_total"), reads + 1);
+    assert_eq!(
+        shoal.metric("shoal_log_last_stable_offset_lag"),
+        (w.high_watermark - w.open_from) as u64
+    );
+    assert_eq!(shoal.metric("shoal_open_transactions"), 1);
     assert_eq!(latest(&mut c, 1), w.open_from);
     assert_eq!(latest(&mut c, 0), w.high_watermark);
     // librdkafka drops the aborted records and stops before the open transaction.
