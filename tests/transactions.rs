@@ -106,6 +106,8 @@ fn a_transactional_producer_fails_fast_with_the_reason() {
 }
 
 const TOPIC: &str = "txn";
+/// The first record's timestamp: in 2100, after any marker's.
+const FIRST_TIMESTAMP: i64 = 4_102_444_800_000;
 
 /// The offsets of what [`write_transactions`] wrote.
 struct Written {
@@ -129,12 +131,16 @@ fn write_transactions(data_dir: &Path) -> Written {
         };
         let cache = std::rc::Rc::new(shards::TailCache::new(1 << 20, 4096));
         let log = shards::Log::open(&dir, config, cache).await.unwrap();
+        // Each record a millisecond after the one before (ListOffsets by time), all after the
+        // markers' (stamped with the clock).
+        let clock = std::cell::Cell::new(FIRST_TIMESTAMP);
         let append = |pid: i64, seq: i32, value: &str| {
-            let mut b = BatchBuilder::new(1).producer(pid, 0, seq);
+            let ts = clock.replace(clock.get() + 1);
+            let mut b = BatchBuilder::new(ts).producer(pid, 0, seq);
             if pid >= 0 {
                 b = b.transactional();
             }
-            b.push(1, Some(b"k"), Some(value.as_bytes()), &[]);
+            b.push(ts, Some(b"k"), Some(value.as_bytes()), &[]);
             let log = log.clone();
             async move {
                 let r = log.append(Bytes::from(b.finish(0)), Default::default());
@@ -198,7 +204,8 @@ fn data_values(records: &[u8]) -> Vec<String> {
     out
 }
 
-fn latest(c: &mut std::net::TcpStream, isolation_level: i8) -> i64 {
+/// ListOffsets latest (-1), max timestamp (-3) or by time, for partition 0: the offset.
+fn list_offset(c: &mut std::net::TcpStream, isolation_level: i8, timestamp: i64) -> i64 {
     let r: ListOffsetsResponse = call(
         c,
         ApiKey::ListOffsets,
@@ -211,7 +218,7 @@ fn latest(c: &mut std::net::TcpStream, isolation_level: i8) -> i64 {
                 .with_name(TopicName(s(TOPIC)))
                 .with_partitions(vec![ListOffsetsPartition::default()
                     .with_partition_index(0)
-                    .with_timestamp(-1)])]),
+                    .with_timestamp(timestamp)])]),
     );
     let p = &r.topics[0].partitions[0];
     assert_eq!(p.error_code, NONE);
@@ -339,8 +346,14 @@ fn read_committed_consumers_stop_at_the_last_stable_offset_and_skip_aborted_reco
         (w.high_watermark - w.open_from) as u64
     );
     assert_eq!(shoal.metric("shoal_open_transactions"), 1);
-    assert_eq!(latest(&mut c, 1), w.open_from);
-    assert_eq!(latest(&mut c, 0), w.high_watermark);
+    assert_eq!(list_offset(&mut c, 1, -1), w.open_from);
+    assert_eq!(list_offset(&mut c, 0, -1), w.high_watermark);
+    // By time: the newest record lies past the last stable offset, not there yet for
+    // read_committed; the first record is found by both.
+    assert_eq!(list_offset(&mut c, 1, -3), -1);
+    assert_eq!(list_offset(&mut c, 0, -3), w.high_watermark - 1);
+    assert_eq!(list_offset(&mut c, 1, FIRST_TIMESTAMP), 0);
+    assert_eq!(list_offset(&mut c, 0, FIRST_TIMESTAMP), 0);
     // librdkafka drops the aborted records and stops before the open transaction.
     let committed = consume(&shoal.bootstrap(), "read_committed", 4);
     assert_eq!(
