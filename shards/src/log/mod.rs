@@ -289,6 +289,11 @@ impl Log {
     pub fn open_transaction_count(&self) -> usize {
         self.inner.transactions.borrow().len()
     }
+    /// The first offset of `producer_id`'s open transaction, if it has one (the produce path's
+    /// check of a producer's transaction state: the log, not a producer snapshot, keeps it).
+    pub fn open_transaction(&self, producer_id: i64) -> Option<i64> {
+        self.inner.transactions.borrow().first_offset(producer_id)
+    }
     /// (producer id, first offset) of every open transaction, oldest first.
     pub fn open_transactions(&self) -> Vec<(i64, i64)> {
         self.inner.transactions.borrow().iter().collect()
