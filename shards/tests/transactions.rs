@@ -165,6 +165,10 @@ fn the_last_stable_offset_follows_interleaved_producers() {
             2,
             "producer 2's transaction is older"
         );
+        assert_eq!(
+            (log.open_transaction(1), log.open_transaction(2)),
+            (None, Some(2))
+        );
         assert_eq!(block_on(poll_once(&mut waiter)), None);
         assert_eq!(m.end(&log, 2, false).await, 7);
         assert_eq!(log.last_stable_offset(), 8);
