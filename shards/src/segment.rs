@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::index::{SegmentMeta, SparseIndex};
 use crate::readahead::{self, ReadAhead};
 use crate::records::Records;
-use crate::transactions::{parse_marker, txn_index_file_name, Marker, SegmentTxns};
+use crate::transactions::{parse_marker, txn_index_file_name, OpenTransactions, SegmentTxns};
 use bytes::Bytes;
 use glommio::io::{BufferedFile, DmaFile, OpenOptions};
 use std::cell::{Cell, RefCell};
@@ -80,9 +80,9 @@ pub(crate) struct Scan {
     pub index: SparseIndex,
     /// Why the scan stopped before the end of the file, if it did.
     pub damage: Option<String>,
-    /// The transactional batches found, in order, with the marker of each control batch: what
-    /// recovery replays to rebuild the segment's transaction state.
-    pub transactional: Vec<(BatchHeader, Option<Marker>)>,
+    /// The segment's transactions, rebuilt from its transactional batches on top of those open
+    /// at its start: the ones its markers aborted, and those open at its end.
+    pub txns: SegmentTxns,
 }
 
 impl Segment {
@@ -569,12 +569,14 @@ impl Segment {
     }
 
     /// Reads the file batch by batch, checking each CRC and that offsets grow from `base_offset`,
-    /// and rebuilds the index. Stops at the first torn or corrupt batch.
+    /// and rebuilds the index and the transaction state (from the transactions `open` at its
+    /// start). Stops at the first torn or corrupt batch.
     pub(crate) async fn scan(
         file: &BufferedFile,
         path: &Path,
         base_offset: i64,
         index_interval: u32,
+        open: OpenTransactions,
     ) -> Result<Scan> {
         let file_len = file
             .file_size()
@@ -587,7 +589,10 @@ impl Segment {
             max_timestamp: -1,
             first_timestamp: -1,
         };
-        let mut transactional = Vec::new();
+        let mut txns = SegmentTxns {
+            aborted: Vec::new(),
+            open_at_end: open,
+        };
         let mut pos = 0u64;
         let mut buf_start = 0u64;
         let mut buf: Vec<u8> = Vec::new();
@@ -651,7 +656,8 @@ impl Segment {
                 ));
             }
             if h.is_transactional() {
-                transactional.push((h, parse_marker(&h, &buf[at..at + total])));
+                let marker = parse_marker(&h, &buf[at..at + total]);
+                txns.aborted.extend(txns.open_at_end.follow(&h, marker));
             }
             index.maybe_add((h.base_offset - base_offset) as u32, pos as u32);
             if meta.first_timestamp < 0 {
@@ -667,7 +673,7 @@ impl Segment {
             meta,
             index,
             damage,
-            transactional,
+            txns,
         })
     }
 }

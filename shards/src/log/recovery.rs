@@ -115,7 +115,8 @@ pub(super) async fn recover(
             segments.push(Rc::new(seg));
             continue;
         }
-        let scan = match Segment::scan(&file, &f.path, f.base_offset, interval).await {
+        let scan = Segment::scan(&file, &f.path, f.base_offset, interval, open.clone()).await;
+        let scan = match scan {
             Ok(scan) => scan,
             Err(e) => {
                 log::error!(
@@ -160,13 +161,8 @@ pub(super) async fn recover(
             scan.meta,
             f.mtime_ms,
         );
-        {
-            let mut txns = seg.txns.borrow_mut();
-            for (h, marker) in &scan.transactional {
-                txns.aborted.extend(open.follow(h, *marker));
-            }
-            txns.open_at_end = open.clone();
-        }
+        open = scan.txns.open_at_end.clone();
+        *seg.txns.borrow_mut() = scan.txns;
         segments.push(Rc::new(seg));
         if damaged && !is_last {
             log::error!(
