@@ -362,7 +362,11 @@ fn compaction_carries_the_aborted_index_and_open_transactions() {
             }
         }
         m.check(&log, "before compaction");
-        // Nothing is compacted past the last stable offset: producer 4's transaction is open.
+        // Nothing is compacted past the last stable offset: producer 4's transaction is open
+        // (the segments are sealed: a durable append returns after their seals).
+        let durable = AppendOptions { durable: true };
+        log.append(batch(1, 10, 3_000), durable).await.unwrap();
+        assert!(log.stats().segments > 3);
         let stats = log.compact_now().await.unwrap();
         assert_eq!(stats.read_bytes, 0, "{stats:?}");
         m.end(&log, 4, false).await;
@@ -392,6 +396,8 @@ fn compaction_carries_the_aborted_index_and_open_transactions() {
                 .await
                 .unwrap();
         }
+        // A durable append returns once the segments rolled before it are sealed: compactable.
+        log.append(batch(1, 10, 2_000), durable).await.unwrap();
         // Segments written small are rewritten into fewer: their indexes are merged.
         log.set_config(LogConfig {
             segment_bytes: 64 << 10,
