@@ -52,6 +52,15 @@ pub enum Refused {
     },
 }
 
+/// Why a transaction marker was not written.
+#[derive(Debug)]
+pub enum MarkerRefused {
+    /// The producer has a later epoch than the marker's (Kafka: `INVALID_PRODUCER_EPOCH`).
+    Fenced,
+    /// The log could not write it.
+    Log(shards::Error),
+}
+
 /// An append queued by [`Partition::produce`]. It runs as a detached task, so a request dropped
 /// mid-append (its client gone) still confirms or releases its producers' sequence numbers.
 #[derive(Debug)]
@@ -141,6 +150,13 @@ impl Partition {
         self.log
             .check_keys(&blob, &headers)
             .map_err(Refused::Batch)?;
+        // Transactional batches wait for the transaction coordinator: without it nothing would
+        // ever close their transactions (and hold the last stable offset back for good).
+        if headers.iter().any(BatchHeader::is_transactional) {
+            return Err(Refused::Batch(shards::Error::InvalidBatch(
+                shards::InvalidBatch::Unsupported,
+            )));
+        }
         let idempotent = headers.iter().any(is_idempotent);
         if idempotent {
             let reserved = self
@@ -206,6 +222,35 @@ impl Partition {
             }
             Err(_) => states.release_all(headers),
         }
+    }
+
+    /// Writes a transaction marker (commit or abort) for `producer_id` at `epoch`, as the transaction
+    /// coordinator asks of each partition of a transaction that ends, and returns its offset once
+    /// durable. A marker from an epoch older than the producer's is refused (the coordinator that
+    /// sent it was fenced); a later one fences the producer's older epoch.
+    pub async fn write_marker(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+        coordinator_epoch: i32,
+    ) -> Result<i64, MarkerRefused> {
+        if !self
+            .producers
+            .borrow()
+            .may_end_transaction(producer_id, epoch)
+        {
+            return Err(MarkerRefused::Fenced);
+        }
+        let offset = self
+            .log
+            .append_marker(producer_id, epoch, commit, coordinator_epoch)
+            .await
+            .map_err(MarkerRefused::Log)?;
+        self.producers
+            .borrow_mut()
+            .end_transaction(producer_id, epoch, shards::now_ms());
+        Ok(offset)
     }
 
     /// Idempotent producers whose state is kept, after forgetting the expired ones if a scan is due.
@@ -311,6 +356,42 @@ mod tests {
             // Nothing refused changed the state: the next sequence is still accepted.
             let third = appending(p.produce(batch(7, 2), false));
             assert_eq!(third.finished().await.unwrap().unwrap().base_offset, 2);
+        });
+    }
+
+    #[test]
+    fn markers_end_transactions_and_fence_older_epochs_across_a_restart() {
+        run(|| async {
+            let dir = tempfile::tempdir().unwrap();
+            let p = open(dir.path()).await;
+            // Transactional batches go through the log until the coordinator admits them.
+            let mut b = BatchBuilder::new(1).producer(5, 0, 0).transactional();
+            b.push(1, Some(b"k"), Some(b"v"), &[]);
+            let txn = Bytes::from(b.finish(0));
+            assert!(matches!(
+                p.produce(txn.clone(), false),
+                Err(Refused::Batch(shards::Error::InvalidBatch(_)))
+            ));
+            p.log.append(txn, Default::default()).await.unwrap();
+            assert_eq!((p.log.last_stable_offset(), p.log.high_watermark()), (0, 1));
+            // The coordinator bumped the epoch when the transaction timed out: it aborts.
+            assert_eq!(p.write_marker(5, 1, false, 0).await.unwrap(), 1);
+            assert_eq!(p.log.last_stable_offset(), 2);
+            assert_eq!(p.log.aborted_transactions(0, 2).len(), 1);
+            assert!(matches!(
+                p.write_marker(5, 0, true, 0).await,
+                Err(MarkerRefused::Fenced)
+            ));
+            p.close().await.unwrap();
+            // After a crash (no producer snapshot) the replayed marker still fences epoch 0.
+            std::fs::remove_file(dir.path().join("topics/t/0").join(SNAPSHOT)).unwrap();
+            let p = open(dir.path()).await;
+            assert!(matches!(
+                p.write_marker(5, 0, true, 0).await,
+                Err(MarkerRefused::Fenced)
+            ));
+            assert_eq!(p.write_marker(5, 1, true, 0).await.unwrap(), 2);
+            p.close().await.unwrap();
         });
     }
 

@@ -1,16 +1,29 @@
-//! Transactions are not supported: a transaction coordinator lookup is refused with an error
-//! clients do not retry, so a transactional producer fails at once instead of hanging. Raw
-//! FindCoordinator requests, then librdkafka's `init_transactions`.
+//! Transactions. The coordinator does not exist yet: a transaction coordinator lookup is refused
+//! with an error clients do not retry, so a transactional producer fails at once instead of
+//! hanging (raw FindCoordinator requests, then librdkafka's `init_transactions`). The partition
+//! side does: a log written with transactions (offline, through the engine, until a coordinator
+//! writes markers) is served to read_committed consumers up to its last stable offset, with the
+//! aborted transactions of each fetch (raw Fetch and ListOffsets, then librdkafka).
 
 mod common;
 
-use common::wire::{call, connect};
-use common::Shoal;
-use kafka_protocol::messages::{ApiKey, FindCoordinatorRequest, FindCoordinatorResponse};
+use bytes::Bytes;
+use common::wire::{call, connect, record_values};
+use common::{create_topics, Shoal};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::{
+    ApiKey, FetchRequest, FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse,
+    ListOffsetsRequest, ListOffsetsResponse, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::producer::{BaseProducer, Producer};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use shards::batch::BatchBuilder;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 const NONE: i16 = 0;
@@ -90,4 +103,264 @@ fn a_transactional_producer_fails_fast_with_the_reason() {
         "{e}"
     );
     assert!(e.to_string().contains("not supported"), "{e}");
+}
+
+const TOPIC: &str = "txn";
+/// The first record's timestamp: in 2100, after any marker's.
+const FIRST_TIMESTAMP: i64 = 4_102_444_800_000;
+
+/// The offsets of what [`write_transactions`] wrote.
+struct Written {
+    /// Where the transaction left open begins: the last stable offset.
+    open_from: i64,
+    /// The aborted transaction's producer and first offset.
+    aborted: (i64, i64),
+    high_watermark: i64,
+}
+
+/// Appends to partition 0's log, through the engine, with the server stopped: a plain record, a
+/// transaction of producer 1 that commits, one of producer 2 interleaved with it that aborts,
+/// another plain record, and a transaction of producer 3 left open.
+fn write_transactions(data_dir: &Path) -> Written {
+    let dir = data_dir.join("topics").join(TOPIC).join("0");
+    let (tx, rx) = std::sync::mpsc::channel();
+    shards::testing::run(move || async move {
+        let config = shards::LogConfig {
+            direct_io: false,
+            ..Default::default()
+        };
+        let cache = std::rc::Rc::new(shards::TailCache::new(1 << 20, 4096));
+        let log = shards::Log::open(&dir, config, cache).await.unwrap();
+        // Each record a millisecond after the one before (ListOffsets by time), all after the
+        // markers' (stamped with the clock).
+        let clock = std::cell::Cell::new(FIRST_TIMESTAMP);
+        let append = |pid: i64, seq: i32, value: &str| {
+            let ts = clock.replace(clock.get() + 1);
+            let mut b = BatchBuilder::new(ts).producer(pid, 0, seq);
+            if pid >= 0 {
+                b = b.transactional();
+            }
+            b.push(ts, Some(b"k"), Some(value.as_bytes()), &[]);
+            let log = log.clone();
+            async move {
+                let r = log.append(Bytes::from(b.finish(0)), Default::default());
+                r.await.unwrap().base_offset
+            }
+        };
+        append(-1, -1, "plain-1").await;
+        append(1, 0, "committed-1").await;
+        let aborted = append(2, 0, "aborted-1").await;
+        append(1, 1, "committed-2").await;
+        append(2, 1, "aborted-2").await;
+        log.append_marker(2, 0, false, 0).await.unwrap();
+        log.append_marker(1, 0, true, 0).await.unwrap();
+        append(-1, -1, "plain-2").await;
+        let open_from = append(3, 0, "open-1").await;
+        append(-1, -1, "plain-3").await;
+        assert_eq!(log.last_stable_offset(), open_from);
+        let written = Written {
+            open_from,
+            aborted: (2, aborted),
+            high_watermark: log.high_watermark(),
+        };
+        log.close().await.unwrap();
+        tx.send(written).unwrap();
+    });
+    rx.recv().unwrap()
+}
+
+fn fetch(isolation_level: i8) -> FetchRequest {
+    fetch_at(isolation_level, 0, 0)
+}
+
+/// A fetch of partition 0 from `offset` that long-polls up to `max_wait_ms` for a byte.
+fn fetch_at(isolation_level: i8, offset: i64, max_wait_ms: i32) -> FetchRequest {
+    FetchRequest::default()
+        .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_isolation_level(isolation_level)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(s(TOPIC)))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(1 << 20)])])
+}
+
+/// The values of the data records (not markers) in a fetch's records.
+fn data_values(records: &[u8]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = records;
+    while !rest.is_empty() {
+        let n = shards::batch::peek_total_len(rest).expect("whole batches");
+        let h = shards::batch::BatchHeader::parse(rest).unwrap();
+        if !h.is_control() {
+            out.extend(record_values(&rest[..n]));
+        }
+        rest = &rest[n..];
+    }
+    out
+}
+
+/// ListOffsets latest (-1), max timestamp (-3) or by time, for partition 0: the offset.
+fn list_offset(c: &mut std::net::TcpStream, isolation_level: i8, timestamp: i64) -> i64 {
+    let r: ListOffsetsResponse = call(
+        c,
+        ApiKey::ListOffsets,
+        5,
+        7,
+        &ListOffsetsRequest::default()
+            .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+            .with_isolation_level(isolation_level)
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(TopicName(s(TOPIC)))
+                .with_partitions(vec![ListOffsetsPartition::default()
+                    .with_partition_index(0)
+                    .with_timestamp(timestamp)])]),
+    );
+    let p = &r.topics[0].partitions[0];
+    assert_eq!(p.error_code, NONE);
+    p.offset
+}
+
+/// What librdkafka's consumer at `isolation` reads from the start, until `want` values or 20 s.
+fn consume(bootstrap: &str, isolation: &str, want: usize) -> Vec<String> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", format!("txn-{isolation}"))
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", isolation)
+        .set("fetch.wait.max.ms", "50")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(TOPIC, 0, Offset::Beginning)
+        .unwrap();
+    consumer.assign(&tpl).unwrap();
+    let mut values = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // A little past the count wanted: anything more would be a record that should not be seen.
+    let mut quiet_until = None;
+    while Instant::now() < deadline && quiet_until.is_none_or(|q| Instant::now() < q) {
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            let m = m.expect("fetch succeeds");
+            values.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+        }
+        if values.len() >= want && quiet_until.is_none() {
+            quiet_until = Some(Instant::now() + Duration::from_millis(500));
+        }
+    }
+    values
+}
+
+#[test]
+fn read_committed_consumers_stop_at_the_last_stable_offset_and_skip_aborted_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 1, &[]);
+    create_topics(&shoal.bootstrap(), &[(TOPIC, 1)]);
+    shoal.stop();
+    let w = write_transactions(dir.path());
+    let shoal = Shoal::start(dir.path(), 1, &[]);
+    let mut c = connect(shoal.ports[0]);
+    for version in [4, 11, 12] {
+        let r: FetchResponse = call(&mut c, ApiKey::Fetch, version, 1, &fetch(1));
+        let p = &r.responses[0].partitions[0];
+        assert_eq!(p.error_code, NONE, "v{version}");
+        assert_eq!(
+            (p.high_watermark, p.last_stable_offset),
+            (w.high_watermark, w.open_from),
+            "v{version}"
+        );
+        let aborted: Vec<(i64, i64)> = p
+            .aborted_transactions
+            .iter()
+            .flatten()
+            .map(|a| (a.producer_id.0, a.first_offset))
+            .collect();
+        assert_eq!(aborted, [w.aborted], "v{version}");
+        // Every record below the last stable offset (the client drops the aborted ones), none
+        // from the open transaction or after it.
+        let values = data_values(p.records.as_deref().unwrap_or_default());
+        assert_eq!(
+            values,
+            [
+                "plain-1",
+                "committed-1",
+                "aborted-1",
+                "committed-2",
+                "aborted-2",
+                "plain-2"
+            ],
+            "v{version}"
+        );
+        // read_uncommitted: everything, and no aborted list.
+        let r: FetchResponse = call(&mut c, ApiKey::Fetch, version, 2, &fetch(0));
+        let p = &r.responses[0].partitions[0];
+        assert_eq!(p.last_stable_offset, w.open_from, "v{version}");
+        assert!(p.aborted_transactions.iter().flatten().next().is_none());
+        let values = data_values(p.records.as_deref().unwrap_or_default());
+        assert_eq!(values.len(), 8, "v{version}: {values:?}");
+    }
+    // At the last stable offset a read_committed long poll waits out its time: the records past
+    // it are not committed; a read_uncommitted fetch there gets them at once.
+    let start = Instant::now();
+    let r: FetchResponse = call(&mut c, ApiKey::Fetch, 12, 3, &fetch_at(1, w.open_from, 400));
+    let p = &r.responses[0].partitions[0];
+    assert_eq!(p.error_code, NONE);
+    assert!(p.records.as_deref().unwrap_or_default().is_empty());
+    assert!(
+        start.elapsed() >= Duration::from_millis(350),
+        "{:?}",
+        start.elapsed()
+    );
+    let start = Instant::now();
+    let r: FetchResponse = call(
+        &mut c,
+        ApiKey::Fetch,
+        12,
+        4,
+        &fetch_at(0, w.open_from, 5_000),
+    );
+    let values = data_values(r.responses[0].partitions[0].records.as_deref().unwrap());
+    assert_eq!(values, ["open-1", "plain-3"]);
+    assert!(start.elapsed() < Duration::from_secs(4));
+    // Two read_committed fetches at one offset share one read (the coalescer keys on the
+    // isolation and keeps the result fresh while the last stable offset stays).
+    let reads = shoal.metric("shoal_fetch_coalescer_reads_total");
+    for correlation in [5, 6] {
+        let r: FetchResponse = call(&mut c, ApiKey::Fetch, 12, correlation, &fetch_at(1, 1, 0));
+        assert_eq!(
+            r.responses[0].partitions[0]
+                .aborted_transactions
+                .iter()
+                .flatten()
+                .count(),
+            1
+        );
+    }
+    assert_eq!(shoal.metric("shoal_fetch_coalescer_reads_total"), reads + 1);
+    assert_eq!(
+        shoal.metric("shoal_log_last_stable_offset_lag"),
+        (w.high_watermark - w.open_from) as u64
+    );
+    assert_eq!(shoal.metric("shoal_open_transactions"), 1);
+    assert_eq!(list_offset(&mut c, 1, -1), w.open_from);
+    assert_eq!(list_offset(&mut c, 0, -1), w.high_watermark);
+    // By time: the newest record lies past the last stable offset, not there yet for
+    // read_committed; the first record is found by both.
+    assert_eq!(list_offset(&mut c, 1, -3), -1);
+    assert_eq!(list_offset(&mut c, 0, -3), w.high_watermark - 1);
+    assert_eq!(list_offset(&mut c, 1, FIRST_TIMESTAMP), 0);
+    assert_eq!(list_offset(&mut c, 0, FIRST_TIMESTAMP), 0);
+    // librdkafka drops the aborted records and stops before the open transaction.
+    let committed = consume(&shoal.bootstrap(), "read_committed", 4);
+    assert_eq!(
+        committed,
+        ["plain-1", "committed-1", "committed-2", "plain-2"]
+    );
+    let uncommitted = consume(&shoal.bootstrap(), "read_uncommitted", 8);
+    assert_eq!(uncommitted.len(), 8, "{uncommitted:?}");
+    shoal.stop();
 }

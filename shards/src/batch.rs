@@ -20,8 +20,10 @@ pub const LOG_OVERHEAD: usize = 12;
 const CRC_START: usize = 21;
 /// The timestamp-type bit of the attributes (set: LogAppendTime).
 pub const ATTR_TIMESTAMP_TYPE: i16 = 0x08;
-const ATTR_TRANSACTIONAL: i16 = 0x10;
-const ATTR_CONTROL: i16 = 0x20;
+/// The transactional bit: the batch belongs to its producer's open transaction.
+pub const ATTR_TRANSACTIONAL: i16 = 0x10;
+/// The control bit: the batch is a marker (commit or abort), written by the broker, not a producer.
+pub const ATTR_CONTROL: i16 = 0x20;
 const ATTR_COMPRESSION: i16 = 0x07;
 
 fn be_i16(b: &[u8], at: usize) -> i16 {
@@ -536,7 +538,9 @@ pub fn validate_all_keeping(
     while at < blob.len() {
         let (h, used) = validate_within(&blob[at..], max_batch_bytes, budget, keep)?;
         budget -= used.bytes;
-        if h.is_control() || h.is_transactional() {
+        // Control batches are the broker's own (markers); a transactional batch needs the
+        // producer id and sequence numbers of an idempotent one.
+        if h.is_control() || h.is_transactional() && (h.producer_id < 0 || h.base_sequence < 0) {
             return Err(InvalidBatch::Unsupported);
         }
         at += h.total_len();
@@ -611,6 +615,7 @@ pub struct BatchBuilder {
     producer_id: i64,
     producer_epoch: i16,
     base_sequence: i32,
+    attributes: i16,
 }
 
 /// A header of a record: key and value bytes.
@@ -630,6 +635,7 @@ impl BatchBuilder {
             producer_id: -1,
             producer_epoch: -1,
             base_sequence: -1,
+            attributes: 0,
         }
     }
 
@@ -638,6 +644,12 @@ impl BatchBuilder {
         self.producer_id = id;
         self.producer_epoch = epoch;
         self.base_sequence = base_sequence;
+        self
+    }
+
+    /// Marks the batch as part of its producer's transaction (with [`BatchBuilder::producer`]).
+    pub fn transactional(mut self) -> Self {
+        self.attributes |= ATTR_TRANSACTIONAL;
         self
     }
 
@@ -701,7 +713,7 @@ impl BatchBuilder {
             batch_length: 0, // computed by write_header
             magic: 2,
             crc: 0,
-            attributes: 0,
+            attributes: self.attributes,
             last_offset_delta: self.last_offset_delta,
             base_timestamp: self.base_timestamp,
             max_timestamp: self.max_timestamp,

@@ -101,7 +101,9 @@ struct Cache {
     /// if they finish after it: at the tail a result is a few KiB but its bytes are slices of the
     /// tail cache's 1 MiB chunks, so dead results would otherwise pin chunks the tail cache has
     /// already let go.
-    uncut: FastMap<u64, (i64, Vec<CoalesceKey>)>,
+    /// Keyed by log and isolation: a read_committed read's end (the last stable offset) may stay
+    /// behind the high watermark read_uncommitted reads see, and is not superseded by it.
+    uncut: FastMap<(u64, bool), (i64, Vec<CoalesceKey>)>,
 }
 
 impl Cache {
@@ -123,14 +125,18 @@ impl Cache {
     /// returns whether it did and how many entries were evicted to make room or because they can
     /// no longer be fresh.
     fn insert(&mut self, key: CoalesceKey, mut entry: Entry) -> (bool, u64) {
-        let (latest, superseded) = self.drop_superseded(key.log, entry.end_seen);
+        let (latest, superseded) =
+            self.drop_superseded((key.log, key.read_committed), entry.end_seen);
         let dead = !entry.cut_short && entry.end_seen < latest;
         if dead || entry.bytes > self.capacity / 2 {
             return (false, superseded);
         }
         self.remove(&key);
         if !entry.cut_short {
-            let (_, keys) = self.uncut.entry(key.log).or_insert((latest, Vec::new()));
+            let (_, keys) = self
+                .uncut
+                .entry((key.log, key.read_committed))
+                .or_insert((latest, Vec::new()));
             keys.push(key);
         }
         self.next_generation += 1;
@@ -172,7 +178,7 @@ impl Cache {
     /// A read of `log` saw the visible end at `end_seen`: drops the log's results that are not cut
     /// short and saw an earlier end. Returns the latest end seen for the log and how many were
     /// dropped.
-    fn drop_superseded(&mut self, log: u64, end_seen: i64) -> (i64, u64) {
+    fn drop_superseded(&mut self, log: (u64, bool), end_seen: i64) -> (i64, u64) {
         let Some((latest, mut keys)) = self.uncut.remove(&log) else {
             return (end_seen, 0);
         };

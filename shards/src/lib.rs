@@ -25,6 +25,8 @@
 //! - `decoded`      — compressed batches' records as decompressed at produce, kept a short while for
 //!   the log's view readers (so a batch is decompressed once, not again to be split).
 //! - [`producers`]  — idempotent producer state per partition: duplicates, gaps, epochs, snapshots.
+//! - [`transactions`] — transactions in a log: commit/abort markers (control batches), the open
+//!   transactions that hold the last stable offset back, each segment's aborted-transaction index.
 //! - [`split`]      — one source batch decompressed once, routed by key and encoded once per view shard.
 //! - [`partitioner`] — Kafka's default partitioner (murmur2), which decides a record's view shard.
 //! - [`records`]    — what a read returns: whole batches as shared slices, plus counts.
@@ -71,6 +73,7 @@ pub mod split;
 pub mod storage_health;
 pub mod tail_cache;
 pub mod testing;
+pub mod transactions;
 pub mod view_reader;
 
 pub use crate::coalescer::{CoalesceKey, FetchCoalescer, ResponseHold, ResponseMemory, SharedRead};

@@ -259,19 +259,53 @@ impl ProducerStates {
         }
     }
 
+    /// Whether a transaction marker at `epoch` may be written for the producer: not when it has
+    /// moved on to a later epoch (the marker comes from a coordinator that was fenced).
+    pub fn may_end_transaction(&self, producer_id: i64, epoch: i16) -> bool {
+        self.producers
+            .get(&producer_id)
+            .is_none_or(|p| epoch >= p.epoch)
+    }
+
+    /// A transaction marker at `epoch` was written for the producer. A later epoch than the
+    /// producer's (the coordinator bumped it: KIP-360) fences the old one, and the producer starts
+    /// the new epoch at sequence 0; at the same epoch its sequence numbers go on. A producer not
+    /// known is kept from then on at that epoch (as Kafka does), so its older epoch is fenced too.
+    pub fn end_transaction(&mut self, producer_id: i64, epoch: i16, now_ms: i64) {
+        let p = self.producers.entry(producer_id).or_insert(Producer {
+            epoch,
+            next_seq: 0,
+            recent: VecDeque::new(),
+            last_ms: now_ms,
+        });
+        if epoch > p.epoch {
+            p.epoch = epoch;
+            p.next_seq = 0;
+            p.recent.clear();
+        }
+        p.last_ms = p.last_ms.max(now_ms);
+        if self.producers.len() > self.config.max_producers {
+            self.enforce_limit();
+        }
+    }
+
     /// Rebuilds state from a batch already in the log (start-up replay). Its last activity is the
     /// batch's newest timestamp (the broker's clock for LogAppendTime, the producer's otherwise),
     /// or `now_ms` if it has none or one in the future: replay may keep a producer longer than the
     /// live broker would have, never shorter.
     pub fn replay(&mut self, h: &BatchHeader, now_ms: i64) {
-        if !is_idempotent(h) {
-            return;
-        }
         let ts = if (0..=now_ms).contains(&h.max_timestamp) {
             h.max_timestamp
         } else {
             now_ms
         };
+        if h.is_control() && h.producer_id >= 0 {
+            self.end_transaction(h.producer_id, h.producer_epoch, ts);
+            return;
+        }
+        if !is_idempotent(h) {
+            return;
+        }
         let fresh = Producer {
             epoch: h.producer_epoch,
             next_seq: 0,
@@ -654,6 +688,56 @@ mod tests {
         );
         assert_eq!(
             live2.check_and_reserve(&h(1, 2, 21, 1), 2_000),
+            SequenceCheck::Append
+        );
+    }
+
+    #[test]
+    fn a_marker_at_a_bumped_epoch_fences_the_old_one_live_and_in_replay() {
+        // Replay takes a batch's timestamp as the producer's last activity: as live, here.
+        let marker = |pid: i64, epoch: i16, ts: i64| BatchHeader {
+            attributes: crate::batch::ATTR_CONTROL | crate::batch::ATTR_TRANSACTIONAL,
+            base_sequence: -1,
+            max_timestamp: ts,
+            ..h(pid, epoch, 0, 1)
+        };
+        let data = BatchHeader {
+            max_timestamp: 10,
+            ..h(1, 0, 0, 3)
+        };
+        let mut live = ProducerStates::default();
+        let mut replayed = ProducerStates::default();
+        write(&mut live, &data, 0, 10);
+        replayed.replay(&data, 10);
+        // At the same epoch sequences go on across transactions.
+        assert!(live.may_end_transaction(1, 0));
+        live.end_transaction(1, 0, 10);
+        replayed.replay(&marker(1, 0, 10), 10);
+        assert_eq!(live, replayed);
+        assert_eq!(
+            live.check_and_reserve(&h(1, 0, 0, 3), 10),
+            SequenceCheck::Duplicate { base_offset: 0 }
+        );
+        // The coordinator bumps the epoch (a timed-out transaction aborted): the old epoch is
+        // fenced, and a marker from it refused; the new epoch starts at 0.
+        live.end_transaction(1, 1, 20);
+        replayed.replay(&marker(1, 1, 20), 20);
+        assert_eq!(live, replayed);
+        assert!(!live.may_end_transaction(1, 0));
+        assert_eq!(
+            live.check_and_reserve(&h(1, 0, 3, 1), 20),
+            SequenceCheck::Fenced
+        );
+        assert_eq!(
+            live.check_and_reserve(&h(1, 1, 0, 1), 20),
+            SequenceCheck::Append
+        );
+        // A producer never seen may end a transaction; its epoch is kept from then on.
+        assert!(live.may_end_transaction(9, 2));
+        live.end_transaction(9, 2, 20);
+        assert!(!live.may_end_transaction(9, 1));
+        assert_eq!(
+            live.check_and_reserve(&h(9, 2, 0, 1), 20),
             SequenceCheck::Append
         );
     }

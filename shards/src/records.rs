@@ -80,6 +80,40 @@ impl Records {
         self.last_offset = other.last_offset;
     }
 
+    /// The batches that end below `end` (a read_committed fetch stops at the last stable offset,
+    /// which is always a batch's base offset or the high watermark): shared slices, not copies.
+    pub fn before(&self, end: i64) -> Records {
+        if self.is_empty() || self.last_offset < end {
+            return self.clone();
+        }
+        let mut out = Records::empty();
+        'parts: for part in &self.parts {
+            let mut at = 0;
+            while let Ok(h) = crate::batch::BatchHeader::parse(part.get(at..).unwrap_or_default()) {
+                let Some(next) = at.checked_add(h.total_len()).filter(|&e| e <= part.len()) else {
+                    break;
+                };
+                if h.last_offset() >= end {
+                    if at > 0 {
+                        out.parts.push(part.slice(..at));
+                        out.len += at;
+                    }
+                    break 'parts;
+                }
+                if out.batches == 0 {
+                    out.first_offset = h.base_offset;
+                }
+                out.last_offset = h.last_offset();
+                out.batches += 1;
+                out.records += h.record_count.max(0) as u64;
+                at = next;
+            }
+            out.parts.push(part.clone());
+            out.len += part.len();
+        }
+        out
+    }
+
     /// Every whole batch, in order: its header and its bytes (a shared slice, not a copy).
     pub fn batches(&self) -> impl Iterator<Item = (crate::batch::BatchHeader, Bytes)> + '_ {
         self.parts.iter().flat_map(|part| {
@@ -118,4 +152,38 @@ pub struct LogRead {
     pub log_start_offset: i64,
     /// Served from the tail cache, with no disk I/O.
     pub from_cache: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_before_an_offset_keep_whole_batches_below_it() {
+        let batch = |base: i64, n: usize| {
+            let mut b = crate::batch::BatchBuilder::new(0);
+            for _ in 0..n {
+                b.push(0, Some(b"k"), Some(b"v"), &[]);
+            }
+            b.finish(base)
+        };
+        // Two parts: batches 0..=1 and 2..=4 in the first, 5 in the second.
+        let mut first = batch(0, 2);
+        first.extend(batch(2, 3));
+        let mut r = Records::whole_batches(Bytes::from(first.clone()));
+        r.extend(Records::whole_batches(Bytes::from(batch(5, 1))));
+        assert_eq!(r.before(100), r);
+        let cut = r.before(5);
+        assert_eq!(
+            (cut.first_offset, cut.last_offset, cut.batches, cut.records),
+            (0, 4, 2, 5)
+        );
+        assert_eq!(cut.to_vec(), first);
+        let cut = r.before(2);
+        assert_eq!(
+            (cut.last_offset, cut.batches, cut.len),
+            (1, 1, batch(0, 2).len())
+        );
+        assert!(r.before(0).is_empty() && r.before(0).parts.is_empty());
+    }
 }

@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::index::{SegmentMeta, SparseIndex};
 use crate::readahead::{self, ReadAhead};
 use crate::records::Records;
+use crate::transactions::{parse_marker, txn_index_file_name, OpenTransactions, SegmentTxns};
 use bytes::Bytes;
 use glommio::io::{BufferedFile, DmaFile, OpenOptions};
 use std::cell::{Cell, RefCell};
@@ -67,6 +68,8 @@ pub(crate) struct Segment {
     /// Compaction replaced this segment: its path now names another file, so nothing may be
     /// opened by path any more; reads still in flight finish on the handles already open.
     retired: Cell<bool>,
+    /// The transactions its markers aborted, and those open at its end (once rolled).
+    pub txns: RefCell<SegmentTxns>,
 }
 
 /// What a recovery scan found.
@@ -77,6 +80,9 @@ pub(crate) struct Scan {
     pub index: SparseIndex,
     /// Why the scan stopped before the end of the file, if it did.
     pub damage: Option<String>,
+    /// The segment's transactions, rebuilt from its transactional batches on top of those open
+    /// at its start: the ones its markers aborted, and those open at its end.
+    pub txns: SegmentTxns,
 }
 
 impl Segment {
@@ -230,6 +236,7 @@ impl Segment {
             dma_reader: RefCell::new(None),
             readahead: ReadAhead::default(),
             retired: Cell::new(false),
+            txns: RefCell::default(),
         }
     }
 
@@ -244,6 +251,10 @@ impl Segment {
 
     pub(crate) fn index_path(&self) -> PathBuf {
         self.path.with_file_name(index_file_name(self.base_offset))
+    }
+    pub(crate) fn txn_index_path(&self) -> PathBuf {
+        self.path
+            .with_file_name(txn_index_file_name(self.base_offset))
     }
 
     /// The timestamp retention by time compares: the newest record's, or the last write's if the
@@ -558,12 +569,14 @@ impl Segment {
     }
 
     /// Reads the file batch by batch, checking each CRC and that offsets grow from `base_offset`,
-    /// and rebuilds the index. Stops at the first torn or corrupt batch.
+    /// and rebuilds the index and the transaction state (from the transactions `open` at its
+    /// start). Stops at the first torn or corrupt batch.
     pub(crate) async fn scan(
         file: &BufferedFile,
         path: &Path,
         base_offset: i64,
         index_interval: u32,
+        open: OpenTransactions,
     ) -> Result<Scan> {
         let file_len = file
             .file_size()
@@ -575,6 +588,10 @@ impl Segment {
             next_offset: base_offset,
             max_timestamp: -1,
             first_timestamp: -1,
+        };
+        let mut txns = SegmentTxns {
+            aborted: Vec::new(),
+            open_at_end: open,
         };
         let mut pos = 0u64;
         let mut buf_start = 0u64;
@@ -638,6 +655,10 @@ impl Segment {
                     h.base_offset, meta.next_offset
                 ));
             }
+            if h.is_transactional() {
+                let marker = parse_marker(&h, &buf[at..at + total]);
+                txns.aborted.extend(txns.open_at_end.follow(&h, marker));
+            }
             index.maybe_add((h.base_offset - base_offset) as u32, pos as u32);
             if meta.first_timestamp < 0 {
                 meta.first_timestamp = h.max_timestamp;
@@ -652,6 +673,7 @@ impl Segment {
             meta,
             index,
             damage,
+            txns,
         })
     }
 }

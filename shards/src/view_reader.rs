@@ -6,9 +6,11 @@
 //! shard `i` is served from its own offset: inside the window it gets the very same buffers as every
 //! other consumer of that shard; behind the window (or too far ahead of the reader) it gets its own
 //! catch-up read, which never moves or blocks the shared reader. The reader is pull-free: it
-//! decodes ahead up to the high watermark whatever the consumers do, so a slow or stalled consumer
-//! delays nobody; it just falls out of the window. A reader with no consumer for `idle_stop` stops
-//! and frees its window; the next fetch starts it again.
+//! decodes ahead up to the last stable offset whatever the consumers do, so a slow or stalled
+//! consumer delays nobody; it just falls out of the window. A reader with no consumer for
+//! `idle_stop` stops and frees its window; the next fetch starts it again. Views publish committed
+//! records only: nothing at or past the last stable offset, and the records of aborted
+//! transactions and the markers become empty batches (their offsets stay, as compaction's gaps).
 
 use crate::batch::{self, BatchHeader};
 use crate::error::{Error, InvalidBatch, Result};
@@ -17,6 +19,7 @@ use crate::log::Log;
 use crate::monitor::OffsetMonitor;
 use crate::records::{LogRead, Records};
 use crate::split::{Routing, MAX_SPLIT_BYTES};
+use crate::transactions::AbortedTxn;
 use bytes::Bytes;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -106,6 +109,7 @@ const GROUP_BYTES: usize = 256 << 10;
 fn split_all(
     log: Option<&Log>,
     read: &Records,
+    aborted: &[AbortedTxn],
     shards: u32,
     only: Option<u32>,
     until: i64,
@@ -117,6 +121,11 @@ fn split_all(
     for (h, source) in read.batches().take_while(|(h, _)| h.base_offset < until) {
         if group.total >= RUN_BYTES {
             break;
+        }
+        // Markers and aborted records are no view's records: an empty batch keeps the offsets.
+        if h.is_control() || is_aborted(&h, aborted) {
+            group.skip(h);
+            continue;
         }
         let mut s = stats.get();
         // Decompressed when it was produced, if the log kept that for its view readers.
@@ -143,6 +152,16 @@ fn split_all(
     }
     group.write(&mut split);
     split
+}
+
+/// Whether `h` is a batch of one of the `aborted` transactions.
+fn is_aborted(h: &BatchHeader, aborted: &[AbortedTxn]) -> bool {
+    h.is_transactional()
+        && aborted.iter().any(|a| {
+            a.producer_id == h.producer_id
+                && a.first_offset <= h.base_offset
+                && h.base_offset < a.last_offset
+        })
 }
 
 /// Where a routed batch's records section is: shared (kept by the log, or the uncompressed source
@@ -510,7 +529,9 @@ impl ViewReader {
         if config.shared && !self.running.get() {
             self.start(offset);
         }
-        if offset == high_watermark {
+        // Past the last stable offset nothing is published yet (at the high watermark, nothing is
+        // there at all).
+        if offset >= self.log.last_stable_offset().min(high_watermark) {
             return Ok(done(Records::empty()));
         }
         let position = self.position();
@@ -647,15 +668,33 @@ impl ViewReader {
         only: Option<u32>,
     ) -> Result<Vec<SplitBatch>> {
         self.bump(|s| s.catch_up_reads += 1);
-        let read = self.log.read(offset, max_bytes, true).await?;
+        let (records, aborted) = self.committed_read(offset, max_bytes).await?;
         Ok(split_all(
             Some(&self.log),
-            &read.records,
+            &records,
+            &aborted,
             self.shards,
             only,
             i64::MAX,
             &self.stats,
         ))
+    }
+
+    /// The source's batches from `offset` that end below the last stable offset (about
+    /// `max_bytes`, at least one if there is one), and the aborted transactions among them.
+    async fn committed_read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+    ) -> Result<(Records, Vec<AbortedTxn>)> {
+        let stable = self.log.last_stable_offset();
+        let records = self.log.read(offset, max_bytes, true).await?.records;
+        let records = records.before(stable);
+        let aborted = match records.next_offset() {
+            Some(end) => self.log.aborted_transactions(records.first_offset, end),
+            None => Vec::new(),
+        };
+        Ok((records, aborted))
     }
 
     /// Decodes source batches from `from` towards `until` (the window's first offset): all the way
@@ -669,10 +708,11 @@ impl ViewReader {
         let mut at = from;
         let result = async {
             while at < until && (bytes <= room || bytes < max_bytes) {
-                let read = self.log.read(at, config.read_bytes, true).await?;
+                let (records, aborted) = self.committed_read(at, config.read_bytes).await?;
                 let split = split_all(
                     Some(&self.log),
-                    &read.records,
+                    &records,
+                    &aborted,
                     self.shards,
                     None,
                     until,
@@ -738,8 +778,8 @@ impl ViewReader {
             }
             let progress = self.progress_monitor();
             let next = progress.value();
-            if next >= self.log.high_watermark() {
-                let more = self.log.high_watermark_monitor().wait_for(next + 1);
+            if next >= self.log.last_stable_offset() {
+                let more = self.log.last_stable_monitor().wait_for(next + 1);
                 let idle = async {
                     glommio::timer::sleep(config.idle_stop.min(Duration::from_secs(1))).await;
                     false
@@ -747,7 +787,7 @@ impl ViewReader {
                 futures_lite::future::or(more, idle).await;
                 continue;
             }
-            let read = match self.log.read(next, config.read_bytes, true).await {
+            let (records, aborted) = match self.committed_read(next, config.read_bytes).await {
                 Ok(r) => r,
                 Err(Error::OffsetOutOfRange {
                     log_start_offset, ..
@@ -763,7 +803,8 @@ impl ViewReader {
             };
             let split = split_all(
                 Some(&self.log),
-                &read.records,
+                &records,
+                &aborted,
                 self.shards,
                 None,
                 i64::MAX,
@@ -862,7 +903,7 @@ mod tests {
     /// Batches back to back, split for every one of `shards` shards.
     fn split_bytes(batches: Vec<u8>, shards: u32, stats: &Cell<ViewStats>) -> Vec<SplitBatch> {
         let read = Records::whole_batches(Bytes::from(batches));
-        split_all(None, &read, shards, None, i64::MAX, stats)
+        split_all(None, &read, &[], shards, None, i64::MAX, stats)
     }
 
     /// The distinct buffers of `split`, in order, each with the bytes of the batches in it.
@@ -882,7 +923,7 @@ mod tests {
         // 100 batches of about 4 KiB: groups of about GROUP_BYTES.
         let read = read_of(100, 240);
         let stats = Cell::default();
-        let split = split_all(None, &read, 4, None, i64::MAX, &stats);
+        let split = split_all(None, &read, &[], 4, None, i64::MAX, &stats);
         assert_eq!(split.len(), 100);
         let runs = runs(&split);
         let groups = read.len.div_ceil(GROUP_BYTES);
@@ -925,7 +966,7 @@ mod tests {
         let at = batch::HEADER_LEN + 8;
         middle[at..at + 8].fill(0xff);
         let read = Records::whole_batches(Bytes::from([first, middle, last.clone()].concat()));
-        let split = split_all(None, &read, 4, None, i64::MAX, &stats);
+        let split = split_all(None, &read, &[], 4, None, i64::MAX, &stats);
         assert_eq!(split.len(), 3);
         assert_eq!(stats.get().decode_errors, 1);
         assert_eq!(
@@ -954,7 +995,7 @@ mod tests {
         let read = read_of(40, 64 << 10);
         assert_eq!(read.batches, 40);
         let stats = Cell::default();
-        let split = split_all(None, &read, 2, None, i64::MAX, &stats);
+        let split = split_all(None, &read, &[], 2, None, i64::MAX, &stats);
         // 40 MiB over 2 shards: the split stops once its shard batches pass 16 MiB together.
         assert!((16..=17).contains(&split.len()), "{} batches", split.len());
         for (run, bytes) in runs(&split) {

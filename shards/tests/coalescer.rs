@@ -559,3 +559,31 @@ fn response_memory_counts_a_shared_result_once() {
     drop(h3);
     assert_eq!(memory.used(), 0);
 }
+
+#[test]
+fn read_committed_results_share_and_stay_fresh_behind_the_high_watermark() {
+    run(|| async {
+        let c = FetchCoalescer::new(1 << 20, true);
+        let calls = Rc::new(Cell::new(0));
+        let committed = |offset| CoalesceKey {
+            read_committed: true,
+            ..key(offset)
+        };
+        // A read_committed read up to the last stable offset (10) while the high watermark is 30.
+        let read = counted(&calls, NOW, Ok(fake_read(0, 9, 300, 10)));
+        c.read(committed(0), 10, read).await.unwrap();
+        // A read_uncommitted read of the same log sees the end at 30 ...
+        let read = counted(&calls, NOW, Ok(fake_read(0, 29, 300, 30)));
+        c.read(key(0), 30, read).await.unwrap();
+        // ... which does not make the read_committed result stale: a second read_committed
+        // consumer at the same offset shares it while the last stable offset stays.
+        let before = calls.get();
+        let read = counted(&calls, NOW, Ok(fake_read(0, 9, 300, 10)));
+        c.read(committed(0), 10, read).await.unwrap();
+        assert_eq!(calls.get(), before, "shared");
+        // Once the last stable offset moves, it is read again.
+        let read = counted(&calls, NOW, Ok(fake_read(0, 19, 300, 20)));
+        c.read(committed(0), 20, read).await.unwrap();
+        assert_eq!(calls.get(), before + 1);
+    });
+}

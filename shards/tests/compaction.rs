@@ -153,16 +153,6 @@ async fn updates(log: &Log, n: usize, keys: usize, codec: i16) -> Vec<Rec> {
     all
 }
 
-fn files(dir: &Path, ext: &str) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.to_string_lossy().ends_with(ext))
-        .collect();
-    v.sort();
-    v
-}
-
 /// Opens the closed log in `dir` twice, first trusting its index files, then without them (the
 /// recovery scan): each time it holds `want`, and nothing is set aside as damaged.
 async fn reopen_both_ways(dir: &Path, want: &[Rec]) {

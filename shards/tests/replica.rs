@@ -7,6 +7,7 @@ mod common;
 
 use bytes::Bytes;
 use common::{batch, cache, no_cache, run, small_config};
+use shards::batch::BatchBuilder;
 use shards::{Error, Handover, Log, LogConfig, LogEvent, TailCache};
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -26,8 +27,10 @@ enum Ask {
     Delete(mpsc::Sender<()>),
 }
 
-/// A log's readable state: (log start, high watermark, every batch's base offset and bytes).
-type Contents = (i64, i64, Vec<(i64, Bytes)>);
+/// A log's readable state: (log start, high watermark, every batch's base offset and bytes, and
+/// what read_committed readers see: the last stable offset and the aborted transactions).
+type Contents = (i64, i64, Vec<(i64, Bytes)>, Committed);
+type Committed = (i64, Vec<shards::transactions::AbortedTxn>);
 
 async fn contents(log: &Log) -> Contents {
     let (start, hw) = (log.log_start_offset(), log.high_watermark());
@@ -43,7 +46,11 @@ async fn contents(log: &Log) -> Contents {
             .next_offset()
             .expect("a read below hw returns a batch");
     }
-    (start, hw, batches)
+    let committed = (
+        log.last_stable_offset(),
+        log.aborted_transactions(start, hw),
+    );
+    (start, hw, batches, committed)
 }
 
 /// The replica's thread: its own executor and tail cache, serving `Ask`s in order.
@@ -163,6 +170,10 @@ impl Pair {
             assert_eq!(r.0, o.0, "{what}: base offsets");
             assert!(r.1 == o.1, "{what}: the bytes of the batch at {}", o.0);
         }
+        assert_eq!(
+            replica.3, owner.3,
+            "{what}: last stable offset, aborted transactions"
+        );
     }
 
     fn stop(mut self) {
@@ -276,6 +287,46 @@ fn a_replica_wakes_long_polls_refuses_writes_and_leaves_the_files_alone() {
             "deleting a replica removed none of the owner's files"
         );
         assert_eq!(contents(&pair.owner).await.1, pair.owner.high_watermark());
+        pair.stop();
+    });
+}
+
+#[test]
+fn a_replica_follows_the_owners_transactions() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let pair = Pair::open(dir.path(), small_config(), true).await;
+        let owner = &pair.owner;
+        let txn = |pid: i64, seq: i32| {
+            let mut b = BatchBuilder::new(0).producer(pid, 0, seq).transactional();
+            b.push(0, Some(b"k"), Some(&[7; 300]), &[]);
+            Bytes::from(b.finish(0))
+        };
+        let mut seq = [0; 3];
+        for round in 0..12 {
+            for pid in 1..=2 {
+                owner
+                    .append(txn(pid, seq[pid as usize]), Default::default())
+                    .await
+                    .unwrap();
+                seq[pid as usize] += 1;
+            }
+            append_n(owner, 2, round * 10).await;
+            // Producer 1 commits, producer 2 aborts every other round: one stays open across rolls.
+            owner.append_marker(1, 0, true, 0).await.unwrap();
+            if round % 2 == 0 {
+                owner.append_marker(2, 0, false, 0).await.unwrap();
+            }
+            pair.assert_same(&format!("round {round}")).await;
+        }
+        assert!(owner.segment_base_offsets().len() >= 3, "rolled");
+        assert!(
+            owner.last_stable_offset() < owner.high_watermark(),
+            "one open"
+        );
+        assert!(!owner
+            .aborted_transactions(0, owner.high_watermark())
+            .is_empty());
         pair.stop();
     });
 }

@@ -1,6 +1,7 @@
 //! Sharded views over a real log: every record lands in its shard exactly once (null keys in all),
 //! offsets and order are the source's, consumers of one shard share the reader from their own
-//! offsets, and a stalled or far-behind consumer neither stalls nor rewinds the shared reader.
+//! offsets, a stalled or far-behind consumer neither stalls nor rewinds the shared reader, and
+//! only committed records are published.
 
 mod common;
 
@@ -82,8 +83,8 @@ fn default_keys(i: usize) -> Option<String> {
     (i % 7 != 0).then(|| format!("key-{i}"))
 }
 
-/// Reads shard `shard` from `from` to the high watermark the way a consumer does: fetch, and when
-/// nothing is there yet, wait for the reader.
+/// Reads shard `shard` from `from` to the last stable offset (the high watermark, without open
+/// transactions) the way a consumer does: fetch, and when nothing is there yet, wait for the reader.
 async fn consume(
     reader: &Rc<ViewReader>,
     log: &Log,
@@ -94,7 +95,7 @@ async fn consume(
     let mut out = Vec::new();
     let mut at = from;
     let deadline = Instant::now() + Duration::from_secs(20);
-    while at < log.high_watermark() {
+    while at < log.last_stable_offset() {
         assert!(Instant::now() < deadline, "shard {shard} stuck at {at}");
         let read = reader.fetch(shard, at, max_bytes, true).await.unwrap();
         if read.records.is_empty() {
@@ -548,4 +549,79 @@ fn a_running_reader_splits_what_the_produce_path_decompressed() {
             batch::validate_all_keeping(&blob, 1 << 20, log.keeps_decoded()).unwrap();
         assert!(decoded.is_empty());
     });
+}
+
+#[test]
+fn views_publish_committed_records_only() {
+    for config in [
+        small_window(),
+        ViewConfig {
+            shared: false,
+            ..small_window()
+        },
+    ] {
+        run(move || async move {
+            let dir = tempfile::tempdir().unwrap();
+            let log = small_log(dir.path()).await;
+            let mut committed = fill(&log, 4, default_keys).await;
+            // A transaction's batch of 10 keyed records from `pid`; its records.
+            let txn = |pid: i64, seq: i32| {
+                let mut b = BatchBuilder::new(1_000)
+                    .producer(pid, 0, seq)
+                    .transactional();
+                for i in 0..10 {
+                    let key = format!("txn-{pid}-{seq}-{i}");
+                    b.push(1_000, Some(key.as_bytes()), Some(key.as_bytes()), &[]);
+                }
+                Bytes::from(b.finish(0))
+            };
+            let append = |blob: Bytes| {
+                let log = log.clone();
+                async move {
+                    let r = log.append(blob.clone(), AppendOptions::default()).await;
+                    let base = r.unwrap().base_offset;
+                    let mut v = blob.to_vec();
+                    batch::set_base_offset(&mut v, base);
+                    batch::records(&v)
+                        .unwrap()
+                        .into_iter()
+                        .map(|r| {
+                            (
+                                r.offset,
+                                r.key.map(<[u8]>::to_vec),
+                                r.value.unwrap().to_vec(),
+                            )
+                        })
+                        .collect::<Vec<Rec>>()
+                }
+            };
+            committed.extend(append(txn(1, 0)).await);
+            append(txn(2, 0)).await; // aborted below
+            committed.extend(append(txn(1, 10)).await);
+            log.append_marker(1, 0, true, 0).await.unwrap();
+            log.append_marker(2, 0, false, 0).await.unwrap();
+            let open = append(txn(3, 0)).await; // open: nothing from here is published
+            let (later, _) = batch_of(9, 0, default_keys);
+            let later = append(later).await;
+            let stable = log.last_stable_offset();
+            assert_eq!(stable, open[0].0);
+            let views = ViewReaders::new(config);
+            let reader = views.reader(&log, 3);
+            for shard in 0..3 {
+                let got = consume(&reader, &log, shard, 0, 4 << 10).await;
+                assert_eq!(got, expected(&committed, shard, 3, 0), "shard {shard}");
+                // At the last stable offset: nothing yet.
+                let read = reader.fetch(shard, stable, 4 << 10, true).await.unwrap();
+                assert!(read.records.is_empty());
+            }
+            // The transaction commits: its records and what follows are published.
+            log.append_marker(3, 0, true, 0).await.unwrap();
+            let rest: Vec<Rec> = open.into_iter().chain(later).collect();
+            for shard in 0..3 {
+                let got = consume(&reader, &log, shard, stable, 4 << 10).await;
+                assert_eq!(got, expected(&rest, shard, 3, stable), "shard {shard}");
+            }
+            log.close().await.unwrap();
+        });
+    }
 }

@@ -50,6 +50,25 @@ impl Compare {
     }
 }
 
+/// The consumers' isolation level (Kafka `isolation.level`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum Isolation {
+    ReadUncommitted,
+    ReadCommitted,
+}
+
+impl Isolation {
+    /// The Fetch request's `isolation_level`.
+    pub fn level(self) -> i8 {
+        match self {
+            Isolation::ReadUncommitted => 0,
+            Isolation::ReadCommitted => 1,
+        }
+    }
+}
+
 /// A setting of the generator's own that is on or off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -234,6 +253,9 @@ pub struct FanoutArgs {
     #[arg(long, default_value = "500ms", value_parser = parse_duration)]
     #[serde(serialize_with = "secs")]
     pub fetch_max_wait: Duration,
+    /// The consumers' isolation level: read_committed fetches stop at the last stable offset.
+    #[arg(long, value_enum, default_value_t = Isolation::ReadUncommitted)]
+    pub isolation: Isolation,
     /// Fetch max_bytes (and the partition's max_bytes).
     #[arg(long, default_value = "1MiB", value_parser = parse_size)]
     pub fetch_max_bytes: u64,

@@ -321,13 +321,14 @@ impl FetchTemplate {
         version: i16,
         max_wait: Duration,
         max_bytes: i32,
+        isolation_level: i8,
     ) -> io::Result<FetchTemplate> {
         let req = FetchRequest::default()
             .with_replica_id(BrokerId(-1))
             .with_max_wait_ms(max_wait.as_millis().min(i32::MAX as u128) as i32)
             .with_min_bytes(1)
             .with_max_bytes(max_bytes)
-            .with_isolation_level(0)
+            .with_isolation_level(isolation_level)
             .with_session_id(0)
             .with_session_epoch(-1)
             .with_topics(vec![FetchTopic::default()
@@ -697,7 +698,7 @@ mod tests {
 
     #[test]
     fn templates_patch_the_right_bytes() {
-        let mut f = FetchTemplate::new("t", 3, 12, Duration::from_millis(100), 1 << 20).unwrap();
+        let mut f = FetchTemplate::new("t", 3, 12, Duration::from_millis(100), 1 << 20, 1).unwrap();
         let frame = f.frame(77, 12345).to_vec();
         let mut body = Bytes::from(frame[4..].to_vec());
         let h = RequestHeader::decode(&mut body, ApiKey::Fetch.request_header_version(12)).unwrap();
@@ -705,6 +706,7 @@ mod tests {
         let req = FetchRequest::decode(&mut body, 12).unwrap();
         assert_eq!(req.topics[0].partitions[0].fetch_offset, 12345);
         assert_eq!(req.topics[0].partitions[0].partition, 3);
+        assert_eq!(req.isolation_level, 1);
 
         let mut p = ProduceFrame::new("t", 1, 1, 9, sample_batch(4, 64), 1).unwrap();
         let frame = p.stamp(5, 42_000_007).to_vec();

@@ -201,6 +201,7 @@ fn workload_for(args: &FanoutArgs, point: Option<(SweepKey, u64)>, cpus: usize) 
         client_cpus,
         max_in_flight: args.max_in_flight,
         fetch_max_wait: args.fetch_max_wait,
+        isolation_level: args.isolation.level(),
         fetch_max_bytes: args.fetch_max_bytes.min(i32::MAX as u64) as i32,
         drain_timeout: args.drain_timeout,
         receive_buffer: (args.receive_buffer as usize).max(4096),

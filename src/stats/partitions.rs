@@ -10,6 +10,9 @@ pub struct PartitionSnapshot {
     pub topic: String,
     pub partition: i32,
     pub high_watermark: i64,
+    /// Where read_committed reads end: the oldest open transaction's first offset, else the
+    /// high watermark.
+    pub last_stable_offset: i64,
     pub log_start_offset: i64,
     pub size_bytes: u64,
     pub segments: usize,
@@ -17,6 +20,8 @@ pub struct PartitionSnapshot {
     pub storage_failure: Option<String>,
     /// Idempotent producers whose sequence state is kept.
     pub producer_ids: u64,
+    /// Transactions open in the partition (begun, no marker yet).
+    pub open_transactions: u64,
     /// Batch bytes appended since the log was opened.
     pub appended_bytes: u64,
     /// Writes to disk of grouped appends.
@@ -34,7 +39,7 @@ pub struct PartitionSnapshot {
 }
 
 /// Families with one sample per core, summed over its partitions.
-const PER_CORE: [Family<CoreSnapshot>; 2] = [
+const PER_CORE: [Family<CoreSnapshot>; 3] = [
     ("partitions", "gauge", "Partitions owned.", |c| {
         c.partitions.len() as u64
     }),
@@ -44,9 +49,15 @@ const PER_CORE: [Family<CoreSnapshot>; 2] = [
         "Idempotent producers whose state is kept, summed over the core's partitions.",
         |c| c.partitions.iter().map(|p| p.producer_ids).sum(),
     ),
+    (
+        "open_transactions",
+        "gauge",
+        "Transactions open (begun, not ended by a marker), summed over the core's partitions.",
+        |c| c.partitions.iter().map(|p| p.open_transactions).sum(),
+    ),
 ];
 
-const PER_PARTITION: [Family<PartitionSnapshot>; 11] = [
+const PER_PARTITION: [Family<PartitionSnapshot>; 12] = [
     ("size_bytes", "gauge", "Bytes in a partition's log.", |p| p.size_bytes),
     ("segments", "gauge", "Segments in a partition's log.", |p| p.segments as u64),
     ("appended_bytes_total", "counter", "Batch bytes appended to a partition's log since it was opened.", |p| p.appended_bytes),
@@ -56,6 +67,7 @@ const PER_PARTITION: [Family<PartitionSnapshot>; 11] = [
     ("compacted_bytes_total", "counter", "Bytes of segments compaction rewrote (the log cleaned).", |p| p.compacted_bytes),
     ("compacted_to_bytes_total", "counter", "Bytes the segments compaction rewrote became.", |p| p.compacted_to_bytes),
     ("high_watermark", "gauge", "Next offset of a partition.", |p| p.high_watermark.max(0) as u64),
+    ("last_stable_offset_lag", "gauge", "Offsets between a partition's last stable offset and its high watermark: what read_committed consumers wait on open transactions for.", |p| (p.high_watermark - p.last_stable_offset).max(0) as u64),
     ("start_offset", "gauge", "First offset of a partition.", |p| p.log_start_offset.max(0) as u64),
     ("first_dirty_offset", "gauge", "First offset of a partition not compacted yet (the start offset for topics that are not compacted).", |p| p.first_dirty_offset.max(0) as u64),
 ];

@@ -113,7 +113,7 @@ pub(super) fn finish_interrupted(dir: &Path) -> std::io::Result<()> {
                 continue;
             };
             let covered = stem.len() == 20
-                && matches!(ext, "log" | "index")
+                && matches!(ext, "log" | "index" | "txnindex")
                 && stem.parse::<i64>().is_ok_and(|o| base <= o && o < end);
             if covered {
                 std::fs::remove_file(entry.path())?;
@@ -136,6 +136,9 @@ pub(super) fn finish_interrupted(dir: &Path) -> std::io::Result<()> {
 struct Cleaned {
     path: PathBuf,
     index_path: PathBuf,
+    /// The group's transaction index (written only when not empty).
+    txn_index_path: PathBuf,
+    txns: crate::transactions::SegmentTxns,
     file: glommio::io::BufferedFile,
     index: SparseIndex,
     meta: SegmentMeta,
@@ -149,6 +152,22 @@ struct KeyMap {
     bytes: usize,
     /// The base offset of each idempotent producer's last batch in the compactable segments.
     last_batch: HashMap<i64, i64>,
+    /// Each producer's aborted transactions (first offset, marker offset), from the whole log's
+    /// aborted index: their records are removed, and never count as a key's latest value.
+    aborted: HashMap<i64, Vec<(i64, i64)>>,
+}
+
+impl KeyMap {
+    /// Whether batch `h` belongs to an aborted transaction.
+    fn is_aborted(&self, h: &BatchHeader) -> bool {
+        h.is_transactional()
+            && !h.is_control()
+            && self.aborted.get(&h.producer_id).is_some_and(|ranges| {
+                ranges
+                    .iter()
+                    .any(|&(first, last)| first <= h.base_offset && h.base_offset < last)
+            })
+    }
 }
 
 /// Lets other task queues run after each [`SLICE`] of work.
@@ -281,9 +300,13 @@ impl Inner {
         segs[..segs.len().saturating_sub(1)]
             .iter()
             .take_while(|s| {
+                // Not past the last stable offset: an open transaction's records may still be
+                // aborted, and must not replace a key's committed value (Kafka's cleaner stops
+                // there too).
                 s.sealed.get()
                     && !unsealed.iter().any(|u| Rc::ptr_eq(u, s))
                     && s.retention_timestamp() <= now_ms - lag
+                    && s.next_offset.get() <= self.last_stable.value()
             })
             .cloned()
             .collect()
@@ -303,6 +326,14 @@ impl Inner {
         let mut slicer = Slicer(Instant::now());
         // 1. The key map over the dirty segments, and producers' last batches over all.
         let mut map = KeyMap::default();
+        for seg in self.segments.borrow().iter() {
+            for a in &seg.txns.borrow().aborted {
+                map.aborted
+                    .entry(a.producer_id)
+                    .or_default()
+                    .push((a.first_offset, a.last_offset));
+            }
+        }
         let mut mapped = 0;
         for seg in &segs {
             let dirty = seg.next_offset.get() > first_dirty;
@@ -315,7 +346,8 @@ impl Inner {
                     if h.producer_id >= 0 {
                         map.last_batch.insert(h.producer_id, h.base_offset);
                     }
-                    if dirty {
+                    // Markers' control records and aborted records are no key's value.
+                    if dirty && !h.is_control() && !map.is_aborted(&h) {
                         let plain = records_section(&h, &bytes)?;
                         for r in record_spans(&h, &plain)? {
                             if let Some(k) = r.key {
@@ -420,6 +452,15 @@ impl Inner {
         let base = group[0].base_offset;
         let path = self.dir.join(format!("{base:020}.log.cleaned"));
         let index_path = self.dir.join(format!("{base:020}.index.cleaned"));
+        let txn_index_path = self.dir.join(format!("{base:020}.txnindex.cleaned"));
+        // The group's aborted transactions are carried over (their offsets do not change), and
+        // the transactions open at its end are those open at its last segment's.
+        let mut txns = crate::transactions::SegmentTxns::default();
+        for seg in group {
+            let t = seg.txns.borrow();
+            txns.aborted.extend_from_slice(&t.aborted);
+            txns.open_at_end = t.open_at_end.clone();
+        }
         let file = glommio::io::OpenOptions::new()
             .read(true)
             .write(true)
@@ -431,6 +472,8 @@ impl Inner {
         let mut out = Cleaned {
             path,
             index_path,
+            txn_index_path,
+            txns,
             file,
             index: SparseIndex::new(config.index_interval_bytes),
             meta: SegmentMeta {
@@ -451,8 +494,13 @@ impl Inner {
                         let plain = records_section(&h, &bytes)?;
                         let spans = record_spans(&h, &plain)?;
                         let mut keep = Vec::with_capacity(spans.len());
+                        let aborted = map.is_aborted(&h);
                         for r in &spans {
                             let offset = h.base_offset + r.offset_delta as i64;
+                            if aborted {
+                                stats.records_removed += 1;
+                                continue;
+                            }
                             // Records without a key cannot be compacted: Kafka's cleaner drops them too.
                             let Some(k) = &r.key else {
                                 stats.records_removed += 1;
@@ -517,6 +565,10 @@ impl Inner {
                 .fdatasync()
                 .await
                 .map_err(|e| Error::storage(&out.path, e))?;
+            if !out.txns.is_empty() {
+                let txns = out.txns.encode(base, out.meta.size);
+                writer::write_file(&out.txn_index_path, txns).await?;
+            }
             let index = out.index.encode(&out.meta);
             writer::write_file(&out.index_path, index).await?;
             Ok(())
@@ -557,12 +609,23 @@ impl Inner {
         glommio::io::rename(&swap_path, &final_path)
             .await
             .map_err(io(&swap_path))?;
-        let index_in_place = glommio::io::rename(
-            &cleaned.index_path,
-            self.dir.join(crate::segment::index_file_name(base)),
-        )
-        .await
-        .is_ok();
+        // The transaction index before the index, which marks the segment clean (see
+        // `write_index`); without it in place the segment is scanned at the next open.
+        let txns_in_place = cleaned.txns.is_empty()
+            || glommio::io::rename(
+                &cleaned.txn_index_path,
+                self.dir
+                    .join(crate::transactions::txn_index_file_name(base)),
+            )
+            .await
+            .is_ok();
+        let index_in_place = txns_in_place
+            && glommio::io::rename(
+                &cleaned.index_path,
+                self.dir.join(crate::segment::index_file_name(base)),
+            )
+            .await
+            .is_ok();
         let seg = Segment::with_meta(
             final_path,
             cleaned.file,
@@ -572,6 +635,7 @@ impl Inner {
             group.last().map_or(now_ms(), |s| s.last_modified_ms.get()),
         );
         seg.sealed.set(index_in_place);
+        *seg.txns.borrow_mut() = cleaned.txns;
         seg.set_direct_reads(self.active().writes_direct());
         // In memory, in one step: readers see either the old segments or the new one.
         {
@@ -631,7 +695,7 @@ async fn write_all(out: &Cleaned, buf: Vec<u8>, pos: u64) -> Result<u64> {
 
 /// Removes a rewritten group that will not be swapped in.
 async fn discard(c: &Cleaned) {
-    for p in [&c.path, &c.index_path] {
+    for p in [&c.path, &c.index_path, &c.txn_index_path] {
         let _ = glommio::io::remove(p).await;
     }
 }

@@ -13,6 +13,7 @@ use crate::records::{LogRead, Records};
 use crate::segment::{index_file_name, now_ms, Segment, MAX_RELATIVE_OFFSET};
 use crate::storage_health::StorageEpisode;
 use crate::tail_cache::{LogId, TailCache};
+use crate::transactions::{encode_marker, AbortedTxn, Marker, OpenTransactions};
 use bytes::Bytes;
 use glommio::sync::Semaphore;
 use std::cell::{Cell, RefCell};
@@ -89,6 +90,11 @@ struct Inner {
     segments: RefCell<Vec<Rc<Segment>>>,
     /// The next offset to assign: everything below is written and readable.
     high_watermark: OffsetMonitor,
+    /// The last stable offset: the first offset of the oldest open transaction, or the high
+    /// watermark when none is open. A read_committed reader reads only below it.
+    last_stable: OffsetMonitor,
+    /// The producers' open transactions, as the batches written so far left them.
+    transactions: RefCell<OpenTransactions>,
     /// Everything below is fsynced. Closed when the log fails or closes.
     durable: OffsetMonitor,
     /// Held by whoever changes the segment list or writes: the writer task, retention, close.
@@ -191,7 +197,7 @@ impl Log {
             // Before any Direct I/O open in this directory (recovery may create a segment).
             crate::direct_write::probe_device(&dir, device).await;
         }
-        let segments = recover(&dir, &config, listing).await?;
+        let (segments, transactions) = recover(&dir, &config, listing).await?;
         let active = segments.last().expect("recover leaves a segment");
         if let Some(options) = config.direct_options() {
             active.start_direct(options).await?;
@@ -206,7 +212,16 @@ impl Log {
             .expect("recover leaves a segment")
             .next_offset
             .get();
-        let inner = Inner::new(dir, config, cache, segments, next, first_dirty, false);
+        let inner = Inner::new(
+            dir,
+            config,
+            cache,
+            segments,
+            next,
+            transactions,
+            first_dirty,
+            false,
+        );
         spawn_background(Rc::downgrade(&inner));
         OPEN_LOGS.with(|logs| {
             let mut logs = logs.borrow_mut();
@@ -259,6 +274,51 @@ impl Log {
     /// The watermark long-polling fetches wait on.
     pub fn high_watermark_monitor(&self) -> &OffsetMonitor {
         &self.inner.high_watermark
+    }
+    /// The last stable offset: read_committed readers read only below it (the first offset of the
+    /// oldest open transaction, or the high watermark when none is open).
+    pub fn last_stable_offset(&self) -> i64 {
+        self.inner.last_stable.value()
+    }
+    /// The watermark read_committed long polls wait on: it moves when a marker closes the oldest
+    /// open transaction, or when the high watermark moves with none open.
+    pub fn last_stable_monitor(&self) -> &OffsetMonitor {
+        &self.inner.last_stable
+    }
+    /// How many transactions are open (metrics).
+    pub fn open_transaction_count(&self) -> usize {
+        self.inner.transactions.borrow().len()
+    }
+    /// The first offset of `producer_id`'s open transaction, if it has one (the produce path's
+    /// check of a producer's transaction state: the log, not a producer snapshot, keeps it).
+    pub fn open_transaction(&self, producer_id: i64) -> Option<i64> {
+        self.inner.transactions.borrow().first_offset(producer_id)
+    }
+    /// (producer id, first offset) of every open transaction, oldest first.
+    pub fn open_transactions(&self) -> Vec<(i64, i64)> {
+        self.inner.transactions.borrow().iter().collect()
+    }
+    /// The aborted transactions holding records in `from..to`, by the offset of their markers: what
+    /// a read_committed fetch of that range returns for the consumer to drop their records. Starts
+    /// at the segment holding `from` (a transaction's marker comes after its records) and stops at
+    /// the first entry aborted once every transaction still open began at or after `to`.
+    pub fn aborted_transactions(&self, from: i64, to: i64) -> Vec<AbortedTxn> {
+        let segs = self.inner.segments.borrow();
+        let first = segs
+            .partition_point(|s| s.base_offset <= from)
+            .saturating_sub(1);
+        let mut out = Vec::new();
+        for seg in &segs[first..] {
+            for a in &seg.txns.borrow().aborted {
+                if a.intersects(from, to) {
+                    out.push(*a);
+                }
+                if a.ends_search_before(to) {
+                    return out;
+                }
+            }
+        }
+        out
     }
     pub fn log_start_offset(&self) -> i64 {
         self.inner.log_start_offset()
@@ -396,6 +456,36 @@ impl Log {
         self.enqueue(append, opts).await
     }
 
+    /// Writes a transaction marker (a control batch: COMMIT or ABORT) for `producer_id` and returns
+    /// its offset, once durable (like an `acks=all` append). It closes the producer's open
+    /// transaction, if it has one; an ABORT adds the transaction to the aborted index. What the
+    /// transaction coordinator asks of each partition it wrote to.
+    pub async fn append_marker(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+        coordinator_epoch: i32,
+    ) -> Result<i64> {
+        let marker = Marker {
+            commit,
+            coordinator_epoch,
+        };
+        let bytes = encode_marker(producer_id, producer_epoch, marker, now_ms());
+        let h = BatchHeader::parse(&bytes)?;
+        let append = NewAppend {
+            blob: Bytes::from(bytes),
+            headers: vec![h],
+            decoded: Vec::new(),
+            offsets: 1,
+            keep_offsets: false,
+        };
+        let r = self
+            .enqueue(append, AppendOptions { durable: true })
+            .await?;
+        Ok(r.base_offset)
+    }
+
     /// Empties the log and starts it again at `offset`, at or past the high watermark: every
     /// segment is deleted and an empty one begins there, so the log start and the high watermark
     /// both become `offset`. For a mirror (shoal edge) that must jump ahead of what it holds;
@@ -436,6 +526,8 @@ impl Log {
         inner.cache.forget(inner.cache_id);
         inner.layout.set(inner.layout.get() + 1);
         inner.high_watermark.advance(offset);
+        // The transactions open in what was dropped cannot end in what follows.
+        inner.set_transactions(OpenTransactions::default());
         inner.request_sync(offset);
         inner.segments_changed();
         for seg in &old {
@@ -720,6 +812,7 @@ impl Log {
         }
         inner.cache.forget(inner.cache_id);
         inner.high_watermark.close();
+        inner.last_stable.close();
         inner.durable.close();
         result
     }
@@ -743,17 +836,21 @@ impl Log {
 }
 
 impl Inner {
-    /// A log's state over `segments` (oldest first, not empty), written up to `next`.
+    /// A log's state over `segments` (oldest first, not empty), written up to `next`, with the
+    /// transactions open there.
+    #[allow(clippy::too_many_arguments)]
     fn new(
         dir: PathBuf,
         config: LogConfig,
         cache: Rc<TailCache>,
         segments: Vec<Rc<Segment>>,
         next: i64,
+        transactions: OpenTransactions,
         first_dirty: i64,
         replica: bool,
     ) -> Rc<Inner> {
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let stable = transactions.first_unstable().map_or(next, |f| f.min(next));
         Rc::new(Inner {
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             cache_id: cache.register(),
@@ -762,6 +859,8 @@ impl Inner {
             config: RefCell::new(config),
             segments: RefCell::new(segments),
             high_watermark: OffsetMonitor::new(next),
+            last_stable: OffsetMonitor::new(stable),
+            transactions: RefCell::new(transactions),
             durable: OffsetMonitor::new(next),
             append_permit: Semaphore::new(1),
             queue: RefCell::new(VecDeque::new()),
@@ -803,6 +902,38 @@ impl Inner {
             .clone()
     }
 
+    /// The last stable offset the open transactions and the high watermark make now.
+    fn stable_offset(&self) -> i64 {
+        let hw = self.high_watermark.value();
+        self.transactions
+            .borrow()
+            .first_unstable()
+            .map_or(hw, |first| first.min(hw))
+    }
+
+    /// Replaces the open transactions (at open, at a restart, from a snapshot) and moves the last
+    /// stable offset to match.
+    fn set_transactions(&self, open: OpenTransactions) {
+        *self.transactions.borrow_mut() = open;
+        self.last_stable.advance(self.stable_offset());
+    }
+
+    /// Follows the batches of one write, at their final offsets, in `segment` (`blob` the batches
+    /// described by `headers`): opens and closes transactions and indexes the aborted ones.
+    fn follow_transactions(&self, segment: &Segment, blob: &[u8], headers: &[BatchHeader]) {
+        let mut at = 0;
+        for h in headers {
+            let len = h.total_len();
+            if h.is_transactional() {
+                let bytes = blob.get(at..at + len).unwrap_or_default();
+                if let Some(aborted) = self.transactions.borrow_mut().apply(h, bytes) {
+                    segment.txns.borrow_mut().aborted.push(aborted);
+                }
+            }
+            at += len;
+        }
+    }
+
     fn bump(&self, f: impl FnOnce(&mut LogStats)) {
         let mut s = self.stats.get();
         f(&mut s);
@@ -833,7 +964,7 @@ async fn sync_dir(dir: &Path) -> Result<()> {
 }
 
 async fn remove_segment_files(seg: &Segment) {
-    for path in [seg.path.clone(), seg.index_path()] {
+    for path in [seg.path.clone(), seg.index_path(), seg.txn_index_path()] {
         if let Err(e) = glommio::io::remove(&path).await {
             if !matches!(&e, glommio::GlommioError::IoError(io) if io.kind() == std::io::ErrorKind::NotFound)
             {

@@ -1,7 +1,11 @@
 //! Recovery at open: segment files are listed, sealed ones with an intact index trusted, the rest
-//! scanned and cut at the first bad batch; damaged files are set aside, never deleted.
+//! scanned and cut at the first bad batch; damaged files are set aside, never deleted. The open
+//! transactions are rebuilt on the way: a trusted segment's transaction index says which were open
+//! at its end, and the transactional batches of each scanned segment are replayed from there, which
+//! also rebuilds that segment's aborted index.
 
 use super::*;
+use crate::transactions::{txn_index_file_name, SegmentTxns};
 
 /// A segment file found at open.
 #[derive(Debug)]
@@ -11,6 +15,9 @@ pub(super) struct Found {
     len: u64,
     mtime_ms: i64,
     index: Option<(SparseIndex, SegmentMeta)>,
+    /// Its transaction index: empty without a file, `None` if the file is damaged or another
+    /// segment's (the segment is then scanned).
+    txns: Option<SegmentTxns>,
 }
 
 /// Lists `<base:020>.log` files, oldest first, with their index files if intact, and the device
@@ -41,12 +48,18 @@ pub(super) fn list_segments(dir: &Path) -> std::io::Result<(Vec<Found>, u64)> {
         let index = std::fs::read(dir.join(index_file_name(base_offset)))
             .ok()
             .and_then(|b| SparseIndex::decode(&b));
+        let txns = match std::fs::read(dir.join(txn_index_file_name(base_offset))) {
+            Ok(b) => SegmentTxns::decode(&b, base_offset, md.len()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(SegmentTxns::default()),
+            Err(_) => None,
+        };
         found.push(Found {
             base_offset,
             path: entry.path(),
             len: md.len(),
             mtime_ms,
             index,
+            txns,
         });
     }
     found.sort_by_key(|f| f.base_offset);
@@ -54,12 +67,14 @@ pub(super) fn list_segments(dir: &Path) -> std::io::Result<(Vec<Found>, u64)> {
 }
 
 /// Opens the segments found, scanning the ones not known clean, and cuts the log at the first damage.
-/// Whatever lies after the damage is renamed aside (`.corrupt`), never deleted.
+/// Whatever lies after the damage is renamed aside (`.corrupt`), never deleted. Returns the segments
+/// and the transactions open at the end of the last one.
 pub(super) async fn recover(
     dir: &Path,
     config: &LogConfig,
     found: Vec<Found>,
-) -> Result<Vec<Rc<Segment>>> {
+) -> Result<(Vec<Rc<Segment>>, OpenTransactions)> {
+    let mut open = OpenTransactions::default();
     let interval = config.index_interval_bytes;
     let first_base = found.first().map_or(0, |f| f.base_offset);
     let mut segments: Vec<Rc<Segment>> = Vec::new();
@@ -91,13 +106,17 @@ pub(super) async fn recover(
                 break;
             }
         };
-        if let Some((index, meta)) = f.index.take().filter(|(_, m)| !is_last && m.size == f.len) {
+        let trusted = f.index.take().filter(|(_, m)| !is_last && m.size == f.len);
+        if let (Some((index, meta)), Some(txns)) = (trusted, f.txns.take()) {
             let seg = Segment::with_meta(f.path, file, f.base_offset, index, meta, f.mtime_ms);
             seg.sealed.set(true);
+            open = txns.open_at_end.clone();
+            *seg.txns.borrow_mut() = txns;
             segments.push(Rc::new(seg));
             continue;
         }
-        let scan = match Segment::scan(&file, &f.path, f.base_offset, interval).await {
+        let scan = Segment::scan(&file, &f.path, f.base_offset, interval, open.clone()).await;
+        let scan = match scan {
             Ok(scan) => scan,
             Err(e) => {
                 log::error!(
@@ -142,6 +161,8 @@ pub(super) async fn recover(
             scan.meta,
             f.mtime_ms,
         );
+        open = scan.txns.open_at_end.clone();
+        *seg.txns.borrow_mut() = scan.txns;
         segments.push(Rc::new(seg));
         if damaged && !is_last {
             log::error!(
@@ -158,7 +179,7 @@ pub(super) async fn recover(
         ));
         sync_dir(dir).await?;
     }
-    Ok(segments)
+    Ok((segments, open))
 }
 
 pub(super) async fn set_aside(found: impl Iterator<Item = Found>) {
@@ -171,6 +192,11 @@ pub(super) async fn set_aside(found: impl Iterator<Item = Found>) {
             Ok(()) => log::error!("set aside {} as {}", f.path.display(), aside.display()),
             Err(e) => log::error!("could not set aside {}: {e}", f.path.display()),
         }
-        let _ = glommio::io::remove(f.path.with_file_name(index_file_name(f.base_offset))).await;
+        for name in [
+            index_file_name(f.base_offset),
+            txn_index_file_name(f.base_offset),
+        ] {
+            let _ = glommio::io::remove(f.path.with_file_name(name)).await;
+        }
     }
 }

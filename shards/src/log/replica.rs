@@ -45,6 +45,8 @@ pub struct LogSnapshot {
     dir: PathBuf,
     segments: Vec<SharedSegment>,
     high_watermark: i64,
+    /// The open transactions at the high watermark (a replica's last stable offset follows them).
+    transactions: OpenTransactions,
 }
 
 #[derive(Debug)]
@@ -56,6 +58,7 @@ struct SharedSegment {
     index: Vec<u8>,
     last_modified_ms: i64,
     sealed: bool,
+    txns: crate::transactions::SegmentTxns,
 }
 
 impl LogSnapshot {
@@ -179,6 +182,7 @@ impl Log {
                     index: seg.index.borrow().encode(&seg.meta()),
                     last_modified_ms: seg.last_modified_ms.get(),
                     sealed: seg.sealed.get(),
+                    txns: seg.txns.borrow().clone(),
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -186,6 +190,7 @@ impl Log {
             dir: inner.dir.clone(),
             segments,
             high_watermark: inner.high_watermark.value(),
+            transactions: inner.transactions.borrow().clone(),
         })
     }
 
@@ -195,8 +200,18 @@ impl Log {
     pub fn replica(snapshot: LogSnapshot, config: LogConfig, cache: Rc<TailCache>) -> Result<Log> {
         let dir = snapshot.dir.clone();
         let next = snapshot.high_watermark;
+        let transactions = snapshot.transactions.clone();
         let segments = borrowed_segments(snapshot)?;
-        let inner = Inner::new(dir, config.sanitized(), cache, segments, next, 0, true);
+        let inner = Inner::new(
+            dir,
+            config.sanitized(),
+            cache,
+            segments,
+            next,
+            transactions,
+            0,
+            true,
+        );
         Ok(Log { inner })
     }
 
@@ -219,11 +234,13 @@ impl Log {
         match handover {
             Handover::Snapshot(snapshot) => {
                 let next = snapshot.high_watermark;
+                let transactions = snapshot.transactions.clone();
                 let segments = borrowed_segments(snapshot)?;
                 *inner.segments.borrow_mut() = segments;
                 inner.layout.set(inner.layout.get() + 1);
                 inner.cache.forget(inner.cache_id);
                 inner.high_watermark.advance(next);
+                inner.set_transactions(transactions);
                 Ok(())
             }
             Handover::Appended(a) => {
@@ -244,6 +261,7 @@ impl Log {
                 }
                 active.note_written(&headers);
                 for (h, bytes) in a.records.batches() {
+                    inner.follow_transactions(&active, &bytes, std::slice::from_ref(&h));
                     inner.cache.insert(
                         inner.cache_id,
                         &bytes,
@@ -254,6 +272,7 @@ impl Log {
                     );
                 }
                 inner.high_watermark.advance(a.high_watermark);
+                inner.last_stable.advance(inner.stable_offset());
                 Ok(())
             }
         }
@@ -267,6 +286,7 @@ impl Log {
         inner.segments.borrow_mut().clear();
         inner.cache.forget(inner.cache_id);
         inner.high_watermark.close();
+        inner.last_stable.close();
         inner.durable.close();
     }
 }
@@ -294,6 +314,7 @@ fn borrowed_segments(snapshot: LogSnapshot) -> Result<Vec<Rc<Segment>>> {
                 Segment::with_meta(s.path, file, s.base_offset, index, meta, s.last_modified_ms)
                     .borrowed();
             seg.sealed.set(s.sealed);
+            *seg.txns.borrow_mut() = s.txns;
             Ok(Rc::new(seg))
         })
         .collect()

@@ -202,8 +202,13 @@ impl Inner {
         };
         self.storage.succeeded(&self.dir);
         let log_start_offset = self.log_start_offset();
+        let active = self.active();
+        for p in &group {
+            self.follow_transactions(&active, &p.blob, &p.headers);
+        }
         // Nothing awaits from here on: readers see the new watermark and the cached batches together.
         self.high_watermark.advance(next);
+        self.last_stable.advance(self.stable_offset());
         // Durable with everything before it in this segment; earlier segments and the new file's
         // directory entry are the sync task's, and while any waits, `durable` waits with them.
         if synced
@@ -287,6 +292,7 @@ impl Inner {
             self.dir.display(),
             new.base_offset
         );
+        old.txns.borrow_mut().open_at_end = self.transactions.borrow().clone();
         self.segments.borrow_mut().push(Rc::new(new));
         self.unsealed.borrow_mut().push(old.clone());
         self.dir_changes.set(self.dir_changes.get() + 1);
@@ -459,8 +465,18 @@ pub(super) fn spawn_background(weak: Weak<Inner>) {
     .detach();
 }
 
-/// Saves a sealed segment's index, which also marks it clean. A failure only costs a scan at start-up.
+/// Saves a sealed segment's transaction index (when it has something to say) and then its index,
+/// which marks it clean: a clean segment's transaction index is on disk, or empty. A failure only
+/// costs a scan at start-up.
 pub(super) async fn write_index(seg: &Segment) -> Result<()> {
+    let txns = seg.txns.borrow().clone();
+    if !txns.is_empty() {
+        write_file(
+            &seg.txn_index_path(),
+            txns.encode(seg.base_offset, seg.size.get()),
+        )
+        .await?;
+    }
     let bytes = seg.index.borrow().encode(&seg.meta());
     write_file(&seg.index_path(), bytes).await?;
     seg.sealed.set(true);

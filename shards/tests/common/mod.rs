@@ -85,6 +85,17 @@ pub fn no_cache() -> Rc<TailCache> {
     Rc::new(TailCache::new(0, 4096))
 }
 
+/// The files in `dir` whose names end with `suffix` (`.index`, `.corrupt`, ...), sorted.
+pub fn files(dir: &std::path::Path, suffix: &str) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .collect();
+    v.sort();
+    v
+}
+
 /// The bytes the log should hold for `batch` appended at `base_offset`.
 pub fn with_offset(batch: &[u8], base_offset: i64) -> Vec<u8> {
     let mut v = batch.to_vec();

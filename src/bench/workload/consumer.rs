@@ -134,6 +134,7 @@ pub(super) async fn consumer(
         cfg.fetch_version,
         cfg.fetch_max_wait,
         cfg.fetch_max_bytes,
+        cfg.isolation_level,
     ) {
         Ok(t) => t,
         Err(e) => return report.fail(e),
@@ -441,6 +442,7 @@ mod tests {
             batch_interval: 0.0,
             max_in_flight: 1,
             fetch_max_wait: Duration::from_millis(10),
+            isolation_level: 0,
             fetch_max_bytes: 1 << 20,
             receive_buffer: 4096,
             modulus: None,

@@ -33,6 +33,7 @@ pub(super) struct ClientCfg {
     pub(super) batch_interval: f64,
     pub(super) max_in_flight: usize,
     pub(super) fetch_max_wait: Duration,
+    pub(super) isolation_level: i8,
     pub(super) fetch_max_bytes: i32,
     pub(super) receive_buffer: usize,
     /// Raw baseline: offsets wrap at this.

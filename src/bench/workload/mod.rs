@@ -72,6 +72,8 @@ pub struct Workload {
     pub client_cpus: Vec<Option<usize>>,
     pub max_in_flight: usize,
     pub fetch_max_wait: Duration,
+    /// The consumers' Fetch `isolation_level` (1: read_committed).
+    pub isolation_level: i8,
     pub fetch_max_bytes: i32,
     pub drain_timeout: Duration,
     pub receive_buffer: usize,
@@ -273,6 +275,7 @@ impl<'a> Run<'a> {
             },
             max_in_flight: w.max_in_flight,
             fetch_max_wait: w.fetch_max_wait,
+            isolation_level: w.isolation_level,
             fetch_max_bytes: w.fetch_max_bytes,
             receive_buffer: w.receive_buffer,
             modulus,

@@ -1,5 +1,7 @@
 //! ListOffsets: earliest (-2), latest (-1), the record with the largest timestamp (-3), or the first
-//! offset at or after a timestamp.
+//! offset at or after a timestamp. For read_committed (isolation level 1) the offsets end at the
+//! last stable offset, as in Kafka: latest is it, and a record found by timestamp at or past it
+//! is not there yet (-1).
 
 use super::{count_errors, frame, HandlerResult, Versions};
 use crate::acl::Operation;
@@ -69,8 +71,13 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
                 });
                 continue;
             }
+            let fetchable = if request.isolation_level == 1 {
+                log.last_stable_offset()
+            } else {
+                log.high_watermark()
+            };
             let found = match p.timestamp {
-                LATEST => Ok(Some((log.high_watermark(), -1))),
+                LATEST => Ok(Some((fetchable, -1))),
                 EARLIEST => Ok(Some((log.log_start_offset(), -1))),
                 MAX_TIMESTAMP => match log.max_timestamp() {
                     Some(ts) => log.offset_for_timestamp(ts).await.map_err(Some),
@@ -78,6 +85,10 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
                 },
                 ts if ts >= 0 => log.offset_for_timestamp(ts).await.map_err(Some),
                 _ => Err(None),
+            };
+            let found = match p.timestamp {
+                LATEST | EARLIEST => found,
+                _ => found.map(|f| f.filter(|&(offset, _)| offset < fetchable)),
             };
             partitions.push(match found {
                 // leader_epoch exists from v4; older versions refuse to encode it.

@@ -29,7 +29,10 @@
 //!     high_watermark      i64
 //!     last_stable_offset  i64     v4+
 //!     log_start_offset    i64     v5+
-//!     aborted_transactions [ ]    v4+, nullable v4+ (we keep no transactions: empty or null)
+//!     aborted_transactions [ ]    v4+, nullable v4+ (read_committed: those in the records' range)
+//!       producer_id       i64
+//!       first_offset      i64
+//!       (tagged: none; v12+)
 //!     preferred_read_replica i32  v11+ (-1 unless another core should serve it)
 //!     records             nullable bytes (never written null: see below)
 //!     (tagged: diverging_epoch, current_leader, snapshot_id; never written)
@@ -50,12 +53,14 @@ pub const MAX_VERSION: i16 = 12;
 /// First version using compact encodings and tagged fields (and response header v1).
 const FIRST_FLEXIBLE_VERSION: i16 = 12;
 
-/// What a partition's `aborted_transactions` holds. shoal keeps no transactions, so there is never
-/// an entry; Kafka writes null or an empty array depending on where the answer was made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a partition's `aborted_transactions` holds: for a read_committed fetch, the aborted
+/// transactions in the range of its records, as (producer id, first offset); otherwise nothing,
+/// written null or as an empty array as Kafka does depending on where the answer was made.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AbortedTransactions {
     Empty,
     Null,
+    List(Vec<(i64, i64)>),
 }
 
 /// One partition of a fetch response.
@@ -154,7 +159,7 @@ pub fn encode_fetch_response(
         small_len += l.tags_size();
         for p in &t.partitions {
             let len = records_len(&p.records);
-            small_len += l.partition_fixed_size(p.aborted_transactions) + l.bytes_len_size(len);
+            small_len += l.partition_fixed_size(&p.aborted_transactions) + l.bytes_len_size(len);
             records_total += len;
             if len > 0 {
                 record_runs += 1;
@@ -190,7 +195,7 @@ pub fn encode_fetch_response(
                 buf.put_i64(p.log_start_offset);
             }
             // aborted_transactions: nullable in every version written here (v4+).
-            l.put_aborted_transactions(&mut buf, p.aborted_transactions);
+            l.put_aborted_transactions(&mut buf, &p.aborted_transactions);
             if version >= 11 {
                 buf.put_i32(p.preferred_read_replica);
             }
@@ -258,7 +263,7 @@ impl Layout {
     }
 
     /// Every partition field except the records' length prefix (and the records themselves).
-    fn partition_fixed_size(self, aborted: AbortedTransactions) -> usize {
+    fn partition_fixed_size(self, aborted: &AbortedTransactions) -> usize {
         let log_start_offset = if self.version >= 5 { 8 } else { 0 };
         let preferred_read_replica = if self.version >= 11 { 4 } else { 0 };
         4 + 2
@@ -313,16 +318,30 @@ impl Layout {
         buf.put_slice(s);
     }
 
-    /// An empty or null array (compact null is 0, compact empty 1; both one byte).
-    fn aborted_transactions_size(self, _aborted: AbortedTransactions) -> usize {
-        self.array_len_size(0)
+    /// An empty or null array (compact null is 0, compact empty 1; both one byte), or the
+    /// entries: two i64 each, and an empty tag section in flexible versions.
+    fn aborted_transactions_size(self, aborted: &AbortedTransactions) -> usize {
+        match aborted {
+            AbortedTransactions::List(list) => {
+                self.array_len_size(list.len()) + list.len() * (16 + self.tags_size())
+            }
+            _ => self.array_len_size(0),
+        }
     }
 
-    fn put_aborted_transactions(self, buf: &mut BytesMut, aborted: AbortedTransactions) {
+    fn put_aborted_transactions(self, buf: &mut BytesMut, aborted: &AbortedTransactions) {
         match (aborted, self.flexible) {
             (AbortedTransactions::Empty, _) => self.put_array_len(buf, 0),
             (AbortedTransactions::Null, true) => put_uvarint(buf, 0),
             (AbortedTransactions::Null, false) => buf.put_i32(-1),
+            (AbortedTransactions::List(list), _) => {
+                self.put_array_len(buf, list.len());
+                for &(producer_id, first_offset) in list {
+                    buf.put_i64(producer_id);
+                    buf.put_i64(first_offset);
+                    self.put_tags(buf);
+                }
+            }
         }
     }
 
@@ -383,6 +402,27 @@ mod tests {
         }
     }
 
+    /// The same list in kafka-protocol's types.
+    fn kafka_aborted(
+        a: &AbortedTransactions,
+    ) -> Option<Vec<kafka_protocol::messages::fetch_response::AbortedTransaction>> {
+        use kafka_protocol::messages::fetch_response::AbortedTransaction;
+        use kafka_protocol::messages::ProducerId;
+        match a {
+            AbortedTransactions::Empty => Some(vec![]),
+            AbortedTransactions::Null => None,
+            AbortedTransactions::List(list) => Some(
+                list.iter()
+                    .map(|&(pid, first)| {
+                        AbortedTransaction::default()
+                            .with_producer_id(ProducerId(pid))
+                            .with_first_offset(first)
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
     fn sample() -> Vec<TopicResult> {
         vec![
             TopicResult {
@@ -400,7 +440,10 @@ mod tests {
                 topic: Bytes::from_static("bêta-topic.with_chars".as_bytes()),
                 partitions: vec![
                     PartitionResult::error(9, 1), // OFFSET_OUT_OF_RANGE
-                    partition(4, Records::empty()),
+                    PartitionResult {
+                        aborted_transactions: AbortedTransactions::List(vec![(7, 3), (9, 12)]),
+                        ..partition(4, records(&[pattern(90, 7)]))
+                    },
                     // Records last: for non-flexible versions nothing follows them.
                     partition(
                         5,
@@ -474,10 +517,7 @@ mod tests {
                     -1
                 };
                 assert_eq!(gp.log_start_offset, log_start);
-                let aborted = match wp.aborted_transactions {
-                    AbortedTransactions::Empty => Some(vec![]),
-                    AbortedTransactions::Null => None,
-                };
+                let aborted = kafka_aborted(&wp.aborted_transactions);
                 assert_eq!(gp.aborted_transactions, aborted, "v{version}");
                 let preferred = if version >= 11 {
                     wp.preferred_read_replica
@@ -569,10 +609,9 @@ mod tests {
                                     } else {
                                         -1
                                     })
-                                    .with_aborted_transactions(match p.aborted_transactions {
-                                        AbortedTransactions::Empty => Some(vec![]),
-                                        AbortedTransactions::Null => None,
-                                    })
+                                    .with_aborted_transactions(kafka_aborted(
+                                        &p.aborted_transactions,
+                                    ))
                                     .with_preferred_read_replica(BrokerId(if version >= 11 {
                                         p.preferred_read_replica
                                     } else {

@@ -69,10 +69,12 @@ struct ReadSource {
 
 impl ReadSource {
     /// What a fetch waiting for more data watches: a running shared view reader's progress, else the
-    /// partition's high watermark.
-    fn monitor(&self) -> shards::OffsetMonitor {
+    /// partition's high watermark, or its last stable offset for a read_committed fetch (which
+    /// wakes when a transaction ends, not when uncommitted data arrives).
+    fn monitor(&self, read_committed: bool) -> shards::OffsetMonitor {
         match &self.view {
             Some((reader, _)) if reader.is_running() => reader.progress_monitor(),
+            _ if read_committed => self.part.log.last_stable_monitor().clone(),
             _ => self.part.log.high_watermark_monitor().clone(),
         }
     }
@@ -207,7 +209,12 @@ async fn execute(core: &Rc<Core>, plan: &Plan) -> Execution {
                     match read {
                         Ok((records, shared)) => {
                             total += records.len;
+                            let aborted = (plan.read_committed && view.is_none())
+                                .then(|| aborted_in(part, &records));
                             let mut result = ok_result(p.index, part, records);
+                            if let Some(aborted) = aborted {
+                                result.aborted_transactions = aborted;
+                            }
                             if let Some(s) = shared {
                                 if let Some(edge) = upstream_of(core, part) {
                                     edge.upstream_watermarks(&mut result, &s.read);
@@ -275,7 +282,14 @@ async fn read_partition(
             high_watermark,
         });
     }
-    if offset == high_watermark {
+    // A read_committed fetch reads below the last stable offset only: what lies between it and
+    // the high watermark waits for its transactions to end.
+    let visible_end = if read_committed {
+        log.last_stable_offset().min(high_watermark)
+    } else {
+        high_watermark
+    };
+    if offset >= visible_end {
         return Ok(None);
     }
     let key = shards::CoalesceKey {
@@ -290,15 +304,20 @@ async fn read_partition(
     // The log read (a disk read on a miss of the tail cache) is boxed, allocated only when the
     // coalescer has no read to share: the fetch future stays small.
     let read = move || async move {
-        let r = Box::pin(log.read(offset, budget, obligatory)).await;
-        if let Ok(r) = &r {
+        let mut r = Box::pin(log.read(offset, budget, obligatory)).await;
+        if let Ok(r) = &mut r {
+            if read_committed {
+                // The batch holding the last stable offset begins there: whole batches below it.
+                r.records = r.records.before(visible_end);
+                r.high_watermark = visible_end;
+            }
             crate::metrics::add(&counter.metrics.fetch_log_read_bytes, r.records.len as u64);
         }
         r
     };
     core.reads
         .coalescer
-        .read(key, high_watermark, read)
+        .read(key, visible_end, read)
         .await
         .map(Some)
 }
@@ -327,13 +346,31 @@ fn edge_read(
     }
 }
 
+/// The aborted transactions in the range of a read_committed fetch's records, for the consumer to
+/// drop their records (an empty list when none, or no records).
+fn aborted_in(part: &Partition, records: &shards::Records) -> AbortedTransactions {
+    let Some(end) = records.next_offset() else {
+        return AbortedTransactions::Empty;
+    };
+    let aborted = part.log.aborted_transactions(records.first_offset, end);
+    if aborted.is_empty() {
+        return AbortedTransactions::Empty;
+    }
+    AbortedTransactions::List(
+        aborted
+            .iter()
+            .map(|a| (a.producer_id, a.first_offset))
+            .collect(),
+    )
+}
+
 fn ok_result(partition: i32, part: &Partition, records: shards::Records) -> PartitionResult {
     let hw = part.log.high_watermark();
     PartitionResult {
         partition,
         error_code: 0,
         high_watermark: hw,
-        last_stable_offset: hw,
+        last_stable_offset: part.log.last_stable_offset().min(hw),
         log_start_offset: part.log.log_start_offset(),
         aborted_transactions: AbortedTransactions::Empty,
         preferred_read_replica: -1,
@@ -444,7 +481,7 @@ async fn wait_for_data(core: &Core, plan: &Plan) -> bool {
                 // Past what is there now, not past the fetch offset: with some data but less
                 // than min_bytes, the latter is already true and the fetch would spin. (A read
                 // replica long-polls for any offset past its end, up to `i64::MAX`.)
-                let m = t.monitor();
+                let m = t.monitor(plan.read_committed);
                 let after = m.value().max(p.offset).saturating_add(1);
                 (m, after)
             })
