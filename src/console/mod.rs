@@ -268,6 +268,8 @@ fn partitions_json(layout: &Layout, table: &TopicTable, topic: &str, q: &Console
                 "leader": table.owner(m, p, layout.cores),
                 "replica_cores": layout.replicas.get(&(topic, p)).copied().unwrap_or(&[]),
                 "high_watermark": owned.map(|(_, s)| s.high_watermark),
+                "last_stable_offset": owned.map(|(_, s)| s.last_stable_offset),
+                "open_transactions": owned.map(|(_, s)| s.open_transactions),
                 "log_start_offset": owned.map(|(_, s)| s.log_start_offset),
                 "size_bytes": owned.map(|(_, s)| s.size_bytes),
                 "appended_bytes": owned.map(|(_, s)| s.appended_bytes),

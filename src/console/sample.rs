@@ -38,6 +38,8 @@ pub fn many_partitions(
                 topic: name.clone(),
                 partition: p,
                 high_watermark: 10,
+                last_stable_offset: 10,
+                open_transactions: 0,
                 log_start_offset: 0,
                 size_bytes: 100,
                 segments: 1,
