@@ -34,6 +34,8 @@
 //!   one upstream fetcher per partition mirroring it into the local log, read-through, the topic
 //!   mirror, group requests forwarded upstream, and its counters. The front end and the control
 //!   plane ask `Core::upstream()` (absent in `serve`) through a few narrow methods.
+//! - [`transactions`] — the transaction coordinator's core (not wired to the Kafka APIs yet): a
+//!   transactional id's state machine, its states in a durable internal log per core.
 //! - [`groups`]      — consumer groups: the per-core coordinator, the group state machine, committed
 //!   offsets in a compacted internal log.
 //! - [`kafka_stats`] — the Kafka front end's counters (held by `Core` for the handlers) and their
@@ -74,4 +76,5 @@ pub mod server;
 pub mod stats;
 pub mod topic_configs;
 pub mod topics;
+pub mod transactions;
 pub mod wire;

@@ -101,7 +101,8 @@ impl Drop for Flight<'_> {
 /// Why a write failed.
 pub type StoreResult<T> = Result<T, String>;
 
-fn log_config() -> LogConfig {
+/// The settings of a coordinator's internal log (shared with the transaction log).
+pub(crate) fn log_config() -> LogConfig {
     LogConfig {
         segment_bytes: 64 << 20,
         segment_age: None,
@@ -114,11 +115,11 @@ fn log_config() -> LogConfig {
     }
 }
 
-fn log_dir_name(generation: u64) -> String {
+pub(crate) fn log_dir_name(generation: u64) -> String {
     format!("log-{generation:020}")
 }
 
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
 ) -> StoreResult<T> {
     glommio::executor()
@@ -156,11 +157,12 @@ pub fn encode_value(c: &Committed) -> Vec<u8> {
     v
 }
 
-/// A bounds-checked reader of the encodings above (bytes from disk are never trusted).
-struct Cursor<'a>(&'a [u8]);
+/// A bounds-checked reader of the encodings above (bytes from disk are never trusted); the
+/// transaction log's encoding reads with it too.
+pub(crate) struct Cursor<'a>(pub(crate) &'a [u8]);
 
 impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+    pub(crate) fn take(&mut self, n: usize) -> Option<&'a [u8]> {
         if self.0.len() < n {
             return None;
         }
@@ -168,16 +170,22 @@ impl<'a> Cursor<'a> {
         self.0 = b;
         Some(a)
     }
-    fn u8(&mut self) -> Option<u8> {
+    pub(crate) fn u8(&mut self) -> Option<u8> {
         Some(self.take(1)?[0])
     }
-    fn i32(&mut self) -> Option<i32> {
+    pub(crate) fn i16(&mut self) -> Option<i16> {
+        Some(i16::from_be_bytes(self.take(2)?.try_into().ok()?))
+    }
+    pub(crate) fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_be_bytes(self.take(4)?.try_into().ok()?))
+    }
+    pub(crate) fn i32(&mut self) -> Option<i32> {
         Some(i32::from_be_bytes(self.take(4)?.try_into().ok()?))
     }
-    fn i64(&mut self) -> Option<i64> {
+    pub(crate) fn i64(&mut self) -> Option<i64> {
         Some(i64::from_be_bytes(self.take(8)?.try_into().ok()?))
     }
-    fn string(&mut self) -> Option<String> {
+    pub(crate) fn string(&mut self) -> Option<String> {
         let n = u32::from_be_bytes(self.take(4)?.try_into().ok()?) as usize;
         String::from_utf8(self.take(n)?.to_vec()).ok()
     }
@@ -217,7 +225,7 @@ pub fn decode_value(v: &[u8]) -> Option<Committed> {
 }
 
 /// Encodes (key, value) records as back-to-back batches of at most about `BATCH_BYTES` each.
-fn encode_batches(recs: &[(Vec<u8>, Option<Vec<u8>>)]) -> Bytes {
+pub(crate) fn encode_batches(recs: &[(Vec<u8>, Option<Vec<u8>>)]) -> Bytes {
     let now = now_ms();
     let mut out = Vec::new();
     let mut b = BatchBuilder::new(now);
@@ -231,6 +239,42 @@ fn encode_batches(recs: &[(Vec<u8>, Option<Vec<u8>>)]) -> Bytes {
         out.extend_from_slice(&b.finish(0));
     }
     Bytes::from(out)
+}
+
+/// Reads an internal log from its start and hands each record's key and value (`None`: a
+/// tombstone) to `apply`, in log order; unreadable batches are skipped with a warning. Returns the
+/// number of records read. The transaction log replays with it too.
+pub(crate) async fn replay_records(
+    log: &Log,
+    root: &Path,
+    mut apply: impl FnMut(Option<&[u8]>, Option<&[u8]>),
+) -> StoreResult<u64> {
+    let mut at = log.log_start_offset();
+    let mut n = 0u64;
+    while at < log.high_watermark() {
+        let read = log
+            .read(at, 4 << 20, true)
+            .await
+            .map_err(|e| e.to_string())?;
+        if read.records.is_empty() {
+            break;
+        }
+        for (_, batch) in read.records.batches() {
+            let recs = match records(&batch) {
+                Ok(r) => r,
+                Err(e) => {
+                    log::warn!("{}: skipping an unreadable batch: {e}", root.display());
+                    continue;
+                }
+            };
+            for r in recs {
+                n += 1;
+                apply(r.key, r.value);
+            }
+        }
+        at = read.records.last_offset + 1;
+    }
+    Ok(n)
 }
 
 impl OffsetStore {
@@ -291,43 +335,22 @@ impl OffsetStore {
     }
 
     async fn replay(&self, log: &Log) -> StoreResult<()> {
-        let mut at = log.log_start_offset();
-        let mut n = 0u64;
-        while at < log.high_watermark() {
-            let read = log
-                .read(at, 4 << 20, true)
-                .await
-                .map_err(|e| e.to_string())?;
-            if read.records.is_empty() {
-                break;
+        let n = replay_records(log, &self.root, |key, value| {
+            let Some((group, topic, partition)) = key.and_then(decode_key) else {
+                log::warn!("{}: skipping a record with a bad key", self.root.display());
+                return;
+            };
+            let value = value.map(decode_value);
+            if let Some(None) = value {
+                log::warn!(
+                    "{}: skipping a record with a bad value",
+                    self.root.display()
+                );
+                return;
             }
-            for (_, batch) in read.records.batches() {
-                let recs = match records(&batch) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        log::warn!("{}: skipping an unreadable batch: {e}", self.root.display());
-                        continue;
-                    }
-                };
-                for r in recs {
-                    n += 1;
-                    let Some((group, topic, partition)) = r.key.and_then(decode_key) else {
-                        log::warn!("{}: skipping a record with a bad key", self.root.display());
-                        continue;
-                    };
-                    let value = r.value.map(decode_value);
-                    if let Some(None) = value {
-                        log::warn!(
-                            "{}: skipping a record with a bad value",
-                            self.root.display()
-                        );
-                        continue;
-                    }
-                    self.apply(&group, (topic, partition), value.flatten(), self.take_seq());
-                }
-            }
-            at = read.records.last_offset + 1;
-        }
+            self.apply(&group, (topic, partition), value.flatten(), self.take_seq());
+        })
+        .await?;
         self.records_in_log.set(n);
         log::info!(
             "{}: {} committed offsets from {n} records",

@@ -1,0 +1,454 @@
+//! The durable state of the transactional ids a core coordinates: each change of an id's state is
+//! a record in an internal log on that core (a `shards::Log`, as the groups' committed offsets
+//! are), keyed by the transactional id, its value the state in a versioned encoding, a tombstone
+//! once the id is Dead. Replaying the log gives back the latest state of every id.
+//!
+//! Format: `docs/transactions.md`.
+
+use super::state::{TopicPartition, TxnMetadata, TxnState};
+use crate::groups::offsets::{
+    encode_batches, log_config, log_dir_name, replay_records, Cursor, StoreResult,
+};
+use kafka_protocol::error::ResponseError;
+use shards::{AppendOptions, Log, TailCache};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+/// The record key's first byte: what kind of record it is (only transactional ids so far).
+const KIND_TRANSACTIONAL_ID: u8 = 1;
+/// The value encoding's version.
+const VALUE_VERSION: u8 = 0;
+
+/// Why a state could not be written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxnLogError {
+    /// Another change of the same transactional id is being written.
+    Concurrent,
+    /// The log is closed (the core stops).
+    Closed,
+    /// The append failed.
+    Io(String),
+}
+
+impl TxnLogError {
+    /// The Kafka error a client gets: retriable either way.
+    pub fn code(&self) -> ResponseError {
+        match self {
+            TxnLogError::Concurrent => ResponseError::ConcurrentTransactions,
+            TxnLogError::Closed | TxnLogError::Io(_) => ResponseError::CoordinatorNotAvailable,
+        }
+    }
+}
+
+pub fn encode_key(transactional_id: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(5 + transactional_id.len());
+    k.push(KIND_TRANSACTIONAL_ID);
+    put_str(&mut k, transactional_id);
+    k
+}
+
+pub fn decode_key(k: &[u8]) -> Option<String> {
+    let mut c = Cursor(k);
+    if c.u8()? != KIND_TRANSACTIONAL_ID {
+        return None;
+    }
+    let id = c.string()?;
+    c.0.is_empty().then_some(id)
+}
+
+fn put_str(v: &mut Vec<u8>, s: &str) {
+    v.extend_from_slice(&(s.len() as u32).to_be_bytes());
+    v.extend_from_slice(s.as_bytes());
+}
+
+pub fn encode_value(m: &TxnMetadata) -> Vec<u8> {
+    let mut v = Vec::with_capacity(64);
+    v.push(VALUE_VERSION);
+    v.extend_from_slice(&m.producer_id.to_be_bytes());
+    v.extend_from_slice(&m.last_producer_id.to_be_bytes());
+    v.extend_from_slice(&m.epoch.to_be_bytes());
+    v.extend_from_slice(&m.last_epoch.to_be_bytes());
+    v.extend_from_slice(&m.timeout_ms.to_be_bytes());
+    v.push(m.state.code());
+    v.extend_from_slice(&m.start_ms.to_be_bytes());
+    v.extend_from_slice(&m.last_update_ms.to_be_bytes());
+    v.extend_from_slice(&(m.partitions.len() as u32).to_be_bytes());
+    for (topic, partition) in &m.partitions {
+        put_str(&mut v, topic);
+        v.extend_from_slice(&partition.to_be_bytes());
+    }
+    v.extend_from_slice(&(m.groups.len() as u32).to_be_bytes());
+    for g in &m.groups {
+        put_str(&mut v, g);
+    }
+    v
+}
+
+/// Decodes a value; `None` for an unknown version or any malformed byte. Counts are never trusted
+/// for allocation: each element is read from the bytes actually there.
+pub fn decode_value(v: &[u8]) -> Option<TxnMetadata> {
+    let mut c = Cursor(v);
+    if c.u8()? != VALUE_VERSION {
+        return None;
+    }
+    let producer_id = c.i64()?;
+    let last_producer_id = c.i64()?;
+    let epoch = c.i16()?;
+    let last_epoch = c.i16()?;
+    let timeout_ms = c.i32()?;
+    let state = TxnState::from_code(c.u8()?)?;
+    let start_ms = c.i64()?;
+    let last_update_ms = c.i64()?;
+    let mut partitions: BTreeSet<TopicPartition> = BTreeSet::new();
+    for _ in 0..c.u32()? {
+        let topic = c.string()?;
+        partitions.insert((topic, c.i32()?));
+    }
+    let mut groups = BTreeSet::new();
+    for _ in 0..c.u32()? {
+        groups.insert(c.string()?);
+    }
+    c.0.is_empty().then_some(TxnMetadata {
+        producer_id,
+        last_producer_id,
+        epoch,
+        last_epoch,
+        timeout_ms,
+        state,
+        partitions,
+        groups,
+        start_ms,
+        last_update_ms,
+    })
+}
+
+/// One core's transactional ids: their states in memory, each change durable in the log first.
+#[derive(Debug)]
+pub struct TxnLog {
+    root: PathBuf,
+    log: RefCell<Option<Log>>,
+    states: RefCell<HashMap<String, TxnMetadata>>,
+    /// Ids with a change being written: a second change of one waits for none and is refused
+    /// with CONCURRENT_TRANSACTIONS (Kafka's pending state).
+    writing: RefCell<HashSet<String>>,
+    /// Records in the log (states and tombstones), read at start and appended since.
+    records_in_log: Cell<u64>,
+}
+
+/// Clears an id's `writing` mark however the write ends.
+struct Writing<'a>(&'a TxnLog, &'a str);
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        self.0.writing.borrow_mut().remove(self.1);
+    }
+}
+
+impl TxnLog {
+    /// Opens the log under `root` (created if missing) and replays it.
+    pub async fn open(root: &Path, cache: Rc<TailCache>) -> StoreResult<Self> {
+        let root = root.to_path_buf();
+        {
+            let root = root.clone();
+            crate::groups::offsets::blocking(move || shards::files::create_dir_all_durable(&root))
+                .await?;
+        }
+        let log = Log::open(root.join(log_dir_name(0)), log_config(), cache)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut states = HashMap::new();
+        let n = replay_records(&log, &root, |key, value| {
+            let Some(id) = key.and_then(decode_key) else {
+                log::warn!("{}: skipping a record with a bad key", root.display());
+                return;
+            };
+            match value.map(decode_value) {
+                None => {
+                    states.remove(&id);
+                }
+                Some(Some(m)) if m.state == TxnState::Dead => {
+                    states.remove(&id);
+                }
+                Some(Some(m)) => {
+                    states.insert(id, m);
+                }
+                Some(None) => log::warn!("{}: skipping a record with a bad value", root.display()),
+            }
+        })
+        .await?;
+        log::info!(
+            "{}: {} transactional ids from {n} records",
+            root.display(),
+            states.len()
+        );
+        Ok(TxnLog {
+            root,
+            log: RefCell::new(Some(log)),
+            states: RefCell::new(states),
+            writing: RefCell::new(HashSet::new()),
+            records_in_log: Cell::new(n),
+        })
+    }
+
+    /// The state of `transactional_id` (`None`: unknown or expired).
+    pub fn get(&self, transactional_id: &str) -> Option<TxnMetadata> {
+        self.states.borrow().get(transactional_id).cloned()
+    }
+
+    /// Every known transactional id and its state (recovery, ListTransactions), sorted by id.
+    pub fn all(&self) -> Vec<(String, TxnMetadata)> {
+        let mut v: Vec<_> = self
+            .states
+            .borrow()
+            .iter()
+            .map(|(k, m)| (k.clone(), m.clone()))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    pub fn len(&self) -> usize {
+        self.states.borrow().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.states.borrow().is_empty()
+    }
+
+    pub fn records_in_log(&self) -> u64 {
+        self.records_in_log.get()
+    }
+
+    /// Whether a change of `transactional_id` is being written.
+    pub fn writing(&self, transactional_id: &str) -> bool {
+        self.writing.borrow().contains(transactional_id)
+    }
+
+    /// Makes `next` the state of `transactional_id`: durable (acks=all) first, then installed, so
+    /// a state is never acted on before it would survive a crash. Dead is written as a tombstone.
+    /// The state equal to the current one is not written again.
+    pub async fn write(&self, transactional_id: &str, next: TxnMetadata) -> Result<(), TxnLogError> {
+        if self.get(transactional_id).as_ref() == Some(&next) {
+            return Ok(());
+        }
+        if !self
+            .writing
+            .borrow_mut()
+            .insert(transactional_id.to_string())
+        {
+            return Err(TxnLogError::Concurrent);
+        }
+        let _writing = Writing(self, transactional_id);
+        let value = (next.state != TxnState::Dead).then(|| encode_value(&next));
+        let blob = encode_batches(&[(encode_key(transactional_id), value)]);
+        let log = self.log.borrow().clone().ok_or(TxnLogError::Closed)?;
+        log.append(blob, AppendOptions { durable: true })
+            .await
+            .map_err(|e| TxnLogError::Io(e.to_string()))?;
+        self.records_in_log.set(self.records_in_log.get() + 1);
+        let mut states = self.states.borrow_mut();
+        if next.state == TxnState::Dead {
+            states.remove(transactional_id);
+        } else {
+            states.insert(transactional_id.to_string(), next);
+        }
+        Ok(())
+    }
+
+    /// Flushes and closes the log (clean shutdown).
+    pub async fn close(&self) {
+        let log = self.log.borrow_mut().take();
+        if let Some(log) = log {
+            if let Err(e) = log.close().await {
+                log::error!("{}: closing: {e}", self.root.display());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::groups::testing::{cache, run};
+    use crate::transactions::state::{init_producer_id, InitOutcome, NO_EPOCH, NO_PRODUCER_ID};
+
+    fn state(producer_id: i64, epoch: i16, s: TxnState) -> TxnMetadata {
+        TxnMetadata {
+            producer_id,
+            last_producer_id: NO_PRODUCER_ID,
+            epoch,
+            last_epoch: NO_EPOCH,
+            timeout_ms: 60_000,
+            state: s,
+            partitions: BTreeSet::new(),
+            groups: BTreeSet::new(),
+            start_ms: -1,
+            last_update_ms: 1_700_000_000_000,
+        }
+    }
+
+    fn full() -> TxnMetadata {
+        TxnMetadata {
+            last_producer_id: 41,
+            last_epoch: 6,
+            start_ms: 1_700_000_000_001,
+            partitions: [("t".to_string(), 0), ("ü-topic".to_string(), 17)].into(),
+            groups: ["g1".to_string(), "g2".to_string()].into(),
+            ..state(42, 7, TxnState::PrepareCommit)
+        }
+    }
+
+    #[test]
+    fn keys_and_values_round_trip_and_garbage_is_refused() {
+        assert_eq!(decode_key(&encode_key("txn-1")), Some("txn-1".into()));
+        assert_eq!(decode_key(&encode_key("")), Some(String::new()));
+        for code in 0..7 {
+            let s = TxnState::from_code(code).unwrap();
+            let m = TxnMetadata {
+                state: s,
+                ..full()
+            };
+            assert_eq!(decode_value(&encode_value(&m)), Some(m));
+        }
+        let m = state(1, 0, TxnState::Empty);
+        assert_eq!(decode_value(&encode_value(&m)), Some(m));
+        // An offsets-store key is not a transactional id's.
+        assert_eq!(
+            decode_key(&crate::groups::offsets::encode_key("g", "t", 0)),
+            None
+        );
+        let v = encode_value(&full());
+        for cut in 0..v.len() {
+            assert_eq!(decode_value(&v[..cut]), None, "truncated at {cut}");
+        }
+        let mut longer = v.clone();
+        longer.push(0);
+        assert_eq!(decode_value(&longer), None, "trailing bytes");
+        let mut version = v.clone();
+        version[0] = 9;
+        assert_eq!(decode_value(&version), None, "unknown version");
+        let mut bad_state = v;
+        bad_state[1 + 8 + 8 + 2 + 2 + 4] = 99;
+        assert_eq!(decode_value(&bad_state), None, "unknown state");
+        // A count claiming more elements than there are bytes.
+        let mut huge = encode_value(&state(1, 0, TxnState::Empty));
+        let at = huge.len() - 8;
+        huge[at..at + 4].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert_eq!(decode_value(&huge), None);
+    }
+
+    #[test]
+    fn replay_after_a_crash_gives_back_the_states_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("core-0");
+        run(move || async move {
+            let l = TxnLog::open(&root, cache()).await.unwrap();
+            assert!(l.is_empty());
+            l.write("a", state(1, 0, TxnState::Empty)).await.unwrap();
+            l.write("a", full()).await.unwrap();
+            l.write("b", state(2, 3, TxnState::Ongoing)).await.unwrap();
+            l.write("c", state(3, 0, TxnState::CompleteAbort))
+                .await
+                .unwrap();
+            l.write("c", state(3, 0, TxnState::Dead)).await.unwrap();
+            // The same state again is not written.
+            l.write("b", state(2, 3, TxnState::Ongoing)).await.unwrap();
+            assert_eq!(l.records_in_log(), 5);
+            let before = l.all();
+            // No clean close: the process dies with the log open.
+            std::mem::forget(l);
+            let l = TxnLog::open(&root, cache()).await.unwrap();
+            assert_eq!(l.all(), before);
+            assert_eq!(l.get("a"), Some(full()));
+            assert_eq!(l.get("b"), Some(state(2, 3, TxnState::Ongoing)));
+            assert_eq!(l.get("c"), None, "a tombstone forgets the id");
+            assert_eq!(l.records_in_log(), 5);
+            l.close().await;
+            assert_eq!(
+                l.write("d", state(4, 0, TxnState::Empty)).await,
+                Err(TxnLogError::Closed)
+            );
+        });
+    }
+
+    #[test]
+    fn a_second_change_of_an_id_while_one_is_written_is_concurrent() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("core-0");
+        run(move || async move {
+            use futures_lite::future::poll_once;
+            let l = TxnLog::open(&root, cache()).await.unwrap();
+            let mut first = Box::pin(l.write("a", state(1, 0, TxnState::Empty)));
+            if poll_once(&mut first).await.is_none() {
+                assert!(l.writing("a"));
+                assert_eq!(
+                    l.write("a", state(1, 1, TxnState::Empty)).await,
+                    Err(TxnLogError::Concurrent)
+                );
+                assert_eq!(
+                    TxnLogError::Concurrent.code(),
+                    ResponseError::ConcurrentTransactions
+                );
+                // Other ids are not held back.
+                l.write("b", state(2, 0, TxnState::Empty)).await.unwrap();
+                first.await.unwrap();
+            }
+            assert!(!l.writing("a"));
+            assert_eq!(l.get("a"), Some(state(1, 0, TxnState::Empty)));
+            l.close().await;
+        });
+    }
+
+    /// The coordinator's loop over the log: every transition made durable, the log killed while
+    /// a commit's markers are being written, and recovery finishing that commit.
+    #[test]
+    fn a_transaction_interrupted_by_a_crash_is_completed_by_recovery() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("core-0");
+        run(move || async move {
+            let l = TxnLog::open(&root, cache()).await.unwrap();
+            let mut ids = || 500;
+            let t = match init_producer_id(None, 1000, 900_000, None, 0, &mut ids).unwrap() {
+                InitOutcome::Ready(t) => t,
+                other => panic!("{other:?}"),
+            };
+            l.write("pipe", t.next.clone()).await.unwrap();
+            let open = t.next.add_partitions(500, 0, &[("out".into(), 2)], 1).unwrap();
+            l.write("pipe", open.next.clone()).await.unwrap();
+            // A second id left open: past its timeout by the time the core comes back.
+            let other = state(9, 0, TxnState::Empty)
+                .add_partitions(9, 0, &[("out".into(), 5)], 2)
+                .unwrap();
+            l.write("late", other.next).await.unwrap();
+            let prepare = open.next.end_txn(500, 0, true, 3).unwrap();
+            l.write("pipe", prepare.next.clone()).await.unwrap();
+            std::mem::forget(l);
+            let l = TxnLog::open(&root, cache()).await.unwrap();
+            let now = 1_000_000;
+            let mut rewritten = Vec::new();
+            for (id, m) in l.all() {
+                let Some(t) = m.recover(now) else { continue };
+                l.write(&id, t.next.clone()).await.unwrap();
+                let markers = t.markers.expect("recovery writes markers");
+                rewritten.push((id.clone(), markers.commit, markers.partitions.clone()));
+                let done = t.next.markers_written(markers.epoch, now).unwrap();
+                l.write(&id, done.next).await.unwrap();
+            }
+            assert_eq!(
+                rewritten,
+                vec![
+                    ("late".to_string(), false, vec![("out".to_string(), 5)]),
+                    ("pipe".to_string(), true, vec![("out".to_string(), 2)]),
+                ]
+            );
+            l.close().await;
+            let l = TxnLog::open(&root, cache()).await.unwrap();
+            assert_eq!(l.get("pipe").unwrap().state, TxnState::CompleteCommit);
+            let late = l.get("late").unwrap();
+            assert_eq!((late.state, late.epoch), (TxnState::CompleteAbort, 1));
+            l.close().await;
+        });
+    }
+}
