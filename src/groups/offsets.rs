@@ -277,45 +277,94 @@ pub(crate) async fn replay_records(
     Ok(n)
 }
 
+/// Opens the live generation of an internal log kept under `root` (created if missing): the one
+/// `CURRENT` names (0 without it); leftovers of an interrupted compaction are removed first.
+pub(crate) async fn open_generation(root: &Path, cache: Rc<TailCache>) -> StoreResult<(Log, u64)> {
+    let generation = {
+        let root = root.to_path_buf();
+        blocking(move || {
+            shards::files::create_dir_all_durable(&root)?;
+            let generation = match std::fs::read_to_string(root.join("CURRENT")) {
+                Ok(s) => s
+                    .trim()
+                    .strip_prefix("log-")
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .ok_or_else(|| {
+                        std::io::Error::other(format!("{}: bad CURRENT {s:?}", root.display()))
+                    })?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+                Err(e) => return Err(e),
+            };
+            let live = log_dir_name(generation);
+            for e in std::fs::read_dir(&root)? {
+                let e = e?;
+                let name = e.file_name().to_string_lossy().to_string();
+                if name.starts_with("log-") && name != live {
+                    std::fs::remove_dir_all(e.path())?;
+                }
+            }
+            Ok(generation)
+        })
+        .await?
+    };
+    let log = Log::open(root.join(log_dir_name(generation)), log_config(), cache)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok((log, generation))
+}
+
+/// Writes `recs` (the live entries) into generation `next` of the internal log under `root` and
+/// makes it the live one (`CURRENT` names it once its files are durable). The caller swaps it in
+/// and deletes the old generation; on an error nothing changed.
+pub(crate) async fn write_generation(
+    root: &Path,
+    cache: Rc<TailCache>,
+    next: u64,
+    recs: &[(Vec<u8>, Option<Vec<u8>>)],
+) -> StoreResult<Log> {
+    let name = log_dir_name(next);
+    let dir = root.join(&name);
+    {
+        let dir = dir.clone();
+        blocking(move || match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        })
+        .await?;
+    }
+    let fresh = Log::open(dir.clone(), log_config(), cache)
+        .await
+        .map_err(|e| e.to_string())?;
+    let written = async {
+        if !recs.is_empty() {
+            fresh
+                .append(encode_batches(recs), AppendOptions { durable: true })
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        let current = root.join("CURRENT");
+        blocking(move || {
+            // The new log's files must be durable before CURRENT names it.
+            std::fs::File::open(&dir)?.sync_all()?;
+            write_atomically(&current, name.as_bytes())
+        })
+        .await
+    }
+    .await;
+    match written {
+        Ok(()) => Ok(fresh),
+        Err(e) => {
+            let _ = fresh.delete().await;
+            Err(e)
+        }
+    }
+}
+
 impl OffsetStore {
     /// Opens the store under `root` (created if missing) and replays it.
     pub async fn open(root: &Path, cache: Rc<TailCache>, compact_min: u64) -> StoreResult<Self> {
         let root = root.to_path_buf();
-        let generation = {
-            let root = root.clone();
-            blocking(move || {
-                shards::files::create_dir_all_durable(&root)?;
-                let generation = match std::fs::read_to_string(root.join("CURRENT")) {
-                    Ok(s) => s
-                        .trim()
-                        .strip_prefix("log-")
-                        .and_then(|n| n.parse::<u64>().ok())
-                        .ok_or_else(|| {
-                            std::io::Error::other(format!("{}: bad CURRENT {s:?}", root.display()))
-                        })?,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
-                    Err(e) => return Err(e),
-                };
-                // Leftovers of an interrupted compaction.
-                let live = log_dir_name(generation);
-                for e in std::fs::read_dir(&root)? {
-                    let e = e?;
-                    let name = e.file_name().to_string_lossy().to_string();
-                    if name.starts_with("log-") && name != live {
-                        std::fs::remove_dir_all(e.path())?;
-                    }
-                }
-                Ok(generation)
-            })
-            .await?
-        };
-        let log = Log::open(
-            root.join(log_dir_name(generation)),
-            log_config(),
-            cache.clone(),
-        )
-        .await
-        .map_err(|e| e.to_string())?;
+        let (log, generation) = open_generation(&root, cache.clone()).await?;
         let store = OffsetStore {
             root,
             cache,
@@ -553,18 +602,6 @@ impl OffsetStore {
             None => return Err("the offset store is closed".into()),
         };
         let next = generation + 1;
-        let dir = self.root.join(log_dir_name(next));
-        {
-            let dir = dir.clone();
-            blocking(move || match std::fs::remove_dir_all(&dir) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-                _ => Ok(()),
-            })
-            .await?;
-        }
-        let fresh = Log::open(dir, log_config(), self.cache.clone())
-            .await
-            .map_err(|e| e.to_string())?;
         let recs: Vec<(Vec<u8>, Option<Vec<u8>>)> = self
             .entries
             .borrow()
@@ -575,28 +612,7 @@ impl OffsetStore {
                     .map(move |((t, p), e)| (encode_key(g, t, *p), Some(encode_value(&e.value))))
             })
             .collect();
-        let written = async {
-            if !recs.is_empty() {
-                fresh
-                    .append(encode_batches(&recs), AppendOptions { durable: true })
-                    .await
-                    .map_err(|e| e.to_string())?;
-            }
-            let current = self.root.join("CURRENT");
-            let name = log_dir_name(next);
-            let dir = self.root.join(&name);
-            blocking(move || {
-                // The new log's files must be durable before CURRENT names it.
-                std::fs::File::open(&dir)?.sync_all()?;
-                write_atomically(&current, name.as_bytes())
-            })
-            .await
-        }
-        .await;
-        if let Err(e) = written {
-            let _ = fresh.delete().await;
-            return Err(e);
-        }
+        let fresh = write_generation(&self.root, self.cache.clone(), next, &recs).await?;
         let old = self.log.borrow_mut().replace((fresh, next));
         if let Some((old, _)) = old {
             if let Err(e) = old.delete().await {

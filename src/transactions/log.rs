@@ -7,7 +7,7 @@
 
 use super::state::{TopicPartition, TxnMetadata, TxnState};
 use crate::groups::offsets::{
-    encode_batches, log_config, log_dir_name, replay_records, Cursor, StoreResult,
+    encode_batches, open_generation, replay_records, write_generation, Cursor, StoreResult,
 };
 use kafka_protocol::error::ResponseError;
 use shards::{AppendOptions, Log, TailCache};
@@ -128,13 +128,20 @@ pub fn decode_value(v: &[u8]) -> Option<TxnMetadata> {
 #[derive(Debug)]
 pub struct TxnLog {
     root: PathBuf,
-    log: RefCell<Option<Log>>,
+    cache: Rc<TailCache>,
+    /// The live log and its generation (compaction writes the next one and switches to it).
+    log: RefCell<Option<(Log, u64)>>,
     states: RefCell<HashMap<String, TxnMetadata>>,
     /// Ids with a change being written: a second change of one waits for none and is refused
     /// with CONCURRENT_TRANSACTIONS (Kafka's pending state).
     writing: RefCell<HashSet<String>>,
     /// Records in the log (states and tombstones), read at start and appended since.
     records_in_log: Cell<u64>,
+    /// Compact once the log holds at least this many records (and more than twice the live ids).
+    compact_min: u64,
+    compactions: Cell<u64>,
+    /// Writes hold it shared, compaction exclusive: no write lands in a log being replaced.
+    lock: glommio::sync::RwLock<()>,
 }
 
 /// Clears an id's `writing` mark however the write ends.
@@ -148,16 +155,9 @@ impl Drop for Writing<'_> {
 
 impl TxnLog {
     /// Opens the log under `root` (created if missing) and replays it.
-    pub async fn open(root: &Path, cache: Rc<TailCache>) -> StoreResult<Self> {
+    pub async fn open(root: &Path, cache: Rc<TailCache>, compact_min: u64) -> StoreResult<Self> {
         let root = root.to_path_buf();
-        {
-            let root = root.clone();
-            crate::groups::offsets::blocking(move || shards::files::create_dir_all_durable(&root))
-                .await?;
-        }
-        let log = Log::open(root.join(log_dir_name(0)), log_config(), cache)
-            .await
-            .map_err(|e| e.to_string())?;
+        let (log, generation) = open_generation(&root, cache.clone()).await?;
         let mut states = HashMap::new();
         let n = replay_records(&log, &root, |key, value| {
             let Some(id) = key.and_then(decode_key) else {
@@ -185,10 +185,14 @@ impl TxnLog {
         );
         Ok(TxnLog {
             root,
-            log: RefCell::new(Some(log)),
+            cache,
+            log: RefCell::new(Some((log, generation))),
             states: RefCell::new(states),
             writing: RefCell::new(HashSet::new()),
             records_in_log: Cell::new(n),
+            compact_min,
+            compactions: Cell::new(0),
+            lock: glommio::sync::RwLock::new(()),
         })
     }
 
@@ -229,7 +233,11 @@ impl TxnLog {
     /// Makes `next` the state of `transactional_id`: durable (acks=all) first, then installed, so
     /// a state is never acted on before it would survive a crash. Dead is written as a tombstone.
     /// The state equal to the current one is not written again.
-    pub async fn write(&self, transactional_id: &str, next: TxnMetadata) -> Result<(), TxnLogError> {
+    pub async fn write(
+        &self,
+        transactional_id: &str,
+        next: TxnMetadata,
+    ) -> Result<(), TxnLogError> {
         if self.get(transactional_id).as_ref() == Some(&next) {
             return Ok(());
         }
@@ -243,7 +251,11 @@ impl TxnLog {
         let _writing = Writing(self, transactional_id);
         let value = (next.state != TxnState::Dead).then(|| encode_value(&next));
         let blob = encode_batches(&[(encode_key(transactional_id), value)]);
-        let log = self.log.borrow().clone().ok_or(TxnLogError::Closed)?;
+        let _shared = self.lock.read().await.map_err(|_| TxnLogError::Closed)?;
+        let log = match &*self.log.borrow() {
+            Some((log, _)) => log.clone(),
+            None => return Err(TxnLogError::Closed),
+        };
         log.append(blob, AppendOptions { durable: true })
             .await
             .map_err(|e| TxnLogError::Io(e.to_string()))?;
@@ -257,10 +269,46 @@ impl TxnLog {
         Ok(())
     }
 
+    pub fn compactions(&self) -> u64 {
+        self.compactions.get()
+    }
+
+    /// Whether the log holds enough dead records to be worth compacting.
+    pub fn needs_compaction(&self) -> bool {
+        let n = self.records_in_log.get();
+        n >= self.compact_min && n > 2 * self.len() as u64
+    }
+
+    /// Rewrites the live states into the log's next generation and switches to it; writes wait
+    /// while it runs. The coordinator runs it when [`Self::needs_compaction`] says so.
+    pub async fn compact(&self) -> StoreResult<()> {
+        let _exclusive = self.lock.write().await.map_err(|e| e.to_string())?;
+        let generation = match &*self.log.borrow() {
+            Some((_, g)) => *g,
+            None => return Err("the transaction log is closed".into()),
+        };
+        let recs: Vec<(Vec<u8>, Option<Vec<u8>>)> = self
+            .all()
+            .iter()
+            .map(|(id, m)| (encode_key(id), Some(encode_value(m))))
+            .collect();
+        let fresh = write_generation(&self.root, self.cache.clone(), generation + 1, &recs).await?;
+        let old = self.log.borrow_mut().replace((fresh, generation + 1));
+        if let Some((old, _)) = old {
+            if let Err(e) = old.delete().await {
+                log::warn!("{}: removing the compacted log: {e}", self.root.display());
+            }
+        }
+        self.records_in_log.set(recs.len() as u64);
+        self.compactions.set(self.compactions.get() + 1);
+        Ok(())
+    }
+
     /// Flushes and closes the log (clean shutdown).
     pub async fn close(&self) {
+        let _exclusive = self.lock.write().await;
         let log = self.log.borrow_mut().take();
-        if let Some(log) = log {
+        if let Some((log, _)) = log {
             if let Err(e) = log.close().await {
                 log::error!("{}: closing: {e}", self.root.display());
             }
@@ -306,10 +354,7 @@ mod tests {
         assert_eq!(decode_key(&encode_key("")), Some(String::new()));
         for code in 0..7 {
             let s = TxnState::from_code(code).unwrap();
-            let m = TxnMetadata {
-                state: s,
-                ..full()
-            };
+            let m = TxnMetadata { state: s, ..full() };
             assert_eq!(decode_value(&encode_value(&m)), Some(m));
         }
         let m = state(1, 0, TxnState::Empty);
@@ -344,7 +389,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("core-0");
         run(move || async move {
-            let l = TxnLog::open(&root, cache()).await.unwrap();
+            let l = TxnLog::open(&root, cache(), 1000).await.unwrap();
             assert!(l.is_empty());
             l.write("a", state(1, 0, TxnState::Empty)).await.unwrap();
             l.write("a", full()).await.unwrap();
@@ -359,7 +404,7 @@ mod tests {
             let before = l.all();
             // No clean close: the process dies with the log open.
             std::mem::forget(l);
-            let l = TxnLog::open(&root, cache()).await.unwrap();
+            let l = TxnLog::open(&root, cache(), 1000).await.unwrap();
             assert_eq!(l.all(), before);
             assert_eq!(l.get("a"), Some(full()));
             assert_eq!(l.get("b"), Some(state(2, 3, TxnState::Ongoing)));
@@ -379,7 +424,7 @@ mod tests {
         let root = dir.path().join("core-0");
         run(move || async move {
             use futures_lite::future::poll_once;
-            let l = TxnLog::open(&root, cache()).await.unwrap();
+            let l = TxnLog::open(&root, cache(), 1000).await.unwrap();
             let mut first = Box::pin(l.write("a", state(1, 0, TxnState::Empty)));
             if poll_once(&mut first).await.is_none() {
                 assert!(l.writing("a"));
@@ -401,6 +446,38 @@ mod tests {
         });
     }
 
+    #[test]
+    fn compaction_keeps_the_live_states_and_shrinks_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("core-0");
+        run(move || async move {
+            let l = TxnLog::open(&root, cache(), 20).await.unwrap();
+            for i in 0..50i16 {
+                l.write("a", state(1, i, TxnState::Empty)).await.unwrap();
+                l.write("b", state(2, i, TxnState::Ongoing)).await.unwrap();
+                if l.needs_compaction() {
+                    l.compact().await.unwrap();
+                }
+            }
+            l.write("gone", state(3, 0, TxnState::Empty)).await.unwrap();
+            l.write("gone", state(3, 0, TxnState::Dead)).await.unwrap();
+            assert!(l.compactions() >= 1, "compaction ran");
+            assert!(l.records_in_log() < 20, "{} records", l.records_in_log());
+            std::mem::forget(l);
+            let l = TxnLog::open(&root, cache(), 20).await.unwrap();
+            assert_eq!(l.get("a"), Some(state(1, 49, TxnState::Empty)));
+            assert_eq!(l.get("b"), Some(state(2, 49, TxnState::Ongoing)));
+            assert_eq!(l.get("gone"), None);
+            assert_eq!(l.len(), 2);
+            assert!(
+                l.records_in_log() < 20,
+                "start-up read {}",
+                l.records_in_log()
+            );
+            l.close().await;
+        });
+    }
+
     /// The coordinator's loop over the log: every transition made durable, the log killed while
     /// a commit's markers are being written, and recovery finishing that commit.
     #[test]
@@ -408,14 +485,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("core-0");
         run(move || async move {
-            let l = TxnLog::open(&root, cache()).await.unwrap();
+            let l = TxnLog::open(&root, cache(), 1000).await.unwrap();
             let mut ids = || 500;
             let t = match init_producer_id(None, 1000, 900_000, None, 0, &mut ids).unwrap() {
                 InitOutcome::Ready(t) => t,
                 other => panic!("{other:?}"),
             };
             l.write("pipe", t.next.clone()).await.unwrap();
-            let open = t.next.add_partitions(500, 0, &[("out".into(), 2)], 1).unwrap();
+            let open = t
+                .next
+                .add_partitions(500, 0, &[("out".into(), 2)], 1)
+                .unwrap();
             l.write("pipe", open.next.clone()).await.unwrap();
             // A second id left open: past its timeout by the time the core comes back.
             let other = state(9, 0, TxnState::Empty)
@@ -425,7 +505,7 @@ mod tests {
             let prepare = open.next.end_txn(500, 0, true, 3).unwrap();
             l.write("pipe", prepare.next.clone()).await.unwrap();
             std::mem::forget(l);
-            let l = TxnLog::open(&root, cache()).await.unwrap();
+            let l = TxnLog::open(&root, cache(), 1000).await.unwrap();
             let now = 1_000_000;
             let mut rewritten = Vec::new();
             for (id, m) in l.all() {
@@ -444,7 +524,7 @@ mod tests {
                 ]
             );
             l.close().await;
-            let l = TxnLog::open(&root, cache()).await.unwrap();
+            let l = TxnLog::open(&root, cache(), 1000).await.unwrap();
             assert_eq!(l.get("pipe").unwrap().state, TxnState::CompleteCommit);
             let late = l.get("late").unwrap();
             assert_eq!((late.state, late.epoch), (TxnState::CompleteAbort, 1));

@@ -200,20 +200,25 @@ pub fn init_producer_id(
         }
     }
     match m.state {
-        TxnState::PrepareCommit | TxnState::PrepareAbort => Err(ResponseError::ConcurrentTransactions),
+        TxnState::PrepareCommit | TxnState::PrepareAbort => {
+            Err(ResponseError::ConcurrentTransactions)
+        }
         // A new producer fences the old one: abort its transaction under a bumped epoch the old
         // producer never learns (so it cannot recover from it).
         TxnState::Ongoing => Ok(InitOutcome::AbortFirst(m.abort_with_fence(NO_EPOCH, now))),
         TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort | TxnState::Dead => {
-            let rotate =
-                epoch_exhausted(m.epoch) && expected.is_none_or(|e| e.epoch == m.epoch);
+            let rotate = epoch_exhausted(m.epoch) && expected.is_none_or(|e| e.epoch == m.epoch);
             let mut next = m.ended(now);
             next.timeout_ms = timeout_ms;
             if rotate {
                 next.last_producer_id = m.producer_id;
                 next.producer_id = allocate();
                 next.epoch = 0;
-                next.last_epoch = if expected.is_some() { m.epoch } else { NO_EPOCH };
+                next.last_epoch = if expected.is_some() {
+                    m.epoch
+                } else {
+                    NO_EPOCH
+                };
             } else {
                 let (epoch, last_epoch) = match expected {
                     None => (m.epoch + 1, NO_EPOCH),

@@ -49,14 +49,21 @@ fn ongoing() -> TxnMetadata {
 #[test]
 fn a_new_transactional_id_gets_a_fresh_producer_id_and_epoch_0() {
     let m = init(None, None, 5);
-    assert_eq!((m.producer_id, m.epoch, m.state), (1000, 0, TxnState::Empty));
+    assert_eq!(
+        (m.producer_id, m.epoch, m.state),
+        (1000, 0, TxnState::Empty)
+    );
     assert_eq!(m.last_update_ms, 5);
     assert_eq!(m.timeout_ms, 60_000);
     let dead = TxnMetadata {
         state: TxnState::Dead,
         ..m
     };
-    assert_eq!(init(Some(&dead), None, 6).epoch, 0, "Dead counts as unknown");
+    assert_eq!(
+        init(Some(&dead), None, 6).epoch,
+        0,
+        "Dead counts as unknown"
+    );
 }
 
 #[test]
@@ -186,7 +193,9 @@ fn kip_360_after_an_abort_by_timeout_the_old_epoch_is_accepted_once() {
     let resumed = init(Some(&aborted), Some((1000, 0)), 60_040);
     assert_eq!((resumed.producer_id, resumed.epoch), (1000, 1));
     assert_eq!(resumed.state, TxnState::Empty);
-    resumed.add_partitions(1000, 1, &[tp("t", 0)], 60_050).unwrap();
+    resumed
+        .add_partitions(1000, 1, &[tp("t", 0)], 60_050)
+        .unwrap();
     // Had another producer taken the id meanwhile, the old one would stay fenced.
     let other = init(Some(&aborted), None, 60_040);
     assert_eq!(other.epoch, 2);
@@ -212,7 +221,10 @@ fn add_partitions_opens_the_transaction_and_accumulates() {
     let t = m.add_partitions(1000, 0, &[tp("a", 0)], 10).unwrap();
     assert_eq!(t.markers, None);
     let o = t.next;
-    assert_eq!((o.state, o.start_ms, o.last_update_ms), (TxnState::Ongoing, 10, 10));
+    assert_eq!(
+        (o.state, o.start_ms, o.last_update_ms),
+        (TxnState::Ongoing, 10, 10)
+    );
     let o2 = o.add_partitions(1000, 0, &[tp("b", 1)], 20).unwrap().next;
     assert_eq!(o2.start_ms, 10, "the timeout counts from the first add");
     assert_eq!(o2.partitions.len(), 2);
@@ -257,8 +269,15 @@ fn a_completed_transaction_starts_the_next_one_afresh() {
         .markers_written(0, 21)
         .unwrap()
         .next;
-    let next = done.add_partitions(1000, 0, &[tp("u", 0)], 30).unwrap().next;
-    assert_eq!(next.partitions.len(), 1, "t-0 and t-1 belonged to the last one");
+    let next = done
+        .add_partitions(1000, 0, &[tp("u", 0)], 30)
+        .unwrap()
+        .next;
+    assert_eq!(
+        next.partitions.len(),
+        1,
+        "t-0 and t-1 belonged to the last one"
+    );
     assert_eq!(next.start_ms, 30);
 }
 
@@ -279,7 +298,10 @@ fn add_offsets_records_the_group_and_its_markers_carry_it() {
     let markers = with.end_txn(1000, 0, true, 30).unwrap().markers.unwrap();
     assert_eq!(markers.groups, vec!["g".to_string()]);
     // Offsets alone open a transaction too.
-    let only = init(None, None, 0).add_offsets(1000, 0, "g", 5).unwrap().next;
+    let only = init(None, None, 0)
+        .add_offsets(1000, 0, "g", 5)
+        .unwrap()
+        .next;
     assert_eq!((only.state, only.start_ms), (TxnState::Ongoing, 5));
 }
 
@@ -364,13 +386,19 @@ fn recovery_rewrites_prepare_markers_and_aborts_late_transactions() {
     let o = ongoing();
     let commit = o.end_txn(1000, 0, true, 20).unwrap().next;
     let r = commit.recover(1_000_000).unwrap();
-    assert_eq!(r.next, commit, "the state stays until the markers are written");
+    assert_eq!(
+        r.next, commit,
+        "the state stays until the markers are written"
+    );
     assert!(r.markers.unwrap().commit);
     let abort = o.end_txn(1000, 0, false, 20).unwrap().next;
     assert!(!abort.recover(30).unwrap().markers.unwrap().commit);
     assert_eq!(o.recover(30), None, "within its timeout: left open");
     let late = o.recover(10 + 60_001).unwrap();
-    assert_eq!((late.next.state, late.next.epoch), (TxnState::PrepareAbort, 1));
+    assert_eq!(
+        (late.next.state, late.next.epoch),
+        (TxnState::PrepareAbort, 1)
+    );
     let done = abort.markers_written(0, 40).unwrap().next;
     assert_eq!(done.recover(1_000_000), None);
     assert_eq!(init(None, None, 0).recover(1_000_000), None);
@@ -405,7 +433,10 @@ fn two_producers_sharing_an_id_the_older_is_fenced() {
     // Producer A: init, a committed transaction, then a second one left open.
     let a = ready(init_with(None, 0, &mut alloc));
     let (pid, a_epoch) = (a.producer_id, a.epoch);
-    let s = a.add_partitions(pid, a_epoch, &[tp("in", 0)], 1).unwrap().next;
+    let s = a
+        .add_partitions(pid, a_epoch, &[tp("in", 0)], 1)
+        .unwrap()
+        .next;
     let s = s.add_offsets(pid, a_epoch, "g", 2).unwrap().next;
     let t = s.end_txn(pid, a_epoch, true, 3).unwrap();
     assert!(t.markers.as_ref().unwrap().commit);
@@ -458,7 +489,10 @@ fn two_producers_sharing_an_id_the_older_is_fenced() {
         Err(ResponseError::ProducerFenced)
     );
     // B's transaction runs to its commit.
-    let s = b.add_partitions(pid, b_epoch, &[tp("out", 0)], 11).unwrap().next;
+    let s = b
+        .add_partitions(pid, b_epoch, &[tp("out", 0)], 11)
+        .unwrap()
+        .next;
     let t = s.end_txn(pid, b_epoch, true, 12).unwrap();
     assert_eq!(t.markers.as_ref().unwrap().epoch, b_epoch);
     let s = t.next.markers_written(b_epoch, 13).unwrap().next;
