@@ -5,7 +5,7 @@
 //!
 //! Format: `docs/transactions.md`.
 
-use super::state::{TopicPartition, TxnMetadata, TxnState};
+use super::state::{TopicPartition, Transition, TxnMetadata, TxnState};
 use crate::groups::offsets::{
     encode_batches, open_generation, replay_records, write_generation, Cursor, StoreResult,
 };
@@ -211,6 +211,31 @@ impl TxnLog {
             .collect();
         v.sort_by(|a, b| a.0.cmp(&b.0));
         v
+    }
+
+    /// What recovery after a restart must carry out, per id (see [`TxnMetadata::recover`]).
+    pub fn recoveries(&self, now: i64) -> Vec<(String, Transition)> {
+        self.due(|m| m.recover(now))
+    }
+
+    /// The open transactions past their timeout, to abort (see [`TxnMetadata::expire`]).
+    pub fn timeouts(&self, now: i64) -> Vec<(String, Transition)> {
+        self.due(|m| m.expire(now))
+    }
+
+    /// The idle ids to forget (see [`TxnMetadata::expire_id`]).
+    pub fn expired_ids(&self, now: i64, expiration_ms: i64) -> Vec<(String, Transition)> {
+        self.due(|m| m.expire_id(now, expiration_ms))
+    }
+
+    /// `f`'s transitions of the ids not being written, sorted by id.
+    fn due(&self, f: impl Fn(&TxnMetadata) -> Option<Transition>) -> Vec<(String, Transition)> {
+        let writing = self.writing.borrow();
+        self.all()
+            .into_iter()
+            .filter(|(id, _)| !writing.contains(id))
+            .filter_map(|(id, m)| f(&m).map(|t| (id, t)))
+            .collect()
     }
 
     pub fn len(&self) -> usize {
@@ -504,12 +529,22 @@ mod tests {
             l.write("late", other.next).await.unwrap();
             let prepare = open.next.end_txn(500, 0, true, 3).unwrap();
             l.write("pipe", prepare.next.clone()).await.unwrap();
+            let late: Vec<_> = l
+                .timeouts(2 + 60_001)
+                .into_iter()
+                .map(|(id, _)| id)
+                .collect();
+            assert_eq!(
+                late,
+                vec!["late".to_string()],
+                "a Prepare state has no timeout"
+            );
+            assert!(l.timeouts(2 + 60_000).is_empty());
             std::mem::forget(l);
             let l = TxnLog::open(&root, cache(), 1000).await.unwrap();
             let now = 1_000_000;
             let mut rewritten = Vec::new();
-            for (id, m) in l.all() {
-                let Some(t) = m.recover(now) else { continue };
+            for (id, t) in l.recoveries(now) {
                 l.write(&id, t.next.clone()).await.unwrap();
                 let markers = t.markers.expect("recovery writes markers");
                 rewritten.push((id.clone(), markers.commit, markers.partitions.clone()));
@@ -528,6 +563,14 @@ mod tests {
             assert_eq!(l.get("pipe").unwrap().state, TxnState::CompleteCommit);
             let late = l.get("late").unwrap();
             assert_eq!((late.state, late.epoch), (TxnState::CompleteAbort, 1));
+            assert!(l.recoveries(now).is_empty(), "nothing left to recover");
+            assert!(l.timeouts(now).is_empty());
+            let idle = l.expired_ids(now + 10, 10);
+            assert_eq!(idle.len(), 2);
+            for (id, t) in idle {
+                l.write(&id, t.next).await.unwrap();
+            }
+            assert!(l.is_empty(), "expired ids are forgotten");
             l.close().await;
         });
     }

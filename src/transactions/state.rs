@@ -417,9 +417,9 @@ impl TxnMetadata {
         late.then(|| self.abort_with_fence(self.epoch, now))
     }
 
-    /// After a restart: a Prepare state's markers are written again (partitions ignore a marker
-    /// they already hold for that producer and epoch); an Ongoing transaction past its timeout is
-    /// aborted. `None`: nothing to do.
+    /// After a restart: a Prepare state's markers are written again (a second marker where one
+    /// was written closes nothing); an Ongoing transaction past its timeout is aborted. `None`:
+    /// nothing to do.
     pub fn recover(&self, now: i64) -> Option<Transition> {
         match self.state {
             TxnState::PrepareCommit => Some(Transition {
