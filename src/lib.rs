@@ -38,6 +38,8 @@
 //!   transactional id's state machine, its states in a durable internal log per core.
 //! - [`groups`]      — consumer groups: the per-core coordinator, the group state machine, committed
 //!   offsets in a compacted internal log.
+//! - [`internal_log`] — an internal compacted log per core (keyed records, durable appends, replay,
+//!   rewrite into a new generation), kept by the groups' offsets and the transaction coordinator.
 //! - [`kafka_stats`] — the Kafka front end's counters (held by `Core` for the handlers) and their
 //!   `/metrics` families.
 //! - [`partition`]   — a partition on its core: the log plus idempotent-producer state.
@@ -65,6 +67,7 @@ pub mod core_state;
 pub mod edge;
 pub mod group_lag;
 pub mod groups;
+pub mod internal_log;
 pub mod kafka;
 pub mod kafka_stats;
 pub mod load;

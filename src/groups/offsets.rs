@@ -1,20 +1,16 @@
 //! Committed offsets of the groups a core coordinates: an in-memory map, made durable in an internal
-//! log on that core (a `shards::Log`, so it gets the same CRC-checked recovery and group-committed
-//! fsyncs as partitions).
+//! log on that core (`crate::internal_log`).
 //!
 //! Design notes: `docs/groups.md`.
 
-use bytes::Bytes;
-use shards::batch::{records, BatchBuilder};
-use shards::files::write_atomically;
-use shards::now_ms;
+pub use crate::internal_log::StoreResult;
+use crate::internal_log::{Cursor, InternalLog, KeyedRecord};
 use shards::oneshot::{self as answer, Sender};
-use shards::{AppendOptions, Log, LogConfig, TailCache};
+use shards::TailCache;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeSet, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::rc::Rc;
-use std::time::Duration;
 
 /// One committed offset.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,9 +27,6 @@ pub type TopicPartition = (String, i32);
 /// Offsets to write (`None`: delete).
 pub type Changes = Vec<(TopicPartition, Option<Committed>)>;
 
-/// Records per batch written to the log (keeps each batch well under the log's batch limit).
-const BATCH_BYTES: usize = 256 << 10;
-
 #[derive(Debug)]
 struct Entry {
     /// Order of the write that set it: a commit applied late never overwrites a newer one.
@@ -43,15 +36,11 @@ struct Entry {
 
 #[derive(Debug)]
 pub struct OffsetStore {
-    root: PathBuf,
-    cache: Rc<TailCache>,
-    log: RefCell<Option<(Log, u64)>>,
+    /// Commits and tombstones; its record count drives the compaction decision.
+    log: InternalLog,
     entries: RefCell<HashMap<String, HashMap<TopicPartition, Entry>>>,
     next_seq: Cell<u64>,
-    /// Records in the live log (commits and tombstones), for the compaction decision.
-    records_in_log: Cell<u64>,
     compact_min: u64,
-    compactions: Cell<u64>,
     compacting: Cell<bool>,
     lock: glommio::sync::RwLock<()>,
     /// Per group: writes begun and not yet applied (or failed), and who waits for none.
@@ -98,36 +87,6 @@ impl Drop for Flight<'_> {
     }
 }
 
-/// Why a write failed.
-pub type StoreResult<T> = Result<T, String>;
-
-/// The settings of a coordinator's internal log (shared with the transaction log).
-pub(crate) fn log_config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 64 << 20,
-        segment_age: None,
-        flush_interval: Some(Duration::from_secs(1)),
-        // Committed offsets never age out of the log: compaction is what shrinks it.
-        retention_bytes: None,
-        retention_age: None,
-        max_batch_bytes: 16 << 20,
-        ..LogConfig::default()
-    }
-}
-
-pub(crate) fn log_dir_name(generation: u64) -> String {
-    format!("log-{generation:020}")
-}
-
-pub(crate) async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
-) -> StoreResult<T> {
-    glommio::executor()
-        .spawn_blocking(f)
-        .await
-        .map_err(|e| e.to_string())
-}
-
 /// The record key of a committed offset.
 pub fn encode_key(group: &str, topic: &str, partition: i32) -> Vec<u8> {
     let mut k = Vec::with_capacity(9 + group.len() + topic.len());
@@ -155,40 +114,6 @@ pub fn encode_value(c: &Committed) -> Vec<u8> {
         }
     }
     v
-}
-
-/// A bounds-checked reader of the encodings above (bytes from disk are never trusted); the
-/// transaction log's encoding reads with it too.
-pub(crate) struct Cursor<'a>(pub(crate) &'a [u8]);
-
-impl<'a> Cursor<'a> {
-    pub(crate) fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (a, b) = self.0.split_at(n);
-        self.0 = b;
-        Some(a)
-    }
-    pub(crate) fn u8(&mut self) -> Option<u8> {
-        Some(self.take(1)?[0])
-    }
-    pub(crate) fn i16(&mut self) -> Option<i16> {
-        Some(i16::from_be_bytes(self.take(2)?.try_into().ok()?))
-    }
-    pub(crate) fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_be_bytes(self.take(4)?.try_into().ok()?))
-    }
-    pub(crate) fn i32(&mut self) -> Option<i32> {
-        Some(i32::from_be_bytes(self.take(4)?.try_into().ok()?))
-    }
-    pub(crate) fn i64(&mut self) -> Option<i64> {
-        Some(i64::from_be_bytes(self.take(8)?.try_into().ok()?))
-    }
-    pub(crate) fn string(&mut self) -> Option<String> {
-        let n = u32::from_be_bytes(self.take(4)?.try_into().ok()?) as usize;
-        String::from_utf8(self.take(n)?.to_vec()).ok()
-    }
 }
 
 pub fn decode_key(k: &[u8]) -> Option<(String, String, i32)> {
@@ -224,186 +149,42 @@ pub fn decode_value(v: &[u8]) -> Option<Committed> {
     })
 }
 
-/// Encodes (key, value) records as back-to-back batches of at most about `BATCH_BYTES` each.
-pub(crate) fn encode_batches(recs: &[(Vec<u8>, Option<Vec<u8>>)]) -> Bytes {
-    let now = now_ms();
-    let mut out = Vec::new();
-    let mut b = BatchBuilder::new(now);
-    for (k, v) in recs {
-        if !b.is_empty() && b.size() + k.len() + v.as_ref().map_or(0, Vec::len) > BATCH_BYTES {
-            out.extend_from_slice(&std::mem::replace(&mut b, BatchBuilder::new(now)).finish(0));
-        }
-        b.push(now, Some(k), v.as_deref(), &[]);
-    }
-    if !b.is_empty() {
-        out.extend_from_slice(&b.finish(0));
-    }
-    Bytes::from(out)
-}
-
-/// Reads an internal log from its start and hands each record's key and value (`None`: a
-/// tombstone) to `apply`, in log order; unreadable batches are skipped with a warning. Returns the
-/// number of records read. The transaction log replays with it too.
-pub(crate) async fn replay_records(
-    log: &Log,
-    root: &Path,
-    mut apply: impl FnMut(Option<&[u8]>, Option<&[u8]>),
-) -> StoreResult<u64> {
-    let mut at = log.log_start_offset();
-    let mut n = 0u64;
-    while at < log.high_watermark() {
-        let read = log
-            .read(at, 4 << 20, true)
-            .await
-            .map_err(|e| e.to_string())?;
-        if read.records.is_empty() {
-            break;
-        }
-        for (_, batch) in read.records.batches() {
-            let recs = match records(&batch) {
-                Ok(r) => r,
-                Err(e) => {
-                    log::warn!("{}: skipping an unreadable batch: {e}", root.display());
-                    continue;
-                }
-            };
-            for r in recs {
-                n += 1;
-                apply(r.key, r.value);
-            }
-        }
-        at = read.records.last_offset + 1;
-    }
-    Ok(n)
-}
-
-/// Opens the live generation of an internal log kept under `root` (created if missing): the one
-/// `CURRENT` names (0 without it); leftovers of an interrupted compaction are removed first.
-pub(crate) async fn open_generation(root: &Path, cache: Rc<TailCache>) -> StoreResult<(Log, u64)> {
-    let generation = {
-        let root = root.to_path_buf();
-        blocking(move || {
-            shards::files::create_dir_all_durable(&root)?;
-            let generation = match std::fs::read_to_string(root.join("CURRENT")) {
-                Ok(s) => s
-                    .trim()
-                    .strip_prefix("log-")
-                    .and_then(|n| n.parse::<u64>().ok())
-                    .ok_or_else(|| {
-                        std::io::Error::other(format!("{}: bad CURRENT {s:?}", root.display()))
-                    })?,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
-                Err(e) => return Err(e),
-            };
-            let live = log_dir_name(generation);
-            for e in std::fs::read_dir(&root)? {
-                let e = e?;
-                let name = e.file_name().to_string_lossy().to_string();
-                if name.starts_with("log-") && name != live {
-                    std::fs::remove_dir_all(e.path())?;
-                }
-            }
-            Ok(generation)
-        })
-        .await?
-    };
-    let log = Log::open(root.join(log_dir_name(generation)), log_config(), cache)
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok((log, generation))
-}
-
-/// Writes `recs` (the live entries) into generation `next` of the internal log under `root` and
-/// makes it the live one (`CURRENT` names it once its files are durable). The caller swaps it in
-/// and deletes the old generation; on an error nothing changed.
-pub(crate) async fn write_generation(
-    root: &Path,
-    cache: Rc<TailCache>,
-    next: u64,
-    recs: &[(Vec<u8>, Option<Vec<u8>>)],
-) -> StoreResult<Log> {
-    let name = log_dir_name(next);
-    let dir = root.join(&name);
-    {
-        let dir = dir.clone();
-        blocking(move || match std::fs::remove_dir_all(&dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
-        })
-        .await?;
-    }
-    let fresh = Log::open(dir.clone(), log_config(), cache)
-        .await
-        .map_err(|e| e.to_string())?;
-    let written = async {
-        if !recs.is_empty() {
-            fresh
-                .append(encode_batches(recs), AppendOptions { durable: true })
-                .await
-                .map_err(|e| e.to_string())?;
-        }
-        let current = root.join("CURRENT");
-        blocking(move || {
-            // The new log's files must be durable before CURRENT names it.
-            std::fs::File::open(&dir)?.sync_all()?;
-            write_atomically(&current, name.as_bytes())
-        })
-        .await
-    }
-    .await;
-    match written {
-        Ok(()) => Ok(fresh),
-        Err(e) => {
-            let _ = fresh.delete().await;
-            Err(e)
-        }
-    }
-}
-
 impl OffsetStore {
     /// Opens the store under `root` (created if missing) and replays it.
     pub async fn open(root: &Path, cache: Rc<TailCache>, compact_min: u64) -> StoreResult<Self> {
-        let root = root.to_path_buf();
-        let (log, generation) = open_generation(&root, cache.clone()).await?;
         let store = OffsetStore {
-            root,
-            cache,
-            log: RefCell::new(None),
+            log: InternalLog::open(root, cache).await?,
             entries: RefCell::new(HashMap::new()),
             next_seq: Cell::new(1),
-            records_in_log: Cell::new(0),
             compact_min,
-            compactions: Cell::new(0),
             compacting: Cell::new(false),
             lock: glommio::sync::RwLock::new(()),
             in_flight: RefCell::new(HashMap::new()),
         };
-        store.replay(&log).await?;
-        *store.log.borrow_mut() = Some((log, generation));
+        store.replay().await?;
         Ok(store)
     }
 
-    async fn replay(&self, log: &Log) -> StoreResult<()> {
-        let n = replay_records(log, &self.root, |key, value| {
-            let Some((group, topic, partition)) = key.and_then(decode_key) else {
-                log::warn!("{}: skipping a record with a bad key", self.root.display());
-                return;
-            };
-            let value = value.map(decode_value);
-            if let Some(None) = value {
-                log::warn!(
-                    "{}: skipping a record with a bad value",
-                    self.root.display()
-                );
-                return;
-            }
-            self.apply(&group, (topic, partition), value.flatten(), self.take_seq());
-        })
-        .await?;
-        self.records_in_log.set(n);
+    async fn replay(&self) -> StoreResult<()> {
+        let root = self.log.root();
+        let n = self
+            .log
+            .replay(|key, value| {
+                let Some((group, topic, partition)) = key.and_then(decode_key) else {
+                    log::warn!("{}: skipping a record with a bad key", root.display());
+                    return;
+                };
+                let value = value.map(decode_value);
+                if let Some(None) = value {
+                    log::warn!("{}: skipping a record with a bad value", root.display());
+                    return;
+                }
+                self.apply(&group, (topic, partition), value.flatten(), self.take_seq());
+            })
+            .await?;
         log::info!(
             "{}: {} committed offsets from {n} records",
-            self.root.display(),
+            root.display(),
             self.live()
         );
         Ok(())
@@ -447,11 +228,11 @@ impl OffsetStore {
     }
 
     pub fn compactions(&self) -> u64 {
-        self.compactions.get()
+        self.log.compactions()
     }
 
     pub fn records_in_log(&self) -> u64 {
-        self.records_in_log.get()
+        self.log.records()
     }
 
     pub fn get(&self, group: &str, topic: &str, partition: i32) -> Option<Committed> {
@@ -537,21 +318,12 @@ impl OffsetStore {
         if changes.is_empty() {
             return Ok(());
         }
-        let recs: Vec<(Vec<u8>, Option<Vec<u8>>)> = changes
+        let recs: Vec<KeyedRecord> = changes
             .iter()
             .map(|((t, p), c)| (encode_key(group, t, *p), c.as_ref().map(encode_value)))
             .collect();
-        let blob = encode_batches(&recs);
-        let log = match &*self.log.borrow() {
-            Some((log, _)) => log.clone(),
-            None => return Err("the offset store is closed".into()),
-        };
         let seq = self.take_seq();
-        log.append(blob, AppendOptions { durable: true })
-            .await
-            .map_err(|e| e.to_string())?;
-        self.records_in_log
-            .set(self.records_in_log.get() + recs.len() as u64);
+        self.log.append(&recs).await?;
         for (tp, c) in changes {
             self.apply(group, tp, c, seq);
         }
@@ -577,19 +349,19 @@ impl OffsetStore {
 
     /// Whether the log holds enough dead records to be worth compacting (and no compaction runs).
     pub fn needs_compaction(&self) -> bool {
-        let n = self.records_in_log.get();
+        let n = self.log.records();
         !self.compacting.get() && n >= self.compact_min && n > 2 * self.live() as u64
     }
 
     /// Compacts if [`Self::needs_compaction`]. The coordinator runs it in a task of its own, so no
     /// commit waits for it except those written while it swaps the logs.
     pub async fn maybe_compact(&self) {
-        if !self.needs_compaction() || self.log.borrow().is_none() {
+        if !self.needs_compaction() || !self.log.is_open() {
             return;
         }
         self.compacting.set(true);
         if let Err(e) = self.compact().await {
-            log::error!("{}: compaction failed: {e}", self.root.display());
+            log::error!("{}: compaction failed: {e}", self.log.root().display());
         }
         self.compacting.set(false);
     }
@@ -597,12 +369,7 @@ impl OffsetStore {
     /// Rewrites the live entries into a fresh log and switches to it atomically.
     pub async fn compact(&self) -> StoreResult<()> {
         let _exclusive = self.lock.write().await.map_err(|e| e.to_string())?;
-        let generation = match &*self.log.borrow() {
-            Some((_, g)) => *g,
-            None => return Err("the offset store is closed".into()),
-        };
-        let next = generation + 1;
-        let recs: Vec<(Vec<u8>, Option<Vec<u8>>)> = self
+        let recs: Vec<KeyedRecord> = self
             .entries
             .borrow()
             .iter()
@@ -612,33 +379,13 @@ impl OffsetStore {
                     .map(move |((t, p), e)| (encode_key(g, t, *p), Some(encode_value(&e.value))))
             })
             .collect();
-        let fresh = write_generation(&self.root, self.cache.clone(), next, &recs).await?;
-        let old = self.log.borrow_mut().replace((fresh, next));
-        if let Some((old, _)) = old {
-            if let Err(e) = old.delete().await {
-                log::warn!("{}: removing the compacted log: {e}", self.root.display());
-            }
-        }
-        self.records_in_log.set(recs.len() as u64);
-        self.compactions.set(self.compactions.get() + 1);
-        log::info!(
-            "{}: compacted to {} entries ({})",
-            self.root.display(),
-            recs.len(),
-            log_dir_name(next)
-        );
-        Ok(())
+        self.log.rewrite(&recs).await
     }
 
     /// Flushes and closes the log (clean shutdown).
     pub async fn close(&self) {
         let _exclusive = self.lock.write().await;
-        let log = self.log.borrow_mut().take();
-        if let Some((log, _)) = log {
-            if let Err(e) = log.close().await {
-                log::error!("{}: closing: {e}", self.root.display());
-            }
-        }
+        self.log.close().await;
     }
 }
 
@@ -646,6 +393,7 @@ impl OffsetStore {
 mod tests {
     use super::*;
     use crate::groups::testing::{cache, run};
+    use std::time::Duration;
 
     /// Partition `partition` of topic "t" committed at `offset`.
     fn at(partition: i32, offset: i64) -> Changes {

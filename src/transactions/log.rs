@@ -1,19 +1,17 @@
 //! The durable state of the transactional ids a core coordinates: each change of an id's state is
-//! a record in an internal log on that core (a `shards::Log`, as the groups' committed offsets
-//! are), keyed by the transactional id, its value the state in a versioned encoding, a tombstone
+//! a record in an internal log on that core (`crate::internal_log`, as the groups' committed
+//! offsets are), keyed by the transactional id, its value the state in a versioned encoding, a tombstone
 //! once the id is Dead. Replaying the log gives back the latest state of every id.
 //!
 //! Format: `docs/transactions.md`.
 
 use super::state::{TopicPartition, Transition, TxnMetadata, TxnState};
-use crate::groups::offsets::{
-    encode_batches, open_generation, replay_records, write_generation, Cursor, StoreResult,
-};
+use crate::internal_log::{Cursor, InternalLog, KeyedRecord, StoreResult};
 use kafka_protocol::error::ResponseError;
-use shards::{AppendOptions, Log, TailCache};
-use std::cell::{Cell, RefCell};
+use shards::TailCache;
+use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::rc::Rc;
 
 /// The record key's first byte: what kind of record it is (only transactional ids so far).
@@ -127,19 +125,13 @@ pub fn decode_value(v: &[u8]) -> Option<TxnMetadata> {
 /// One core's transactional ids: their states in memory, each change durable in the log first.
 #[derive(Debug)]
 pub struct TxnLog {
-    root: PathBuf,
-    cache: Rc<TailCache>,
-    /// The live log and its generation (compaction writes the next one and switches to it).
-    log: RefCell<Option<(Log, u64)>>,
+    log: InternalLog,
     states: RefCell<HashMap<String, TxnMetadata>>,
     /// Ids with a change being written: a second change of one waits for none and is refused
     /// with CONCURRENT_TRANSACTIONS (Kafka's pending state).
     writing: RefCell<HashSet<String>>,
-    /// Records in the log (states and tombstones), read at start and appended since.
-    records_in_log: Cell<u64>,
     /// Compact once the log holds at least this many records (and more than twice the live ids).
     compact_min: u64,
-    compactions: Cell<u64>,
     /// Writes hold it shared, compaction exclusive: no write lands in a log being replaced.
     lock: glommio::sync::RwLock<()>,
 }
@@ -156,42 +148,40 @@ impl Drop for Writing<'_> {
 impl TxnLog {
     /// Opens the log under `root` (created if missing) and replays it.
     pub async fn open(root: &Path, cache: Rc<TailCache>, compact_min: u64) -> StoreResult<Self> {
-        let root = root.to_path_buf();
-        let (log, generation) = open_generation(&root, cache.clone()).await?;
+        let log = InternalLog::open(root, cache).await?;
         let mut states = HashMap::new();
-        let n = replay_records(&log, &root, |key, value| {
-            let Some(id) = key.and_then(decode_key) else {
-                log::warn!("{}: skipping a record with a bad key", root.display());
-                return;
-            };
-            match value.map(decode_value) {
-                None => {
-                    states.remove(&id);
+        let n = log
+            .replay(|key, value| {
+                let Some(id) = key.and_then(decode_key) else {
+                    log::warn!("{}: skipping a record with a bad key", root.display());
+                    return;
+                };
+                match value.map(decode_value) {
+                    None => {
+                        states.remove(&id);
+                    }
+                    Some(Some(m)) if m.state == TxnState::Dead => {
+                        states.remove(&id);
+                    }
+                    Some(Some(m)) => {
+                        states.insert(id, m);
+                    }
+                    Some(None) => {
+                        log::warn!("{}: skipping a record with a bad value", root.display())
+                    }
                 }
-                Some(Some(m)) if m.state == TxnState::Dead => {
-                    states.remove(&id);
-                }
-                Some(Some(m)) => {
-                    states.insert(id, m);
-                }
-                Some(None) => log::warn!("{}: skipping a record with a bad value", root.display()),
-            }
-        })
-        .await?;
+            })
+            .await?;
         log::info!(
             "{}: {} transactional ids from {n} records",
             root.display(),
             states.len()
         );
         Ok(TxnLog {
-            root,
-            cache,
-            log: RefCell::new(Some((log, generation))),
+            log,
             states: RefCell::new(states),
             writing: RefCell::new(HashSet::new()),
-            records_in_log: Cell::new(n),
             compact_min,
-            compactions: Cell::new(0),
             lock: glommio::sync::RwLock::new(()),
         })
     }
@@ -247,7 +237,7 @@ impl TxnLog {
     }
 
     pub fn records_in_log(&self) -> u64 {
-        self.records_in_log.get()
+        self.log.records()
     }
 
     /// Whether a change of `transactional_id` is being written.
@@ -275,16 +265,14 @@ impl TxnLog {
         }
         let _writing = Writing(self, transactional_id);
         let value = (next.state != TxnState::Dead).then(|| encode_value(&next));
-        let blob = encode_batches(&[(encode_key(transactional_id), value)]);
         let _shared = self.lock.read().await.map_err(|_| TxnLogError::Closed)?;
-        let log = match &*self.log.borrow() {
-            Some((log, _)) => log.clone(),
-            None => return Err(TxnLogError::Closed),
-        };
-        log.append(blob, AppendOptions { durable: true })
+        if !self.log.is_open() {
+            return Err(TxnLogError::Closed);
+        }
+        self.log
+            .append(&[(encode_key(transactional_id), value)])
             .await
-            .map_err(|e| TxnLogError::Io(e.to_string()))?;
-        self.records_in_log.set(self.records_in_log.get() + 1);
+            .map_err(TxnLogError::Io)?;
         let mut states = self.states.borrow_mut();
         if next.state == TxnState::Dead {
             states.remove(transactional_id);
@@ -295,49 +283,31 @@ impl TxnLog {
     }
 
     pub fn compactions(&self) -> u64 {
-        self.compactions.get()
+        self.log.compactions()
     }
 
     /// Whether the log holds enough dead records to be worth compacting.
     pub fn needs_compaction(&self) -> bool {
-        let n = self.records_in_log.get();
+        let n = self.log.records();
         n >= self.compact_min && n > 2 * self.len() as u64
     }
 
-    /// Rewrites the live states into the log's next generation and switches to it; writes wait
-    /// while it runs. The coordinator runs it when [`Self::needs_compaction`] says so.
+    /// Rewrites the live states into the log's next generation; writes wait while it runs. The
+    /// coordinator runs it when [`Self::needs_compaction`] says so.
     pub async fn compact(&self) -> StoreResult<()> {
         let _exclusive = self.lock.write().await.map_err(|e| e.to_string())?;
-        let generation = match &*self.log.borrow() {
-            Some((_, g)) => *g,
-            None => return Err("the transaction log is closed".into()),
-        };
-        let recs: Vec<(Vec<u8>, Option<Vec<u8>>)> = self
+        let live: Vec<KeyedRecord> = self
             .all()
             .iter()
             .map(|(id, m)| (encode_key(id), Some(encode_value(m))))
             .collect();
-        let fresh = write_generation(&self.root, self.cache.clone(), generation + 1, &recs).await?;
-        let old = self.log.borrow_mut().replace((fresh, generation + 1));
-        if let Some((old, _)) = old {
-            if let Err(e) = old.delete().await {
-                log::warn!("{}: removing the compacted log: {e}", self.root.display());
-            }
-        }
-        self.records_in_log.set(recs.len() as u64);
-        self.compactions.set(self.compactions.get() + 1);
-        Ok(())
+        self.log.rewrite(&live).await
     }
 
     /// Flushes and closes the log (clean shutdown).
     pub async fn close(&self) {
         let _exclusive = self.lock.write().await;
-        let log = self.log.borrow_mut().take();
-        if let Some((log, _)) = log {
-            if let Err(e) = log.close().await {
-                log::error!("{}: closing: {e}", self.root.display());
-            }
-        }
+        self.log.close().await;
     }
 }
 
