@@ -5,7 +5,7 @@
 //!
 //! Format: `docs/transactions.md`.
 
-use super::state::{TopicPartition, Transition, TxnMetadata, TxnState};
+use super::state::{Markers, TopicPartition, Transition, TxnMetadata, TxnState};
 use crate::internal_log::{Cursor, InternalLog, KeyedRecord, StoreResult};
 use kafka_protocol::error::ResponseError;
 use shards::TailCache;
@@ -304,6 +304,17 @@ impl TxnLog {
         self.log.rewrite(&live).await
     }
 
+    /// Carries out the durable half of a transition: its next state written and installed; gives
+    /// back the markers the caller must then write (before [`TxnMetadata::markers_written`]).
+    pub async fn apply(
+        &self,
+        transactional_id: &str,
+        t: Transition,
+    ) -> Result<Option<Markers>, TxnLogError> {
+        self.write(transactional_id, t.next).await?;
+        Ok(t.markers)
+    }
+
     /// Flushes and closes the log (clean shutdown).
     pub async fn close(&self) {
         let _exclusive = self.lock.write().await;
@@ -315,7 +326,9 @@ impl TxnLog {
 mod tests {
     use super::*;
     use crate::groups::testing::{cache, run};
-    use crate::transactions::state::{init_producer_id, InitOutcome, NO_EPOCH, NO_PRODUCER_ID};
+    use crate::transactions::state::{
+        init_producer_id, InitOutcome, ProducerIdAndEpoch, NO_EPOCH, NO_PRODUCER_ID,
+    };
 
     fn state(producer_id: i64, epoch: i16, s: TxnState) -> TxnMetadata {
         TxnMetadata {
@@ -541,6 +554,110 @@ mod tests {
                 l.write(&id, t.next).await.unwrap();
             }
             assert!(l.is_empty(), "expired ids are forgotten");
+            l.close().await;
+        });
+    }
+
+    /// InitProducerId against the log: its outcome made durable; `Err` carries the error the
+    /// client gets and the markers the coordinator must write first, if any.
+    async fn init(
+        l: &TxnLog,
+        id: &str,
+        expected: Option<ProducerIdAndEpoch>,
+        now: i64,
+    ) -> Result<(i64, i16), (ResponseError, Option<Markers>)> {
+        let mut next_id = || 700;
+        let outcome = init_producer_id(
+            l.get(id).as_ref(),
+            60_000,
+            900_000,
+            expected,
+            now,
+            &mut next_id,
+        )
+        .map_err(|e| (e, None))?;
+        match outcome {
+            InitOutcome::Ready(t) => {
+                let m = t.next.clone();
+                l.apply(id, t).await.map_err(|e| (e.code(), None))?;
+                Ok((m.producer_id, m.epoch))
+            }
+            InitOutcome::AbortFirst(t) => {
+                let markers = l.apply(id, t).await.map_err(|e| (e.code(), None))?;
+                Err((ResponseError::ConcurrentTransactions, markers))
+            }
+        }
+    }
+
+    /// The whole life of two producers sharing a transactional id, every state durable, the core
+    /// killed while the older producer's transaction is being aborted: recovery finishes the
+    /// abort, the newer producer goes on, the older stays fenced.
+    #[test]
+    fn two_producers_sharing_an_id_through_the_log_and_a_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("core-0");
+        run(move || async move {
+            let l = TxnLog::open(&root, cache(), 1000).await.unwrap();
+            let (pid, a) = init(&l, "app", None, 0).await.unwrap();
+            assert_eq!((pid, a), (700, 0));
+            let m = l.get("app").unwrap();
+            let t = m.add_partitions(pid, a, &[("out".into(), 0)], 1).unwrap();
+            assert_eq!(l.apply("app", t).await.unwrap(), None);
+            // Producer B starts: A's transaction must be aborted first.
+            let (err, markers) = init(&l, "app", None, 2).await.unwrap_err();
+            assert_eq!(err, ResponseError::ConcurrentTransactions);
+            let markers = markers.expect("abort markers");
+            assert!(!markers.commit && markers.epoch == a + 1);
+            // The core dies before the markers are written.
+            std::mem::forget(l);
+            let l = TxnLog::open(&root, cache(), 1000).await.unwrap();
+            assert_eq!(l.get("app").unwrap().state, TxnState::PrepareAbort);
+            let (err, _) = init(&l, "app", None, 3).await.unwrap_err();
+            assert_eq!(err, ResponseError::ConcurrentTransactions, "still aborting");
+            let redo = l.recoveries(3);
+            assert_eq!(redo.len(), 1);
+            let (id, t) = redo.into_iter().next().unwrap();
+            assert_eq!(l.apply(&id, t).await.unwrap(), Some(markers.clone()));
+            let done = l
+                .get("app")
+                .unwrap()
+                .markers_written(markers.epoch, 4)
+                .unwrap();
+            l.apply("app", done).await.unwrap();
+            // B's retry gets an epoch above the fencing one; A is fenced at every step.
+            let (pid_b, b) = init(&l, "app", None, 5).await.unwrap();
+            assert_eq!(pid_b, pid);
+            assert!(b > markers.epoch);
+            let m = l.get("app").unwrap();
+            assert_eq!(
+                m.add_partitions(pid, a, &[("out".into(), 1)], 6),
+                Err(ResponseError::ProducerFenced)
+            );
+            assert_eq!(
+                m.end_txn(pid, a, true, 6),
+                Err(ResponseError::ProducerFenced)
+            );
+            let a_again = Some(ProducerIdAndEpoch {
+                producer_id: pid,
+                epoch: a,
+            });
+            let (err, _) = init(&l, "app", a_again, 6).await.unwrap_err();
+            assert_eq!(err, ResponseError::ProducerFenced);
+            // B commits.
+            let t = m.add_partitions(pid, b, &[("out".into(), 1)], 7).unwrap();
+            l.apply("app", t).await.unwrap();
+            let t = l.get("app").unwrap().end_txn(pid, b, true, 8).unwrap();
+            let markers = l.apply("app", t).await.unwrap().unwrap();
+            assert!(markers.commit && markers.epoch == b);
+            let done = l.get("app").unwrap().markers_written(b, 9).unwrap();
+            l.apply("app", done).await.unwrap();
+            l.close().await;
+            let l = TxnLog::open(&root, cache(), 1000).await.unwrap();
+            let m = l.get("app").unwrap();
+            assert_eq!(
+                (m.state, m.producer_id, m.epoch),
+                (TxnState::CompleteCommit, pid, b)
+            );
             l.close().await;
         });
     }
