@@ -308,11 +308,8 @@ impl TxnMetadata {
     /// the new epoch, so the partitions refuse the old producer's writes from then on.
     fn abort_with_fence(&self, last_epoch: i16, now: i64) -> Transition {
         let bumped = TxnMetadata {
-            epoch: if epoch_exhausted(self.epoch) {
-                self.epoch
-            } else {
-                self.epoch + 1
-            },
+            // Up to i16::MAX: the next InitProducerId then rotates the producer id.
+            epoch: self.epoch.saturating_add(1),
             last_epoch,
             ..self.clone()
         };

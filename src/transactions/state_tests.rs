@@ -142,6 +142,28 @@ fn an_exhausted_epoch_gets_a_new_producer_id() {
     assert_eq!((rotated.producer_id, rotated.epoch), (77, 0));
     assert_eq!(rotated.last_producer_id, 1000);
     assert_eq!(rotated.timeout_ms, 1000);
+    // An open transaction at the last usable epoch is still fenced by its abort, and the next
+    // producer gets a new id.
+    let open = m
+        .add_partitions(1000, i16::MAX - 1, &[tp("t", 0)], 2)
+        .unwrap()
+        .next;
+    let abort = match init_producer_id(Some(&open), 1000, MAX_TIMEOUT, None, 2, &mut ids()) {
+        Ok(InitOutcome::AbortFirst(t)) => t,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(abort.markers.unwrap().epoch, i16::MAX);
+    let aborted = abort.next.markers_written(i16::MAX, 3).unwrap().next;
+    let mut other_id = || 88;
+    let fresh = ready(init_producer_id(
+        Some(&aborted),
+        1000,
+        MAX_TIMEOUT,
+        None,
+        4,
+        &mut other_id,
+    ));
+    assert_eq!((fresh.producer_id, fresh.epoch), (88, 0));
     // The retry of that call (its answer lost) carries the old id: known, and not bumped again.
     let retry = init(Some(&rotated), Some((1000, i16::MAX - 1)), 3);
     assert_eq!((retry.producer_id, retry.epoch), (77, 0));
