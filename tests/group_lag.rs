@@ -10,7 +10,7 @@ mod common;
 use common::cli::{produce, produce_stamped};
 use common::{create_topics, Shoal};
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{CommitMode, Consumer};
 use std::time::{Duration, Instant};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -23,16 +23,7 @@ const BEHIND: [usize; 4] = [3, 5, 7, 9];
 /// A librdkafka member of `GROUP` consumes until it has `want` records, commits its positions and
 /// leaves.
 fn consume_and_commit(bootstrap: &str, want: usize) {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", GROUP)
-        .set("auto.offset.reset", "earliest")
-        .set("enable.auto.commit", "false")
-        .set("session.timeout.ms", "6000")
-        .set("fetch.wait.max.ms", "100")
-        .create()
-        .expect("consumer");
-    consumer.subscribe(&[TOPIC]).expect("subscribe");
+    let consumer = common::cli::group_consumer(bootstrap, GROUP, TOPIC);
     let deadline = Instant::now() + WAIT;
     let mut seen = 0;
     while seen < want {

@@ -81,8 +81,22 @@ pub fn spawn_receivers(core: &Rc<Core>, mut receivers: Receivers<CoreMsg>) {
                         core.receive_replica(msg);
                         continue;
                     }
+                    // Group lag's questions (log reads for timestamps) are background work: the
+                    // executor's default queue, where the lag rounds run, not this one.
+                    let background = matches!(msg, CoreMsg::PartitionEnds { .. });
                     let core = core.clone();
-                    glommio::spawn_local(async move { handle(&core, peer, msg).await }).detach();
+                    let task = async move { handle(&core, peer, msg).await };
+                    if background {
+                        let queue = glommio::TaskQueueHandle::default();
+                        match glommio::spawn_local_into(task, queue) {
+                            Ok(t) => {
+                                t.detach();
+                            }
+                            Err(e) => log::warn!("core {core_id}: group lag question dropped: {e}"),
+                        }
+                    } else {
+                        glommio::spawn_local(task).detach();
+                    }
                 }
             },
             queue,
