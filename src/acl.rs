@@ -16,6 +16,7 @@ pub enum ResourceType {
     Topic = 2,
     Group = 3,
     Cluster = 4,
+    TransactionalId = 5,
 }
 
 /// Kafka's pattern type codes (bindings are literal or prefixed).
@@ -90,9 +91,14 @@ pub struct AclFilter {
 
 impl ResourceType {
     pub fn from_code(c: i8) -> Option<Self> {
-        [Self::Topic, Self::Group, Self::Cluster]
-            .into_iter()
-            .find(|r| *r as i8 == c)
+        [
+            Self::Topic,
+            Self::Group,
+            Self::Cluster,
+            Self::TransactionalId,
+        ]
+        .into_iter()
+        .find(|r| *r as i8 == c)
     }
 }
 

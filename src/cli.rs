@@ -19,6 +19,7 @@ use shoal::load::PacingConfig;
 use shoal::replicas::ReplicaConfig;
 use shoal::server::ServerConfig;
 use shoal::topic_configs::ReplicaPolicy;
+use shoal::transactions::coordinator::TxnConfig;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -455,6 +456,18 @@ pub struct ServeArgs {
     /// Most per-partition lag series one core exports, over all its groups.
     #[arg(long, default_value_t = 10_000)]
     pub group_lag_max_partition_series: usize,
+    /// Largest transaction timeout a transactional producer may ask for, in ms (Kafka
+    /// transaction.max.timeout.ms); a larger one gets INVALID_TRANSACTION_TIMEOUT.
+    #[arg(long, default_value_t = 900_000)]
+    pub transaction_max_timeout_ms: i32,
+    /// A transactional id with no transaction for this long (ms) is forgotten (Kafka
+    /// transactional.id.expiration.ms).
+    #[arg(long, default_value_t = 604_800_000)]
+    pub transactional_id_expiration_ms: u64,
+    /// How often each coordinator core aborts transactions past their timeout, in ms (Kafka
+    /// transaction.abort.timed.out.transaction.cleanup.interval.ms).
+    #[arg(long, default_value_t = 1_000)]
+    pub transaction_timeout_check_interval_ms: u64,
     /// An idempotent producer with no batch for this long (ms) is forgotten per partition; its next
     /// batch must start a new sequence (Kafka producer.id.expiration.ms).
     #[arg(long, default_value_t = 86_400_000)]
@@ -597,6 +610,14 @@ impl ServeArgs {
                         per_partition: self.group_lag_per_partition,
                         max_partition_series: self.group_lag_max_partition_series,
                     },
+                },
+                transactions: TxnConfig {
+                    max_timeout_ms: self.transaction_max_timeout_ms.max(1),
+                    id_expiration: Duration::from_millis(self.transactional_id_expiration_ms),
+                    timeout_check_interval: Duration::from_millis(
+                        self.transaction_timeout_check_interval_ms.max(10),
+                    ),
+                    ..TxnConfig::default()
                 },
                 auth: AuthConfig {
                     sasl: self.sasl_mechanisms,

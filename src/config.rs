@@ -39,6 +39,7 @@ pub struct BrokerConfig {
     /// Read replicas of hot partitions on the other cores (policy switchable live).
     pub replicas: crate::replicas::ReplicaConfig,
     pub groups: CoordinatorConfig,
+    pub transactions: crate::transactions::coordinator::TxnConfig,
     /// Long polls on a saturated core wait a little to carry more per response.
     pub fetch_pacing: PacingConfig,
     /// How the Kafka listener authenticates clients.

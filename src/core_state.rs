@@ -125,6 +125,8 @@ pub struct Core {
     queues: TaskQueues,
     /// The consumer groups this core coordinates and their committed offsets.
     groups: crate::groups::Coordinator,
+    /// The transactional ids this core coordinates.
+    transactions: crate::transactions::coordinator::TxnCoordinator,
     /// Moves from 0 to 1 when the server is asked to stop.
     shutdown: OffsetMonitor,
     pub security: Security,
@@ -159,6 +161,11 @@ impl Core {
                 load: Rc::new(CoreLoad::new(config.fetch_pacing)),
             },
             groups: crate::groups::Coordinator::new(id, cores, config.groups),
+            transactions: crate::transactions::coordinator::TxnCoordinator::new(
+                id,
+                cores,
+                config.transactions,
+            ),
             replicas: Replicas::new(id, cores, config.replicas),
             queues: TaskQueues::create(),
             security: Security {
@@ -212,6 +219,11 @@ impl Core {
         &self.groups
     }
     /// Moves from 0 to 1 when the server is asked to stop.
+    /// The transactional ids this core coordinates.
+    pub fn transactions(&self) -> &crate::transactions::coordinator::TxnCoordinator {
+        &self.transactions
+    }
+
     pub fn shutdown(&self) -> &OffsetMonitor {
         &self.shutdown
     }
@@ -509,6 +521,7 @@ impl Core {
             fetch_pacing_delay_us: self.reads.load.delay().as_micros() as u64,
             busy_percent: (self.reads.load.busy() * 100.0).round() as u64,
             groups: self.groups.stats(),
+            transactions: self.transactions.stats(),
             group_lag: self.groups.lag().latest(),
             group_list: self.groups.summaries(),
             partitions,

@@ -19,6 +19,9 @@
 //! - [`group_lag`]   — consumer group lag, computed on each group's coordinator core every
 //!   `--group-lag-interval-ms` from the high watermarks (and record timestamps) its partitions'
 //!   owner cores report over the mesh, one message per owner core; and the owner's answer.
+//! - [`transaction_markers`] — transactions across cores: a coordinator core registers partitions
+//!   in a producer's transaction with their owners, has markers written and groups' transactional
+//!   offsets ended over the mesh; its ticker (recovery, timeouts, idle ids).
 //! - [`core_state`]  — one core (`Core`): its topic table copy and owned partitions, the read path
 //!   (tail cache, coalescer, view readers, pacing), security, the group coordinator, the front
 //!   end's counters, its end of the mesh and, in edge mode, its upstream.
@@ -34,8 +37,8 @@
 //!   one upstream fetcher per partition mirroring it into the local log, read-through, the topic
 //!   mirror, group requests forwarded upstream, and its counters. The front end and the control
 //!   plane ask `Core::upstream()` (absent in `serve`) through a few narrow methods.
-//! - [`transactions`] — the transaction coordinator's core (not wired to the Kafka APIs yet): a
-//!   transactional id's state machine, its states in a durable internal log per core.
+//! - [`transactions`] — the transaction coordinator per core: a transactional id's state machine,
+//!   the checks of each request, its states in a durable internal log per core.
 //! - [`groups`]      — consumer groups: the per-core coordinator, the group state machine, committed
 //!   offsets in a compacted internal log.
 //! - [`internal_log`] — an internal compacted log per core (keyed records, durable appends, replay,
@@ -79,5 +82,6 @@ pub mod server;
 pub mod stats;
 pub mod topic_configs;
 pub mod topics;
+pub mod transaction_markers;
 pub mod transactions;
 pub mod wire;

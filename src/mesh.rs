@@ -145,6 +145,18 @@ pub enum CoreMsg {
         id: u64,
         ends: Vec<crate::groups::lag::PartitionEnd>,
     },
+    /// A transaction coordinator asks a partition's owner core or a group's coordinator core
+    /// (see [`crate::transaction_markers`]).
+    Txn {
+        from: usize,
+        id: u64,
+        ask: crate::transactions::TxnAsk,
+    },
+    /// One result per item asked (`None`: done).
+    TxnReply {
+        id: u64,
+        results: Vec<Option<ResponseError>>,
+    },
 }
 
 /// Settings that change without a restart.

@@ -15,6 +15,7 @@ use shards::files::write_atomically;
 use shards::producers::{is_idempotent, ProducerConfig, ProducerStates, SequenceCheck};
 use shards::{AppendOptions, AppendResult, Log, LogConfig, TailCache};
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -28,6 +29,9 @@ pub struct Partition {
     pub log: Log,
     /// Changed only by [`Partition::produce`] (reserve, then confirm or release) and at open/close.
     producers: RefCell<ProducerStates>,
+    /// Producers whose transaction the coordinator added this partition to (AddPartitionsToTxn),
+    /// with the epoch: their transactional batches are accepted until the transaction's marker.
+    in_transaction: RefCell<HashMap<i64, i16>>,
 }
 
 /// A produce the partition accepted.
@@ -50,6 +54,9 @@ pub enum Refused {
         base_sequence: i32,
         check: SequenceCheck,
     },
+    /// A transactional batch from a producer whose transaction does not include this partition
+    /// (no AddPartitionsToTxn, or the transaction ended).
+    NotInTransaction { producer_id: i64, epoch: i16 },
 }
 
 /// Why a transaction marker was not written.
@@ -96,6 +103,7 @@ impl Partition {
             topic_id,
             log,
             producers: RefCell::new(producers),
+            in_transaction: RefCell::default(),
         })
     }
 
@@ -108,6 +116,7 @@ impl Partition {
             topic_id,
             log,
             producers: RefCell::default(),
+            in_transaction: RefCell::default(),
         }
     }
 
@@ -150,12 +159,16 @@ impl Partition {
         self.log
             .check_keys(&blob, &headers)
             .map_err(Refused::Batch)?;
-        // Transactional batches wait for the transaction coordinator: without it nothing would
-        // ever close their transactions (and hold the last stable offset back for good).
-        if headers.iter().any(BatchHeader::is_transactional) {
-            return Err(Refused::Batch(shards::Error::InvalidBatch(
-                shards::InvalidBatch::Unsupported,
-            )));
+        // A transactional batch only from a producer whose transaction includes this partition:
+        // else no marker would ever close it (and the last stable offset would stay behind it).
+        if let Some(h) = headers
+            .iter()
+            .find(|h| h.is_transactional() && !self.accepts_transaction(h))
+        {
+            return Err(Refused::NotInTransaction {
+                producer_id: h.producer_id,
+                epoch: h.producer_epoch,
+            });
         }
         let idempotent = headers.iter().any(is_idempotent);
         if idempotent {
@@ -203,6 +216,23 @@ impl Partition {
         Ok(Produced::Appending(Appending(task.detach())))
     }
 
+    /// Whether a transactional batch's producer is in a transaction with this partition: added
+    /// by the coordinator at this epoch, or (after a restart, which forgets what was added) with
+    /// a transaction already open in the log (an older epoch is then fenced by the sequence
+    /// check).
+    fn accepts_transaction(&self, h: &BatchHeader) -> bool {
+        match self.in_transaction.borrow().get(&h.producer_id) {
+            Some(&epoch) => epoch == h.producer_epoch,
+            None => self.log.open_transaction(h.producer_id).is_some(),
+        }
+    }
+
+    /// The coordinator added this partition to the producer's transaction at `epoch`
+    /// (AddPartitionsToTxn): its transactional batches are accepted until the next marker.
+    pub fn add_to_transaction(&self, producer_id: i64, epoch: i16) {
+        self.in_transaction.borrow_mut().insert(producer_id, epoch);
+    }
+
     /// Confirms the reserved sequence numbers of an append that succeeded, or releases them.
     fn settle(&self, headers: &[BatchHeader], result: &shards::Result<AppendResult>) {
         if headers.is_empty() {
@@ -247,6 +277,12 @@ impl Partition {
             .append_marker(producer_id, epoch, commit, coordinator_epoch)
             .await
             .map_err(MarkerRefused::Log)?;
+        {
+            let mut added = self.in_transaction.borrow_mut();
+            if added.get(&producer_id).is_some_and(|&e| e <= epoch) {
+                added.remove(&producer_id);
+            }
+        }
         self.producers
             .borrow_mut()
             .end_transaction(producer_id, epoch, shards::now_ms());

@@ -637,6 +637,15 @@ async fn run_core(
         // were committed); it answers COORDINATOR_LOAD_IN_PROGRESS instead.
         log::error!("core {id}: cannot load committed offsets: {e}");
     }
+    if let Err(e) = core
+        .transactions()
+        .load(&core.config().data_dir, core.reads.tail_cache.clone())
+        .await
+    {
+        // Without its log the core must not coordinate transactions; it answers
+        // COORDINATOR_LOAD_IN_PROGRESS instead.
+        log::error!("core {id}: cannot load the transaction log: {e}");
+    }
     // Compacted topics' partitions on this core are compacted in the background from now on.
     shards::compactor::start();
     let ticker = glommio::spawn_local({
@@ -644,6 +653,7 @@ async fn run_core(
         async move { core.groups().run_ticker(core.shutdown()).await }
     });
     let replica_ticker = glommio::spawn_local(control::tick_replicas(core.clone()));
+    let txn_ticker = glommio::spawn_local(crate::transaction_markers::run_ticker(core.clone()));
     let lag_rounds = glommio::spawn_local(crate::group_lag::run(core.clone()));
     // Latency-sensitive: a write's hand-overs leave before the owner's fetch work goes on.
     match glommio::spawn_local_into(
@@ -681,6 +691,7 @@ async fn run_core(
     core.groups().stop();
     ticker.await;
     replica_ticker.await;
+    txn_ticker.await;
     lag_rounds.await;
     sampler.await;
     for a in accepts {
@@ -698,6 +709,7 @@ async fn run_core(
     }
     core.close_partitions().await;
     core.groups().close().await;
+    core.transactions().close().await;
     log::info!("core {id}: stopped");
 }
 

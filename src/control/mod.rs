@@ -142,10 +142,17 @@ async fn handle(core: &Rc<Core>, _peer: usize, msg: CoreMsg) {
                 .send(from, CoreMsg::PartitionEndsReply { id, ends })
                 .await;
         }
+        CoreMsg::Txn { from, id, ask } => {
+            let results = crate::transaction_markers::on_this_core(core, ask).await;
+            core.mesh()
+                .send(from, CoreMsg::TxnReply { id, results })
+                .await;
+        }
         reply @ (CoreMsg::Outcomes { id, .. }
         | CoreMsg::Applied { id }
         | CoreMsg::StatsReply { id, .. }
-        | CoreMsg::PartitionEndsReply { id, .. }) => core.mesh().complete(id, reply),
+        | CoreMsg::PartitionEndsReply { id, .. }
+        | CoreMsg::TxnReply { id, .. }) => core.mesh().complete(id, reply),
     }
 }
 

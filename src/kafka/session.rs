@@ -125,6 +125,10 @@ impl Session {
         self.allowed(core, op, ResourceType::Group, group)
     }
 
+    pub fn may_transactional_id(&self, core: &Core, op: Operation, id: &str) -> bool {
+        self.allowed(core, op, ResourceType::TransactionalId, id)
+    }
+
     pub fn may_cluster(&self, core: &Core, op: Operation) -> bool {
         self.allowed(core, op, ResourceType::Cluster, acl::CLUSTER)
     }

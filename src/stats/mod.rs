@@ -36,6 +36,7 @@ pub struct CoreSnapshot {
     /// Smoothed busy share of the core, in percent.
     pub busy_percent: u64,
     pub groups: GroupStats,
+    pub transactions: crate::transactions::coordinator::TxnStats,
     /// The lag of the consumer groups the core coordinates, as last computed.
     pub group_lag: Vec<crate::groups::lag::GroupLag>,
     /// The groups the core coordinates, with their states and members (for the console).
@@ -66,6 +67,8 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
     engine::write_prometheus(&mut out, cores);
     let groups: Vec<_> = cores.iter().map(|c| (c.core, &c.groups)).collect();
     GroupStats::write_prometheus(&mut out, &groups);
+    let txns: Vec<_> = cores.iter().map(|c| (c.core, &c.transactions)).collect();
+    crate::transactions::coordinator::TxnStats::write_prometheus(&mut out, &txns);
     let lag: Vec<_> = cores.iter().flat_map(|c| &c.group_lag).collect();
     crate::groups::lag::write_prometheus(&mut out, &lag);
     partitions::write_prometheus(&mut out, cores);
@@ -193,6 +196,14 @@ mod tests {
                         members: 56 * n,
                         rebalances: 57 * n,
                         offset_commits: 58 * n,
+                    },
+                    transactions: crate::transactions::coordinator::TxnStats {
+                        ids: 77 * n,
+                        open: 78 * n,
+                        commits: 79 * n,
+                        aborts: 80 * n,
+                        timeouts: 81 * n,
+                        fenced: 82 * n,
                     },
                     group_list: Vec::new(),
                     group_lag: vec![crate::groups::lag::GroupLag {

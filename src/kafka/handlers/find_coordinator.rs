@@ -1,6 +1,6 @@
 //! FindCoordinator: a group's coordinator is the core `murmur2(group id) % cores`
-//! ([`crate::groups::coordinator_core`]); v4 looks up several keys at once. Transactions are not
-//! supported: a transaction coordinator lookup gets an error that clients do not retry (below).
+//! ([`crate::groups::coordinator_core`]), a transactional id's the same hash of the id
+//! ([`crate::transactions::coordinator_core`]); v4 looks up several keys at once.
 
 use super::{count_errors, frame, HandlerResult, Versions};
 use crate::acl::Operation;
@@ -22,16 +22,6 @@ pub const VERSIONS: Versions = Versions {
 const GROUP: i8 = 0;
 const TRANSACTION: i8 = 1;
 
-/// The answer to a transaction coordinator lookup. Not `COORDINATOR_NOT_AVAILABLE`: clients retry
-/// that for ever, so a transactional producer would hang. `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`
-/// is the one code both librdkafka (`rd_kafka_txn_handle_FindCoordinator`: it and
-/// `CLUSTER_AUTHORIZATION_FAILED`, any other code is retried) and the Java client (every
-/// non-retriable code) make a fatal error of at once; librdkafka shows the message with it.
-const NO_TRANSACTIONS: (ResponseError, &str) = (
-    ResponseError::TransactionalIdAuthorizationFailed,
-    "transactions are not supported by this broker (shoal)",
-);
-
 fn lookup(core: &Core, who: &Session, key: &StrBytes, key_type: i8) -> Coordinator {
     let c = Coordinator::default().with_key(key.clone());
     let error = |e: ResponseError, why: &'static str| {
@@ -43,25 +33,37 @@ fn lookup(core: &Core, who: &Session, key: &StrBytes, key_type: i8) -> Coordinat
             .with_host(StrBytes::default())
             .with_port(-1)
     };
-    match key_type {
-        GROUP => {}
-        TRANSACTION => return error(NO_TRANSACTIONS.0, NO_TRANSACTIONS.1),
+    let owner = match key_type {
+        GROUP => {
+            if !who.may_group(core, Operation::Describe, key) {
+                return error(
+                    ResponseError::GroupAuthorizationFailed,
+                    "not authorized to describe this group",
+                );
+            }
+            // The empty group id has a coordinator too: OffsetCommit, OffsetFetch, DescribeGroups
+            // and DeleteGroups accept it, as in Kafka (only the membership APIs refuse it).
+            coordinator_core(key, core.cores())
+        }
+        TRANSACTION => {
+            if key.is_empty() {
+                return error(ResponseError::InvalidRequest, "empty transactional id");
+            }
+            if !who.may_transactional_id(core, Operation::Describe, key) {
+                return error(
+                    ResponseError::TransactionalIdAuthorizationFailed,
+                    "not authorized to describe this transactional id",
+                );
+            }
+            crate::transactions::coordinator_core(key, core.cores())
+        }
         _ => {
             return error(
                 ResponseError::InvalidRequest,
                 "unknown key type: 0 (group) or 1 (transaction)",
             )
         }
-    }
-    if !who.may_group(core, Operation::Describe, key) {
-        return error(
-            ResponseError::GroupAuthorizationFailed,
-            "not authorized to describe this group",
-        );
-    }
-    // The empty group id has a coordinator too: OffsetCommit, OffsetFetch, DescribeGroups and
-    // DeleteGroups accept it, as in Kafka (only the membership APIs refuse it).
-    let owner = coordinator_core(key, core.cores());
+    };
     c.with_node_id(BrokerId(owner as i32))
         .with_host(StrBytes::from_string(core.cluster.advertised_host.clone()))
         .with_port(i32::from(core.cluster.listeners[who.listener].ports[owner]))

@@ -1,10 +1,15 @@
-//! InitProducerId: producer ids for idempotent producers (transactions are not supported).
-//! Ids are unique without coordination: a per-core counter that starts from the clock, with the core
-//! number in the low bits, so no two cores and no two runs hand out the same id.
+//! InitProducerId: producer ids for idempotent producers, and for transactional ones at their
+//! transactional id's coordinator core (which bumps the epoch, fencing the previous producer, and
+//! aborts its open transaction first). Ids are unique without coordination: a per-core counter
+//! that starts from the clock, with the core number in the low bits, so no two cores and no two
+//! runs hand out the same id.
 
 use super::{frame, HandlerResult, Versions};
+use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::kafka::session::Session;
+use crate::transactions::coordinator::Init;
+use crate::transactions::state::{for_client, ProducerIdAndEpoch};
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProducerId};
@@ -14,7 +19,7 @@ use std::rc::Rc;
 pub const VERSIONS: Versions = Versions {
     key: ApiKey::InitProducerId,
     min: 0,
-    max: 4,
+    max: 5,
 };
 
 thread_local! {
@@ -32,13 +37,69 @@ fn next_producer_id(core: usize) -> i64 {
     })
 }
 
-pub fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
+/// An error answer: no producer id.
+fn refused(e: ResponseError) -> InitProducerIdResponse {
+    InitProducerIdResponse::default()
+        .with_error_code(e.code())
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1)
+}
+
+/// A transactional producer's InitProducerId, at its coordinator core: an open transaction of the
+/// id is aborted (markers written) before the epoch is bumped again.
+async fn transactional(
+    core: &Rc<Core>,
+    request: &InitProducerIdRequest,
+    id: &str,
+    version: i16,
+) -> InitProducerIdResponse {
+    let expected =
+        (request.producer_id.0 >= 0 && request.producer_epoch >= 0).then_some(ProducerIdAndEpoch {
+            producer_id: request.producer_id.0,
+            epoch: request.producer_epoch,
+        });
+    let coordinator = core.transactions();
+    // At most two rounds: the open transaction aborted, then the epoch bumped.
+    for _ in 0..2 {
+        let mut allocate = || next_producer_id(core.id());
+        let init = coordinator
+            .init_producer_id(
+                id,
+                request.transaction_timeout_ms,
+                expected,
+                shards::now_ms(),
+                &mut allocate,
+            )
+            .await;
+        match init {
+            Ok(Init::Ready(producer_id, epoch)) => {
+                return InitProducerIdResponse::default()
+                    .with_producer_id(ProducerId(producer_id))
+                    .with_producer_epoch(epoch)
+            }
+            Ok(Init::AbortFirst(markers, _claim)) => {
+                if crate::transaction_markers::complete(core, id, &markers)
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+            Err(e) => return refused(for_client(e, version >= 4)),
+        }
+    }
+    // The abort's markers are still being written: the client retries.
+    refused(ResponseError::ConcurrentTransactions)
+}
+
+pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
     let request: InitProducerIdRequest = decode(req)?;
-    let response = if request.transactional_id.is_some() {
-        InitProducerIdResponse::default()
-            .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code())
-            .with_producer_id(ProducerId(-1))
-            .with_producer_epoch(-1)
+    let response = if let Some(id) = &request.transactional_id {
+        if who.may_transactional_id(core, Operation::Write, id) {
+            transactional(core, &request, id, req.api_version).await
+        } else {
+            refused(ResponseError::TransactionalIdAuthorizationFailed)
+        }
     } else if !who.may_write_idempotently(core) {
         InitProducerIdResponse::default()
             .with_error_code(ResponseError::ClusterAuthorizationFailed.code())

@@ -1,6 +1,8 @@
 //! One module per Kafka API. Each declares the versions it serves (`VERSIONS`); ApiVersions and the
 //! dispatcher below are derived from those declarations, so a version range is written once.
 
+pub mod add_offsets_to_txn;
+pub mod add_partitions_to_txn;
 pub mod alter_configs;
 pub mod alter_user_scram_credentials;
 pub mod api_versions;
@@ -14,7 +16,9 @@ pub mod describe_acls;
 pub mod describe_configs;
 pub mod describe_groups;
 pub mod describe_log_dirs;
+pub mod describe_transactions;
 pub mod describe_user_scram_credentials;
+pub mod end_txn;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod heartbeat;
@@ -24,6 +28,7 @@ pub mod join_group;
 pub mod leave_group;
 pub mod list_groups;
 pub mod list_offsets;
+pub mod list_transactions;
 pub mod metadata;
 pub mod offset_commit;
 pub mod offset_fetch;
@@ -93,6 +98,11 @@ pub const APIS: &[Versions] = &[
     delete_acls::VERSIONS,
     describe_user_scram_credentials::VERSIONS,
     alter_user_scram_credentials::VERSIONS,
+    add_partitions_to_txn::VERSIONS,
+    add_offsets_to_txn::VERSIONS,
+    end_txn::VERSIONS,
+    describe_transactions::VERSIONS,
+    list_transactions::VERSIONS,
 ];
 
 pub fn supports(api_key: i16, version: i16) -> bool {
@@ -183,7 +193,7 @@ pub async fn handle(core: Rc<Core>, req: Request, session: Rc<Session>) -> Reply
             Box::pin(incremental_alter_configs::handle(&core, &req, s)).await
         }
         ApiKey::DeleteTopics => Box::pin(delete_topics::handle(&core, &req, s)).await,
-        ApiKey::InitProducerId => init_producer_id::handle(&core, &req, s),
+        ApiKey::InitProducerId => Box::pin(init_producer_id::handle(&core, &req, s)).await,
         ApiKey::FindCoordinator => find_coordinator::handle(&core, &req, s),
         ApiKey::JoinGroup => Box::pin(join_group::handle(&core, &req, s)).await,
         ApiKey::SyncGroup => Box::pin(sync_group::handle(&core, &req, s)).await,
@@ -206,6 +216,11 @@ pub async fn handle(core: Rc<Core>, req: Request, session: Rc<Session>) -> Reply
         ApiKey::AlterUserScramCredentials => {
             Box::pin(alter_user_scram_credentials::handle(&core, &req, s)).await
         }
+        ApiKey::AddPartitionsToTxn => Box::pin(add_partitions_to_txn::handle(&core, &req, s)).await,
+        ApiKey::AddOffsetsToTxn => Box::pin(add_offsets_to_txn::handle(&core, &req, s)).await,
+        ApiKey::EndTxn => Box::pin(end_txn::handle(&core, &req, s)).await,
+        ApiKey::DescribeTransactions => describe_transactions::handle(&core, &req, s),
+        ApiKey::ListTransactions => list_transactions::handle(&core, &req, s),
         _ => unreachable!("supports() only admits the APIs above"),
     };
     finish(&core, &req, peer, key, result)

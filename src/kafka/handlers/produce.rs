@@ -57,6 +57,11 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
         let mut parts = Vec::new();
         let writable = who.may_topic(core, Operation::Write, &name);
         let read_only = core.upstream().map(|e| e.refuse_produce(&name, &who.peer));
+        // A transactional producer needs WRITE on its transactional id too.
+        let txn_refused = request
+            .transactional_id
+            .as_ref()
+            .is_some_and(|id| !who.may_transactional_id(core, Operation::Write, id));
         for p in t.partition_data {
             parts.push(if let Some(why) = &read_only {
                 failed(
@@ -66,11 +71,11 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
                 )
             } else if !writable {
                 failed(p.index, ResponseError::TopicAuthorizationFailed, None)
-            } else if request.transactional_id.is_some() {
+            } else if txn_refused {
                 failed(
                     p.index,
                     ResponseError::TransactionalIdAuthorizationFailed,
-                    Some("transactions are not supported".into()),
+                    None,
                 )
             } else if !matches!(acks, -1..=1) {
                 failed(p.index, ResponseError::InvalidRequiredAcks, None)
@@ -170,6 +175,15 @@ fn start_partition(
             check,
             ..
         }) => sequence_refused(index, base_sequence, check),
+        // KIP-890's answer: the producer must add the partition to its transaction first.
+        Err(Refused::NotInTransaction { producer_id, epoch }) => failed(
+            index,
+            ResponseError::InvalidTxnState,
+            Some(format!(
+                "producer {producer_id} (epoch {epoch}) has no transaction with this partition: \
+                 AddPartitionsToTxn first"
+            )),
+        ),
     }
 }
 

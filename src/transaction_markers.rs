@@ -1,0 +1,336 @@
+//! Transactions across cores: what a transaction coordinator core asks of the partitions' owner
+//! cores (register a partition in a producer's transaction, write commit or abort markers) and of
+//! the groups' coordinator cores (commit or drop transactional offsets), over the mesh or in
+//! place; completing a transaction once every marker is written; and the coordinator's ticker
+//! (recovery after a restart, transactions past their timeout, idle ids, compaction).
+
+use crate::core_state::Core;
+use crate::mesh::{CoreMsg, CHANGE_TIMEOUT};
+use crate::partition::MarkerRefused;
+use crate::transactions::state::{Markers, TopicPartition, TxnState};
+use crate::transactions::TxnAsk;
+use kafka_protocol::error::ResponseError;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// One result per item asked (partition or group), in order: `None` done.
+pub type Results = Vec<Option<ResponseError>>;
+
+/// Carries out `ask` on this core: the partitions must be this core's, the groups coordinated
+/// here.
+pub async fn on_this_core(core: &Rc<Core>, ask: TxnAsk) -> Results {
+    match ask {
+        TxnAsk::Register {
+            producer_id,
+            epoch,
+            partitions,
+        } => partitions
+            .iter()
+            .map(|(t, p)| match core.partition(t, *p) {
+                Some(part) => {
+                    part.add_to_transaction(producer_id, epoch);
+                    None
+                }
+                None => Some(ResponseError::UnknownTopicOrPartition),
+            })
+            .collect(),
+        TxnAsk::Markers {
+            producer_id,
+            epoch,
+            commit,
+            partitions,
+        } => {
+            let writes = partitions.iter().map(|(t, p)| {
+                let part = core.partition(t, *p);
+                async move {
+                    // A partition deleted since it joined the transaction needs no marker.
+                    let part = part?;
+                    match part.write_marker(producer_id, epoch, commit, 0).await {
+                        Ok(_) => None,
+                        // The producer moved on to a later epoch: this marker is stale.
+                        Err(MarkerRefused::Fenced) => None,
+                        Err(MarkerRefused::Log(e)) => {
+                            log::warn!("transaction marker on {}-{}: {e}", part.topic, part.index);
+                            Some(crate::kafka::errors::code_of(&e))
+                        }
+                    }
+                }
+            });
+            all(writes).await
+        }
+        TxnAsk::Offsets {
+            producer_id,
+            epoch,
+            commit,
+            groups,
+        } => {
+            let mut out = Vec::with_capacity(groups.len());
+            for g in &groups {
+                let ended = core
+                    .groups()
+                    .end_transaction(g, producer_id, epoch, commit)
+                    .await;
+                out.push(ended.err());
+            }
+            out
+        }
+    }
+}
+
+/// Runs the futures concurrently (each a task on this core); their outputs in order.
+async fn all<T: 'static>(
+    futures: impl Iterator<Item = impl std::future::Future<Output = T> + 'static>,
+) -> Vec<T> {
+    let tasks: Vec<_> = futures.map(glommio::spawn_local).collect();
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        out.push(t.await);
+    }
+    out
+}
+
+/// Asks `ask` of core `to` (in place when it is this core); a core that cannot be asked or does
+/// not answer in time fails every item.
+async fn ask_core(core: &Rc<Core>, to: usize, ask: TxnAsk, items: usize) -> Results {
+    if to == core.id() {
+        return on_this_core(core, ask).await;
+    }
+    let from = core.id();
+    let unanswered = vec![Some(ResponseError::CoordinatorNotAvailable); items];
+    let Some(asked) = core
+        .mesh()
+        .ask(to, |id| CoreMsg::Txn { from, id, ask })
+        .await
+    else {
+        return unanswered;
+    };
+    match core
+        .mesh()
+        .answer(asked, Instant::now() + CHANGE_TIMEOUT)
+        .await
+    {
+        Some(CoreMsg::TxnReply { results, .. }) if results.len() == items => results,
+        _ => unanswered,
+    }
+}
+
+/// The partitions grouped by owner core, with their places in `partitions`; those no core owns
+/// are answered `UNKNOWN_TOPIC_OR_PARTITION` in `results`.
+fn by_owner(
+    core: &Core,
+    partitions: &[TopicPartition],
+    results: &mut Results,
+) -> BTreeMap<usize, Vec<usize>> {
+    let mut owners: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for (i, (t, p)) in partitions.iter().enumerate() {
+        match core.owner(t, *p) {
+            Some(owner) => owners.entry(owner).or_default().push(i),
+            None => results[i] = Some(ResponseError::UnknownTopicOrPartition),
+        }
+    }
+    owners
+}
+
+/// Asks each owner core of `partitions` for its share of `make(partitions)`, all at once; one
+/// result per partition.
+async fn per_owner(
+    core: &Rc<Core>,
+    partitions: &[TopicPartition],
+    make: impl Fn(Vec<TopicPartition>) -> TxnAsk,
+) -> Results {
+    let mut results: Results = vec![None; partitions.len()];
+    let owners = by_owner(core, partitions, &mut results);
+    let asks = owners.into_iter().map(|(owner, places)| {
+        let mine: Vec<TopicPartition> = places.iter().map(|&i| partitions[i].clone()).collect();
+        let n = mine.len();
+        let ask = make(mine);
+        let core = core.clone();
+        async move { (places, ask_core(&core, owner, ask, n).await) }
+    });
+    for (places, answers) in all(asks).await {
+        for (i, r) in places.into_iter().zip(answers) {
+            results[i] = r;
+        }
+    }
+    results
+}
+
+/// AddPartitionsToTxn, once durable: each partition's owner accepts the producer's transactional
+/// batches at `epoch`. One result per partition.
+pub async fn register(
+    core: &Rc<Core>,
+    producer_id: i64,
+    epoch: i16,
+    partitions: &[TopicPartition],
+) -> Results {
+    per_owner(core, partitions, |partitions| TxnAsk::Register {
+        producer_id,
+        epoch,
+        partitions,
+    })
+    .await
+}
+
+/// Writes a transaction's markers on every partition and ends its groups' offsets; whether all
+/// of it is done (a partition deleted meanwhile needs nothing).
+pub async fn write(core: &Rc<Core>, m: &Markers) -> bool {
+    let partitions = per_owner(core, &m.partitions, |partitions| TxnAsk::Markers {
+        producer_id: m.producer_id,
+        epoch: m.epoch,
+        commit: m.commit,
+        partitions,
+    });
+    let groups = async {
+        let mut by_core: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+        for g in &m.groups {
+            let c = crate::groups::coordinator_core(g, core.cores());
+            by_core.entry(c).or_default().push(g.clone());
+        }
+        let asks = by_core.into_iter().map(|(c, groups)| {
+            let n = groups.len();
+            let ask = TxnAsk::Offsets {
+                producer_id: m.producer_id,
+                epoch: m.epoch,
+                commit: m.commit,
+                groups,
+            };
+            let core = core.clone();
+            async move { ask_core(&core, c, ask, n).await }
+        });
+        all(asks).await.concat()
+    };
+    let (partitions, groups) = futures_lite::future::zip(partitions, groups).await;
+    let failed: Vec<_> = m
+        .partitions
+        .iter()
+        .zip(&partitions)
+        .filter_map(|(tp, r)| match r {
+            None | Some(ResponseError::UnknownTopicOrPartition) => None,
+            Some(e) => Some(format!("{}-{}: {e:?}", tp.0, tp.1)),
+        })
+        .chain(
+            groups
+                .iter()
+                .filter_map(|r| r.map(|e| format!("group offsets: {e:?}"))),
+        )
+        .collect();
+    if !failed.is_empty() {
+        log::warn!(
+            "core {}: transaction markers of producer {} not all written (retried): {}",
+            core.id(),
+            m.producer_id,
+            failed.join(", ")
+        );
+    }
+    failed.is_empty()
+}
+
+/// Writes the markers of `transactional_id`'s transaction, then makes it complete. The caller
+/// holds the id's claim. `Err` leaves it in its Prepare state for the ticker to finish.
+pub async fn complete(
+    core: &Rc<Core>,
+    transactional_id: &str,
+    markers: &Markers,
+) -> Result<(), ResponseError> {
+    if !write(core, markers).await {
+        return Err(ResponseError::CoordinatorNotAvailable);
+    }
+    core.transactions()
+        .markers_written(transactional_id, markers.epoch, shards::now_ms())
+        .await
+}
+
+/// Runs the coordinator's ticker until the core stops: at start the open transactions' partitions
+/// are registered again with their owners (a restart forgot them), then every check interval the
+/// due work (see `TxnCoordinator::due`) is carried out.
+pub async fn run_ticker(core: Rc<Core>) {
+    let interval = core
+        .transactions()
+        .config
+        .timeout_check_interval
+        .max(Duration::from_millis(10));
+    let mut unregistered = ongoing(&core);
+    let mut rounds = 0;
+    loop {
+        let stopped = futures_lite::future::or(
+            async {
+                glommio::timer::sleep(interval).await;
+                false
+            },
+            async {
+                core.shutdown().wait_for(1).await;
+                true
+            },
+        )
+        .await;
+        if stopped {
+            return;
+        }
+        if !unregistered.is_empty() && rounds < 20 {
+            rounds += 1;
+            unregistered = register_again(&core, unregistered).await;
+        }
+        for (id, markers, _claim) in core.transactions().due(shards::now_ms()).await {
+            if let Err(e) = complete(&core, &id, &markers).await {
+                log::warn!(
+                    "core {}: the transaction of {id} is not complete yet: {e:?}",
+                    core.id()
+                );
+            }
+        }
+    }
+}
+
+/// The open transactions: producer id, epoch and partitions.
+fn ongoing(core: &Core) -> Vec<(i64, i16, Vec<TopicPartition>)> {
+    core.transactions()
+        .all()
+        .into_iter()
+        .filter(|(_, m)| m.state == TxnState::Ongoing)
+        .map(|(_, m)| (m.producer_id, m.epoch, m.partitions.into_iter().collect()))
+        .collect()
+}
+
+/// Registers the transactions' partitions with their owners; what still failed.
+async fn register_again(
+    core: &Rc<Core>,
+    txns: Vec<(i64, i16, Vec<TopicPartition>)>,
+) -> Vec<(i64, i16, Vec<TopicPartition>)> {
+    let mut left = Vec::new();
+    for (producer_id, epoch, partitions) in txns {
+        let results = register(core, producer_id, epoch, &partitions).await;
+        let failed: Vec<TopicPartition> = partitions
+            .into_iter()
+            .zip(results)
+            .filter(|(_, r)| r.is_some())
+            .map(|(tp, _)| tp)
+            .collect();
+        if !failed.is_empty() {
+            left.push((producer_id, epoch, failed));
+        }
+    }
+    left
+}
+
+// TEMPORARY until the groups' transactional offsets land.
+trait EndTxnStub {
+    async fn end_transaction(
+        &self,
+        group: &str,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+    ) -> Result<(), ResponseError>;
+}
+impl EndTxnStub for crate::groups::Coordinator {
+    async fn end_transaction(
+        &self,
+        _group: &str,
+        _producer_id: i64,
+        _epoch: i16,
+        _commit: bool,
+    ) -> Result<(), ResponseError> {
+        Ok(())
+    }
+}
