@@ -459,3 +459,197 @@ fn read_committed_consumers_stop_at_the_last_stable_offset_and_skip_aborted_reco
     assert_eq!(uncommitted.len(), 8, "{uncommitted:?}");
     shoal.stop();
 }
+
+/// Two producers with one transactional id: the second's InitProducerId aborts the first's open
+/// transaction and fences it; the first cannot commit, and none of its records are ever seen by
+/// read_committed consumers.
+#[test]
+fn a_second_producer_with_the_same_id_fences_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 2, &[]);
+    create_topics(&shoal.bootstrap(), &[("fenced", 2)]);
+    let zombie = transactional_producer(&shoal.bootstrap(), "tx-shared", &[]);
+    zombie.begin_transaction().unwrap();
+    send_values(&zombie, "fenced", &values("zombie", 10));
+    let live = transactional_producer(&shoal.bootstrap(), "tx-shared", &[]);
+    let e = zombie
+        .commit_transaction(Duration::from_secs(30))
+        .expect_err("the zombie is fenced");
+    assert!(
+        matches!(
+            e.rdkafka_error_code(),
+            Some(rdkafka::types::RDKafkaErrorCode::ProducerFenced)
+                | Some(rdkafka::types::RDKafkaErrorCode::InvalidProducerEpoch)
+                | Some(rdkafka::types::RDKafkaErrorCode::Fenced)
+        ),
+        "{e}"
+    );
+    live.begin_transaction().unwrap();
+    send_values(&live, "fenced", &values("live", 10));
+    live.commit_transaction(Duration::from_secs(30)).unwrap();
+    let seen = consume_topic(&shoal.bootstrap(), "fenced", 2, "read_committed", 10);
+    assert_eq!(seen, sorted(values("live", 10)));
+    assert!(shoal.metric("shoal_transactions_producers_fenced_total") >= 1);
+    assert_eq!(shoal.metric("shoal_transactions_aborted_total"), 1);
+    assert_eq!(shoal.metric("shoal_log_last_stable_offset_lag"), 0);
+    drop((zombie, live));
+    shoal.stop();
+}
+
+/// A transaction left open past its timeout is aborted by the coordinator: the partitions' last
+/// stable offset moves past it (read_committed readers go on), DescribeTransactions says so, and
+/// the producer's late commit fails.
+#[test]
+fn an_open_transaction_past_its_timeout_is_aborted() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(
+        dir.path(),
+        2,
+        &["--transaction-timeout-check-interval-ms", "100"],
+    );
+    create_topics(&shoal.bootstrap(), &[("slow", 2)]);
+    let p = transactional_producer(
+        &shoal.bootstrap(),
+        "tx-slow",
+        &[
+            ("transaction.timeout.ms", "1500"),
+            ("socket.timeout.ms", "1500"),
+        ],
+    );
+    p.begin_transaction().unwrap();
+    send_values(&p, "slow", &values("late", 10));
+    assert_eq!(shoal.metric("shoal_transactions_open"), 1);
+    assert!(shoal.metric("shoal_log_last_stable_offset_lag") > 0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while shoal.metric("shoal_transactions_timed_out_total") == 0 {
+        assert!(Instant::now() < deadline, "no timeout abort");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while shoal.metric("shoal_log_last_stable_offset_lag") > 0 {
+        assert!(Instant::now() < deadline, "markers not written");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(shoal.metric("shoal_transactions_open"), 0);
+    let (state, _) = describe_transaction(&shoal, "tx-slow");
+    assert_eq!(state, "CompleteAbort");
+    assert!(p.commit_transaction(Duration::from_secs(10)).is_err());
+    let seen = consume_topic(&shoal.bootstrap(), "slow", 2, "read_committed", 0);
+    assert!(seen.is_empty(), "{seen:?}");
+    drop(p);
+    shoal.stop();
+}
+
+/// The state of `id` at its coordinator (FindCoordinator, then DescribeTransactions there), and
+/// its partitions.
+fn describe_transaction(shoal: &Shoal, id: &str) -> (String, Vec<(String, i32)>) {
+    use kafka_protocol::messages::{DescribeTransactionsRequest, DescribeTransactionsResponse};
+    let mut c = connect(shoal.ports[0]);
+    let r: FindCoordinatorResponse = call(
+        &mut c,
+        ApiKey::FindCoordinator,
+        3,
+        1,
+        &FindCoordinatorRequest::default()
+            .with_key(s(id))
+            .with_key_type(1),
+    );
+    let mut c = connect(r.port as u16);
+    let r: DescribeTransactionsResponse = call(
+        &mut c,
+        ApiKey::DescribeTransactions,
+        0,
+        2,
+        &DescribeTransactionsRequest::default()
+            .with_transactional_ids(vec![kafka_protocol::messages::TransactionalId(s(id))]),
+    );
+    let t = &r.transaction_states[0];
+    assert_eq!(t.error_code, NONE);
+    let partitions = t
+        .topics
+        .iter()
+        .flat_map(|tp| tp.partitions.iter().map(|p| (tp.topic.to_string(), *p)))
+        .collect();
+    (t.transaction_state.to_string(), partitions)
+}
+
+/// A read_committed consumer parked behind an open transaction gets nothing while it is open and
+/// wakes when it commits (the long poll waits on the last stable offset).
+#[test]
+fn a_read_committed_consumer_behind_an_open_transaction_wakes_at_its_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 2, &[]);
+    create_topics(&shoal.bootstrap(), &[("parked", 1)]);
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", shoal.bootstrap())
+        .set("group.id", "parked")
+        .set("isolation.level", "read_committed")
+        .set("fetch.wait.max.ms", "500")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset("parked", 0, Offset::Beginning)
+        .unwrap();
+    consumer.assign(&tpl).unwrap();
+    let p = transactional_producer(&shoal.bootstrap(), "tx-parked", &[]);
+    p.begin_transaction().unwrap();
+    send_values(&p, "parked", &values("held", 5));
+    let until = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < until {
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            panic!(
+                "an uncommitted record was delivered: {:?}",
+                m.map(|m| m.offset())
+            );
+        }
+    }
+    p.commit_transaction(Duration::from_secs(30)).unwrap();
+    let committed = Instant::now();
+    let mut got = Vec::new();
+    while got.len() < 5 {
+        assert!(committed.elapsed() < Duration::from_secs(10), "{got:?}");
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            let m = m.expect("fetch succeeds");
+            got.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+        }
+    }
+    assert_eq!(sorted(got), sorted(values("held", 5)));
+    drop((p, consumer));
+    shoal.stop();
+}
+
+/// A transactional batch from a producer whose transaction does not include the partition is
+/// refused with INVALID_TXN_STATE, and nothing is appended.
+#[test]
+fn a_transactional_batch_outside_a_transaction_is_refused() {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+    const INVALID_TXN_STATE: i16 = 48;
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 1, &[]);
+    create_topics(&shoal.bootstrap(), &[(TOPIC, 1)]);
+    let mut b = BatchBuilder::new(1_700_000_000_000)
+        .producer(77, 0, 0)
+        .transactional();
+    b.push(1_700_000_000_000, Some(b"k"), Some(b"v"), &[]);
+    let mut c = connect(shoal.ports[0]);
+    let r: ProduceResponse = call(
+        &mut c,
+        ApiKey::Produce,
+        8,
+        1,
+        &ProduceRequest::default()
+            .with_transactional_id(Some(kafka_protocol::messages::TransactionalId(s("tx-x"))))
+            .with_acks(-1)
+            .with_timeout_ms(5000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(TopicName(s(TOPIC)))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(0)
+                    .with_records(Some(Bytes::from(b.finish(0))))])]),
+    );
+    let p = &r.responses[0].partition_responses[0];
+    assert_eq!(p.error_code, INVALID_TXN_STATE, "{p:?}");
+    assert_eq!(list_offset(&mut c, 0, -1), 0, "nothing appended");
+    shoal.stop();
+}
