@@ -653,3 +653,39 @@ fn a_transactional_batch_outside_a_transaction_is_refused() {
     assert_eq!(list_offset(&mut c, 0, -1), 0, "nothing appended");
     shoal.stop();
 }
+
+/// kill -9 with one transaction open and another decided: after the restart the coordinator
+/// finds both in its log; the open one goes on (its producer adds more and commits) and every
+/// committed record is read exactly once by read_committed consumers, none of the aborted ones.
+#[test]
+fn transactions_survive_kill_9_of_the_broker() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = common::free_port_run(2);
+    let listen = format!("127.0.0.1:{port}");
+    let args = ["--transaction-timeout-check-interval-ms", "100"];
+    let shoal = Shoal::start_on(dir.path(), 2, &listen, &args);
+    create_topics(&listen, &[("crash", 4)]);
+    let aborted = transactional_producer(&listen, "tx-crash-abort", &[]);
+    aborted.begin_transaction().unwrap();
+    send_values(&aborted, "crash", &values("aborted", 8));
+    aborted
+        .abort_transaction(Duration::from_secs(30))
+        .unwrap();
+    let p = transactional_producer(&listen, "tx-crash", &[]);
+    p.begin_transaction().unwrap();
+    send_values(&p, "crash", &values("before", 8));
+    shoal.kill_hard();
+    let shoal = Shoal::start_on(dir.path(), 2, &listen, &args);
+    // The same transaction goes on over the restart: more records, then the commit.
+    send_values(&p, "crash", &values("after", 8));
+    p.commit_transaction(Duration::from_secs(30)).unwrap();
+    let mut want = values("before", 8);
+    want.extend(values("after", 8));
+    let seen = consume_topic(&listen, "crash", 4, "read_committed", 16);
+    assert_eq!(seen, sorted(want));
+    let (state, _) = describe_transaction(&shoal, "tx-crash");
+    assert_eq!(state, "CompleteCommit");
+    assert_eq!(shoal.metric("shoal_log_last_stable_offset_lag"), 0);
+    drop((p, aborted));
+    shoal.stop();
+}
