@@ -136,6 +136,7 @@ impl Server {
         let admin_tls = admin_tls(config.admin_tls, config.broker.auth.tls.as_ref())?;
         let table = control::load_table(&config.broker.data_dir)?;
         crate::groups::reshard(&config.broker.data_dir, cores)?;
+        crate::transactions::reshard(&config.broker.data_dir, cores)?;
         let retry = config.bind_retry;
         let (sockets, listeners) = bind_listeners(&wanted, cores, retry)?;
         let ports = listeners[0].ports.clone();

@@ -668,9 +668,7 @@ fn transactions_survive_kill_9_of_the_broker() {
     let aborted = transactional_producer(&listen, "tx-crash-abort", &[]);
     aborted.begin_transaction().unwrap();
     send_values(&aborted, "crash", &values("aborted", 8));
-    aborted
-        .abort_transaction(Duration::from_secs(30))
-        .unwrap();
+    aborted.abort_transaction(Duration::from_secs(30)).unwrap();
     let p = transactional_producer(&listen, "tx-crash", &[]);
     p.begin_transaction().unwrap();
     send_values(&p, "crash", &values("before", 8));
@@ -688,4 +686,95 @@ fn transactions_survive_kill_9_of_the_broker() {
     assert_eq!(shoal.metric("shoal_log_last_stable_offset_lag"), 0);
     drop((p, aborted));
     shoal.stop();
+}
+
+/// Changing `--cores` moves every transactional id to its new coordinator core: each is found
+/// there with its producer id and state, from 2 cores to 1 and then to 3, and an open
+/// transaction is still open (and ends by timeout, its records never seen read_committed).
+#[test]
+fn transactional_ids_move_with_the_core_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 2, &[]);
+    create_topics(&shoal.bootstrap(), &[("moved", 2)]);
+    let ids: Vec<String> = (0..6).map(|i| format!("tx-moved-{i}")).collect();
+    let mut before = Vec::new();
+    for id in &ids {
+        let p = transactional_producer(&shoal.bootstrap(), id, &[]);
+        p.begin_transaction().unwrap();
+        send_values(&p, "moved", &values(id, 2));
+        p.commit_transaction(Duration::from_secs(30)).unwrap();
+        before.push(describe_full(&shoal, id));
+    }
+    let open = transactional_producer(
+        &shoal.bootstrap(),
+        "tx-moved-open",
+        &[
+            ("transaction.timeout.ms", "4000"),
+            ("socket.timeout.ms", "4000"),
+        ],
+    );
+    open.begin_transaction().unwrap();
+    send_values(&open, "moved", &values("open", 2));
+    drop(open);
+    shoal.stop();
+    for cores in [1, 3] {
+        let shoal = Shoal::start(
+            dir.path(),
+            cores,
+            &["--transaction-timeout-check-interval-ms", "100"],
+        );
+        for (id, b) in ids.iter().zip(&before) {
+            assert_eq!(&describe_full(&shoal, id), b, "{id} on {cores} cores");
+        }
+        if cores == 1 {
+            let (state, partitions) = describe_transaction(&shoal, "tx-moved-open");
+            assert!(state == "Ongoing" || state == "CompleteAbort", "{state}");
+            assert!(state == "CompleteAbort" || !partitions.is_empty());
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while describe_transaction(&shoal, "tx-moved-open").0 != "CompleteAbort" {
+            assert!(
+                Instant::now() < deadline,
+                "the open transaction never timed out"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let seen = consume_topic(&shoal.bootstrap(), "moved", 2, "read_committed", 12);
+        assert_eq!(seen.len(), 12, "{seen:?}");
+        assert!(!seen.iter().any(|v| v.starts_with("open")));
+        shoal.stop();
+    }
+    assert!(dir.path().join("__transactions").join("core-2").exists());
+}
+
+/// An id's producer id, epoch and state at its coordinator.
+fn describe_full(shoal: &Shoal, id: &str) -> (i64, i16, String) {
+    use kafka_protocol::messages::{DescribeTransactionsRequest, DescribeTransactionsResponse};
+    let mut c = connect(shoal.ports[0]);
+    let r: FindCoordinatorResponse = call(
+        &mut c,
+        ApiKey::FindCoordinator,
+        3,
+        1,
+        &FindCoordinatorRequest::default()
+            .with_key(s(id))
+            .with_key_type(1),
+    );
+    assert_eq!(r.error_code, NONE);
+    let mut c = connect(r.port as u16);
+    let r: DescribeTransactionsResponse = call(
+        &mut c,
+        ApiKey::DescribeTransactions,
+        0,
+        2,
+        &DescribeTransactionsRequest::default()
+            .with_transactional_ids(vec![kafka_protocol::messages::TransactionalId(s(id))]),
+    );
+    let t = &r.transaction_states[0];
+    assert_eq!(t.error_code, NONE, "{id}");
+    (
+        t.producer_id.0,
+        t.producer_epoch,
+        t.transaction_state.to_string(),
+    )
 }

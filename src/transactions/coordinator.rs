@@ -162,7 +162,8 @@ impl TxnCoordinator {
         }
     }
 
-    /// Opens this core's transaction log.
+    /// Opens this core's transaction log. Ids another core coordinates (stale copies a crashed
+    /// `--cores` change left) are dropped: their coordinator holds the live state.
     pub async fn load(&self, data_dir: &Path, cache: Rc<shards::TailCache>) -> Result<(), String> {
         let log = TxnLog::open(
             &log_dir(data_dir, self.core),
@@ -170,6 +171,13 @@ impl TxnCoordinator {
             self.config.compact_min_records,
         )
         .await?;
+        let dropped = super::reshard::drop_foreign(&log, self.core, self.cores).await?;
+        if dropped > 0 {
+            log::warn!(
+                "core {}: dropped {dropped} stale copies of transactional ids other cores coordinate",
+                self.core
+            );
+        }
         *self.log.borrow_mut() = Some(Rc::new(log));
         Ok(())
     }

@@ -8,6 +8,8 @@
 //!   the markers to write, or Kafka's error code.
 //! - [`log`]   — the durable state: a record per change in an internal log per core, replayed at
 //!   start.
+//! - `reshard` — moving transactional ids to their new coordinators when `--cores` changes
+//!   ([`reshard()`]).
 //!
 //! The markers are written on the partitions' owner cores by `crate::transaction_markers`.
 //!
@@ -15,7 +17,10 @@
 
 pub mod coordinator;
 pub mod log;
+mod reshard;
 pub mod state;
+
+pub use reshard::reshard;
 
 use std::path::{Path, PathBuf};
 
