@@ -68,6 +68,9 @@ pub struct CompactionStats {
     pub written_bytes: u64,
     pub records_removed: u64,
     pub tombstones_removed: u64,
+    /// Transaction markers removed: their transaction's records all gone, and older than
+    /// `delete.retention.ms`.
+    pub markers_removed: u64,
     /// The first dirty offset after the pass.
     pub cleaned_to: i64,
 }
@@ -167,6 +170,41 @@ impl KeyMap {
                     .iter()
                     .any(|&(first, last)| first <= h.base_offset && h.base_offset < last)
             })
+    }
+}
+
+/// What compaction does with a transaction marker (Kafka's rule): kept while any record of its
+/// transaction is; once none is, kept for `delete.retention.ms` after it was written (a consumer
+/// part way through the transaction still sees it end), then removed.
+enum MarkerFate {
+    Keep,
+    KeepUntil(i64),
+    Remove,
+}
+
+impl MarkerFate {
+    /// The fate of marker `h`; ends the producer's transaction in `txn_kept`.
+    fn of(
+        h: &BatchHeader,
+        txn_kept: &mut HashMap<i64, bool>,
+        delete_ms: i64,
+        now: i64,
+        seg: &Segment,
+    ) -> MarkerFate {
+        if txn_kept.remove(&h.producer_id).unwrap_or(false) {
+            return MarkerFate::Keep;
+        }
+        let written_at = if h.max_timestamp >= 0 {
+            h.max_timestamp
+        } else {
+            seg.last_modified_ms.get()
+        };
+        let expires = written_at.saturating_add(delete_ms);
+        if expires <= now {
+            MarkerFate::Remove
+        } else {
+            MarkerFate::KeepUntil(expires)
+        }
     }
 }
 
@@ -380,6 +418,9 @@ impl Inner {
         }
         let cleaned_to = segs.get(mapped).map_or(after, |s| s.base_offset);
         let mut horizon = None;
+        // The groups are walked in order from the log's start: per producer, whether the
+        // transaction being walked through kept a record (which decides its marker's fate).
+        let mut txn_kept: HashMap<i64, bool> = HashMap::new();
         for (i, group) in groups.iter().enumerate() {
             let end = groups
                 .get(i + 1)
@@ -392,6 +433,7 @@ impl Inner {
                     now,
                     &mut stats,
                     &mut horizon,
+                    &mut txn_kept,
                     &mut slicer,
                 )
                 .await?;
@@ -447,6 +489,7 @@ impl Inner {
         now: i64,
         stats: &mut CompactionStats,
         horizon: &mut Option<i64>,
+        txn_kept: &mut HashMap<i64, bool>,
         slicer: &mut Slicer,
     ) -> Result<Cleaned> {
         let base = group[0].base_offset;
@@ -531,6 +574,24 @@ impl Inner {
                         }
                         let last_of_producer = h.producer_id >= 0
                             && map.last_batch.get(&h.producer_id) == Some(&h.base_offset);
+                        if h.is_control() && !last_of_producer {
+                            let marker = MarkerFate::of(&h, txn_kept, delete_ms, now, seg);
+                            if let MarkerFate::Remove = marker {
+                                stats.markers_removed += 1;
+                                // Its aborted-index entry goes too: a reader told of an aborted
+                                // transaction skips the producer's records until its marker.
+                                out.txns.aborted.retain(|a| {
+                                    a.producer_id != h.producer_id
+                                        || a.last_offset != h.base_offset
+                                });
+                                continue;
+                            }
+                            if let MarkerFate::KeepUntil(expires) = marker {
+                                *horizon = Some(horizon.map_or(expires, |h| h.min(expires)));
+                            }
+                        } else if h.is_transactional() && !h.is_control() {
+                            *txn_kept.entry(h.producer_id).or_default() |= !keep.is_empty();
+                        }
                         let whole =
                             h.is_control() || !spans.is_empty() && keep.len() == spans.len();
                         let batch: std::borrow::Cow<[u8]> = if whole {
