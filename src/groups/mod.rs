@@ -912,6 +912,175 @@ mod tests {
         );
     }
 
+    fn pending_at(offset: i64, epoch: i16) -> PendingOffset {
+        PendingOffset {
+            producer_epoch: epoch,
+            value: committed(offset, 5),
+        }
+    }
+
+    #[test]
+    fn a_transactions_offsets_show_only_once_it_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().to_path_buf();
+        run(move || async move {
+            let c = Coordinator::new(0, 1, config());
+            c.load(&data, cache()).await.unwrap();
+            let store = c.check_txn_commit("g", "", None, -1, (7, 1)).unwrap();
+            let tp = ("t".to_string(), 0);
+            c.txn_commit(&store, "g", 7, vec![(tp.clone(), pending_at(40, 1))])
+                .await
+                .unwrap();
+            c.tick();
+            assert!(c.exists("g"), "a group with only pending offsets is kept");
+            assert!(c.has_pending("g", "t", 0));
+            assert_eq!(c.fetch("g", "t", 0), None);
+            assert!(c.positions().is_empty(), "pending offsets have no lag");
+            // A zombie of the producer (an older epoch) cannot replace the pending offset.
+            assert_eq!(
+                c.check_txn_commit("g", "", None, -1, (7, 0)).err(),
+                Some(ResponseError::InvalidProducerEpoch)
+            );
+            assert_eq!(
+                c.check_txn_commit("g", "", None, -1, (-1, 0)).err(),
+                Some(ResponseError::InvalidProducerIdMapping)
+            );
+            c.end_transaction("g", 7, 1, true).await.unwrap();
+            assert!(!c.has_pending("g", "t", 0));
+            assert_eq!(c.fetch("g", "t", 0), Some(committed(40, 5)));
+            assert_eq!(c.stats().offset_commits, 1);
+            // Sent again by a recovering transaction coordinator: Ok, nothing changes.
+            c.end_transaction("g", 7, 1, true).await.unwrap();
+            assert_eq!(c.fetch("g", "t", 0), Some(committed(40, 5)));
+            assert_eq!(c.stats().offset_commits, 1);
+            c.close().await;
+        });
+    }
+
+    #[test]
+    fn a_marker_for_a_group_this_core_forgot_creates_it_and_deleting_a_group_drops_pending() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().to_path_buf();
+        run(move || async move {
+            let c = Coordinator::new(0, 1, config());
+            c.load(&data, cache()).await.unwrap();
+            // Written to the store directly: the core has no group for it (as after its last
+            // member left and the tick forgot it).
+            let store = c.store().unwrap();
+            let tp = ("t".to_string(), 1);
+            store
+                .write_pending("lone", vec![(9, tp.clone(), Some(pending_at(3, 0)))])
+                .await
+                .unwrap();
+            assert!(!c.exists("lone"));
+            c.end_transaction("lone", 9, 0, true).await.unwrap();
+            assert!(c.exists("lone"));
+            c.tick();
+            assert!(c.exists("lone"), "kept: it has a committed offset now");
+            assert_eq!(c.fetch("lone", "t", 1), Some(committed(3, 5)));
+            // A marker for a group with nothing pending: Ok, and the group is forgotten again.
+            c.end_transaction("never", 9, 0, false).await.unwrap();
+            c.tick();
+            assert!(!c.exists("never"));
+            assert_eq!(
+                c.end_transaction("x", 1, 0, true).await,
+                Ok(()),
+                "idempotent on an unknown group"
+            );
+
+            let store = c.check_txn_commit("doomed", "", None, -1, (4, 0)).unwrap();
+            c.txn_commit(&store, "doomed", 4, vec![(tp.clone(), pending_at(1, 0))])
+                .await
+                .unwrap();
+            assert_eq!(c.delete("doomed").await, Ok(()));
+            assert!(!c.has_pending("doomed", "t", 1));
+            c.end_transaction("doomed", 4, 0, true).await.unwrap();
+            assert_eq!(c.fetch("doomed", "t", 1), None, "nothing left to commit");
+            c.close().await;
+            let c = Coordinator::new(0, 1, config());
+            c.load(&data, cache()).await.unwrap();
+            assert!(!c.has_pending("doomed", "t", 1));
+            assert_eq!(c.fetch("lone", "t", 1), Some(committed(3, 5)));
+            c.close().await;
+        });
+    }
+
+    #[test]
+    fn kip_447_fencing_of_txn_offset_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().to_path_buf();
+        run(move || async move {
+            let c = Coordinator::new(0, 1, config());
+            c.load(&data, cache()).await.unwrap();
+            let Answer::Later(joined) = c.join("g", join_req("")) else {
+                panic!("a first join waits for the rebalance")
+            };
+            let j = loop {
+                c.tick();
+                if let Some(j) = joined.try_take() {
+                    break j;
+                }
+                glommio::timer::sleep(Duration::from_millis(5)).await;
+            };
+            assert_eq!(j.error, None);
+            let check = |member: &str, generation| {
+                c.check_txn_commit("g", member, None, generation, (1, 0))
+                    .err()
+            };
+            assert_eq!(check(&j.member_id, j.generation), None);
+            assert_eq!(check("", -1), None, "old clients send no member");
+            assert_eq!(
+                check(&j.member_id, j.generation + 1),
+                Some(ResponseError::IllegalGeneration)
+            );
+            assert_eq!(check("stranger", -1), Some(ResponseError::UnknownMemberId));
+            assert_eq!(
+                check("", j.generation + 1),
+                Some(ResponseError::IllegalGeneration)
+            );
+            c.close().await;
+        });
+    }
+
+    #[test]
+    fn a_reshard_moves_pending_offsets_to_the_new_coordinator() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().to_path_buf();
+        let g = group_on(1, 2, 3, 4);
+        {
+            let (data, g) = (data.clone(), g.clone());
+            run(move || async move {
+                let s = OffsetStore::open(&store_dir(&data, 1), cache(), 1000)
+                    .await
+                    .unwrap();
+                let tp = ("t".to_string(), 0);
+                s.write(&g, vec![(tp.clone(), Some(committed(1, 1)))])
+                    .await
+                    .unwrap();
+                s.write_pending(&g, vec![(5, tp, Some(pending_at(2, 3)))])
+                    .await
+                    .unwrap();
+                s.close().await;
+            });
+        }
+        std::fs::write(data.join("__groups").join("cores"), "2").unwrap();
+        reshard(&data, 4).unwrap();
+        run(move || async move {
+            let c = Coordinator::new(3, 4, config());
+            c.load(&data, cache()).await.unwrap();
+            assert!(c.has_pending(&g, "t", 0));
+            assert_eq!(c.fetch(&g, "t", 0), Some(committed(1, 1)));
+            c.end_transaction(&g, 5, 3, true).await.unwrap();
+            assert_eq!(c.fetch(&g, "t", 0), Some(committed(2, 5)));
+            c.close().await;
+            let s = OffsetStore::open(&store_dir(&data, 1), cache(), 1000)
+                .await
+                .unwrap();
+            assert!(!s.has_group(&g), "no copy left at the old coordinator");
+            s.close().await;
+        });
+    }
+
     #[test]
     fn without_the_old_coordinators_copy_the_latest_commit_of_each_partition_wins() {
         let copies = vec![
