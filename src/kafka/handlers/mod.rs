@@ -31,6 +31,7 @@ pub mod produce;
 pub mod sasl_authenticate;
 pub mod sasl_handshake;
 pub mod sync_group;
+pub mod txn_offset_commit;
 
 use crate::core_state::Core;
 use crate::edge::groups::{Answer, Client};
@@ -93,6 +94,7 @@ pub const APIS: &[Versions] = &[
     delete_acls::VERSIONS,
     describe_user_scram_credentials::VERSIONS,
     alter_user_scram_credentials::VERSIONS,
+    txn_offset_commit::VERSIONS,
 ];
 
 pub fn supports(api_key: i16, version: i16) -> bool {
@@ -206,6 +208,7 @@ pub async fn handle(core: Rc<Core>, req: Request, session: Rc<Session>) -> Reply
         ApiKey::AlterUserScramCredentials => {
             Box::pin(alter_user_scram_credentials::handle(&core, &req, s)).await
         }
+        ApiKey::TxnOffsetCommit => Box::pin(txn_offset_commit::handle(&core, &req, s)).await,
         _ => unreachable!("supports() only admits the APIs above"),
     };
     finish(&core, &req, peer, key, result)
