@@ -247,17 +247,23 @@ pub fn decode_value(v: &[u8]) -> Option<Committed> {
 /// A record read back from the log as the update it wrote; `None` for a bad key or value.
 fn decode_update(key: Option<&[u8]>, value: Option<&[u8]>) -> Option<(String, Update)> {
     let key = key?;
-    match key.first()? {
-        &KIND_COMMITTED => {
+    match *key.first()? {
+        KIND_COMMITTED => {
             let (group, topic, partition) = decode_key(key)?;
-            let value = value.map(decode_value);
-            let value = if let Some(v) = value { Some(v?) } else { None };
+            // A value that does not decode makes a bad record, not a tombstone.
+            let value = match value {
+                None => None,
+                Some(v) => Some(decode_value(v)?),
+            };
             Some((group, Update::Offset((topic, partition), value)))
         }
-        &KIND_PENDING => {
+        KIND_PENDING => {
             let (group, id, topic, partition) = decode_pending_key(key)?;
-            let value = value.map(decode_pending_value);
-            let value = if let Some(v) = value { Some(v?) } else { None };
+            // A value that does not decode makes a bad record, not a tombstone.
+            let value = match value {
+                None => None,
+                Some(v) => Some(decode_pending_value(v)?),
+            };
             Some((group, Update::Pending(id, (topic, partition), value)))
         }
         _ => None,
