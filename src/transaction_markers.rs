@@ -312,25 +312,3 @@ async fn register_again(
     }
     left
 }
-
-// TEMPORARY until the groups' transactional offsets land.
-trait EndTxnStub {
-    async fn end_transaction(
-        &self,
-        group: &str,
-        producer_id: i64,
-        epoch: i16,
-        commit: bool,
-    ) -> Result<(), ResponseError>;
-}
-impl EndTxnStub for crate::groups::Coordinator {
-    async fn end_transaction(
-        &self,
-        _group: &str,
-        _producer_id: i64,
-        _epoch: i16,
-        _commit: bool,
-    ) -> Result<(), ResponseError> {
-        Ok(())
-    }
-}

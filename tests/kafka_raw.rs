@@ -261,6 +261,7 @@ fn expected_ranges() -> Vec<(i16, i16, i16)> {
         (ApiKey::DeleteAcls as i16, 1, 3),
         (ApiKey::DescribeUserScramCredentials as i16, 0, 0),
         (ApiKey::AlterUserScramCredentials as i16, 0, 0),
+        (ApiKey::TxnOffsetCommit as i16, 0, 3),
     ];
     v.sort_unstable();
     v

@@ -1,7 +1,8 @@
 //! Consumer groups: the per-core group coordinator.
 //!
 //! - [`group`]   — one group's state machine (Kafka's classic protocol), pure and synchronous.
-//! - [`offsets`] — committed offsets: in memory, durable in an internal log per core, compacted.
+//! - [`offsets`] — committed offsets and pending transactional ones: in memory, durable in an
+//!   internal log per core, compacted.
 //! - [`lag`]     — consumer group lag computed from committed offsets and partitions' ends, the
 //!   latest figures kept for the statistics, and their `/metrics` families.
 //! - `reshard`   — moving committed offsets when `--cores` changes ([`reshard()`]).
@@ -21,7 +22,7 @@ use group::{
     Answer, Group, GroupConfig, GroupState, JoinAnswer, JoinRequest, SyncAnswer, SyncRequest,
 };
 use kafka_protocol::error::ResponseError;
-use offsets::{Committed, OffsetStore, TopicPartition};
+use offsets::{Committed, OffsetStore, PendingOffset, TopicPartition};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -311,6 +312,134 @@ impl Coordinator {
         }
     }
 
+    /// Whether a TxnOffsetCommit of this member and producer is allowed now (see
+    /// [`Group::check_txn_commit`]); creates the group if it has none, as a simple commit does. A
+    /// producer epoch older than that of the producer's pending offsets of the group is a zombie's
+    /// and gets `INVALID_PRODUCER_EPOCH`, so it cannot replace offsets that a marker of the newer
+    /// epoch would commit.
+    pub fn check_txn_commit(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance: Option<&str>,
+        generation: i32,
+        producer: (i64, i16),
+    ) -> Result<Rc<OffsetStore>, ResponseError> {
+        self.check(group_id)?;
+        let store = self.store()?;
+        let (producer_id, producer_epoch) = producer;
+        if producer_id < 0 || producer_epoch < 0 {
+            return Err(ResponseError::InvalidProducerIdMapping);
+        }
+        let now = Instant::now();
+        let mut groups = self.groups.borrow_mut();
+        let g = match groups.entry(group_id.to_string()) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let g = e.insert(Group::new(group_id, self.group_config(), now));
+                // Forgotten by the tick if the check or the write fails and leaves it empty.
+                self.mark_active(group_id);
+                g
+            }
+        };
+        g.check_txn_commit(member_id, instance, generation, now)?;
+        if store
+            .pending_epoch(group_id, producer_id)
+            .is_some_and(|e| e > producer_epoch)
+        {
+            return Err(ResponseError::InvalidProducerEpoch);
+        }
+        Ok(store)
+    }
+
+    /// Writes a TxnOffsetCommit's offsets (already checked) durably as pending offsets of the
+    /// producer. Like [`Self::commit`], the caller awaits it in the same poll as the check.
+    pub async fn txn_commit(
+        &self,
+        store: &OffsetStore,
+        group_id: &str,
+        producer_id: i64,
+        offsets: Vec<(TopicPartition, PendingOffset)>,
+    ) -> Result<(), ResponseError> {
+        let changes = offsets
+            .into_iter()
+            .map(|(tp, p)| (producer_id, tp, Some(p)))
+            .collect();
+        store.write_pending(group_id, changes).await.map_err(|e| {
+            log::error!(
+                "core {}: writing transactional offsets of {group_id}: {e}",
+                self.core
+            );
+            ResponseError::CoordinatorNotAvailable
+        })
+    }
+
+    /// Ends a transaction of `producer_id` for `group_id` (the transaction coordinator's marker,
+    /// run on this core, the group's coordinator): on commit, its pending offsets become the
+    /// group's committed offsets; on abort they are dropped; both in one durable append. Pending
+    /// offsets written at a newer epoch than `producer_epoch` are left alone (a stale marker:
+    /// logged, and Ok, as Kafka ignores them). Idempotent: with nothing pending it is Ok and
+    /// writes nothing, so a coordinator's recovery may send it again. The group is created if
+    /// this core has none (its committed offsets then show, as after a simple commit); a group
+    /// being deleted is left to the delete, which drops its pending offsets.
+    pub async fn end_transaction(
+        &self,
+        group_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+    ) -> Result<(), ResponseError> {
+        self.check(group_id)?;
+        let store = self.store()?;
+        let live = || {
+            let mut groups = self.groups.borrow_mut();
+            match groups.get(group_id) {
+                Some(g) => g.state() != GroupState::Dead,
+                None => {
+                    let g = Group::new(group_id, self.group_config(), Instant::now());
+                    groups.insert(group_id.to_string(), g);
+                    // Forgotten by the tick if it is left without offsets.
+                    self.mark_active(group_id);
+                    true
+                }
+            }
+        };
+        let ended = store
+            .end_transaction(group_id, producer_id, producer_epoch, commit, live)
+            .await
+            .map_err(|e| {
+                log::error!(
+                    "core {}: ending a transaction of producer {producer_id} for group \
+                     {group_id}: {e}",
+                    self.core
+                );
+                ResponseError::CoordinatorNotAvailable
+            })?;
+        if ended.newer_kept > 0 {
+            log::warn!(
+                "core {}: group {group_id}: a stale {} marker of producer {producer_id} (epoch \
+                 {producer_epoch}) left {} pending offsets of a newer epoch",
+                self.core,
+                if commit { "commit" } else { "abort" },
+                ended.newer_kept
+            );
+        }
+        if commit {
+            let n = ended.resolved as u64;
+            self.offset_commits.set(self.offset_commits.get() + n);
+        }
+        Ok(())
+    }
+
+    /// Whether some producer's transaction holds a pending offset of the group for the
+    /// partition (OffsetFetch with `require_stable` answers `UNSTABLE_OFFSET_COMMIT` for it).
+    pub fn has_pending(&self, group_id: &str, topic: &str, partition: i32) -> bool {
+        self.offsets
+            .borrow()
+            .as_ref()
+            .is_some_and(|s| s.has_pending(group_id, topic, partition))
+    }
+
     /// Waits until every commit of `group_id` begun before now has been applied, so a fetch sees
     /// the commits sent before it (Kafka runs a connection's requests one at a time). Commits to
     /// other groups are not waited for.
@@ -361,8 +490,7 @@ impl Coordinator {
         &self.lag
     }
 
-    /// Whether the group is in a rebalance (OffsetFetch with `require_stable` waits on it in Kafka
-    /// only for pending transactional offsets, which shoal does not have).
+    /// Whether this core has the group (with members, or only offsets).
     pub fn exists(&self, group_id: &str) -> bool {
         self.groups.borrow().contains_key(group_id)
     }
@@ -782,6 +910,175 @@ mod tests {
             std::fs::read_to_string(data.join("__groups").join("cores")).unwrap(),
             "4"
         );
+    }
+
+    fn pending_at(offset: i64, epoch: i16) -> PendingOffset {
+        PendingOffset {
+            producer_epoch: epoch,
+            value: committed(offset, 5),
+        }
+    }
+
+    #[test]
+    fn a_transactions_offsets_show_only_once_it_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().to_path_buf();
+        run(move || async move {
+            let c = Coordinator::new(0, 1, config());
+            c.load(&data, cache()).await.unwrap();
+            let store = c.check_txn_commit("g", "", None, -1, (7, 1)).unwrap();
+            let tp = ("t".to_string(), 0);
+            c.txn_commit(&store, "g", 7, vec![(tp.clone(), pending_at(40, 1))])
+                .await
+                .unwrap();
+            c.tick();
+            assert!(c.exists("g"), "a group with only pending offsets is kept");
+            assert!(c.has_pending("g", "t", 0));
+            assert_eq!(c.fetch("g", "t", 0), None);
+            assert!(c.positions().is_empty(), "pending offsets have no lag");
+            // A zombie of the producer (an older epoch) cannot replace the pending offset.
+            assert_eq!(
+                c.check_txn_commit("g", "", None, -1, (7, 0)).err(),
+                Some(ResponseError::InvalidProducerEpoch)
+            );
+            assert_eq!(
+                c.check_txn_commit("g", "", None, -1, (-1, 0)).err(),
+                Some(ResponseError::InvalidProducerIdMapping)
+            );
+            c.end_transaction("g", 7, 1, true).await.unwrap();
+            assert!(!c.has_pending("g", "t", 0));
+            assert_eq!(c.fetch("g", "t", 0), Some(committed(40, 5)));
+            assert_eq!(c.stats().offset_commits, 1);
+            // Sent again by a recovering transaction coordinator: Ok, nothing changes.
+            c.end_transaction("g", 7, 1, true).await.unwrap();
+            assert_eq!(c.fetch("g", "t", 0), Some(committed(40, 5)));
+            assert_eq!(c.stats().offset_commits, 1);
+            c.close().await;
+        });
+    }
+
+    #[test]
+    fn a_marker_for_a_group_this_core_forgot_creates_it_and_deleting_a_group_drops_pending() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().to_path_buf();
+        run(move || async move {
+            let c = Coordinator::new(0, 1, config());
+            c.load(&data, cache()).await.unwrap();
+            // Written to the store directly: the core has no group for it (as after its last
+            // member left and the tick forgot it).
+            let store = c.store().unwrap();
+            let tp = ("t".to_string(), 1);
+            store
+                .write_pending("lone", vec![(9, tp.clone(), Some(pending_at(3, 0)))])
+                .await
+                .unwrap();
+            assert!(!c.exists("lone"));
+            c.end_transaction("lone", 9, 0, true).await.unwrap();
+            assert!(c.exists("lone"));
+            c.tick();
+            assert!(c.exists("lone"), "kept: it has a committed offset now");
+            assert_eq!(c.fetch("lone", "t", 1), Some(committed(3, 5)));
+            // A marker for a group with nothing pending: Ok, and the group is forgotten again.
+            c.end_transaction("never", 9, 0, false).await.unwrap();
+            c.tick();
+            assert!(!c.exists("never"));
+            assert_eq!(
+                c.end_transaction("x", 1, 0, true).await,
+                Ok(()),
+                "idempotent on an unknown group"
+            );
+
+            let store = c.check_txn_commit("doomed", "", None, -1, (4, 0)).unwrap();
+            c.txn_commit(&store, "doomed", 4, vec![(tp.clone(), pending_at(1, 0))])
+                .await
+                .unwrap();
+            assert_eq!(c.delete("doomed").await, Ok(()));
+            assert!(!c.has_pending("doomed", "t", 1));
+            c.end_transaction("doomed", 4, 0, true).await.unwrap();
+            assert_eq!(c.fetch("doomed", "t", 1), None, "nothing left to commit");
+            c.close().await;
+            let c = Coordinator::new(0, 1, config());
+            c.load(&data, cache()).await.unwrap();
+            assert!(!c.has_pending("doomed", "t", 1));
+            assert_eq!(c.fetch("lone", "t", 1), Some(committed(3, 5)));
+            c.close().await;
+        });
+    }
+
+    #[test]
+    fn kip_447_fencing_of_txn_offset_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().to_path_buf();
+        run(move || async move {
+            let c = Coordinator::new(0, 1, config());
+            c.load(&data, cache()).await.unwrap();
+            let Answer::Later(joined) = c.join("g", join_req("")) else {
+                panic!("a first join waits for the rebalance")
+            };
+            let j = loop {
+                c.tick();
+                if let Some(j) = joined.try_take() {
+                    break j;
+                }
+                glommio::timer::sleep(Duration::from_millis(5)).await;
+            };
+            assert_eq!(j.error, None);
+            let check = |member: &str, generation| {
+                c.check_txn_commit("g", member, None, generation, (1, 0))
+                    .err()
+            };
+            assert_eq!(check(&j.member_id, j.generation), None);
+            assert_eq!(check("", -1), None, "old clients send no member");
+            assert_eq!(
+                check(&j.member_id, j.generation + 1),
+                Some(ResponseError::IllegalGeneration)
+            );
+            assert_eq!(check("stranger", -1), Some(ResponseError::UnknownMemberId));
+            assert_eq!(
+                check("", j.generation + 1),
+                Some(ResponseError::IllegalGeneration)
+            );
+            c.close().await;
+        });
+    }
+
+    #[test]
+    fn a_reshard_moves_pending_offsets_to_the_new_coordinator() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().to_path_buf();
+        let g = group_on(1, 2, 3, 4);
+        {
+            let (data, g) = (data.clone(), g.clone());
+            run(move || async move {
+                let s = OffsetStore::open(&store_dir(&data, 1), cache(), 1000)
+                    .await
+                    .unwrap();
+                let tp = ("t".to_string(), 0);
+                s.write(&g, vec![(tp.clone(), Some(committed(1, 1)))])
+                    .await
+                    .unwrap();
+                s.write_pending(&g, vec![(5, tp, Some(pending_at(2, 3)))])
+                    .await
+                    .unwrap();
+                s.close().await;
+            });
+        }
+        std::fs::write(data.join("__groups").join("cores"), "2").unwrap();
+        reshard(&data, 4).unwrap();
+        run(move || async move {
+            let c = Coordinator::new(3, 4, config());
+            c.load(&data, cache()).await.unwrap();
+            assert!(c.has_pending(&g, "t", 0));
+            assert_eq!(c.fetch(&g, "t", 0), Some(committed(1, 1)));
+            c.end_transaction(&g, 5, 3, true).await.unwrap();
+            assert_eq!(c.fetch(&g, "t", 0), Some(committed(2, 5)));
+            c.close().await;
+            let s = OffsetStore::open(&store_dir(&data, 1), cache(), 1000)
+                .await
+                .unwrap();
+            assert!(!s.has_group(&g), "no copy left at the old coordinator");
+            s.close().await;
+        });
     }
 
     #[test]

@@ -6,8 +6,11 @@
 //! (the others are stale copies); and every core drops, at start-up, the offsets its store holds
 //! for groups it does not coordinate, also when the count did not change, so a stale copy never
 //! outlives the run that could have been misled by it.
+//!
+//! Pending transactional offsets move with their group the same way (the old coordinator's copy
+//! wins), so a transaction that ends after the restart finds them at the group's new coordinator.
 
-use super::offsets::{self, Committed, OffsetStore, TopicPartition};
+use super::offsets::{self, Committed, OffsetStore, PendingOffset, TopicPartition};
 use super::{coordinator_core, store_dir};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -79,6 +82,88 @@ pub(super) fn pick_copy(
     best.into_iter().collect()
 }
 
+/// One store's copy of a group's pending offsets: (store's core, (producer id, partition, offset)).
+type PendingCopy = (usize, Vec<(i64, TopicPartition, PendingOffset)>);
+
+/// The pending offsets of a group to keep, as [`pick_copy`] chooses committed ones: the old
+/// coordinator's copy if there is one, else per producer and partition the newest epoch (then
+/// the latest write).
+pub(super) fn pick_pending(
+    group: &str,
+    old: usize,
+    mut copies: Vec<PendingCopy>,
+) -> Vec<(i64, TopicPartition, PendingOffset)> {
+    let coordinator = coordinator_core(group, old);
+    if let Some(i) = copies.iter().position(|(c, _)| *c == coordinator) {
+        return copies.swap_remove(i).1;
+    }
+    let newer = |a: &PendingOffset, b: &PendingOffset| {
+        (a.producer_epoch, a.value.commit_timestamp) > (b.producer_epoch, b.value.commit_timestamp)
+    };
+    let mut best: std::collections::BTreeMap<(i64, TopicPartition), PendingOffset> =
+        Default::default();
+    for (_, pending) in copies {
+        for (id, tp, p) in pending {
+            match best.get(&(id, tp.clone())) {
+                Some(b) if !newer(&p, b) => {}
+                _ => {
+                    best.insert((id, tp), p);
+                }
+            }
+        }
+    }
+    best.into_iter().map(|((id, tp), p)| (id, tp, p)).collect()
+}
+
+/// The store of core `c`, opened on first use.
+async fn target<'a>(
+    targets: &'a mut HashMap<usize, OffsetStore>,
+    data_dir: &Path,
+    cache: &Rc<shards::TailCache>,
+    c: usize,
+) -> std::io::Result<&'a OffsetStore> {
+    if let std::collections::hash_map::Entry::Vacant(e) = targets.entry(c) {
+        let s = OffsetStore::open(&store_dir(data_dir, c), cache.clone(), u64::MAX)
+            .await
+            .map_err(std::io::Error::other)?;
+        e.insert(s);
+    }
+    Ok(&targets[&c])
+}
+
+/// Writes each group's chosen pending offsets to its new coordinator's store, replacing what
+/// that store held for the group.
+async fn move_pending(
+    data_dir: &Path,
+    cache: &Rc<shards::TailCache>,
+    targets: &mut HashMap<usize, OffsetStore>,
+    copies: HashMap<String, Vec<PendingCopy>>,
+    old: usize,
+    cores: usize,
+) -> std::io::Result<()> {
+    for (g, group_copies) in copies {
+        let chosen = pick_pending(&g, old, group_copies);
+        let s = target(targets, data_dir, cache, coordinator_core(&g, cores)).await?;
+        let had = s.group_pending(&g);
+        let keep: HashSet<(i64, TopicPartition)> =
+            chosen.iter().map(|(id, tp, _)| (*id, tp.clone())).collect();
+        let extra = had
+            .iter()
+            .filter(|(id, tp, _)| !keep.contains(&(*id, tp.clone())))
+            .map(|(id, tp, _)| (*id, tp.clone(), None));
+        let changes: offsets::PendingChanges = chosen
+            .into_iter()
+            .filter(|entry| !had.contains(entry))
+            .map(|(id, tp, p)| (id, tp, Some(p)))
+            .chain(extra)
+            .collect();
+        s.write_pending(&g, changes)
+            .await
+            .map_err(std::io::Error::other)?;
+    }
+    Ok(())
+}
+
 async fn reshard_on_executor(
     data_dir: &Path,
     old_cores: Vec<usize>,
@@ -88,6 +173,7 @@ async fn reshard_on_executor(
     let cache = Rc::new(shards::TailCache::new(4 << 20, 1 << 20));
     let err = std::io::Error::other;
     let mut copies: HashMap<String, Vec<StoreCopy>> = HashMap::new();
+    let mut pending: HashMap<String, Vec<PendingCopy>> = HashMap::new();
     let mut stores = Vec::new();
     let mut old_cores = old_cores;
     old_cores.sort_unstable();
@@ -97,15 +183,23 @@ async fn reshard_on_executor(
             .map_err(err)?;
         for g in s.groups() {
             let offsets = s.group_offsets(&g);
+            pending
+                .entry(g.clone())
+                .or_default()
+                .push((c, s.group_pending(&g)));
             copies.entry(g).or_default().push((c, offsets));
         }
         stores.push((c, s));
     }
-    let mut all: Vec<(String, TopicPartition, Committed)> = Vec::new();
+    // Every group, also one with only pending offsets, so that a stale copy's committed offsets
+    // at its new coordinator are dropped.
+    let mut by_group: HashMap<(usize, String), offsets::Changes> = HashMap::new();
     for (g, group_copies) in copies {
-        for (tp, committed) in pick_copy(&g, old, group_copies) {
-            all.push((g.clone(), tp, committed));
-        }
+        let chosen = pick_copy(&g, old, group_copies);
+        by_group.insert(
+            (coordinator_core(&g, cores), g),
+            chosen.into_iter().map(|(tp, c)| (tp, Some(c))).collect(),
+        );
     }
     // Write each group's offsets to its new core's store first (a crash here leaves duplicates,
     // which are harmless: the same values), then drop them from stores that no longer own them.
@@ -113,21 +207,8 @@ async fn reshard_on_executor(
     for (c, s) in stores {
         targets.insert(c, s);
     }
-    let mut by_group: HashMap<(usize, String), offsets::Changes> = HashMap::new();
-    for (g, tp, committed) in &all {
-        by_group
-            .entry((coordinator_core(g, cores), g.clone()))
-            .or_default()
-            .push((tp.clone(), Some(committed.clone())));
-    }
     for ((c, g), changes) in by_group {
-        if let std::collections::hash_map::Entry::Vacant(e) = targets.entry(c) {
-            let s = OffsetStore::open(&store_dir(data_dir, c), cache.clone(), u64::MAX)
-                .await
-                .map_err(err)?;
-            e.insert(s);
-        }
-        let s = &targets[&c];
+        let s = target(&mut targets, data_dir, &cache, c).await?;
         let keep: HashSet<TopicPartition> = changes.iter().map(|(tp, _)| tp.clone()).collect();
         // Partitions the target's own (stale) copy has and the chosen copy has not go.
         let extra = s
@@ -142,6 +223,7 @@ async fn reshard_on_executor(
             .collect();
         s.write(&g, moved).await.map_err(err)?;
     }
+    move_pending(data_dir, &cache, &mut targets, pending, old, cores).await?;
     // Every group now has a complete copy at its new coordinator: record the new count before
     // removing the old copies, so that a crash from here on, followed by a start with either
     // count, takes those complete copies rather than whatever the deletes left.

@@ -54,6 +54,7 @@ pub const KNOWN: &[ApiKey] = &[
     ApiKey::DeleteAcls,
     ApiKey::DescribeUserScramCredentials,
     ApiKey::AlterUserScramCredentials,
+    ApiKey::TxnOffsetCommit,
 ];
 
 fn s(v: impl AsRef<str>) -> StrBytes {
@@ -825,6 +826,43 @@ pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: 
             };
             frame!(r)
         }
+        ApiKey::TxnOffsetCommit => {
+            let topics = (0..1 + rng.below(2))
+                .map(|_| {
+                    txn_offset_commit_request::TxnOffsetCommitRequestTopic::default()
+                        .with_name(name(rng))
+                        .with_partitions(
+                            (0..1 + rng.below(3))
+                                .map(|_| {
+                                    txn_offset_commit_request::TxnOffsetCommitRequestPartition::default()
+                                        .with_partition_index(partition(rng))
+                                        .with_committed_offset(offset(rng))
+                                        .with_committed_leader_epoch(*rng.pick(&[-1, 0, 7]))
+                                        .with_committed_metadata(match rng.below(3) {
+                                            0 => None,
+                                            1 => Some(s("meta")),
+                                            _ => Some(s("m".repeat(5000))),
+                                        })
+                                })
+                                .collect(),
+                        )
+                })
+                .collect();
+            let r = TxnOffsetCommitRequest::default()
+                .with_transactional_id(TransactionalId(s("fz-tx")))
+                .with_group_id(GroupId(s(group(rng, index))))
+                .with_producer_id(ProducerId(producer_id(rng)))
+                .with_producer_epoch(*rng.pick(&[-1, 0, 5, i16::MAX]))
+                .with_topics(topics);
+            let r = if v >= 3 {
+                r.with_generation_id(generation(rng))
+                    .with_member_id(s(member(rng)))
+                    .with_group_instance_id(rng.one_in(3).then(|| s("fz-instance")))
+            } else {
+                r
+            };
+            frame!(r)
+        }
         ApiKey::OffsetFetch => {
             let topics = |rng: &mut Rng| {
                 (0..1 + rng.below(2))
@@ -1069,6 +1107,7 @@ pub fn decode_response(key: ApiKey, version: i16, frame: Bytes) -> Result<(), St
             body::<DescribeUserScramCredentialsResponse>(buf, v)
         }
         ApiKey::AlterUserScramCredentials => body::<AlterUserScramCredentialsResponse>(buf, v),
+        ApiKey::TxnOffsetCommit => body::<TxnOffsetCommitResponse>(buf, v),
         other => Err(format!(
             "an answer to {other:?}, which shoal does not serve"
         )),

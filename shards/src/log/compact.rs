@@ -581,8 +581,7 @@ impl Inner {
                                 // Its aborted-index entry goes too: a reader told of an aborted
                                 // transaction skips the producer's records until its marker.
                                 out.txns.aborted.retain(|a| {
-                                    a.producer_id != h.producer_id
-                                        || a.last_offset != h.base_offset
+                                    a.producer_id != h.producer_id || a.last_offset != h.base_offset
                                 });
                                 continue;
                             }

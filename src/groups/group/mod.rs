@@ -880,6 +880,32 @@ impl Group {
         Ok(())
     }
 
+    /// Whether a TxnOffsetCommit from this member is allowed (Kafka's KIP-447 checks): a static
+    /// instance owned by another member id is fenced, a member id given must be known, and a
+    /// generation given (>= 0) must be the current one. Generation -1 with no member id is what
+    /// clients before KIP-447 send, and is allowed in any state but `Dead`. Unlike OffsetCommit,
+    /// a rebalance in progress does not refuse it (the transaction is already under way).
+    pub fn check_txn_commit(
+        &mut self,
+        member_id: &str,
+        instance: Option<&str>,
+        generation: i32,
+        now: Instant,
+    ) -> Result<(), ResponseError> {
+        if self.state == GroupState::Dead {
+            return Err(ResponseError::CoordinatorNotAvailable);
+        }
+        self.check_instance(member_id, instance)?;
+        if !member_id.is_empty() && !self.members.contains_key(member_id) {
+            return Err(ResponseError::UnknownMemberId);
+        }
+        if generation >= 0 && generation != self.generation {
+            return Err(ResponseError::IllegalGeneration);
+        }
+        self.touch(member_id, now);
+        Ok(())
+    }
+
     /// Expires sessions, unanswered member ids and rebalances that ran out of time.
     pub fn tick(&mut self, now: Instant) {
         let before = self.pending.len();

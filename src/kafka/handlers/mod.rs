@@ -36,6 +36,7 @@ pub mod produce;
 pub mod sasl_authenticate;
 pub mod sasl_handshake;
 pub mod sync_group;
+pub mod txn_offset_commit;
 
 use crate::core_state::Core;
 use crate::edge::groups::{Answer, Client};
@@ -103,6 +104,7 @@ pub const APIS: &[Versions] = &[
     end_txn::VERSIONS,
     describe_transactions::VERSIONS,
     list_transactions::VERSIONS,
+    txn_offset_commit::VERSIONS,
 ];
 
 pub fn supports(api_key: i16, version: i16) -> bool {
@@ -221,6 +223,7 @@ pub async fn handle(core: Rc<Core>, req: Request, session: Rc<Session>) -> Reply
         ApiKey::EndTxn => Box::pin(end_txn::handle(&core, &req, s)).await,
         ApiKey::DescribeTransactions => describe_transactions::handle(&core, &req, s),
         ApiKey::ListTransactions => list_transactions::handle(&core, &req, s),
+        ApiKey::TxnOffsetCommit => Box::pin(txn_offset_commit::handle(&core, &req, s)).await,
         _ => unreachable!("supports() only admits the APIs above"),
     };
     finish(&core, &req, peer, key, result)

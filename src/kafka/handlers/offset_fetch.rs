@@ -6,6 +6,10 @@
 //! connection with the committed offset: [`handle`] first awaits [`settle`], which waits until the
 //! commits of the groups asked for that were begun before it have been applied (only those groups'
 //! commits, and only those already begun).
+//!
+//! Pending transactional offsets (TxnOffsetCommit, transaction not yet ended) are never shown;
+//! with `require_stable` (v7+) a partition that has one answers `UNSTABLE_OFFSET_COMMIT`
+//! instead of its committed offset, and the client retries (KIP-447).
 
 use super::{count_errors, frame, HandlerResult, Versions};
 use crate::acl::Operation;
@@ -28,36 +32,41 @@ pub const VERSIONS: Versions = Versions {
     max: 8,
 };
 
-/// One partition's answer: offset, leader epoch, metadata.
-type Found = (i32, Option<Committed>);
+/// One partition's answer: its committed offset (if any), or its error.
+type Found = (i32, Result<Option<Committed>, ResponseError>);
 
 /// The offsets of `group` for `asked` ((topic, partitions); `None`: everything committed), or the
 /// group-level error. Topics the client may not describe show no committed offset (asked) or are
-/// left out (all).
+/// left out (all). With `require_stable`, a partition with a pending transactional offset
+/// answers `UNSTABLE_OFFSET_COMMIT`.
 fn lookup(
     core: &Core,
     who: &Session,
     group: &str,
     asked: Option<Vec<(TopicName, Vec<i32>)>>,
+    require_stable: bool,
 ) -> Result<Vec<(TopicName, Vec<Found>)>, ResponseError> {
     if !who.may_group(core, Operation::Describe, group) {
         return Err(ResponseError::GroupAuthorizationFailed);
     }
     core.groups().check(group)?;
     let visible = |t: &str| who.may_topic(core, Operation::Describe, t);
+    let stable = |t: &str, p: i32, c: Option<Committed>| {
+        if require_stable && core.groups().has_pending(group, t, p) {
+            Err(ResponseError::UnstableOffsetCommit)
+        } else {
+            Ok(c)
+        }
+    };
     Ok(match asked {
         Some(topics) => topics
             .into_iter()
             .map(|(name, parts)| {
                 let found = parts
                     .into_iter()
-                    .map(|p| {
-                        (
-                            p,
-                            core.groups()
-                                .fetch(group, &name, p)
-                                .filter(|_| visible(&name)),
-                        )
+                    .map(|p| match visible(&name) {
+                        true => (p, stable(&name, p, core.groups().fetch(group, &name, p))),
+                        false => (p, Ok(None)),
                     })
                     .collect();
                 (name, found)
@@ -69,7 +78,8 @@ fn lookup(
                 if !visible(&t) {
                     continue;
                 }
-                by_topic.entry(t).or_default().push((p, Some(c)));
+                let found = stable(&t, p, Some(c));
+                by_topic.entry(t).or_default().push((p, found));
             }
             by_topic
                 .into_iter()
@@ -79,14 +89,20 @@ fn lookup(
     })
 }
 
-fn fields(c: Option<Committed>, v: i16) -> (i64, i32, Option<StrBytes>) {
-    match c {
-        Some(c) => (
+/// Offset, leader epoch, metadata and error code of one partition's answer.
+fn fields(
+    found: Result<Option<Committed>, ResponseError>,
+    v: i16,
+) -> (i64, i32, Option<StrBytes>, i16) {
+    match found {
+        Ok(Some(c)) => (
             c.offset,
             if v >= 5 { c.leader_epoch } else { -1 },
             Some(StrBytes::from_string(c.metadata.unwrap_or_default())),
+            0,
         ),
-        None => (-1, -1, Some(StrBytes::default())),
+        Ok(None) => (-1, -1, Some(StrBytes::default()), 0),
+        Err(e) => (-1, -1, Some(StrBytes::default()), e.code()),
     }
 }
 
@@ -123,7 +139,7 @@ pub async fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult 
                         .collect()
                 });
                 let base = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
-                match lookup(core, who, &g.group_id, asked) {
+                match lookup(core, who, &g.group_id, asked, request.require_stable) {
                     Err(e) => base.with_error_code(e.code()),
                     Ok(topics) => base.with_topics(
                         topics
@@ -135,12 +151,13 @@ pub async fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult 
                                         parts
                                             .into_iter()
                                             .map(|(p, c)| {
-                                                let (offset, epoch, meta) = fields(c, v);
+                                                let (offset, epoch, meta, e) = fields(c, v);
                                                 OffsetFetchResponsePartitions::default()
                                                     .with_partition_index(p)
                                                     .with_committed_offset(offset)
                                                     .with_committed_leader_epoch(epoch)
                                                     .with_metadata(meta)
+                                                    .with_error_code(e)
                                             })
                                             .collect(),
                                     )
@@ -158,8 +175,8 @@ pub async fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult 
                 .map(|t| (t.name.clone(), t.partition_indexes.clone()))
                 .collect()
         });
-        let partition = |p: i32, c: Option<Committed>, e: i16| {
-            let (offset, epoch, meta) = fields(c, v);
+        let partition = |p: i32, c: Result<Option<Committed>, ResponseError>| {
+            let (offset, epoch, meta, e) = fields(c, v);
             OffsetFetchResponsePartition::default()
                 .with_partition_index(p)
                 .with_committed_offset(offset)
@@ -167,7 +184,8 @@ pub async fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult 
                 .with_metadata(meta)
                 .with_error_code(e)
         };
-        match lookup(core, who, &request.group_id, asked.clone()) {
+        let require_stable = v >= 7 && request.require_stable;
+        match lookup(core, who, &request.group_id, asked.clone(), require_stable) {
             Ok(topics) => OffsetFetchResponse::default().with_topics(
                 topics
                     .into_iter()
@@ -175,7 +193,7 @@ pub async fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult 
                         OffsetFetchResponseTopic::default()
                             .with_name(name)
                             .with_partitions(
-                                parts.into_iter().map(|(p, c)| partition(p, c, 0)).collect(),
+                                parts.into_iter().map(|(p, c)| partition(p, c)).collect(),
                             )
                     })
                     .collect(),
@@ -190,10 +208,7 @@ pub async fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult 
                         OffsetFetchResponseTopic::default()
                             .with_name(name)
                             .with_partitions(
-                                parts
-                                    .into_iter()
-                                    .map(|p| partition(p, None, e.code()))
-                                    .collect(),
+                                parts.into_iter().map(|p| partition(p, Err(e))).collect(),
                             )
                     })
                     .collect();
