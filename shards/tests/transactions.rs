@@ -446,3 +446,91 @@ fn compaction_carries_the_aborted_index_and_open_transactions() {
         log.close().await.unwrap();
     });
 }
+
+/// Kafka's rule for markers under compaction: a marker goes once none of its transaction's
+/// records is kept and `delete.retention.ms` has passed (here 0), with its aborted-index entry; a
+/// marker whose transaction kept a record stays, and so does a producer's last batch.
+#[test]
+fn compaction_removes_markers_of_transactions_with_nothing_left() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            cleanup_compact: true,
+            cleanup_delete: false,
+            delete_retention: std::time::Duration::ZERO,
+            ..small_config()
+        };
+        let log = Log::open(dir.path(), config.clone(), cache())
+            .await
+            .unwrap();
+        let keyed = |pid: i64, seq: i32, key: &str| {
+            let mut b = BatchBuilder::new(1_700_000_000_000);
+            if pid >= 0 {
+                b = b.producer(pid, 0, seq).transactional();
+            }
+            b.push(1_700_000_000_000, Some(key.as_bytes()), Some(b"v"), &[]);
+            Bytes::from(b.finish(0))
+        };
+        // Producer 1 commits key a (later overwritten), then key d (kept); producer 2 aborts
+        // key b, then commits key e; producer 3 commits key c (kept), then key f.
+        log.append(keyed(1, 0, "a"), NON_DURABLE).await.unwrap();
+        let first_commit = log.append_marker(1, 0, true, 0).await.unwrap();
+        log.append(keyed(2, 0, "b"), NON_DURABLE).await.unwrap();
+        let abort = log.append_marker(2, 0, false, 0).await.unwrap();
+        log.append(keyed(3, 0, "c"), NON_DURABLE).await.unwrap();
+        let kept = log.append_marker(3, 0, true, 0).await.unwrap();
+        log.append(keyed(-1, -1, "a"), NON_DURABLE).await.unwrap();
+        log.append(keyed(1, 1, "d"), NON_DURABLE).await.unwrap();
+        let last_1 = log.append_marker(1, 0, true, 0).await.unwrap();
+        log.append(keyed(2, 1, "e"), NON_DURABLE).await.unwrap();
+        let last_2 = log.append_marker(2, 0, true, 0).await.unwrap();
+        log.append(keyed(3, 1, "f"), NON_DURABLE).await.unwrap();
+        let last_3 = log.append_marker(3, 0, true, 0).await.unwrap();
+        assert_eq!(log.aborted_transactions(0, log.high_watermark()).len(), 1);
+        for i in 0..80 {
+            log.append(batch(1, 200, 5_000 + i), NON_DURABLE)
+                .await
+                .unwrap();
+        }
+        log.append(batch(1, 10, 9_000), AppendOptions { durable: true })
+            .await
+            .unwrap();
+        let stats = log.compact_now().await.unwrap();
+        assert_eq!(stats.markers_removed, 2, "{stats:?}");
+        let markers = |log: &Log| {
+            let log = log.clone();
+            async move {
+                let mut found = Vec::new();
+                let mut at = log.log_start_offset();
+                while at < log.high_watermark() {
+                    let read = log.read(at, 1 << 20, true).await.unwrap();
+                    for (h, _) in read.records.batches() {
+                        if h.is_control() {
+                            found.push(h.base_offset);
+                        }
+                    }
+                    at = read.records.next_offset().unwrap();
+                }
+                found
+            }
+        };
+        let want = vec![kept, last_1, last_2, last_3];
+        assert_eq!(markers(&log).await, want);
+        assert!(![first_commit, abort].iter().any(|o| want.contains(o)));
+        assert!(log.aborted_transactions(0, log.high_watermark()).is_empty());
+        assert_eq!(log.last_stable_offset(), log.high_watermark());
+        // The same after a restart and after a crash.
+        log.close().await.unwrap();
+        let log = Log::open(dir.path(), config.clone(), cache())
+            .await
+            .unwrap();
+        assert_eq!(markers(&log).await, want);
+        assert!(log.open_transactions().is_empty());
+        assert!(log.aborted_transactions(0, log.high_watermark()).is_empty());
+        drop(log);
+        let log = Log::open(dir.path(), config, cache()).await.unwrap();
+        assert!(log.open_transactions().is_empty());
+        assert_eq!(log.last_stable_offset(), log.high_watermark());
+        log.close().await.unwrap();
+    });
+}

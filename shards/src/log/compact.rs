@@ -574,8 +574,12 @@ impl Inner {
                         }
                         let last_of_producer = h.producer_id >= 0
                             && map.last_batch.get(&h.producer_id) == Some(&h.base_offset);
-                        if h.is_control() && !last_of_producer {
-                            let marker = MarkerFate::of(&h, txn_kept, delete_ms, now, seg);
+                        // A producer's last batch is kept whatever it is (its epoch fences).
+                        let fate = h
+                            .is_control()
+                            .then(|| MarkerFate::of(&h, txn_kept, delete_ms, now, seg))
+                            .filter(|_| !last_of_producer);
+                        if let Some(marker) = fate {
                             if let MarkerFate::Remove = marker {
                                 stats.markers_removed += 1;
                                 // Its aborted-index entry goes too: a reader told of an aborted
