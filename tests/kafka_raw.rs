@@ -242,7 +242,7 @@ fn expected_ranges() -> Vec<(i16, i16, i16)> {
         (ApiKey::AlterConfigs as i16, 0, 2),
         (ApiKey::IncrementalAlterConfigs as i16, 0, 1),
         (ApiKey::DeleteTopics as i16, 1, 6),
-        (ApiKey::InitProducerId as i16, 0, 4),
+        (ApiKey::InitProducerId as i16, 0, 5),
         (ApiKey::FindCoordinator as i16, 0, 4),
         (ApiKey::JoinGroup as i16, 0, 9),
         (ApiKey::SyncGroup as i16, 0, 5),
@@ -262,6 +262,11 @@ fn expected_ranges() -> Vec<(i16, i16, i16)> {
         (ApiKey::DescribeUserScramCredentials as i16, 0, 0),
         (ApiKey::AlterUserScramCredentials as i16, 0, 0),
         (ApiKey::TxnOffsetCommit as i16, 0, 3),
+        (ApiKey::AddPartitionsToTxn as i16, 0, 3),
+        (ApiKey::AddOffsetsToTxn as i16, 0, 4),
+        (ApiKey::EndTxn as i16, 0, 4),
+        (ApiKey::DescribeTransactions as i16, 0, 0),
+        (ApiKey::ListTransactions as i16, 0, 1),
     ];
     v.sort_unstable();
     v
