@@ -267,6 +267,7 @@ async fn serve(mut stream: TcpStream, ring: Arc<Ring>, pace: Option<Pace>) {
             .iter()
             .map(|t| TopicResult {
                 topic: Bytes::copy_from_slice(t.topic.0.as_bytes()),
+                topic_id: *t.topic_id.as_bytes(),
                 partitions: t
                     .partitions
                     .iter()

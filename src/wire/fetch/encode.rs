@@ -11,9 +11,10 @@
 //! * every non-empty record part is the caller's own [`Bytes`] (same pointer, only its reference count is
 //!   bumped); empty parts are left out.
 //!
-//! Versions 4 through 12 are supported ([`MIN_VERSION`]..=[`MAX_VERSION`]). Version 12 is the first
+//! Versions 4 through 18 are supported ([`MIN_VERSION`]..=[`MAX_VERSION`]). Version 12 is the first
 //! flexible version (compact strings/arrays/bytes, tagged-field sections, response header v1); version
-//! 13 replaces topic names with topic ids, which this encoder does not speak.
+//! 13 replaces topic names with topic ids. Versions 14 to 18 change the request only, or add tagged
+//! fields to the response that this encoder does not write (`node_endpoints`, v16+).
 //!
 //! Field layout per version (FetchResponse.json):
 //!
@@ -23,6 +24,7 @@
 //! session_id              i32     v7+
 //! responses               [ ]
 //!   topic                 string  v0-12
+//!   topic_id              uuid    v13+
 //!   partitions            [ ]
 //!     partition_index     i32
 //!     error_code          i16
@@ -36,6 +38,7 @@
 //!     preferred_read_replica i32  v11+ (-1 unless another core should serve it)
 //!     records             nullable bytes (never written null: see below)
 //!     (tagged: diverging_epoch, current_leader, snapshot_id; never written)
+//! (tagged: node_endpoints v16+; never written)
 //! ```
 //!
 //! A partition with an error is written as Kafka writes it ([`PartitionResult::error`]): watermarks
@@ -48,10 +51,12 @@ use shards::Records;
 
 /// Lowest FetchResponse version [`encode_fetch_response`] writes.
 pub const MIN_VERSION: i16 = 4;
-/// Highest FetchResponse version [`encode_fetch_response`] writes (v13+ identify topics by id).
-pub const MAX_VERSION: i16 = 12;
+/// Highest FetchResponse version [`encode_fetch_response`] writes.
+pub const MAX_VERSION: i16 = 18;
 /// First version using compact encodings and tagged fields (and response header v1).
 const FIRST_FLEXIBLE_VERSION: i16 = 12;
+/// First version naming topics by id (KIP-516) instead of by name.
+pub const FIRST_TOPIC_ID_VERSION: i16 = 13;
 
 /// What a partition's `aborted_transactions` holds: for a read_committed fetch, the aborted
 /// transactions in the range of its records, as (producer id, first offset); otherwise nothing,
@@ -83,13 +88,15 @@ impl PartitionResult {
     /// A partition answered with `error_code`, shaped as Kafka shapes it: high watermark, last
     /// stable offset and log start offset -1, empty (non-null) records. Errors Kafka finds before
     /// reading (the topic or partition is not in its metadata: `UNKNOWN_TOPIC_OR_PARTITION`,
-    /// `INVALID_TOPIC_EXCEPTION`) carry an empty aborted-transactions array; errors from the read
-    /// itself (`OFFSET_OUT_OF_RANGE`, `NOT_LEADER_OR_FOLLOWER`, `KAFKA_STORAGE_ERROR`, ...) carry null.
+    /// `UNKNOWN_TOPIC_ID`, `INVALID_TOPIC_EXCEPTION`) carry an empty aborted-transactions array;
+    /// errors from the read itself (`OFFSET_OUT_OF_RANGE`, `NOT_LEADER_OR_FOLLOWER`,
+    /// `KAFKA_STORAGE_ERROR`, ...) carry null.
     pub fn error(partition: i32, error_code: i16) -> Self {
         use kafka_protocol::error::ResponseError::{
-            InvalidTopicException, UnknownTopicOrPartition,
+            InvalidTopicException, UnknownTopicId, UnknownTopicOrPartition,
         };
         let aborted_transactions = if error_code == UnknownTopicOrPartition.code()
+            || error_code == UnknownTopicId.code()
             || error_code == InvalidTopicException.code()
         {
             AbortedTransactions::Empty
@@ -112,8 +119,10 @@ impl PartitionResult {
 /// One topic of a fetch response.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicResult {
-    /// UTF-8 topic name.
+    /// UTF-8 topic name, written up to v12.
     pub topic: Bytes,
+    /// Topic id (UUID bytes), written from v13 in place of the name.
+    pub topic_id: [u8; 16],
     pub partitions: Vec<PartitionResult>,
 }
 
@@ -155,7 +164,7 @@ pub fn encode_fetch_response(
     let mut record_parts = 0usize;
     let mut record_runs = 0usize;
     for t in topics {
-        small_len += l.string_size(t.topic.len()) + l.array_len_size(t.partitions.len());
+        small_len += l.topic_size(t.topic.len()) + l.array_len_size(t.partitions.len());
         small_len += l.tags_size();
         for p in &t.partitions {
             let len = records_len(&p.records);
@@ -184,7 +193,7 @@ pub fn encode_fetch_response(
     }
     l.put_array_len(&mut buf, topics.len());
     for t in topics {
-        l.put_string(&mut buf, &t.topic);
+        l.put_topic(&mut buf, t);
         l.put_array_len(&mut buf, t.partitions.len());
         for p in &t.partitions {
             buf.put_i32(p.partition);
@@ -301,15 +310,23 @@ impl Layout {
         }
     }
 
-    fn string_size(self, len: usize) -> usize {
-        if self.flexible {
-            uvarint_size(len as u64 + 1) + len
+    /// A topic's name (a string of `name_len` bytes) or, from v13, its id.
+    fn topic_size(self, name_len: usize) -> usize {
+        if self.version >= FIRST_TOPIC_ID_VERSION {
+            16
+        } else if self.flexible {
+            uvarint_size(name_len as u64 + 1) + name_len
         } else {
-            2 + len
+            2 + name_len
         }
     }
 
-    fn put_string(self, buf: &mut BytesMut, s: &[u8]) {
+    fn put_topic(self, buf: &mut BytesMut, t: &TopicResult) {
+        if self.version >= FIRST_TOPIC_ID_VERSION {
+            buf.put_slice(&t.topic_id);
+            return;
+        }
+        let s = &t.topic;
         if self.flexible {
             put_uvarint(buf, s.len() as u64 + 1);
         } else {
@@ -427,6 +444,7 @@ mod tests {
         vec![
             TopicResult {
                 topic: Bytes::from_static(b"alpha"),
+                topic_id: [0xa1; 16],
                 partitions: vec![
                     // Two parts, the second long enough for a 3-byte compact length.
                     partition(0, records(&[pattern(200, 1), pattern(20_000, 2)])),
@@ -438,6 +456,7 @@ mod tests {
             },
             TopicResult {
                 topic: Bytes::from_static("bêta-topic.with_chars".as_bytes()),
+                topic_id: *b"0123456789abcdef",
                 partitions: vec![
                     PartitionResult::error(9, 1), // OFFSET_OUT_OF_RANGE
                     PartitionResult {
@@ -503,7 +522,13 @@ mod tests {
         assert!(resp.node_endpoints.is_empty());
         assert_eq!(resp.responses.len(), topics.len());
         for (got, want) in resp.responses.iter().zip(topics) {
-            assert_eq!(got.topic.0.as_bytes(), &want.topic[..]);
+            if version >= FIRST_TOPIC_ID_VERSION {
+                assert_eq!(got.topic_id.as_bytes(), &want.topic_id, "v{version}");
+                assert!(got.topic.0.is_empty(), "v{version}");
+            } else {
+                assert_eq!(got.topic.0.as_bytes(), &want.topic[..]);
+                assert!(got.topic_id.is_nil(), "v{version}");
+            }
             assert!(got.unknown_tagged_fields.is_empty());
             assert_eq!(got.partitions.len(), want.partitions.len());
             for (gp, wp) in got.partitions.iter().zip(&want.partitions) {
@@ -595,6 +620,7 @@ mod tests {
                 let name = StrBytes::from_utf8(t.topic.clone()).unwrap();
                 FetchableTopicResponse::default()
                     .with_topic(TopicName(name))
+                    .with_topic_id(uuid::Uuid::from_bytes(t.topic_id))
                     .with_partitions(
                         t.partitions
                             .iter()
@@ -655,6 +681,7 @@ mod tests {
     fn topics_without_records_take_one_chunk() {
         let topics = vec![TopicResult {
             topic: Bytes::from_static(b"t"),
+            topic_id: [7; 16],
             partitions: vec![
                 partition(0, Records::empty()),
                 PartitionResult::error(1, 3),
@@ -677,6 +704,7 @@ mod tests {
         // More than 127 partitions: multi-byte compact array lengths.
         let topics = vec![TopicResult {
             topic: Bytes::from(vec![b'x'; 200]),
+            topic_id: [1; 16],
             partitions: (0..300)
                 .map(|i| match i % 3 {
                     0 => PartitionResult::error(i, [1, 3, 6][i as usize % 9 / 3]),
@@ -717,6 +745,7 @@ mod tests {
     fn an_error_has_empty_records_on_the_wire() {
         let topics = vec![TopicResult {
             topic: Bytes::from_static(b"t"),
+            topic_id: [7; 16],
             partitions: vec![PartitionResult::error(0, 1)],
         }];
         for version in MIN_VERSION..=MAX_VERSION {
@@ -757,7 +786,7 @@ mod tests {
 
     #[test]
     #[should_panic(expected = "not supported")]
-    fn rejects_version_13() {
-        encode_fetch_response(13, 1, 0, 0, 0, &[]);
+    fn rejects_version_19() {
+        encode_fetch_response(19, 1, 0, 0, 0, &[]);
     }
 }

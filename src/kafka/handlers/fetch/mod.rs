@@ -82,6 +82,7 @@ impl ReadSource {
 
 struct PlannedTopic {
     name: Bytes,
+    id: [u8; 16],
     partitions: Vec<PlannedPartition>,
 }
 
@@ -95,27 +96,47 @@ struct Plan {
 }
 
 fn plan(core: &Core, request: &FetchRequest, version: i16, who: &Session) -> Plan {
+    // v15 moved the fetching replica's id into replica_state.
+    let replica_id = if version >= 15 {
+        request.replica_state.replica_id
+    } else {
+        request.replica_id
+    };
     // Only consumers (not brokers' replica fetches) of Fetch v11+ know preferred_read_replica.
-    let may_redirect = version >= 11 && request.replica_id.0 < 0;
+    let may_redirect = version >= 11 && replica_id.0 < 0;
+    let by_id = version >= encode::FIRST_TOPIC_ID_VERSION;
     let now = Instant::now();
     let busy = core.reads.load.busy();
     let topics = request
         .topics
         .iter()
         .map(|t| {
-            // The request's own bytes (a slice of the frame the fetch holds anyway), not a copy.
-            let name: &str = &t.topic.0;
-            let readable = who.may_topic(core, Operation::Read, name);
+            // By name: the request's own bytes (a slice of the frame the fetch holds anyway), not a
+            // copy. By id (v13+): the name the topic table has for it, shared, if it has one.
+            let name = if by_id {
+                core.topic_name(t.topic_id.as_bytes())
+            } else {
+                Some(t.topic.0.clone())
+            };
+            let known = name.as_ref().map(|n| {
+                let readable = who.may_topic(core, Operation::Read, n);
+                (n.as_str(), readable)
+            });
             PlannedTopic {
-                name: Bytes::from(t.topic.0.clone()),
+                name: name.clone().map(Bytes::from).unwrap_or_default(),
+                id: *t.topic_id.as_bytes(),
                 partitions: t
                     .partitions
                     .iter()
                     .map(|p| {
-                        let target = readable
-                            .then_some(())
-                            .ok_or(ResponseError::TopicAuthorizationFailed)
-                            .and_then(|()| core.fetch_partition(name, p.partition))
+                        let target = known
+                            .ok_or(ResponseError::UnknownTopicId)
+                            .and_then(|(name, readable)| {
+                                readable
+                                    .then_some(name)
+                                    .ok_or(ResponseError::TopicAuthorizationFailed)
+                            })
+                            .and_then(|name| core.fetch_partition(name, p.partition))
                             .map(|(part, view)| {
                                 let view = view.map(|v| {
                                     (core.reads.views.reader(&part.log, v.shards), v.shard)
@@ -230,6 +251,7 @@ async fn execute(core: &Rc<Core>, plan: &Plan) -> Execution {
         }
         topics.push(TopicResult {
             topic: t.name.clone(),
+            topic_id: t.id,
             partitions,
         });
     }
@@ -543,6 +565,7 @@ mod tests {
         let topics = || {
             vec![TopicResult {
                 topic: Bytes::from_static(b"t"),
+                topic_id: [0; 16],
                 partitions: vec![
                     PartitionResult::error(0, storage),
                     PartitionResult::error(1, ResponseError::OffsetOutOfRange.code()),
