@@ -1,5 +1,6 @@
 //! Metadata: one broker per core, every partition led by the core that owns it. Topics asked for and
-//! missing are created when auto-creation is on.
+//! missing are created when auto-creation is on. From v12 a topic may be asked for by id instead of
+//! by name (KIP-516); an id no topic has is answered `UNKNOWN_TOPIC_ID`.
 
 use super::{count_errors, frame, HandlerResult, Versions};
 use crate::acl::Operation;
@@ -20,11 +21,22 @@ use std::rc::Rc;
 pub const VERSIONS: Versions = Versions {
     key: ApiKey::Metadata,
     min: 0,
-    max: 12,
+    max: 13,
 };
 
 pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
     let request: MetadataRequest = decode(req)?;
+    // Topics asked for by id (v12+, no name): their names, and the ids no topic has.
+    let mut by_id = Vec::new();
+    let mut unknown_ids = Vec::new();
+    if req.api_version >= 12 {
+        for t in request.topics.iter().flatten().filter(|t| t.name.is_none()) {
+            match core.topic_name(t.topic_id.as_bytes()) {
+                Some(name) => by_id.push((name.to_string(), t.topic_id)),
+                None => unknown_ids.push(t.topic_id),
+            }
+        }
+    }
     // v0: an empty list means all topics; v1+: null means all, empty means none.
     let wanted: Option<Vec<String>> = match &request.topics {
         None => None,
@@ -64,20 +76,33 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
     }
     let table = core.topics();
     // All topics: those the client may describe; named ones it may not: refused by name.
-    let names: Vec<String> = wanted.unwrap_or_else(|| {
-        table
-            .topics
-            .keys()
-            .filter(|n| who.may_topic(core, Operation::Describe, n))
-            .cloned()
-            .collect()
-    });
-    let topics: Vec<MetadataResponseTopic> = names
+    let names: Vec<String> = wanted.map_or_else(
+        || {
+            table
+                .topics
+                .keys()
+                .filter(|n| who.may_topic(core, Operation::Describe, n))
+                .cloned()
+                .collect()
+        },
+        |named| {
+            named
+                .into_iter()
+                .chain(by_id.iter().map(|(n, _)| n.clone()))
+                .collect()
+        },
+    );
+    let mut topics: Vec<MetadataResponseTopic> = names
         .iter()
         .map(|name| {
             let topic = MetadataResponseTopic::default()
                 .with_name(Some(TopicName(StrBytes::from_string(name.clone()))));
             if !who.may_topic(core, Operation::Describe, name) {
+                // Asked for by id: the name is not told to a client that may not see it.
+                let topic = match by_id.iter().find(|(n, _)| n == name) {
+                    Some(&(_, id)) => topic.with_name(None).with_topic_id(id),
+                    None => topic,
+                };
                 return topic.with_error_code(ResponseError::TopicAuthorizationFailed.code());
             }
             // A view `<source>.shard-<i>-of-<n>` exists whenever its source does, with the source's
@@ -134,6 +159,11 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
                 .with_partitions(partitions)
         })
         .collect();
+    topics.extend(unknown_ids.into_iter().map(|id| {
+        MetadataResponseTopic::default()
+            .with_topic_id(id)
+            .with_error_code(ResponseError::UnknownTopicId.code())
+    }));
     count_errors(core, req, topics.iter().map(|t| t.error_code));
     let brokers = (0..core.cores())
         .map(|i| {
