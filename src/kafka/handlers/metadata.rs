@@ -10,6 +10,7 @@ use crate::kafka::session::Session;
 use crate::topics::{parse_view_name, validate_topic_name, view_topic_id};
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
@@ -26,11 +27,17 @@ pub const VERSIONS: Versions = Versions {
 
 pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
     let request: MetadataRequest = decode(req)?;
-    // Topics asked for by id (v12+, no name): their names, and the ids no topic has.
+    // Topics asked for by id (v12+, with no name or an empty one): their names, and the ids no
+    // topic has.
+    let asked_by_id = |t: &MetadataRequestTopic| {
+        req.api_version >= 12
+            && !t.topic_id.is_nil()
+            && t.name.as_ref().is_none_or(|n| n.is_empty())
+    };
     let mut by_id = Vec::new();
     let mut unknown_ids = Vec::new();
     if req.api_version >= 12 {
-        for t in request.topics.iter().flatten().filter(|t| t.name.is_none()) {
+        for t in request.topics.iter().flatten().filter(|t| asked_by_id(t)) {
             match core.topic_name(t.topic_id.as_bytes()) {
                 Some(name) => by_id.push((name.to_string(), t.topic_id)),
                 None => unknown_ids.push(t.topic_id),
@@ -43,6 +50,7 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
         Some(t) if t.is_empty() && req.api_version == 0 => None,
         Some(t) => Some(
             t.iter()
+                .filter(|t| !asked_by_id(t))
                 .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
                 .collect(),
         ),
@@ -161,6 +169,7 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
         .collect();
     topics.extend(unknown_ids.into_iter().map(|id| {
         MetadataResponseTopic::default()
+            .with_name(None)
             .with_topic_id(id)
             .with_error_code(ResponseError::UnknownTopicId.code())
     }));
