@@ -702,6 +702,11 @@ fn bad_inputs() -> Vec<(&'static str, Vec<u8>)> {
     produce_req("t", 0, batch(&["x"]), 1)
         .encode(&mut produce_body, 3)
         .unwrap();
+    // A Fetch body valid at v18 (the newest served), sent as v19.
+    let mut fetch_body = BytesMut::new();
+    fetch_req("t", 0, 0, 0, 0)
+        .encode(&mut fetch_body, 18)
+        .unwrap();
     // The start of a TLS 1.3 ClientHello: record header, handshake header, version, random, ...
     let mut hello = vec![
         0x16, 0x03, 0x01, 0x00, 0xc8, 0x01, 0x00, 0x00, 0xc4, 0x03, 0x03,
@@ -750,10 +755,7 @@ fn bad_inputs() -> Vec<(&'static str, Vec<u8>)> {
         ("unknown API key 999", raw_frame(999, 0, 14, false, &[])),
         // (f) unsupported versions, with bodies that would be valid in a served version.
         ("Produce v2", raw_frame(0, 2, 15, false, &produce_body)),
-        (
-            "Fetch v13",
-            request_frame(ApiKey::Fetch, 13, 16, &fetch_req("t", 0, 0, 0, 0)),
-        ),
+        ("Fetch v19", raw_frame(1, 19, 16, true, &fetch_body)),
         // (g) allocation bombs: ~16-byte requests claiming 2^31-1 and 2^32-2 topics.
         (
             "Metadata v1 with 0x7fffffff topics",
