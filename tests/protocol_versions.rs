@@ -331,3 +331,66 @@ fn list_offsets_v10() {
     drop(s);
     shoal.stop();
 }
+
+/// KIP-951: a fetch (v16+) or produce (v10+) sent to a core that does not lead the partition is
+/// answered `NOT_LEADER_OR_FOLLOWER` with the leader and its endpoint; older versions get the error
+/// alone.
+#[test]
+fn not_leader_answers_name_the_leader() {
+    const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 2, &[]);
+    common::create_topics(&shoal.bootstrap(), &[("elsewhere", 1)]);
+    let mut any = connect(shoal.ports[0]);
+    let (leader, id) = ids(&mut any, &["elsewhere"])[0];
+    let other = 1 - leader as usize;
+    let mut s = connect(shoal.ports[other]);
+    let port = i32::from(shoal.ports[leader as usize]);
+    for v in [15, 16, 18] {
+        let r = fetch(&mut s, v, &[("", id)]);
+        let p = &r.responses[0].partitions[0];
+        assert_eq!(p.error_code, NOT_LEADER_OR_FOLLOWER, "v{v}");
+        let told = (p.current_leader.leader_id.0, p.current_leader.leader_epoch);
+        let endpoints: Vec<(i32, i32)> = r
+            .node_endpoints
+            .iter()
+            .map(|e| (e.node_id.0, e.port))
+            .collect();
+        if v >= 16 {
+            assert_eq!(told, (leader, 0), "Fetch v{v}");
+            assert_eq!(endpoints, [(leader, port)], "Fetch v{v}");
+        } else {
+            assert_eq!(told, (-1, -1), "Fetch v{v}");
+            assert!(endpoints.is_empty(), "Fetch v{v}");
+        }
+    }
+    let one = vec!["x".to_string()];
+    for v in [9, 10, 13] {
+        let req = ProduceRequest::default()
+            .with_acks(1)
+            .with_timeout_ms(5000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(name("elsewhere"))
+                .with_topic_id(id)
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(0)
+                    .with_records(Some(batch(&one)))])]);
+        let r: ProduceResponse = call(&mut s, ApiKey::Produce, v, 6, &req);
+        let p = &r.responses[0].partition_responses[0];
+        assert_eq!(p.error_code, NOT_LEADER_OR_FOLLOWER, "Produce v{v}");
+        let told = (p.current_leader.leader_id.0, p.current_leader.leader_epoch);
+        let endpoints: Vec<(i32, i32)> = r
+            .node_endpoints
+            .iter()
+            .map(|e| (e.node_id.0, e.port))
+            .collect();
+        if v >= 10 {
+            assert_eq!(told, (leader, 0), "Produce v{v}");
+            assert_eq!(endpoints, [(leader, port)], "Produce v{v}");
+        } else {
+            assert!(endpoints.is_empty(), "Produce v{v}");
+        }
+    }
+    drop((s, any));
+    shoal.stop();
+}

@@ -105,6 +105,8 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
                 .with_partition_responses(partition_responses),
         );
     }
+    let node_endpoints =
+        crate::kafka::leaders::mark_produce(core, who, req.api_version, &mut responses);
     count_errors(
         core,
         req,
@@ -124,7 +126,9 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
     Ok(frame(
         ApiKey::Produce,
         req,
-        &ProduceResponse::default().with_responses(responses),
+        &ProduceResponse::default()
+            .with_responses(responses)
+            .with_node_endpoints(node_endpoints),
     ))
 }
 

@@ -8,11 +8,12 @@ use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::edge::read::EdgeRead;
 use crate::kafka::errors::code_of;
+use crate::kafka::leaders;
 use crate::kafka::session::Session;
 use crate::partition::Partition;
 use crate::replicas::Steer;
 use crate::wire::fetch::encode::{
-    self, encode_fetch_response, AbortedTransactions, PartitionResult, TopicResult,
+    self, encode_fetch_response, AbortedTransactions, NodeEndpoint, PartitionResult, TopicResult,
 };
 use crate::wire::header::{decode, Request};
 use bytes::Bytes;
@@ -396,6 +397,7 @@ fn ok_result(partition: i32, part: &Partition, records: shards::Records) -> Part
         log_start_offset: part.log.log_start_offset(),
         aborted_transactions: AbortedTransactions::Empty,
         preferred_read_replica: -1,
+        current_leader: -1,
         records,
     }
 }
@@ -441,6 +443,7 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
         pace(core, &plan, Before::ReadAfterWait).await;
     };
     down_convert_errors(req.api_version, &mut done.topics);
+    let endpoints = current_leaders(core, who, req.api_version, &mut done.topics);
     count_errors(
         core,
         req,
@@ -449,8 +452,55 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
             .flat_map(|t| t.partitions.iter().map(|p| p.error_code)),
     );
     crate::metrics::add(&core.metrics.fetch_response_bytes, done.total as u64);
-    let parts = encode_fetch_response(req.api_version, req.correlation_id, 0, 0, 0, &done.topics);
+    let parts = encode_fetch_response(
+        req.api_version,
+        req.correlation_id,
+        0,
+        0,
+        0,
+        &done.topics,
+        &endpoints,
+    );
     Ok(Reply::Fetch(parts.chunks, done.holds))
+}
+
+/// From v16, each partition answered `NOT_LEADER_OR_FOLLOWER` names its leader, and the response
+/// lists those leaders' endpoints (KIP-951, see [`crate::kafka::leaders`]).
+fn current_leaders(
+    core: &Core,
+    who: &Session,
+    version: i16,
+    topics: &mut [TopicResult],
+) -> Vec<NodeEndpoint> {
+    let mut endpoints: Vec<NodeEndpoint> = Vec::new();
+    if version < 16 {
+        return endpoints;
+    }
+    let not_leader = ResponseError::NotLeaderOrFollower.code();
+    for t in topics.iter_mut() {
+        let name = std::str::from_utf8(&t.topic).unwrap_or_default();
+        for p in t
+            .partitions
+            .iter_mut()
+            .filter(|p| p.error_code == not_leader)
+        {
+            let Some(leader) = leaders::leader_of(core, name, p.partition) else {
+                continue;
+            };
+            let Some((host, port)) = leaders::endpoint(core, who, leader) else {
+                continue;
+            };
+            p.current_leader = leader;
+            if !endpoints.iter().any(|e| e.node_id == leader) {
+                endpoints.push(NodeEndpoint {
+                    node_id: leader,
+                    host: Bytes::copy_from_slice(host.as_bytes()),
+                    port,
+                });
+            }
+        }
+    }
+    endpoints
 }
 
 /// Whether some partition of the fetch already has about a full response waiting (the consumer is
