@@ -2,6 +2,10 @@
 //! execution (reads, and long polling on the partitions' offset monitors until `min_bytes` or
 //! `max_wait_ms`), and the response, encoded by the hand-written [`crate::wire::fetch::encode`], which
 //! writes the log's shared record bytes to the socket without copying them.
+//!
+//! From v13 topics are named by id, looked up in the core's map of the topic table's ids. No fetch
+//! session (KIP-227) is kept: every response is a full one with session id 0, so a client sends full
+//! fetches and a session can never mix topic names and ids.
 
 use super::{count_errors, HandlerResult, Reply, Versions};
 use crate::acl::Operation;
