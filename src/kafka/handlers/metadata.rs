@@ -18,6 +18,7 @@ use kafka_protocol::messages::{ApiKey, BrokerId, MetadataRequest, MetadataRespon
 use kafka_protocol::protocol::StrBytes;
 use std::collections::BTreeMap;
 use std::rc::Rc;
+use uuid::Uuid;
 
 pub const VERSIONS: Versions = Versions {
     key: ApiKey::Metadata,
@@ -27,30 +28,14 @@ pub const VERSIONS: Versions = Versions {
 
 pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
     let request: MetadataRequest = decode(req)?;
-    // Topics asked for by id (v12+, with no name or an empty one): their names, and the ids no
-    // topic has.
-    let asked_by_id = |t: &MetadataRequestTopic| {
-        req.api_version >= 12
-            && !t.topic_id.is_nil()
-            && t.name.as_ref().is_none_or(|n| n.is_empty())
-    };
-    let mut by_id = Vec::new();
-    let mut unknown_ids = Vec::new();
-    if req.api_version >= 12 {
-        for t in request.topics.iter().flatten().filter(|t| asked_by_id(t)) {
-            match core.topic_name(t.topic_id.as_bytes()) {
-                Some(name) => by_id.push((name.to_string(), t.topic_id)),
-                None => unknown_ids.push(t.topic_id),
-            }
-        }
-    }
+    let (by_id, unknown_ids) = by_id(core, req.api_version, &request);
     // v0: an empty list means all topics; v1+: null means all, empty means none.
     let wanted: Option<Vec<String>> = match &request.topics {
         None => None,
         Some(t) if t.is_empty() && req.api_version == 0 => None,
         Some(t) => Some(
             t.iter()
-                .filter(|t| !asked_by_id(t))
+                .filter(|t| !asked_by_id(req.api_version, t))
                 .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
                 .collect(),
         ),
@@ -58,29 +43,7 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
     let auto_create = core.config().auto_create_topics
         && (req.api_version < 4 || request.allow_auto_topic_creation);
     if let (Some(names), true) = (&wanted, auto_create) {
-        let missing: Vec<NewTopic> = names
-            .iter()
-            .filter(|n| {
-                core.topics().get(n).is_none()
-                    && validate_topic_name(n).is_ok()
-                    && !control::is_view_name(n)
-                    && (who.may_cluster(core, Operation::Create)
-                        || who.may_topic(core, Operation::Create, n))
-            })
-            .map(|n| NewTopic {
-                name: n.clone(),
-                partitions: -1,
-                replication_factor: -1,
-                configs: BTreeMap::new(),
-            })
-            .collect();
-        if !missing.is_empty() {
-            let change = TopicChange::Create {
-                topics: missing,
-                validate_only: false,
-            };
-            control::change_topics(core, change).await;
-        }
+        create_missing(core, who, names).await;
     }
     let table = core.topics();
     // All topics: those the client may describe; named ones it may not: refused by name.
@@ -188,4 +151,54 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
         .with_controller_id(BrokerId(0))
         .with_topics(topics);
     Ok(frame(ApiKey::Metadata, req, &response))
+}
+
+/// Whether a topic is asked for by id: from v12, with an id and no name (or an empty one).
+fn asked_by_id(version: i16, t: &MetadataRequestTopic) -> bool {
+    version >= 12 && !t.topic_id.is_nil() && t.name.as_ref().is_none_or(|n| n.is_empty())
+}
+
+/// The topics asked for by id: (name, id) of those that exist, and the ids no topic has.
+fn by_id(core: &Core, version: i16, request: &MetadataRequest) -> (Vec<(String, Uuid)>, Vec<Uuid>) {
+    let mut found = Vec::new();
+    let mut unknown = Vec::new();
+    for t in request
+        .topics
+        .iter()
+        .flatten()
+        .filter(|t| asked_by_id(version, t))
+    {
+        match core.topic_name(t.topic_id.as_bytes()) {
+            Some(name) => found.push((name.to_string(), t.topic_id)),
+            None => unknown.push(t.topic_id),
+        }
+    }
+    (found, unknown)
+}
+
+/// Auto-creation: creates the topics named that do not exist and the client may create.
+async fn create_missing(core: &Rc<Core>, who: &Session, names: &[String]) {
+    let missing: Vec<NewTopic> = names
+        .iter()
+        .filter(|n| {
+            core.topics().get(n).is_none()
+                && validate_topic_name(n).is_ok()
+                && !control::is_view_name(n)
+                && (who.may_cluster(core, Operation::Create)
+                    || who.may_topic(core, Operation::Create, n))
+        })
+        .map(|n| NewTopic {
+            name: n.clone(),
+            partitions: -1,
+            replication_factor: -1,
+            configs: BTreeMap::new(),
+        })
+        .collect();
+    if !missing.is_empty() {
+        let change = TopicChange::Create {
+            topics: missing,
+            validate_only: false,
+        };
+        control::change_topics(core, change).await;
+    }
 }
