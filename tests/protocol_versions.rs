@@ -394,3 +394,61 @@ fn not_leader_answers_name_the_leader() {
     drop((s, any));
     shoal.stop();
 }
+
+/// By id, a topic the client may not describe or read is refused as by name, and Metadata does not
+/// tell its name.
+#[test]
+fn a_refused_topic_asked_for_by_id_is_not_named() {
+    use kafka_protocol::messages::CreateTopicsResponse;
+    const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+    let dir = tempfile::tempdir().unwrap();
+    for u in ["admin", "bob"] {
+        common::add_user(dir.path(), u, &format!("{u}-pw"));
+    }
+    let shoal = Shoal::start(
+        dir.path(),
+        1,
+        &[
+            "--sasl-mechanisms",
+            "PLAIN",
+            "--authorizer",
+            "acl",
+            "--super-users",
+            "User:admin",
+        ],
+    );
+    let mut admin = connect(shoal.ports[0]);
+    assert_eq!(
+        common::wire::sasl_plain(&mut admin, "admin", "admin-pw").0,
+        0
+    );
+    let r: CreateTopicsResponse = call(
+        &mut admin,
+        ApiKey::CreateTopics,
+        7,
+        1,
+        &common::wire::create_topic_request("secret", 1),
+    );
+    assert_eq!(r.topics[0].error_code, NONE);
+    let (_, id) = ids(&mut admin, &["secret"])[0];
+
+    let mut bob = connect(shoal.ports[0]);
+    assert_eq!(common::wire::sasl_plain(&mut bob, "bob", "bob-pw").0, 0);
+    let req = MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default()
+        .with_name(None)
+        .with_topic_id(id)]));
+    let r: MetadataResponse = call(&mut bob, ApiKey::Metadata, 12, 2, &req);
+    let t = &r.topics[0];
+    assert_eq!(
+        (t.error_code, t.name.is_none(), t.topic_id),
+        (TOPIC_AUTHORIZATION_FAILED, true, id)
+    );
+    assert!(t.partitions.is_empty());
+    let r = fetch(&mut bob, 16, &[("", id)]);
+    assert_eq!(
+        r.responses[0].partitions[0].error_code,
+        TOPIC_AUTHORIZATION_FAILED
+    );
+    drop((admin, bob));
+    shoal.stop();
+}
