@@ -8,7 +8,7 @@ use crate::mesh::Mesh;
 use crate::partition::Partition;
 use crate::replicas::{ReplicaMsg, Replicas};
 use crate::stats::{CoreSnapshot, PartitionSnapshot};
-use crate::topics::{apply_topic_configs, parse_view_name, TopicTable, ViewName};
+use crate::topics::{apply_topic_configs, parse_view_name, TopicIds, TopicTable, ViewName};
 use glommio::{Latency, Shares, TaskQueueHandle};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::ApiKey;
@@ -113,6 +113,8 @@ pub struct Core {
     config: Rc<BrokerConfig>,
     pub cluster: Cluster,
     topics: RefCell<Rc<TopicTable>>,
+    /// The table's topic names by id, installed with it.
+    topic_ids: RefCell<TopicIds>,
     /// Owned partitions by topic, then index (looked up by `&str`, with no allocation per request).
     partitions: RefCell<HashMap<String, HashMap<i32, Rc<Partition>>>>,
     /// Table changes are applied one at a time (start-up, broadcasts): two applies must not open
@@ -183,6 +185,7 @@ impl Core {
             },
             config,
             topics: RefCell::new(Rc::new(TopicTable::default())),
+            topic_ids: RefCell::new(TopicIds::default()),
             partitions: RefCell::new(HashMap::new()),
             applying: glommio::sync::Semaphore::new(1),
             mesh,
@@ -205,6 +208,10 @@ impl Core {
     /// This core's copy of the topic table (topics, ACLs), as last broadcast.
     pub fn topics(&self) -> Rc<TopicTable> {
         self.topics.borrow().clone()
+    }
+    /// The name of the topic (or view) with this id in this core's copy of the topic table.
+    pub fn topic_name(&self, id: &[u8; 16]) -> Option<kafka_protocol::protocol::StrBytes> {
+        self.topic_ids.borrow().name(id)
     }
     /// This core's end of the channels to the other cores.
     pub fn mesh(&self) -> &Mesh {
@@ -301,6 +308,7 @@ impl Core {
         }
         let table = Rc::new(table);
         *self.topics.borrow_mut() = table.clone();
+        *self.topic_ids.borrow_mut() = TopicIds::of(&table);
         let gone: Vec<Rc<Partition>> = {
             let mut topics = self.partitions.borrow_mut();
             let mut gone = Vec::new();

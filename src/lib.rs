@@ -47,7 +47,7 @@
 //!   `/metrics` families.
 //! - [`partition`]   — a partition on its core: the log plus idempotent-producer state.
 //! - [`topics`]      — the topic table every core holds a copy of, the partition -> core mapping,
-//!   topic names and configs.
+//!   topic names and configs, and the names by topic id.
 //! - [`acl`]         — ACLs in Kafka's model (kept in the topic table) and the authorizer's decision.
 //! - [`topic_configs`] — topic and broker configs as Kafka's admin APIs describe them: names, types,
 //!   values in effect, sources, synonyms.

@@ -2,9 +2,10 @@
 //! from it. A partition is owned by exactly one core; Metadata names that core as its leader, so
 //! produce and fetch requests reach the core that holds the data and nothing crosses cores.
 
+use kafka_protocol::protocol::StrBytes;
 use serde::{Deserialize, Serialize};
 use shards::LogConfig;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 /// One topic as the control plane records it.
@@ -97,6 +98,51 @@ pub fn view_topic_id(source_id: [u8; 16], view: &ViewName) -> [u8; 16] {
         .zip(view.shards.to_be_bytes())
         .for_each(|(a, b)| *a ^= b);
     id
+}
+
+/// The topics' names by id, for requests that name topics by id (Fetch v13+, Produce v13,
+/// Metadata v12+): built with each topic table a core installs, so that a request's lookup is one
+/// hash lookup, never a scan of the table.
+#[derive(Debug, Default)]
+pub struct TopicIds {
+    by_id: HashMap<[u8; 16], StrBytes>,
+    /// Each topic (name, id) by the first half of its id, which its views' ids share
+    /// ([`view_topic_id`] mixes the view's numbers into the second half only).
+    by_prefix: HashMap<[u8; 8], (String, [u8; 16])>,
+}
+
+impl TopicIds {
+    pub fn of(table: &TopicTable) -> TopicIds {
+        let mut ids = TopicIds::default();
+        for (name, meta) in &table.topics {
+            ids.by_id
+                .insert(meta.id, StrBytes::from_string(name.clone()));
+            ids.by_prefix
+                .insert(prefix(&meta.id), (name.clone(), meta.id));
+        }
+        ids
+    }
+
+    /// The name of the topic or view with this id, if there is one.
+    pub fn name(&self, id: &[u8; 16]) -> Option<StrBytes> {
+        if let Some(name) = self.by_id.get(id) {
+            return Some(name.clone());
+        }
+        let (source, source_id) = self.by_prefix.get(&prefix(id))?;
+        let mixed = |at: usize| {
+            let word = |b: &[u8; 16]| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+            word(id) ^ word(source_id)
+        };
+        let (shard, shards) = (mixed(8), mixed(12));
+        (shard < shards && shards <= MAX_VIEW_SHARDS)
+            .then(|| StrBytes::from_string(format!("{source}.shard-{shard}-of-{shards}")))
+    }
+}
+
+fn prefix(id: &[u8; 16]) -> [u8; 8] {
+    let mut p = [0; 8];
+    p.copy_from_slice(&id[..8]);
+    p
 }
 
 /// Kafka's rules: 1 to 249 characters of `[a-zA-Z0-9._-]`, and not `.` or `..`.
@@ -231,6 +277,40 @@ mod tests {
         for bad in ["", ".", "..", "a b", "a/b", &"x".repeat(250)] {
             assert!(validate_topic_name(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn topics_and_views_are_found_by_id() {
+        let mut t = TopicTable::default();
+        for (name, id) in [("orders", [7u8; 16]), ("users", [9u8; 16])] {
+            let meta = TopicMeta {
+                id,
+                partitions: 4,
+                configs: BTreeMap::new(),
+                ordinal: 0,
+            };
+            t.topics.insert(name.into(), meta);
+        }
+        let ids = TopicIds::of(&t);
+        let name = |id: &[u8; 16]| ids.name(id).map(|n| n.to_string());
+        assert_eq!(name(&[7; 16]).as_deref(), Some("orders"));
+        assert_eq!(name(&[9; 16]).as_deref(), Some("users"));
+        let view = |shard, shards| ViewName {
+            source: "orders".into(),
+            shard,
+            shards,
+        };
+        for (shard, shards) in [(0, 1), (2, 3), (1023, 1024)] {
+            let id = view_topic_id([7; 16], &view(shard, shards));
+            let want = format!("orders.shard-{shard}-of-{shards}");
+            assert_eq!(name(&id), Some(want));
+        }
+        // Impossible views, and ids no topic has.
+        for (shard, shards) in [(3, 3), (0, 1025)] {
+            assert_eq!(name(&view_topic_id([7; 16], &view(shard, shards))), None);
+        }
+        assert_eq!(name(&[8; 16]), None);
+        assert_eq!(name(&[0; 16]), None);
     }
 
     #[test]

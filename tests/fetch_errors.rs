@@ -1,6 +1,6 @@
-//! Fetch errors as Kafka writes them, at every Fetch version shoal serves (4-12): records empty and
+//! Fetch errors as Kafka writes them, at every Fetch version shoal serves (4-18): records empty and
 //! never null, watermarks and log start offset -1, aborted transactions null for errors found by the
-//! read and empty for unknown topics or partitions. Raw requests check the bytes at each version;
+//! read and empty for unknown topics (or topic ids, v13+) or partitions. Raw requests check the bytes at each version;
 //! librdkafka checks what matters to a consumer, mirroring librdkafka's own test `0034_offset_reset`:
 //! a consumer assigned past the end of a partition resets to the earliest or latest offset (or
 //! reports the reset error) within a bounded time, at each version (a proxy in front of shoal lowers
@@ -33,12 +33,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const TOPIC: &str = "data";
+/// The newest Fetch librdkafka speaks (2.12: v16, topics by id from v13).
+const MAX_LIBRDKAFKA_FETCH: i16 = 16;
 /// Records produced to partition 0, as in 0034 (`test_quick`).
 const MESSAGES: i64 = 20;
 
 const OFFSET_OUT_OF_RANGE: i16 = 1;
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+const UNKNOWN_TOPIC_ID: i16 = 100;
 
 /// Produces `MESSAGES` records (values "0".."19") to partition 0 and waits for them.
 fn produce(bootstrap: &str) {
@@ -137,8 +140,35 @@ fn fetch_errors_at_every_version_are_encoded_as_kafka_does() {
         .expect("4 partitions on 2 cores: some on each");
 
     let mut s = connect(shoal.ports[p0]);
-    for version in 4..=12i16 {
+    let r: MetadataResponse = call(
+        &mut s,
+        ApiKey::Metadata,
+        12,
+        1,
+        &kafka_protocol::messages::MetadataRequest::default().with_topics(Some(vec![
+            kafka_protocol::messages::metadata_request::MetadataRequestTopic::default()
+                .with_name(Some(TopicName(StrBytes::from_static_str(TOPIC)))),
+        ])),
+    );
+    let id = r.topics[0].topic_id;
+    // From v13 topics go by id: the data topic's, and one no topic has for "no-such-topic".
+    let by_id = |mut req: FetchRequest| {
+        for t in req.topics.iter_mut() {
+            t.topic_id = if t.topic.0.as_str() == TOPIC {
+                id
+            } else {
+                uuid::Uuid::from_bytes([0x33; 16])
+            };
+        }
+        req
+    };
+    for version in 4..=18i16 {
         let corr = i32::from(version);
+        let unknown_topic = if version >= 13 {
+            UNKNOWN_TOPIC_ID
+        } else {
+            UNKNOWN_TOPIC_OR_PARTITION
+        };
         let parts = [
             (TOPIC, 0, MESSAGES + 5),
             (TOPIC, 7, 0),
@@ -146,7 +176,8 @@ fn fetch_errors_at_every_version_are_encoded_as_kafka_does() {
             (TOPIC, not_here, 0),
         ];
         let started = Instant::now();
-        let r: FetchResponse = call(&mut s, ApiKey::Fetch, version, corr, &fetch(&parts, 10_000));
+        let req = by_id(fetch(&parts, 10_000));
+        let r: FetchResponse = call(&mut s, ApiKey::Fetch, version, corr, &req);
         assert!(
             started.elapsed() < Duration::from_secs(5),
             "v{version}: a fetch of errors waited {:?}",
@@ -162,13 +193,7 @@ fn fetch_errors_at_every_version_are_encoded_as_kafka_does() {
             false,
             "unknown partition",
         );
-        check_error(
-            version,
-            p(2),
-            UNKNOWN_TOPIC_OR_PARTITION,
-            false,
-            "unknown topic",
-        );
+        check_error(version, p(2), unknown_topic, false, "unknown topic");
         check_error(version, p(3), NOT_LEADER_OR_FOLLOWER, true, "other core");
 
         // An error beside data: the data comes whole, the error as above.
@@ -177,12 +202,12 @@ fn fetch_errors_at_every_version_are_encoded_as_kafka_does() {
             ApiKey::Fetch,
             version,
             corr + 100,
-            &fetch(&[("no-such-topic", 0, 0), (TOPIC, 0, 0)], 0),
+            &by_id(fetch(&[("no-such-topic", 0, 0), (TOPIC, 0, 0)], 0)),
         );
         check_error(
             version,
             &r.responses[0].partitions[0],
-            UNKNOWN_TOPIC_OR_PARTITION,
+            unknown_topic,
             false,
             "unknown topic beside data",
         );
@@ -292,7 +317,7 @@ fn librdkafka_offset_reset_like_0034_at_every_fetch_version() {
     let shoal = Shoal::start(dir.path(), 1, &[]);
     create_topics(&shoal.bootstrap(), &[(TOPIC, 1)]);
     produce(&shoal.bootstrap());
-    for version in 4..=11 {
+    for version in 4..=MAX_LIBRDKAFKA_FETCH {
         let proxy = Proxy::start(&shoal.ports, version, false);
         offset_reset_0034(&proxy.bootstrap(), &format!("Fetch v{version}"));
         let used = proxy.fetch_versions();
@@ -312,7 +337,7 @@ fn librdkafka_follows_not_leader_to_the_right_core_at_every_fetch_version() {
     let shoal = Shoal::start(dir.path(), 2, &["--read-replicas", "off"]);
     create_topics(&shoal.bootstrap(), &[(TOPIC, 1)]);
     produce(&shoal.bootstrap());
-    for version in 4..=12 {
+    for version in 4..=MAX_LIBRDKAFKA_FETCH {
         let proxy = Proxy::start(&shoal.ports, version, true);
         let at = format!("Fetch v{version}");
         let all = Seen {

@@ -231,10 +231,10 @@ fn ranges(keys: &[ApiVersion]) -> Vec<(i16, i16, i16)> {
 
 fn expected_ranges() -> Vec<(i16, i16, i16)> {
     let mut v = vec![
-        (ApiKey::Produce as i16, 3, 9),
-        (ApiKey::Fetch as i16, 4, 12),
-        (ApiKey::ListOffsets as i16, 1, 7),
-        (ApiKey::Metadata as i16, 0, 12),
+        (ApiKey::Produce as i16, 3, 13),
+        (ApiKey::Fetch as i16, 4, 18),
+        (ApiKey::ListOffsets as i16, 1, 10),
+        (ApiKey::Metadata as i16, 0, 13),
         (ApiKey::ApiVersions as i16, 0, 3),
         (ApiKey::CreateTopics as i16, 2, 7),
         (ApiKey::CreatePartitions as i16, 0, 3),
@@ -362,15 +362,21 @@ fn every_advertised_version_answers() {
             r.topics[0].error_message
         );
     }
+    // Produce v13 and Fetch v13+ name the topic by id.
+    let r: MetadataResponse = call(
+        &mut s,
+        ApiKey::Metadata,
+        12,
+        next(),
+        &metadata_req(&["ct2"]),
+    );
+    let id = r.topics[0].topic_id;
+    assert!(!id.is_nil());
     let mut produced = 0;
-    for v in 3..=9 {
-        let r: ProduceResponse = call(
-            &mut s,
-            ApiKey::Produce,
-            v,
-            next(),
-            &produce_req("ct2", 0, batch(&["x", "y"]), 1),
-        );
+    for v in 3..=13 {
+        let mut req = produce_req("ct2", 0, batch(&["x", "y"]), 1);
+        req.topic_data[0].topic_id = id;
+        let r: ProduceResponse = call(&mut s, ApiKey::Produce, v, next(), &req);
         let p = only_partition(&r);
         assert_eq!(
             (p.error_code, p.base_offset),
@@ -379,8 +385,8 @@ fn every_advertised_version_answers() {
         );
         produced += 2;
     }
-    for v in 1..=7 {
-        for (ts, want) in [(-1, produced), (-2, 0), (0, 0)] {
+    for v in 1..=10 {
+        for (ts, want) in [(-1, produced), (-2, 0), (0, 0), (-4, 0), (-5, -1)] {
             let c = next();
             send(
                 &mut s,
@@ -404,20 +410,16 @@ fn every_advertised_version_answers() {
             );
         }
     }
-    for v in 0..=12 {
+    for v in 0..=13 {
         let r: MetadataResponse =
             call(&mut s, ApiKey::Metadata, v, next(), &metadata_req(&["ct2"]));
         assert_eq!(r.topics[0].error_code, NONE, "Metadata v{v}");
         assert_eq!(r.topics[0].partitions.len(), 1, "Metadata v{v}");
     }
-    for v in 4..=12 {
-        let r: FetchResponse = call(
-            &mut s,
-            ApiKey::Fetch,
-            v,
-            next(),
-            &fetch_req("ct2", 0, 0, 0, 1),
-        );
+    for v in 4..=18 {
+        let mut req = fetch_req("ct2", 0, 0, 0, 1);
+        req.topics[0].topic_id = id;
+        let r: FetchResponse = call(&mut s, ApiKey::Fetch, v, next(), &req);
         let p = &r.responses[0].partitions[0];
         assert_eq!(
             (p.error_code, p.high_watermark),
@@ -706,6 +708,11 @@ fn bad_inputs() -> Vec<(&'static str, Vec<u8>)> {
     produce_req("t", 0, batch(&["x"]), 1)
         .encode(&mut produce_body, 3)
         .unwrap();
+    // A Fetch body valid at v18 (the newest served), sent as v19.
+    let mut fetch_body = BytesMut::new();
+    fetch_req("t", 0, 0, 0, 0)
+        .encode(&mut fetch_body, 18)
+        .unwrap();
     // The start of a TLS 1.3 ClientHello: record header, handshake header, version, random, ...
     let mut hello = vec![
         0x16, 0x03, 0x01, 0x00, 0xc8, 0x01, 0x00, 0x00, 0xc4, 0x03, 0x03,
@@ -754,10 +761,7 @@ fn bad_inputs() -> Vec<(&'static str, Vec<u8>)> {
         ("unknown API key 999", raw_frame(999, 0, 14, false, &[])),
         // (f) unsupported versions, with bodies that would be valid in a served version.
         ("Produce v2", raw_frame(0, 2, 15, false, &produce_body)),
-        (
-            "Fetch v13",
-            request_frame(ApiKey::Fetch, 13, 16, &fetch_req("t", 0, 0, 0, 0)),
-        ),
+        ("Fetch v19", raw_frame(1, 19, 16, true, &fetch_body)),
         // (g) allocation bombs: ~16-byte requests claiming 2^31-1 and 2^32-2 topics.
         (
             "Metadata v1 with 0x7fffffff topics",

@@ -267,6 +267,7 @@ async fn serve(mut stream: TcpStream, ring: Arc<Ring>, pace: Option<Pace>) {
             .iter()
             .map(|t| TopicResult {
                 topic: Bytes::copy_from_slice(t.topic.0.as_bytes()),
+                topic_id: *t.topic_id.as_bytes(),
                 partitions: t
                     .partitions
                     .iter()
@@ -286,13 +287,15 @@ async fn serve(mut stream: TcpStream, ring: Arc<Ring>, pace: Option<Pace>) {
                             log_start_offset: 0,
                             aborted_transactions: AbortedTransactions::Empty,
                             preferred_read_replica: -1,
+                            current_leader: -1,
                             records,
                         }
                     })
                     .collect(),
             })
             .collect();
-        let parts = encode_fetch_response(req.api_version, req.correlation_id, 0, 0, 0, &topics);
+        let parts =
+            encode_fetch_response(req.api_version, req.correlation_id, 0, 0, 0, &topics, &[]);
         for c in &parts.chunks {
             if stream.write_all(c).await.is_err() {
                 return;

@@ -6,4 +6,5 @@ pub mod connection;
 pub mod errors;
 mod fault;
 pub mod handlers;
+pub mod leaders;
 pub mod session;

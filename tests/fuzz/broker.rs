@@ -98,6 +98,9 @@ pub fn set_up(ports: &[u16]) -> u16 {
     create_topic(ports[0], HEALTH_TOPIC, 1);
     let restored = restore_data_topic(ports);
     assert_eq!(restored, Ok(true), "the data topic is created");
+    let mut s = connect(ports[0]);
+    let r: MetadataResponse = call(&mut s, ApiKey::Metadata, 12, 1, &metadata_of(&[DATA_TOPIC]));
+    *requests::DATA_TOPIC_ID.write().unwrap() = r.topics[0].topic_id;
     ports[leader(ports[0], HEALTH_TOPIC, 0).expect("the health topic's leader")]
 }
 

@@ -19,6 +19,9 @@ use shards::batch::{BatchBuilder, BatchHeader};
 pub const DATA_TOPIC: &str = "fz-data";
 /// The topic only the health checks use (one partition).
 pub const HEALTH_TOPIC: &str = "fz-health";
+/// The data topic's id, for requests that name topics by id (Fetch v13+, Produce v13): noted at
+/// start; fuzzed requests may delete and re-create the topic, and then it names no topic.
+pub static DATA_TOPIC_ID: std::sync::RwLock<uuid::Uuid> = std::sync::RwLock::new(uuid::Uuid::nil());
 /// Topics the fuzzed CreateTopics and DeleteTopics requests create and delete.
 pub const POOL: [&str; 3] = ["fz-pool-0", "fz-pool-1", "fz-pool-2"];
 
@@ -136,6 +139,17 @@ fn config_value(rng: &mut Rng) -> (&'static str, Option<&'static str>) {
 
 fn name(rng: &mut Rng) -> TopicName {
     TopicName(s(topic(rng)))
+}
+
+/// A topic id: mostly the data topic's, else one no topic has, or nil.
+fn topic_id(rng: &mut Rng) -> uuid::Uuid {
+    let data = *DATA_TOPIC_ID.read().unwrap();
+    *rng.pick(&[
+        data,
+        data,
+        uuid::Uuid::from_bytes([0x42; 16]),
+        uuid::Uuid::nil(),
+    ])
 }
 
 fn partition(rng: &mut Rng) -> i32 {
@@ -354,6 +368,7 @@ pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: 
                 // connection, by design: see `may_close`.
                 vec![produce_request::TopicProduceData::default()
                     .with_name(TopicName(s(DATA_TOPIC)))
+                    .with_topic_id(*DATA_TOPIC_ID.read().unwrap())
                     .with_partition_data(vec![produce_request::PartitionProduceData::default()
                         .with_index(rng.below(2) as i32)
                         .with_records(Some(plain_records(rng)))])]
@@ -362,6 +377,7 @@ pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: 
                     .map(|_| {
                         produce_request::TopicProduceData::default()
                             .with_name(name(rng))
+                            .with_topic_id(topic_id(rng))
                             .with_partition_data(
                                 (0..1 + rng.below(2))
                                     .map(|_| {
@@ -394,32 +410,44 @@ pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: 
         ApiKey::Fetch => {
             let topics = (0..1 + rng.below(2))
                 .map(|_| {
-                    fetch_request::FetchTopic::default()
-                        .with_topic(name(rng))
-                        .with_partitions(
-                            (0..1 + rng.below(3))
-                                .map(|_| {
-                                    let p = fetch_request::FetchPartition::default()
-                                        .with_partition(partition(rng))
-                                        .with_fetch_offset(offset(rng))
-                                        .with_partition_max_bytes(max_bytes(rng));
-                                    let p = if v >= 5 {
-                                        p.with_log_start_offset(*rng.pick(&[-1, 0, i64::MAX]))
-                                    } else {
-                                        p
-                                    };
-                                    if v >= 9 {
-                                        p.with_current_leader_epoch(*rng.pick(&[-1, 0, 5]))
-                                    } else {
-                                        p
-                                    }
-                                })
-                                .collect(),
-                        )
+                    let t = fetch_request::FetchTopic::default();
+                    // v13+ name the topic by id.
+                    let t = if v >= 13 {
+                        t.with_topic_id(topic_id(rng))
+                    } else {
+                        t.with_topic(name(rng))
+                    };
+                    t.with_partitions(
+                        (0..1 + rng.below(3))
+                            .map(|_| {
+                                let p = fetch_request::FetchPartition::default()
+                                    .with_partition(partition(rng))
+                                    .with_fetch_offset(offset(rng))
+                                    .with_partition_max_bytes(max_bytes(rng));
+                                let p = if v >= 5 {
+                                    p.with_log_start_offset(*rng.pick(&[-1, 0, i64::MAX]))
+                                } else {
+                                    p
+                                };
+                                if v >= 9 {
+                                    p.with_current_leader_epoch(*rng.pick(&[-1, 0, 5]))
+                                } else {
+                                    p
+                                }
+                            })
+                            .collect(),
+                    )
                 })
                 .collect();
-            let mut r = FetchRequest::default()
-                .with_replica_id(BrokerId(*rng.pick(&[-1, -1, 0, 1])))
+            let replica = BrokerId(*rng.pick(&[-1, -1, 0, 1]));
+            let mut r = FetchRequest::default();
+            // v15 moved the replica id into replica_state.
+            if v >= 15 {
+                r.replica_state.replica_id = replica;
+            } else {
+                r.replica_id = replica;
+            }
+            let mut r = r
                 .with_max_wait_ms(*rng.pick(&[0, 0, 10, 100, -1]))
                 .with_min_bytes(*rng.pick(&[0, 1, 1, -1, 1 << 20]))
                 .with_max_bytes(max_bytes(rng))
@@ -430,9 +458,13 @@ pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: 
                     .with_session_id(*rng.pick(&[0, 0, 1, -1]))
                     .with_session_epoch(*rng.pick(&[-1, 0, 1]))
                     .with_forgotten_topics_data(if rng.one_in(4) {
-                        vec![fetch_request::ForgottenTopic::default()
-                            .with_topic(name(rng))
-                            .with_partitions(vec![partition(rng)])]
+                        let t = fetch_request::ForgottenTopic::default();
+                        let t = if v >= 13 {
+                            t.with_topic_id(topic_id(rng))
+                        } else {
+                            t.with_topic(name(rng))
+                        };
+                        vec![t.with_partitions(vec![partition(rng)])]
                     } else {
                         vec![]
                     });

@@ -1,7 +1,9 @@
 //! ListOffsets: earliest (-2), latest (-1), the record with the largest timestamp (-3), or the first
 //! offset at or after a timestamp. For read_committed (isolation level 1) the offsets end at the
 //! last stable offset, as in Kafka: latest is it, and a record found by timestamp at or past it
-//! is not there yet (-1).
+//! is not there yet (-1). With no tiered storage, the earliest local offset (-4, v9+) is the earliest
+//! and no offset is tiered (-5, v9+: -1), as Kafka answers for a topic without remote storage.
+//! v10's `timeout_ms` bounds waits for remote storage, which shoal has none of.
 
 use super::{count_errors, frame, HandlerResult, Versions};
 use crate::acl::Operation;
@@ -19,12 +21,14 @@ use std::rc::Rc;
 pub const VERSIONS: Versions = Versions {
     key: ApiKey::ListOffsets,
     min: 1,
-    max: 7,
+    max: 10,
 };
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
+const EARLIEST_LOCAL: i64 = -4;
+const LATEST_TIERED: i64 = -5;
 
 pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
     let request: ListOffsetsRequest = decode(req)?;
@@ -36,6 +40,10 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
         for p in &t.partitions {
             let base =
                 ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
+            let timestamp = match p.timestamp {
+                EARLIEST_LOCAL => EARLIEST,
+                ts => ts,
+            };
             // A view answers with its source's offsets (they are the same offsets).
             let found = if describable {
                 core.local_partition(&name, p.partition_index)
@@ -54,10 +62,14 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
                 }
             };
             let log = &part.log;
+            if timestamp == LATEST_TIERED {
+                partitions.push(base.with_offset(-1).with_timestamp(-1));
+                continue;
+            }
             if let Some(edge) = core.upstream() {
                 // A view's offsets are its source's: the upstream is asked for those.
                 let answer = edge
-                    .list_offset(log, &part.topic, p.partition_index, p.timestamp, view)
+                    .list_offset(log, &part.topic, p.partition_index, timestamp, view)
                     .await;
                 partitions.push(match answer {
                     Ok((offset, timestamp)) => base
@@ -76,7 +88,7 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
             } else {
                 log.high_watermark()
             };
-            let found = match p.timestamp {
+            let found = match timestamp {
                 LATEST => Ok(Some((fetchable, -1))),
                 EARLIEST => Ok(Some((log.log_start_offset(), -1))),
                 MAX_TIMESTAMP => match log.max_timestamp() {
@@ -86,7 +98,7 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
                 ts if ts >= 0 => log.offset_for_timestamp(ts).await.map_err(Some),
                 _ => Err(None),
             };
-            let found = match p.timestamp {
+            let found = match timestamp {
                 LATEST | EARLIEST => found,
                 _ => found.map(|f| f.filter(|&(offset, _)| offset < fetchable)),
             };

@@ -1,5 +1,6 @@
 //! Metadata: one broker per core, every partition led by the core that owns it. Topics asked for and
-//! missing are created when auto-creation is on.
+//! missing are created when auto-creation is on. From v12 a topic may be asked for by id instead of
+//! by name (KIP-516); an id no topic has is answered `UNKNOWN_TOPIC_ID`.
 
 use super::{count_errors, frame, HandlerResult, Versions};
 use crate::acl::Operation;
@@ -9,6 +10,7 @@ use crate::kafka::session::Session;
 use crate::topics::{parse_view_name, validate_topic_name, view_topic_id};
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
@@ -16,21 +18,24 @@ use kafka_protocol::messages::{ApiKey, BrokerId, MetadataRequest, MetadataRespon
 use kafka_protocol::protocol::StrBytes;
 use std::collections::BTreeMap;
 use std::rc::Rc;
+use uuid::Uuid;
 
 pub const VERSIONS: Versions = Versions {
     key: ApiKey::Metadata,
     min: 0,
-    max: 12,
+    max: 13,
 };
 
 pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
     let request: MetadataRequest = decode(req)?;
+    let (by_id, unknown_ids) = by_id(core, req.api_version, &request);
     // v0: an empty list means all topics; v1+: null means all, empty means none.
     let wanted: Option<Vec<String>> = match &request.topics {
         None => None,
         Some(t) if t.is_empty() && req.api_version == 0 => None,
         Some(t) => Some(
             t.iter()
+                .filter(|t| !asked_by_id(req.api_version, t))
                 .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
                 .collect(),
         ),
@@ -38,46 +43,37 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
     let auto_create = core.config().auto_create_topics
         && (req.api_version < 4 || request.allow_auto_topic_creation);
     if let (Some(names), true) = (&wanted, auto_create) {
-        let missing: Vec<NewTopic> = names
-            .iter()
-            .filter(|n| {
-                core.topics().get(n).is_none()
-                    && validate_topic_name(n).is_ok()
-                    && !control::is_view_name(n)
-                    && (who.may_cluster(core, Operation::Create)
-                        || who.may_topic(core, Operation::Create, n))
-            })
-            .map(|n| NewTopic {
-                name: n.clone(),
-                partitions: -1,
-                replication_factor: -1,
-                configs: BTreeMap::new(),
-            })
-            .collect();
-        if !missing.is_empty() {
-            let change = TopicChange::Create {
-                topics: missing,
-                validate_only: false,
-            };
-            control::change_topics(core, change).await;
-        }
+        create_missing(core, who, names).await;
     }
     let table = core.topics();
     // All topics: those the client may describe; named ones it may not: refused by name.
-    let names: Vec<String> = wanted.unwrap_or_else(|| {
-        table
-            .topics
-            .keys()
-            .filter(|n| who.may_topic(core, Operation::Describe, n))
-            .cloned()
-            .collect()
-    });
-    let topics: Vec<MetadataResponseTopic> = names
+    let names: Vec<String> = wanted.map_or_else(
+        || {
+            table
+                .topics
+                .keys()
+                .filter(|n| who.may_topic(core, Operation::Describe, n))
+                .cloned()
+                .collect()
+        },
+        |named| {
+            named
+                .into_iter()
+                .chain(by_id.iter().map(|(n, _)| n.clone()))
+                .collect()
+        },
+    );
+    let mut topics: Vec<MetadataResponseTopic> = names
         .iter()
         .map(|name| {
             let topic = MetadataResponseTopic::default()
                 .with_name(Some(TopicName(StrBytes::from_string(name.clone()))));
             if !who.may_topic(core, Operation::Describe, name) {
+                // Asked for by id: the name is not told to a client that may not see it.
+                let topic = match by_id.iter().find(|(n, _)| n == name) {
+                    Some(&(_, id)) => topic.with_name(None).with_topic_id(id),
+                    None => topic,
+                };
                 return topic.with_error_code(ResponseError::TopicAuthorizationFailed.code());
             }
             // A view `<source>.shard-<i>-of-<n>` exists whenever its source does, with the source's
@@ -134,6 +130,12 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
                 .with_partitions(partitions)
         })
         .collect();
+    topics.extend(unknown_ids.into_iter().map(|id| {
+        MetadataResponseTopic::default()
+            .with_name(None)
+            .with_topic_id(id)
+            .with_error_code(ResponseError::UnknownTopicId.code())
+    }));
     count_errors(core, req, topics.iter().map(|t| t.error_code));
     let brokers = (0..core.cores())
         .map(|i| {
@@ -149,4 +151,54 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
         .with_controller_id(BrokerId(0))
         .with_topics(topics);
     Ok(frame(ApiKey::Metadata, req, &response))
+}
+
+/// Whether a topic is asked for by id: from v12, with an id and no name (or an empty one).
+fn asked_by_id(version: i16, t: &MetadataRequestTopic) -> bool {
+    version >= 12 && !t.topic_id.is_nil() && t.name.as_ref().is_none_or(|n| n.is_empty())
+}
+
+/// The topics asked for by id: (name, id) of those that exist, and the ids no topic has.
+fn by_id(core: &Core, version: i16, request: &MetadataRequest) -> (Vec<(String, Uuid)>, Vec<Uuid>) {
+    let mut found = Vec::new();
+    let mut unknown = Vec::new();
+    for t in request
+        .topics
+        .iter()
+        .flatten()
+        .filter(|t| asked_by_id(version, t))
+    {
+        match core.topic_name(t.topic_id.as_bytes()) {
+            Some(name) => found.push((name.to_string(), t.topic_id)),
+            None => unknown.push(t.topic_id),
+        }
+    }
+    (found, unknown)
+}
+
+/// Auto-creation: creates the topics named that do not exist and the client may create.
+async fn create_missing(core: &Rc<Core>, who: &Session, names: &[String]) {
+    let missing: Vec<NewTopic> = names
+        .iter()
+        .filter(|n| {
+            core.topics().get(n).is_none()
+                && validate_topic_name(n).is_ok()
+                && !control::is_view_name(n)
+                && (who.may_cluster(core, Operation::Create)
+                    || who.may_topic(core, Operation::Create, n))
+        })
+        .map(|n| NewTopic {
+            name: n.clone(),
+            partitions: -1,
+            replication_factor: -1,
+            configs: BTreeMap::new(),
+        })
+        .collect();
+    if !missing.is_empty() {
+        let change = TopicChange::Create {
+            topics: missing,
+            validate_only: false,
+        };
+        control::change_topics(core, change).await;
+    }
 }

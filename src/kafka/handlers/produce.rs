@@ -18,11 +18,12 @@ use kafka_protocol::protocol::StrBytes;
 use shards::producers::SequenceCheck;
 use shards::InvalidBatch;
 use std::rc::Rc;
+use uuid::Uuid;
 
 pub const VERSIONS: Versions = Versions {
     key: ApiKey::Produce,
     min: 3,
-    max: 9,
+    max: 13,
 };
 
 /// The outcome of one partition, or the append it waits for.
@@ -51,9 +52,15 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
     let durable = acks == -1;
     // Everything up to the first await runs in request order, so pipelined produces are appended in
     // the order they were sent (idempotent producers depend on it).
-    let mut topics: Vec<(StrBytes, Vec<Pending>)> = Vec::new();
+    let mut topics: Vec<(StrBytes, Uuid, Vec<Pending>)> = Vec::new();
     for t in request.topic_data {
-        let name = t.name.0.clone();
+        // v13 names the topic by id (KIP-516): an id no topic has is UNKNOWN_TOPIC_ID.
+        let found = if req.api_version >= 13 {
+            core.topic_name(t.topic_id.as_bytes())
+        } else {
+            Some(t.name.0.clone())
+        };
+        let name = found.clone().unwrap_or_default();
         let mut parts = Vec::new();
         let writable = who.may_topic(core, Operation::Write, &name);
         let read_only = core.upstream().map(|e| e.refuse_produce(&name, &who.peer));
@@ -63,7 +70,9 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
             .as_ref()
             .is_some_and(|id| !who.may_transactional_id(core, Operation::Write, id));
         for p in t.partition_data {
-            parts.push(if let Some(why) = &read_only {
+            parts.push(if found.is_none() {
+                failed(p.index, ResponseError::UnknownTopicId, None)
+            } else if let Some(why) = &read_only {
                 failed(
                     p.index,
                     ResponseError::TopicAuthorizationFailed,
@@ -83,10 +92,10 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
                 start_partition(core, &name, p.index, p.records, durable)
             });
         }
-        topics.push((name, parts));
+        topics.push((name, t.topic_id, parts));
     }
     let mut responses = Vec::new();
-    for (name, parts) in topics {
+    for (name, id, parts) in topics {
         let mut partition_responses = Vec::new();
         for p in parts {
             partition_responses.push(match p {
@@ -97,9 +106,12 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
         responses.push(
             TopicProduceResponse::default()
                 .with_name(name.into())
+                .with_topic_id(id)
                 .with_partition_responses(partition_responses),
         );
     }
+    let node_endpoints =
+        crate::kafka::leaders::mark_produce(core, who, req.api_version, &mut responses);
     count_errors(
         core,
         req,
@@ -119,7 +131,9 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
     Ok(frame(
         ApiKey::Produce,
         req,
-        &ProduceResponse::default().with_responses(responses),
+        &ProduceResponse::default()
+            .with_responses(responses)
+            .with_node_endpoints(node_endpoints),
     ))
 }
 

@@ -11,9 +11,11 @@
 //! * every non-empty record part is the caller's own [`Bytes`] (same pointer, only its reference count is
 //!   bumped); empty parts are left out.
 //!
-//! Versions 4 through 12 are supported ([`MIN_VERSION`]..=[`MAX_VERSION`]). Version 12 is the first
+//! Versions 4 through 18 are supported ([`MIN_VERSION`]..=[`MAX_VERSION`]). Version 12 is the first
 //! flexible version (compact strings/arrays/bytes, tagged-field sections, response header v1); version
-//! 13 replaces topic names with topic ids, which this encoder does not speak.
+//! 13 replaces topic names with topic ids. From v16 a partition answered `NOT_LEADER_OR_FOLLOWER`
+//! carries its current leader, and the response the leaders' endpoints (KIP-951). Versions 14, 15,
+//! 17 and 18 change the request only.
 //!
 //! Field layout per version (FetchResponse.json):
 //!
@@ -23,6 +25,7 @@
 //! session_id              i32     v7+
 //! responses               [ ]
 //!   topic                 string  v0-12
+//!   topic_id              uuid    v13+
 //!   partitions            [ ]
 //!     partition_index     i32
 //!     error_code          i16
@@ -35,7 +38,10 @@
 //!       (tagged: none; v12+)
 //!     preferred_read_replica i32  v11+ (-1 unless another core should serve it)
 //!     records             nullable bytes (never written null: see below)
-//!     (tagged: diverging_epoch, current_leader, snapshot_id; never written)
+//!     (tagged: current_leader (tag 1) v16+ when known: leader_id i32, leader_epoch i32;
+//!      diverging_epoch, snapshot_id: never written)
+//!   (tagged: node_endpoints (tag 0) v16+ when not empty: node_id i32, host string, port i32,
+//!    rack nullable string (written null))
 //! ```
 //!
 //! A partition with an error is written as Kafka writes it ([`PartitionResult::error`]): watermarks
@@ -48,10 +54,12 @@ use shards::Records;
 
 /// Lowest FetchResponse version [`encode_fetch_response`] writes.
 pub const MIN_VERSION: i16 = 4;
-/// Highest FetchResponse version [`encode_fetch_response`] writes (v13+ identify topics by id).
-pub const MAX_VERSION: i16 = 12;
+/// Highest FetchResponse version [`encode_fetch_response`] writes.
+pub const MAX_VERSION: i16 = 18;
 /// First version using compact encodings and tagged fields (and response header v1).
 const FIRST_FLEXIBLE_VERSION: i16 = 12;
+/// First version naming topics by id (KIP-516) instead of by name.
+pub const FIRST_TOPIC_ID_VERSION: i16 = 13;
 
 /// What a partition's `aborted_transactions` holds: for a read_committed fetch, the aborted
 /// transactions in the range of its records, as (producer id, first offset); otherwise nothing,
@@ -75,6 +83,9 @@ pub struct PartitionResult {
     /// v11+: the broker (core) the consumer should fetch this partition from instead (KIP-392);
     /// -1: none.
     pub preferred_read_replica: i32,
+    /// v16+: the leader (core) of a partition answered `NOT_LEADER_OR_FOLLOWER` (KIP-951), at leader
+    /// epoch 0 as Metadata tells it; -1: none.
+    pub current_leader: i32,
     /// Never null on the wire: an error carries empty records, as in Kafka.
     pub records: Records,
 }
@@ -83,13 +94,15 @@ impl PartitionResult {
     /// A partition answered with `error_code`, shaped as Kafka shapes it: high watermark, last
     /// stable offset and log start offset -1, empty (non-null) records. Errors Kafka finds before
     /// reading (the topic or partition is not in its metadata: `UNKNOWN_TOPIC_OR_PARTITION`,
-    /// `INVALID_TOPIC_EXCEPTION`) carry an empty aborted-transactions array; errors from the read
-    /// itself (`OFFSET_OUT_OF_RANGE`, `NOT_LEADER_OR_FOLLOWER`, `KAFKA_STORAGE_ERROR`, ...) carry null.
+    /// `UNKNOWN_TOPIC_ID`, `INVALID_TOPIC_EXCEPTION`) carry an empty aborted-transactions array;
+    /// errors from the read itself (`OFFSET_OUT_OF_RANGE`, `NOT_LEADER_OR_FOLLOWER`,
+    /// `KAFKA_STORAGE_ERROR`, ...) carry null.
     pub fn error(partition: i32, error_code: i16) -> Self {
         use kafka_protocol::error::ResponseError::{
-            InvalidTopicException, UnknownTopicOrPartition,
+            InvalidTopicException, UnknownTopicId, UnknownTopicOrPartition,
         };
         let aborted_transactions = if error_code == UnknownTopicOrPartition.code()
+            || error_code == UnknownTopicId.code()
             || error_code == InvalidTopicException.code()
         {
             AbortedTransactions::Empty
@@ -104,16 +117,29 @@ impl PartitionResult {
             log_start_offset: -1,
             aborted_transactions,
             preferred_read_replica: -1,
+            current_leader: -1,
             records: Records::empty(),
         }
     }
 }
 
+/// A broker (core) named as a partition's `current_leader`, for the `node_endpoints` of a v16+
+/// response, so that the client reaches it without asking Metadata first (KIP-951).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeEndpoint {
+    pub node_id: i32,
+    /// UTF-8 host name.
+    pub host: Bytes,
+    pub port: i32,
+}
+
 /// One topic of a fetch response.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicResult {
-    /// UTF-8 topic name.
+    /// UTF-8 topic name, written up to v12.
     pub topic: Bytes,
+    /// Topic id (UUID bytes), written from v13 in place of the name.
+    pub topic_id: [u8; 16],
     pub partitions: Vec<PartitionResult>,
 }
 
@@ -132,7 +158,7 @@ pub struct FetchResponseParts {
 ///
 /// If `version` is outside [`MIN_VERSION`]..=[`MAX_VERSION`] (the request path must answer other
 /// versions with UNSUPPORTED_VERSION before getting here), or if the frame would not fit the protocol's
-/// `i32` lengths.
+/// `i32` lengths. `node_endpoints` are written from v16 only.
 pub fn encode_fetch_response(
     version: i16,
     correlation_id: i32,
@@ -140,26 +166,31 @@ pub fn encode_fetch_response(
     error_code: i16,
     session_id: i32,
     topics: &[TopicResult],
+    node_endpoints: &[NodeEndpoint],
 ) -> FetchResponseParts {
     assert!(
         (MIN_VERSION..=MAX_VERSION).contains(&version),
         "FetchResponse v{version} is not supported by this encoder"
     );
     let l = Layout::new(version);
+    let node_endpoints = if l.leaders() { node_endpoints } else { &[] };
 
     // Pass 1: exact sizes, so the size prefix can go first and the small fields take one allocation.
-    let mut small_len =
-        4 + l.header_size() + l.top_level_fixed_size() + l.array_len_size(topics.len());
+    let mut small_len = 4
+        + l.header_size()
+        + l.top_level_fixed_size()
+        + l.array_len_size(topics.len())
+        + l.endpoints_size(node_endpoints);
     let mut records_total = 0usize;
     // Non-empty record parts, and partitions with at least one (each ends a small-field chunk).
     let mut record_parts = 0usize;
     let mut record_runs = 0usize;
     for t in topics {
-        small_len += l.string_size(t.topic.len()) + l.array_len_size(t.partitions.len());
+        small_len += l.topic_size(t.topic.len()) + l.array_len_size(t.partitions.len());
         small_len += l.tags_size();
         for p in &t.partitions {
             let len = records_len(&p.records);
-            small_len += l.partition_fixed_size(&p.aborted_transactions) + l.bytes_len_size(len);
+            small_len += l.partition_fixed_size(p) + l.bytes_len_size(len);
             records_total += len;
             if len > 0 {
                 record_runs += 1;
@@ -184,7 +215,7 @@ pub fn encode_fetch_response(
     }
     l.put_array_len(&mut buf, topics.len());
     for t in topics {
-        l.put_string(&mut buf, &t.topic);
+        l.put_topic(&mut buf, t);
         l.put_array_len(&mut buf, t.partitions.len());
         for p in &t.partitions {
             buf.put_i32(p.partition);
@@ -206,11 +237,11 @@ pub fn encode_fetch_response(
                 chunks.push(buf.split().freeze());
                 chunks.extend(p.records.parts.iter().filter(|b| !b.is_empty()).cloned());
             }
-            l.put_tags(&mut buf); // partition
+            l.put_partition_tags(&mut buf, p);
         }
         l.put_tags(&mut buf); // topic
     }
-    l.put_tags(&mut buf); // response
+    l.put_endpoints(&mut buf, node_endpoints); // the response's tagged fields
     if !buf.is_empty() {
         chunks.push(buf.freeze());
     }
@@ -257,22 +288,85 @@ impl Layout {
         4 + self.tags_size()
     }
 
-    /// throttle_time_ms, error_code and session_id, plus the body's tagged-field section.
+    /// throttle_time_ms, error_code and session_id (the body's tagged fields: `endpoints_size`).
     fn top_level_fixed_size(self) -> usize {
-        4 + if self.version >= 7 { 2 + 4 } else { 0 } + self.tags_size()
+        4 + if self.version >= 7 { 2 + 4 } else { 0 }
     }
 
     /// Every partition field except the records' length prefix (and the records themselves).
-    fn partition_fixed_size(self, aborted: &AbortedTransactions) -> usize {
+    fn partition_fixed_size(self, p: &PartitionResult) -> usize {
         let log_start_offset = if self.version >= 5 { 8 } else { 0 };
         let preferred_read_replica = if self.version >= 11 { 4 } else { 0 };
         4 + 2
             + 8
             + 8
             + log_start_offset
-            + self.aborted_transactions_size(aborted)
+            + self.aborted_transactions_size(&p.aborted_transactions)
             + preferred_read_replica
-            + self.tags_size()
+            + self.partition_tags_size(p)
+    }
+
+    /// Whether partitions carry their current leader, and the response the leaders' endpoints.
+    fn leaders(self) -> bool {
+        self.version >= 16
+    }
+
+    /// A partition's tagged fields: none, or its current leader (tag 1, 9 bytes: leader id,
+    /// leader epoch, no tags of its own).
+    fn partition_tags_size(self, p: &PartitionResult) -> usize {
+        if self.leaders() && p.current_leader >= 0 {
+            1 + 1 + 1 + 9
+        } else {
+            self.tags_size()
+        }
+    }
+
+    fn put_partition_tags(self, buf: &mut BytesMut, p: &PartitionResult) {
+        if !(self.leaders() && p.current_leader >= 0) {
+            return self.put_tags(buf);
+        }
+        buf.put_u8(1); // one tagged field
+        buf.put_u8(1); // current_leader
+        buf.put_u8(9); // its size
+        buf.put_i32(p.current_leader);
+        buf.put_i32(0); // leader epoch
+        buf.put_u8(0); // no tagged fields
+    }
+
+    /// The node_endpoints array (tag 0) without its tag and size.
+    fn endpoints_array_size(endpoints: &[NodeEndpoint]) -> usize {
+        uvarint_size(endpoints.len() as u64 + 1)
+            + endpoints
+                .iter()
+                .map(|e| 4 + uvarint_size(e.host.len() as u64 + 1) + e.host.len() + 4 + 1 + 1)
+                .sum::<usize>()
+    }
+
+    /// The response's tagged fields: none, or the node endpoints.
+    fn endpoints_size(self, endpoints: &[NodeEndpoint]) -> usize {
+        if endpoints.is_empty() {
+            return self.tags_size();
+        }
+        let array = Self::endpoints_array_size(endpoints);
+        1 + 1 + uvarint_size(array as u64) + array
+    }
+
+    fn put_endpoints(self, buf: &mut BytesMut, endpoints: &[NodeEndpoint]) {
+        if endpoints.is_empty() {
+            return self.put_tags(buf);
+        }
+        buf.put_u8(1); // one tagged field
+        buf.put_u8(0); // node_endpoints
+        put_uvarint(buf, Self::endpoints_array_size(endpoints) as u64);
+        put_uvarint(buf, endpoints.len() as u64 + 1);
+        for e in endpoints {
+            buf.put_i32(e.node_id);
+            put_uvarint(buf, e.host.len() as u64 + 1);
+            buf.put_slice(&e.host);
+            buf.put_i32(e.port);
+            buf.put_u8(0); // rack: null
+            buf.put_u8(0); // no tagged fields
+        }
     }
 
     fn tags_size(self) -> usize {
@@ -301,15 +395,23 @@ impl Layout {
         }
     }
 
-    fn string_size(self, len: usize) -> usize {
-        if self.flexible {
-            uvarint_size(len as u64 + 1) + len
+    /// A topic's name (a string of `name_len` bytes) or, from v13, its id.
+    fn topic_size(self, name_len: usize) -> usize {
+        if self.version >= FIRST_TOPIC_ID_VERSION {
+            16
+        } else if self.flexible {
+            uvarint_size(name_len as u64 + 1) + name_len
         } else {
-            2 + len
+            2 + name_len
         }
     }
 
-    fn put_string(self, buf: &mut BytesMut, s: &[u8]) {
+    fn put_topic(self, buf: &mut BytesMut, t: &TopicResult) {
+        if self.version >= FIRST_TOPIC_ID_VERSION {
+            buf.put_slice(&t.topic_id);
+            return;
+        }
+        let s = &t.topic;
         if self.flexible {
             put_uvarint(buf, s.len() as u64 + 1);
         } else {
@@ -398,6 +500,7 @@ mod tests {
             aborted_transactions: AbortedTransactions::Empty,
             // Every other partition names another core to fetch from.
             preferred_read_replica: if partition % 2 == 1 { 3 } else { -1 },
+            current_leader: -1,
             records,
         }
     }
@@ -427,17 +530,23 @@ mod tests {
         vec![
             TopicResult {
                 topic: Bytes::from_static(b"alpha"),
+                topic_id: [0xa1; 16],
                 partitions: vec![
                     // Two parts, the second long enough for a 3-byte compact length.
                     partition(0, records(&[pattern(200, 1), pattern(20_000, 2)])),
                     partition(1, Records::empty()),
-                    PartitionResult::error(2, 6), // NOT_LEADER_OR_FOLLOWER
+                    // NOT_LEADER_OR_FOLLOWER, with the leader to ask instead (v16+).
+                    PartitionResult {
+                        current_leader: 1,
+                        ..PartitionResult::error(2, 6)
+                    },
                     partition(3, records(&[pattern(7, 3)])),
                     PartitionResult::error(7, 3), // UNKNOWN_TOPIC_OR_PARTITION
                 ],
             },
             TopicResult {
                 topic: Bytes::from_static("bêta-topic.with_chars".as_bytes()),
+                topic_id: *b"0123456789abcdef",
                 partitions: vec![
                     PartitionResult::error(9, 1), // OFFSET_OUT_OF_RANGE
                     PartitionResult {
@@ -462,10 +571,28 @@ mod tests {
         Bytes::from(v)
     }
 
-    /// Checks the frame and header, decodes the body and compares it with `topics`.
+    fn endpoints() -> Vec<NodeEndpoint> {
+        vec![
+            NodeEndpoint {
+                node_id: 1,
+                host: Bytes::from_static(b"broker-1.example"),
+                port: 9093,
+            },
+            NodeEndpoint {
+                node_id: 300,
+                host: Bytes::from(vec![b'h'; 130]),
+                port: 19092,
+            },
+        ]
+    }
+
+    /// Checks the frame and header, decodes the body and compares it with `topics` (and, from
+    /// v16, the sample endpoints).
     fn check(version: i16, topics: &[TopicResult]) {
         let (corr, throttle, err, session) = (0x1234_5678, 17, 3, 0x0bad_cafe);
-        let parts = encode_fetch_response(version, corr, throttle, err, session, topics);
+        let endpoints = endpoints();
+        let parts =
+            encode_fetch_response(version, corr, throttle, err, session, topics, &endpoints);
         let frame = concat(&parts);
         assert_eq!(frame.len(), parts.total_len, "v{version}");
         assert!(
@@ -500,10 +627,36 @@ mod tests {
             assert_eq!((resp.error_code, resp.session_id), (0, 0));
         }
         assert!(resp.unknown_tagged_fields.is_empty());
-        assert!(resp.node_endpoints.is_empty());
+        let got_endpoints: Vec<(i32, String, i32, bool)> = resp
+            .node_endpoints
+            .iter()
+            .map(|e| (e.node_id.0, e.host.to_string(), e.port, e.rack.is_none()))
+            .collect();
+        let want_endpoints: Vec<(i32, String, i32, bool)> = if version >= 16 {
+            endpoints
+                .iter()
+                .map(|e| {
+                    (
+                        e.node_id,
+                        String::from_utf8(e.host.to_vec()).unwrap(),
+                        e.port,
+                        true,
+                    )
+                })
+                .collect()
+        } else {
+            vec![]
+        };
+        assert_eq!(got_endpoints, want_endpoints, "v{version}");
         assert_eq!(resp.responses.len(), topics.len());
         for (got, want) in resp.responses.iter().zip(topics) {
-            assert_eq!(got.topic.0.as_bytes(), &want.topic[..]);
+            if version >= FIRST_TOPIC_ID_VERSION {
+                assert_eq!(got.topic_id.as_bytes(), &want.topic_id, "v{version}");
+                assert!(got.topic.0.is_empty(), "v{version}");
+            } else {
+                assert_eq!(got.topic.0.as_bytes(), &want.topic[..]);
+                assert!(got.topic_id.is_nil(), "v{version}");
+            }
             assert!(got.unknown_tagged_fields.is_empty());
             assert_eq!(got.partitions.len(), want.partitions.len());
             for (gp, wp) in got.partitions.iter().zip(&want.partitions) {
@@ -526,7 +679,16 @@ mod tests {
                 };
                 assert_eq!(gp.preferred_read_replica.0, preferred, "v{version}");
                 assert_eq!(gp.diverging_epoch, Default::default());
-                assert_eq!(gp.current_leader, Default::default());
+                let leader = if version >= 16 && wp.current_leader >= 0 {
+                    (wp.current_leader, 0)
+                } else {
+                    (-1, -1)
+                };
+                let got = (
+                    gp.current_leader.leader_id.0,
+                    gp.current_leader.leader_epoch,
+                );
+                assert_eq!(got, leader, "v{version}");
                 assert_eq!(gp.snapshot_id, Default::default());
                 assert!(gp.unknown_tagged_fields.is_empty());
                 // Never null, errors included: clients reject null records.
@@ -549,7 +711,7 @@ mod tests {
         // The same body as kafka_protocol's own encoder writes for the same response.
         assert_eq!(
             body,
-            reference_body(version, throttle, err, session, topics),
+            reference_body(version, throttle, err, session, topics, &endpoints),
             "v{version}"
         );
 
@@ -588,13 +750,16 @@ mod tests {
         err: i16,
         session: i32,
         topics: &[TopicResult],
+        endpoints: &[NodeEndpoint],
     ) -> Bytes {
+        use kafka_protocol::messages::fetch_response::{LeaderIdAndEpoch, NodeEndpoint as Node};
         let responses = topics
             .iter()
             .map(|t| {
                 let name = StrBytes::from_utf8(t.topic.clone()).unwrap();
                 FetchableTopicResponse::default()
                     .with_topic(TopicName(name))
+                    .with_topic_id(uuid::Uuid::from_bytes(t.topic_id))
                     .with_partitions(
                         t.partitions
                             .iter()
@@ -618,6 +783,15 @@ mod tests {
                                         -1
                                     }))
                                     .with_records(Some(Bytes::from(p.records.to_vec())))
+                                    .with_current_leader(
+                                        if version >= 16 && p.current_leader >= 0 {
+                                            LeaderIdAndEpoch::default()
+                                                .with_leader_id(BrokerId(p.current_leader))
+                                                .with_leader_epoch(0)
+                                        } else {
+                                            LeaderIdAndEpoch::default()
+                                        },
+                                    )
                             })
                             .collect(),
                     )
@@ -628,6 +802,20 @@ mod tests {
             .with_responses(responses);
         if version >= 7 {
             resp = resp.with_error_code(err).with_session_id(session);
+        }
+        if version >= 16 {
+            resp = resp.with_node_endpoints(
+                endpoints
+                    .iter()
+                    .map(|e| {
+                        Node::default()
+                            .with_node_id(BrokerId(e.node_id))
+                            .with_host(StrBytes::from_utf8(e.host.clone()).unwrap())
+                            .with_port(e.port)
+                            .with_rack(None)
+                    })
+                    .collect(),
+            );
         }
         let mut out = BytesMut::new();
         resp.encode(&mut out, version).unwrap();
@@ -646,7 +834,7 @@ mod tests {
     fn no_topics_round_trips() {
         for version in MIN_VERSION..=MAX_VERSION {
             check(version, &[]);
-            let parts = encode_fetch_response(version, 1, 0, 0, 0, &[]);
+            let parts = encode_fetch_response(version, 1, 0, 0, 0, &[], &[]);
             assert_eq!(parts.chunks.len(), 1);
         }
     }
@@ -655,6 +843,7 @@ mod tests {
     fn topics_without_records_take_one_chunk() {
         let topics = vec![TopicResult {
             topic: Bytes::from_static(b"t"),
+            topic_id: [7; 16],
             partitions: vec![
                 partition(0, Records::empty()),
                 PartitionResult::error(1, 3),
@@ -664,7 +853,7 @@ mod tests {
         for version in MIN_VERSION..=MAX_VERSION {
             check(version, &topics);
             assert_eq!(
-                encode_fetch_response(version, 1, 0, 0, 0, &topics)
+                encode_fetch_response(version, 1, 0, 0, 0, &topics, &[])
                     .chunks
                     .len(),
                 1
@@ -677,6 +866,7 @@ mod tests {
         // More than 127 partitions: multi-byte compact array lengths.
         let topics = vec![TopicResult {
             topic: Bytes::from(vec![b'x'; 200]),
+            topic_id: [1; 16],
             partitions: (0..300)
                 .map(|i| match i % 3 {
                     0 => PartitionResult::error(i, [1, 3, 6][i as usize % 9 / 3]),
@@ -693,7 +883,7 @@ mod tests {
     #[test]
     fn small_fields_share_one_allocation() {
         let topics = sample();
-        let parts = encode_fetch_response(12, 1, 0, 0, 0, &topics);
+        let parts = encode_fetch_response(12, 1, 0, 0, 0, &topics, &[]);
         let input: Vec<*const u8> = topics
             .iter()
             .flat_map(|t| &t.partitions)
@@ -717,10 +907,11 @@ mod tests {
     fn an_error_has_empty_records_on_the_wire() {
         let topics = vec![TopicResult {
             topic: Bytes::from_static(b"t"),
+            topic_id: [7; 16],
             partitions: vec![PartitionResult::error(0, 1)],
         }];
         for version in MIN_VERSION..=MAX_VERSION {
-            let frame = concat(&encode_fetch_response(version, 1, 0, 0, 0, &topics));
+            let frame = concat(&encode_fetch_response(version, 1, 0, 0, 0, &topics, &[]));
             // The frame ends: ... aborted_transactions, [preferred_read_replica], records length,
             // then (flexible) the partition's, topic's and response's tagged fields.
             let tail: &[u8] = if version >= 12 {
@@ -757,7 +948,7 @@ mod tests {
 
     #[test]
     #[should_panic(expected = "not supported")]
-    fn rejects_version_13() {
-        encode_fetch_response(13, 1, 0, 0, 0, &[]);
+    fn rejects_version_19() {
+        encode_fetch_response(19, 1, 0, 0, 0, &[], &[]);
     }
 }

@@ -2,17 +2,22 @@
 //! execution (reads, and long polling on the partitions' offset monitors until `min_bytes` or
 //! `max_wait_ms`), and the response, encoded by the hand-written [`crate::wire::fetch::encode`], which
 //! writes the log's shared record bytes to the socket without copying them.
+//!
+//! From v13 topics are named by id, looked up in the core's map of the topic table's ids. No fetch
+//! session (KIP-227) is kept: every response is a full one with session id 0, so a client sends full
+//! fetches and a session can never mix topic names and ids.
 
 use super::{count_errors, HandlerResult, Reply, Versions};
 use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::edge::read::EdgeRead;
 use crate::kafka::errors::code_of;
+use crate::kafka::leaders;
 use crate::kafka::session::Session;
 use crate::partition::Partition;
 use crate::replicas::Steer;
 use crate::wire::fetch::encode::{
-    self, encode_fetch_response, AbortedTransactions, PartitionResult, TopicResult,
+    self, encode_fetch_response, AbortedTransactions, NodeEndpoint, PartitionResult, TopicResult,
 };
 use crate::wire::header::{decode, Request};
 use bytes::Bytes;
@@ -82,6 +87,7 @@ impl ReadSource {
 
 struct PlannedTopic {
     name: Bytes,
+    id: [u8; 16],
     partitions: Vec<PlannedPartition>,
 }
 
@@ -95,27 +101,47 @@ struct Plan {
 }
 
 fn plan(core: &Core, request: &FetchRequest, version: i16, who: &Session) -> Plan {
+    // v15 moved the fetching replica's id into replica_state.
+    let replica_id = if version >= 15 {
+        request.replica_state.replica_id
+    } else {
+        request.replica_id
+    };
     // Only consumers (not brokers' replica fetches) of Fetch v11+ know preferred_read_replica.
-    let may_redirect = version >= 11 && request.replica_id.0 < 0;
+    let may_redirect = version >= 11 && replica_id.0 < 0;
+    let by_id = version >= encode::FIRST_TOPIC_ID_VERSION;
     let now = Instant::now();
     let busy = core.reads.load.busy();
     let topics = request
         .topics
         .iter()
         .map(|t| {
-            // The request's own bytes (a slice of the frame the fetch holds anyway), not a copy.
-            let name: &str = &t.topic.0;
-            let readable = who.may_topic(core, Operation::Read, name);
+            // By name: the request's own bytes (a slice of the frame the fetch holds anyway), not a
+            // copy. By id (v13+): the name the topic table has for it, shared, if it has one.
+            let name = if by_id {
+                core.topic_name(t.topic_id.as_bytes())
+            } else {
+                Some(t.topic.0.clone())
+            };
+            let known = name.as_ref().map(|n| {
+                let readable = who.may_topic(core, Operation::Read, n);
+                (n.as_str(), readable)
+            });
             PlannedTopic {
-                name: Bytes::from(t.topic.0.clone()),
+                name: name.clone().map(Bytes::from).unwrap_or_default(),
+                id: *t.topic_id.as_bytes(),
                 partitions: t
                     .partitions
                     .iter()
                     .map(|p| {
-                        let target = readable
-                            .then_some(())
-                            .ok_or(ResponseError::TopicAuthorizationFailed)
-                            .and_then(|()| core.fetch_partition(name, p.partition))
+                        let target = known
+                            .ok_or(ResponseError::UnknownTopicId)
+                            .and_then(|(name, readable)| {
+                                readable
+                                    .then_some(name)
+                                    .ok_or(ResponseError::TopicAuthorizationFailed)
+                            })
+                            .and_then(|name| core.fetch_partition(name, p.partition))
                             .map(|(part, view)| {
                                 let view = view.map(|v| {
                                     (core.reads.views.reader(&part.log, v.shards), v.shard)
@@ -230,6 +256,7 @@ async fn execute(core: &Rc<Core>, plan: &Plan) -> Execution {
         }
         topics.push(TopicResult {
             topic: t.name.clone(),
+            topic_id: t.id,
             partitions,
         });
     }
@@ -374,6 +401,7 @@ fn ok_result(partition: i32, part: &Partition, records: shards::Records) -> Part
         log_start_offset: part.log.log_start_offset(),
         aborted_transactions: AbortedTransactions::Empty,
         preferred_read_replica: -1,
+        current_leader: -1,
         records,
     }
 }
@@ -419,6 +447,7 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
         pace(core, &plan, Before::ReadAfterWait).await;
     };
     down_convert_errors(req.api_version, &mut done.topics);
+    let endpoints = current_leaders(core, who, req.api_version, &mut done.topics);
     count_errors(
         core,
         req,
@@ -427,8 +456,55 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
             .flat_map(|t| t.partitions.iter().map(|p| p.error_code)),
     );
     crate::metrics::add(&core.metrics.fetch_response_bytes, done.total as u64);
-    let parts = encode_fetch_response(req.api_version, req.correlation_id, 0, 0, 0, &done.topics);
+    let parts = encode_fetch_response(
+        req.api_version,
+        req.correlation_id,
+        0,
+        0,
+        0,
+        &done.topics,
+        &endpoints,
+    );
     Ok(Reply::Fetch(parts.chunks, done.holds))
+}
+
+/// From v16, each partition answered `NOT_LEADER_OR_FOLLOWER` names its leader, and the response
+/// lists those leaders' endpoints (KIP-951, see [`crate::kafka::leaders`]).
+fn current_leaders(
+    core: &Core,
+    who: &Session,
+    version: i16,
+    topics: &mut [TopicResult],
+) -> Vec<NodeEndpoint> {
+    let mut endpoints: Vec<NodeEndpoint> = Vec::new();
+    if version < 16 {
+        return endpoints;
+    }
+    let not_leader = ResponseError::NotLeaderOrFollower.code();
+    for t in topics.iter_mut() {
+        let name = std::str::from_utf8(&t.topic).unwrap_or_default();
+        for p in t
+            .partitions
+            .iter_mut()
+            .filter(|p| p.error_code == not_leader)
+        {
+            let Some(leader) = leaders::leader_of(core, name, p.partition) else {
+                continue;
+            };
+            let Some((host, port)) = leaders::endpoint(core, who, leader) else {
+                continue;
+            };
+            p.current_leader = leader;
+            if !endpoints.iter().any(|e| e.node_id == leader) {
+                endpoints.push(NodeEndpoint {
+                    node_id: leader,
+                    host: Bytes::copy_from_slice(host.as_bytes()),
+                    port,
+                });
+            }
+        }
+    }
+    endpoints
 }
 
 /// Whether some partition of the fetch already has about a full response waiting (the consumer is
@@ -543,6 +619,7 @@ mod tests {
         let topics = || {
             vec![TopicResult {
                 topic: Bytes::from_static(b"t"),
+                topic_id: [0; 16],
                 partitions: vec![
                     PartitionResult::error(0, storage),
                     PartitionResult::error(1, ResponseError::OffsetOutOfRange.code()),
