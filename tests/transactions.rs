@@ -778,3 +778,75 @@ fn describe_full(shoal: &Shoal, id: &str) -> (i64, i16, String) {
         t.transaction_state.to_string(),
     )
 }
+
+/// At the edge, a read_committed consumer sees what it would see upstream: transactions older
+/// than what the edge holds are read through from the upstream at read_committed (its last
+/// stable offset and aborted transactions passed on), newer ones are mirrored with their markers
+/// (the edge's log keeps its own last stable offset and aborted index).
+#[test]
+fn read_committed_consumers_at_the_edge_see_only_committed_records() {
+    use common::edge::{start_edge, start_upstream, wait_for_topic};
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let upstream = start_upstream(dirs[0].path(), "127.0.0.1:0");
+    create_topics(&upstream.bootstrap(), &[("etxn", 1)]);
+    let p = transactional_producer(&upstream.bootstrap(), "tx-edge", &[]);
+    for (prefix, n, commit) in [
+        ("old-c", 20, true),
+        ("old-a", 20, false),
+        ("old-c2", 10, true),
+    ] {
+        p.begin_transaction().unwrap();
+        send_values(&p, "etxn", &values(prefix, n));
+        if commit {
+            p.commit_transaction(Duration::from_secs(30)).unwrap();
+        } else {
+            p.abort_transaction(Duration::from_secs(30)).unwrap();
+        }
+    }
+    let edge = start_edge(dirs[1].path(), &upstream.bootstrap());
+    wait_for_topic(&edge, "etxn", 1);
+    // A consumer at the tail starts the edge's fetcher there.
+    let tail: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", edge.bootstrap())
+        .set("group.id", "tail")
+        .set("fetch.wait.max.ms", "100")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset("etxn", 0, Offset::End).unwrap();
+    tail.assign(&tpl).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while edge.metric("shoal_edge_upstream_fetch_streams") == 0 {
+        assert!(Instant::now() < deadline, "no fetcher at the edge");
+        tail.poll(Duration::from_millis(50));
+    }
+    for (prefix, n, commit) in [("new-c", 10, true), ("new-a", 10, false)] {
+        p.begin_transaction().unwrap();
+        send_values(&p, "etxn", &values(prefix, n));
+        if commit {
+            p.commit_transaction(Duration::from_secs(30)).unwrap();
+        } else {
+            p.abort_transaction(Duration::from_secs(30)).unwrap();
+        }
+    }
+    let upstream_hw = upstream.metric("shoal_log_high_watermark");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while edge.metric("shoal_log_high_watermark") < upstream_hw {
+        assert!(
+            Instant::now() < deadline,
+            "the edge did not mirror the new transactions"
+        );
+        tail.poll(Duration::from_millis(50));
+    }
+    let mut want = values("old-c", 20);
+    want.extend(values("old-c2", 10));
+    want.extend(values("new-c", 10));
+    let committed = consume_topic(&edge.bootstrap(), "etxn", 1, "read_committed", want.len());
+    assert_eq!(committed, sorted(want));
+    assert!(edge.metric("shoal_edge_read_through_total") > 0);
+    let all = consume_topic(&edge.bootstrap(), "etxn", 1, "read_uncommitted", 70);
+    assert_eq!(all.len(), 70);
+    drop((p, tail));
+    edge.stop();
+    upstream.stop();
+}

@@ -86,7 +86,7 @@ pub use crate::log::{
     LogStats, WeakLog,
 };
 pub use crate::monitor::OffsetMonitor;
-pub use crate::records::{LogRead, Records};
+pub use crate::records::{LogRead, Records, UpstreamTxns};
 pub use crate::segment::now_ms;
 pub use crate::storage_health::{storage_health, StorageHealth};
 pub use crate::tail_cache::{TailCache, TailCacheStats};

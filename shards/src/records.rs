@@ -152,6 +152,17 @@ pub struct LogRead {
     pub log_start_offset: i64,
     /// Served from the tail cache, with no disk I/O.
     pub from_cache: bool,
+    /// Read from another broker (shoal edge's read-through) at read_committed: that broker's last
+    /// stable offset and the aborted transactions of the records, which this log cannot know.
+    pub upstream_txns: Option<UpstreamTxns>,
+}
+
+/// What a read_committed read from another broker said of its transactions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamTxns {
+    pub last_stable_offset: i64,
+    /// (producer id, first offset) of each aborted transaction in the records' range.
+    pub aborted: Vec<(i64, i64)>,
 }
 
 #[cfg(test)]

@@ -523,6 +523,7 @@ impl ViewReader {
             high_watermark,
             log_start_offset,
             from_cache: true,
+            upstream_txns: None,
         };
         self.bump(|s| s.fetches_served += 1);
         let config = self.config.get();

@@ -40,6 +40,7 @@ fn fake_read(first: i64, last: i64, len: usize, hw: i64) -> LogRead {
         high_watermark: hw,
         log_start_offset: 0,
         from_cache: true,
+        upstream_txns: None,
     }
 }
 

@@ -239,6 +239,7 @@ impl Feed {
             edge.config.fetch_bytes,
             wait,
             1,
+            false,
         );
         let response: FetchResponse = c
             .call(

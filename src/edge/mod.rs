@@ -458,12 +458,23 @@ impl EdgeCore {
         partition: i32,
         offset: i64,
         max_bytes: usize,
+        read_committed: bool,
         limit: Duration,
     ) -> Result<Result<LogRead, (i64, i64)>, UpstreamError> {
         let fetch = async {
             let leader = self.leader(topic, partition).await?;
             let limit = max_bytes.clamp(1, self.config.fetch_bytes as usize) as i32;
-            let build = |_v: i16| fetch_request(topic, partition, offset, limit, Duration::ZERO, 0);
+            let build = |_v: i16| {
+                fetch_request(
+                    topic,
+                    partition,
+                    offset,
+                    limit,
+                    Duration::ZERO,
+                    0,
+                    read_committed,
+                )
+            };
             let response: FetchResponse = self
                 .call(&leader, ApiKey::Fetch, FETCH_VERSIONS, build)
                 .await?;
@@ -480,11 +491,22 @@ impl EdgeCore {
             }
             let records = Records::whole_batches(p.records.unwrap_or_default());
             add(&self.metrics.read_through_bytes, records.len as u64);
+            // What the consumer needs to drop the aborted records, as the upstream said it.
+            let upstream_txns = read_committed.then(|| shards::UpstreamTxns {
+                last_stable_offset: p.last_stable_offset,
+                aborted: p
+                    .aborted_transactions
+                    .iter()
+                    .flatten()
+                    .map(|a| (a.producer_id.0, a.first_offset))
+                    .collect(),
+            });
             Ok(Ok(LogRead {
                 records,
                 high_watermark: p.high_watermark,
                 log_start_offset: p.log_start_offset,
                 from_cache: false,
+                upstream_txns,
             }))
         };
         let result = within(limit, "read-through", fetch).await;
@@ -681,7 +703,9 @@ pub fn list_offsets_request(topic: &str, partitions: &[(i32, i64)]) -> ListOffse
             )])
 }
 
-/// A fetch of one partition as a consumer makes it (read uncommitted, no session).
+/// A fetch of one partition as a consumer makes it (no session): read_uncommitted for the feed,
+/// which mirrors markers and all; read_committed for a read-through that serves read_committed
+/// consumers.
 pub fn fetch_request(
     topic: &str,
     partition: i32,
@@ -689,13 +713,14 @@ pub fn fetch_request(
     max_bytes: i32,
     wait: Duration,
     min_bytes: i32,
+    read_committed: bool,
 ) -> FetchRequest {
     FetchRequest::default()
         .with_replica_id(BrokerId(-1))
         .with_max_wait_ms(wait.as_millis() as i32)
         .with_min_bytes(min_bytes)
         .with_max_bytes(max_bytes)
-        .with_isolation_level(0)
+        .with_isolation_level(i8::from(read_committed))
         .with_session_id(0)
         .with_session_epoch(-1)
         .with_topics(vec![FetchTopic::default()

@@ -3,7 +3,7 @@
 //! core's coalescer by every consumer asking for the same bytes.
 
 use super::{EdgeCore, Standing};
-use crate::wire::fetch::encode::PartitionResult;
+use crate::wire::fetch::encode::{AbortedTransactions, PartitionResult};
 use shards::{CoalesceKey, FetchCoalescer, Log, LogRead, SharedRead};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -27,6 +27,9 @@ pub struct EdgeRead<'a> {
     pub obligatory: bool,
     /// The fetch's deadline: the partition stays wanted while it long-polls.
     pub deadline: Instant,
+    /// A read_committed fetch: a read-through asks the upstream at read_committed too, and
+    /// passes on its last stable offset and aborted transactions.
+    pub read_committed: bool,
 }
 
 impl EdgeCore {
@@ -68,15 +71,20 @@ impl EdgeCore {
             log: r.log.id() | READ_THROUGH,
             layout: r.log.layout(),
             offset,
-            read_committed: false,
+            read_committed: r.read_committed,
             max_bytes: r.max_bytes,
             obligatory: r.obligatory,
         };
-        let (edge, topic, index, budget) =
-            (self.clone(), r.topic.to_string(), r.partition, r.max_bytes);
+        let (edge, topic, index, budget, committed) = (
+            self.clone(),
+            r.topic.to_string(),
+            r.partition,
+            r.max_bytes,
+            r.read_committed,
+        );
         let read = move || async move {
             match edge
-                .read_through(&topic, index, offset, budget, limit)
+                .read_through(&topic, index, offset, budget, committed, limit)
                 .await
             {
                 Ok(Ok(read)) => Ok(read),
@@ -110,7 +118,8 @@ impl EdgeCore {
     }
 
     /// A read's result carries the upstream's watermarks (a read-through's), which may lie beyond
-    /// (high watermark) or before (log start) what the edge holds: the consumer is told those.
+    /// (high watermark) or before (log start) what the edge holds: the consumer is told those,
+    /// and at read_committed the upstream's last stable offset and aborted transactions.
     pub fn upstream_watermarks(&self, result: &mut PartitionResult, read: &LogRead) {
         if read.high_watermark > result.high_watermark {
             result.high_watermark = read.high_watermark;
@@ -118,6 +127,14 @@ impl EdgeCore {
         }
         if read.log_start_offset < result.log_start_offset {
             result.log_start_offset = read.log_start_offset;
+        }
+        if let Some(t) = &read.upstream_txns {
+            result.last_stable_offset = t.last_stable_offset;
+            result.aborted_transactions = if t.aborted.is_empty() {
+                AbortedTransactions::Empty
+            } else {
+                AbortedTransactions::List(t.aborted.clone())
+            };
         }
     }
 }

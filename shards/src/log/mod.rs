@@ -605,6 +605,7 @@ impl Log {
             high_watermark,
             log_start_offset,
             from_cache,
+            upstream_txns: None,
         };
         if offset == high_watermark {
             return Ok(done(Records::empty(), true));

@@ -208,8 +208,14 @@ async fn execute(core: &Rc<Core>, plan: &Plan) -> Execution {
                     let read = match view {
                         Some((reader, shard)) => {
                             if let Some(edge) = upstream_of(core, part) {
-                                let at =
-                                    edge_read(part, p.offset, budget, obligatory, plan.deadline);
+                                let at = edge_read(
+                                    part,
+                                    p.offset,
+                                    budget,
+                                    obligatory,
+                                    false,
+                                    plan.deadline,
+                                );
                                 edge.keep_fed(at);
                             }
                             reader
@@ -286,7 +292,7 @@ async fn read_partition(
 ) -> shards::Result<Option<Rc<shards::SharedRead>>> {
     let log = part.log.clone();
     if let Some(edge) = upstream_of(core, part) {
-        let at = edge_read(part, offset, budget, obligatory, deadline);
+        let at = edge_read(part, offset, budget, obligatory, read_committed, deadline);
         if let Some(served) = edge.read(&core.reads.coalescer, at).await {
             return served;
         }
@@ -360,6 +366,7 @@ fn edge_read(
     offset: i64,
     max_bytes: usize,
     obligatory: bool,
+    read_committed: bool,
     deadline: Instant,
 ) -> EdgeRead<'_> {
     EdgeRead {
@@ -370,6 +377,7 @@ fn edge_read(
         max_bytes,
         obligatory,
         deadline,
+        read_committed,
     }
 }
 
