@@ -668,9 +668,7 @@ fn transactions_survive_kill_9_of_the_broker() {
     let aborted = transactional_producer(&listen, "tx-crash-abort", &[]);
     aborted.begin_transaction().unwrap();
     send_values(&aborted, "crash", &values("aborted", 8));
-    aborted
-        .abort_transaction(Duration::from_secs(30))
-        .unwrap();
+    aborted.abort_transaction(Duration::from_secs(30)).unwrap();
     let p = transactional_producer(&listen, "tx-crash", &[]);
     p.begin_transaction().unwrap();
     send_values(&p, "crash", &values("before", 8));
