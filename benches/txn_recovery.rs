@@ -95,7 +95,10 @@ fn main() {
         })
         .collect();
     let open = shoal.metric("shoal_open_transactions");
-    assert_eq!(open, PARTITIONS as u64, "open transactions over the partitions");
+    assert_eq!(
+        open, PARTITIONS as u64,
+        "open transactions over the partitions"
+    );
     shoal.kill_hard();
     drop(producers);
     let restarted = Instant::now();

@@ -98,18 +98,24 @@ async fn ask_core(core: &Rc<Core>, to: usize, ask: TxnAsk, items: usize) -> Resu
     }
     let from = core.id();
     let unanswered = vec![Some(ResponseError::CoordinatorNotAvailable); items];
-    let Some(asked) = core
-        .mesh()
-        .ask(to, |id| CoreMsg::Txn { from, id, ask })
-        .await
-    else {
-        return unanswered;
+    let exchange = async {
+        let asked = core
+            .mesh()
+            .ask(to, |id| CoreMsg::Txn { from, id, ask })
+            .await?;
+        core.mesh()
+            .answer(asked, Instant::now() + CHANGE_TIMEOUT)
+            .await
     };
-    match core
-        .mesh()
-        .answer(asked, Instant::now() + CHANGE_TIMEOUT)
-        .await
-    {
+    // Once this core is stopping, the other may have stopped already and will never answer (the
+    // ticker waited a minute for it, and the broker did not stop): the exchange is given up. What
+    // it was for is redone at the next start, as after a crash (a transaction's Prepare state is
+    // durable).
+    let stopping = async {
+        core.shutdown().wait_for(1).await;
+        None
+    };
+    match futures_lite::future::or(exchange, stopping).await {
         Some(CoreMsg::TxnReply { results, .. }) if results.len() == items => results,
         _ => unanswered,
     }

@@ -1,7 +1,8 @@
 //! Fuzzes the request path of a running `shoal`: valid requests of every API and version the broker
 //! advertises (`fuzz/requests.rs`), mutated (`fuzz/mutate.rs`: bit flips, extreme integers, length
 //! and count fields set to extremes, truncation, insertions, splices of two requests, size prefixes
-//! that lie), alone, pipelined, or within a consumer group session (`fuzz/inputs.rs`), each sent on
+//! that lie), alone, pipelined, or within a consumer group session or a transactional producer's
+//! session (`fuzz/inputs.rs`: its producer id and epoch learned from its InitProducerId), each sent on
 //! its own connection through the real connection code, with an ApiVersions request after it
 //! (`fuzz/connections.rs`).
 //!
@@ -117,6 +118,10 @@ fn run(config: Config) {
             // A fresh group's first JoinGroup is answered at once (sessions start with one).
             "--group-initial-rebalance-delay-ms",
             "0",
+            // A fuzzed transaction left open holds the data topic's last stable offset back this
+            // long at most (the health checks read the health topic, read_uncommitted).
+            "--transaction-max-timeout-ms",
+            &requests::TXN_MAX_TIMEOUT_MS.to_string(),
         ],
         move |line| {
             // The panic hook's "panicked at", the line of a panic caught per request, or an error
@@ -265,12 +270,22 @@ fn run(config: Config) {
     }
     waiter.join().unwrap();
     let elapsed = start.elapsed().as_secs_f64();
+    // What the transaction sessions got to (a broker that died has no metrics).
+    let transactions = if shoal.is_running() {
+        format!(
+            "; transactions committed {}, aborted {}",
+            shoal.metric("shoal_transactions_committed_total"),
+            shoal.metric("shoal_transactions_aborted_total")
+        )
+    } else {
+        String::new()
+    };
     let tried = shared.tried.load(Ordering::Relaxed);
     let summary = format!(
         "fuzz: seed {}: {tried} inputs in {elapsed:.1} s ({:.0}/s) over {} API versions; answered \
          in full {}, closed by the broker {}, slow (over 300 ms) {} ({} still waiting at the end, \
          not checked); data topic restored {restored} times; broker RSS {} MiB at start, peak {} \
-         MiB, bound {} MiB",
+         MiB, bound {} MiB{transactions}",
         config.seed,
         tried as f64 / elapsed,
         generator.apis.len(),
@@ -310,7 +325,14 @@ fn run(config: Config) {
         panic!("{report}");
     }
     assert!(tried > 0);
-    shoal.stop();
+    // A broker that does not stop cleanly: what its log last said.
+    if let Err(e) = caught("stopping the broker", || {
+        shoal.stop();
+        Ok(())
+    }) {
+        let tail: Vec<String> = shared.log_tail.lock().unwrap().iter().cloned().collect();
+        panic!("{e}\nbroker log (last lines):\n  {}", tail.join("\n  "));
+    }
 }
 
 #[test]

@@ -121,3 +121,77 @@ fn list_offsets_at(port: u16, timestamp: i64) -> Vec<(i16, i64, i64)> {
         })
         .collect()
 }
+
+/// The transaction coordinator's ticker aborts timed-out transactions by asking the partitions'
+/// owner cores for markers over the mesh. At SIGTERM, an owner core that stopped before answering
+/// left the coordinator core waiting for the answer (up to a minute), and the broker did not stop
+/// in time; a stopping core now gives the exchange up (the transaction, durable in its Prepare
+/// state, is completed at the next start). Here core 0 coordinates transactions (1 ms timeouts)
+/// on a partition core 1 owns, so its ticker (every 10 ms) is always asking core 1 when the broker
+/// is told to stop.
+#[test]
+fn a_broker_stops_while_its_transaction_ticker_waits_for_another_core() {
+    use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+    use kafka_protocol::messages::{
+        AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, InitProducerIdRequest,
+        InitProducerIdResponse, ProducerId, TransactionalId,
+    };
+    for round in 0..3 {
+        let dir = tempfile::tempdir().unwrap();
+        let shoal = Shoal::start(
+            dir.path(),
+            2,
+            &["--transaction-timeout-check-interval-ms", "10"],
+        );
+        let r: CreateTopicsResponse = call(
+            &mut connect(shoal.ports[0]),
+            ApiKey::CreateTopics,
+            7,
+            1,
+            &create_topic_request("t", 2),
+        );
+        assert_eq!(r.topics[0].error_code, 0);
+        // Partitions are spread round robin: t-1 is core 1's.
+        let ids: Vec<String> = (0..)
+            .map(|i| format!("tx-stop-{round}-{i}"))
+            .filter(|id| shoal::transactions::coordinator_core(id, 2) == 0)
+            .take(400)
+            .collect();
+        let mut s = connect(shoal.ports[0]);
+        let started = std::time::Instant::now();
+        for (n, id) in ids.iter().enumerate() {
+            if started.elapsed() > std::time::Duration::from_millis(1500) {
+                break;
+            }
+            let init: InitProducerIdResponse = call(
+                &mut s,
+                ApiKey::InitProducerId,
+                1,
+                n as i32,
+                &InitProducerIdRequest::default()
+                    .with_transactional_id(Some(TransactionalId(StrBytes::from_string(id.clone()))))
+                    .with_transaction_timeout_ms(1),
+            );
+            assert_eq!(init.error_code, 0);
+            let _: AddPartitionsToTxnResponse = call(
+                &mut s,
+                ApiKey::AddPartitionsToTxn,
+                1,
+                n as i32,
+                &AddPartitionsToTxnRequest::default()
+                    .with_v3_and_below_transactional_id(TransactionalId(StrBytes::from_string(
+                        id.clone(),
+                    )))
+                    .with_v3_and_below_producer_id(ProducerId(init.producer_id.0))
+                    .with_v3_and_below_producer_epoch(init.producer_epoch)
+                    .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+                        .with_name(name("t"))
+                        .with_partitions(vec![1])]),
+            );
+        }
+        drop(s);
+        let stopping = std::time::Instant::now();
+        shoal.stop();
+        eprintln!("round {round}: stopped in {:?}", stopping.elapsed());
+    }
+}

@@ -5,6 +5,7 @@
 pub mod browser;
 pub mod cli;
 pub mod edge;
+pub mod node;
 pub mod pki;
 pub mod python;
 pub mod records;

@@ -3,10 +3,10 @@
 
 use crate::answers::check_answers;
 use crate::inputs::{describe, sentinel, Generator, Input, Session};
-use crate::mutate;
+use crate::mutate::{self, Rng};
 use crate::requests;
 use bytes::Bytes;
-use kafka_protocol::messages::{ApiKey, JoinGroupResponse, ResponseHeader};
+use kafka_protocol::messages::{ApiKey, InitProducerIdResponse, JoinGroupResponse, ResponseHeader};
 use kafka_protocol::protocol::Decodable;
 use std::collections::{BTreeSet, VecDeque};
 use std::io::{ErrorKind, Read, Write};
@@ -101,7 +101,8 @@ pub fn settle(shared: &Shared, p: &Pending, seed: u64) {
     shared.in_flight.lock().unwrap().remove(&p.input.index);
 }
 
-/// Reads one response frame (size prefix included) into `received`, waiting at most 10 s.
+/// Reads one response frame (a session's first answer; size prefix included) into `received`,
+/// waiting at most 10 s.
 pub fn read_response(stream: &mut TcpStream, received: &mut Vec<u8>) -> Result<Bytes, String> {
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -109,29 +110,136 @@ pub fn read_response(stream: &mut TcpStream, received: &mut Vec<u8>) -> Result<B
     let mut size = [0u8; 4];
     stream
         .read_exact(&mut size)
-        .map_err(|e| format!("reading a JoinGroup answer: {e}"))?;
+        .map_err(|e| format!("reading a session's answer: {e}"))?;
     let n = i32::from_be_bytes(size);
     if !(4..=1 << 20).contains(&n) {
-        return Err(format!("JoinGroup answer of size {n}"));
+        return Err(format!("a session's answer of size {n}"));
     }
     let mut frame = vec![0u8; n as usize];
     stream
         .read_exact(&mut frame)
-        .map_err(|e| format!("reading a JoinGroup answer: {e}"))?;
+        .map_err(|e| format!("reading a session's answer: {e}"))?;
     received.extend_from_slice(&size);
     received.extend_from_slice(&frame);
     Ok(Bytes::from(frame))
 }
 
-/// Joins the session's group (twice for v4+, which first hands out a member id), then generates the
-/// rest of the session from the answer into `input.bytes`. Returns the JoinGroup requests sent.
+/// Starts the session: sends its first request (see [`start_group_session`] and
+/// [`start_txn_session`]), then generates the rest of the session from the answer into
+/// `input.bytes`, one request of it mutated nine times in ten. Returns the requests sent.
 pub fn start_session(
     stream: &mut TcpStream,
     input: &mut Input,
     apis: &[(ApiKey, i16)],
     received: &mut Vec<u8>,
 ) -> Result<Vec<u8>, String> {
-    let Session { mut rng, group } = input.session.clone().unwrap();
+    let session = input.session.clone().unwrap();
+    let (mut sent, mut rng, mut frames) = match &session {
+        Session::Group { rng, group } => {
+            start_group_session(stream, input, apis, received, rng.clone(), group)?
+        }
+        Session::Txn { rng, id } => {
+            start_txn_session(stream, input, apis, received, rng.clone(), id)?
+        }
+    };
+    let n = frames.len();
+    let mut mutated = None;
+    if n > 0 && !rng.one_in(10) {
+        let (j, o) = (rng.below(n), rng.below(n));
+        let other = frames[o].clone();
+        let (m, what) = mutate::mutate(&mut rng, &frames[j], &other);
+        frames[j] = m;
+        mutated = Some(j);
+        input.notes.push(format!(
+            "session request {} of {n}: {}",
+            j + 1,
+            what.join(", ")
+        ));
+    }
+    // A transactional producer waits for each answer before its next request (its batches
+    // before EndTxn, AddPartitionsToTxn before its batches): so do three transaction sessions in
+    // four, up to the mutated request; the fourth sends them all at once, which the broker
+    // handles concurrently.
+    if matches!(session, Session::Txn { .. }) && n > 0 && !rng.one_in(4) {
+        let upto = mutated.unwrap_or(n - 1);
+        for frame in frames.drain(..upto) {
+            stream
+                .write_all(&frame)
+                .map_err(|e| format!("sending a session's request: {e}"))?;
+            sent.extend_from_slice(&frame);
+            read_response(stream, received)?;
+        }
+    }
+    input.bytes = frames.concat();
+    Ok(sent)
+}
+
+/// The requests a session sent first, its generator, and the rest of it.
+type Started = (Vec<u8>, Rng, Vec<Vec<u8>>);
+
+/// Sends a transaction session's InitProducerId (again while the broker answers
+/// CONCURRENT_TRANSACTIONS: an earlier session's transaction on the same id is being ended), and
+/// generates the transaction from the producer id and epoch answered.
+fn start_txn_session(
+    stream: &mut TcpStream,
+    input: &Input,
+    apis: &[(ApiKey, i16)],
+    received: &mut Vec<u8>,
+    mut rng: Rng,
+    id: &str,
+) -> Result<Started, String> {
+    const CONCURRENT_TRANSACTIONS: i16 = 51;
+    let v = input.version;
+    let mut sent = Vec::new();
+    let init = input.bytes.clone();
+    let mut tries = 0;
+    let answer = loop {
+        stream
+            .write_all(&init)
+            .map_err(|e| format!("sending an InitProducerId: {e}"))?;
+        sent.extend_from_slice(&init);
+        let mut frame = read_response(stream, received)?;
+        ResponseHeader::decode(
+            &mut frame,
+            ApiKey::InitProducerId.response_header_version(v),
+        )
+        .map_err(|e| e.to_string())?;
+        let r = InitProducerIdResponse::decode(&mut frame, v).map_err(|e| e.to_string())?;
+        tries += 1;
+        if r.error_code == CONCURRENT_TRANSACTIONS && tries < 50 {
+            // The same request again (answers come in order: the same correlation id is clear).
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
+        if r.error_code != 0 {
+            return Err(format!(
+                "InitProducerId v{v} of transactional id {id} (its own) answered error {} after \
+                 {tries} tries",
+                r.error_code
+            ));
+        }
+        break r;
+    };
+    let frames = requests::txn_session(
+        &mut rng,
+        apis,
+        id,
+        answer.producer_id.0,
+        answer.producer_epoch,
+    );
+    Ok((sent, rng, frames))
+}
+
+/// Joins the session's group (twice for v4+, which first hands out a member id), and generates
+/// what the member does from the answer.
+fn start_group_session(
+    stream: &mut TcpStream,
+    input: &Input,
+    apis: &[(ApiKey, i16)],
+    received: &mut Vec<u8>,
+    mut rng: Rng,
+    group: &str,
+) -> Result<Started, String> {
     let v = input.version;
     let mut sent = Vec::new();
     let mut join = input.bytes.clone();
@@ -146,7 +254,7 @@ pub fn start_session(
         let r = JoinGroupResponse::decode(&mut frame, v).map_err(|e| e.to_string())?;
         const MEMBER_ID_REQUIRED: i16 = 79;
         if r.error_code == MEMBER_ID_REQUIRED && sent.len() == join.len() {
-            join = requests::join(v, 2, &group, &r.member_id);
+            join = requests::join(v, 2, group, &r.member_id);
             continue;
         }
         if r.error_code != 0 {
@@ -158,28 +266,15 @@ pub fn start_session(
         break r;
     };
     let leader = answer.leader == answer.member_id;
-    let mut frames = requests::session(
+    let frames = requests::session(
         &mut rng,
         apis,
-        &group,
+        group,
         &answer.member_id,
         answer.generation_id,
         leader,
     );
-    if !rng.one_in(10) {
-        let n = frames.len();
-        let (j, o) = (rng.below(n), rng.below(n));
-        let other = frames[o].clone();
-        let (m, what) = mutate::mutate(&mut rng, &frames[j], &other);
-        frames[j] = m;
-        input.notes.push(format!(
-            "session request {} of {n}: {}",
-            j + 1,
-            what.join(", ")
-        ));
-    }
-    input.bytes = frames.concat();
-    Ok(sent)
+    Ok((sent, rng, frames))
 }
 
 /// Sends one input (and the ApiVersions after it), half-closes, and waits briefly for the broker to

@@ -23,15 +23,17 @@ pub struct Input {
     /// Valid, and yet the broker may close the connection instead of answering (see
     /// [`requests::may_close`]).
     pub may_close: bool,
-    /// A consumer group session: `bytes` is its JoinGroup; what follows is generated from the answer.
+    /// A session: `bytes` is its first request; what follows is generated from the answer.
     pub session: Option<Session>,
 }
 
-/// The rest of a consumer group session, once its JoinGroup is answered.
+/// The rest of a session, once its first request is answered.
 #[derive(Debug, Clone)]
-pub struct Session {
-    pub rng: Rng,
-    pub group: String,
+pub enum Session {
+    /// A consumer group's member: `bytes` is its JoinGroup.
+    Group { rng: Rng, group: String },
+    /// A transactional producer: `bytes` is its InitProducerId.
+    Txn { rng: Rng, id: String },
 }
 
 /// The inputs' generator: the APIs and versions the broker advertised, and the run's seed.
@@ -50,6 +52,9 @@ impl Generator {
         let sweep = (index as usize) < self.apis.len();
         if !sweep && rng.one_in(16) {
             return self.session(index, rng);
+        }
+        if !sweep && rng.one_in(16) {
+            return self.txn_session(index, rng);
         }
         if !sweep && rng.one_in(5) {
             return self.pipeline(index, rng);
@@ -141,7 +146,35 @@ impl Generator {
             core: shoal::groups::coordinator_core(&group, self.cores),
             trickled: false,
             may_close: false,
-            session: Some(Session { rng, group }),
+            session: Some(Session::Group { rng, group }),
+        }
+    }
+
+    /// A transactional producer's session on a transactional id of its own: InitProducerId (at the
+    /// id's coordinator), then (see [`requests::txn_session`]) a transaction with the producer id
+    /// and epoch answered, one request of it mutated nine times in ten.
+    pub fn txn_session(&self, index: u64, mut rng: Rng) -> Input {
+        let version = requests::advertised_version(
+            &mut rng,
+            &self.apis,
+            ApiKey::InitProducerId,
+            0..=i16::MAX,
+        )
+        .expect("InitProducerId is served");
+        // Bounded (see `requests::OWN_TXNS`); inputs this far apart are seconds apart.
+        let id = format!("fz-txn-{}", index % requests::OWN_TXNS);
+        let timeout = *rng.pick(&[1, 1000, 3000, requests::TXN_MAX_TIMEOUT_MS]);
+        Input {
+            index,
+            key: ApiKey::InitProducerId,
+            version,
+            notes: Vec::new(),
+            bytes: requests::init_txn(version, 1, &id, timeout),
+            // Its coordinator: elsewhere the session would end at NOT_COORDINATOR.
+            core: shoal::transactions::coordinator_core(&id, self.cores),
+            trickled: false,
+            may_close: false,
+            session: Some(Session::Txn { rng, id }),
         }
     }
 }

@@ -57,6 +57,12 @@ pub const KNOWN: &[ApiKey] = &[
     ApiKey::DeleteAcls,
     ApiKey::DescribeUserScramCredentials,
     ApiKey::AlterUserScramCredentials,
+    ApiKey::AddPartitionsToTxn,
+    ApiKey::AddOffsetsToTxn,
+    ApiKey::EndTxn,
+    ApiKey::DescribeTransactions,
+    ApiKey::ListTransactions,
+    // Built only when the broker advertises it (inputs draw from the advertised APIs alone).
     ApiKey::TxnOffsetCommit,
 ];
 
@@ -216,14 +222,57 @@ fn blob(rng: &mut Rng) -> Bytes {
     Bytes::from(rng.bytes(n))
 }
 
-/// A producer id: none, one of a few, or an arbitrary one.
+/// A producer id: none, one of a few, one shaped like the broker's (its clock in the high bits,
+/// a core in the low ones: see `init_producer_id.rs`), an extreme or an arbitrary one. Real ones
+/// are learned in transaction sessions (see [`txn_session`]).
 fn producer_id(rng: &mut Rng) -> i64 {
-    match rng.below(4) {
-        0 | 1 => -1,
-        2 => 1000 + rng.below(4) as i64,
+    match rng.below(8) {
+        0..=2 => -1,
+        3 => 1000 + rng.below(4) as i64,
+        4 => (now_ms() << 12) | rng.below(2) as i64,
+        5 => *rng.pick(&[0, i64::MAX, i64::MIN, -2]),
         _ => rng.next_u64() as i64 >> 1,
     }
 }
+
+fn producer_epoch(rng: &mut Rng) -> i16 {
+    *rng.pick(&[-1, 0, 0, 1, 5, i16::MAX - 1, i16::MAX, i16::MIN])
+}
+
+/// The broker's `--transaction-max-timeout-ms` here: a fuzzed transaction left open on the data
+/// topic holds its last stable offset back this long at most (then the coordinator aborts it).
+pub const TXN_MAX_TIMEOUT_MS: i32 = 10_000;
+
+/// A transaction timeout: short valid ones mostly, else hostile (0, -1, just over the broker's
+/// maximum, `i32::MAX`).
+fn txn_timeout(rng: &mut Rng) -> i32 {
+    *rng.pick(&[
+        1,
+        1000,
+        3000,
+        TXN_MAX_TIMEOUT_MS,
+        0,
+        -1,
+        TXN_MAX_TIMEOUT_MS + 1,
+        i32::MAX,
+    ])
+}
+
+/// A transactional id: one of a few shared ones mostly, else a hostile one (empty, long, unicode,
+/// control characters). A fixed set, so what the broker keeps for them stays bounded.
+pub fn transactional_id(rng: &mut Rng) -> String {
+    match rng.below(10) {
+        0..=5 => format!("fz-tx-{}", rng.below(3)),
+        6 => String::new(),
+        // Long; under the 32767 bytes a non-flexible string may hold.
+        7 => "t".repeat(*rng.pick(&[249, 250, 5000, 32_000])),
+        8 => "fz-tx-\u{fc}-\u{1f980}-\u{65e5}\u{672c}".into(),
+        _ => "fz-tx-\u{0}\n\u{7f}".into(),
+    }
+}
+
+/// Transactional ids of transaction sessions are this many at most (as [`OWN_GROUPS`]).
+pub const OWN_TXNS: u64 = 1000;
 
 /// One record batch (or several back to back): plain, compressed, or with header fields a producer
 /// would not send (CRC recomputed, so they reach the broker's checks beyond the CRC).
@@ -235,7 +284,11 @@ fn records(rng: &mut Rng) -> Bytes {
             let mut b = BatchBuilder::new(now);
             let pid = producer_id(rng);
             if pid >= 0 {
-                b = b.producer(pid, 0, rng.below(8) as i32);
+                b = b.producer(pid, producer_epoch(rng).max(0), rng.below(8) as i32);
+                if rng.one_in(3) {
+                    // Of no transaction the broker knows of (sessions send the real ones).
+                    b = b.transactional();
+                }
             }
             for i in 0..count {
                 let key = format!("k{i}");
@@ -401,7 +454,8 @@ pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: 
             };
             frame!(ProduceRequest::default()
                 .with_transactional_id(
-                    (!acks_zero && rng.one_in(10)).then(|| TransactionalId(s("fz-tx"))),
+                    (!acks_zero && rng.one_in(8))
+                        .then(|| TransactionalId(s(transactional_id(rng)))),
                 )
                 .with_acks(acks)
                 .with_timeout_ms(*rng.pick(&[1000, 0, -1, i32::MAX]))
@@ -700,24 +754,35 @@ pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: 
         }
         ApiKey::InitProducerId => {
             let r = InitProducerIdRequest::default()
-                .with_transactional_id(rng.one_in(5).then(|| TransactionalId(s("fz-tx"))))
-                .with_transaction_timeout_ms(*rng.pick(&[60_000, -1, 0]));
+                .with_transactional_id(
+                    rng.one_in(2)
+                        .then(|| TransactionalId(s(transactional_id(rng)))),
+                )
+                .with_transaction_timeout_ms(txn_timeout(rng));
             let r = if v >= 3 {
                 r.with_producer_id(ProducerId(producer_id(rng)))
-                    .with_producer_epoch(*rng.pick(&[-1, 0, 5, i16::MAX - 1, i16::MAX]))
+                    .with_producer_epoch(producer_epoch(rng))
             } else {
                 r
             };
             frame!(r)
         }
         ApiKey::FindCoordinator => {
-            let key_type = *rng.pick(&[0, 0, 1, 2, -1]);
+            let key_type = *rng.pick(&[0, 0, 1, 1, 2, -1]);
             let r = FindCoordinatorRequest::default();
             let r = if v >= 1 { r.with_key_type(key_type) } else { r };
+            // Transactional ids for transaction coordinators, group ids else (or the other way).
+            let key = |rng: &mut Rng| {
+                if (key_type == 1) != rng.one_in(8) {
+                    s(transactional_id(rng))
+                } else {
+                    s(group(rng, index))
+                }
+            };
             let r = if v >= 4 {
-                r.with_coordinator_keys((0..rng.below(3)).map(|_| s(group(rng, index))).collect())
+                r.with_coordinator_keys((0..rng.below(3)).map(|_| key(rng)).collect())
             } else {
-                r.with_key(s(group(rng, index)))
+                r.with_key(key(rng))
             };
             frame!(r)
         }
@@ -853,43 +918,6 @@ pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: 
             };
             let r = if v >= 7 && rng.one_in(3) {
                 r.with_group_instance_id(Some(s("fz-instance")))
-            } else {
-                r
-            };
-            frame!(r)
-        }
-        ApiKey::TxnOffsetCommit => {
-            let topics = (0..1 + rng.below(2))
-                .map(|_| {
-                    txn_offset_commit_request::TxnOffsetCommitRequestTopic::default()
-                        .with_name(name(rng))
-                        .with_partitions(
-                            (0..1 + rng.below(3))
-                                .map(|_| {
-                                    txn_offset_commit_request::TxnOffsetCommitRequestPartition::default()
-                                        .with_partition_index(partition(rng))
-                                        .with_committed_offset(offset(rng))
-                                        .with_committed_leader_epoch(*rng.pick(&[-1, 0, 7]))
-                                        .with_committed_metadata(match rng.below(3) {
-                                            0 => None,
-                                            1 => Some(s("meta")),
-                                            _ => Some(s("m".repeat(5000))),
-                                        })
-                                })
-                                .collect(),
-                        )
-                })
-                .collect();
-            let r = TxnOffsetCommitRequest::default()
-                .with_transactional_id(TransactionalId(s("fz-tx")))
-                .with_group_id(GroupId(s(group(rng, index))))
-                .with_producer_id(ProducerId(producer_id(rng)))
-                .with_producer_epoch(*rng.pick(&[-1, 0, 5, i16::MAX]))
-                .with_topics(topics);
-            let r = if v >= 3 {
-                r.with_generation_id(generation(rng))
-                    .with_member_id(s(member(rng)))
-                    .with_group_instance_id(rng.one_in(3).then(|| s("fz-instance")))
             } else {
                 r
             };
@@ -1077,7 +1105,138 @@ pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: 
                     })
                     .collect()
             )),
+        ApiKey::AddPartitionsToTxn => {
+            // v0-3 carry one transaction; v4+ (broker to broker, KIP-890) a list of them.
+            let topics =
+                |rng: &mut Rng| -> Vec<add_partitions_to_txn_request::AddPartitionsToTxnTopic> {
+                    (0..rng.below(3))
+                        .map(|_| {
+                            add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+                                .with_name(name(rng))
+                                .with_partitions(
+                                    (0..rng.below(4)).map(|_| partition(rng)).collect(),
+                                )
+                        })
+                        .collect()
+                };
+            let r = AddPartitionsToTxnRequest::default();
+            let r = if v <= 3 {
+                r.with_v3_and_below_transactional_id(TransactionalId(s(transactional_id(rng))))
+                    .with_v3_and_below_producer_id(ProducerId(producer_id(rng)))
+                    .with_v3_and_below_producer_epoch(producer_epoch(rng))
+                    .with_v3_and_below_topics(topics(rng))
+            } else {
+                r.with_transactions(
+                    (0..rng.below(3))
+                        .map(|_| {
+                            add_partitions_to_txn_request::AddPartitionsToTxnTransaction::default()
+                                .with_transactional_id(TransactionalId(s(transactional_id(rng))))
+                                .with_producer_id(ProducerId(producer_id(rng)))
+                                .with_producer_epoch(producer_epoch(rng))
+                                .with_verify_only(rng.one_in(2))
+                                .with_topics(topics(rng))
+                        })
+                        .collect(),
+                )
+            };
+            frame!(r)
+        }
+        ApiKey::AddOffsetsToTxn => frame!(AddOffsetsToTxnRequest::default()
+            .with_transactional_id(TransactionalId(s(transactional_id(rng))))
+            .with_producer_id(ProducerId(producer_id(rng)))
+            .with_producer_epoch(producer_epoch(rng))
+            .with_group_id(GroupId(s(group(rng, index))))),
+        ApiKey::EndTxn => frame!(EndTxnRequest::default()
+            .with_transactional_id(TransactionalId(s(transactional_id(rng))))
+            .with_producer_id(ProducerId(producer_id(rng)))
+            .with_producer_epoch(producer_epoch(rng))
+            .with_committed(rng.one_in(2))),
+        ApiKey::DescribeTransactions => frame!(DescribeTransactionsRequest::default()
+            .with_transactional_ids(
+                (0..rng.below(4))
+                    .map(|_| TransactionalId(s(transactional_id(rng))))
+                    .collect()
+            )),
+        ApiKey::ListTransactions => {
+            let states = [
+                "Empty",
+                "Ongoing",
+                "PrepareCommit",
+                "CompleteAbort",
+                "Dead",
+                "x",
+                "",
+            ];
+            let r = ListTransactionsRequest::default()
+                .with_state_filters((0..rng.below(3)).map(|_| s(*rng.pick(&states))).collect())
+                .with_producer_id_filters(
+                    (0..rng.below(3))
+                        .map(|_| ProducerId(producer_id(rng)))
+                        .collect(),
+                );
+            let r = if v >= 1 {
+                r.with_duration_filter(*rng.pick(&[-1, 0, 1, 60_000, i64::MAX, i64::MIN]))
+            } else {
+                r
+            };
+            let r = if v >= 2 {
+                r.with_transactional_id_pattern(
+                    rng.one_in(2)
+                        .then(|| s(*rng.pick(&["fz-tx-.*", "(", "", ".*"]))),
+                )
+            } else {
+                r
+            };
+            frame!(r)
+        }
+        ApiKey::TxnOffsetCommit => {
+            let (id, group) = (transactional_id(rng), group(rng, index));
+            let (producer_id, epoch) = (producer_id(rng), producer_epoch(rng));
+            frame!(txn_offset_commit(rng, v, &id, &group, producer_id, epoch))
+        }
         other => panic!("the fuzzer has no request generator for {other:?}: add one"),
+    }
+}
+
+/// A TxnOffsetCommit of offsets on the data topic (v3+: with a generation and member, here none).
+fn txn_offset_commit(
+    rng: &mut Rng,
+    v: i16,
+    id: &str,
+    group: &str,
+    producer_id: i64,
+    epoch: i16,
+) -> TxnOffsetCommitRequest {
+    let r = TxnOffsetCommitRequest::default()
+        .with_transactional_id(TransactionalId(s(id)))
+        .with_group_id(GroupId(s(group)))
+        .with_producer_id(ProducerId(producer_id))
+        .with_producer_epoch(epoch)
+        .with_topics(vec![
+            txn_offset_commit_request::TxnOffsetCommitRequestTopic::default()
+                .with_name(TopicName(s(DATA_TOPIC)))
+                .with_partitions(
+                    (0..1 + rng.below(2))
+                        .map(|_| {
+                            let p = txn_offset_commit_request::TxnOffsetCommitRequestPartition::default()
+                                .with_partition_index(partition(rng))
+                                .with_committed_offset(offset(rng))
+                                .with_committed_metadata(rng.one_in(2).then(|| s("fz")));
+                            if v >= 2 {
+                                p.with_committed_leader_epoch(*rng.pick(&[-1, 0, 7]))
+                            } else {
+                                p
+                            }
+                        })
+                        .collect(),
+                ),
+        ]);
+    if v >= 3 {
+        r.with_generation_id(generation(rng))
+            .with_member_id(s(member(rng)))
+            .with_group_instance_id(rng.one_in(4).then(|| s("fz-instance")))
+    } else {
+        r
     }
 }
 
@@ -1139,6 +1298,11 @@ pub fn decode_response(key: ApiKey, version: i16, frame: Bytes) -> Result<(), St
             body::<DescribeUserScramCredentialsResponse>(buf, v)
         }
         ApiKey::AlterUserScramCredentials => body::<AlterUserScramCredentialsResponse>(buf, v),
+        ApiKey::AddPartitionsToTxn => body::<AddPartitionsToTxnResponse>(buf, v),
+        ApiKey::AddOffsetsToTxn => body::<AddOffsetsToTxnResponse>(buf, v),
+        ApiKey::EndTxn => body::<EndTxnResponse>(buf, v),
+        ApiKey::DescribeTransactions => body::<DescribeTransactionsResponse>(buf, v),
+        ApiKey::ListTransactions => body::<ListTransactionsResponse>(buf, v),
         ApiKey::TxnOffsetCommit => body::<TxnOffsetCommitResponse>(buf, v),
         other => Err(format!(
             "an answer to {other:?}, which shoal does not serve"
@@ -1177,14 +1341,8 @@ pub fn session(
     generation: i32,
     leader: bool,
 ) -> Vec<Vec<u8>> {
-    let version = |rng: &mut Rng, key: ApiKey| {
-        let vs: Vec<i16> = apis
-            .iter()
-            .filter(|(k, _)| *k == key)
-            .map(|(_, v)| *v)
-            .collect();
-        *rng.pick(&vs)
-    };
+    let version =
+        |rng: &mut Rng, key: ApiKey| advertised_version(rng, apis, key, 0..=i16::MAX).unwrap();
     let g = GroupId(s(group));
     let mut out = Vec::new();
     let mut correlation = 10;
@@ -1292,6 +1450,223 @@ pub fn session(
             }
         };
         push(frame);
+    }
+    out
+}
+
+/// One of the versions of `key` the broker advertises within `range`, if any.
+pub fn advertised_version(
+    rng: &mut Rng,
+    apis: &[(ApiKey, i16)],
+    key: ApiKey,
+    range: std::ops::RangeInclusive<i16>,
+) -> Option<i16> {
+    let vs: Vec<i16> = apis
+        .iter()
+        .filter(|(k, v)| *k == key && range.contains(v))
+        .map(|(_, v)| *v)
+        .collect();
+    (!vs.is_empty()).then(|| *rng.pick(&vs))
+}
+
+/// The InitProducerId that opens a transaction session: a transactional id of its own, a short
+/// valid timeout (a transaction it leaves open is aborted by the coordinator soon).
+pub fn init_txn(version: i16, correlation: i32, id: &str, timeout_ms: i32) -> Vec<u8> {
+    let r = InitProducerIdRequest::default()
+        .with_transactional_id(Some(TransactionalId(s(id))))
+        .with_transaction_timeout_ms(timeout_ms);
+    let r = if version >= 3 {
+        r.with_producer_id(ProducerId(-1)).with_producer_epoch(-1)
+    } else {
+        r
+    };
+    request_frame(ApiKey::InitProducerId, version, correlation, &r)
+}
+
+/// What a transactional producer does once its InitProducerId is answered (producer id and epoch
+/// from the answer): adds data topic partitions to its transaction, produces transactional batches
+/// to them, adds a group's offsets and commits them (TxnOffsetCommit, where the broker serves it),
+/// ends the transaction (commit or abort; one in four is left open, for the coordinator to abort at
+/// its timeout), describes and lists transactions, and initialises again (fencing itself); a random
+/// subset in that order, each at a random advertised version.
+pub fn txn_session(
+    rng: &mut Rng,
+    apis: &[(ApiKey, i16)],
+    id: &str,
+    producer_id: i64,
+    epoch: i16,
+) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut correlation = 10;
+    let tid = || TransactionalId(s(id));
+    let pid = ProducerId(producer_id);
+    let partitions: Vec<i32> = match rng.below(4) {
+        0 => vec![0],
+        1 => vec![1],
+        _ => vec![0, 1],
+    };
+    let group = format!("fz-txn-group-{}", rng.below(3));
+    let mut push = |key: ApiKey,
+                    range: std::ops::RangeInclusive<i16>,
+                    rng: &mut Rng,
+                    build: &mut dyn FnMut(&mut Rng, i16, i32) -> Vec<u8>| {
+        if let Some(v) = advertised_version(rng, apis, key, range) {
+            correlation += 1;
+            out.push(build(rng, v, correlation));
+        }
+    };
+    // AddPartitionsToTxn v0-3: what clients send.
+    push(ApiKey::AddPartitionsToTxn, 0..=3, rng, &mut |rng, v, c| {
+        let mut topics = vec![
+            add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+                .with_name(TopicName(s(DATA_TOPIC)))
+                .with_partitions(partitions.clone()),
+        ];
+        if rng.one_in(4) {
+            topics.push(
+                add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+                    .with_name(TopicName(s(*rng.pick(&POOL))))
+                    .with_partitions(vec![0]),
+            );
+        }
+        request_frame(
+            ApiKey::AddPartitionsToTxn,
+            v,
+            c,
+            &AddPartitionsToTxnRequest::default()
+                .with_v3_and_below_transactional_id(tid())
+                .with_v3_and_below_producer_id(pid)
+                .with_v3_and_below_producer_epoch(epoch)
+                .with_v3_and_below_topics(topics),
+        )
+    });
+    // Transactional batches, sequence 0 on each partition: those this core leads are written
+    // (the others answered NOT_LEADER_OR_FOLLOWER).
+    push(ApiKey::Produce, 3..=i16::MAX, rng, &mut |rng, v, c| {
+        let now = now_ms();
+        let data = partitions
+            .iter()
+            .map(|&p| {
+                let mut b = BatchBuilder::new(now)
+                    .producer(producer_id, epoch, 0)
+                    .transactional();
+                for i in 0..1 + rng.below(3) {
+                    b.push(
+                        now,
+                        Some(format!("tk{i}").as_bytes()),
+                        Some(b"in a transaction"),
+                        &[],
+                    );
+                }
+                produce_request::PartitionProduceData::default()
+                    .with_index(p)
+                    .with_records(Some(Bytes::from(b.finish(0))))
+            })
+            .collect();
+        request_frame(
+            ApiKey::Produce,
+            v,
+            c,
+            &ProduceRequest::default()
+                .with_transactional_id(Some(tid()))
+                .with_acks(*rng.pick(&[-1, 1]))
+                .with_timeout_ms(5000)
+                .with_topic_data(vec![produce_request::TopicProduceData::default()
+                    .with_name(TopicName(s(DATA_TOPIC)))
+                    .with_partition_data(data)]),
+        )
+    });
+    if rng.one_in(2) {
+        push(
+            ApiKey::AddOffsetsToTxn,
+            0..=i16::MAX,
+            rng,
+            &mut |_, v, c| {
+                request_frame(
+                    ApiKey::AddOffsetsToTxn,
+                    v,
+                    c,
+                    &AddOffsetsToTxnRequest::default()
+                        .with_transactional_id(tid())
+                        .with_producer_id(pid)
+                        .with_producer_epoch(epoch)
+                        .with_group_id(GroupId(s(&group))),
+                )
+            },
+        );
+        push(
+            ApiKey::TxnOffsetCommit,
+            0..=i16::MAX,
+            rng,
+            &mut |rng, v, c| {
+                request_frame(
+                    ApiKey::TxnOffsetCommit,
+                    v,
+                    c,
+                    &txn_offset_commit(rng, v, id, &group, producer_id, epoch),
+                )
+            },
+        );
+    }
+    if !rng.one_in(4) {
+        push(ApiKey::EndTxn, 0..=i16::MAX, rng, &mut |rng, v, c| {
+            request_frame(
+                ApiKey::EndTxn,
+                v,
+                c,
+                &EndTxnRequest::default()
+                    .with_transactional_id(tid())
+                    .with_producer_id(pid)
+                    .with_producer_epoch(epoch)
+                    .with_committed(rng.one_in(2)),
+            )
+        });
+    }
+    if rng.one_in(3) {
+        push(
+            ApiKey::DescribeTransactions,
+            0..=i16::MAX,
+            rng,
+            &mut |_, v, c| {
+                request_frame(
+                    ApiKey::DescribeTransactions,
+                    v,
+                    c,
+                    &DescribeTransactionsRequest::default().with_transactional_ids(vec![tid()]),
+                )
+            },
+        );
+        push(
+            ApiKey::ListTransactions,
+            0..=i16::MAX,
+            rng,
+            &mut |_, v, c| {
+                request_frame(
+                    ApiKey::ListTransactions,
+                    v,
+                    c,
+                    &ListTransactionsRequest::default().with_producer_id_filters(vec![pid]),
+                )
+            },
+        );
+    }
+    if rng.one_in(6) {
+        push(
+            ApiKey::InitProducerId,
+            0..=i16::MAX,
+            rng,
+            &mut |rng, v, c| {
+                let r = InitProducerIdRequest::default()
+                    .with_transactional_id(Some(tid()))
+                    .with_transaction_timeout_ms(txn_timeout(rng));
+                let r = if v >= 3 {
+                    r.with_producer_id(pid).with_producer_epoch(epoch)
+                } else {
+                    r
+                };
+                request_frame(ApiKey::InitProducerId, v, c, &r)
+            },
+        );
     }
     out
 }
