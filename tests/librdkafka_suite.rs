@@ -79,7 +79,6 @@ const PRODUCE_CONSUME: &[&str] = &[
     "0112_assign_unknown_part",
     "0114_sticky_partitioning",
     "0125_immediate_flush",
-    "0127_fetch_queue_backoff",
 ];
 
 /// Consumer groups: subscribe (lists, regexes, updates), assign, commit, rebalance (eager,
