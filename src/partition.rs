@@ -165,6 +165,19 @@ impl Partition {
             .iter()
             .find(|h| h.is_transactional() && !self.accepts_transaction(h))
         {
+            // A producer fenced by a newer epoch is told so first (clients make a fatal error of
+            // it), as the sequence check would.
+            if !self
+                .producers
+                .borrow()
+                .may_end_transaction(h.producer_id, h.producer_epoch)
+            {
+                return Err(Refused::Sequence {
+                    batch: headers.iter().position(|x| std::ptr::eq(x, h)).unwrap_or(0),
+                    base_sequence: h.base_sequence,
+                    check: SequenceCheck::Fenced,
+                });
+            }
             return Err(Refused::NotInTransaction {
                 producer_id: h.producer_id,
                 epoch: h.producer_epoch,

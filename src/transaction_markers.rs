@@ -52,7 +52,7 @@ pub async fn on_this_core(core: &Rc<Core>, ask: TxnAsk) -> Results {
                         Err(MarkerRefused::Fenced) => None,
                         Err(MarkerRefused::Log(e)) => {
                             log::warn!("transaction marker on {}-{}: {e}", part.topic, part.index);
-                            Some(crate::kafka::errors::code_of(&e))
+                            Some(ResponseError::KafkaStorageError)
                         }
                     }
                 }

@@ -182,6 +182,13 @@ pub(crate) struct SegmentTxns {
 const MAGIC: &[u8; 4] = b"SHTX";
 
 impl SegmentTxns {
+    /// Drops the aborted transaction whose ABORT marker (at `marker`) compaction removes: a
+    /// reader told of an aborted transaction skips the producer's records until its marker.
+    pub(crate) fn forget_aborted(&mut self, producer_id: i64, marker: i64) {
+        self.aborted
+            .retain(|a| a.producer_id != producer_id || a.last_offset != marker);
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.aborted.is_empty() && self.open_at_end.is_empty()
     }

@@ -173,6 +173,20 @@ impl KeyMap {
     }
 }
 
+impl Cleaned {
+    /// Batch `h` is written at `pos` of the cleaned segment (based at `base`): indexed, and its
+    /// timestamps and offsets counted in.
+    fn add(&mut self, h: &BatchHeader, base: i64, pos: u64) {
+        self.index
+            .maybe_add((h.base_offset - base) as u32, pos as u32);
+        if self.meta.first_timestamp < 0 {
+            self.meta.first_timestamp = h.max_timestamp;
+        }
+        self.meta.max_timestamp = self.meta.max_timestamp.max(h.max_timestamp);
+        self.meta.next_offset = h.last_offset() + 1;
+    }
+}
+
 /// What compaction does with a transaction marker (Kafka's rule): kept while any record of its
 /// transaction is; once none is, kept for `delete.retention.ms` after it was written (a consumer
 /// part way through the transaction still sees it end), then removed.
@@ -182,16 +196,31 @@ enum MarkerFate {
     Remove,
 }
 
-impl MarkerFate {
-    /// The fate of marker `h`; ends the producer's transaction in `txn_kept`.
-    fn of(
+/// Transactions followed through a pass's groups, in log order from the log's start.
+struct TxnWalk {
+    /// Per producer: whether the transaction being walked through kept a record.
+    kept: HashMap<i64, bool>,
+    delete_ms: i64,
+    now: i64,
+}
+
+impl TxnWalk {
+    /// The fate of batch `h` (`Keep` for all but markers), of which records were kept if
+    /// `kept_records`; a producer's last batch is kept whatever it is (its epoch fences).
+    fn fate(
+        &mut self,
         h: &BatchHeader,
-        txn_kept: &mut HashMap<i64, bool>,
-        delete_ms: i64,
-        now: i64,
+        kept_records: bool,
+        last_of_producer: bool,
         seg: &Segment,
     ) -> MarkerFate {
-        if txn_kept.remove(&h.producer_id).unwrap_or(false) {
+        if !h.is_control() {
+            if h.is_transactional() {
+                *self.kept.entry(h.producer_id).or_default() |= kept_records;
+            }
+            return MarkerFate::Keep;
+        }
+        if self.kept.remove(&h.producer_id).unwrap_or(false) || last_of_producer {
             return MarkerFate::Keep;
         }
         let written_at = if h.max_timestamp >= 0 {
@@ -199,13 +228,18 @@ impl MarkerFate {
         } else {
             seg.last_modified_ms.get()
         };
-        let expires = written_at.saturating_add(delete_ms);
-        if expires <= now {
+        let expires = written_at.saturating_add(self.delete_ms);
+        if expires <= self.now {
             MarkerFate::Remove
         } else {
             MarkerFate::KeepUntil(expires)
         }
     }
+}
+
+/// Moves `horizon` (when the next pass has something to remove) to `t` if earlier.
+fn earliest(horizon: &mut Option<i64>, t: i64) {
+    *horizon = Some(horizon.map_or(t, |h| h.min(t)));
 }
 
 /// Lets other task queues run after each [`SLICE`] of work.
@@ -420,7 +454,11 @@ impl Inner {
         let mut horizon = None;
         // The groups are walked in order from the log's start: per producer, whether the
         // transaction being walked through kept a record (which decides its marker's fate).
-        let mut txn_kept: HashMap<i64, bool> = HashMap::new();
+        let mut txns_walked = TxnWalk {
+            kept: HashMap::new(),
+            delete_ms: config.delete_retention.as_millis() as i64,
+            now,
+        };
         for (i, group) in groups.iter().enumerate() {
             let end = groups
                 .get(i + 1)
@@ -433,7 +471,7 @@ impl Inner {
                     now,
                     &mut stats,
                     &mut horizon,
-                    &mut txn_kept,
+                    &mut txns_walked,
                     &mut slicer,
                 )
                 .await?;
@@ -489,7 +527,7 @@ impl Inner {
         now: i64,
         stats: &mut CompactionStats,
         horizon: &mut Option<i64>,
-        txn_kept: &mut HashMap<i64, bool>,
+        txns_walked: &mut TxnWalk,
         slicer: &mut Slicer,
     ) -> Result<Cleaned> {
         let base = group[0].base_offset;
@@ -568,32 +606,20 @@ impl Inner {
                                     stats.tombstones_removed += 1;
                                     continue;
                                 }
-                                *horizon = Some(horizon.map_or(expires, |h| h.min(expires)));
+                                earliest(horizon, expires);
                             }
                             keep.push(r.span.clone());
                         }
                         let last_of_producer = h.producer_id >= 0
                             && map.last_batch.get(&h.producer_id) == Some(&h.base_offset);
-                        // A producer's last batch is kept whatever it is (its epoch fences).
-                        let fate = h
-                            .is_control()
-                            .then(|| MarkerFate::of(&h, txn_kept, delete_ms, now, seg))
-                            .filter(|_| !last_of_producer);
-                        if let Some(marker) = fate {
-                            if let MarkerFate::Remove = marker {
+                        match txns_walked.fate(&h, !keep.is_empty(), last_of_producer, seg) {
+                            MarkerFate::Remove => {
                                 stats.markers_removed += 1;
-                                // Its aborted-index entry goes too: a reader told of an aborted
-                                // transaction skips the producer's records until its marker.
-                                out.txns.aborted.retain(|a| {
-                                    a.producer_id != h.producer_id || a.last_offset != h.base_offset
-                                });
+                                out.txns.forget_aborted(h.producer_id, h.base_offset);
                                 continue;
                             }
-                            if let MarkerFate::KeepUntil(expires) = marker {
-                                *horizon = Some(horizon.map_or(expires, |h| h.min(expires)));
-                            }
-                        } else if h.is_transactional() && !h.is_control() {
-                            *txn_kept.entry(h.producer_id).or_default() |= !keep.is_empty();
+                            MarkerFate::KeepUntil(expires) => earliest(horizon, expires),
+                            MarkerFate::Keep => {}
                         }
                         let whole =
                             h.is_control() || !spans.is_empty() && keep.len() == spans.len();
@@ -604,14 +630,7 @@ impl Inner {
                         } else {
                             continue;
                         };
-                        let pos = written + buf.len() as u64;
-                        out.index
-                            .maybe_add((h.base_offset - base) as u32, pos as u32);
-                        if out.meta.first_timestamp < 0 {
-                            out.meta.first_timestamp = h.max_timestamp;
-                        }
-                        out.meta.max_timestamp = out.meta.max_timestamp.max(h.max_timestamp);
-                        out.meta.next_offset = h.last_offset() + 1;
+                        out.add(&h, base, written + buf.len() as u64);
                         buf.extend_from_slice(&batch);
                         if buf.len() >= WRITE_BYTES {
                             written += write_all(&out, std::mem::take(&mut buf), written).await?;
