@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 /// How the producers mark their batches (`--idempotent`, `--transactional`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ProducerMode {
-    /// No producer id: batches carry -1 (what the generator always sent before these flags).
+    /// No producer id: batches carry producer id -1 and no sequence.
     #[default]
     Plain,
     /// A producer id from InitProducerId; per partition, sequences that follow on.
