@@ -4,7 +4,9 @@
 //!
 //! Producers send one batch per request, round robin over their partitions, paced to `--rate`, with
 //! up to `--max-in-flight` requests outstanding per connection (a writer task and a reader task share
-//! the socket). Each batch's first record starts with the send time in microseconds.
+//! the socket). Each batch's first record starts with the send time in microseconds. Idempotent
+//! producers stamp their producer id and per-partition sequences into each batch; transactional
+//! ones also commit a transaction every commit interval.
 //!
 //! Each consumer has its own connection to its partition's leader and fetches on its own from its
 //! own offset (no group); where a response prefers a read replica (KIP-392), it moves there. It
@@ -14,8 +16,9 @@
 
 //!
 //! - [`executors`] — client executors and the plan of who runs where; [`consumer`], [`producer`]
-//!   the tasks; [`route`] which broker a consumer fetches from; [`live`] the line printed every
-//!   second; [`summary`] and [`check`] what a run reports. This module holds the run itself (the
+//!   the tasks; [`txn`] an idempotent or transactional producer's calls beside Produce; [`route`]
+//!   which broker a consumer fetches from; [`live`] the line printed every second; [`summary`] and
+//!   [`check`] what a run reports. This module holds the run itself (the
 //!   orchestrating thread).
 
 mod check;
