@@ -488,6 +488,41 @@ fn parse_sasl_mechanism(s: &str) -> Result<String, String> {
 mod tests {
     use super::*;
 
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        fanout: FanoutArgs,
+    }
+
+    fn parse(args: &[&str]) -> FanoutArgs {
+        let argv = std::iter::once("fanout").chain(args.iter().copied());
+        <Cli as clap::Parser>::try_parse_from(argv).unwrap().fanout
+    }
+
+    #[test]
+    fn producer_modes_from_the_flags() {
+        let transactional = |ms| ProducerMode::Transactional {
+            commit_interval: Duration::from_millis(ms),
+        };
+        assert_eq!(parse(&[]).producer_mode(), ProducerMode::Plain);
+        assert_eq!(
+            parse(&["--idempotent"]).producer_mode(),
+            ProducerMode::Idempotent
+        );
+        assert_eq!(
+            parse(&["--idempotent", "--transactional"]).producer_mode(),
+            transactional(100)
+        );
+        assert_eq!(
+            parse(&["--transactional", "--commit-interval-ms", "250"]).producer_mode(),
+            transactional(250)
+        );
+        // Producer ids need acknowledgements (sequences follow on from the acked ones).
+        assert!(validate(&parse(&["--transactional", "--acks", "0"])).is_err());
+        assert!(validate(&parse(&["--idempotent", "--acks", "0"])).is_err());
+        assert!(validate(&parse(&["--idempotent", "--acks", "all"])).is_ok());
+    }
+
     #[test]
     fn value_parsers() {
         assert_eq!(parse_size("16KiB"), Ok(16384));
