@@ -136,6 +136,10 @@ fn check_run(b: &Bench, run: &Value) {
         "topic",
         "partitions",
         "producers",
+        "producer_mode.mode",
+        "producer_mode.commit_interval_ms",
+        "producer_mode.commits",
+        "producer_mode.mean_end_txn_us",
         "consumers_per_partition",
         "consumers",
         "message_bytes",
@@ -728,6 +732,91 @@ fn a_fresh_broker_process_per_run() {
         .filter(|e| e.file_name().to_string_lossy().starts_with("shoal-bench-"))
         .collect();
     assert!(left.is_empty(), "data directories left behind: {left:?}");
+}
+
+/// A short run of `mode_args` producers (2, over 2 partitions, 3 consumers each) with
+/// `extra` flags: every check of a run, and every produced record delivered to every consumer.
+fn producer_mode_run(mode_args: &[&str], extra: &[&str]) -> (Bench, Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "--consumers",
+        "3",
+        "--partitions",
+        "2",
+        "--producers",
+        "2",
+        "--message-bytes",
+        "200",
+        "--batch-bytes",
+        "2KiB",
+        "--rate",
+        "4000",
+        "--duration",
+        "1500ms",
+        "--warmup",
+        "300ms",
+        "--quiet",
+    ];
+    args.extend(mode_args);
+    args.extend(extra);
+    let b = bench(dir.path(), &args);
+    assert!(b.ok, "{}", b.stdout);
+    let run = b.summary["runs"][0].clone();
+    check_run(&b, &run);
+    assert!(b.stdout.contains("correctness      OK"), "{}", b.stdout);
+    assert_eq!(
+        num(&run, "totals.consumed_records"),
+        3.0 * num(&run, "totals.produced_records"),
+        "{:#}",
+        run["totals"]
+    );
+    (b, run)
+}
+
+/// Idempotent producers (here with compressed batches, stamped before compression): every batch
+/// is accepted in sequence and delivered; no transaction, no commit.
+#[test]
+fn idempotent_producers_deliver_everything() {
+    let (b, run) = producer_mode_run(&["--idempotent"], &["--compression", "lz4"]);
+    let m = &run["producer_mode"];
+    assert_eq!(m["mode"], "idempotent", "{m}");
+    assert!(
+        m["commits"].is_null() && m["commit_interval_ms"].is_null(),
+        "{m}"
+    );
+    assert!(
+        b.stdout.contains("producers        idempotent"),
+        "{}",
+        b.stdout
+    );
+}
+
+/// Transactional producers commit every 100 ms; read_committed consumers receive every record
+/// (past the commit markers) once its transaction is committed, the last one at the end.
+#[test]
+fn transactional_producers_commit_and_read_committed_consumers_get_everything() {
+    let (b, run) = producer_mode_run(
+        &["--transactional", "--commit-interval-ms", "100"],
+        &["--isolation", "read_committed"],
+    );
+    let m = &run["producer_mode"];
+    assert_eq!(m["mode"], "transactional", "{m}");
+    assert_eq!(num(m, "commit_interval_ms"), 100.0);
+    // One per producer every 100 ms or so (fewer on a loaded machine), and each producer's last
+    // transaction at the end.
+    assert!(num(m, "commits") >= 2.0, "{m}");
+    assert!(num(m, "mean_end_txn_us") > 0.0, "{m}");
+    assert!(
+        b.stdout
+            .contains("producers        transactional, committing every 100 ms"),
+        "{}",
+        b.stdout
+    );
+    // A record is seen at its transaction's commit, not before.
+    assert!(
+        num(&run, "e2e_latency_us.p50") >= num(&run, "publish_latency_us.p50"),
+        "{run:#}"
+    );
 }
 
 /// `--disk-baseline` measures the broker's own data directory after the run (a writer per

@@ -1,6 +1,7 @@
 //! The command line of `shoal bench`: its flags, their value parsers, and the checks across flags.
 
 use super::client::Codec;
+use super::workload::ProducerMode;
 use clap::{Args, Subcommand, ValueEnum};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -246,6 +247,20 @@ pub struct FanoutArgs {
     /// broker leaves, 1 to 4).
     #[arg(long)]
     pub client_threads: Option<usize>,
+    /// Idempotent producers: each gets a producer id (InitProducerId) and numbers its batches per
+    /// partition (sequences advance by the batch's records). Needs acks 1 or all.
+    #[arg(long)]
+    pub idempotent: bool,
+    /// Transactional producers (idempotent too), transactional id shoal-bench-<run>-<producer>:
+    /// each adds its partitions to a transaction (AddPartitionsToTxn), produces, and every
+    /// --commit-interval-ms waits for its produces' acks and commits (EndTxn). Consumers with
+    /// --isolation read_committed see the records once committed: their end-to-end latency
+    /// includes up to the commit interval.
+    #[arg(long)]
+    pub transactional: bool,
+    /// How long a transactional producer's transaction stays open (ms).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub commit_interval_ms: u64,
     /// Produce requests outstanding per connection.
     #[arg(long, default_value_t = 5)]
     pub max_in_flight: usize,
@@ -438,10 +453,31 @@ pub fn validate(args: &FanoutArgs) -> Result<(), String> {
     if args.compare == Some(Compare::ViewSharing) && args.views.is_none() {
         return Err("--compare view-sharing compares shard views: give --views N".into());
     }
+    if (args.idempotent || args.transactional) && args.acks == 0 {
+        return Err(
+            "--idempotent and --transactional producers need acknowledgements: --acks 1 or all"
+                .into(),
+        );
+    }
     if args.plot.is_some() && args.sweep.is_none() {
         return Err("--plot draws a --sweep: give one, e.g. --sweep consumers=1,8,64".into());
     }
     Ok(())
+}
+
+impl FanoutArgs {
+    /// `--idempotent`, `--transactional` and `--commit-interval-ms` together.
+    pub fn producer_mode(&self) -> ProducerMode {
+        if self.transactional {
+            ProducerMode::Transactional {
+                commit_interval: Duration::from_millis(self.commit_interval_ms),
+            }
+        } else if self.idempotent {
+            ProducerMode::Idempotent
+        } else {
+            ProducerMode::Plain
+        }
+    }
 }
 
 fn parse_sasl_mechanism(s: &str) -> Result<String, String> {
@@ -451,6 +487,41 @@ fn parse_sasl_mechanism(s: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        fanout: FanoutArgs,
+    }
+
+    fn parse(args: &[&str]) -> FanoutArgs {
+        let argv = std::iter::once("fanout").chain(args.iter().copied());
+        <Cli as clap::Parser>::try_parse_from(argv).unwrap().fanout
+    }
+
+    #[test]
+    fn producer_modes_from_the_flags() {
+        let transactional = |ms| ProducerMode::Transactional {
+            commit_interval: Duration::from_millis(ms),
+        };
+        assert_eq!(parse(&[]).producer_mode(), ProducerMode::Plain);
+        assert_eq!(
+            parse(&["--idempotent"]).producer_mode(),
+            ProducerMode::Idempotent
+        );
+        assert_eq!(
+            parse(&["--idempotent", "--transactional"]).producer_mode(),
+            transactional(100)
+        );
+        assert_eq!(
+            parse(&["--transactional", "--commit-interval-ms", "250"]).producer_mode(),
+            transactional(250)
+        );
+        // Producer ids need acknowledgements (sequences follow on from the acked ones).
+        assert!(validate(&parse(&["--transactional", "--acks", "0"])).is_err());
+        assert!(validate(&parse(&["--idempotent", "--acks", "0"])).is_err());
+        assert!(validate(&parse(&["--idempotent", "--acks", "all"])).is_ok());
+    }
 
     #[test]
     fn value_parsers() {

@@ -63,7 +63,7 @@ impl Ring {
     ) -> io::Result<Ring> {
         let mut template = template_batch(message_bytes, records_per_batch, 7, None);
         let at = super::client::first_value_at(&template).expect("values are >= 8 bytes");
-        super::client::stamp_batch(&mut template, &[at], 0);
+        super::client::stamp_batch(&mut template, &[at], 0, None);
         let template = codec.compress_batch(&template);
         let batch_len = template.len();
         let batches = (bytes / batch_len).max(4);

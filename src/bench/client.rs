@@ -5,8 +5,9 @@
 //!   CreateTopics, ListOffsets), with bodies encoded and decoded by `kafka-protocol`;
 //! - the hot path's requests: Fetch requests are encoded once and only their offset and correlation
 //!   id are patched ([`FetchTemplate`]); uncompressed produce requests likewise ([`ProduceFrame`]):
-//!   the batch sits in the request frame and only its timestamps and CRC are rewritten before each
-//!   send. Fetch responses are read by `shoal::wire::fetch::decode`.
+//!   the batch sits in the request frame and only its timestamps (with an idempotent producer, its
+//!   producer fields and sequence) and CRC are rewritten before each send. Fetch responses are read
+//!   by `shoal::wire::fetch::decode`.
 //!
 //! Batches are built and read with `shards::batch`, and compressed with `shards::split`.
 
@@ -20,7 +21,7 @@ use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProdu
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, CreateTopicsRequest,
     CreateTopicsResponse, FetchRequest, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest,
-    MetadataResponse, ProduceRequest, TopicName,
+    MetadataResponse, ProduceRequest, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 use shards::batch::{self, BatchHeader, HEADER_LEN};
@@ -54,7 +55,29 @@ pub struct Negotiated {
     pub metadata: i16,
     pub list_offsets: i16,
     pub create_topics: i16,
+    /// What idempotent and transactional producers need; None where the broker does not serve it.
+    pub producer_ids: ProducerIdVersions,
 }
+
+/// The versions of the APIs behind `--idempotent` and `--transactional`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProducerIdVersions {
+    pub init_producer_id: Option<i16>,
+    /// v1 to v3: one key per request (v4 asks for several).
+    pub find_coordinator: Option<i16>,
+    /// Up to v3: v4 is the brokers' batched form.
+    pub add_partitions_to_txn: Option<i16>,
+    /// Up to v3: v4 answers with a new producer id and epoch (KIP-890).
+    pub end_txn: Option<i16>,
+}
+
+/// (key, lowest, highest) of the producer id APIs.
+const WANTED_PRODUCER_IDS: [(ApiKey, i16, i16); 4] = [
+    (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::FindCoordinator, 1, 3),
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::EndTxn, 0, 3),
+];
 
 /// (key, lowest, highest) this client can use. Fetch stops at 12: v13 names topics by id.
 const WANTED: [(ApiKey, i16, i16); 5] = [
@@ -71,7 +94,20 @@ impl Negotiated {
         for (key, lo, hi) in WANTED {
             chosen.insert(key as i16, pick_version(r, key, lo, hi)?);
         }
+        let optional = |key: ApiKey| {
+            let (_, lo, hi) = WANTED_PRODUCER_IDS
+                .into_iter()
+                .find(|w| w.0 == key)
+                .expect("a wanted key");
+            pick_version(r, key, lo, hi).ok()
+        };
         Ok(Negotiated {
+            producer_ids: ProducerIdVersions {
+                init_producer_id: optional(ApiKey::InitProducerId),
+                find_coordinator: optional(ApiKey::FindCoordinator),
+                add_partitions_to_txn: optional(ApiKey::AddPartitionsToTxn),
+                end_txn: optional(ApiKey::EndTxn),
+            },
             produce: chosen[&(ApiKey::Produce as i16)],
             fetch: chosen[&(ApiKey::Fetch as i16)],
             metadata: chosen[&(ApiKey::Metadata as i16)],
@@ -358,7 +394,8 @@ impl FetchTemplate {
 }
 
 /// A produce request around one uncompressed batch, encoded once. Before each send the batch's
-/// timestamps (header and the first record's value) and CRC are rewritten in place.
+/// timestamps (header and the first record's value), its producer fields and sequence (an
+/// idempotent producer's) and its CRC are rewritten in place.
 #[derive(Debug)]
 pub struct ProduceFrame {
     frame: Vec<u8>,
@@ -449,9 +486,19 @@ impl Codec {
     }
 }
 
-/// A produce request for one partition carrying `records` (encoded by `kafka-protocol`).
-pub fn produce_request(topic: &str, partition: i32, acks: i16, records: Bytes) -> ProduceRequest {
+/// A produce request for one partition carrying `records` (encoded by `kafka-protocol`); a
+/// transactional producer's names its transactional id.
+pub fn produce_request(
+    topic: &str,
+    partition: i32,
+    acks: i16,
+    transactional_id: Option<&str>,
+    records: Bytes,
+) -> ProduceRequest {
     ProduceRequest::default()
+        .with_transactional_id(
+            transactional_id.map(|t| TransactionalId(StrBytes::from_string(t.to_string()))),
+        )
         .with_acks(acks)
         .with_timeout_ms(30_000)
         .with_topic_data(vec![TopicProduceData::default()
@@ -468,6 +515,7 @@ impl ProduceFrame {
         topic: &str,
         partition: i32,
         acks: i16,
+        transactional_id: Option<&str>,
         version: i16,
         batch: Vec<u8>,
         stamped: usize,
@@ -476,7 +524,13 @@ impl ProduceFrame {
             other("produce template: no 8-byte value in each of the first records")
         })?;
         let batch_len = batch.len();
-        let req = produce_request(topic, partition, acks, Bytes::from(batch.clone()));
+        let req = produce_request(
+            topic,
+            partition,
+            acks,
+            transactional_id,
+            Bytes::from(batch.clone()),
+        );
         let frame = request_frame(ApiKey::Produce, version, 0, &req)?.to_vec();
         let batch_at = (0..=frame.len() - batch_len)
             .rev()
@@ -494,31 +548,66 @@ impl ProduceFrame {
         self.batch_len
     }
 
-    /// Stamps the batch with `now_us` (microseconds since the epoch) and returns the frame to send.
-    pub fn stamp(&mut self, correlation: i32, now_us: u64) -> &[u8] {
+    /// Stamps the batch with `now_us` (microseconds since the epoch) and, for an idempotent
+    /// producer, its producer fields and sequence; returns the frame to send.
+    pub fn stamp(
+        &mut self,
+        correlation: i32,
+        now_us: u64,
+        producer: Option<ProducerStamp>,
+    ) -> &[u8] {
         self.frame[CORRELATION_AT..CORRELATION_AT + 4].copy_from_slice(&correlation.to_be_bytes());
         let b = &mut self.frame[self.batch_at..self.batch_at + self.batch_len];
-        stamp_batch(b, &self.value_ats, now_us);
+        stamp_batch(b, &self.value_ats, now_us, producer);
         &self.frame
     }
 }
 
+/// An idempotent producer's fields in a batch header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerStamp {
+    pub id: i64,
+    pub epoch: i16,
+    pub base_sequence: i32,
+    /// The batch belongs to a transaction (the attributes' transactional bit).
+    pub transactional: bool,
+}
+
+/// The sequence number after a batch of `records` that starts at `sequence`: sequences wrap from
+/// `i32::MAX` to 0, as Kafka's (`DefaultRecordBatch.incrementSequence`).
+pub fn next_sequence(sequence: i32, records: i32) -> i32 {
+    if sequence > i32::MAX - records {
+        records - (i32::MAX - sequence) - 1
+    } else {
+        sequence + records
+    }
+}
+
 /// Writes `now_us` into an uncompressed batch (base and max timestamps in ms, the values at
-/// `value_ats` in µs) and recomputes its CRC.
-pub fn stamp_batch(b: &mut [u8], value_ats: &[usize], now_us: u64) {
+/// `value_ats` in µs) and, with `producer`, the producer id, epoch, base sequence and
+/// transactional bit; then recomputes its CRC, once.
+pub fn stamp_batch(
+    b: &mut [u8],
+    value_ats: &[usize],
+    now_us: u64,
+    producer: Option<ProducerStamp>,
+) {
     for &at in value_ats {
         b[at..at + 8].copy_from_slice(&now_us.to_be_bytes());
     }
     let ms = (now_us / 1000) as i64;
-    let h = BatchHeader::parse(b).expect("a whole batch");
-    batch::write_header(
-        b,
-        &BatchHeader {
-            base_timestamp: ms,
-            max_timestamp: ms,
-            ..h
-        },
-    );
+    let mut h = BatchHeader::parse(b).expect("a whole batch");
+    h.base_timestamp = ms;
+    h.max_timestamp = ms;
+    if let Some(p) = producer {
+        h.producer_id = p.id;
+        h.producer_epoch = p.epoch;
+        h.base_sequence = p.base_sequence;
+        if p.transactional {
+            h.attributes |= batch::ATTR_TRANSACTIONAL;
+        }
+    }
+    batch::write_header(b, &h);
 }
 
 #[cfg(test)]
@@ -545,7 +634,7 @@ mod tests {
     fn stamped_batch_validates_and_carries_the_timestamp() {
         let mut b = sample_batch(3, 100);
         let at = first_value_at(&b).unwrap();
-        stamp_batch(&mut b, &[at], 1_700_000_000_123_456);
+        stamp_batch(&mut b, &[at], 1_700_000_000_123_456, None);
         let h = shards::batch::validate(&b, usize::MAX).unwrap();
         assert_eq!(h.base_timestamp, 1_700_000_000_123);
         assert_eq!(embedded_timestamp(&b), Some(1_700_000_000_123_456));
@@ -595,7 +684,7 @@ mod tests {
         for (base, ts) in [(0i64, 11u64), (3, 22)] {
             let mut b = sample_batch(3, 300);
             let at = first_value_at(&b).unwrap();
-            stamp_batch(&mut b, &[at], ts);
+            stamp_batch(&mut b, &[at], ts, None);
             shards::batch::set_base_offset(&mut b, base);
             records.extend_from_slice(&b);
         }
@@ -697,6 +786,64 @@ mod tests {
     }
 
     #[test]
+    fn sequences_advance_by_the_records_and_wrap_to_zero_as_kafkas() {
+        assert_eq!(next_sequence(0, 10), 10);
+        assert_eq!(next_sequence(i32::MAX - 10, 10), i32::MAX);
+        // i32::MAX - 5 ..= i32::MAX, then 0 ..= 3.
+        assert_eq!(next_sequence(i32::MAX - 5, 10), 4);
+        assert_eq!(next_sequence(i32::MAX, 1), 0);
+    }
+
+    /// The request a frame stamped for `producer` sends: its transactional id and its batch.
+    fn stamped_request(
+        p: &mut ProduceFrame,
+        correlation: i32,
+        producer: ProducerStamp,
+    ) -> (Option<String>, Bytes) {
+        let frame = p.stamp(correlation, 42_000_007, Some(producer)).to_vec();
+        let mut body = Bytes::from(frame[4..].to_vec());
+        RequestHeader::decode(&mut body, ApiKey::Produce.request_header_version(9)).unwrap();
+        let req = ProduceRequest::decode(&mut body, 9).unwrap();
+        let records = req.topic_data[0].partition_data[0].records.clone().unwrap();
+        (req.transactional_id.map(|t| t.0.to_string()), records)
+    }
+
+    /// An idempotent producer's frame, stamped for sequence N after N - 1, carries its producer
+    /// id, epoch and N, a valid CRC, and the transactional bit and id when it is transactional.
+    #[test]
+    fn frames_stamped_with_a_producer_and_sequence_validate() {
+        for (transactional, tid) in [(false, None), (true, Some("shoal-bench-1-0"))] {
+            let mut p = ProduceFrame::new("t", 1, -1, tid, 9, sample_batch(4, 64), 1).unwrap();
+            let mut sequence = i32::MAX - 5;
+            for correlation in 1..=3 {
+                let stamp = ProducerStamp {
+                    id: 4_000_000_001,
+                    epoch: 7,
+                    base_sequence: sequence,
+                    transactional,
+                };
+                let (sent_tid, records) = stamped_request(&mut p, correlation, stamp);
+                assert_eq!(sent_tid.as_deref(), tid);
+                let headers = shards::batch::validate_all(&records, usize::MAX).unwrap();
+                assert_eq!(headers.len(), 1);
+                let h = &headers[0];
+                assert_eq!(
+                    (h.producer_id, h.producer_epoch, h.base_sequence),
+                    (4_000_000_001, 7, sequence),
+                    "batch {correlation}"
+                );
+                assert_eq!(h.is_transactional(), transactional);
+                assert_eq!((h.record_count, h.compression()), (4, 0));
+                assert_eq!(embedded_timestamp(&records), Some(42_000_007));
+                assert_eq!(shards::batch::records(&records).unwrap().len(), 4);
+                sequence = next_sequence(sequence, h.record_count);
+            }
+            // Three batches of 4 from i32::MAX - 5: the third starts after the wrap.
+            assert_eq!(sequence, 6);
+        }
+    }
+
+    #[test]
     fn templates_patch_the_right_bytes() {
         let mut f = FetchTemplate::new("t", 3, 12, Duration::from_millis(100), 1 << 20, 1).unwrap();
         let frame = f.frame(77, 12345).to_vec();
@@ -708,8 +855,8 @@ mod tests {
         assert_eq!(req.topics[0].partitions[0].partition, 3);
         assert_eq!(req.isolation_level, 1);
 
-        let mut p = ProduceFrame::new("t", 1, 1, 9, sample_batch(4, 64), 1).unwrap();
-        let frame = p.stamp(5, 42_000_007).to_vec();
+        let mut p = ProduceFrame::new("t", 1, 1, None, 9, sample_batch(4, 64), 1).unwrap();
+        let frame = p.stamp(5, 42_000_007, None).to_vec();
         let mut body = Bytes::from(frame[4..].to_vec());
         let h =
             RequestHeader::decode(&mut body, ApiKey::Produce.request_header_version(9)).unwrap();

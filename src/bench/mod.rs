@@ -206,6 +206,7 @@ fn workload_for(args: &FanoutArgs, point: Option<(SweepKey, u64)>, cpus: usize) 
         drain_timeout: args.drain_timeout,
         receive_buffer: (args.receive_buffer as usize).max(4096),
         follow_replicas: args.follow_replicas.on(),
+        producer_mode: args.producer_mode(),
         live: !args.quiet,
     }
 }

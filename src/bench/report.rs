@@ -135,6 +135,7 @@ fn summary_lines(s: &RunSummary) -> Vec<String> {
     let kafka = s.kind == "kafka";
     if kafka {
         lines.push(produced_line(s));
+        lines.push(producer_mode_line(s));
     }
     lines.push(delivered_line(s));
     if kafka {
@@ -230,6 +231,26 @@ fn produced_line(s: &RunSummary) -> String {
         stats::thousands(s.produced.msg_per_s as u64),
         s.produced.mb_per_s
     )
+}
+
+/// Plain, idempotent or transactional producers; a transactional run's commits.
+fn producer_mode_line(s: &RunSummary) -> String {
+    let m = &s.producer_mode;
+    let what = match (m.commit_interval_ms, m.commits) {
+        (Some(interval), Some(commits)) => format!(
+            "transactional, committing every {interval} ms: {} commits, EndTxn mean {} (a \
+             read_committed consumer sees a record at its commit: its e2e latency includes up to \
+             the commit interval)",
+            stats::thousands(commits),
+            m.mean_end_txn_us
+                .map_or("-".into(), |us| stats::us(us.round() as u64)),
+        ),
+        _ if m.mode == "idempotent" => {
+            "idempotent (a producer id, sequences per partition)".to_string()
+        }
+        _ => "plain (no producer id)".to_string(),
+    };
+    format!("{:<16} {what}", "producers")
 }
 
 fn delivered_line(s: &RunSummary) -> String {
@@ -868,6 +889,8 @@ mod tests {
             (b.cpu_s, b.io_uring_workers_cpu_s) = (None, None);
         }
         complete.read_replicas = Default::default();
+        complete.producer_mode = Default::default();
+        complete.producer_mode.mode = "plain";
         let mut raw = RunSummary::sample();
         raw.kind = "raw-baseline";
         raw.label = "raw TCP baseline consumers=4x2".into();

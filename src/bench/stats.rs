@@ -103,6 +103,9 @@ pub struct ProducerStats {
     pub acked_records: AtomicU64,
     pub errors: AtomicU64,
     pub done: AtomicBool,
+    /// A transactional producer's committed transactions, and their EndTxn calls' time.
+    pub commits: AtomicU64,
+    pub end_txn_us: AtomicU64,
 }
 
 /// One consumer's counters.
@@ -121,6 +124,8 @@ pub struct ConsumerStats {
     /// Offsets skipped between batches that no batch explains.
     pub gap_offsets: AtomicU64,
     pub gaps: AtomicU64,
+    /// Offsets taken by control batches (transaction markers) it read past.
+    pub control_offsets: AtomicU64,
     pub errors: AtomicU64,
     pub done: AtomicBool,
     /// It stopped on an error it cannot recover from.
@@ -146,6 +151,7 @@ impl ConsumerStats {
             bytes: AtomicU64::new(0),
             fetches: AtomicU64::new(0),
             gap_offsets: AtomicU64::new(0),
+            control_offsets: AtomicU64::new(0),
             gaps: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             done: AtomicBool::new(false),

@@ -25,6 +25,8 @@ pub(super) struct Visitor {
     pub(super) bytes: u64,
     pub(super) gaps: u64,
     pub(super) gap_offsets: u64,
+    /// Offsets of control batches (transaction markers): they hold no records.
+    pub(super) control_offsets: u64,
     pub(super) sample_latency: bool,
     pub(super) measuring: bool,
     /// A compressed batch was already decompressed for a sample in this response.
@@ -69,7 +71,9 @@ impl BatchVisitor for Visitor {
                     self.gaps += 1;
                     self.gap_offsets += (h.base_offset - self.next) as u64;
                 }
-                if !h.is_control() {
+                if h.is_control() {
+                    self.control_offsets += (last - h.base_offset.max(self.next) + 1) as u64;
+                } else {
                     self.records += if h.base_offset < self.next {
                         (last - self.next + 1) as u64
                     } else {
@@ -147,6 +151,7 @@ pub(super) async fn consumer(
         bytes: 0,
         gaps: 0,
         gap_offsets: 0,
+        control_offsets: 0,
         sample_latency: cfg.sample_latency,
         measuring: false,
         sampled_compressed: false,
@@ -178,6 +183,7 @@ pub(super) async fn consumer(
         stats.position.store(v.next, Relaxed);
         stats.gaps.store(v.gaps, Relaxed);
         stats.gap_offsets.store(v.gap_offsets, Relaxed);
+        stats.control_offsets.store(v.control_offsets, Relaxed);
         let next = match outcome {
             Err(e) if conn.route.at_replica() => {
                 report.error(format!("broker {}: {e}", conn.route.at));
@@ -449,6 +455,9 @@ mod tests {
             sample_latency: false,
             follow_replicas: follow,
             brokers: Brokers::from([(0, leader), (1, replica)]),
+            producer_mode: Default::default(),
+            producer_ids: Default::default(),
+            transactional_prefix: String::new(),
         };
         let plan = ConsumerPlan {
             id: 0,

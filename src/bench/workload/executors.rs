@@ -3,7 +3,8 @@
 
 use super::consumer::consumer;
 use super::producer::producer;
-use crate::bench::client::{Brokers, Codec, PartitionLeader};
+use super::txn::ProducerMode;
+use crate::bench::client::{Brokers, Codec, PartitionLeader, ProducerIdVersions};
 use crate::bench::stats::{Hists, Phase, Shared};
 use glommio::net::TcpStream;
 use glommio::{LocalExecutorBuilder, Placement};
@@ -43,6 +44,11 @@ pub(super) struct ClientCfg {
     /// `brokers`.
     pub(super) follow_replicas: bool,
     pub(super) brokers: Brokers,
+    /// Plain, idempotent or transactional producers, and the versions of the calls they need.
+    pub(super) producer_mode: ProducerMode,
+    pub(super) producer_ids: ProducerIdVersions,
+    /// Producer i's transactional id is `<transactional_prefix>-<i>`.
+    pub(super) transactional_prefix: String,
 }
 
 #[derive(Debug, Clone)]

@@ -4,7 +4,9 @@
 //!
 //! Producers send one batch per request, round robin over their partitions, paced to `--rate`, with
 //! up to `--max-in-flight` requests outstanding per connection (a writer task and a reader task share
-//! the socket). Each batch's first record starts with the send time in microseconds.
+//! the socket). Each batch's first record starts with the send time in microseconds. Idempotent
+//! producers stamp their producer id and per-partition sequences into each batch; transactional
+//! ones also commit a transaction every commit interval.
 //!
 //! Each consumer has its own connection to its partition's leader and fetches on its own from its
 //! own offset (no group); where a response prefers a read replica (KIP-392), it moves there. It
@@ -14,8 +16,9 @@
 
 //!
 //! - [`executors`] — client executors and the plan of who runs where; [`consumer`], [`producer`]
-//!   the tasks; [`route`] which broker a consumer fetches from; [`live`] the line printed every
-//!   second; [`summary`] and [`check`] what a run reports. This module holds the run itself (the
+//!   the tasks; [`txn`] an idempotent or transactional producer's calls beside Produce; [`route`]
+//!   which broker a consumer fetches from; [`live`] the line printed every second; [`summary`] and
+//!   [`check`] what a run reports. This module holds the run itself (the
 //!   orchestrating thread).
 
 mod check;
@@ -25,6 +28,7 @@ mod live;
 mod producer;
 mod route;
 mod summary;
+mod txn;
 
 use crate::bench::client::{self, Cluster, Codec, PartitionLeader};
 use crate::bench::stats::{
@@ -42,10 +46,11 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use summary::{
-    per_gb, BrokerFigures, Delivered, Errors, GeneratorCpu, ReadReplicas, ServerFigures,
-    Throughput, Totals,
+    per_gb, BrokerFigures, Delivered, Errors, GeneratorCpu, ProducerModeFigures, ReadReplicas,
+    ServerFigures, Throughput, Totals,
 };
 pub use summary::{RunSummary, Settings};
+pub use txn::ProducerMode;
 
 /// Everything a run does, resolved from the command line.
 #[derive(Debug, Clone)]
@@ -79,6 +84,8 @@ pub struct Workload {
     pub receive_buffer: usize,
     /// `--follow-replicas`: consumers move to the read replica a fetch response prefers.
     pub follow_replicas: bool,
+    /// `--idempotent`, `--transactional`.
+    pub producer_mode: ProducerMode,
     /// Print a live line every second.
     pub live: bool,
 }
@@ -220,6 +227,10 @@ impl<'a> Run<'a> {
             }
             _ => None,
         };
+        let producer_ids = match endpoint {
+            Endpoint::Kafka(cluster, upstream) => upstream.unwrap_or(cluster).versions.producer_ids,
+            Endpoint::Raw { .. } => Default::default(),
+        };
         let (leaders, fetch_version, produce_version, modulus) = match endpoint {
             Endpoint::Kafka(cluster, upstream) => (
                 match upstream {
@@ -282,6 +293,9 @@ impl<'a> Run<'a> {
             sample_latency: !raw,
             follow_replicas: w.follow_replicas && !raw,
             brokers,
+            producer_mode: w.producer_mode,
+            producer_ids,
+            transactional_prefix: format!("shoal-bench-{}", epoch_us / 1000),
         };
         Ok(Run {
             w,
@@ -626,6 +640,7 @@ impl<'a> Run<'a> {
             topic: (!raw).then(|| w.topic.clone()),
             partitions: w.partitions,
             producers: self.producers,
+            producer_mode: ProducerModeFigures::of(shared, w.producer_mode),
             consumers_per_partition: w.consumers_per_partition,
             consumers: clients.consumers,
             views: w.views,
@@ -828,7 +843,7 @@ mod tests {
         for codec in [Codec::Gzip, Codec::Snappy, Codec::Lz4, Codec::Zstd] {
             let mut s = b.clone();
             let at = client::first_value_at(&s).unwrap();
-            client::stamp_batch(&mut s, &[at], 123_456_789);
+            client::stamp_batch(&mut s, &[at], 123_456_789, None);
             let c = codec.compress_batch(&s);
             let h = shards::batch::validate(&c, usize::MAX).unwrap();
             assert_eq!(h.compression(), codec.id() as u8, "{codec:?}");
@@ -842,7 +857,7 @@ mod tests {
         let n = 8;
         let mut b = template_batch(64, 20, 3, Some(n));
         let ats = client::value_positions(&b, n as usize).unwrap();
-        client::stamp_batch(&mut b, &ats, 987_654_321);
+        client::stamp_batch(&mut b, &ats, 987_654_321, None);
         shards::batch::validate(&b, usize::MAX).unwrap();
         let recs = shards::batch::records(&b).unwrap();
         assert_eq!(recs.len(), 20);

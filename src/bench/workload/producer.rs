@@ -1,9 +1,11 @@
-//! A producer: template batches stamped with the send time, paced, with requests in flight on one
-//! connection shared by a writer task and a reader task.
+//! A producer: template batches stamped with the send time (and, idempotent, with its producer id
+//! and each partition's sequence), paced, with requests in flight on one connection shared by a
+//! writer task and a reader task; a transactional one commits every commit interval ([`txn`]).
 
 use super::executors::{connect, setup_over, ClientCfg, DoneOnDrop, ProducerPlan, Reporter};
+use super::txn::{self, ProducerIdentity, Transactions};
 use crate::bench::client;
-use crate::bench::client::{Codec, ProduceFrame};
+use crate::bench::client::{Codec, ProduceFrame, ProducerStamp};
 use crate::bench::stats::{now_us, record, Hists, Phase, Shared};
 use bytes::{Bytes, BytesMut};
 use futures_lite::AsyncWriteExt;
@@ -114,6 +116,8 @@ struct Target {
     /// Without compression, a ready-made request; with it, each batch is compressed from the
     /// template.
     frame: Option<ProduceFrame>,
+    /// An idempotent producer's next sequence number on this partition.
+    sequence: i32,
 }
 
 /// The batch a producer sends over and over, and where each send stamps its time.
@@ -184,13 +188,29 @@ pub(super) async fn producer(
         failed: None,
     };
     let mut template = Template::new(&cfg, plan.id);
-    let (mut conns, mut targets) =
-        match connect_partitions(&cfg, &shared, &plan, &hists, &template).await {
-            Ok(c) => c,
-            Err(e) => return report.fail(e),
-        };
+    let mut identity = match txn::identify(&cfg, &plan).await {
+        Ok(i) => i,
+        Err(e) => return report.fail(e),
+    };
+    let transactional_id = identity
+        .as_ref()
+        .and_then(|i| i.transactions.as_ref())
+        .map(|t| t.transactional_id.clone());
+    let (mut conns, mut targets) = match connect_partitions(
+        &cfg,
+        &shared,
+        &plan,
+        &hists,
+        &template,
+        transactional_id.as_deref(),
+    )
+    .await
+    {
+        Ok(c) => c,
+        Err(e) => return report.fail(e),
+    };
     setup_over(&shared).await;
-    send_batches(
+    let ok = send_batches(
         &cfg,
         &shared,
         plan.id,
@@ -198,8 +218,15 @@ pub(super) async fn producer(
         &mut conns,
         &mut targets,
         &mut template,
+        &mut identity,
     )
     .await;
+    // The last transaction is committed once its produces are acknowledged.
+    if let Some(t) = identity.as_mut().and_then(|i| i.transactions.as_mut()) {
+        if ok && t.open_since.is_some() {
+            commit(&cfg, &shared, plan.id, &report, &conns, t).await;
+        }
+    }
     // Let the readers collect the outstanding responses.
     for c in &mut conns {
         if let Some(Unacked {
@@ -220,6 +247,7 @@ async fn connect_partitions(
     plan: &ProducerPlan,
     hists: &Rc<RefCell<Hists>>,
     template: &Template,
+    transactional_id: Option<&str>,
 ) -> io::Result<(Vec<ProducerConn>, Vec<Target>)> {
     let mut conns: Vec<ProducerConn> = Vec::new();
     let mut by_leader: HashMap<SocketAddr, usize> = HashMap::new();
@@ -241,6 +269,7 @@ async fn connect_partitions(
                 &cfg.topic,
                 p.partition,
                 cfg.acks,
+                transactional_id,
                 cfg.produce_version,
                 template.batch.clone(),
                 template.stamped,
@@ -252,6 +281,7 @@ async fn connect_partitions(
             partition: p.partition,
             conn,
             frame,
+            sequence: 0,
         });
     }
     Ok((conns, targets))
@@ -286,7 +316,9 @@ impl Unacked {
 }
 
 /// Sends a batch to each target in turn, paced, until the drain (or, producing the backlog, until
-/// it is all sent), or an error.
+/// it is all sent), or an error (then false). A transactional producer begins a transaction
+/// before its first batch and commits it, then begins the next, every commit interval.
+#[allow(clippy::too_many_arguments)]
 async fn send_batches(
     cfg: &ClientCfg,
     shared: &Shared,
@@ -295,7 +327,8 @@ async fn send_batches(
     conns: &mut [ProducerConn],
     targets: &mut [Target],
     template: &mut Template,
-) {
+    identity: &mut Option<ProducerIdentity>,
+) -> bool {
     let stats = &shared.producers[id];
     let mut pacer = Pacer {
         interval: Duration::from_secs_f64(cfg.batch_interval),
@@ -309,10 +342,21 @@ async fn send_batches(
             || (phase == Phase::Backlog
                 && shared.bytes_sent.load(Relaxed) >= shared.byte_limit.load(Relaxed))
         {
-            break;
+            return true;
         }
         if phase != Phase::Backlog {
             pacer.wait().await;
+        }
+        if let Some(t) = identity.as_mut().and_then(|i| i.transactions.as_mut()) {
+            if t.due(Instant::now()) && !commit(cfg, shared, id, report, conns, t).await {
+                return false;
+            }
+            if t.open_since.is_none() {
+                if let Err(e) = t.begin().await {
+                    report.fail(e);
+                    return false;
+                }
+            }
         }
         let n = targets.len();
         let target = &mut targets[i % n];
@@ -322,21 +366,44 @@ async fn send_batches(
         let slot = match &conn.unacked {
             Some(f) => match f.slots.acquire_static_permit(1).await {
                 Ok(slot) => Some(slot),
-                Err(_) => break, // the reader stopped on an error (reported)
+                Err(_) => return false, // the reader stopped on an error (reported)
             },
             None => None,
         };
         correlation = correlation.wrapping_add(1);
         let ts = now_us();
         let mut compressed = BytesMut::new();
-        let (request, batch_len) =
-            match next_request(cfg, target, template, correlation, ts, &mut compressed) {
-                Ok(r) => r,
-                Err(e) => {
-                    report.fail(format!("building a produce request: {e}"));
-                    break;
-                }
-            };
+        let stamp = identity.as_ref().map(|i| ProducerStamp {
+            id: i.id,
+            epoch: i.epoch,
+            base_sequence: target.sequence,
+            transactional: i.transactions.is_some(),
+        });
+        target.sequence = client::next_sequence(
+            target.sequence,
+            cfg.records_per_batch.min(i32::MAX as usize) as i32,
+        );
+        let tid = identity
+            .as_ref()
+            .and_then(|i| i.transactions.as_ref())
+            .map(|t| t.transactional_id.as_str());
+        let built = next_request(
+            cfg,
+            target,
+            template,
+            correlation,
+            ts,
+            stamp,
+            tid,
+            &mut compressed,
+        );
+        let (request, batch_len) = match built {
+            Ok(r) => r,
+            Err(e) => {
+                report.fail(format!("building a produce request: {e}"));
+                return false;
+            }
+        };
         // Publish latency starts here: the slot is taken and the request built.
         let sent = Instant::now();
         if let (Some(f), Some(slot)) = (&conn.unacked, slot) {
@@ -348,12 +415,12 @@ async fn send_batches(
                 _slot: slot,
             };
             if f.pending.try_send(p).is_err() {
-                break;
+                return false;
             }
         }
         if let Err(e) = write_request(&mut conn.stream, request).await {
             report.fail(format!("sending a produce request: {e}"));
-            break;
+            return false;
         }
         stats
             .records
@@ -363,28 +430,75 @@ async fn send_batches(
     }
 }
 
-/// The request for `target`'s next batch, stamped with `ts`, and the batch's length: its
-/// ready-made request, or the template stamped, compressed and framed into `compressed`.
+/// The request for `target`'s next batch, stamped with `ts` (and an idempotent producer's
+/// `stamp`), and the batch's length: its ready-made request, or the template stamped, compressed
+/// and framed into `compressed`.
+#[allow(clippy::too_many_arguments)]
 fn next_request<'a>(
     cfg: &ClientCfg,
     target: &'a mut Target,
     template: &mut Template,
     correlation: i32,
     ts: u64,
+    stamp: Option<ProducerStamp>,
+    transactional_id: Option<&str>,
     compressed: &'a mut BytesMut,
 ) -> io::Result<(&'a [u8], usize)> {
     if let Some(f) = &mut target.frame {
         let len = f.batch_len();
-        return Ok((f.stamp(correlation, ts), len));
+        return Ok((f.stamp(correlation, ts, stamp), len));
     }
     template.scratch.copy_from_slice(&template.batch);
-    client::stamp_batch(&mut template.scratch, &template.value_ats, ts);
+    client::stamp_batch(&mut template.scratch, &template.value_ats, ts, stamp);
     let b = cfg.compression.compress_batch(&template.scratch);
     let len = b.len();
-    let req = client::produce_request(&cfg.topic, target.partition, cfg.acks, Bytes::from(b));
+    let req = client::produce_request(
+        &cfg.topic,
+        target.partition,
+        cfg.acks,
+        transactional_id,
+        Bytes::from(b),
+    );
     *compressed =
         crate::client::request_frame(ApiKey::Produce, cfg.produce_version, correlation, &req)?;
     Ok((&compressed[..], len))
+}
+
+/// Commits `t`'s open transaction once every produce in flight on `conns` is acknowledged, and
+/// counts the commit and the EndTxn's latency; false after an error (reported).
+async fn commit(
+    cfg: &ClientCfg,
+    shared: &Shared,
+    id: usize,
+    report: &Reporter<'_>,
+    conns: &[ProducerConn],
+    t: &mut Transactions,
+) -> bool {
+    let stats = &shared.producers[id];
+    for c in conns {
+        if let Some(f) = &c.unacked {
+            // Every slot free: no produce of this connection is waiting for its answer.
+            // (The permit gives every slot back as it drops.)
+            let all = f
+                .slots
+                .acquire_permit(cfg.max_in_flight.max(1) as u64)
+                .await;
+            if all.is_err() {
+                return false; // the reader stopped on an error (reported)
+            }
+        }
+    }
+    match t.commit().await {
+        Ok(took) => {
+            stats.commits.fetch_add(1, Relaxed);
+            stats.end_txn_us.fetch_add(took.as_micros() as u64, Relaxed);
+            true
+        }
+        Err(e) => {
+            report.fail(e);
+            false
+        }
+    }
 }
 
 async fn write_request(stream: &mut SharedStream, request: &[u8]) -> io::Result<()> {

@@ -1,5 +1,6 @@
 //! The summary of a run: what `--json` writes and the report prints.
 
+use super::txn::ProducerMode;
 use super::Backlog;
 use crate::bench::stats;
 use crate::bench::stats::{
@@ -89,6 +90,45 @@ impl Totals {
             consumed_bytes,
             backlog_records: backlog.records,
             backlog_bytes: backlog.bytes,
+        }
+    }
+}
+
+/// How the producers marked their batches (`--idempotent`, `--transactional`), and the
+/// transactional producers' commits over the run (warm-up and drain included; not the backlog's).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ProducerModeFigures {
+    /// "plain", "idempotent" or "transactional".
+    pub mode: &'static str,
+    pub commit_interval_ms: Option<u64>,
+    pub commits: Option<u64>,
+    /// Mean time from sending EndTxn(commit) to its answer (the markers written).
+    pub mean_end_txn_us: Option<f64>,
+}
+
+impl ProducerModeFigures {
+    pub(super) fn of(shared: &Shared, mode: ProducerMode) -> ProducerModeFigures {
+        let Some(interval) = mode.commit_interval() else {
+            return ProducerModeFigures {
+                mode: mode.name(),
+                ..ProducerModeFigures::default()
+            };
+        };
+        let commits: u64 = shared
+            .producers
+            .iter()
+            .map(|p| p.commits.load(Relaxed))
+            .sum();
+        let us: u64 = shared
+            .producers
+            .iter()
+            .map(|p| p.end_txn_us.load(Relaxed))
+            .sum();
+        ProducerModeFigures {
+            mode: mode.name(),
+            commit_interval_ms: Some(interval.as_millis() as u64),
+            commits: Some(commits),
+            mean_end_txn_us: (commits > 0).then(|| us as f64 / commits as f64),
         }
     }
 }
@@ -303,6 +343,7 @@ pub struct RunSummary {
     pub topic: Option<String>,
     pub partitions: i32,
     pub producers: usize,
+    pub producer_mode: ProducerModeFigures,
     pub consumers_per_partition: usize,
     pub consumers: usize,
     /// Shard views read per partition (`--views`).
@@ -378,6 +419,12 @@ impl RunSummary {
             topic: Some("fanout".into()),
             partitions: 2,
             producers: 1,
+            producer_mode: ProducerModeFigures {
+                mode: "transactional",
+                commit_interval_ms: Some(100),
+                commits: Some(1_234),
+                mean_end_txn_us: Some(2_345.6),
+            },
             consumers_per_partition: 4,
             consumers: 8,
             views: Some(2),
