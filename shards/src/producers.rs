@@ -70,7 +70,7 @@ impl Producer {
     fn new(h: &BatchHeader, now_ms: i64) -> Self {
         Self {
             epoch: h.producer_epoch,
-            next_seq: last_seq(h).wrapping_add(1),
+            next_seq: seq_add(last_seq(h), 1),
             recent: VecDeque::from([(h.base_sequence, last_seq(h), -1)]),
             last_ms: now_ms,
         }
@@ -98,7 +98,13 @@ impl PartialEq for ProducerStates {
 impl Eq for ProducerStates {}
 
 fn last_seq(h: &BatchHeader) -> i32 {
-    h.base_sequence.wrapping_add(h.last_offset_delta)
+    seq_add(h.base_sequence, h.last_offset_delta)
+}
+
+/// `seq + n` in sequence numbers' arithmetic: after `i32::MAX` comes 0 (Kafka's
+/// `DefaultRecordBatch.incrementSequence`).
+pub fn seq_add(seq: i32, n: i32) -> i32 {
+    ((i64::from(seq) + i64::from(n)) & i64::from(i32::MAX)) as i32
 }
 
 /// Whether a batch carries idempotence fields.
@@ -212,7 +218,7 @@ impl ProducerStates {
                 expected: p.next_seq,
             };
         }
-        p.next_seq = last.wrapping_add(1);
+        p.next_seq = seq_add(last, 1);
         p.last_ms = p.last_ms.max(now_ms);
         p.recent.push_back((first, last, -1));
         if p.recent.len() > RECENT {
@@ -318,7 +324,7 @@ impl ProducerStates {
         } else if h.producer_epoch < p.epoch {
             return;
         }
-        p.next_seq = last_seq(h).wrapping_add(1);
+        p.next_seq = seq_add(last_seq(h), 1);
         p.last_ms = p.last_ms.max(ts);
         p.recent
             .push_back((h.base_sequence, last_seq(h), h.base_offset));
@@ -480,6 +486,27 @@ mod tests {
     fn write(s: &mut ProducerStates, b: &BatchHeader, offset: i64, now: i64) {
         assert_eq!(s.check_and_reserve(b, now), SequenceCheck::Append);
         s.confirm(b, offset, now);
+    }
+
+    /// Sequence numbers wrap from `i32::MAX` to 0, as Kafka's producers wrap them.
+    #[test]
+    fn sequences_wrap_to_zero_after_i32_max() {
+        assert_eq!(seq_add(i32::MAX, 1), 0);
+        assert_eq!(seq_add(i32::MAX - 1, 3), 1);
+        let mut s = ProducerStates::default();
+        write(&mut s, &h(3, 0, 0, 1), 0, 0);
+        // Jump the producer near the end (as if it had written that many).
+        s.producers.get_mut(&3).unwrap().next_seq = i32::MAX - 1;
+        write(&mut s, &h(3, 0, i32::MAX - 1, 3), 10, 0); // MAX-1, MAX, 0
+        assert_eq!(
+            s.check_and_reserve(&h(3, 0, 5, 1), 0),
+            SequenceCheck::OutOfOrder { expected: 1 }
+        );
+        write(&mut s, &h(3, 0, 1, 2), 13, 0);
+        assert_eq!(
+            s.check_and_reserve(&h(3, 0, i32::MAX - 1, 3), 0),
+            SequenceCheck::Duplicate { base_offset: 10 }
+        );
     }
 
     #[test]
