@@ -413,20 +413,35 @@ mod tests {
         run(|| async {
             let dir = tempfile::tempdir().unwrap();
             let p = open(dir.path()).await;
-            // Transactional batches go through the log until the coordinator admits them.
+            // A transactional batch is refused until the coordinator adds the partition to the
+            // producer's transaction, then accepted.
             let mut b = BatchBuilder::new(1).producer(5, 0, 0).transactional();
             b.push(1, Some(b"k"), Some(b"v"), &[]);
             let txn = Bytes::from(b.finish(0));
             assert!(matches!(
                 p.produce(txn.clone(), false),
-                Err(Refused::Batch(shards::Error::InvalidBatch(_)))
+                Err(Refused::NotInTransaction {
+                    producer_id: 5,
+                    epoch: 0
+                })
             ));
-            p.log.append(txn, Default::default()).await.unwrap();
+            assert_eq!(p.log.high_watermark(), 0);
+            p.add_to_transaction(5, 0);
+            let added = appending(p.produce(txn.clone(), false));
+            assert_eq!(added.finished().await.unwrap().unwrap().base_offset, 0);
             assert_eq!((p.log.last_stable_offset(), p.log.high_watermark()), (0, 1));
             // The coordinator bumped the epoch when the transaction timed out: it aborts.
             assert_eq!(p.write_marker(5, 1, false, 0).await.unwrap(), 1);
             assert_eq!(p.log.last_stable_offset(), 2);
             assert_eq!(p.log.aborted_transactions(0, 2).len(), 1);
+            // The marker ended the producer's transaction here: its old epoch is fenced.
+            assert!(matches!(
+                p.produce(txn, false),
+                Err(Refused::Sequence {
+                    check: SequenceCheck::Fenced,
+                    ..
+                })
+            ));
             assert!(matches!(
                 p.write_marker(5, 0, true, 0).await,
                 Err(MarkerRefused::Fenced)
