@@ -78,6 +78,32 @@ pub async fn on_this_core(core: &Rc<Core>, ask: TxnAsk) -> Results {
     }
 }
 
+/// Polls every future until all are done, in this task (so they may borrow); their outputs in
+/// order.
+async fn join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
+    use std::task::Poll;
+    let mut futures: Vec<std::pin::Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, out) in futures.iter_mut().zip(outputs.iter_mut()) {
+            if out.is_none() {
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(v) => *out = Some(v),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
+}
+
 /// Runs the futures concurrently (each a task on this core); their outputs in order.
 async fn all<T: 'static>(
     futures: impl Iterator<Item = impl std::future::Future<Output = T> + 'static>,
@@ -277,14 +303,19 @@ pub async fn run_ticker(core: Rc<Core>) {
             rounds += 1;
             unregistered = register_again(&core, unregistered).await;
         }
-        for (id, markers, _claim) in core.transactions().due(shards::now_ms()).await {
-            if let Err(e) = complete(&core, &id, &markers).await {
+        // Every due transaction at once: each round's markers are durable appends (an fsync per
+        // partition), which a restart with many open transactions would otherwise queue.
+        let due = core.transactions().due(shards::now_ms()).await;
+        let core = &core;
+        let rounds = due.iter().map(|(id, markers, _claim)| async move {
+            if let Err(e) = complete(core, id, markers).await {
                 log::warn!(
                     "core {}: the transaction of {id} is not complete yet: {e:?}",
                     core.id()
                 );
             }
-        }
+        });
+        join_all(rounds.collect()).await;
     }
 }
 
