@@ -250,7 +250,7 @@ fn expected_ranges() -> Vec<(i16, i16, i16)> {
         (ApiKey::LeaveGroup as i16, 0, 5),
         (ApiKey::OffsetCommit as i16, 2, 8),
         (ApiKey::OffsetFetch as i16, 1, 8),
-        (ApiKey::ListGroups as i16, 0, 4),
+        (ApiKey::ListGroups as i16, 0, 5),
         (ApiKey::DescribeGroups as i16, 0, 5),
         (ApiKey::DeleteGroups as i16, 0, 2),
         (ApiKey::DescribeLogDirs as i16, 1, 4),

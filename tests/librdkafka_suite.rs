@@ -130,6 +130,9 @@ const ADMIN: &[&str] = &[
     "0081_admin/do_test_ListConsumerGroupOffsets",
     "0081_admin/do_test_AlterConsumerGroupOffsets",
     "0081_admin/do_test_UserScramCredentials",
+    "0081_admin/do_test_DescribeTopics",
+    "0081_admin/do_test_DescribeCluster",
+    "0081_admin/do_test_ListConsumerGroups",
 ];
 
 /// The client under injected network faults (librdkafka's sockem: delays, closed connections)
@@ -166,9 +169,6 @@ const KNOWN_GAPS: &[&str] = &[
     "0081_admin/do_test_DeleteRecords",
     "0103_transactions/do_test_fatal_idempo_error_without_kip360",
     "0081_admin/do_test_DeleteConsumerGroupOffsets",
-    "0081_admin/do_test_DescribeTopics",
-    "0081_admin/do_test_DescribeCluster",
-    "0081_admin/do_test_ListConsumerGroups",
     "0081_admin/do_test_DescribeConsumerGroups",
     "0092_mixed_msgver",
 ];

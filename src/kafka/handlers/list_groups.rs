@@ -1,5 +1,5 @@
 //! ListGroups: the groups this core coordinates (clients ask every broker, as with Kafka), filtered
-//! by state from v4.
+//! by state from v4 and by type from v5 (every group here is of the classic type).
 
 use super::{frame, HandlerResult, Versions};
 use crate::acl::Operation;
@@ -13,18 +13,28 @@ use kafka_protocol::protocol::StrBytes;
 pub const VERSIONS: Versions = Versions {
     key: ApiKey::ListGroups,
     min: 0,
-    max: 4,
+    max: 5,
 };
+
+/// The one group type shoal serves (KIP-848's types: classic, consumer).
+const CLASSIC: &str = "classic";
 
 pub fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult {
     let request: ListGroupsRequest = decode(req)?;
     let v = req.api_version;
     // DESCRIBE on the cluster lists every group; else those the client may describe.
     let all = who.may_cluster(core, Operation::Describe);
+    let classic_wanted = v < 5
+        || request.types_filter.is_empty()
+        || request
+            .types_filter
+            .iter()
+            .any(|t| t.eq_ignore_ascii_case(CLASSIC));
     let groups = core
         .groups()
         .list()
         .into_iter()
+        .filter(|_| classic_wanted)
         .filter(|(id, _, _)| all || who.may_group(core, Operation::Describe, id))
         .filter(|(_, _, state)| {
             v < 4
@@ -38,8 +48,13 @@ pub fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult {
             let g = ListedGroup::default()
                 .with_group_id(GroupId(StrBytes::from_string(id)))
                 .with_protocol_type(StrBytes::from_string(protocol_type));
-            if v >= 4 {
+            let g = if v >= 4 {
                 g.with_group_state(StrBytes::from_static_str(state.name()))
+            } else {
+                g
+            };
+            if v >= 5 {
+                g.with_group_type(StrBytes::from_static_str(CLASSIC))
             } else {
                 g
             }

@@ -137,6 +137,20 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
             .with_error_code(ResponseError::UnknownTopicId.code())
     }));
     count_errors(core, req, topics.iter().map(|t| t.error_code));
+    if req.api_version >= 8 && request.include_topic_authorized_operations {
+        for t in topics.iter_mut().filter(|t| t.error_code == 0) {
+            let name = t.name.clone().unwrap_or_default();
+            t.topic_authorized_operations =
+                authorized(&TOPIC_OPERATIONS, |op| who.may_topic(core, op, &name));
+        }
+    }
+    // Asked for in v8-10 (later versions have DescribeCluster for it); else "not asked".
+    let cluster_operations =
+        if (8..=10).contains(&req.api_version) && request.include_cluster_authorized_operations {
+            authorized(&CLUSTER_OPERATIONS, |op| who.may_cluster(core, op))
+        } else {
+            i32::MIN
+        };
     let brokers = (0..core.cores())
         .map(|i| {
             MetadataResponseBroker::default()
@@ -149,8 +163,39 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
         .with_brokers(brokers)
         .with_cluster_id(Some(StrBytes::from_static_str("shoal")))
         .with_controller_id(BrokerId(0))
+        .with_cluster_authorized_operations(cluster_operations)
         .with_topics(topics);
     Ok(frame(ApiKey::Metadata, req, &response))
+}
+
+/// What Kafka lists among a topic's authorized operations (KIP-430).
+const TOPIC_OPERATIONS: [Operation; 8] = [
+    Operation::Read,
+    Operation::Write,
+    Operation::Create,
+    Operation::Delete,
+    Operation::Alter,
+    Operation::Describe,
+    Operation::DescribeConfigs,
+    Operation::AlterConfigs,
+];
+
+/// What Kafka lists among the cluster's authorized operations (KIP-430).
+const CLUSTER_OPERATIONS: [Operation; 7] = [
+    Operation::Create,
+    Operation::Alter,
+    Operation::Describe,
+    Operation::ClusterAction,
+    Operation::DescribeConfigs,
+    Operation::AlterConfigs,
+    Operation::IdempotentWrite,
+];
+
+/// The operations of `ops` the client may perform, as KIP-430's bit field (bit n: operation code n).
+fn authorized(ops: &[Operation], may: impl Fn(Operation) -> bool) -> i32 {
+    ops.iter()
+        .filter(|&&op| may(op))
+        .fold(0, |bits, &op| bits | 1 << (op as i32))
 }
 
 /// Whether a topic is asked for by id: from v12, with an id and no name (or an empty one).
