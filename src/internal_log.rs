@@ -325,3 +325,40 @@ impl InternalLog {
         }
     }
 }
+/// The core count change an internal log kept per core under `root` (`root/core-<i>/`, the count
+/// they were written with in `root/cores`) must follow: `None` when the count is `cores` and no
+/// core's directory lies beyond it (the count is recorded); else the cores with a directory and
+/// the count before (the recorded one, else one more than the highest core found), for the caller
+/// to move the entries, then record `cores` with [`record_core_count`].
+pub fn core_count_change(
+    root: &Path,
+    cores: usize,
+) -> std::io::Result<Option<(Vec<usize>, usize)>> {
+    shards::files::create_dir_all_durable(root)?;
+    let previous = match std::fs::read_to_string(root.join("cores")) {
+        Ok(s) => s.trim().parse::<usize>().ok(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    let on_disk: Vec<usize> = std::fs::read_dir(root)?
+        .filter_map(|e| {
+            e.ok()?
+                .file_name()
+                .to_str()?
+                .strip_prefix("core-")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    let old = previous.unwrap_or_else(|| on_disk.iter().map(|c| c + 1).max().unwrap_or(cores));
+    if old == cores && on_disk.iter().all(|&c| c < cores) {
+        record_core_count(root, cores)?;
+        return Ok(None);
+    }
+    Ok(Some((on_disk, old)))
+}
+
+/// Records that the logs under `root` are kept for `cores` cores.
+pub fn record_core_count(root: &Path, cores: usize) -> std::io::Result<()> {
+    write_atomically(&root.join("cores"), cores.to_string().as_bytes())
+}

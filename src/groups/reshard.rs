@@ -20,27 +20,9 @@ use std::rc::Rc;
 /// were written (see the module docs). Runs before the cores start, on an executor of its own.
 pub fn reshard(data_dir: &Path, cores: usize) -> std::io::Result<()> {
     let root = data_dir.join("__groups");
-    shards::files::create_dir_all_durable(&root)?;
-    let marker = root.join("cores");
-    let previous = match std::fs::read_to_string(&marker) {
-        Ok(s) => s.trim().parse::<usize>().ok(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(e),
+    let Some((on_disk, old)) = crate::internal_log::core_count_change(&root, cores)? else {
+        return Ok(());
     };
-    let on_disk: Vec<usize> = std::fs::read_dir(&root)?
-        .filter_map(|e| {
-            e.ok()?
-                .file_name()
-                .to_str()?
-                .strip_prefix("core-")?
-                .parse()
-                .ok()
-        })
-        .collect();
-    let old = previous.unwrap_or_else(|| on_disk.iter().map(|c| c + 1).max().unwrap_or(cores));
-    if old == cores && on_disk.iter().all(|&c| c < cores) {
-        return shards::files::write_atomically(&marker, cores.to_string().as_bytes());
-    }
     log::info!("re-sharding committed offsets from {old} to {cores} cores");
     let data_dir = data_dir.to_path_buf();
     let handle = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
@@ -50,7 +32,7 @@ pub fn reshard(data_dir: &Path, cores: usize) -> std::io::Result<()> {
     handle
         .join()
         .map_err(|e| std::io::Error::other(e.to_string()))??;
-    shards::files::write_atomically(&marker, cores.to_string().as_bytes())
+    crate::internal_log::record_core_count(&root, cores)
 }
 
 /// One store's copy of a group's offsets: (store's core, offsets).
@@ -227,10 +209,7 @@ async fn reshard_on_executor(
     // Every group now has a complete copy at its new coordinator: record the new count before
     // removing the old copies, so that a crash from here on, followed by a start with either
     // count, takes those complete copies rather than whatever the deletes left.
-    shards::files::write_atomically(
-        &data_dir.join("__groups").join("cores"),
-        cores.to_string().as_bytes(),
-    )?;
+    crate::internal_log::record_core_count(&data_dir.join("__groups"), cores)?;
     for (&c, s) in &targets {
         for g in s.groups() {
             if coordinator_core(&g, cores) != c {

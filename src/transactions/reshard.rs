@@ -18,27 +18,9 @@ use std::rc::Rc;
 /// written (see the module docs). Runs before the cores start, on an executor of its own.
 pub fn reshard(data_dir: &Path, cores: usize) -> std::io::Result<()> {
     let root = data_dir.join("__transactions");
-    shards::files::create_dir_all_durable(&root)?;
-    let marker = root.join("cores");
-    let previous = match std::fs::read_to_string(&marker) {
-        Ok(s) => s.trim().parse::<usize>().ok(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(e),
+    let Some((on_disk, old)) = crate::internal_log::core_count_change(&root, cores)? else {
+        return Ok(());
     };
-    let on_disk: Vec<usize> = std::fs::read_dir(&root)?
-        .filter_map(|e| {
-            e.ok()?
-                .file_name()
-                .to_str()?
-                .strip_prefix("core-")?
-                .parse()
-                .ok()
-        })
-        .collect();
-    let old = previous.unwrap_or_else(|| on_disk.iter().map(|c| c + 1).max().unwrap_or(cores));
-    if old == cores && on_disk.iter().all(|&c| c < cores) {
-        return shards::files::write_atomically(&marker, cores.to_string().as_bytes());
-    }
     log::info!("re-sharding transactional ids from {old} to {cores} cores");
     let data_dir = data_dir.to_path_buf();
     let handle = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
@@ -48,7 +30,7 @@ pub fn reshard(data_dir: &Path, cores: usize) -> std::io::Result<()> {
     handle
         .join()
         .map_err(|e| std::io::Error::other(e.to_string()))??;
-    shards::files::write_atomically(&marker, cores.to_string().as_bytes())
+    crate::internal_log::record_core_count(&root, cores)
 }
 
 /// The copy of an id's state to keep: its coordinator's under the old count, else the most
@@ -104,10 +86,7 @@ async fn move_ids(
     }
     // Every id now has its state at its new coordinator: record the count before the old copies
     // go, so a crash from here on keeps those complete copies.
-    shards::files::write_atomically(
-        &data_dir.join("__transactions").join("cores"),
-        cores.to_string().as_bytes(),
-    )?;
+    crate::internal_log::record_core_count(&data_dir.join("__transactions"), cores)?;
     for (&c, l) in &logs {
         drop_foreign(l, c, cores).await.map_err(err)?;
         l.compact().await.map_err(err)?;
