@@ -161,9 +161,10 @@ impl Partition {
             .map_err(Refused::Batch)?;
         // A transactional batch only from a producer whose transaction includes this partition:
         // else no marker would ever close it (and the last stable offset would stay behind it).
-        if let Some(h) = headers
+        if let Some((batch, h)) = headers
             .iter()
-            .find(|h| h.is_transactional() && !self.accepts_transaction(h))
+            .enumerate()
+            .find(|(_, h)| h.is_transactional() && !self.accepts_transaction(h))
         {
             // A producer fenced by a newer epoch is told so first (clients make a fatal error of
             // it), as the sequence check would.
@@ -173,7 +174,7 @@ impl Partition {
                 .may_end_transaction(h.producer_id, h.producer_epoch)
             {
                 return Err(Refused::Sequence {
-                    batch: headers.iter().position(|x| std::ptr::eq(x, h)).unwrap_or(0),
+                    batch,
                     base_sequence: h.base_sequence,
                     check: SequenceCheck::Fenced,
                 });
