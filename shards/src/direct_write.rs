@@ -23,11 +23,22 @@
 //! one zero write in flight on its own descriptor, past the data: a segment is only reopened by a
 //! log that was closed, or by a new process.
 //!
+//! Writes that need not be durable (acks=0/1) go through the page cache instead
+//! ([`DirectWriter::write_buffered`]): a `pwritev` of the batches as they lie, complete once the
+//! kernel holds them, which outlives the process (Kafka's acks=1 promise), without waiting for the
+//! device, and without a device request per write from the core (write-back sends large ones from
+//! the kernel's threads). The same file then holds both: a Direct I/O write first writes back and
+//! drops the page cache over its range (the kernel keeps the two coherent), the partial block kept
+//! in `tail` follows either kind of write, zero writes never start below the end of either, and an
+//! `O_DSYNC` write is taken as making the file durable only if no page cache write since the last
+//! `fdatasync` may still be unwritten ([`DirectWriter::unsynced_page_cache`]).
+//!
 //! Reads keep going through the page cache (`BufferedFile` on the same file): the kernel keeps the two
 //! coherent, and the tail cache serves what was just written anyway.
 
 use crate::config::DirectOptions;
 use crate::error::{Error, Result};
+use crate::group_bytes::GroupBytes;
 use crate::monitor::OffsetMonitor;
 use glommio::io::{DmaBuffer, DmaFile, OpenOptions};
 use std::cell::{Cell, RefCell};
@@ -55,6 +66,9 @@ pub(crate) struct DirectWriter {
     allocate_ahead: Cell<bool>,
     /// How far ahead to allocate: [`ALLOCATE_STEP`], or less for small segments.
     allocate_step: u64,
+    /// Page cache writes made so far, and how many of them an `fdatasync` that completed has covered.
+    page_cache_writes: Cell<u64>,
+    page_cache_synced: Cell<u64>,
 }
 
 /// How far ahead of the logical end the file is allocated, in one `fallocate`.
@@ -195,6 +209,8 @@ impl DirectWriter {
             allocated: Cell::new(0),
             allocate_ahead: Cell::new(true),
             allocate_step,
+            page_cache_writes: Cell::new(0),
+            page_cache_synced: Cell::new(0),
         }))
     }
 
@@ -279,6 +295,61 @@ impl DirectWriter {
         *self.tail.borrow_mut() = new_tail;
         self.zero_ahead(end);
         Ok(len)
+    }
+
+    /// Writes `bytes` at logical position `pos` (the segment's end) through the page cache, on
+    /// `fd` (a descriptor of the same file without `O_DIRECT`): complete once the kernel holds them.
+    /// A zero write in flight over these blocks is waited for first.
+    pub(crate) async fn write_buffered(
+        &self,
+        fd: std::os::fd::RawFd,
+        pos: u64,
+        bytes: &GroupBytes<'_>,
+    ) -> std::io::Result<()> {
+        let align = self.alignment();
+        let start = pos - pos % align;
+        let end = pos + bytes.len() as u64;
+        let block_end = end.next_multiple_of(align);
+        let z = &self.zeros;
+        z.data_end.set(z.data_end.get().max(block_end));
+        z.settle(start, block_end).await;
+        self.page_cache_writes.set(self.page_cache_writes.get() + 1);
+        if let Err(e) = bytes.write_at(fd, pos) {
+            self.allocated.set(0);
+            z.target.set(0);
+            z.settle(0, u64::MAX).await;
+            z.zeroed.set(0);
+            return Err(e);
+        }
+        // The partial block at the new end, for the next Direct I/O write to rewrite.
+        let keep = end % align;
+        let new_tail = if end - keep >= pos {
+            bytes.suffix((end - keep - pos) as usize)
+        } else {
+            let mut t = std::mem::take(&mut *self.tail.borrow_mut());
+            t.extend_from_slice(&bytes.suffix(0));
+            t
+        };
+        *self.tail.borrow_mut() = new_tail;
+        self.allocated.set(self.allocated.get().max(block_end));
+        Ok(())
+    }
+
+    /// The page cache writes made so far: an `fdatasync` that starts now covers them (see
+    /// [`Self::synced_page_cache`]).
+    pub(crate) fn page_cache_mark(&self) -> u64 {
+        self.page_cache_writes.get()
+    }
+
+    /// An `fdatasync` that started at `mark` completed.
+    pub(crate) fn synced_page_cache(&self, mark: u64) {
+        self.page_cache_synced
+            .set(self.page_cache_synced.get().max(mark));
+    }
+
+    /// Whether a page cache write may not be on the device yet (no `fdatasync` covered it).
+    pub(crate) fn unsynced_page_cache(&self) -> bool {
+        self.page_cache_writes.get() > self.page_cache_synced.get()
     }
 
     /// Keeps zeros written up to [`ZEROS_AHEAD`] past `end` (within the allocated space), starting

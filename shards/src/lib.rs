@@ -30,6 +30,8 @@
 //! - [`split`]      — one source batch decompressed once, routed by key and encoded once per view shard.
 //! - [`partitioner`] — Kafka's default partitioner (murmur2), which decides a record's view shard.
 //! - [`records`]    — what a read returns: whole batches as shared slices, plus counts.
+//! - `group_bytes`  — the bytes of one write of grouped appends: the producers' batches with their
+//!   final offsets, copied into a DMA buffer or handed to a page cache `pwritev` as they lie.
 //! - [`batch`]      — Kafka RecordBatch v2: header parsing, validation (CRC-32C), offset assignment,
 //!   LogAppendTime stamping, and a builder/decoder for uncompressed batches.
 //! - [`compression`] — Kafka's record codecs (gzip, snappy, lz4, zstd), bounded decompression.
@@ -58,6 +60,7 @@ mod direct_write;
 pub mod error;
 pub mod fast_map;
 pub mod files;
+mod group_bytes;
 mod index;
 pub mod latency;
 pub mod log;

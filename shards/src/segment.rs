@@ -9,6 +9,7 @@ use crate::batch::{self, BatchHeader, HEADER_LEN, LOG_OVERHEAD};
 use crate::config::DirectOptions;
 use crate::direct_write::DirectWriter;
 use crate::error::{Error, Result};
+use crate::group_bytes::GroupBytes;
 use crate::index::{SegmentMeta, SparseIndex};
 use crate::readahead::{self, ReadAhead};
 use crate::records::Records;
@@ -16,6 +17,7 @@ use crate::transactions::{parse_marker, txn_index_file_name, OpenTransactions, S
 use bytes::Bytes;
 use glommio::io::{BufferedFile, DmaFile, OpenOptions};
 use std::cell::{Cell, RefCell};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -273,32 +275,36 @@ impl Segment {
         last_offset - self.base_offset <= MAX_RELATIVE_OFFSET
     }
 
-    /// Writes `len` bytes at the end, which `fill` puts in place: whole batches with final offsets,
-    /// described by `headers`. On error nothing is counted as written and the file is cut back to the
-    /// last whole batch, best effort (recovery cuts it anyway). With `sync` and Direct I/O the write
-    /// is durable when it completes, with everything written to this file before it: then `true`.
+    /// Writes `bytes` (whole batches with final offsets, described by `headers`) at the end. On
+    /// error nothing is counted as written and the file is cut back to the last whole batch, best
+    /// effort (recovery cuts it anyway).
+    ///
+    /// With `sync` and Direct I/O the write goes to the device `O_DSYNC`: then `true` if it made
+    /// the file durable up to its end (no page cache write before it is still unwritten). Without
+    /// `sync` the batches are written through the page cache, complete once the kernel holds them.
     pub(crate) async fn append(
         &self,
-        len: usize,
-        fill: impl FnOnce(&mut [u8]),
+        bytes: &GroupBytes<'_>,
         headers: &[BatchHeader],
         sync: bool,
     ) -> Result<bool> {
         let pos = self.size.get();
+        let len = bytes.len();
         let direct = self.direct.borrow().clone();
-        let synced = sync && direct.is_some();
-        let written = match direct {
-            Some(w) => w.write(pos, len, fill, sync).await,
-            None => {
-                let mut data = vec![0; len];
-                fill(&mut data);
-                self.file.write_at(data, pos).await
-            }
-        };
-        let res = match written {
-            Ok(n) if n == len => Ok(()),
-            Ok(n) => Err(self.short_write(pos, n, len).await),
-            Err(e) => Err(Error::storage(&self.path, e)),
+        let fd = self.file.as_raw_fd();
+        let res = match (&direct, sync) {
+            (Some(w), true) => match w.write(pos, len, |b| bytes.fill(b), true).await {
+                Ok(n) if n == len => Ok(()),
+                Ok(n) => Err(self.short_write(pos, n, len).await),
+                Err(e) => Err(Error::storage(&self.path, e)),
+            },
+            (Some(w), false) => w
+                .write_buffered(fd, pos, bytes)
+                .await
+                .map_err(|e| Error::storage(&self.path, e)),
+            (None, _) => bytes
+                .write_at(fd, pos)
+                .map_err(|e| Error::storage(&self.path, e)),
         };
         if let Err(e) = res {
             if let Err(t) = self.file.truncate(pos).await {
@@ -310,7 +316,18 @@ impl Segment {
             return Err(e);
         }
         self.note_written(headers);
-        Ok(synced)
+        Ok(sync && direct.is_some_and(|w| !w.unsynced_page_cache()))
+    }
+
+    /// `fdatasync`s the file (what was written through either handle).
+    pub(crate) async fn fdatasync(&self) -> std::result::Result<(), glommio::GlommioError<()>> {
+        let direct = self.direct.borrow().clone();
+        let mark = direct.as_ref().map(|w| w.page_cache_mark());
+        self.file.fdatasync().await?;
+        if let (Some(w), Some(mark)) = (direct, mark) {
+            w.synced_page_cache(mark);
+        }
+        Ok(())
     }
 
     /// Counts batches described by `headers` as written at the end of the file: size, index,

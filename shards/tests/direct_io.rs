@@ -1,5 +1,6 @@
-//! Segments written with Direct I/O against a real file system: the files hold exactly what a log
-//! written through the page cache holds, space allocated ahead and the zero padding of the last
+//! Segments written with Direct I/O against a real file system (durable appends, `O_DSYNC`) and
+//! through the page cache (the other appends of the same logs): the files hold exactly what a log
+//! written only through the page cache holds, space allocated ahead and the zero padding of the last
 //! block are cut when a segment is sealed or the log closes, and after a crash recovery treats them
 //! as padding: nothing is lost, nothing is logged as damage, no segment is set aside. Checks the
 //! file system cannot support (FIEMAP, `O_DIRECT`) print a `SKIPPED` line.
@@ -13,6 +14,17 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 const NON_DURABLE: AppendOptions = AppendOptions { durable: false };
+const DURABLE: AppendOptions = AppendOptions { durable: true };
+
+/// Every append durable: all of them written with Direct I/O.
+fn all_durable(_: usize) -> bool {
+    true
+}
+
+/// Durable and not in turns of uneven length: Direct I/O and page cache writes of one file mixed.
+fn mixed(i: usize) -> bool {
+    i % 5 < 2
+}
 
 fn config(direct_io: bool) -> LogConfig {
     LogConfig {
@@ -21,13 +33,14 @@ fn config(direct_io: bool) -> LogConfig {
     }
 }
 
-/// Appends `n` batches of uneven sizes (so writes end inside blocks) and returns the bytes the log
-/// must hold.
-async fn fill(log: &Log, n: usize, seed: u64) -> Vec<u8> {
+/// Appends `n` batches of uneven sizes (so writes end inside blocks), the `i`th durable if
+/// `durable(i)`, and returns the bytes the log must hold.
+async fn fill(log: &Log, n: usize, seed: u64, durable: fn(usize) -> bool) -> Vec<u8> {
     let mut out = Vec::new();
     for i in 0..n {
         let b = batch(1 + i % 3, 30 + (i * 53) % 700, seed + i as u64);
-        let r = log.append(b.clone(), NON_DURABLE).await.unwrap();
+        let opts = if durable(i) { DURABLE } else { NON_DURABLE };
+        let r = log.append(b.clone(), opts).await.unwrap();
         out.extend(with_offset(&b, r.base_offset));
     }
     out
@@ -84,11 +97,17 @@ fn big_segments(zero_ahead: bool) -> LogConfig {
 #[test]
 fn direct_and_buffered_logs_write_the_same_files() {
     run(|| async {
-        let (direct, buffered) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let dirs = [(); 3].map(|()| tempfile::tempdir().unwrap());
+        let [direct, mixed_dir, buffered] = &dirs;
         let mut logs = Vec::new();
-        for (dir, on) in [(direct.path(), true), (buffered.path(), false)] {
+        let runs: [(&Path, bool, fn(usize) -> bool); 3] = [
+            (direct.path(), true, all_durable),
+            (mixed_dir.path(), true, mixed),
+            (buffered.path(), false, all_durable),
+        ];
+        for (dir, on, durable) in runs {
             let log = Log::open(dir, config(on), no_cache()).await.unwrap();
-            let expected = fill(&log, 60, 7).await;
+            let expected = fill(&log, 60, 7, durable).await;
             assert!(log.segment_base_offsets().len() > 3, "the test rolls");
             assert_eq!(read_all(&log).await, expected, "direct_io={on}");
             logs.push((log, expected));
@@ -105,13 +124,15 @@ fn direct_and_buffered_logs_write_the_same_files() {
         for (log, _) in logs {
             log.close().await.unwrap();
         }
-        let (a, b) = (files(direct.path()), files(buffered.path()));
-        assert_eq!(
-            a.iter().map(|(n, d)| (n, d.len())).collect::<Vec<_>>(),
-            b.iter().map(|(n, d)| (n, d.len())).collect::<Vec<_>>(),
-            "same files, same lengths"
-        );
-        assert!(a == b, "same bytes in every file");
+        let b = files(buffered.path());
+        for a in [files(direct.path()), files(mixed_dir.path())] {
+            assert_eq!(
+                a.iter().map(|(n, d)| (n, d.len())).collect::<Vec<_>>(),
+                b.iter().map(|(n, d)| (n, d.len())).collect::<Vec<_>>(),
+                "same files, same lengths"
+            );
+            assert!(a == b, "same bytes in every file");
+        }
     });
 }
 
@@ -120,7 +141,7 @@ fn after_a_crash_padding_and_space_allocated_ahead_are_cut_not_taken_for_damage(
     run(|| async {
         let dir = tempfile::tempdir().unwrap();
         let log = Log::open(dir.path(), config(true), cache()).await.unwrap();
-        let expected = fill(&log, 45, 11).await;
+        let expected = fill(&log, 45, 11, all_durable).await;
         let hw = log.high_watermark();
         let bases = log.segment_base_offsets();
         let (active, logical) = active_segment(dir.path(), &log);
@@ -165,7 +186,7 @@ fn after_a_crash_padding_and_space_allocated_ahead_are_cut_not_taken_for_damage(
             "nothing is set aside"
         );
         // Appends go on from the partial block recovery read back.
-        let more = fill(&log, 10, 99).await;
+        let more = fill(&log, 10, 99, mixed).await;
         log.close().await.unwrap();
         let log = Log::open(dir.path(), config(true), no_cache())
             .await
@@ -426,7 +447,7 @@ fn zeros_written_ahead_of_the_data_change_nothing_but_the_extents() {
         let mut expected = Vec::new();
         for i in 0..900 {
             let b = batch(1 + i % 4, 2_000 + (i * 977) % 3_000, i as u64);
-            let r = log.append(b.clone(), NON_DURABLE).await.unwrap();
+            let r = log.append(b.clone(), DURABLE).await.unwrap();
             expected.extend(with_offset(&b, r.base_offset));
         }
         assert!(log.segment_base_offsets().len() >= 2, "the test rolls");
@@ -471,7 +492,7 @@ fn zeros_written_ahead_of_the_data_change_nothing_but_the_extents() {
         );
         for i in 0..200 {
             let b = batch(2, 4_000 + i * 7, 5_000 + i as u64);
-            let r = log.append(b.clone(), NON_DURABLE).await.unwrap();
+            let r = log.append(b.clone(), DURABLE).await.unwrap();
             expected.extend(with_offset(&b, r.base_offset));
         }
         log.close().await.unwrap();
@@ -491,7 +512,7 @@ fn without_zero_ahead_the_space_allocated_ahead_stays_unwritten() {
             .await
             .unwrap();
         for i in 0..100 {
-            log.append(batch(2, 3_000, i), NON_DURABLE).await.unwrap();
+            log.append(batch(2, 3_000, i), DURABLE).await.unwrap();
         }
         let (active, size) = active_segment(dir.path(), &log);
         glommio::timer::sleep(std::time::Duration::from_millis(200)).await;

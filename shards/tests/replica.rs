@@ -8,7 +8,7 @@ mod common;
 use bytes::Bytes;
 use common::{batch, cache, no_cache, run, small_config};
 use shards::batch::BatchBuilder;
-use shards::{Error, Handover, Log, LogConfig, LogEvent, TailCache};
+use shards::{AppendOptions, Error, Handover, Log, LogConfig, LogEvent, TailCache};
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::mpsc;
@@ -240,9 +240,13 @@ fn a_replica_follows_a_compaction_swap() {
         };
         let pair = Pair::open(dir.path(), config, false).await;
         // The same few keys again and again: compaction keeps only the newest of each.
+        // The last append durable: it waits for the rolled segments' seal, which compaction needs.
         for round in 0..40u64 {
+            let durable = AppendOptions {
+                durable: round == 39,
+            };
             pair.owner
-                .append(batch(3, 100, round % 3), Default::default())
+                .append(batch(3, 100, round % 3), durable)
                 .await
                 .unwrap();
         }

@@ -3,6 +3,7 @@
 //! checks retention.
 
 use super::*;
+use crate::group_bytes::GroupBytes;
 use crate::oneshot;
 
 /// Most bytes written by one write of grouped appends.
@@ -166,29 +167,23 @@ impl Inner {
         if group.is_empty() {
             return;
         }
-        // The one copy of the producers' bytes on the way to disk, with their offsets put in.
-        let fill = |data: &mut [u8]| {
-            let mut at = 0;
-            for p in &group {
-                data[at..at + p.blob.len()].copy_from_slice(&p.blob);
-                for h in &p.headers {
-                    batch::set_base_offset(&mut data[at..], h.base_offset);
-                    if stamp {
-                        batch::stamp_log_append_time(&mut data[at..], now);
-                    }
-                    at += h.total_len();
-                }
-            }
+        // The producers' bytes as they came, with their offsets put in on the way (see GroupBytes).
+        let bytes = GroupBytes {
+            parts: group
+                .iter()
+                .map(|p| (&p.blob[..], &p.headers[..]))
+                .collect(),
+            stamp: stamp.then_some(now),
         };
-        let len = group.iter().map(|p| p.blob.len()).sum();
         let headers: Vec<BatchHeader> = group
             .iter()
             .flat_map(|p| p.headers.iter().copied())
             .collect();
         // A durable append makes the write itself durable (Direct I/O, O_DSYNC): no fsync of its
-        // own, and every append in the group shares it.
+        // own, and every append in the group shares it. Others go through the page cache.
         let sync = group.iter().any(|p| p.durable);
-        let written = crate::latency::write(self.active().append(len, fill, &headers, sync)).await;
+        let written = crate::latency::write(self.active().append(&bytes, &headers, sync)).await;
+        drop(bytes);
         let synced = match written {
             Ok(synced) => synced,
             Err(e) => {
@@ -397,7 +392,7 @@ impl Inner {
     /// failed (the log is then failed).
     async fn sync_once(&self, sealing: &[Rc<Segment>], dir_changes: u64, active: &Segment) -> bool {
         for old in sealing {
-            if let Err(e) = crate::latency::fsync(old.file.fdatasync()).await {
+            if let Err(e) = crate::latency::fsync(old.fdatasync()).await {
                 self.fail(&old.path, e);
                 return false;
             }
@@ -414,7 +409,7 @@ impl Inner {
             }
             self.dir_synced.set(self.dir_synced.get().max(dir_changes));
         }
-        match crate::latency::fsync(active.file.fdatasync()).await {
+        match crate::latency::fsync(active.fdatasync()).await {
             Ok(()) => {
                 self.bump(|s| s.fsyncs += 1);
                 true
