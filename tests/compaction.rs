@@ -292,30 +292,32 @@ fn a_broker_killed_while_compacting_loses_nothing() {
         // Every update of the round acknowledged (acks=all), then the broker is killed as soon as
         // a compaction pass has files on disk.
         let p = producer(&bootstrap);
-        let mut write = |n: usize| {
-            for _ in 0..n {
-                let key = format!("key-{}", (i * 7919) % KEYS);
-                let value = format!("{i}-{}", "v".repeat(i % 50));
-                send_retrying(&p, BaseRecord::to("state").key(&key).payload(&value));
-                expected.insert(key, Some(value));
-                i += 1;
+        {
+            let mut write = |n: usize| {
+                for _ in 0..n {
+                    let key = format!("key-{}", (i * 7919) % KEYS);
+                    let value = format!("{i}-{}", "v".repeat(i % 50));
+                    send_retrying(&p, BaseRecord::to("state").key(&key).payload(&value));
+                    expected.insert(key, Some(value));
+                    i += 1;
+                }
+                p.flush(Duration::from_secs(60)).expect("all acknowledged");
+            };
+            write(60_000);
+            // A pass starts once the segments closed last are a second old, unless a pass during
+            // the round already took them (a slow round rolls its last segment early): then more
+            // updates roll another segment, until a pass is seen.
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !pass_seen_within(&partition, Duration::from_secs(4)) {
+                assert!(
+                    Instant::now() < deadline,
+                    "round {round}: no compaction pass started within 60 s of the last \
+                     acknowledgement"
+                );
+                write(10_000);
             }
-            p.flush(Duration::from_secs(60)).expect("all acknowledged");
-        };
-        write(60_000);
-        // A pass starts once the segments closed last are a second old, unless a pass during the
-        // round already took them (a slow round rolls its last segment early): then more updates
-        // roll another segment, until a pass is seen.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !pass_seen_within(&partition, Duration::from_secs(4)) {
-            assert!(
-                Instant::now() < deadline,
-                "round {round}: no compaction pass started within 60 s of the last acknowledgement"
-            );
-            write(10_000);
         }
         shoal.kill_hard();
-        drop(write);
         drop(p);
         // What the killed broker left shows whether the kill landed inside the pass (it may have
         // finished between the look and the kill).

@@ -247,21 +247,7 @@ impl DirectWriter {
         let total = tail_len + len;
         let padded = (total as u64).next_multiple_of(align) as usize;
         let end = start + padded as u64;
-        if end > self.allocated.get() && self.allocate_ahead.get() {
-            let to = end.next_multiple_of(self.allocate_step);
-            match self.file.pre_allocate(to, false).await {
-                Ok(()) => self.allocated.set(to),
-                // Only an optimisation: a nearly full disk may still take the write itself (and
-                // if not, the write says why); a file system without `fallocate` never will.
-                Err(glommio::GlommioError::IoError(e))
-                    if e.kind() == std::io::ErrorKind::Unsupported =>
-                {
-                    self.allocate_ahead.set(false);
-                    self.zeros.on.set(false);
-                }
-                Err(_) => {}
-            }
-        }
+        self.allocate_for(end).await;
         // Zero writes start at or after `data_end` from now on; one in flight over this write's
         // blocks is waited for.
         self.zeros.data_end.set(end);
@@ -295,6 +281,25 @@ impl DirectWriter {
         *self.tail.borrow_mut() = new_tail;
         self.zero_ahead(end);
         Ok(len)
+    }
+
+    /// Allocates the file ahead (in `allocate_step`s) unless it reaches `end` already.
+    async fn allocate_for(&self, end: u64) {
+        if end > self.allocated.get() && self.allocate_ahead.get() {
+            let to = end.next_multiple_of(self.allocate_step);
+            match self.file.pre_allocate(to, false).await {
+                Ok(()) => self.allocated.set(to),
+                // Only an optimisation: a nearly full disk may still take the write itself (and
+                // if not, the write says why); a file system without `fallocate` never will.
+                Err(glommio::GlommioError::IoError(e))
+                    if e.kind() == std::io::ErrorKind::Unsupported =>
+                {
+                    self.allocate_ahead.set(false);
+                    self.zeros.on.set(false);
+                }
+                Err(_) => {}
+            }
+        }
     }
 
     /// Writes `bytes` at logical position `pos` (the segment's end) through the page cache, on
