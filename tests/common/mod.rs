@@ -9,6 +9,7 @@ pub mod node;
 pub mod pki;
 pub mod python;
 pub mod records;
+pub mod volatile_disk;
 pub mod wire;
 
 use std::io::{BufRead, BufReader, Read, Write};
