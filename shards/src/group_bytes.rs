@@ -45,11 +45,37 @@ impl GroupBytes<'_> {
     }
 
     /// The bytes from `from` to the end, as written (for the partial block a Direct I/O writer
-    /// rewrites next).
+    /// rewrites next: a few KiB at most, so only those are copied).
     pub(crate) fn suffix(&self, from: usize) -> Vec<u8> {
-        let mut all = vec![0; self.len()];
-        self.fill(&mut all);
-        all.split_off(from)
+        let len = self.len();
+        let mut out = Vec::with_capacity(len.saturating_sub(from));
+        if self.stamp.is_some() {
+            // Stamping rewrites the CRC, which covers the whole batch.
+            let mut all = vec![0; len];
+            self.fill(&mut all);
+            out.extend_from_slice(&all[from.min(len)..]);
+            return out;
+        }
+        let mut at = 0;
+        for (blob, headers) in &self.parts {
+            let mut in_blob = 0;
+            for h in *headers {
+                let end = at + h.total_len();
+                if end > from {
+                    // The batch from its `skip`th byte, with the base offset in its first 8.
+                    let skip = from.saturating_sub(at);
+                    let here = out.len();
+                    out.extend_from_slice(&blob[in_blob + skip..in_blob + h.total_len()]);
+                    let offset = h.base_offset.to_be_bytes();
+                    for b in skip..8 {
+                        out[here + b - skip] = offset[b];
+                    }
+                }
+                in_blob += h.total_len();
+                at = end;
+            }
+        }
+        out
     }
 
     /// Writes the group at `pos` of `fd` through the page cache (see the module's documentation).
@@ -155,7 +181,9 @@ mod tests {
                 .map(|&at| BatchHeader::parse(&filled[at..]).unwrap().base_offset)
                 .collect();
             assert_eq!(offsets, [40, 42, 43]);
-            assert_eq!(group.suffix(one.len()), filled[one.len()..]);
+            for from in [0, 3, 8, one.len() - 1, one.len() + 5, filled.len() - 9, filled.len()] {
+                assert_eq!(group.suffix(from), filled[from..], "from {from}");
+            }
         }
     }
 }
