@@ -18,7 +18,12 @@
 //! delivery to one consumer per partition, as the bench counts it), and its rate as a share of the
 //! bulk stream's. Both are printed with the bulk stream's, measured in the same run.
 //!
-//! `cargo bench --bench ingest_floor` (about 20 s); `-- --quick` for a smoke run; `-- --batch-bytes
+//! A second floor adds what keeping the bytes costs the kernel where a broker acknowledges acks=1 (the
+//! page cache, as Kafka and shoal do): each payload is also written, with one `pwrite`, at the end
+//! of its partition's file in the system temporary directory, and a thread `fdatasync`s every file
+//! each second (shoal's `--flush-ms` default); that thread's CPU is counted with the server's.
+//!
+//! `cargo bench --bench ingest_floor` (about 30 s); `-- --quick` for a smoke run; `-- --batch-bytes
 //! N` for another request size (the bench's `--batch-bytes`).
 
 use bytes::{Bytes, BytesMut};
@@ -38,6 +43,8 @@ const PARTITIONS: usize = 4;
 const IN_FLIGHT: u64 = 5;
 const ANSWER: usize = 64;
 const WARMUP: Duration = Duration::from_secs(1);
+/// The page cache floor's flushing thread, for `measure` to count (0: none).
+static FLUSH_TID: AtomicI32 = AtomicI32::new(0);
 
 struct Args {
     secs: f64,
@@ -87,6 +94,8 @@ impl Window {
 #[derive(Default)]
 struct Shared {
     server_tid: AtomicI32,
+    /// The flushing thread of the page cache floor, whose CPU counts as the server's (0: none).
+    flush_tid: AtomicI32,
     bytes: AtomicU64,
     /// Fetch answers the consumers read (the ingest floor only).
     fetches: AtomicU64,
@@ -114,6 +123,7 @@ where
     CF: std::future::Future<Output = ()> + 'static,
 {
     let shared = Arc::new(Shared::default());
+    shared.flush_tid.store(FLUSH_TID.load(SeqCst), SeqCst);
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let sh = shared.clone();
@@ -133,11 +143,12 @@ where
         .spawn(move || async move { clients(addr, sh).await })
         .unwrap();
     std::thread::sleep(WARMUP);
-    let tid = shared.server_tid.load(SeqCst);
+    let tids = [&shared.server_tid, &shared.flush_tid].map(|t| t.load(SeqCst));
+    let cpu = || -> Duration { tids.iter().filter(|&&t| t != 0).map(|&t| thread_cpu(t)).sum() };
     let counts = || (shared.bytes.load(SeqCst), shared.fetches.load(SeqCst));
-    let ((b0, f0), c0, t0) = (counts(), thread_cpu(tid), Instant::now());
+    let ((b0, f0), c0, t0) = (counts(), cpu(), Instant::now());
     std::thread::sleep(Duration::from_secs_f64(secs));
-    let ((b1, f1), c1, t1) = (counts(), thread_cpu(tid), Instant::now());
+    let ((b1, f1), c1, t1) = (counts(), cpu(), Instant::now());
     shared.stop.store(true, SeqCst);
     let _ = cli.join();
     let _ = srv.join();
@@ -199,22 +210,29 @@ fn bulk(secs: f64) -> Window {
 /// A partition's memory: produced bytes not yet fetched, appended behind those fetched (which the
 /// fetch answers still hold), and a wake-up for its long-polling consumer.
 struct Partition {
+    /// Its file and where its end is (the page cache floor only).
+    file: Option<(std::fs::File, std::cell::Cell<u64>)>,
     unfetched: RefCell<BytesMut>,
     arrived: local_channel::LocalSender<()>,
     wait: RefCell<Option<local_channel::LocalReceiver<()>>>,
 }
 
 /// The ingest floor: see the module's documentation. Connections 0..4 are producers (producer `i`
-/// writes partition `i`), 4..8 consumers (consumer `i - 4` reads partition `i - 4`).
-fn ingest(secs: f64, batch: usize) -> Window {
+/// writes partition `i`), 4..8 consumers (consumer `i - 4` reads partition `i - 4`). With `files`
+/// (one per partition), each payload is also written to its partition's file.
+fn ingest(secs: f64, batch: usize, files: Option<Vec<std::fs::File>>) -> Window {
     measure(
         secs,
         move |l, sh| async move {
+            let mut files = files.map(|f| f.into_iter());
             let parts: Rc<Vec<Partition>> = Rc::new(
                 (0..PARTITIONS)
                     .map(|_| {
                         let (tx, rx) = local_channel::new_bounded(1);
                         Partition {
+                            file: files
+                                .as_mut()
+                                .map(|f| (f.next().unwrap(), std::cell::Cell::new(0))),
                             unfetched: RefCell::new(BytesMut::with_capacity(8 << 20)),
                             arrived: tx,
                             wait: RefCell::new(Some(rx)),
@@ -260,6 +278,10 @@ async fn produce_side(mut s: TcpStream, part: &Partition, batch: usize) {
     let answer = [0u8; ANSWER];
     let mut answers = Vec::with_capacity(64 * ANSWER);
     while let Ok(payload) = frames.read_request(&mut s, batch).await {
+        if let Some((file, end)) = &part.file {
+            std::os::unix::fs::FileExt::write_all_at(file, &payload, end.get()).unwrap();
+            end.set(end.get() + payload.len() as u64);
+        }
         part.unfetched.borrow_mut().extend_from_slice(&payload);
         answers.extend_from_slice(&answer);
         if !frames.has_frame() {
@@ -383,9 +405,15 @@ fn main() {
         wire.gb_per_s(),
         wire.cpu_per_gb()
     );
-    let floor = ingest(a.secs, a.batch);
+    let floor = ingest(a.secs, a.batch, None);
+    print_floor("ingest floor", &a, &floor, &wire);
+    let page_cache = with_files(|files| ingest(a.secs, a.batch, Some(files)));
+    print_floor("ingest floor + page cache write", &a, &page_cache, &wire);
+}
+
+fn print_floor(name: &str, a: &Args, floor: &Window, wire: &Window) {
     println!(
-        "ingest floor ({PARTITIONS} producers x {IN_FLIGHT} in flight x {} KiB requests, 1 consumer per partition, one server core): {:.0} MB/s = {:.2}x the bulk stream, server {:.3} CPU-s per produced GB ({:.1} us per request; fetch answers of {:.1} KiB on average)",
+        "{name} ({PARTITIONS} producers x {IN_FLIGHT} in flight x {} KiB requests, 1 consumer per partition, one server core): {:.0} MB/s = {:.2}x the bulk stream, server {:.3} CPU-s per produced GB ({:.1} us per request; fetch answers of {:.1} KiB on average)",
         a.batch >> 10,
         floor.gb_per_s() * 1e3,
         floor.gb_per_s() / wire.gb_per_s(),
@@ -393,4 +421,35 @@ fn main() {
         floor.server_cpu_s / (floor.bytes as f64 / a.batch as f64) * 1e6,
         floor.bytes as f64 / floor.fetches.max(1) as f64 / 1024.0,
     );
+}
+
+/// Runs `run` with one new file per partition in a temporary directory, and a thread that
+/// `fdatasync`s them every second until `run` returns (its thread id in `FLUSH_TID` for `measure`).
+fn with_files(run: impl FnOnce(Vec<std::fs::File>) -> Window) -> Window {
+    let dir = tempfile::tempdir().unwrap();
+    let files: Vec<std::fs::File> = (0..PARTITIONS)
+        .map(|i| std::fs::File::create(dir.path().join(format!("{i}.log"))).unwrap())
+        .collect();
+    let synced: Vec<std::fs::File> = files.iter().map(|f| f.try_clone().unwrap()).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let tid = Arc::new(AtomicI32::new(0));
+    let flusher = {
+        let (stop, tid) = (stop.clone(), tid.clone());
+        std::thread::spawn(move || {
+            tid.store(unsafe { libc::gettid() }, SeqCst);
+            while !stop.load(SeqCst) {
+                std::thread::sleep(Duration::from_secs(1));
+                synced.iter().for_each(|f| f.sync_data().unwrap());
+            }
+        })
+    };
+    while tid.load(SeqCst) == 0 {
+        std::thread::yield_now();
+    }
+    FLUSH_TID.store(tid.load(SeqCst), SeqCst);
+    let w = run(files);
+    FLUSH_TID.store(0, SeqCst);
+    stop.store(true, SeqCst);
+    flusher.join().unwrap();
+    w
 }
