@@ -144,7 +144,12 @@ where
         .unwrap();
     std::thread::sleep(WARMUP);
     let tids = [&shared.server_tid, &shared.flush_tid].map(|t| t.load(SeqCst));
-    let cpu = || -> Duration { tids.iter().filter(|&&t| t != 0).map(|&t| thread_cpu(t)).sum() };
+    let cpu = || -> Duration {
+        tids.iter()
+            .filter(|&&t| t != 0)
+            .map(|&t| thread_cpu(t))
+            .sum()
+    };
     let counts = || (shared.bytes.load(SeqCst), shared.fetches.load(SeqCst));
     let ((b0, f0), c0, t0) = (counts(), cpu(), Instant::now());
     std::thread::sleep(Duration::from_secs_f64(secs));

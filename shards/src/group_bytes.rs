@@ -181,7 +181,15 @@ mod tests {
                 .map(|&at| BatchHeader::parse(&filled[at..]).unwrap().base_offset)
                 .collect();
             assert_eq!(offsets, [40, 42, 43]);
-            for from in [0, 3, 8, one.len() - 1, one.len() + 5, filled.len() - 9, filled.len()] {
+            for from in [
+                0,
+                3,
+                8,
+                one.len() - 1,
+                one.len() + 5,
+                filled.len() - 9,
+                filled.len(),
+            ] {
                 assert_eq!(group.suffix(from), filled[from..], "from {from}");
             }
         }

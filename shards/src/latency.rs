@@ -1,8 +1,9 @@
-//! Latency histograms kept as plain counters (Prometheus-style buckets), and the storage device's
-//! latencies on this thread (one core): how long each write of grouped appends and each fsync
-//! took, from issue to completion. A producer waits for its append's write (acks=1) or for the
-//! write that made it durable (acks=all), so these say how much of its latency is the device's:
-//! a disk that holds writes behind its own cache flushes shows here, not in the handler.
+//! Latency histograms kept as plain counters (Prometheus-style buckets), and the storage latencies
+//! on this thread (one core): how long each write of grouped appends and each fsync took, from issue
+//! to completion. A producer waits for its append's write: into the page cache (acks=0/1) or the
+//! device write that made it durable (acks=all), so these say how much of its latency is the
+//! storage's: a disk that holds writes behind its own cache flushes shows in the acks=all writes
+//! and the fsyncs, not in the handler.
 
 use std::cell::Cell;
 use std::future::Future;

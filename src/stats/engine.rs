@@ -10,8 +10,8 @@ type DeviceHistogram = fn(&shards::DeviceLatency) -> &DurationSnapshot;
 const DEVICE: [(&str, &str, DeviceHistogram); 2] = [
     (
         "shoal_log_write_duration_seconds",
-        "Time each write of grouped appends took on the storage device, from issue to \
-         completion (acks=1 producers wait for it; O_DSYNC for acks=all groups).",
+        "Time each write of grouped appends took, from issue to completion: into the page \
+         cache for acks=0/1 groups, to the storage device (O_DSYNC) for acks=all groups.",
         |d| &d.writes,
     ),
     (

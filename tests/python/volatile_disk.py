@@ -20,6 +20,11 @@ SIGUSR1 is the power cut: the overlay is discarded (its pages read back from STA
 every later WRITE or FSYNC is answered with success and keeps nothing, until the daemon exits.
 The daemon prints `cut` once the cut holds, `ready` once the kernel's INIT is answered, and exits
 when the file system is unmounted (or on SIGTERM: the kernel then fails the requests in flight).
+
+A stalling disk, for benchmarks (benches/stalling_disk.sh): with VOLATILE_DISK_STALL_MS=N (default
+0: no stall), an FSYNC sleeps N ms before doing its work, and as the daemon is single-threaded every
+other request (reads and writes too) queues behind it, as behind a device flushing its cache. With
+VOLATILE_DISK_STALL_EVERY=K (default 1) only every Kth FSYNC stalls.
 """
 
 import ctypes
@@ -29,6 +34,7 @@ import signal
 import stat
 import struct
 import sys
+import time
 
 FUSE_ROOT_ID = 1
 FILE_ID = 2
@@ -55,6 +61,9 @@ IN_HEADER = struct.Struct("<IIQQIIIHH")  # len, opcode, unique, nodeid, uid, gid
 OUT_HEADER = struct.Struct("<IiQ")  # len, error, unique
 ATTR = struct.Struct("<QQQQQQIIIIIIIIII")  # struct fuse_attr
 
+STALL_SECONDS = int(os.environ.get("VOLATILE_DISK_STALL_MS", "0")) / 1000
+STALL_EVERY = max(1, int(os.environ.get("VOLATILE_DISK_STALL_EVERY", "1")))
+
 
 class Disk:
     """The file's contents: memory over the stable image, the dirty pages, the power state."""
@@ -74,6 +83,7 @@ class Disk:
         self.size_dirty = False
         self.cut = False
         self.cut_applied = False
+        self.fsyncs = 0
 
     def mark(self, offset, length):
         """Marks the pages of `offset..offset+length` dirty."""
@@ -225,6 +235,9 @@ def handle(disk, opcode, nodeid, body):
             disk.resize(offset + length)
         return 0, b""
     if opcode == FSYNC:
+        disk.fsyncs += 1
+        if STALL_SECONDS and disk.fsyncs % STALL_EVERY == 0:
+            time.sleep(STALL_SECONDS)
         disk.fsync()
         return 0, b""
     if opcode == STATFS:
