@@ -29,6 +29,7 @@
 #                produced MB/s column with it)
 #   DURATION     measured time of each run (default 10s; after a 2 s warm-up)
 #   ACKS         the acks settings to run (default "1 all")
+#   BENCH_ARGS   extra flags for every `shoal bench fanout`, e.g. "--broker-arg=--segment-bytes=32MiB"
 #   IMAGE_GIB    size of the disk (default 2; the daemon holds it all in memory)
 #   REFERENCE    1 (default): also run everything on the disk without stalls; 0: don't
 #   WORK         where the stable image and mounts go (default: a new directory under /var/tmp,
@@ -47,6 +48,7 @@ DURATION=${DURATION:-10s}
 ACKS=${ACKS:-1 all}
 IMAGE_GIB=${IMAGE_GIB:-2}
 REFERENCE=${REFERENCE:-1}
+read -r -a BENCH_ARGS <<<"${BENCH_ARGS:-}"
 OUT=${OUT:-$(mktemp -d /tmp/stalling-disk.XXXXXX)}
 
 if [[ $(id -u) != 0 ]]; then
@@ -138,10 +140,10 @@ run_one() {
     local tag="run-$N-$name-acks$acks-stall$stall"
     local data="$EXT4_DIR/run-$N"
     mkdir -p "$data"
-    echo "== $tag: $bin, acks=$acks, stall ${stall} ms every $STALL_EVERY fsync(s), $RATE for $DURATION" >&2
+    echo "== $tag: $bin, acks=$acks, stall ${stall} ms every $STALL_EVERY fsync(s), $RATE for $DURATION ${BENCH_ARGS[*]}" >&2
     local rc=0
     "$bin" bench fanout --broker-process --data-dir "$data" --consumers 1 --producers 2 \
-        --partitions 2 --acks "$acks" --rate "$RATE" --duration "$DURATION" --quiet \
+        --partitions 2 --acks "$acks" --rate "$RATE" --duration "$DURATION" --quiet ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"} \
         --json "$OUT/$tag.json" >"$OUT/$tag.txt" 2>&1 || rc=$?
     grep -E '^(produced|publish latency|broker disk|errors|correctness) ' "$OUT/$tag.txt" >&2 || true
     if [[ $rc != 0 || ! -s $OUT/$tag.json ]]; then
