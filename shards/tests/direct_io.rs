@@ -16,6 +16,9 @@ use std::path::{Path, PathBuf};
 const NON_DURABLE: AppendOptions = AppendOptions { durable: false };
 const DURABLE: AppendOptions = AppendOptions { durable: true };
 
+/// Which appends of a fill are durable (by index).
+type Durability = fn(usize) -> bool;
+
 /// Every append durable: all of them written with Direct I/O.
 fn all_durable(_: usize) -> bool {
     true
@@ -35,7 +38,7 @@ fn config(direct_io: bool) -> LogConfig {
 
 /// Appends `n` batches of uneven sizes (so writes end inside blocks), the `i`th durable if
 /// `durable(i)`, and returns the bytes the log must hold.
-async fn fill(log: &Log, n: usize, seed: u64, durable: fn(usize) -> bool) -> Vec<u8> {
+async fn fill(log: &Log, n: usize, seed: u64, durable: Durability) -> Vec<u8> {
     let mut out = Vec::new();
     for i in 0..n {
         let b = batch(1 + i % 3, 30 + (i * 53) % 700, seed + i as u64);
@@ -100,7 +103,7 @@ fn direct_and_buffered_logs_write_the_same_files() {
         let dirs = [(); 3].map(|()| tempfile::tempdir().unwrap());
         let [direct, mixed_dir, buffered] = &dirs;
         let mut logs = Vec::new();
-        let runs: [(&Path, bool, fn(usize) -> bool); 3] = [
+        let runs: [(&Path, bool, Durability); 3] = [
             (direct.path(), true, all_durable),
             (mixed_dir.path(), true, mixed),
             (buffered.path(), false, all_durable),
