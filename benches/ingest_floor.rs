@@ -23,7 +23,11 @@
 //! of its partition's file in the system temporary directory, and a thread `fdatasync`s every file
 //! each second (shoal's `--flush-ms` default); that thread's CPU is counted with the server's.
 //!
-//! `cargo bench --bench ingest_floor` (about 30 s); `-- --quick` for a smoke run; `-- --batch-bytes
+//! A third floor writes what one read of a producer's connection brought with one Direct I/O
+//! `O_DSYNC` write (copied into a DMA buffer, padded to whole blocks, into a file written with zeros
+//! first) before answering: what acks=all costs, as shoal writes it.
+//!
+//! `cargo bench --bench ingest_floor` (about 45 s); `-- --quick` for a smoke run; `-- --batch-bytes
 //! N` for another request size (the bench's `--batch-bytes`).
 
 use bytes::{Bytes, BytesMut};
@@ -142,6 +146,10 @@ where
         .name("floor-clients")
         .spawn(move || async move { clients(addr, sh).await })
         .unwrap();
+    // The warm-up starts once traffic flows (the device floor writes its files first).
+    while shared.bytes.load(SeqCst) == 0 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     std::thread::sleep(WARMUP);
     let tids = [&shared.server_tid, &shared.flush_tid].map(|t| t.load(SeqCst));
     let cpu = || -> Duration {
@@ -217,6 +225,8 @@ fn bulk(secs: f64) -> Window {
 struct Partition {
     /// Its file and where its end is (the page cache floor only).
     file: Option<(std::fs::File, std::cell::Cell<u64>)>,
+    /// Its file written with Direct I/O `O_DSYNC`, and where the next write goes (the device floor).
+    device: Option<(glommio::io::DmaFile, std::cell::Cell<u64>)>,
     unfetched: RefCell<BytesMut>,
     arrived: local_channel::LocalSender<()>,
     wait: RefCell<Option<local_channel::LocalReceiver<()>>>,
@@ -225,17 +235,29 @@ struct Partition {
 /// The ingest floor: see the module's documentation. Connections 0..4 are producers (producer `i`
 /// writes partition `i`), 4..8 consumers (consumer `i - 4` reads partition `i - 4`). With `files`
 /// (one per partition), each payload is also written to its partition's file.
-fn ingest(secs: f64, batch: usize, files: Option<Vec<std::fs::File>>) -> Window {
+fn ingest(
+    secs: f64,
+    batch: usize,
+    files: Option<Vec<std::fs::File>>,
+    device: Option<Vec<std::path::PathBuf>>,
+) -> Window {
     measure(
         secs,
         move |l, sh| async move {
             let mut files = files.map(|f| f.into_iter());
+            let mut device = match device {
+                Some(paths) => Some(open_device_files(paths).await.into_iter()),
+                None => None,
+            };
             let parts: Rc<Vec<Partition>> = Rc::new(
                 (0..PARTITIONS)
                     .map(|_| {
                         let (tx, rx) = local_channel::new_bounded(1);
                         Partition {
                             file: files
+                                .as_mut()
+                                .map(|f| (f.next().unwrap(), std::cell::Cell::new(0))),
+                            device: device
                                 .as_mut()
                                 .map(|f| (f.next().unwrap(), std::cell::Cell::new(0))),
                             unfetched: RefCell::new(BytesMut::with_capacity(8 << 20)),
@@ -282,6 +304,7 @@ async fn produce_side(mut s: TcpStream, part: &Partition, batch: usize) {
     let mut frames = FrameReader::new();
     let answer = [0u8; ANSWER];
     let mut answers = Vec::with_capacity(64 * ANSWER);
+    let mut payloads = Vec::new();
     while let Ok(payload) = frames.read_request(&mut s, batch).await {
         if let Some((file, end)) = &part.file {
             std::os::unix::fs::FileExt::write_all_at(file, &payload, end.get()).unwrap();
@@ -289,7 +312,14 @@ async fn produce_side(mut s: TcpStream, part: &Partition, batch: usize) {
         }
         part.unfetched.borrow_mut().extend_from_slice(&payload);
         answers.extend_from_slice(&answer);
+        if part.device.is_some() {
+            payloads.push(payload);
+        }
         if !frames.has_frame() {
+            if let Some((file, at)) = &part.device {
+                write_durably(file, at, &payloads).await;
+                payloads.clear();
+            }
             let _ = part.arrived.try_send(());
             if s.write_all(&answers).await.is_err() {
                 return;
@@ -297,6 +327,57 @@ async fn produce_side(mut s: TcpStream, part: &Partition, batch: usize) {
             answers.clear();
         }
     }
+}
+
+/// Bytes of each device floor file, written with zeros before the run (so that the run's writes
+/// overwrite written blocks and are issued inline, as shoal's zeros written ahead make them); the
+/// writes wrap around within them.
+const DEVICE_FILE: u64 = 1 << 30;
+
+/// Opens one file per path for Direct I/O `O_DSYNC` writes and fills it with zeros.
+async fn open_device_files(paths: Vec<std::path::PathBuf>) -> Vec<glommio::io::DmaFile> {
+    let mut files = Vec::new();
+    for path in paths {
+        let f = glommio::io::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .custom_flags(libc::O_DSYNC)
+            .dma_open(&path)
+            .await
+            .unwrap();
+        let step = 1 << 20;
+        let mut at = 0;
+        while at < DEVICE_FILE {
+            let mut zeros = f.alloc_dma_buffer(step);
+            zeros.as_bytes_mut().fill(0);
+            f.write_at(zeros, at).await.unwrap();
+            at += step as u64;
+        }
+        files.push(f);
+    }
+    files
+}
+
+/// The payloads one read brought, copied into one DMA buffer padded to whole blocks and written
+/// `O_DSYNC` at `at` (as shoal writes a group holding an acks=all append).
+async fn write_durably(file: &glommio::io::DmaFile, at: &std::cell::Cell<u64>, payloads: &[Bytes]) {
+    let len: usize = payloads.iter().map(|p| p.len()).sum();
+    let padded = len.next_multiple_of(4096);
+    let mut buf = file.alloc_dma_buffer(padded);
+    let b = buf.as_bytes_mut();
+    let mut pos = 0;
+    for p in payloads {
+        b[pos..pos + p.len()].copy_from_slice(p);
+        pos += p.len();
+    }
+    b[pos..].fill(0);
+    let mut to = at.get();
+    if to + padded as u64 > DEVICE_FILE {
+        to = 0;
+    }
+    file.write_at(buf, to).await.unwrap();
+    at.set(to + padded as u64);
 }
 
 /// Server side of a consumer: each 8-byte fetch is answered with a `u32` length and everything
@@ -410,10 +491,16 @@ fn main() {
         wire.gb_per_s(),
         wire.cpu_per_gb()
     );
-    let floor = ingest(a.secs, a.batch, None);
+    let floor = ingest(a.secs, a.batch, None, None);
     print_floor("ingest floor", &a, &floor, &wire);
-    let page_cache = with_files(|files| ingest(a.secs, a.batch, Some(files)));
+    let page_cache = with_files(|files| ingest(a.secs, a.batch, Some(files), None));
     print_floor("ingest floor + page cache write", &a, &page_cache, &wire);
+    let dir = tempfile::tempdir().unwrap();
+    let paths = (0..PARTITIONS)
+        .map(|i| dir.path().join(format!("{i}.log")))
+        .collect();
+    let device = ingest(a.secs, a.batch, None, Some(paths));
+    print_floor("ingest floor + O_DSYNC device write", &a, &device, &wire);
 }
 
 fn print_floor(name: &str, a: &Args, floor: &Window, wire: &Window) {

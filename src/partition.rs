@@ -378,7 +378,9 @@ mod tests {
         run(|| async {
             let dir = tempfile::tempdir().unwrap();
             let p = open(dir.path()).await;
-            let first = appending(p.produce(batch(7, 0), false));
+            // Durable (a Direct I/O write, completing later): a page cache write would complete
+            // before `produce` returns.
+            let first = appending(p.produce(batch(7, 0), true));
             // A retry while the first is being written is neither appended nor a duplicate yet.
             match p.produce(batch(7, 0), false) {
                 Err(Refused::Sequence {
@@ -391,7 +393,20 @@ mod tests {
             drop(first);
             let second = appending(p.produce(batch(7, 1), false));
             assert_eq!(second.finished().await.unwrap().unwrap().base_offset, 1);
-            match p.produce(batch(7, 0), false) {
+            // The first is confirmed once its fsync completes (bounded wait).
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            let retry = loop {
+                match p.produce(batch(7, 0), false) {
+                    Err(Refused::Sequence {
+                        check: SequenceCheck::InFlight,
+                        ..
+                    }) if std::time::Instant::now() < deadline => {
+                        glommio::timer::sleep(std::time::Duration::from_millis(5)).await
+                    }
+                    other => break other,
+                }
+            };
+            match retry {
                 Ok(Produced::Duplicate { base_offset: 0 }) => {}
                 other => panic!("expected a duplicate at 0, got {other:?}"),
             }
