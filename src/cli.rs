@@ -367,12 +367,13 @@ pub struct ServeArgs {
     /// acks=all is always fsynced before the acknowledgement.
     #[arg(long, default_value_t = 1000)]
     pub flush_ms: u64,
-    /// Write segments with Direct I/O (O_DIRECT: no copy into the page cache, no write-back bursts)
-    /// where the file system allows it; false writes through the page cache.
+    /// Write acks=all appends with Direct I/O and O_DSYNC (on the device when the write completes)
+    /// where the file system allows it; acks=0/1 appends always go through the page cache. False:
+    /// everything through the page cache, acks=all acknowledged after an fdatasync.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub direct_io: bool,
-    /// With Direct I/O, keep zeros written up to 4 MiB ahead of each active segment's data, so that
-    /// appends overwrite written blocks: on ext4 an append into allocated but unwritten space is
+    /// With Direct I/O, keep zeros written up to 4 MiB ahead of what it wrote in each active
+    /// segment, so that its appends overwrite written blocks: on ext4 an append into allocated but unwritten space is
     /// handed to a kernel worker thread (15% of a core at 400 MB/s). Costs a second device write of
     /// every block (wear on flash); false: appends go to the unwritten space.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]

@@ -24,8 +24,9 @@ pub struct LogConfig {
     pub max_batch_bytes: usize,
     /// Stamp every appended batch with the broker's clock (Kafka `message.timestamp.type=LogAppendTime`).
     pub log_append_time: bool,
-    /// Write the active segment with Direct I/O (`O_DIRECT`), bypassing the page cache, where the
-    /// file system allows it; else through the page cache.
+    /// Write the active segment's durable (acks=all) appends with Direct I/O (`O_DIRECT`,
+    /// `O_DSYNC`) where the file system allows it; the others, and all of them when false, go
+    /// through the page cache.
     pub direct_io: bool,
     /// With Direct I/O, keep zeros written ahead of the data so that appends overwrite written
     /// blocks (on ext4, appends into allocated but unwritten space go to a kernel worker thread).
