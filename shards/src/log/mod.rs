@@ -97,6 +97,10 @@ struct Inner {
     transactions: RefCell<OpenTransactions>,
     /// Everything below is fsynced. Closed when the log fails or closes.
     durable: OffsetMonitor,
+    /// Counts the sync task's rounds (each seals the segments rolled before it started): what
+    /// `wait_sealed` waits on, since `durable` can pass a rolled segment's end before its seal.
+    /// Closed with `durable`.
+    sync_rounds: OffsetMonitor,
     /// Held by whoever changes the segment list or writes: the writer task, retention, close.
     append_permit: Semaphore,
     /// Validated appends waiting for the writer task, in arrival order.
@@ -815,6 +819,7 @@ impl Log {
         inner.high_watermark.close();
         inner.last_stable.close();
         inner.durable.close();
+        inner.sync_rounds.close();
         result
     }
 
@@ -863,6 +868,7 @@ impl Inner {
             last_stable: OffsetMonitor::new(stable),
             transactions: RefCell::new(transactions),
             durable: OffsetMonitor::new(next),
+            sync_rounds: OffsetMonitor::new(0),
             append_permit: Semaphore::new(1),
             queue: RefCell::new(VecDeque::new()),
             writing: Cell::new(false),

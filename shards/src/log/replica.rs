@@ -288,6 +288,7 @@ impl Log {
         inner.high_watermark.close();
         inner.last_stable.close();
         inner.durable.close();
+        inner.sync_rounds.close();
     }
 }
 

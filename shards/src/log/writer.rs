@@ -317,17 +317,29 @@ impl Inner {
             .map_err(|e| self.storage.failed(&self.dir, e, false))
     }
 
-    /// Waits until the segments rolled so far are sealed by the sync task.
+    /// Waits until the segments rolled so far are sealed by the sync task. Not `sync_to` their end:
+    /// a round that started before a roll makes everything written durable, the rolled segment's
+    /// end included, without sealing it; the round after it does.
     pub(super) async fn wait_sealed(self: &Rc<Self>) -> Result<()> {
-        let sealing_to = self
-            .unsealed
-            .borrow()
-            .iter()
-            .map(|s| s.next_offset.get())
-            .max();
-        match sealing_to {
-            Some(end) => self.sync_to(end).await,
-            None => Ok(()),
+        loop {
+            let sealing_to = self
+                .unsealed
+                .borrow()
+                .iter()
+                .map(|s| s.next_offset.get())
+                .max();
+            let Some(end) = sealing_to else {
+                return Ok(());
+            };
+            let round = self.sync_rounds.value();
+            // The task runs rounds while any segment is unsealed.
+            self.request_sync(end);
+            if !self.sync_rounds.wait_for(round + 1).await {
+                return match &*self.failure.borrow() {
+                    Some(why) => Err(Error::storage(&self.dir, why)),
+                    None => Err(Error::Closed),
+                };
+            }
         }
     }
 
@@ -338,6 +350,7 @@ impl Inner {
         );
         *self.failure.borrow_mut() = Some(why.clone());
         self.durable.close();
+        self.sync_rounds.close();
         self.storage
             .failed(&self.dir, Error::storage(path, why), true)
     }
@@ -381,6 +394,7 @@ impl Inner {
                 if inner.sync_once(&sealing, dir_changes, &seg).await {
                     inner.durable.advance(written);
                 }
+                inner.sync_rounds.advance(inner.sync_rounds.value() + 1);
             }
             inner.syncing.set(false);
         })
