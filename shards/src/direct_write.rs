@@ -269,13 +269,7 @@ impl DirectWriter {
         let file = dsync.as_deref().unwrap_or(&*self.file);
         let written = file.write_at(buf, start).await;
         if !matches!(written, Ok(n) if n == padded) {
-            // The caller cuts the file back to `pos`: allocate again next time, and no zero write
-            // may land after that cut.
-            self.allocated.set(0);
-            self.zeros.target.set(0);
-            self.zeros.settle(0, u64::MAX).await;
-            // After the settle: a zero write that was in flight would set it again on landing.
-            self.zeros.zeroed.set(0);
+            self.forget_after_failed_write().await;
             return written.map(|n| n.saturating_sub(tail_len).min(len));
         }
         *self.tail.borrow_mut() = new_tail;
@@ -320,10 +314,7 @@ impl DirectWriter {
         z.settle(start, block_end).await;
         self.page_cache_writes.set(self.page_cache_writes.get() + 1);
         if let Err(e) = bytes.write_at(fd, pos) {
-            self.allocated.set(0);
-            z.target.set(0);
-            z.settle(0, u64::MAX).await;
-            z.zeroed.set(0);
+            self.forget_after_failed_write().await;
             return Err(e);
         }
         // The partial block at the new end, for the next Direct I/O write to rewrite.
@@ -338,6 +329,16 @@ impl DirectWriter {
         *self.tail.borrow_mut() = new_tail;
         self.allocated.set(self.allocated.get().max(block_end));
         Ok(())
+    }
+
+    /// After a failed write the caller cuts the file back to its logical end: allocate again next
+    /// time, and no zero write may land after that cut.
+    async fn forget_after_failed_write(&self) {
+        self.allocated.set(0);
+        self.zeros.target.set(0);
+        self.zeros.settle(0, u64::MAX).await;
+        // After the settle: a zero write that was in flight would set it again on landing.
+        self.zeros.zeroed.set(0);
     }
 
     /// The page cache writes made so far: an `fdatasync` that starts now covers them (see

@@ -275,19 +275,14 @@ impl Segment {
         last_offset - self.base_offset <= MAX_RELATIVE_OFFSET
     }
 
-    /// Writes `bytes` (whole batches with final offsets, described by `headers`) at the end. On
+    /// Writes `bytes` (whole batches with final offsets, described by their headers) at the end. On
     /// error nothing is counted as written and the file is cut back to the last whole batch, best
     /// effort (recovery cuts it anyway).
     ///
     /// With `sync` and Direct I/O the write goes to the device `O_DSYNC`: then `true` if it made
     /// the file durable up to its end (no page cache write before it is still unwritten). Without
     /// `sync` the batches are written through the page cache, complete once the kernel holds them.
-    pub(crate) async fn append(
-        &self,
-        bytes: &GroupBytes<'_>,
-        headers: &[BatchHeader],
-        sync: bool,
-    ) -> Result<bool> {
+    pub(crate) async fn append(&self, bytes: &GroupBytes<'_>, sync: bool) -> Result<bool> {
         let pos = self.size.get();
         let len = bytes.len();
         let direct = self.direct.borrow().clone();
@@ -315,7 +310,7 @@ impl Segment {
             }
             return Err(e);
         }
-        self.note_written(headers);
+        self.note_written(bytes.parts.iter().flat_map(|(_, headers)| headers.iter()));
         Ok(sync && direct.is_some_and(|w| !w.unsynced_page_cache()))
     }
 
@@ -333,7 +328,7 @@ impl Segment {
     /// Counts batches described by `headers` as written at the end of the file: size, index,
     /// offsets and timestamps (the owner after its write; a read replica when the owner hands
     /// the batches over).
-    pub(crate) fn note_written(&self, headers: &[BatchHeader]) {
+    pub(crate) fn note_written<'h>(&self, headers: impl IntoIterator<Item = &'h BatchHeader>) {
         let mut at = self.size.get();
         let mut index = self.index.borrow_mut();
         for h in headers {

@@ -175,14 +175,10 @@ impl Inner {
                 .collect(),
             stamp: stamp.then_some(now),
         };
-        let headers: Vec<BatchHeader> = group
-            .iter()
-            .flat_map(|p| p.headers.iter().copied())
-            .collect();
         // A durable append makes the write itself durable (Direct I/O, O_DSYNC): no fsync of its
         // own, and every append in the group shares it. Others go through the page cache.
         let sync = group.iter().any(|p| p.durable);
-        let written = crate::latency::write(self.active().append(&bytes, &headers, sync)).await;
+        let written = crate::latency::write(self.active().append(&bytes, sync)).await;
         drop(bytes);
         let synced = match written {
             Ok(synced) => synced,
@@ -335,10 +331,7 @@ impl Inner {
             // The task runs rounds while any segment is unsealed.
             self.request_sync(end);
             if !self.sync_rounds.wait_for(round + 1).await {
-                return match &*self.failure.borrow() {
-                    Some(why) => Err(Error::storage(&self.dir, why)),
-                    None => Err(Error::Closed),
-                };
+                return Err(self.sync_stopped());
             }
         }
     }
@@ -364,9 +357,14 @@ impl Inner {
         if self.durable.wait_for(target).await {
             return Ok(());
         }
+        Err(self.sync_stopped())
+    }
+
+    /// Why a wait on the sync task ended unanswered: the log failed (with why) or closed.
+    fn sync_stopped(&self) -> Error {
         match &*self.failure.borrow() {
-            Some(why) => Err(Error::storage(&self.dir, why)),
-            None => Err(Error::Closed),
+            Some(why) => Error::storage(&self.dir, why),
+            None => Error::Closed,
         }
     }
 
