@@ -104,6 +104,16 @@ pub struct Security {
     pub kernel_tls: Cell<bool>,
 }
 
+/// How far a core's start has come: watermarks that only move forward, so that whoever waits
+/// for a stage is woken once it is reached.
+#[derive(Debug, Default)]
+struct StartUp {
+    /// 1 once the core holds its partitions, groups and transactions ([`Core::mark_opened`]).
+    opened: OffsetMonitor,
+    /// How many cores have registered their open transactions again after the start.
+    transactions_registered: OffsetMonitor,
+}
+
 /// One core: what its requests need, reached through the sub-structs (`cluster`, `reads`,
 /// `security`, `metrics`) and the methods below.
 #[derive(Debug)]
@@ -131,6 +141,8 @@ pub struct Core {
     transactions: crate::transactions::coordinator::TxnCoordinator,
     /// Moves from 0 to 1 when the server is asked to stop.
     shutdown: OffsetMonitor,
+    /// How far this core and the others have come since the process started.
+    start_up: StartUp,
     pub security: Security,
     /// Edge mode: the upstream cluster as this core sees it, and its partitions' fetchers.
     edge: Option<Rc<crate::edge::EdgeCore>>,
@@ -191,6 +203,7 @@ impl Core {
             mesh,
             metrics: FrontEndStats::default(),
             shutdown,
+            start_up: StartUp::default(),
         }
     }
 
@@ -225,14 +238,68 @@ impl Core {
     pub fn groups(&self) -> &crate::groups::Coordinator {
         &self.groups
     }
-    /// Moves from 0 to 1 when the server is asked to stop.
     /// The transactional ids this core coordinates.
     pub fn transactions(&self) -> &crate::transactions::coordinator::TxnCoordinator {
         &self.transactions
     }
 
+    /// Moves from 0 to 1 when the server is asked to stop.
     pub fn shutdown(&self) -> &OffsetMonitor {
         &self.shutdown
+    }
+
+    /// This core has opened the partitions of the table it started with and loaded its groups'
+    /// offsets and its transactions: from now on a partition it owns but does not hold could not
+    /// be opened, rather than not opened yet.
+    pub fn mark_opened(&self) {
+        self.start_up.opened.advance(1);
+    }
+
+    /// Waits until [`Core::mark_opened`]; `false` if the core stops first. What other cores ask
+    /// of its partitions, groups or transactions waits here at start.
+    pub async fn until_opened(&self) -> bool {
+        if self.start_up.opened.value() >= 1 {
+            return true;
+        }
+        futures_lite::future::or(self.start_up.opened.wait_for(1), async {
+            self.shutdown.wait_for(1).await;
+            false
+        })
+        .await
+    }
+
+    /// One more core (this one or another) has registered its open transactions' partitions
+    /// again with their owners after the start (or found none).
+    pub fn transactions_registered_by(&self, core: usize) {
+        log::debug!("core {}: core {core} has registered its open transactions", self.id);
+        let registered = &self.start_up.transactions_registered;
+        registered.advance(registered.value() + 1);
+    }
+
+    /// Waits, up to `limit`, until every core has registered its open transactions again after
+    /// the start, so that a transactional batch is never refused for a registration a restart
+    /// forgot and its coordinator has not made again yet. Returns at once after that.
+    pub async fn until_transactions_registered(&self, limit: Duration) {
+        let all = self.cores as i64;
+        let registered = &self.start_up.transactions_registered;
+        if registered.value() >= all {
+            return;
+        }
+        let give_up = async {
+            futures_lite::future::or(glommio::timer::sleep(limit), async {
+                self.shutdown.wait_for(1).await;
+            })
+            .await;
+            false
+        };
+        if !futures_lite::future::or(registered.wait_for(all), give_up).await {
+            log::warn!(
+                "core {}: open transactions are not registered again on every core after {} ms; \
+                 a transactional batch is checked against what is",
+                self.id,
+                limit.as_millis()
+            );
+        }
     }
     /// Edge mode's upstream, as this core sees it; `None` for `shoal serve`.
     pub fn upstream(&self) -> Option<&Rc<crate::edge::EdgeCore>> {

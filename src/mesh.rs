@@ -150,8 +150,14 @@ pub enum CoreMsg {
     Txn {
         from: usize,
         id: u64,
+        /// The asking core's topic table revision: a partition the asked core's table lacks was
+        /// deleted only if that table is at least as new.
+        revision: u64,
         ask: crate::transactions::TxnAsk,
     },
+    /// A core has registered its open transactions' partitions again with their owners after the
+    /// start (sent once, to every other core).
+    TxnsRegistered { from: usize },
     /// One result per item asked (`None`: done).
     TxnReply {
         id: u64,

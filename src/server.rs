@@ -647,6 +647,9 @@ async fn run_core(
         // COORDINATOR_LOAD_IN_PROGRESS instead.
         log::error!("core {id}: cannot load the transaction log: {e}");
     }
+    // What the other cores ask of this core's partitions, groups and transactions (markers
+    // first) waited for this.
+    core.mark_opened();
     // Compacted topics' partitions on this core are compacted in the background from now on.
     shards::compactor::start();
     let ticker = glommio::spawn_local({

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 pub type Results = Vec<Option<ResponseError>>;
 
 /// Carries out `ask` on this core: the partitions must be this core's, the groups coordinated
-/// here.
-pub async fn on_this_core(core: &Rc<Core>, ask: TxnAsk) -> Results {
+/// here. `revision` is the asking core's topic table revision (see [`held`]).
+pub async fn on_this_core(core: &Rc<Core>, ask: TxnAsk, revision: u64) -> Results {
     match ask {
         TxnAsk::Register {
             producer_id,
@@ -27,12 +27,12 @@ pub async fn on_this_core(core: &Rc<Core>, ask: TxnAsk) -> Results {
             partitions,
         } => partitions
             .iter()
-            .map(|(t, p)| match core.partition(t, *p) {
-                Some(part) => {
+            .map(|(t, p)| match held(core, t, *p, revision) {
+                Ok(part) => {
                     part.add_to_transaction(producer_id, epoch);
                     None
                 }
-                None => Some(ResponseError::UnknownTopicOrPartition),
+                Err(e) => Some(e),
             })
             .collect(),
         TxnAsk::Markers {
@@ -42,10 +42,14 @@ pub async fn on_this_core(core: &Rc<Core>, ask: TxnAsk) -> Results {
             partitions,
         } => {
             let writes = partitions.iter().map(|(t, p)| {
-                let part = core.partition(t, *p);
+                let part = held(core, t, *p, revision);
                 async move {
-                    // A partition deleted since it joined the transaction needs no marker.
-                    let part = part?;
+                    // A partition deleted since it joined the transaction needs no marker
+                    // (UNKNOWN_TOPIC_OR_PARTITION says so); one not held is retried.
+                    let part = match part {
+                        Ok(part) => part,
+                        Err(e) => return Some(e),
+                    };
                     match part.write_marker(producer_id, epoch, commit, 0).await {
                         Ok(_) => None,
                         // The producer moved on to a later epoch: this marker is stale.
@@ -75,6 +79,33 @@ pub async fn on_this_core(core: &Rc<Core>, ask: TxnAsk) -> Results {
             }
             out
         }
+    }
+}
+
+/// The partition a transaction names, as this core holds it, or why not:
+/// UNKNOWN_TOPIC_OR_PARTITION only when it was deleted (this core's table lacks it and is at
+/// least as new as the asking core's, `revision`), NOT_LEADER_OR_FOLLOWER (retried) when the
+/// table gives it to this core but the core does not hold it (it could not be opened), when
+/// another core owns it, or when this core has not applied the asker's table yet.
+fn held(
+    core: &Core,
+    topic: &str,
+    index: i32,
+    revision: u64,
+) -> Result<Rc<crate::partition::Partition>, ResponseError> {
+    if let Some(part) = core.partition(topic, index) {
+        return Ok(part);
+    }
+    let deleted = core.owner(topic, index).is_none() && core.topics().revision >= revision;
+    if deleted {
+        Err(ResponseError::UnknownTopicOrPartition)
+    } else {
+        log::debug!(
+            "core {}: {topic}-{index} named by a transaction is not held here (table revision {} against {revision})",
+            core.id(),
+            core.topics().revision
+        );
+        Err(ResponseError::NotLeaderOrFollower)
     }
 }
 
@@ -119,15 +150,21 @@ async fn all<T: 'static>(
 /// Asks `ask` of core `to` (in place when it is this core); a core that cannot be asked or does
 /// not answer in time fails every item.
 async fn ask_core(core: &Rc<Core>, to: usize, ask: TxnAsk, items: usize) -> Results {
+    let revision = core.topics().revision;
     if to == core.id() {
-        return on_this_core(core, ask).await;
+        return on_this_core(core, ask, revision).await;
     }
     let from = core.id();
     let unanswered = vec![Some(ResponseError::CoordinatorNotAvailable); items];
     let exchange = async {
         let asked = core
             .mesh()
-            .ask(to, |id| CoreMsg::Txn { from, id, ask })
+            .ask(to, |id| CoreMsg::Txn {
+                from,
+                id,
+                revision,
+                ask,
+            })
             .await?;
         core.mesh()
             .answer(asked, Instant::now() + CHANGE_TIMEOUT)
@@ -273,18 +310,26 @@ pub async fn complete(
         .await
 }
 
-/// Runs the coordinator's ticker until the core stops: at start the open transactions' partitions
-/// are registered again with their owners (a restart forgot them), then every check interval the
-/// due work (see `TxnCoordinator::due`) is carried out.
+/// Runs the coordinator's ticker until the core stops: at once, the open transactions'
+/// partitions are registered again with their owners (a restart forgot them; each owner answers
+/// once it holds its partitions) and every core is told, and the transactions decided before the
+/// restart are completed; then every check interval the due work (see `TxnCoordinator::due`) is
+/// carried out.
 pub async fn run_ticker(core: Rc<Core>) {
     let interval = core
         .transactions()
         .config
         .timeout_check_interval
         .max(Duration::from_millis(10));
-    let mut unregistered = ongoing(&core);
-    let mut rounds = 0;
+    let mut unregistered = register_again(&core, ongoing(&core)).await;
+    announce_registered(&core).await;
+    let mut rounds = 1;
     loop {
+        if !unregistered.is_empty() && rounds < 20 {
+            rounds += 1;
+            unregistered = register_again(&core, unregistered).await;
+        }
+        complete_due(&core).await;
         let stopped = futures_lite::future::or(
             async {
                 glommio::timer::sleep(interval).await;
@@ -299,24 +344,32 @@ pub async fn run_ticker(core: Rc<Core>) {
         if stopped {
             return;
         }
-        if !unregistered.is_empty() && rounds < 20 {
-            rounds += 1;
-            unregistered = register_again(&core, unregistered).await;
-        }
-        // Every due transaction at once: each round's markers are durable appends (an fsync per
-        // partition), which a restart with many open transactions would otherwise queue.
-        let due = core.transactions().due(shards::now_ms()).await;
-        let core = &core;
-        let rounds = due.iter().map(|(id, markers, _claim)| async move {
-            if let Err(e) = complete(core, id, markers).await {
-                log::warn!(
-                    "core {}: the transaction of {id} is not complete yet: {e:?}",
-                    core.id()
-                );
-            }
-        });
-        join_all(rounds.collect()).await;
     }
+}
+
+/// Tells every core (this one too) that this core's open transactions are registered again.
+async fn announce_registered(core: &Rc<Core>) {
+    core.transactions_registered_by(core.id());
+    for to in (0..core.cores()).filter(|&c| c != core.id()) {
+        core.mesh()
+            .send(to, CoreMsg::TxnsRegistered { from: core.id() })
+            .await;
+    }
+}
+
+/// Completes every due transaction at once: each one's markers are durable appends (an fsync per
+/// partition), which a restart with many open transactions would otherwise queue.
+async fn complete_due(core: &Rc<Core>) {
+    let due = core.transactions().due(shards::now_ms()).await;
+    let rounds = due.iter().map(|(id, markers, _claim)| async move {
+        if let Err(e) = complete(core, id, markers).await {
+            log::warn!(
+                "core {}: the transaction of {id} is not complete yet: {e:?}",
+                core.id()
+            );
+        }
+    });
+    join_all(rounds.collect()).await;
 }
 
 /// The open transactions: producer id, epoch and partitions.

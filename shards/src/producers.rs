@@ -64,6 +64,10 @@ struct Producer {
     recent: VecDeque<(i32, i32, i64)>,
     /// When its last batch was reserved or written (ms since the epoch): what expiry measures.
     last_ms: i64,
+    /// The batches in `recent` belong to a transaction that has ended (a marker at this epoch
+    /// followed them): none of them can be retried any more, and the producer's next batch may
+    /// start at one of their first sequence numbers (see [`ProducerStates::end_transaction`]).
+    ended: bool,
 }
 
 impl Producer {
@@ -73,6 +77,7 @@ impl Producer {
             next_seq: seq_add(last_seq(h), 1),
             recent: VecDeque::from([(h.base_sequence, last_seq(h), -1)]),
             last_ms: now_ms,
+            ended: false,
         }
     }
     /// No append of it is in flight.
@@ -204,7 +209,20 @@ impl ProducerStates {
             *p = Producer::new(h, now_ms);
             return SequenceCheck::Append;
         }
-        if let Some(&(_, _, offset)) = p.recent.iter().find(|r| r.0 == first && r.1 == last) {
+        if p.ended {
+            // The first batch after a transaction's marker: a new run of sequence numbers, from
+            // where the producer expects it or from one the ended transaction's batches took.
+            if first != p.next_seq && !p.recent.iter().any(|r| r.0 == first) {
+                return SequenceCheck::OutOfOrder {
+                    expected: p.next_seq,
+                };
+            }
+            p.recent.clear();
+            p.ended = false;
+            p.next_seq = first;
+        } else if let Some(&(_, _, offset)) =
+            p.recent.iter().find(|r| r.0 == first && r.1 == last)
+        {
             return if offset >= 0 {
                 SequenceCheck::Duplicate {
                     base_offset: offset,
@@ -275,20 +293,27 @@ impl ProducerStates {
 
     /// A transaction marker at `epoch` was written for the producer. A later epoch than the
     /// producer's (the coordinator bumped it: KIP-360) fences the old one, and the producer starts
-    /// the new epoch at sequence 0; at the same epoch its sequence numbers go on. A producer not
-    /// known is kept from then on at that epoch (as Kafka does), so its older epoch is fenced too.
+    /// the new epoch at sequence 0. At the same epoch its sequence numbers go on, but the ended
+    /// transaction's batches are no longer duplicates of anything: a client never retries a
+    /// batch after its transaction ended, while one that aborted a transaction without knowing
+    /// whether its last batches were written (their acknowledgements lost) sends its next batch
+    /// with their sequence numbers again, a new record that must not be acknowledged at the
+    /// aborted one's offset (as a duplicate, it would be lost). A producer not known is kept from
+    /// then on at that epoch (as Kafka does), so its older epoch is fenced too.
     pub fn end_transaction(&mut self, producer_id: i64, epoch: i16, now_ms: i64) {
         let p = self.producers.entry(producer_id).or_insert(Producer {
             epoch,
             next_seq: 0,
             recent: VecDeque::new(),
             last_ms: now_ms,
+            ended: false,
         });
         if epoch > p.epoch {
             p.epoch = epoch;
             p.next_seq = 0;
             p.recent.clear();
         }
+        p.ended = !p.recent.is_empty();
         p.last_ms = p.last_ms.max(now_ms);
         if self.producers.len() > self.config.max_producers {
             self.enforce_limit();
@@ -317,12 +342,17 @@ impl ProducerStates {
             next_seq: 0,
             recent: VecDeque::new(),
             last_ms: ts,
+            ended: false,
         };
         let p = self.producers.entry(h.producer_id).or_insert(fresh.clone());
         if h.producer_epoch > p.epoch {
             *p = fresh;
         } else if h.producer_epoch < p.epoch {
             return;
+        }
+        if p.ended {
+            p.recent.clear();
+            p.ended = false;
         }
         p.next_seq = seq_add(last_seq(h), 1);
         p.last_ms = p.last_ms.max(ts);
@@ -399,6 +429,7 @@ impl ProducerStates {
             b.extend_from_slice(&p.epoch.to_be_bytes());
             b.extend_from_slice(&next.to_be_bytes());
             b.extend_from_slice(&p.last_ms.to_be_bytes());
+            b.push(u8::from(p.ended));
             b.push(done.len() as u8);
             for r in done {
                 b.extend_from_slice(&r.0.to_be_bytes());
@@ -436,6 +467,7 @@ impl ProducerStates {
             let epoch = i16::from_be_bytes(take(2)?.try_into().ok()?);
             let next_seq = i32::from_be_bytes(take(4)?.try_into().ok()?);
             let last_ms = i64::from_be_bytes(take(8)?.try_into().ok()?);
+            let ended = take(1)?[0] != 0;
             let k = take(1)?[0] as usize;
             let mut recent = VecDeque::with_capacity(k.min(RECENT));
             for _ in 0..k {
@@ -451,6 +483,7 @@ impl ProducerStates {
                     next_seq,
                     recent,
                     last_ms,
+                    ended,
                 },
             );
         }
@@ -458,8 +491,9 @@ impl ProducerStates {
     }
 }
 
-/// Snapshot format 2 (format 1, `SHPS`, had no last-activity times).
-const MAGIC: &[u8; 4] = b"SHP2";
+/// Snapshot format 3 (format 2, `SHP2`, had no ended-transaction flag; format 1, `SHPS`, no
+/// last-activity times): an older snapshot is not read, the log is replayed instead.
+const MAGIC: &[u8; 4] = b"SHP3";
 
 #[cfg(test)]
 mod tests {
@@ -736,14 +770,15 @@ mod tests {
         let mut replayed = ProducerStates::default();
         write(&mut live, &data, 0, 10);
         replayed.replay(&data, 10);
-        // At the same epoch sequences go on across transactions.
+        // At the same epoch sequences go on across transactions, and the ended transaction's
+        // batches are no longer duplicates: its sequence numbers may be sent again.
         assert!(live.may_end_transaction(1, 0));
         live.end_transaction(1, 0, 10);
         replayed.replay(&marker(1, 0, 10), 10);
         assert_eq!(live, replayed);
         assert_eq!(
             live.check_and_reserve(&h(1, 0, 0, 3), 10),
-            SequenceCheck::Duplicate { base_offset: 0 }
+            SequenceCheck::Append
         );
         // The coordinator bumps the epoch (a timed-out transaction aborted): the old epoch is
         // fenced, and a marker from it refused; the new epoch starts at 0.
@@ -767,6 +802,60 @@ mod tests {
             live.check_and_reserve(&h(9, 2, 0, 1), 20),
             SequenceCheck::Append
         );
+    }
+
+    /// A transactional producer that aborts without knowing whether its last batches were
+    /// written (their acknowledgements lost in a crash) sends its next record with their sequence
+    /// numbers: a new record after the marker, never a duplicate acknowledged at the aborted
+    /// batch's offset. Live, after a snapshot and in replay alike; sequences that neither go on
+    /// nor restart an ended batch are still out of order, and the new run dedups its own retries.
+    #[test]
+    fn after_a_marker_the_ended_transactions_sequences_may_be_sent_again() {
+        let marker = |pid: i64, epoch: i16| BatchHeader {
+            attributes: crate::batch::ATTR_CONTROL | crate::batch::ATTR_TRANSACTIONAL,
+            base_sequence: -1,
+            ..h(pid, epoch, 0, 1)
+        };
+        let mut live = ProducerStates::default();
+        let mut replayed = ProducerStates::default();
+        for (seq, offset) in [(0, 0), (1, 1)] {
+            write(&mut live, &h(7, 3, seq, 1), offset, 10);
+            replayed.replay(
+                &BatchHeader {
+                    base_offset: offset,
+                    ..h(7, 3, seq, 1)
+                },
+                10,
+            );
+        }
+        // Before the marker a retry of the last batch is a duplicate.
+        assert_eq!(
+            live.check_and_reserve(&h(7, 3, 1, 1), 10),
+            SequenceCheck::Duplicate { base_offset: 1 }
+        );
+        live.end_transaction(7, 3, 10);
+        replayed.replay(&marker(7, 3), 10);
+        let (mut decoded, _) = ProducerStates::decode(&live.encode(3)).unwrap();
+        decoded.set_config(live.config());
+        for s in [&mut live, &mut replayed, &mut decoded] {
+            assert_eq!(
+                s.check_and_reserve(&h(7, 3, 5, 1), 20),
+                SequenceCheck::OutOfOrder { expected: 2 }
+            );
+            // Sequence 1 again (the client never saw it acknowledged): appended anew.
+            assert_eq!(s.check_and_reserve(&h(7, 3, 1, 1), 20), SequenceCheck::Append);
+            s.confirm(&h(7, 3, 1, 1), 4, 20);
+            assert_eq!(
+                s.check_and_reserve(&h(7, 3, 1, 1), 20),
+                SequenceCheck::Duplicate { base_offset: 4 }
+            );
+            assert_eq!(s.check_and_reserve(&h(7, 3, 2, 1), 20), SequenceCheck::Append);
+        }
+        // A marker after batches that went on as expected: the next sequence follows them.
+        let mut on = ProducerStates::default();
+        write(&mut on, &h(8, 0, 0, 2), 0, 10);
+        on.end_transaction(8, 0, 10);
+        assert_eq!(on.check_and_reserve(&h(8, 0, 2, 1), 20), SequenceCheck::Append);
     }
 
     #[test]

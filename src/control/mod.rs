@@ -136,14 +136,29 @@ async fn handle(core: &Rc<Core>, _peer: usize, msg: CoreMsg) {
                 .await;
         }
         CoreMsg::Replica(msg) => core.receive_replica(msg),
+        CoreMsg::TxnsRegistered { from } => core.transactions_registered_by(from),
         CoreMsg::PartitionEnds { from, id, asked } => {
+            // The owner answers for its partitions once it holds them.
+            if !core.until_opened().await {
+                return;
+            }
             let ends = crate::group_lag::partition_ends(core, asked).await;
             core.mesh()
                 .send(from, CoreMsg::PartitionEndsReply { id, ends })
                 .await;
         }
-        CoreMsg::Txn { from, id, ask } => {
-            let results = crate::transaction_markers::on_this_core(core, ask).await;
+        CoreMsg::Txn {
+            from,
+            id,
+            revision,
+            ask,
+        } => {
+            // A partition not opened yet is not a deleted one, nor a group not loaded yet one
+            // without offsets: the answer waits for the start to finish.
+            if !core.until_opened().await {
+                return;
+            }
+            let results = crate::transaction_markers::on_this_core(core, ask, revision).await;
             core.mesh()
                 .send(from, CoreMsg::TxnReply { id, results })
                 .await;

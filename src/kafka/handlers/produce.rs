@@ -26,6 +26,10 @@ pub const VERSIONS: Versions = Versions {
     max: 13,
 };
 
+/// Longest a transactional produce waits after a start for the coordinators to register their
+/// open transactions again.
+const REGISTRATION_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The outcome of one partition, or the append it waits for.
 enum Pending {
     Done(PartitionProduceResponse),
@@ -48,10 +52,16 @@ fn error_response(index: i32, code: i16, message: Option<String>) -> PartitionPr
 
 pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
     let request: ProduceRequest = decode(req)?;
+    if request.transactional_id.is_some() {
+        // Just after a start, a partition may not know yet that an open transaction had added
+        // it: its coordinator registers it again first.
+        core.until_transactions_registered(REGISTRATION_WAIT).await;
+    }
     let acks = request.acks;
     let durable = acks == -1;
-    // Everything up to the first await runs in request order, so pipelined produces are appended in
-    // the order they were sent (idempotent producers depend on it).
+    // Everything from here to the first await runs in request order, so pipelined produces are
+    // appended in the order they were sent (idempotent producers depend on it; transactional ones
+    // waiting above just after a start are woken in the order they came).
     let mut topics: Vec<(StrBytes, Uuid, Vec<Pending>)> = Vec::new();
     for t in request.topic_data {
         // v13 names the topic by id (KIP-516): an id no topic has is UNKNOWN_TOPIC_ID.
