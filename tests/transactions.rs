@@ -6,6 +6,8 @@
 //! aborted transactions of each fetch (raw Fetch and ListOffsets, then librdkafka).
 
 mod common;
+#[path = "transactions/restart.rs"]
+mod restart;
 
 use bytes::Bytes;
 use common::wire::{call, connect, record_values};

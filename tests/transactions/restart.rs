@@ -1,0 +1,481 @@
+//! Transactions ended across a `kill -9`: right after the restart, while one core is still opening
+//! its partitions, and at random moments under load. Every record ends as its transaction did.
+
+use super::common::Shoal;
+use rdkafka::admin::{AdminClient, AdminOptions};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A transactional producer that reconnects at once after the broker comes back.
+fn producer(bootstrap: &str, id: &str) -> BaseProducer {
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("transactional.id", id)
+        .set("linger.ms", "2")
+        .set("reconnect.backoff.ms", "10")
+        .set("reconnect.backoff.max.ms", "100")
+        .set("retry.backoff.ms", "20")
+        .set("retry.backoff.max.ms", "100")
+        .create()
+        .expect("producer");
+    p.init_transactions(WAIT).expect("init_transactions");
+    p
+}
+
+/// Sends each (partition, value) of `topic` and waits for every acknowledgement.
+fn send(p: &BaseProducer, topic: &str, records: &[(i32, String)]) -> Result<(), KafkaError> {
+    for (partition, value) in records {
+        let mut record = BaseRecord::<(), str>::to(topic)
+            .partition(*partition)
+            .payload(value.as_str());
+        loop {
+            match p.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(_), r)) => {
+                    record = r;
+                    p.poll(Duration::from_millis(10));
+                }
+                Err((e, _)) => return Err(e),
+            }
+        }
+    }
+    p.flush(WAIT)
+}
+
+/// `n` transactional ids that core `core` of `cores` coordinates.
+fn ids_on(core: usize, cores: usize, prefix: &str, n: usize) -> Vec<String> {
+    (0..)
+        .map(|i| format!("{prefix}-{i}"))
+        .filter(|id| shoal::transactions::coordinator_core(id, cores) == core)
+        .take(n)
+        .collect()
+}
+
+fn admin(bootstrap: &str) -> AdminClient<DefaultClientContext> {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("admin client")
+}
+
+/// The leader (core) of every partition of every topic.
+fn leaders(bootstrap: &str) -> BTreeMap<(String, i32), i32> {
+    let c = consumer(bootstrap, "read_uncommitted");
+    let md = c.fetch_metadata(None, WAIT).expect("metadata");
+    md.topics()
+        .iter()
+        .flat_map(|t| {
+            t.partitions()
+                .iter()
+                .map(|p| ((t.name().to_string(), p.id()), p.leader()))
+        })
+        .collect()
+}
+
+/// 200 one-partition topics, of which those on `fast` are deleted again: `slow` is left with 100
+/// more partitions to open at every start than `fast`.
+fn load_one_core(bootstrap: &str, fast: i32) {
+    let names: Vec<String> = (0..200).map(|i| format!("bulk-{i}")).collect();
+    let topics: Vec<(&str, i32)> = names.iter().map(|n| (n.as_str(), 1)).collect();
+    super::common::create_topics(bootstrap, &topics);
+    let doomed: Vec<String> = leaders(bootstrap)
+        .into_iter()
+        .filter(|((t, _), leader)| t.starts_with("bulk-") && *leader == fast)
+        .map(|((t, _), _)| t)
+        .collect();
+    assert_eq!(doomed.len(), 100);
+    let doomed: Vec<&str> = doomed.iter().map(String::as_str).collect();
+    let opts = AdminOptions::new().operation_timeout(Some(WAIT));
+    for r in futures_lite::future::block_on(admin(bootstrap).delete_topics(&doomed, &opts))
+        .expect("DeleteTopics answered")
+    {
+        r.expect("topic deleted");
+    }
+}
+
+fn consumer(bootstrap: &str, isolation: &str) -> BaseConsumer {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", format!("restart-{isolation}"))
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", isolation)
+        .set("fetch.wait.max.ms", "50")
+        .set("reconnect.backoff.max.ms", "100")
+        .create()
+        .expect("consumer")
+}
+
+/// Waits until every partition's last stable offset is its high watermark (no transaction open,
+/// every marker written), then returns the ends.
+fn settled(bootstrap: &str, topic: &str, partitions: i32) -> Vec<i64> {
+    let committed = consumer(bootstrap, "read_committed");
+    let uncommitted = consumer(bootstrap, "read_uncommitted");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let ends: Vec<(i64, i64)> = (0..partitions)
+            .map(|p| {
+                let lso = committed.fetch_watermarks(topic, p, WAIT).expect("LSO").1;
+                let hw = uncommitted.fetch_watermarks(topic, p, WAIT).expect("HW").1;
+                (lso, hw)
+            })
+            .collect();
+        if ends.iter().all(|(lso, hw)| lso == hw) {
+            return ends.into_iter().map(|e| e.1).collect();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{topic}: transactions still open (last stable offset, high watermark): {ends:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Every record of `topic` up to `ends` as a consumer at `isolation` reads it:
+/// (partition, offset, value).
+fn read_all(bootstrap: &str, topic: &str, ends: &[i64], isolation: &str) -> Vec<(i32, i64, String)> {
+    let c = consumer(bootstrap, isolation);
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..ends.len() as i32 {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    c.assign(&tpl).unwrap();
+    let mut out = Vec::new();
+    let deadline = Instant::now() + WAIT;
+    let done = |c: &BaseConsumer| {
+        let positions = c.position().unwrap();
+        (0..ends.len()).all(|p| {
+            positions
+                .find_partition(topic, p as i32)
+                .and_then(|e| match e.offset() {
+                    Offset::Offset(o) => Some(o >= ends[p]),
+                    _ => None,
+                })
+                .unwrap_or(ends[p] == 0)
+        })
+    };
+    while !done(&c) {
+        assert!(Instant::now() < deadline, "{topic}: not read to {ends:?} in time");
+        if let Some(m) = c.poll(Duration::from_millis(100)) {
+            let m = m.expect("fetch succeeds");
+            let value = String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned();
+            out.push((m.partition(), m.offset(), value));
+        }
+    }
+    out
+}
+
+/// Kills the broker and starts it again on the same ports.
+fn restart(shoal: Shoal, dir: &Path, listen: &str, args: &[&str]) -> Shoal {
+    shoal.kill_hard();
+    Shoal::start_on(dir, 2, listen, args)
+}
+
+/// Transactions over a partition of each core, coordinated by the core with few partitions,
+/// ended (two committed, two aborted) the moment the broker is back after a `kill -9` while the
+/// other core still opens its 100 more partitions: ten rounds, so twenty of each end. Every
+/// committed record is read once by read_committed consumers, no aborted one is, none is lost,
+/// and no transaction is left open.
+fn ended_right_after_a_restart(slow: i32) {
+    let fast = 1 - slow;
+    let dir = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", super::common::free_port_run(2));
+    let args = ["--transaction-timeout-check-interval-ms", "100"];
+    let mut shoal = Shoal::start_on(dir.path(), 2, &listen, &args);
+    super::common::create_topics(&listen, &[("t", 2)]);
+    load_one_core(&listen, fast);
+    let on_slow = (0..2)
+        .find(|&p| leaders(&listen)[&("t".to_string(), p)] == slow)
+        .unwrap();
+    let ids = ids_on(fast as usize, 2, &format!("restart-{slow}"), 4);
+    let producers: Vec<BaseProducer> = ids.iter().map(|id| producer(&listen, id)).collect();
+    let (mut committed, mut aborted) = (BTreeSet::new(), BTreeSet::new());
+    for round in 0..10 {
+        for (i, p) in producers.iter().enumerate() {
+            p.begin_transaction().unwrap();
+            let records: Vec<(i32, String)> = (0..20)
+                .map(|k| (k % 2, format!("r{round}-p{i}-{k}")))
+                .collect();
+            send(p, "t", &records).expect("records acknowledged");
+            let values = records.into_iter().map(|r| r.1);
+            if i % 2 == 0 {
+                committed.extend(values);
+            } else {
+                aborted.extend(values);
+            }
+        }
+        shoal = restart(shoal, dir.path(), &listen, &args);
+        std::thread::scope(|s| {
+            for (i, p) in producers.iter().enumerate() {
+                s.spawn(move || match i % 2 {
+                    0 => p.commit_transaction(WAIT).expect("commit"),
+                    _ => p.abort_transaction(WAIT).expect("abort"),
+                });
+            }
+        });
+    }
+    let ends = settled(&listen, "t", 2);
+    let read: Vec<String> = read_all(&listen, "t", &ends, "read_committed")
+        .into_iter()
+        .map(|r| r.2)
+        .collect();
+    let read_set: BTreeSet<String> = read.iter().cloned().collect();
+    assert_eq!(read.len(), read_set.len(), "a committed record read twice");
+    let leaked: Vec<&String> = read_set.intersection(&aborted).collect();
+    assert!(
+        leaked.is_empty(),
+        "aborted records read_committed (t-{on_slow} is on the slow core): {leaked:?}"
+    );
+    let lost: Vec<&String> = committed.difference(&read_set).collect();
+    assert!(lost.is_empty(), "committed records lost: {lost:?}");
+    let all: BTreeSet<String> = read_all(&listen, "t", &ends, "read_uncommitted")
+        .into_iter()
+        .map(|r| r.2)
+        .collect();
+    assert_eq!(all.len(), committed.len() + aborted.len(), "records lost");
+    drop(producers);
+    shoal.stop();
+}
+
+#[test]
+fn transactions_ended_right_after_a_restart_keep_their_markers_when_core_0_opens_last() {
+    ended_right_after_a_restart(0);
+}
+
+#[test]
+fn transactions_ended_right_after_a_restart_keep_their_markers_when_core_1_opens_last() {
+    ended_right_after_a_restart(1);
+}
+
+/// How a transaction of the history ended, as its producer saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Committed,
+    Aborted,
+    /// The producer failed (fatal error, broker gone at the end): either, but all or nothing.
+    Unknown,
+}
+
+/// One producer's transactions: each one's values and how it ended.
+type History = Vec<(Vec<String>, Outcome)>;
+
+/// The end of a transaction whose records were all acknowledged; `None` when the producer must
+/// be made again (its outcome unknown).
+fn end(p: &BaseProducer, commit: bool) -> Option<Outcome> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let ended = if commit {
+            p.commit_transaction(WAIT)
+        } else {
+            p.abort_transaction(WAIT)
+        };
+        match ended {
+            Ok(()) if commit => return Some(Outcome::Committed),
+            Ok(()) => return Some(Outcome::Aborted),
+            Err(KafkaError::Transaction(e)) if e.is_retriable() && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Err(KafkaError::Transaction(e)) if e.txn_requires_abort() => {
+                return p.abort_transaction(WAIT).ok().map(|()| Outcome::Aborted)
+            }
+            Err(_) => return None,
+        }
+    }
+}
+
+/// Producer `i`: transactions of 1-6 records over the topic's partitions, committed or aborted at
+/// random, a third of them ended only once the broker is back from its next kill; until `stop`.
+fn run_producer(
+    bootstrap: &str,
+    id: &str,
+    i: usize,
+    restarts: &Arc<Mutex<u64>>,
+    stop: &AtomicBool,
+) -> History {
+    use rand::Rng;
+    let mut rng = rand::thread_rng();
+    let mut p = producer(bootstrap, id);
+    let mut history = History::new();
+    for n in 0.. {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        if p.begin_transaction().is_err() {
+            p = producer(bootstrap, id);
+            continue;
+        }
+        let records: Vec<(i32, String)> = (0..rng.gen_range(1..=6))
+            .map(|k| (rng.gen_range(0..4), format!("p{i}-t{n:05}-{k}")))
+            .collect();
+        let values: Vec<String> = records.iter().map(|r| r.1.clone()).collect();
+        let mut commit = rng.gen_bool(0.5);
+        if send(&p, "h", &records).is_err() {
+            commit = false;
+        } else if rng.gen_range(0..3) == 0 {
+            let seen = *restarts.lock().unwrap();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while *restarts.lock().unwrap() == seen && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        match end(&p, commit) {
+            Some(outcome) => history.push((values, outcome)),
+            None => {
+                history.push((values, Outcome::Unknown));
+                p = producer(bootstrap, id);
+            }
+        }
+    }
+    drop(p);
+    history
+}
+
+/// A read_committed consumer of every partition from the start until `stop`: what it read.
+fn run_reader(bootstrap: &str, stop: &AtomicBool) -> Vec<(i32, i64, String)> {
+    let c = consumer(bootstrap, "read_committed");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..4 {
+        tpl.add_partition_offset("h", p, Offset::Beginning).unwrap();
+    }
+    c.assign(&tpl).unwrap();
+    let mut read = Vec::new();
+    while !stop.load(Ordering::SeqCst) {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(50)) {
+            let value = String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned();
+            read.push((m.partition(), m.offset(), value));
+        }
+    }
+    read
+}
+
+/// One run of the history: four transactional producers (two coordinated by each core) over four
+/// partitions (two on each core) and a read_committed reader, while the broker is killed with
+/// `kill -9` and started again three times; then every check over what was read.
+fn history_run(run: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", super::common::free_port_run(2));
+    let args = ["--transaction-timeout-check-interval-ms", "100"];
+    let mut shoal = Some(Shoal::start_on(dir.path(), 2, &listen, &args));
+    super::common::create_topics(&listen, &[("h", 4)]);
+    let mut ids = ids_on(0, 2, &format!("history-{run}"), 2);
+    ids.extend(ids_on(1, 2, &format!("history-{run}"), 2));
+    let restarts = Arc::new(Mutex::new(0u64));
+    let (stop_producers, stop_reader) = (AtomicBool::new(false), AtomicBool::new(false));
+    let (histories, live) = std::thread::scope(|s| {
+        let producers: Vec<_> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| {
+                let (listen, restarts, stop) = (&listen, &restarts, &stop_producers);
+                s.spawn(move || run_producer(listen, id, i, restarts, stop))
+            })
+            .collect();
+        let reader = s.spawn(|| run_reader(&listen, &stop_reader));
+        for _ in 0..3 {
+            std::thread::sleep(Duration::from_millis(1500));
+            shoal = Some(restart(shoal.take().unwrap(), dir.path(), &listen, &args));
+            *restarts.lock().unwrap() += 1;
+        }
+        std::thread::sleep(Duration::from_millis(1000));
+        stop_producers.store(true, Ordering::SeqCst);
+        let histories: Vec<History> = producers.into_iter().map(|p| p.join().unwrap()).collect();
+        settled(&listen, "h", 4);
+        stop_reader.store(true, Ordering::SeqCst);
+        (histories, reader.join().unwrap())
+    });
+    let ends = settled(&listen, "h", 4);
+    let last = read_all(&listen, "h", &ends, "read_committed");
+    check_history(run, &histories, &live, &last);
+    shoal.unwrap().stop();
+}
+
+/// The checks of one run: no aborted record read, every committed one read exactly once, a
+/// transaction of unknown outcome all or nothing, what the live reader read at an offset is what
+/// is there at the end, and each producer's records in a partition in the order it sent them.
+fn check_history(
+    run: usize,
+    histories: &[History],
+    live: &[(i32, i64, String)],
+    last: &[(i32, i64, String)],
+) {
+    let outcome: HashMap<&str, Outcome> = histories
+        .iter()
+        .flatten()
+        .flat_map(|(values, o)| values.iter().map(move |v| (v.as_str(), *o)))
+        .collect();
+    let mut at: HashMap<&str, (i32, i64)> = HashMap::new();
+    for (p, offset, v) in last {
+        let o = outcome.get(v.as_str());
+        assert!(o.is_some(), "run {run}: {v} was never sent");
+        assert_ne!(o, Some(&Outcome::Aborted), "run {run}: aborted {v} read");
+        assert!(
+            at.insert(v, (*p, *offset)).is_none(),
+            "run {run}: {v} read twice"
+        );
+    }
+    let (mut committed, mut unknown) = (0, 0);
+    for (values, o) in histories.iter().flatten() {
+        let found = values.iter().filter(|v| at.contains_key(v.as_str())).count();
+        match o {
+            Outcome::Committed => {
+                committed += 1;
+                assert_eq!(found, values.len(), "run {run}: committed {values:?} lost");
+            }
+            Outcome::Unknown => {
+                unknown += 1;
+                assert!(
+                    found == 0 || found == values.len(),
+                    "run {run}: half of {values:?} visible"
+                );
+            }
+            Outcome::Aborted => {}
+        }
+    }
+    let by_offset: HashMap<(i32, i64), &str> =
+        last.iter().map(|(p, o, v)| ((*p, *o), v.as_str())).collect();
+    for (p, offset, v) in live {
+        assert_ne!(
+            outcome.get(v.as_str()),
+            Some(&Outcome::Aborted),
+            "run {run}: aborted {v} read live"
+        );
+        assert_eq!(
+            by_offset.get(&(*p, *offset)),
+            Some(&v.as_str()),
+            "run {run}: {v} read live at {p}/{offset}"
+        );
+    }
+    let mut order: HashMap<(i32, &str), &str> = HashMap::new();
+    for (p, _, v) in last {
+        let producer = v.split('-').next().unwrap();
+        if let Some(before) = order.insert((*p, producer), v) {
+            assert!(before < v.as_str(), "run {run}: {v} after {before} in {p}");
+        }
+    }
+    assert!(committed > 0, "run {run}: nothing committed");
+    eprintln!(
+        "history run {run}: {} transactions ({committed} committed, {unknown} unknown), {} records read at the end, {} live",
+        histories.iter().map(Vec::len).sum::<usize>(),
+        last.len(),
+        live.len()
+    );
+}
+
+/// Five runs of the history check.
+#[test]
+fn a_history_of_transactions_over_kill_9s_is_atomic_and_ordered() {
+    for run in 0..5 {
+        history_run(run);
+    }
+}
