@@ -662,10 +662,8 @@ fn a_transactional_batch_outside_a_transaction_is_refused() {
 #[test]
 fn transactions_survive_kill_9_of_the_broker() {
     let dir = tempfile::tempdir().unwrap();
-    let port = common::free_port_run(2);
-    let listen = format!("127.0.0.1:{port}");
     let args = ["--transaction-timeout-check-interval-ms", "100"];
-    let shoal = Shoal::start_on(dir.path(), 2, &listen, &args);
+    let (shoal, listen) = restart::start(dir.path(), 2, &args);
     create_topics(&listen, &[("crash", 4)]);
     let aborted = transactional_producer(&listen, "tx-crash-abort", &[]);
     aborted.begin_transaction().unwrap();
@@ -674,8 +672,7 @@ fn transactions_survive_kill_9_of_the_broker() {
     let p = transactional_producer(&listen, "tx-crash", &[]);
     p.begin_transaction().unwrap();
     send_values(&p, "crash", &values("before", 8));
-    shoal.kill_hard();
-    let shoal = Shoal::start_on(dir.path(), 2, &listen, &args);
+    let shoal = restart::restart(shoal, dir.path(), &listen, &args);
     // The same transaction goes on over the restart: more records, then the commit.
     send_values(&p, "crash", &values("after", 8));
     p.commit_transaction(Duration::from_secs(30)).unwrap();

@@ -281,6 +281,14 @@ pub fn key_in_shard(shard: u32, n: u32, prefix: &str) -> String {
         .expect("some key lands in every shard")
 }
 
+/// Held while a test of this process picks a run of free ports with [`free_port_run`] and until
+/// its server has bound them (or, killed, has bound them again): tests running at once in one
+/// process start their search at the same port.
+pub fn ports_lock() -> std::sync::MutexGuard<'static, ()> {
+    static PORTS: Mutex<()> = Mutex::new(());
+    PORTS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A port P such that P..P+n are all free right now, below the kernel's ephemeral range: client
 /// connections hold ports in that range for a minute after they close (TIME_WAIT), and a test that
 /// made tens of thousands of them (the fuzzer) would leave no run of free ports there.

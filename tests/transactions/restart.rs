@@ -8,6 +8,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
@@ -42,7 +43,7 @@ fn send(p: &BaseProducer, topic: &str, records: &[(i32, String)]) -> Result<(), 
         loop {
             match p.send(record) {
                 Ok(()) => break,
-                Err((KafkaError::MessageProduction(_), r)) => {
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
                     record = r;
                     p.poll(Duration::from_millis(10));
                 }
@@ -176,10 +177,19 @@ fn read_all(bootstrap: &str, topic: &str, ends: &[i64], isolation: &str) -> Vec<
     out
 }
 
+/// Starts a broker of `cores` cores on a run of free ports: it and core 0's address.
+pub fn start(dir: &Path, cores: usize, args: &[&str]) -> (Shoal, String) {
+    let _picking = super::common::ports_lock();
+    let listen = format!("127.0.0.1:{}", super::common::free_port_run(cores as u16));
+    (Shoal::start_on(dir, cores, &listen, args), listen)
+}
+
 /// Kills the broker and starts it again on the same ports.
-fn restart(shoal: Shoal, dir: &Path, listen: &str, args: &[&str]) -> Shoal {
+pub fn restart(shoal: Shoal, dir: &Path, listen: &str, args: &[&str]) -> Shoal {
+    let _ports_free_meanwhile = super::common::ports_lock();
+    let cores = shoal.ports.len();
     shoal.kill_hard();
-    Shoal::start_on(dir, 2, listen, args)
+    Shoal::start_on(dir, cores, listen, args)
 }
 
 /// Transactions over a partition of each core, coordinated by the core with few partitions,
@@ -190,9 +200,8 @@ fn restart(shoal: Shoal, dir: &Path, listen: &str, args: &[&str]) -> Shoal {
 fn ended_right_after_a_restart(slow: i32) {
     let fast = 1 - slow;
     let dir = tempfile::tempdir().unwrap();
-    let listen = format!("127.0.0.1:{}", super::common::free_port_run(2));
     let args = ["--transaction-timeout-check-interval-ms", "100"];
-    let mut shoal = Shoal::start_on(dir.path(), 2, &listen, &args);
+    let (mut shoal, listen) = start(dir.path(), 2, &args);
     super::common::create_topics(&listen, &[("t", 2)]);
     load_one_core(&listen, fast);
     let on_slow = (0..2)
@@ -256,6 +265,15 @@ fn transactions_ended_right_after_a_restart_keep_their_markers_when_core_0_opens
 #[test]
 fn transactions_ended_right_after_a_restart_keep_their_markers_when_core_1_opens_last() {
     ended_right_after_a_restart(1);
+}
+
+/// Sets its flag when dropped.
+struct Raise<'a>(&'a AtomicBool);
+
+impl Drop for Raise<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
 }
 
 /// How a transaction of the history ended, as its producer saw it.
@@ -360,19 +378,23 @@ fn run_reader(bootstrap: &str, stop: &AtomicBool) -> Vec<(i32, i64, String)> {
 }
 
 /// One run of the history: four transactional producers (two coordinated by each core) over four
-/// partitions (two on each core) and a read_committed reader, while the broker is killed with
+/// partitions (two on each core, one of which has 100 partitions more) and a read_committed reader, while the broker is killed with
 /// `kill -9` and started again three times; then every check over what was read.
 fn history_run(run: usize) {
     let dir = tempfile::tempdir().unwrap();
-    let listen = format!("127.0.0.1:{}", super::common::free_port_run(2));
     let args = ["--transaction-timeout-check-interval-ms", "100"];
-    let mut shoal = Some(Shoal::start_on(dir.path(), 2, &listen, &args));
+    let (shoal, listen) = start(dir.path(), 2, &args);
+    let mut shoal = Some(shoal);
     super::common::create_topics(&listen, &[("h", 4)]);
+    // One core (each run the other) opens 100 more partitions at every start.
+    load_one_core(&listen, (run % 2) as i32);
     let mut ids = ids_on(0, 2, &format!("history-{run}"), 2);
     ids.extend(ids_on(1, 2, &format!("history-{run}"), 2));
     let restarts = Arc::new(Mutex::new(0u64));
     let (stop_producers, stop_reader) = (AtomicBool::new(false), AtomicBool::new(false));
     let (histories, live) = std::thread::scope(|s| {
+        // Whatever fails below, the threads stop (the scope waits for them).
+        let _stop = (Raise(&stop_producers), Raise(&stop_reader));
         let producers: Vec<_> = ids
             .iter()
             .enumerate()
@@ -478,4 +500,153 @@ fn a_history_of_transactions_over_kill_9s_is_atomic_and_ordered() {
     for run in 0..5 {
         history_run(run);
     }
+}
+
+/// A transactional producer's session over the wire, as librdkafka speaks it: one core, topic
+/// `reuse` with one partition.
+struct RawSession {
+    c: std::net::TcpStream,
+    producer_id: i64,
+    epoch: i16,
+    correlation: i32,
+}
+
+impl RawSession {
+    const ID: &'static str = "tx-reuse";
+
+    fn start(port: u16) -> RawSession {
+        use kafka_protocol::messages::{
+            InitProducerIdRequest, InitProducerIdResponse, TransactionalId,
+        };
+        let mut c = super::common::wire::connect(port);
+        let r: InitProducerIdResponse = super::common::wire::call(
+            &mut c,
+            kafka_protocol::messages::ApiKey::InitProducerId,
+            4,
+            1,
+            &InitProducerIdRequest::default()
+                .with_transactional_id(Some(TransactionalId(super::s(Self::ID))))
+                .with_transaction_timeout_ms(60_000),
+        );
+        assert_eq!(r.error_code, 0, "{r:?}");
+        RawSession {
+            c,
+            producer_id: r.producer_id.0,
+            epoch: r.producer_epoch,
+            correlation: 2,
+        }
+    }
+
+    fn next(&mut self) -> i32 {
+        self.correlation += 1;
+        self.correlation
+    }
+
+    fn add_partition(&mut self) {
+        use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+        use kafka_protocol::messages::{
+            AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ProducerId, TopicName,
+            TransactionalId,
+        };
+        let correlation = self.next();
+        let r: AddPartitionsToTxnResponse = super::common::wire::call(
+            &mut self.c,
+            kafka_protocol::messages::ApiKey::AddPartitionsToTxn,
+            3,
+            correlation,
+            &AddPartitionsToTxnRequest::default()
+                .with_v3_and_below_transactional_id(TransactionalId(super::s(Self::ID)))
+                .with_v3_and_below_producer_id(ProducerId(self.producer_id))
+                .with_v3_and_below_producer_epoch(self.epoch)
+                .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+                    .with_name(TopicName(super::s("reuse")))
+                    .with_partitions(vec![0])]),
+        );
+        let code = r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code;
+        assert_eq!(code, 0, "{r:?}");
+    }
+
+    /// Produces one record at `sequence`; the partition's answer (error code, base offset).
+    fn produce(&mut self, sequence: i32, value: &str) -> (i16, i64) {
+        use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+        use kafka_protocol::messages::{ProduceRequest, ProduceResponse, TopicName};
+        let mut b = shards::batch::BatchBuilder::new(shards::now_ms())
+            .producer(self.producer_id, self.epoch, sequence)
+            .transactional();
+        b.push(shards::now_ms(), None, Some(value.as_bytes()), &[]);
+        let correlation = self.next();
+        let r: ProduceResponse = super::common::wire::call(
+            &mut self.c,
+            kafka_protocol::messages::ApiKey::Produce,
+            8,
+            correlation,
+            &ProduceRequest::default()
+                .with_transactional_id(Some(kafka_protocol::messages::TransactionalId(
+                    super::s(Self::ID),
+                )))
+                .with_acks(-1)
+                .with_timeout_ms(5000)
+                .with_topic_data(vec![TopicProduceData::default()
+                    .with_name(TopicName(super::s("reuse")))
+                    .with_partition_data(vec![PartitionProduceData::default()
+                        .with_index(0)
+                        .with_records(Some(bytes::Bytes::from(b.finish(0))))])]),
+        );
+        let p = &r.responses[0].partition_responses[0];
+        (p.error_code, p.base_offset)
+    }
+
+    fn end(&mut self, commit: bool) {
+        use kafka_protocol::messages::{
+            EndTxnRequest, EndTxnResponse, ProducerId, TransactionalId,
+        };
+        let correlation = self.next();
+        let r: EndTxnResponse = super::common::wire::call(
+            &mut self.c,
+            kafka_protocol::messages::ApiKey::EndTxn,
+            3,
+            correlation,
+            &EndTxnRequest::default()
+                .with_transactional_id(TransactionalId(super::s(Self::ID)))
+                .with_producer_id(ProducerId(self.producer_id))
+                .with_producer_epoch(self.epoch)
+                .with_committed(commit),
+        );
+        assert_eq!(r.error_code, 0, "{r:?}");
+    }
+}
+
+/// A record written in a transaction whose acknowledgement was lost, then aborted: the client
+/// sends its next record with the same sequence number (librdkafka purges the record and reuses
+/// it). After a `kill -9` and restart (the producer state rebuilt from the log), that next record
+/// is appended at a new offset and committed, never acknowledged as a duplicate of the aborted one.
+#[test]
+fn a_sequence_number_reused_after_an_abort_is_a_new_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shoal, listen) = start(dir.path(), 1, &[]);
+    super::common::create_topics(&listen, &[("reuse", 1)]);
+    let port = shoal.ports[0];
+    let mut session = RawSession::start(port);
+    session.add_partition();
+    assert_eq!(session.produce(0, "purged"), (0, 0));
+    session.end(false);
+    let shoal = restart(shoal, dir.path(), &listen, &[]);
+    let mut session = RawSession {
+        c: super::common::wire::connect(port),
+        ..session
+    };
+    session.add_partition();
+    let (code, offset) = session.produce(0, "kept");
+    assert_eq!(code, 0);
+    assert_eq!(offset, 2, "after the record (0) and the abort marker (1)");
+    // Its retry is a duplicate, at its own offset.
+    assert_eq!(session.produce(0, "kept"), (0, 2));
+    session.end(true);
+    let ends = settled(&listen, "reuse", 1);
+    let read: Vec<String> = read_all(&listen, "reuse", &ends, "read_committed")
+        .into_iter()
+        .map(|r| r.2)
+        .collect();
+    assert_eq!(read, ["kept"]);
+    shoal.stop();
 }
