@@ -271,7 +271,10 @@ impl Core {
     /// One more core (this one or another) has registered its open transactions' partitions
     /// again with their owners after the start (or found none).
     pub fn transactions_registered_by(&self, core: usize) {
-        log::debug!("core {}: core {core} has registered its open transactions", self.id);
+        log::debug!(
+            "core {}: core {core} has registered its open transactions",
+            self.id
+        );
         let registered = &self.start_up.transactions_registered;
         registered.advance(registered.value() + 1);
     }

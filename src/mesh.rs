@@ -157,7 +157,9 @@ pub enum CoreMsg {
     },
     /// A core has registered its open transactions' partitions again with their owners after the
     /// start (sent once, to every other core).
-    TxnsRegistered { from: usize },
+    TxnsRegistered {
+        from: usize,
+    },
     /// One result per item asked (`None`: done).
     TxnReply {
         id: u64,

@@ -220,8 +220,7 @@ impl ProducerStates {
             p.recent.clear();
             p.ended = false;
             p.next_seq = first;
-        } else if let Some(&(_, _, offset)) =
-            p.recent.iter().find(|r| r.0 == first && r.1 == last)
+        } else if let Some(&(_, _, offset)) = p.recent.iter().find(|r| r.0 == first && r.1 == last)
         {
             return if offset >= 0 {
                 SequenceCheck::Duplicate {
@@ -843,19 +842,28 @@ mod tests {
                 SequenceCheck::OutOfOrder { expected: 2 }
             );
             // Sequence 1 again (the client never saw it acknowledged): appended anew.
-            assert_eq!(s.check_and_reserve(&h(7, 3, 1, 1), 20), SequenceCheck::Append);
+            assert_eq!(
+                s.check_and_reserve(&h(7, 3, 1, 1), 20),
+                SequenceCheck::Append
+            );
             s.confirm(&h(7, 3, 1, 1), 4, 20);
             assert_eq!(
                 s.check_and_reserve(&h(7, 3, 1, 1), 20),
                 SequenceCheck::Duplicate { base_offset: 4 }
             );
-            assert_eq!(s.check_and_reserve(&h(7, 3, 2, 1), 20), SequenceCheck::Append);
+            assert_eq!(
+                s.check_and_reserve(&h(7, 3, 2, 1), 20),
+                SequenceCheck::Append
+            );
         }
         // A marker after batches that went on as expected: the next sequence follows them.
         let mut on = ProducerStates::default();
         write(&mut on, &h(8, 0, 0, 2), 0, 10);
         on.end_transaction(8, 0, 10);
-        assert_eq!(on.check_and_reserve(&h(8, 0, 2, 1), 20), SequenceCheck::Append);
+        assert_eq!(
+            on.check_and_reserve(&h(8, 0, 2, 1), 20),
+            SequenceCheck::Append
+        );
     }
 
     #[test]

@@ -84,10 +84,10 @@ fn leaders(bootstrap: &str) -> BTreeMap<(String, i32), i32> {
         .collect()
 }
 
-/// 200 one-partition topics, of which those on `fast` are deleted again: `slow` is left with 100
-/// more partitions to open at every start than `fast`.
-fn load_one_core(bootstrap: &str, fast: i32) {
-    let names: Vec<String> = (0..200).map(|i| format!("bulk-{i}")).collect();
+/// `2 * n` one-partition topics, of which those on `fast` are deleted again: the other core is
+/// left with `n` more partitions to open at every start than `fast`.
+fn load_one_core(bootstrap: &str, fast: i32, n: usize) {
+    let names: Vec<String> = (0..2 * n).map(|i| format!("bulk-{i}")).collect();
     let topics: Vec<(&str, i32)> = names.iter().map(|n| (n.as_str(), 1)).collect();
     super::common::create_topics(bootstrap, &topics);
     let doomed: Vec<String> = leaders(bootstrap)
@@ -95,7 +95,7 @@ fn load_one_core(bootstrap: &str, fast: i32) {
         .filter(|((t, _), leader)| t.starts_with("bulk-") && *leader == fast)
         .map(|((t, _), _)| t)
         .collect();
-    assert_eq!(doomed.len(), 100);
+    assert_eq!(doomed.len(), n);
     let doomed: Vec<&str> = doomed.iter().map(String::as_str).collect();
     let opts = AdminOptions::new().operation_timeout(Some(WAIT));
     for r in futures_lite::future::block_on(admin(bootstrap).delete_topics(&doomed, &opts))
@@ -144,7 +144,12 @@ fn settled(bootstrap: &str, topic: &str, partitions: i32) -> Vec<i64> {
 
 /// Every record of `topic` up to `ends` as a consumer at `isolation` reads it:
 /// (partition, offset, value).
-fn read_all(bootstrap: &str, topic: &str, ends: &[i64], isolation: &str) -> Vec<(i32, i64, String)> {
+fn read_all(
+    bootstrap: &str,
+    topic: &str,
+    ends: &[i64],
+    isolation: &str,
+) -> Vec<(i32, i64, String)> {
     let c = consumer(bootstrap, isolation);
     let mut tpl = TopicPartitionList::new();
     for p in 0..ends.len() as i32 {
@@ -167,7 +172,10 @@ fn read_all(bootstrap: &str, topic: &str, ends: &[i64], isolation: &str) -> Vec<
         })
     };
     while !done(&c) {
-        assert!(Instant::now() < deadline, "{topic}: not read to {ends:?} in time");
+        assert!(
+            Instant::now() < deadline,
+            "{topic}: not read to {ends:?} in time"
+        );
         if let Some(m) = c.poll(Duration::from_millis(100)) {
             let m = m.expect("fetch succeeds");
             let value = String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned();
@@ -192,39 +200,40 @@ pub fn restart(shoal: Shoal, dir: &Path, listen: &str, args: &[&str]) -> Shoal {
     Shoal::start_on(dir, cores, listen, args)
 }
 
-/// Transactions over a partition of each core, coordinated by the core with few partitions,
-/// ended (two committed, two aborted) the moment the broker is back after a `kill -9` while the
-/// other core still opens its 100 more partitions: ten rounds, so twenty of each end. Every
-/// committed record is read once by read_committed consumers, no aborted one is, none is lost,
-/// and no transaction is left open.
-fn ended_right_after_a_restart(slow: i32) {
-    let fast = 1 - slow;
-    let dir = tempfile::tempdir().unwrap();
-    let args = ["--transaction-timeout-check-interval-ms", "100"];
-    let (mut shoal, listen) = start(dir.path(), 2, &args);
-    super::common::create_topics(&listen, &[("t", 2)]);
-    load_one_core(&listen, fast);
-    let on_slow = (0..2)
-        .find(|&p| leaders(&listen)[&("t".to_string(), p)] == slow)
-        .unwrap();
-    let ids = ids_on(fast as usize, 2, &format!("restart-{slow}"), 4);
-    let producers: Vec<BaseProducer> = ids.iter().map(|id| producer(&listen, id)).collect();
-    let (mut committed, mut aborted) = (BTreeSet::new(), BTreeSet::new());
-    for round in 0..10 {
+/// What [`end_after_restarts`] wrote: the values of the committed and of the aborted
+/// transactions.
+#[derive(Default)]
+struct Ended {
+    committed: BTreeSet<String>,
+    aborted: BTreeSet<String>,
+}
+
+/// `rounds` rounds of: each producer writes a transaction of 20 records over partitions
+/// `0..spread` of `topic`; the broker is killed with `kill -9` and started again; the moment it
+/// is back, the even producers commit and the odd ones abort, all at once.
+fn end_after_restarts(
+    mut shoal: Shoal,
+    (dir, listen, args): (&Path, &str, &[&str]),
+    producers: &[BaseProducer],
+    (topic, spread): (&str, i32),
+    rounds: usize,
+    ended: &mut Ended,
+) -> Shoal {
+    for round in 0..rounds {
         for (i, p) in producers.iter().enumerate() {
             p.begin_transaction().unwrap();
             let records: Vec<(i32, String)> = (0..20)
-                .map(|k| (k % 2, format!("r{round}-p{i}-{k}")))
+                .map(|k| (k % spread, format!("r{round}-p{i}-{k}")))
                 .collect();
-            send(p, "t", &records).expect("records acknowledged");
+            send(p, topic, &records).expect("records acknowledged");
             let values = records.into_iter().map(|r| r.1);
             if i % 2 == 0 {
-                committed.extend(values);
+                ended.committed.extend(values);
             } else {
-                aborted.extend(values);
+                ended.aborted.extend(values);
             }
         }
-        shoal = restart(shoal, dir.path(), &listen, &args);
+        shoal = restart(shoal, dir, listen, args);
         std::thread::scope(|s| {
             for (i, p) in producers.iter().enumerate() {
                 s.spawn(move || match i % 2 {
@@ -234,25 +243,86 @@ fn ended_right_after_a_restart(slow: i32) {
             }
         });
     }
-    let ends = settled(&listen, "t", 2);
-    let read: Vec<String> = read_all(&listen, "t", &ends, "read_committed")
+    shoal
+}
+
+/// Once no transaction is open on partitions `0..spread` of `topic`: every committed record is
+/// read once by read_committed consumers, no aborted one is, and read_uncommitted ones read all.
+fn check_ended(listen: &str, (topic, spread): (&str, i32), ended: &Ended) {
+    let ends = settled(listen, topic, spread);
+    let read: Vec<String> = read_all(listen, topic, &ends, "read_committed")
         .into_iter()
         .map(|r| r.2)
         .collect();
     let read_set: BTreeSet<String> = read.iter().cloned().collect();
     assert_eq!(read.len(), read_set.len(), "a committed record read twice");
-    let leaked: Vec<&String> = read_set.intersection(&aborted).collect();
+    let leaked: Vec<&String> = read_set.intersection(&ended.aborted).collect();
     assert!(
         leaked.is_empty(),
-        "aborted records read_committed (t-{on_slow} is on the slow core): {leaked:?}"
+        "aborted records read_committed: {leaked:?}"
     );
-    let lost: Vec<&String> = committed.difference(&read_set).collect();
+    let lost: Vec<&String> = ended.committed.difference(&read_set).collect();
     assert!(lost.is_empty(), "committed records lost: {lost:?}");
-    let all: BTreeSet<String> = read_all(&listen, "t", &ends, "read_uncommitted")
+    let all: BTreeSet<String> = read_all(listen, topic, &ends, "read_uncommitted")
         .into_iter()
         .map(|r| r.2)
         .collect();
-    assert_eq!(all.len(), committed.len() + aborted.len(), "records lost");
+    assert_eq!(
+        all.len(),
+        ended.committed.len() + ended.aborted.len(),
+        "records lost"
+    );
+}
+
+/// Transactions over a partition of each core, coordinated by the core with few partitions,
+/// ended (two committed, two aborted) the moment the broker is back after a `kill -9` while the
+/// other core still opens its 100 more partitions: ten rounds, so twenty of each end.
+fn ended_right_after_a_restart(slow: i32) {
+    let fast = 1 - slow;
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--transaction-timeout-check-interval-ms", "100"];
+    let (shoal, listen) = start(dir.path(), 2, &args);
+    super::common::create_topics(&listen, &[("t", 2)]);
+    load_one_core(&listen, fast, 100);
+    let ids = ids_on(fast as usize, 2, &format!("restart-{slow}"), 4);
+    let producers: Vec<BaseProducer> = ids.iter().map(|id| producer(&listen, id)).collect();
+    let mut ended = Ended::default();
+    let shoal = end_after_restarts(
+        shoal,
+        (dir.path(), &listen, &args),
+        &producers,
+        ("t", 2),
+        10,
+        &mut ended,
+    );
+    check_ended(&listen, ("t", 2), &ended);
+    drop(producers);
+    shoal.stop();
+}
+
+/// 1,000 partitions more on core 0: transactions coordinated by both cores over a partition of
+/// each, ended the moment the broker is back from a `kill -9` while core 0 opens its partitions.
+/// No marker is lost.
+#[test]
+fn transactions_ended_while_a_core_opens_1000_partitions_lose_no_marker() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--transaction-timeout-check-interval-ms", "100"];
+    let (shoal, listen) = start(dir.path(), 2, &args);
+    super::common::create_topics(&listen, &[("wide", 2)]);
+    load_one_core(&listen, 1, 1000);
+    let mut ids = ids_on(0, 2, "wide", 2);
+    ids.extend(ids_on(1, 2, "wide", 2));
+    let producers: Vec<BaseProducer> = ids.iter().map(|id| producer(&listen, id)).collect();
+    let mut ended = Ended::default();
+    let shoal = end_after_restarts(
+        shoal,
+        (dir.path(), &listen, &args),
+        &producers,
+        ("wide", 2),
+        3,
+        &mut ended,
+    );
+    check_ended(&listen, ("wide", 2), &ended);
     drop(producers);
     shoal.stop();
 }
@@ -387,7 +457,7 @@ fn history_run(run: usize) {
     let mut shoal = Some(shoal);
     super::common::create_topics(&listen, &[("h", 4)]);
     // One core (each run the other) opens 100 more partitions at every start.
-    load_one_core(&listen, (run % 2) as i32);
+    load_one_core(&listen, (run % 2) as i32, 100);
     let mut ids = ids_on(0, 2, &format!("history-{run}"), 2);
     ids.extend(ids_on(1, 2, &format!("history-{run}"), 2));
     let restarts = Arc::new(Mutex::new(0u64));
@@ -448,7 +518,10 @@ fn check_history(
     }
     let (mut committed, mut unknown) = (0, 0);
     for (values, o) in histories.iter().flatten() {
-        let found = values.iter().filter(|v| at.contains_key(v.as_str())).count();
+        let found = values
+            .iter()
+            .filter(|v| at.contains_key(v.as_str()))
+            .count();
         match o {
             Outcome::Committed => {
                 committed += 1;
@@ -464,8 +537,10 @@ fn check_history(
             Outcome::Aborted => {}
         }
     }
-    let by_offset: HashMap<(i32, i64), &str> =
-        last.iter().map(|(p, o, v)| ((*p, *o), v.as_str())).collect();
+    let by_offset: HashMap<(i32, i64), &str> = last
+        .iter()
+        .map(|(p, o, v)| ((*p, *o), v.as_str()))
+        .collect();
     for (p, offset, v) in live {
         assert_ne!(
             outcome.get(v.as_str()),
@@ -502,19 +577,18 @@ fn a_history_of_transactions_over_kill_9s_is_atomic_and_ordered() {
     }
 }
 
-/// A transactional producer's session over the wire, as librdkafka speaks it: one core, topic
-/// `reuse` with one partition.
+/// A transactional producer's session over the wire, as librdkafka speaks it, with partition 0
+/// of one topic (named as its transactional id).
 struct RawSession {
     c: std::net::TcpStream,
+    topic: &'static str,
     producer_id: i64,
     epoch: i16,
     correlation: i32,
 }
 
 impl RawSession {
-    const ID: &'static str = "tx-reuse";
-
-    fn start(port: u16) -> RawSession {
+    fn start(port: u16, topic: &'static str) -> RawSession {
         use kafka_protocol::messages::{
             InitProducerIdRequest, InitProducerIdResponse, TransactionalId,
         };
@@ -525,12 +599,13 @@ impl RawSession {
             4,
             1,
             &InitProducerIdRequest::default()
-                .with_transactional_id(Some(TransactionalId(super::s(Self::ID))))
+                .with_transactional_id(Some(TransactionalId(super::s(topic))))
                 .with_transaction_timeout_ms(60_000),
         );
         assert_eq!(r.error_code, 0, "{r:?}");
         RawSession {
             c,
+            topic,
             producer_id: r.producer_id.0,
             epoch: r.producer_epoch,
             correlation: 2,
@@ -555,11 +630,11 @@ impl RawSession {
             3,
             correlation,
             &AddPartitionsToTxnRequest::default()
-                .with_v3_and_below_transactional_id(TransactionalId(super::s(Self::ID)))
+                .with_v3_and_below_transactional_id(TransactionalId(super::s(self.topic)))
                 .with_v3_and_below_producer_id(ProducerId(self.producer_id))
                 .with_v3_and_below_producer_epoch(self.epoch)
                 .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
-                    .with_name(TopicName(super::s("reuse")))
+                    .with_name(TopicName(super::s(self.topic)))
                     .with_partitions(vec![0])]),
         );
         let code = r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code;
@@ -581,13 +656,13 @@ impl RawSession {
             8,
             correlation,
             &ProduceRequest::default()
-                .with_transactional_id(Some(kafka_protocol::messages::TransactionalId(
-                    super::s(Self::ID),
-                )))
+                .with_transactional_id(Some(kafka_protocol::messages::TransactionalId(super::s(
+                    self.topic,
+                ))))
                 .with_acks(-1)
                 .with_timeout_ms(5000)
                 .with_topic_data(vec![TopicProduceData::default()
-                    .with_name(TopicName(super::s("reuse")))
+                    .with_name(TopicName(super::s(self.topic)))
                     .with_partition_data(vec![PartitionProduceData::default()
                         .with_index(0)
                         .with_records(Some(bytes::Bytes::from(b.finish(0))))])]),
@@ -607,7 +682,7 @@ impl RawSession {
             3,
             correlation,
             &EndTxnRequest::default()
-                .with_transactional_id(TransactionalId(super::s(Self::ID)))
+                .with_transactional_id(TransactionalId(super::s(self.topic)))
                 .with_producer_id(ProducerId(self.producer_id))
                 .with_producer_epoch(self.epoch)
                 .with_committed(commit),
@@ -626,7 +701,7 @@ fn a_sequence_number_reused_after_an_abort_is_a_new_record() {
     let (shoal, listen) = start(dir.path(), 1, &[]);
     super::common::create_topics(&listen, &[("reuse", 1)]);
     let port = shoal.ports[0];
-    let mut session = RawSession::start(port);
+    let mut session = RawSession::start(port, "reuse");
     session.add_partition();
     assert_eq!(session.produce(0, "purged"), (0, 0));
     session.end(false);
@@ -648,5 +723,32 @@ fn a_sequence_number_reused_after_an_abort_is_a_new_record() {
         .map(|r| r.2)
         .collect();
     assert_eq!(read, ["kept"]);
+    shoal.stop();
+}
+
+/// A partition an open transaction added, with no batch of it yet, when the broker is killed:
+/// the producer's batch sent the moment the broker is back is accepted (the coordinator
+/// registers its open transactions again before such a batch is checked), and committed.
+#[test]
+fn a_partition_added_before_a_kill_9_accepts_the_transaction_at_once_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shoal, listen) = start(dir.path(), 1, &[]);
+    super::common::create_topics(&listen, &[("window", 1)]);
+    let port = shoal.ports[0];
+    let mut session = RawSession::start(port, "window");
+    session.add_partition();
+    let shoal = restart(shoal, dir.path(), &listen, &[]);
+    let mut session = RawSession {
+        c: super::common::wire::connect(port),
+        ..session
+    };
+    assert_eq!(session.produce(0, "at once"), (0, 0));
+    session.end(true);
+    let ends = settled(&listen, "window", 1);
+    let read: Vec<String> = read_all(&listen, "window", &ends, "read_committed")
+        .into_iter()
+        .map(|r| r.2)
+        .collect();
+    assert_eq!(read, ["at once"]);
     shoal.stop();
 }
