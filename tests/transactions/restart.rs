@@ -752,3 +752,80 @@ fn a_partition_added_before_a_kill_9_accepts_the_transaction_at_once_after() {
     assert_eq!(read, ["at once"]);
     shoal.stop();
 }
+
+/// Topic changes that reach core 0 over the mesh (through core 1) while core 0 still opens its
+/// 1,000 partitions after a `kill -9`: the created topic is served on both cores, the deleted
+/// one is gone with its files, and both stay so over a clean restart.
+#[test]
+fn topics_created_and_deleted_during_a_start_are_applied() {
+    use kafka_protocol::messages::create_topics_request::CreatableTopic;
+    use kafka_protocol::messages::{
+        ApiKey, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest,
+        DeleteTopicsResponse, TopicName,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (shoal, listen) = start(dir.path(), 2, &[]);
+    load_one_core(&listen, 1, 1000);
+    let doomed = leaders(&listen)
+        .into_keys()
+        .find(|(t, _)| t.starts_with("bulk-"))
+        .unwrap()
+        .0;
+    let shoal = restart(shoal, dir.path(), &listen, &[]);
+    let mut c = super::common::wire::connect(shoal.ports[1]);
+    let created: CreateTopicsResponse = super::common::wire::call(
+        &mut c,
+        ApiKey::CreateTopics,
+        5,
+        1,
+        &CreateTopicsRequest::default()
+            .with_timeout_ms(30_000)
+            .with_topics(vec![CreatableTopic::default()
+                .with_name(TopicName(super::s("fresh")))
+                .with_num_partitions(2)
+                .with_replication_factor(1)]),
+    );
+    assert_eq!(created.topics[0].error_code, 0, "{created:?}");
+    let deleted: DeleteTopicsResponse = super::common::wire::call(
+        &mut c,
+        ApiKey::DeleteTopics,
+        5,
+        2,
+        &DeleteTopicsRequest::default()
+            .with_timeout_ms(30_000)
+            .with_topic_names(vec![TopicName(super::s(&doomed))]),
+    );
+    assert_eq!(deleted.responses[0].error_code, 0, "{deleted:?}");
+    drop(c);
+    let mut shoal = Some(shoal);
+    for run in 0..2 {
+        let shown = leaders(&listen);
+        assert!(
+            !shown.contains_key(&(doomed.clone(), 0)),
+            "{doomed} deleted"
+        );
+        assert!(!dir.path().join("topics").join(&doomed).exists());
+        assert_eq!(shown.keys().filter(|(t, _)| t == "fresh").count(), 2);
+        let p: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", &listen)
+            .create()
+            .unwrap();
+        let records: Vec<(i32, String)> =
+            (0..4).map(|k| (k % 2, format!("run{run}-{k}"))).collect();
+        send(&p, "fresh", &records).expect("produced");
+        let ends = settled(&listen, "fresh", 2);
+        let read: BTreeSet<String> = read_all(&listen, "fresh", &ends, "read_uncommitted")
+            .into_iter()
+            .map(|r| r.2)
+            .filter(|v| v.starts_with(&format!("run{run}-")))
+            .collect();
+        assert_eq!(read, records.into_iter().map(|r| r.1).collect());
+        if run == 0 {
+            // Over a clean restart the table stays as the changes left it.
+            let _ports_free_meanwhile = super::common::ports_lock();
+            shoal.take().unwrap().stop();
+            shoal = Some(Shoal::start_on(dir.path(), 2, &listen, &[]));
+        }
+    }
+    shoal.unwrap().stop();
+}
