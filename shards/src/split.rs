@@ -353,11 +353,22 @@ mod tests {
     #[test]
     fn damaged_compressed_data_is_an_error_not_a_panic() {
         for codec in 1..=4 {
-            let mut b = compressed(codec);
-            let at = b.len() / 2 + 3;
-            b[at] ^= 0xff;
-            b.truncate(b.len() - 2);
-            let _ = split_batch(&b, 4, None);
+            // Cut short: the records section ends before its compressed data does.
+            let mut cut = compressed(codec);
+            cut.truncate(cut.len() - 2);
+            assert!(split_batch(&cut, 4, None).is_err(), "codec {codec} cut short");
+            // The batch length made to match: the compressed data still ends early.
+            let len = (cut.len() - 12) as i32;
+            cut[8..12].copy_from_slice(&len.to_be_bytes());
+            assert!(split_batch(&cut, 4, None).is_err(), "codec {codec} truncated");
+            // A byte flipped inside the compressed data: an error or records that decode, never
+            // a panic.
+            let mut flipped = compressed(codec);
+            let at = flipped.len() / 2 + 3;
+            flipped[at] ^= 0xff;
+            if let Ok(shards) = split_batch(&flipped, 4, None) {
+                assert_eq!(shards.len(), 4);
+            }
         }
     }
 }
