@@ -248,6 +248,18 @@ impl Core {
         &self.shutdown
     }
 
+    /// `work`'s output, or `None` once the server is asked to stop.
+    pub async fn until_stopping<T>(&self, work: impl std::future::Future<Output = T>) -> Option<T> {
+        self.shutdown.unless_reached(1, work).await
+    }
+
+    /// Sleeps for `d`; `false` if the server is asked to stop first.
+    pub async fn pause(&self, d: Duration) -> bool {
+        self.until_stopping(glommio::timer::sleep(d))
+            .await
+            .is_some()
+    }
+
     /// This core has opened the partitions of the table it started with and loaded its groups'
     /// offsets and its transactions: from now on a partition it owns but does not hold could not
     /// be opened, rather than not opened yet.
@@ -261,11 +273,8 @@ impl Core {
         if self.start_up.opened.value() >= 1 {
             return true;
         }
-        futures_lite::future::or(self.start_up.opened.wait_for(1), async {
-            self.shutdown.wait_for(1).await;
-            false
-        })
-        .await
+        let opened = self.start_up.opened.wait_for(1);
+        self.until_stopping(opened).await.unwrap_or(false)
     }
 
     /// One more core (this one or another) has registered its open transactions' partitions
@@ -288,14 +297,11 @@ impl Core {
         if registered.value() >= all {
             return;
         }
-        let give_up = async {
-            futures_lite::future::or(glommio::timer::sleep(limit), async {
-                self.shutdown.wait_for(1).await;
-            })
-            .await;
+        let waited = futures_lite::future::or(registered.wait_for(all), async {
+            glommio::timer::sleep(limit).await;
             false
-        };
-        if !futures_lite::future::or(registered.wait_for(all), give_up).await {
+        });
+        if self.until_stopping(waited).await != Some(true) {
             log::warn!(
                 "core {}: open transactions are not registered again on every core after {} ms; \
                  a transactional batch is checked against what is",

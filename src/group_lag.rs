@@ -11,7 +11,6 @@ use crate::groups::lag::{self, EndQuery, PartitionEnd};
 use crate::mesh::{CoreMsg, QUESTION_TIMEOUT};
 use crate::topics::parse_view_name;
 use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -32,10 +31,7 @@ pub async fn run(core: Rc<Core>) {
         } else {
             interval.saturating_sub(last.elapsed()).min(WAKE)
         };
-        if until_shutdown(&core, glommio::timer::sleep(wait))
-            .await
-            .is_none()
-        {
+        if !core.pause(wait).await {
             return;
         }
         let interval = core.groups().lag().config().interval;
@@ -47,20 +43,11 @@ pub async fn run(core: Rc<Core>) {
             continue;
         }
         last = Instant::now();
-        match until_shutdown(&core, round(&core)).await {
+        match core.until_stopping(round(&core)).await {
             Some(figures) => core.groups().lag().replace(figures),
             None => return,
         }
     }
-}
-
-/// `work`'s output, or `None` once the server is stopping.
-async fn until_shutdown<T>(core: &Core, work: impl Future<Output = T>) -> Option<T> {
-    futures_lite::future::or(async { Some(work.await) }, async {
-        core.shutdown().wait_for(1).await;
-        None
-    })
-    .await
 }
 
 /// One round: the ends of every partition the groups committed offsets for, asked of their owner

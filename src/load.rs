@@ -158,10 +158,7 @@ pub async fn run_sampler(load: Rc<CoreLoad>, shutdown: OffsetMonitor) {
             last = now;
         }
     };
-    futures_lite::future::or(sample, async {
-        shutdown.wait_for(1).await;
-    })
-    .await
+    shutdown.unless_reached(1, sample).await;
 }
 
 #[cfg(test)]

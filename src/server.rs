@@ -719,15 +719,9 @@ async fn run_core(
 
 /// Accepts Kafka connections until the core stops, serving each in its own task.
 async fn accept_until_shutdown(core: Rc<Core>, listener: TcpListener, index: usize) {
-    loop {
-        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
-            core.shutdown().wait_for(1).await;
-            None
-        })
-        .await;
+    while let Some(accepted) = core.until_stopping(listener.accept()).await {
         match accepted {
-            None => return,
-            Some(Ok(stream)) => {
+            Ok(stream) => {
                 let serve = connection::serve(core.clone(), stream, index);
                 match glommio::spawn_local_into(serve, core.queues().readers) {
                     Ok(task) => {
@@ -736,7 +730,7 @@ async fn accept_until_shutdown(core: Rc<Core>, listener: TcpListener, index: usi
                     Err(e) => log::error!("core {}: cannot serve a connection: {e}", core.id()),
                 }
             }
-            Some(Err(e)) => {
+            Err(e) => {
                 log::warn!("core {}: kafka accept failed: {e}", core.id());
                 glommio::timer::sleep(Duration::from_millis(10)).await;
             }

@@ -174,11 +174,7 @@ async fn ask_core(core: &Rc<Core>, to: usize, ask: TxnAsk, items: usize) -> Resu
     // ticker waited a minute for it, and the broker did not stop): the exchange is given up. What
     // it was for is redone at the next start, as after a crash (a transaction's Prepare state is
     // durable).
-    let stopping = async {
-        core.shutdown().wait_for(1).await;
-        None
-    };
-    match futures_lite::future::or(exchange, stopping).await {
+    match core.until_stopping(exchange).await.flatten() {
         Some(CoreMsg::TxnReply { results, .. }) if results.len() == items => results,
         _ => unanswered,
     }
@@ -330,18 +326,7 @@ pub async fn run_ticker(core: Rc<Core>) {
             unregistered = register_again(&core, unregistered).await;
         }
         complete_due(&core).await;
-        let stopped = futures_lite::future::or(
-            async {
-                glommio::timer::sleep(interval).await;
-                false
-            },
-            async {
-                core.shutdown().wait_for(1).await;
-                true
-            },
-        )
-        .await;
-        if stopped {
+        if !core.pause(interval).await {
             return;
         }
     }

@@ -65,6 +65,16 @@ impl OffsetMonitor {
         self.state.waiters.borrow().len()
     }
 
+    /// `work`'s output, or `None` if the watermark reaches `target` (or the monitor is closed)
+    /// first: work that a stop (a shutdown monitor moving to 1) must cut short.
+    pub async fn unless_reached<T>(&self, target: i64, work: impl Future<Output = T>) -> Option<T> {
+        futures_lite::future::or(async { Some(work.await) }, async {
+            self.wait_for(target).await;
+            None
+        })
+        .await
+    }
+
     /// Resolves to `true` once the watermark is at least `target`, or `false` if the monitor is closed
     /// first. Dropping the future removes the waiter.
     pub fn wait_for(&self, target: i64) -> WaitFor {

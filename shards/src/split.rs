@@ -356,11 +356,17 @@ mod tests {
             // Cut short: the records section ends before its compressed data does.
             let mut cut = compressed(codec);
             cut.truncate(cut.len() - 2);
-            assert!(split_batch(&cut, 4, None).is_err(), "codec {codec} cut short");
+            assert!(
+                split_batch(&cut, 4, None).is_err(),
+                "codec {codec} cut short"
+            );
             // The batch length made to match: the compressed data still ends early.
             let len = (cut.len() - 12) as i32;
             cut[8..12].copy_from_slice(&len.to_be_bytes());
-            assert!(split_batch(&cut, 4, None).is_err(), "codec {codec} truncated");
+            assert!(
+                split_batch(&cut, 4, None).is_err(),
+                "codec {codec} truncated"
+            );
             // A byte flipped inside the compressed data: an error or records that decode, never
             // a panic.
             let mut flipped = compressed(codec);

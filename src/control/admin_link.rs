@@ -83,15 +83,8 @@ pub async fn serve_admin(core: Rc<Core>, inbox: AdminInbox) {
             let core = core.clone();
             glommio::spawn_local(async move { answer_admin(&core, request).await }).detach();
         }
-        let rang = futures_lite::future::or(
-            async { matches!(doorbell.read(&mut rings).await, Ok(n) if n > 0) },
-            async {
-                core.shutdown().wait_for(1).await;
-                false
-            },
-        )
-        .await;
-        if !rang {
+        let rang = async { matches!(doorbell.read(&mut rings).await, Ok(n) if n > 0) };
+        if core.until_stopping(rang).await != Some(true) {
             return;
         }
     }

@@ -47,21 +47,7 @@ pub async fn send_replica_messages(core: Rc<Core>) {
 /// Every [`crate::replicas::TICK`] until shutdown: read replicas started and stopped by policy,
 /// and held replicas' load reported to their owners.
 pub async fn tick_replicas(core: Rc<Core>) {
-    loop {
-        let stopped = futures_lite::future::or(
-            async {
-                glommio::timer::sleep(crate::replicas::TICK).await;
-                false
-            },
-            async {
-                core.shutdown().wait_for(1).await;
-                true
-            },
-        )
-        .await;
-        if stopped {
-            return;
-        }
+    while core.pause(crate::replicas::TICK).await {
         core.tick_replicas();
     }
 }
@@ -302,16 +288,7 @@ pub async fn mirror_upstream(core: Rc<Core>) {
         if let Some(topics) = mirror.next(&edge, &current).await {
             change_topics(&core, TopicChange::Mirror { topics }).await;
         }
-        let wait = glommio::timer::sleep(edge.config.metadata_refresh);
-        futures_lite::future::or(
-            async {
-                wait.await;
-            },
-            async {
-                core.shutdown().wait_for(1).await;
-            },
-        )
-        .await;
+        core.pause(edge.config.metadata_refresh).await;
     }
 }
 

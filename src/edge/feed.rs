@@ -166,15 +166,8 @@ impl Feed {
                         break;
                     }
                     let _ = edge.refresh(false).await;
-                    let shutdown = edge.shutdown().wait_for(1);
-                    futures_lite::future::or(
-                        async {
-                            glommio::timer::sleep(backoff).await;
-                            true
-                        },
-                        shutdown,
-                    )
-                    .await;
+                    let wait = glommio::timer::sleep(backoff);
+                    edge.shutdown().unless_reached(1, wait).await;
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
             }

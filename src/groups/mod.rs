@@ -629,18 +629,10 @@ impl Coordinator {
     /// Runs the deadline checks every [`TICK`] until `shutdown` moves past 0.
     pub async fn run_ticker(&self, shutdown: &shards::OffsetMonitor) {
         loop {
-            let stopped = futures_lite::future::or(
-                async {
-                    glommio::timer::sleep(TICK).await;
-                    false
-                },
-                async {
-                    shutdown.wait_for(1).await;
-                    true
-                },
-            )
-            .await;
-            if stopped {
+            let slept = shutdown
+                .unless_reached(1, glommio::timer::sleep(TICK))
+                .await;
+            if slept.is_none() {
                 return;
             }
             self.tick();

@@ -297,11 +297,7 @@ pub(super) async fn next_request(
     let frame = futures_lite::future::or(
         async { Some(frames.read_request(reader, limit).await) },
         async {
-            futures_lite::future::or(core.shutdown().wait_for(1), async {
-                give_up.await;
-                false
-            })
-            .await;
+            core.until_stopping(give_up).await;
             None
         },
     )

@@ -592,11 +592,8 @@ async fn wait_for_data(core: &Core, plan: &Plan) -> bool {
         glommio::timer::sleep(remaining).await;
         false
     };
-    let shutdown = async {
-        core.shutdown().wait_for(1).await;
-        false
-    };
-    futures_lite::future::or(any, futures_lite::future::or(timeout, shutdown)).await
+    let woken = futures_lite::future::or(any, timeout);
+    core.until_stopping(woken).await.unwrap_or(false)
 }
 
 /// Resolves when any of the futures does (true only if it resolved true).
