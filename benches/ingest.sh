@@ -1,6 +1,6 @@
 #!/bin/bash
-# Ingest against its floor, the disk and the wire, in one script (issue: "ingest at the socket
-# floor"): `benches/ingest.sh` from the repository root, after `cargo build --release`.
+# Ingest against its floor, the disk and the wire, in one script: `benches/ingest.sh` from the
+# repository root, after `cargo build --release`.
 #
 # 1. `cargo bench --bench ingest_floor`: the socket work alone of 4 producers x 5 in flight of 16 KiB
 #    requests with one consumer per partition, and one bulk TCP stream (the wire), CPU-s per GB.

@@ -33,8 +33,8 @@
 //! `O_DSYNC` write is taken as making the file durable only if no page cache write since the last
 //! `fdatasync` may still be unwritten ([`DirectWriter::unsynced_page_cache`]).
 //!
-//! Reads keep going through the page cache (`BufferedFile` on the same file): the kernel keeps the two
-//! coherent, and the tail cache serves what was just written anyway.
+//! Reads are the segment's (`Segment::read_exact`): Direct I/O with read-ahead on a segment written
+//! this way, and the tail cache serves what was just written anyway.
 
 use crate::config::DirectOptions;
 use crate::error::{Error, Result};

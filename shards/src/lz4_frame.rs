@@ -2,10 +2,10 @@
 //!
 //! `lz4_flex`'s `FrameDecoder` allocates and zero-fills two buffers of the frame's maximum block
 //! size for every frame it decodes (192 KiB for linked 64 KiB blocks, past glibc's `mmap`
-//! threshold), so decoding a 16 KiB batch cost a map, page faults, a 192 KiB `memset` and an
-//! unmap: in the profile of sharded views over an lz4 topic that churn weighed more than the
-//! decompression itself. This decoder decodes one block at a time with `lz4_flex`'s block functions
-//! into a buffer taken from a small per-thread pool, initialised once and kept.
+//! threshold), so decoding a 16 KiB batch would cost a map, page faults, a 192 KiB `memset` and an
+//! unmap, more than the decompression itself. This decoder decodes one block at a time with
+//! `lz4_flex`'s block functions into a buffer taken from a small per-thread pool, initialised once
+//! and kept.
 //!
 //! The frame format (lz4's `lz4_Frame_format.md`): magic, a descriptor (flags, maximum block size,
 //! optional content size, a header checksum), blocks (a length, the high bit for a stored block, the

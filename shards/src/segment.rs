@@ -1,9 +1,11 @@
 //! One segment file: `<base_offset:020>.log`, RecordBatch v2 bytes back to back, plus its sparse index.
 //!
-//! Reads, fsyncs and recovery go through glommio's `BufferedFile` (io_uring over the page cache). The
-//! active segment is written with Direct I/O where the log asks for it and the file system allows it
-//! (`direct_write`: whole blocks, the last one rewritten), else through the same `BufferedFile`.
-//! Nothing here blocks the executor thread.
+//! The active segment is written with Direct I/O where the log asks for it and the file system
+//! allows it (`direct_write`: whole blocks, the last one rewritten; acks=0/1 appends through the
+//! page cache), else through glommio's `BufferedFile` (io_uring over the page cache). Reads of a
+//! segment written with Direct I/O use Direct I/O too, with read-ahead (`readahead`); the others,
+//! a segment retired by compaction and another core's replica read through the page cache.
+//! Fsyncs and recovery go through the `BufferedFile`. Nothing here blocks the executor thread.
 
 use crate::batch::{self, BatchHeader, HEADER_LEN, LOG_OVERHEAD};
 use crate::config::DirectOptions;

@@ -20,8 +20,9 @@
 //! - [`repeat`]   — `--repeat`: the median of each figure over a point's repeated runs.
 //! - [`report`]   — what is printed: summaries, comparisons, tables, the plot of a sweep.
 //! - [`plot`]     — the SVG of a sweep (`--plot`).
-//! - [`tls`]      — the generator's TLS client (`--tls-ca`): every connection, blocking or async.
-//! - [`sasl`]     — the generator's SASL client (`--sasl-mechanism`): every connection.
+//!
+//! Its connections' TLS (`--tls-ca`) and SASL (`--sasl-mechanism`) are the binary's client's
+//! (`src/client/`), shared with the operator commands.
 //!
 //! This module runs the series: one run, or `--compare coalescing` (on, then off), over each
 //! `--sweep` value, each followed by the raw baseline when asked, all of it `--repeat` times in
