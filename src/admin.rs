@@ -97,7 +97,7 @@ impl AdminStream for TlsStream {
 type Response = (&'static str, &'static str, String);
 
 /// Starts the admin thread on `listener` (bound by the caller, so bind errors are reported at
-/// start-up). It stops within [`STOP_POLL`] of `stop` being set; connections still being served
+/// start-up). It stops within `STOP_POLL` of `stop` being set; connections still being served
 /// finish on their own threads, each within its deadline.
 pub fn spawn(
     listener: TcpListener,

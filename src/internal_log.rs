@@ -248,7 +248,7 @@ impl InternalLog {
         &self.root
     }
 
-    /// Hands every record's key and value to `apply`, in log order (see [`replay_records`]).
+    /// Hands every record's key and value to `apply`, in log order (see `replay_records`).
     pub async fn replay(
         &self,
         apply: impl FnMut(Option<&[u8]>, Option<&[u8]>),

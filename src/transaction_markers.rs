@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 pub type Results = Vec<Option<ResponseError>>;
 
 /// Carries out `ask` on this core: the partitions must be this core's, the groups coordinated
-/// here. `revision` is the asking core's topic table revision (see [`held`]).
+/// here. `revision` is the asking core's topic table revision (see `held`).
 pub async fn on_this_core(core: &Rc<Core>, ask: TxnAsk, revision: u64) -> Results {
     match ask {
         TxnAsk::Register {

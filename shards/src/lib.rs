@@ -36,7 +36,7 @@
 //!   LogAppendTime stamping, and a builder/decoder for uncompressed batches.
 //! - [`compression`] — Kafka's record codecs (gzip, snappy, lz4, zstd), bounded decompression.
 //! - `lz4_frame`    — an LZ4 frame decoder that reuses its block buffers (no allocation per batch).
-//! - [`storage_health`] — storage failures: logged once per episode per log, counted per core.
+//! - [`storage_health`](mod@storage_health) — storage failures: logged once per episode per log, counted per core.
 //! - [`latency`]    — latency histograms, and the device's write and fsync latencies per core.
 //! - [`monitor`]    — the offset monitor: wait until a watermark reaches an offset (group commit,
 //!   long polling).

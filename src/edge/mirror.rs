@@ -23,7 +23,7 @@ impl TopicMirror {
     /// Reads the upstream's topics again and returns what the table should hold, or `None` when
     /// it should stay as `current` (no change, or the upstream did not answer). One answer
     /// without a topic (a broker just restarted, an error for that topic) does not delete it and
-    /// its data: only [`MIRROR_MISSES`] answers in a row do.
+    /// its data: only `MIRROR_MISSES` answers in a row do.
     pub async fn next(
         &mut self,
         edge: &EdgeCore,

@@ -221,7 +221,7 @@ impl EdgeCore {
 
     /// Reads the upstream's brokers, topics and leaders again (from any broker that answers,
     /// brokers it named before first, then the bootstrap list), unless that happened within
-    /// [`MIN_REFRESH`] and `force` is not set.
+    /// `MIN_REFRESH` and `force` is not set.
     pub async fn refresh(&self, force: bool) -> Result<(), UpstreamError> {
         let Ok(_one) = self.refreshing.acquire_permit(1).await else {
             return Err("closing".into());

@@ -12,7 +12,7 @@
 //!    sends its first request right behind its `Finished`; read ahead into rustls, it would be lost
 //!    to the kernel's decryption).
 //! 3. [`offload`]: the traffic keys, IVs and record sequence numbers rustls ends the handshake with
-//!    become the kernel's `TLS_TX` and `TLS_RX` state ([`CryptoInfo`]).
+//!    become the kernel's `TLS_TX` and `TLS_RX` state (`CryptoInfo`).
 //!
 //! Afterwards the socket reads and writes plaintext. What the kernel cannot do for us:
 //! - Control records (an alert, a TLS 1.3 KeyUpdate from the client) make a plain `recv` fail with

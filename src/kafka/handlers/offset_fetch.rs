@@ -3,7 +3,7 @@
 //! core coordinates gets `NOT_COORDINATOR`, as on a multi-broker Kafka cluster).
 //!
 //! A connection's requests run concurrently, but Kafka answers a fetch behind a commit on the same
-//! connection with the committed offset: [`handle`] first awaits [`settle`], which waits until the
+//! connection with the committed offset: [`handle`] first awaits `settle`, which waits until the
 //! commits of the groups asked for that were begun before it have been applied (only those groups'
 //! commits, and only those already begun).
 //!
