@@ -628,28 +628,7 @@ async fn run_core(
     if let Some(r) = receivers {
         spawn_receivers(&core, r);
     }
-    core.apply_table(table).await;
-    if let Err(e) = core
-        .groups()
-        .load(&core.config().data_dir, core.reads.tail_cache.clone())
-        .await
-    {
-        // Without its offsets the core must not coordinate groups (it would answer as if none
-        // were committed); it answers COORDINATOR_LOAD_IN_PROGRESS instead.
-        log::error!("core {id}: cannot load committed offsets: {e}");
-    }
-    if let Err(e) = core
-        .transactions()
-        .load(&core.config().data_dir, core.reads.tail_cache.clone())
-        .await
-    {
-        // Without its log the core must not coordinate transactions; it answers
-        // COORDINATOR_LOAD_IN_PROGRESS instead.
-        log::error!("core {id}: cannot load the transaction log: {e}");
-    }
-    // What the other cores ask of this core's partitions, groups and transactions (markers
-    // first) waited for this.
-    core.mark_opened();
+    open_core(&core, table).await;
     // Compacted topics' partitions on this core are compacted in the background from now on.
     shards::compactor::start();
     let ticker = glommio::spawn_local({
@@ -707,6 +686,41 @@ async fn run_core(
     if let Some(m) = mirror {
         m.await;
     }
+    close_core(&core).await;
+    log::info!("core {id}: stopped");
+}
+
+/// Opens what a core holds at start: the partitions of `table` it owns, its groups' offsets and
+/// its transaction log; then marks it opened.
+async fn open_core(core: &Core, table: crate::topics::TopicTable) {
+    let id = core.id();
+    core.apply_table(table).await;
+    if let Err(e) = core
+        .groups()
+        .load(&core.config().data_dir, core.reads.tail_cache.clone())
+        .await
+    {
+        // Without its offsets the core must not coordinate groups (it would answer as if none
+        // were committed); it answers COORDINATOR_LOAD_IN_PROGRESS instead.
+        log::error!("core {id}: cannot load committed offsets: {e}");
+    }
+    if let Err(e) = core
+        .transactions()
+        .load(&core.config().data_dir, core.reads.tail_cache.clone())
+        .await
+    {
+        // Without its log the core must not coordinate transactions; it answers
+        // COORDINATOR_LOAD_IN_PROGRESS instead.
+        log::error!("core {id}: cannot load the transaction log: {e}");
+    }
+    // What the other cores ask of this core's partitions, groups and transactions (markers
+    // first) waited for this.
+    core.mark_opened();
+}
+
+/// Lets open connections finish (up to [`DRAIN`]), then closes the partitions, groups and
+/// transactions cleanly.
+async fn close_core(core: &Core) {
     let deadline = Instant::now() + DRAIN;
     while core.metrics.connections_open.get() > 0 && Instant::now() < deadline {
         glommio::timer::sleep(Duration::from_millis(10)).await;
@@ -714,7 +728,6 @@ async fn run_core(
     core.close_partitions().await;
     core.groups().close().await;
     core.transactions().close().await;
-    log::info!("core {id}: stopped");
 }
 
 /// Accepts Kafka connections until the core stops, serving each in its own task.
