@@ -2,9 +2,9 @@
 //!
 //! Thread-per-core on glommio: every core is a Kafka broker with its own port, owns a share of the
 //! partitions, and serves them without locks. Storage and everything else shard-local lives in the
-//! `shards` crate; this crate is the process around it. The `shoal` binary (`main.rs`, `cli.rs`,
-//! `units.rs` and the load generator `bench/`, none of them part of this library) runs it through
-//! [`server`].
+//! `shards` crate; this crate is the process around it. The `shoal` binary (`src/bin/shoal/`: the
+//! CLI, the operator commands and their Kafka client, the load generator; none of it part of this
+//! library) runs it through [`server`].
 //!
 //! ## Layout, top layer first
 //! Each module uses only those below it; `python3 .ci/modgraph.py --check src` checks it (CI runs it).

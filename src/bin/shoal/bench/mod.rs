@@ -22,7 +22,7 @@
 //! - [`plot`]     — the SVG of a sweep (`--plot`).
 //!
 //! Its connections' TLS (`--tls-ca`) and SASL (`--sasl-mechanism`) are the binary's client's
-//! (`src/client/`), shared with the operator commands.
+//! (`src/bin/shoal/client/`), shared with the operator commands.
 //!
 //! This module runs the series: one run, or `--compare coalescing` (on, then off), over each
 //! `--sweep` value, each followed by the raw baseline when asked, all of it `--repeat` times in
