@@ -364,6 +364,12 @@ impl Core {
         }
     }
 
+    /// Which core owns the partition holding the data of `name`'s partition `index` (a view's:
+    /// its source's), if both exist.
+    pub fn data_owner(&self, name: &str, index: i32) -> Option<usize> {
+        self.owner(crate::topics::source_topic(name)?, index)
+    }
+
     /// Which core owns a partition, if the topic and partition exist.
     pub fn owner(&self, topic: &str, index: i32) -> Option<usize> {
         let table = self.topics.borrow();

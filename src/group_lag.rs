@@ -9,7 +9,6 @@
 use crate::core_state::Core;
 use crate::groups::lag::{self, EndQuery, PartitionEnd};
 use crate::mesh::{CoreMsg, QUESTION_TIMEOUT};
-use crate::topics::parse_view_name;
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -98,11 +97,7 @@ async fn round(core: &Rc<Core>) -> Vec<lag::GroupLag> {
 /// The core owning `topic`'s partition (a view's: its source's); `None` if the topic (or the
 /// partition) no longer exists.
 fn owner_of(core: &Core, topic: &str, partition: i32) -> Option<usize> {
-    match parse_view_name(topic) {
-        Some(Ok(view)) => core.owner(&view.source, partition),
-        Some(Err(_)) => None,
-        None => core.owner(topic, partition),
-    }
+    core.data_owner(topic, partition)
 }
 
 /// On an owner core: the asked partitions' ends, for those it owns (a partition moved or deleted

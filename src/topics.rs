@@ -86,6 +86,16 @@ pub fn parse_view_name(name: &str) -> Option<Result<ViewName, String>> {
     }))
 }
 
+/// The topic holding the data `name` names: a view's source (a prefix of the name, so nothing is
+/// allocated), or `name` itself; `None` for a view name whose numbers are impossible.
+pub fn source_topic(name: &str) -> Option<&str> {
+    match parse_view_name(name) {
+        None => Some(name),
+        Some(Ok(_)) => name.rsplit_once(".shard-").map(|(source, _)| source),
+        Some(Err(_)) => None,
+    }
+}
+
 /// A view's topic id: the source's, mixed with the view's numbers, so each view has its own.
 pub fn view_topic_id(source_id: [u8; 16], view: &ViewName) -> [u8; 16] {
     let mut id = source_id;
@@ -341,6 +351,7 @@ mod tests {
     #[test]
     fn view_names() {
         let v = parse_view_name("orders.v1.shard-3-of-8").unwrap().unwrap();
+        assert_eq!(source_topic("orders.v1.shard-3-of-8"), Some("orders.v1"));
         assert_eq!((v.source.as_str(), v.shard, v.shards), ("orders.v1", 3, 8));
         for bad in [
             "t.shard-9-of-4",
@@ -349,9 +360,11 @@ mod tests {
             ".shard-0-of-2",
         ] {
             assert!(parse_view_name(bad).unwrap().is_err(), "{bad}");
+            assert_eq!(source_topic(bad), None, "{bad}");
         }
         for plain in ["orders", "t.shard-x-of-2", "t.shard-1-of-", "shard-1-of-2"] {
             assert!(parse_view_name(plain).is_none(), "{plain}");
+            assert_eq!(source_topic(plain), Some(plain));
         }
     }
 

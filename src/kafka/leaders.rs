@@ -5,7 +5,6 @@
 
 use crate::core_state::Core;
 use crate::kafka::session::Session;
-use crate::topics::parse_view_name;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_response::{
     LeaderIdAndEpoch, NodeEndpoint, TopicProduceResponse,
@@ -15,11 +14,7 @@ use kafka_protocol::protocol::StrBytes;
 
 /// The core leading `topic`'s partition `index` (a view's: its source's), if both exist.
 pub fn leader_of(core: &Core, topic: &str, index: i32) -> Option<i32> {
-    let owner = match parse_view_name(topic) {
-        Some(Ok(view)) => core.owner(&view.source, index),
-        Some(Err(_)) => None,
-        None => core.owner(topic, index),
-    };
+    let owner = core.data_owner(topic, index);
     owner.and_then(|c| i32::try_from(c).ok())
 }
 

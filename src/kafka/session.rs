@@ -88,9 +88,9 @@ impl Session {
             return d;
         }
         // A view is its source's data: its source's ACLs decide.
-        let source = match (rt, crate::topics::parse_view_name(name)) {
-            (ResourceType::Topic, Some(Ok(view))) => view.source,
-            _ => name.to_string(),
+        let source = match rt {
+            ResourceType::Topic => crate::topics::source_topic(name).unwrap_or(name),
+            _ => name,
         };
         let d = acl::authorize(
             config,
@@ -99,7 +99,7 @@ impl Session {
             &self.host,
             op,
             rt,
-            &source,
+            source,
         );
         if !d {
             log::info!(

@@ -7,7 +7,7 @@ use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::kafka::session::Session;
 use crate::topic_configs::{broker_config_entries, topic_config_entries, ConfigEntry};
-use crate::topics::parse_view_name;
+use crate::topics::source_topic;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_configs_response::{
@@ -93,11 +93,8 @@ fn entries(
         TOPIC => {
             let table = core.topics();
             // A view has its source's configs.
-            let source = match parse_view_name(name) {
-                Some(Ok(v)) => v.source,
-                _ => name.to_string(),
-            };
-            let meta = table.get(&source).ok_or_else(|| {
+            let source = source_topic(name).unwrap_or(name);
+            let meta = table.get(source).ok_or_else(|| {
                 (
                     ResponseError::UnknownTopicOrPartition,
                     format!("no topic named {name}"),

@@ -7,7 +7,7 @@ use crate::acl::Operation;
 use crate::control::{self, NewTopic, TopicChange};
 use crate::core_state::Core;
 use crate::kafka::session::Session;
-use crate::topics::{parse_view_name, validate_topic_name, view_topic_id};
+use crate::topics::{parse_view_name, source_topic, validate_topic_name, view_topic_id};
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
@@ -100,10 +100,7 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
                     }
                 },
             };
-            let source = parse_view_name(name)
-                .and_then(Result::ok)
-                .map_or_else(|| name.clone(), |v| v.source);
-            let source = source.as_str();
+            let source = source_topic(name).unwrap_or(name);
             let partitions = (0..meta.partitions)
                 .map(|p| {
                     let leader = BrokerId(table.owner(meta, p, core.cores()) as i32);

@@ -9,7 +9,6 @@ use crate::core_state::Core;
 use crate::groups::offsets::Committed;
 use crate::groups::MAX_OFFSET_METADATA_BYTES;
 use crate::kafka::session::Session;
-use crate::topics::parse_view_name;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::offset_commit_response::{
@@ -26,12 +25,7 @@ pub const VERSIONS: Versions = Versions {
 
 /// Whether `topic`/`partition` exists (a view's partitions are its source's).
 pub fn partition_exists(core: &Core, topic: &str, partition: i32) -> bool {
-    let source = match parse_view_name(topic) {
-        Some(Ok(v)) => v.source,
-        Some(Err(_)) => return false,
-        None => topic.to_string(),
-    };
-    core.owner(&source, partition).is_some()
+    core.data_owner(topic, partition).is_some()
 }
 
 pub async fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult {
