@@ -577,6 +577,15 @@ fn a_history_of_transactions_over_kill_9s_is_atomic_and_ordered() {
     }
 }
 
+/// What read_committed consumers read of partition 0 of `topic` once no transaction is open.
+fn committed_values(listen: &str, topic: &str) -> Vec<String> {
+    let ends = settled(listen, topic, 1);
+    read_all(listen, topic, &ends, "read_committed")
+        .into_iter()
+        .map(|r| r.2)
+        .collect()
+}
+
 /// A transactional producer's session over the wire, as librdkafka speaks it, with partition 0
 /// of one topic (named as its transactional id).
 struct RawSession {
@@ -717,12 +726,7 @@ fn a_sequence_number_reused_after_an_abort_is_a_new_record() {
     // Its retry is a duplicate, at its own offset.
     assert_eq!(session.produce(0, "kept"), (0, 2));
     session.end(true);
-    let ends = settled(&listen, "reuse", 1);
-    let read: Vec<String> = read_all(&listen, "reuse", &ends, "read_committed")
-        .into_iter()
-        .map(|r| r.2)
-        .collect();
-    assert_eq!(read, ["kept"]);
+    assert_eq!(committed_values(&listen, "reuse"), ["kept"]);
     shoal.stop();
 }
 
@@ -744,12 +748,7 @@ fn a_partition_added_before_a_kill_9_accepts_the_transaction_at_once_after() {
     };
     assert_eq!(session.produce(0, "at once"), (0, 0));
     session.end(true);
-    let ends = settled(&listen, "window", 1);
-    let read: Vec<String> = read_all(&listen, "window", &ends, "read_committed")
-        .into_iter()
-        .map(|r| r.2)
-        .collect();
-    assert_eq!(read, ["at once"]);
+    assert_eq!(committed_values(&listen, "window"), ["at once"]);
     shoal.stop();
 }
 
