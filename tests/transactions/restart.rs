@@ -597,6 +597,25 @@ struct RawSession {
 }
 
 impl RawSession {
+    /// A one-core broker with `topic` (one partition), and a session whose transaction has
+    /// added its partition.
+    fn on_one_core(topic: &'static str) -> (tempfile::TempDir, Shoal, String, RawSession) {
+        let dir = tempfile::tempdir().unwrap();
+        let (shoal, listen) = start(dir.path(), 1, &[]);
+        super::common::create_topics(&listen, &[(topic, 1)]);
+        let mut session = RawSession::start(shoal.ports[0], topic);
+        session.add_partition();
+        (dir, shoal, listen, session)
+    }
+
+    /// The same producer on a new connection (the broker was restarted).
+    fn reconnect(self, port: u16) -> RawSession {
+        RawSession {
+            c: super::common::wire::connect(port),
+            ..self
+        }
+    }
+
     fn start(port: u16, topic: &'static str) -> RawSession {
         use kafka_protocol::messages::{
             InitProducerIdRequest, InitProducerIdResponse, TransactionalId,
@@ -706,19 +725,11 @@ impl RawSession {
 /// is appended at a new offset and committed, never acknowledged as a duplicate of the aborted one.
 #[test]
 fn a_sequence_number_reused_after_an_abort_is_a_new_record() {
-    let dir = tempfile::tempdir().unwrap();
-    let (shoal, listen) = start(dir.path(), 1, &[]);
-    super::common::create_topics(&listen, &[("reuse", 1)]);
-    let port = shoal.ports[0];
-    let mut session = RawSession::start(port, "reuse");
-    session.add_partition();
+    let (dir, shoal, listen, mut session) = RawSession::on_one_core("reuse");
     assert_eq!(session.produce(0, "purged"), (0, 0));
     session.end(false);
     let shoal = restart(shoal, dir.path(), &listen, &[]);
-    let mut session = RawSession {
-        c: super::common::wire::connect(port),
-        ..session
-    };
+    let mut session = session.reconnect(shoal.ports[0]);
     session.add_partition();
     let (code, offset) = session.produce(0, "kept");
     assert_eq!(code, 0);
@@ -735,17 +746,9 @@ fn a_sequence_number_reused_after_an_abort_is_a_new_record() {
 /// registers its open transactions again before such a batch is checked), and committed.
 #[test]
 fn a_partition_added_before_a_kill_9_accepts_the_transaction_at_once_after() {
-    let dir = tempfile::tempdir().unwrap();
-    let (shoal, listen) = start(dir.path(), 1, &[]);
-    super::common::create_topics(&listen, &[("window", 1)]);
-    let port = shoal.ports[0];
-    let mut session = RawSession::start(port, "window");
-    session.add_partition();
+    let (dir, shoal, listen, session) = RawSession::on_one_core("window");
     let shoal = restart(shoal, dir.path(), &listen, &[]);
-    let mut session = RawSession {
-        c: super::common::wire::connect(port),
-        ..session
-    };
+    let mut session = session.reconnect(shoal.ports[0]);
     assert_eq!(session.produce(0, "at once"), (0, 0));
     session.end(true);
     assert_eq!(committed_values(&listen, "window"), ["at once"]);
