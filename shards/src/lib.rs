@@ -14,12 +14,8 @@
 //!   cache) and the response-memory budget.
 //! - [`log`]        — one partition's log: append (offsets, group commit), read, recovery, retention,
 //!   compaction, delete; read replicas of it on other cores (fed by the owner's hand-overs,
-//!   reading the owner's files through duplicated descriptors).
-//! - `segment`      — one segment file (`<base_offset:020>.log`): writes, reads, the recovery scan.
-//! - `readahead`    — windows read ahead of a sequential Direct I/O reader of a segment.
-//! - `direct_write` — the active segment's writes with Direct I/O: whole blocks from DMA buffers,
-//!   the last partial block rewritten, zero padding cut when the segment is sealed.
-//! - `index`        — the sparse offset index and its file, which also marks a sealed segment clean.
+//!   reading the owner's files through duplicated descriptors). Its storage rooms, used by it
+//!   alone, are inside it: segment files, their index, Direct I/O writes, read-ahead.
 //! - [`tail_cache`] — the per-core cache of recent batches that makes tail reads copy-free and I/O-free.
 //! - `chunk`        — the append-only memory behind the tail cache, shared as `Bytes` without copying.
 //! - `decoded`      — compressed batches' records as decompressed at produce, kept a short while for
@@ -30,8 +26,6 @@
 //! - [`split`]      — one source batch decompressed once, routed by key and encoded once per view shard.
 //! - [`partitioner`] — Kafka's default partitioner (murmur2), which decides a record's view shard.
 //! - [`records`]    — what a read returns: whole batches as shared slices, plus counts.
-//! - `group_bytes`  — the bytes of one write of grouped appends: the producers' batches with their
-//!   final offsets, copied into a DMA buffer or handed to a page cache `pwritev` as they lie.
 //! - [`batch`]      — Kafka RecordBatch v2: header parsing, validation (CRC-32C), offset assignment,
 //!   LogAppendTime stamping, and a builder/decoder for uncompressed batches.
 //! - [`compression`] — Kafka's record codecs (gzip, snappy, lz4, zstd), bounded decompression.
@@ -56,12 +50,9 @@ pub mod compactor;
 pub mod compression;
 pub mod config;
 mod decoded;
-mod direct_write;
 pub mod error;
 pub mod fast_map;
 pub mod files;
-mod group_bytes;
-mod index;
 pub mod latency;
 pub mod log;
 mod lz4_frame;
@@ -69,9 +60,7 @@ pub mod monitor;
 pub mod oneshot;
 pub mod partitioner;
 pub mod producers;
-mod readahead;
 pub mod records;
-mod segment;
 pub mod split;
 pub mod storage_health;
 pub mod tail_cache;
@@ -84,12 +73,12 @@ pub use crate::config::LogConfig;
 pub use crate::error::{Error, InvalidBatch, Result};
 pub use crate::fast_map::{FastMap, FastSet};
 pub use crate::latency::{device_latency, DeviceLatency, DurationHistogram, DurationSnapshot};
+pub use crate::log::segment::now_ms;
 pub use crate::log::{
     AppendOptions, AppendResult, Appended, CompactionStats, Handover, Log, LogEvent, LogSnapshot,
     LogStats, WeakLog,
 };
 pub use crate::monitor::OffsetMonitor;
 pub use crate::records::{LogRead, Records, UpstreamTxns};
-pub use crate::segment::now_ms;
 pub use crate::storage_health::{storage_health, StorageHealth};
 pub use crate::tail_cache::{TailCache, TailCacheStats};

@@ -122,7 +122,10 @@ pub(super) fn finish_interrupted(dir: &Path) -> std::io::Result<()> {
                 std::fs::remove_file(entry.path())?;
             }
         }
-        std::fs::rename(&swap, dir.join(crate::segment::segment_file_name(base)))?;
+        std::fs::rename(
+            &swap,
+            dir.join(crate::log::segment::segment_file_name(base)),
+        )?;
         log::warn!(
             "recovery: finished the compaction of offsets {base}..{end} in {}",
             dir.display()
@@ -443,7 +446,7 @@ impl Inner {
                     if g.iter().map(|s| s.size.get()).sum::<u64>() + seg.size.get()
                         <= config.segment_bytes
                         && seg.next_offset.get() - 1 - g[0].base_offset
-                            <= crate::segment::MAX_RELATIVE_OFFSET =>
+                            <= crate::log::segment::MAX_RELATIVE_OFFSET =>
                 {
                     g.push(seg.clone())
                 }
@@ -688,7 +691,7 @@ impl Inner {
         for s in group {
             remove_segment_files(s).await;
         }
-        let final_path = self.dir.join(crate::segment::segment_file_name(base));
+        let final_path = self.dir.join(crate::log::segment::segment_file_name(base));
         glommio::io::rename(&swap_path, &final_path)
             .await
             .map_err(io(&swap_path))?;
@@ -705,7 +708,7 @@ impl Inner {
         let index_in_place = txns_in_place
             && glommio::io::rename(
                 &cleaned.index_path,
-                self.dir.join(crate::segment::index_file_name(base)),
+                self.dir.join(crate::log::segment::index_file_name(base)),
             )
             .await
             .is_ok();

@@ -2,15 +2,25 @@
 //! at open, retention and deletion.
 //!
 //! Design notes: `docs/engine.md`.
+//!
+//! - `segment`      — one segment file (`<base_offset:020>.log`): writes, reads, the recovery scan.
+//! - `index`        — the sparse offset index and its file, which also marks a sealed segment clean.
+//! - `direct_write` — the active segment's writes with Direct I/O: whole blocks from DMA buffers,
+//!   the last partial block rewritten, zero padding cut when the segment is sealed.
+//! - `group_bytes`  — the bytes of one write of grouped appends: the producers' batches with their
+//!   final offsets, copied into a DMA buffer or handed to a page cache `pwritev` as they lie.
+//! - `readahead`    — windows read ahead of a sequential Direct I/O reader of a segment.
+//! - `writer`, `recovery`, `compact`, `replica` — the log's own jobs: the writer task (group
+//!   commit), recovery at open, compaction, read replicas on other cores.
 
 use crate::batch::{self, BatchHeader};
 use crate::config::LogConfig;
 use crate::decoded::DecodedRecords;
 use crate::error::{Error, InvalidBatch, Result};
-use crate::index::{SegmentMeta, SparseIndex};
+use crate::log::index::{SegmentMeta, SparseIndex};
+use crate::log::segment::{index_file_name, now_ms, Segment, MAX_RELATIVE_OFFSET};
 use crate::monitor::OffsetMonitor;
 use crate::records::{LogRead, Records};
-use crate::segment::{index_file_name, now_ms, Segment, MAX_RELATIVE_OFFSET};
 use crate::storage_health::StorageEpisode;
 use crate::tail_cache::{LogId, TailCache};
 use crate::transactions::{encode_marker, AbortedTxn, Marker, OpenTransactions};
@@ -24,8 +34,13 @@ use std::rc::{Rc, Weak};
 use std::time::{Duration, Instant};
 
 mod compact;
+pub(crate) mod direct_write;
+mod group_bytes;
+mod index;
+mod readahead;
 mod recovery;
 mod replica;
+pub(crate) mod segment;
 mod writer;
 
 use compact::{finish_interrupted, read_checkpoint, CompactionState};
@@ -199,7 +214,7 @@ impl Log {
         .map_err(|e| Error::storage(&dir, e))?;
         if config.direct_io {
             // Before any Direct I/O open in this directory (recovery may create a segment).
-            crate::direct_write::probe_device(&dir, device).await;
+            crate::log::direct_write::probe_device(&dir, device).await;
         }
         let (segments, transactions) = recover(&dir, &config, listing).await?;
         let active = segments.last().expect("recover leaves a segment");

@@ -3,7 +3,7 @@
 //! checks retention.
 
 use super::*;
-use crate::group_bytes::GroupBytes;
+use crate::log::group_bytes::GroupBytes;
 use crate::oneshot;
 
 /// Most bytes written by one write of grouped appends.

@@ -38,7 +38,7 @@
 
 use crate::config::DirectOptions;
 use crate::error::{Error, Result};
-use crate::group_bytes::GroupBytes;
+use crate::log::group_bytes::GroupBytes;
 use crate::monitor::OffsetMonitor;
 use glommio::io::{DmaBuffer, DmaFile, OpenOptions};
 use std::cell::{Cell, RefCell};

@@ -9,11 +9,11 @@
 
 use crate::batch::{self, BatchHeader, HEADER_LEN, LOG_OVERHEAD};
 use crate::config::DirectOptions;
-use crate::direct_write::DirectWriter;
 use crate::error::{Error, Result};
-use crate::group_bytes::GroupBytes;
-use crate::index::{SegmentMeta, SparseIndex};
-use crate::readahead::{self, ReadAhead};
+use crate::log::direct_write::DirectWriter;
+use crate::log::group_bytes::GroupBytes;
+use crate::log::index::{SegmentMeta, SparseIndex};
+use crate::log::readahead::{self, ReadAhead};
 use crate::records::Records;
 use crate::transactions::{parse_marker, txn_index_file_name, OpenTransactions, SegmentTxns};
 use bytes::Bytes;
@@ -709,7 +709,7 @@ async fn direct_read(file: Rc<DmaFile>, path: PathBuf, pos: u64, len: usize) -> 
 
 /// Most zeros after the last batch that recovery reads to tell padding (of a Direct I/O write, or
 /// space allocated ahead) from damage.
-const MAX_PADDING: u64 = 2 * crate::direct_write::ALLOCATE_STEP;
+const MAX_PADDING: u64 = 2 * crate::log::direct_write::ALLOCATE_STEP;
 
 /// Whether the file holds nothing but zeros from `pos` to `file_len` (at most [`MAX_PADDING`] of them).
 async fn zeros_to_end(file: &BufferedFile, path: &Path, pos: u64, file_len: u64) -> Result<bool> {
