@@ -28,6 +28,32 @@ pub fn partition_exists(core: &Core, topic: &str, partition: i32) -> bool {
     core.data_owner(topic, partition).is_some()
 }
 
+/// Why the commit of one partition's offset is refused, if it is (OffsetCommit and
+/// TxnOffsetCommit alike): the group's check failed, no READ on the topic, no such partition, or
+/// metadata too large.
+pub fn refusal<T>(
+    core: &Core,
+    who: &Session,
+    checked: &Result<T, ResponseError>,
+    topic: &str,
+    partition: i32,
+    metadata: Option<&str>,
+) -> Option<ResponseError> {
+    match checked {
+        Err(e) => Some(*e),
+        Ok(_) if !who.may_topic(core, Operation::Read, topic) => {
+            Some(ResponseError::TopicAuthorizationFailed)
+        }
+        Ok(_) if !partition_exists(core, topic, partition) => {
+            Some(ResponseError::UnknownTopicOrPartition)
+        }
+        Ok(_) if metadata.is_some_and(|m| m.len() > MAX_OFFSET_METADATA_BYTES) => {
+            Some(ResponseError::OffsetMetadataTooLarge)
+        }
+        Ok(_) => None,
+    }
+}
+
 pub async fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult {
     let request: OffsetCommitRequest = decode(req)?;
     let v = req.api_version;
@@ -53,34 +79,19 @@ pub async fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult 
     for t in &request.topics {
         let mut parts = Vec::new();
         for p in &t.partitions {
-            let error = match &checked {
-                Err(e) => Some(*e),
-                Ok(_) if !who.may_topic(core, Operation::Read, &t.name) => {
-                    Some(ResponseError::TopicAuthorizationFailed)
-                }
-                Ok(_) if !partition_exists(core, &t.name, p.partition_index) => {
-                    Some(ResponseError::UnknownTopicOrPartition)
-                }
-                Ok(_)
-                    if p.committed_metadata
-                        .as_ref()
-                        .is_some_and(|m| m.len() > MAX_OFFSET_METADATA_BYTES) =>
-                {
-                    Some(ResponseError::OffsetMetadataTooLarge)
-                }
-                Ok(_) => {
-                    to_write.push((
-                        (t.name.to_string(), p.partition_index),
-                        Committed {
-                            offset: p.committed_offset,
-                            leader_epoch: if v >= 6 { p.committed_leader_epoch } else { -1 },
-                            metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
-                            commit_timestamp: now,
-                        },
-                    ));
-                    None
-                }
-            };
+            let metadata = p.committed_metadata.as_deref();
+            let error = refusal(core, who, &checked, &t.name, p.partition_index, metadata);
+            if error.is_none() {
+                to_write.push((
+                    (t.name.to_string(), p.partition_index),
+                    Committed {
+                        offset: p.committed_offset,
+                        leader_epoch: if v >= 6 { p.committed_leader_epoch } else { -1 },
+                        metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+                        commit_timestamp: now,
+                    },
+                ));
+            }
             parts.push((p.partition_index, error));
         }
         results.push(parts);

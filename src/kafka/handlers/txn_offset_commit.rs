@@ -8,12 +8,11 @@
 //! Not checked here: that the transaction added this group (AddOffsetsToTxn; that state is on the
 //! transaction coordinator's core, and Kafka does not check it before v5 either).
 
-use super::offset_commit::partition_exists;
+use super::offset_commit::refusal;
 use super::{count_errors, frame, HandlerResult, Versions};
 use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::groups::offsets::{Committed, PendingOffset};
-use crate::groups::MAX_OFFSET_METADATA_BYTES;
 use crate::kafka::session::Session;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
@@ -64,37 +63,22 @@ pub async fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult 
     for t in &request.topics {
         let mut parts = Vec::new();
         for p in &t.partitions {
-            let error = match &checked {
-                Err(e) => Some(*e),
-                Ok(_) if !who.may_topic(core, Operation::Read, &t.name) => {
-                    Some(ResponseError::TopicAuthorizationFailed)
-                }
-                Ok(_) if !partition_exists(core, &t.name, p.partition_index) => {
-                    Some(ResponseError::UnknownTopicOrPartition)
-                }
-                Ok(_)
-                    if p.committed_metadata
-                        .as_ref()
-                        .is_some_and(|m| m.len() > MAX_OFFSET_METADATA_BYTES) =>
-                {
-                    Some(ResponseError::OffsetMetadataTooLarge)
-                }
-                Ok(_) => {
-                    to_write.push((
-                        (t.name.to_string(), p.partition_index),
-                        PendingOffset {
-                            producer_epoch: request.producer_epoch,
-                            value: Committed {
-                                offset: p.committed_offset,
-                                leader_epoch: if v >= 2 { p.committed_leader_epoch } else { -1 },
-                                metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
-                                commit_timestamp: now,
-                            },
+            let metadata = p.committed_metadata.as_deref();
+            let error = refusal(core, who, &checked, &t.name, p.partition_index, metadata);
+            if error.is_none() {
+                to_write.push((
+                    (t.name.to_string(), p.partition_index),
+                    PendingOffset {
+                        producer_epoch: request.producer_epoch,
+                        value: Committed {
+                            offset: p.committed_offset,
+                            leader_epoch: if v >= 2 { p.committed_leader_epoch } else { -1 },
+                            metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+                            commit_timestamp: now,
                         },
-                    ));
-                    None
-                }
-            };
+                    },
+                ));
+            }
             parts.push((p.partition_index, error));
         }
         results.push(parts);
