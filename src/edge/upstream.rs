@@ -106,16 +106,14 @@ impl Conn {
             .get(&(key as i16))
             .copied()
             .ok_or_else(|| format!("{} does not offer {key:?}", self.addr))?;
-        let v = max.min(*ours.end());
-        if v < min.max(*ours.start()) {
-            return Err(format!(
+        crate::wire::common_version((min, max), (*ours.start(), *ours.end())).ok_or_else(|| {
+            format!(
                 "{} speaks {key:?} v{min}-{max}, shoal edge v{}-{}",
                 self.addr,
                 ours.start(),
                 ours.end()
-            ));
-        }
-        Ok(v)
+            )
+        })
     }
 
     /// Whether the upstream takes `key` at exactly `version` (forwarded requests keep theirs).

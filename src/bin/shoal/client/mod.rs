@@ -54,14 +54,12 @@ pub fn pick_version(r: &ApiVersionsResponse, key: ApiKey, lo: i16, hi: i16) -> i
         .iter()
         .find(|k| k.api_key == key as i16)
         .ok_or_else(|| other(format!("the broker does not serve {key:?}")))?;
-    let v = hi.min(k.max_version);
-    if v < lo.max(k.min_version) {
-        return Err(other(format!(
+    shoal::wire::common_version((k.min_version, k.max_version), (lo, hi)).ok_or_else(|| {
+        other(format!(
             "no common {key:?} version: the broker serves {}..={}, this client {lo}..={hi}",
             k.min_version, k.max_version
-        )));
-    }
-    Ok(v)
+        ))
+    })
 }
 
 /// A blocking connection for control-plane calls.
