@@ -3,7 +3,8 @@
 //! with `cargo test --test it <module>::` (e.g. `cargo test --test it librdkafka_suite::`).
 //!
 //! The tests of all modules run at once in this one process: nothing here may change the process
-//! for the others (its environment, current directory, signal handlers, limits).
+//! for the others (its environment, current directory, signal handlers, limits). Ports come from
+//! `common::free_port_run`, which hands each call its own run.
 
 mod common;
 

@@ -16,6 +16,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -282,8 +283,8 @@ pub fn key_in_shard(shard: u32, n: u32, prefix: &str) -> String {
 }
 
 /// Held while a test of this process picks a run of free ports with [`free_port_run`] and until
-/// its server has bound them (or, killed, has bound them again): tests running at once in one
-/// process start their search at the same port.
+/// its server has bound them (or, killed, has bound them again): a restart leaves its ports free
+/// for a moment, and [`free_port_run`] checks only that a port binds.
 pub fn ports_lock() -> std::sync::MutexGuard<'static, ()> {
     static PORTS: Mutex<()> = Mutex::new(());
     PORTS.lock().unwrap_or_else(|e| e.into_inner())
@@ -292,19 +293,37 @@ pub fn ports_lock() -> std::sync::MutexGuard<'static, ()> {
 /// A port P such that P..P+n are all free right now, below the kernel's ephemeral range: client
 /// connections hold ports in that range for a minute after they close (TIME_WAIT), and a test that
 /// made tens of thousands of them (the fuzzer) would leave no run of free ports there.
+///
+/// All the tests run in one process, many at once: each call takes its runs from a process-wide
+/// cursor, after the previous call's run (wrapping to the start of the range), so two calls never
+/// return overlapping runs, even while the first caller's server has not bound its ports yet. The
+/// cursor starts at a place derived from the process id, so that processes running at once (the
+/// tests and a bench) rarely collide.
 pub fn free_port_run(n: u16) -> u16 {
+    // The next port to try; 0 until the first call.
+    static NEXT: AtomicU32 = AtomicU32::new(0);
     let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
         .unwrap_or(32768);
-    let (from, to) = (10_000u16, low.saturating_sub(n).max(10_001));
-    // Start somewhere different in each process, so tests running at once rarely collide.
-    let mut p = from + (std::process::id() as u16 % (to - from));
+    let (from, to) = (10_000u32, u32::from(low.saturating_sub(n)).max(10_001));
+    let n32 = u32::from(n);
     for _ in 0..1000 {
+        // Claims the run p..p+n: no other call gets it (until the cursor wraps all the way round).
+        let mut p = 0;
+        let _ = NEXT.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |next| {
+            let next = if next == 0 {
+                from + std::process::id() % (to - from)
+            } else {
+                next
+            };
+            p = if next >= to { from } else { next };
+            Some(p + n32)
+        });
+        let p = p as u16;
         if (p..p + n).all(|q| std::net::TcpListener::bind(("127.0.0.1", q)).is_ok()) {
             return p;
         }
-        p = if p + n >= to { from } else { p + n };
     }
     panic!("no run of {n} free ports");
 }
