@@ -17,7 +17,7 @@
 //! Data lives under `target/` rather than the system temp dir, which may be tmpfs: acks=all must
 //! pay for a real fsync.
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common/mod.rs"]
 mod common;
 
 use common::Shoal;

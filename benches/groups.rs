@@ -15,7 +15,7 @@
 //!
 //! `cargo bench --bench groups` (about 30 s); `-- --quick` for a smoke run (200 commits).
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common/mod.rs"]
 mod common;
 
 use common::Shoal;

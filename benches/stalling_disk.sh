@@ -121,7 +121,7 @@ setup_disk() {
     done
     grep -qx ready "$WORK/daemon.out" || { echo "the FUSE daemon did not get ready" >&2; return 1; }
     LOOP_DEV=$(losetup --find --show --direct-io=off "$FUSE_DIR/disk.img")
-    # As tests/common/volatile_disk.rs: no discards, inode tables and journal written now (no
+    # As tests/it/common/volatile_disk.rs: no discards, inode tables and journal written now (no
     # kernel thread zeroing them later, during the runs).
     mkfs.ext4 -q -F -b 4096 -N 4096 -E nodiscard,lazy_itable_init=0,lazy_journal_init=0 "$LOOP_DEV"
     EXT4_DIR="$WORK/ext4"

@@ -14,7 +14,7 @@
 //!
 //! `cargo bench --bench txn_recovery` (about a minute here). Data lives under `target/`.
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common/mod.rs"]
 mod common;
 
 use common::Shoal;

@@ -1,8 +1,8 @@
-// kafkajs against shoal, driven by tests/kafkajs.rs:
+// kafkajs against shoal, driven by tests/it/kafkajs.rs:
 //
 //   node kafkajs.js <scenario> <bootstrap> <topic>
 //
-// with NODE_PATH naming the node_modules kafkajs is installed in (tests/common/node.rs). Prints one
+// with NODE_PATH naming the node_modules kafkajs is installed in (tests/it/common/node.rs). Prints one
 // line of JSON on stdout, what the scenario saw; kafkajs's own log goes to stderr. Every wait is
 // bounded: the whole script gives up after SCRIPT_TIMEOUT_MS, printing {"error": ...}.
 'use strict';

@@ -1,5 +1,5 @@
 """One ACL-related action with kafka-python over SASL/SCRAM-SHA-256, printing one JSON line. Used by
-tests/acls.rs.
+tests/it/acls.rs.
 
 usage: acls.py BOOTSTRAP USER PASSWORD ACTION [ARGS...]
   produce TOPIC               -> {"ok": true} or {"ok": false, "error": NAME}

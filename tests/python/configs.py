@@ -1,5 +1,5 @@
 """Reads and changes a topic's configs with kafka-python's admin client (IncrementalAlterConfigs,
-AlterConfigs, DescribeConfigs) and prints each step as a JSON line. Used by tests/python_clients.rs.
+AlterConfigs, DescribeConfigs) and prints each step as a JSON line. Used by tests/it/python_clients.rs.
 
 usage: configs.py BOOTSTRAP TOPIC
 """

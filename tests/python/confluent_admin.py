@@ -1,5 +1,5 @@
 """Grows a topic and reads and changes its configs with confluent-kafka's AdminClient (librdkafka
-underneath), printing each step as a JSON line. Used by tests/python_clients.rs.
+underneath), printing each step as a JSON line. Used by tests/it/python_clients.rs.
 
 usage: confluent_admin.py BOOTSTRAP TOPIC
 """

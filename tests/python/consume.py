@@ -1,5 +1,5 @@
 """Consumes one partition of a topic from the beginning with kafka-python and prints what it got as
-JSON lines: {"offset": .., "key": .., "value": ..}. Used by tests/python_clients.rs.
+JSON lines: {"offset": .., "key": .., "value": ..}. Used by tests/it/python_clients.rs.
 
 usage: consume.py BOOTSTRAP TOPIC PARTITION COUNT TIMEOUT_S
 """

@@ -1,6 +1,6 @@
 """Grows a topic with kafka-python's admin client and prints what happened as JSON lines: the
 result of asking for fewer partitions (an error), of a validate-only request, of the real one, and
-the partitions kafka-python then sees. Used by tests/python_clients.rs.
+the partitions kafka-python then sees. Used by tests/it/python_clients.rs.
 
 usage: grow.py BOOTSTRAP TOPIC COUNT
 """

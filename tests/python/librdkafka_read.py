@@ -2,7 +2,7 @@
 (confluent-kafka's wheel bundles it, with SSL, SCRAM and zstd), and prints one JSON line:
 {"ok": true, "records": [{"partition", "offset", "key", "value", "headers": [[k, v], ...]}]}
 or {"ok": false, "error": NAME, "message": TEXT} (NAME as librdkafka names it, e.g.
-TOPIC_AUTHORIZATION_FAILED or _AUTHENTICATION). Used by tests/tools_io.rs and tests/tools_security.rs.
+TOPIC_AUTHORIZATION_FAILED or _AUTHENTICATION). Used by tests/it/tools_io.rs and tests/it/tools_security.rs.
 
 usage: librdkafka_read.py BOOTSTRAP TOPIC COUNT CONFIG_JSON
 CONFIG_JSON: extra librdkafka settings (security.protocol, sasl.*, ssl.ca.location), or {}.

@@ -1,7 +1,7 @@
 """Reads one partition with kafka-python from offset FROM until its position reaches END, and prints
 every record below END exactly as kafka-python delivered it, as JSON lines: {"offset", "key", "value",
 "headers": [[name, value]], "timestamp", "timestamp_type"}, bytes as hex (null for null); then
-{"position": ..}. Used by tests/read_replicas.rs.
+{"position": ..}. Used by tests/it/read_replicas.rs.
 
 usage: read_partition.py BOOTSTRAP TOPIC PARTITION FROM END TIMEOUT_S
 """

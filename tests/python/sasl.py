@@ -1,5 +1,5 @@
 """Produces and consumes over SASL with an unmodified Python client and prints one JSON line:
-{"ok": true, "consumed": N} or {"ok": false, "error": NAME, "message": TEXT}. Used by tests/sasl.rs.
+{"ok": true, "consumed": N} or {"ok": false, "error": NAME, "message": TEXT}. Used by tests/it/sasl.rs.
 
 usage: sasl.py CLIENT BOOTSTRAP MECHANISM USER PASSWORD TOPIC
 CLIENT is kafka-python or confluent-kafka (librdkafka, as its wheel bundles it).

@@ -1,6 +1,6 @@
 """SCRAM credentials through confluent-kafka's AdminClient (AlterUserScramCredentials,
 DescribeUserScramCredentials), as a SASL/SCRAM-SHA-256 user. Prints one JSON line. Used by
-tests/sasl.rs.
+tests/it/sasl.rs.
 
 usage: scram_admin.py BOOTSTRAP USER PASSWORD ACTION [ARGS...]
   set NAME PASSWORD      -> {"ok": true} or {"ok": false, "error": TEXT}

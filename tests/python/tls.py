@@ -2,7 +2,7 @@
 with an unmodified Python client, printing one JSON line: {"ok": true, "consumed": N, "same": B} or
 {"ok": false, "error": NAME, "message": TEXT}. It produces 10 records to partition 0, then reads
 from the first of them: N records came back, and B tells whether they are the 10 sent, in order.
-Used by tests/tls.rs.
+Used by tests/it/tls.rs.
 
 usage: tls.py CLIENT BOOTSTRAP TOPIC OPTIONS
 CLIENT: kafka-python or confluent-kafka (librdkafka, with the OpenSSL its wheel bundles).

@@ -1,5 +1,5 @@
 """Over mTLS with kafka-python's admin client: creates TOPIC and "public", and allows PRINCIPAL to
-read and write TOPIC. Prints {"ok": true} or the error. Used by tests/tls.rs.
+read and write TOPIC. Prints {"ok": true} or the error. Used by tests/it/tls.rs.
 
 usage: tls_acl.py BOOTSTRAP OPTIONS PRINCIPAL TOPIC   (OPTIONS: JSON {"ca", "cert", "key"})
 """

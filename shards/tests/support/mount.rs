@@ -1,5 +1,5 @@
 //! A tmpfs mounted for a test (root only), shared by the disk-full tests of both crates
-//! (`shards/tests/disk_full.rs`, `tests/storage_errors.rs`, which include this file by path).
+//! (`shards/tests/disk_full.rs`, `tests/it/storage_errors.rs`, which include this file by path).
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,259 @@
+//! Topic configs through librdkafka's admin client against the real binary: DescribeConfigs shows
+//! values, sources and read-only broker configs; AlterConfigs changes a topic's configs on every
+//! core at once (a smaller `max.message.bytes` refuses a batch that was accepted before), keeps
+//! them across a restart, and refuses unknown keys, bad values, views and broker configs.
+
+use crate::common;
+
+use common::{create_topics, Shoal};
+use rdkafka::admin::{
+    AdminClient, AdminOptions, AlterConfig, AlterConfigsResult, ResourceSpecifier,
+};
+use rdkafka::client::{ClientContext, DefaultClientContext};
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::types::RDKafkaErrorCode;
+use std::sync::Mutex;
+use std::time::Duration;
+
+const TOPIC: &str = "tuned";
+
+fn admin(bootstrap: &str) -> AdminClient<DefaultClientContext> {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("admin client")
+}
+
+fn opts() -> AdminOptions {
+    AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)))
+}
+
+/// (value, source, read-only) of `name` in `resource`'s configs.
+fn describe(
+    admin: &AdminClient<DefaultClientContext>,
+    resource: ResourceSpecifier<'_>,
+    name: &str,
+) -> (Option<String>, String, bool) {
+    let results = futures_lite::future::block_on(admin.describe_configs([&resource], &opts()))
+        .expect("DescribeConfigs answered");
+    let r = results.into_iter().next().unwrap().expect("described");
+    let e = r
+        .entries
+        .iter()
+        .find(|e| e.name == name)
+        .unwrap_or_else(|| panic!("no {name}"));
+    (e.value.clone(), format!("{:?}", e.source), e.is_read_only)
+}
+
+/// Every config of `resource`: (name, value, source), in the order described.
+fn describe_all(
+    admin: &AdminClient<DefaultClientContext>,
+    resource: ResourceSpecifier<'_>,
+) -> Vec<(String, Option<String>, String)> {
+    let results = futures_lite::future::block_on(admin.describe_configs([&resource], &opts()))
+        .expect("DescribeConfigs answered");
+    let r = results.into_iter().next().unwrap().expect("described");
+    r.entries
+        .iter()
+        .map(|e| (e.name.clone(), e.value.clone(), format!("{:?}", e.source)))
+        .collect()
+}
+
+const TOPIC_RESOURCE: i8 = 2;
+const BROKER_RESOURCE: i8 = 4;
+const INVALID_REQUEST: i16 = 42;
+const INVALID_CONFIG: i16 = 40;
+
+/// AlterConfigs (v2) of one resource to `key=value`, sent as wire bytes: the resource's error
+/// code and message.
+fn alter_on_the_wire(
+    port: u16,
+    resource_type: i8,
+    name: &str,
+    key: &str,
+    value: &str,
+) -> (i16, Option<String>) {
+    use kafka_protocol::messages::alter_configs_request::{AlterConfigsResource, AlterableConfig};
+    use kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse, ApiKey};
+    use kafka_protocol::protocol::StrBytes;
+    let request =
+        AlterConfigsRequest::default().with_resources(vec![AlterConfigsResource::default()
+            .with_resource_type(resource_type)
+            .with_resource_name(StrBytes::from_string(name.into()))
+            .with_configs(vec![AlterableConfig::default()
+                .with_name(StrBytes::from_string(key.into()))
+                .with_value(Some(StrBytes::from_string(value.into())))])]);
+    let mut s = common::wire::connect(port);
+    let r: AlterConfigsResponse = common::wire::call(&mut s, ApiKey::AlterConfigs, 2, 1, &request);
+    assert_eq!(r.responses.len(), 1, "one answer per resource");
+    let r = &r.responses[0];
+    (
+        r.error_code,
+        r.error_message.as_ref().map(|m| m.to_string()),
+    )
+}
+
+fn alter(admin: &AdminClient<DefaultClientContext>, change: AlterConfig<'_>) -> AlterConfigsResult {
+    futures_lite::future::block_on(admin.alter_configs([&change], &opts()))
+        .expect("AlterConfigs answered")
+        .pop()
+        .unwrap()
+}
+
+/// Delivery reports of a producer.
+#[derive(Default)]
+struct Reports(Mutex<Vec<Result<(), RDKafkaErrorCode>>>);
+
+impl ClientContext for Reports {}
+
+impl ProducerContext for Reports {
+    type DeliveryOpaque = ();
+    fn delivery(&self, r: &DeliveryResult<'_>, _: ()) {
+        let outcome = match r {
+            Ok(_) => Ok(()),
+            Err((e, _)) => Err(e.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Unknown)),
+        };
+        self.0.lock().unwrap().push(outcome);
+    }
+}
+
+/// Produces one record of `bytes` bytes to `partition`; the error code if the broker refuses it.
+fn produce(bootstrap: &str, partition: i32, bytes: usize) -> Result<(), RDKafkaErrorCode> {
+    let p: BaseProducer<Reports> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("message.timeout.ms", "10000")
+        .set("retries", "0")
+        .create_with_context(Reports::default())
+        .expect("producer");
+    let value = vec![7u8; bytes];
+    p.send(
+        BaseRecord::<(), [u8]>::to(TOPIC)
+            .partition(partition)
+            .payload(&value[..]),
+    )
+    .expect("queued");
+    for _ in 0..150 {
+        p.poll(Duration::from_millis(100));
+        if let Some(outcome) = p.client().context().0.lock().unwrap().pop() {
+            return outcome;
+        }
+    }
+    panic!("no delivery report");
+}
+
+#[test]
+fn topic_configs_are_described_changed_everywhere_and_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 2, &[]);
+    let bootstrap = shoal.bootstrap();
+    create_topics(&bootstrap, &[(TOPIC, 2)]);
+    let admin = admin(&bootstrap);
+    let topic = ResourceSpecifier::Topic(TOPIC);
+
+    assert_eq!(
+        describe(&admin, ResourceSpecifier::Topic(TOPIC), "max.message.bytes"),
+        (Some("1048588".into()), "Default".into(), false)
+    );
+    let (value, source, read_only) =
+        describe(&admin, ResourceSpecifier::Broker(1), "log.segment.bytes");
+    assert_eq!(
+        (value.as_deref(), source.as_str(), read_only),
+        (Some("268435456"), "Default", true)
+    );
+
+    // Refused, with their error codes, changing nothing. (The `rdkafka` crate reports every
+    // AlterConfigs resource as a success, whatever its error code: these go on the wire.)
+    let view = "tuned.shard-0-of-2";
+    let before = [
+        describe_all(&admin, ResourceSpecifier::Topic(TOPIC)),
+        describe_all(&admin, ResourceSpecifier::Broker(0)),
+        describe_all(&admin, ResourceSpecifier::Topic(view)),
+    ];
+    for (resource_type, name, key, value, code) in [
+        (
+            TOPIC_RESOURCE,
+            TOPIC,
+            "max.message.bytes",
+            "soon",
+            INVALID_CONFIG,
+        ),
+        (
+            TOPIC_RESOURCE,
+            TOPIC,
+            "compression.type",
+            "zstd",
+            INVALID_CONFIG,
+        ),
+        (
+            TOPIC_RESOURCE,
+            TOPIC,
+            "cleanup.policy",
+            "compact,archive",
+            INVALID_CONFIG,
+        ),
+        (
+            BROKER_RESOURCE,
+            "0",
+            "log.segment.bytes",
+            "1",
+            INVALID_REQUEST,
+        ),
+        (TOPIC_RESOURCE, view, "retention.ms", "1", INVALID_REQUEST),
+    ] {
+        let (error, message) = alter_on_the_wire(shoal.ports[0], resource_type, name, key, value);
+        assert_eq!(error, code, "{name}: {key}={value}: {message:?}");
+    }
+    let after = [
+        describe_all(&admin, ResourceSpecifier::Topic(TOPIC)),
+        describe_all(&admin, ResourceSpecifier::Broker(0)),
+        describe_all(&admin, ResourceSpecifier::Topic(view)),
+    ];
+    assert_eq!(before, after, "the refused changes changed nothing");
+    assert_eq!(
+        describe(&admin, ResourceSpecifier::Topic(TOPIC), "max.message.bytes"),
+        (Some("1048588".into()), "Default".into(), false)
+    );
+
+    // A 100 KB record goes in; after max.message.bytes=32768 it does not, on either partition: the
+    // two live on different cores (round robin over the 2 cores), and both apply the change.
+    for partition in [0, 1] {
+        produce(&bootstrap, partition, 100_000).expect("accepted before the change");
+    }
+    alter(
+        &admin,
+        AlterConfig::new(topic).set("max.message.bytes", "32768"),
+    )
+    .expect("altered");
+    assert_eq!(
+        describe(&admin, ResourceSpecifier::Topic(TOPIC), "max.message.bytes"),
+        (Some("32768".into()), "DynamicTopic".into(), false)
+    );
+    for partition in [0, 1] {
+        assert_eq!(
+            produce(&bootstrap, partition, 100_000),
+            Err(RDKafkaErrorCode::MessageSizeTooLarge),
+            "partition {partition}"
+        );
+    }
+
+    shoal.stop();
+    let shoal = Shoal::start(dir.path(), 2, &[]);
+    let bootstrap = shoal.bootstrap();
+    let admin = self::admin(&bootstrap);
+    assert_eq!(
+        describe(&admin, ResourceSpecifier::Topic(TOPIC), "max.message.bytes")
+            .0
+            .as_deref(),
+        Some("32768"),
+        "kept across a restart"
+    );
+    for partition in [0, 1] {
+        assert_eq!(
+            produce(&bootstrap, partition, 100_000),
+            Err(RDKafkaErrorCode::MessageSizeTooLarge),
+            "partition {partition} after a restart"
+        );
+    }
+    shoal.stop();
+}

@@ -1,0 +1,521 @@
+//! The live console (`GET /console`, polling `GET /v1/console`) in a real browser: Debian's
+//! chromium, headless, against `shoal serve` with a hot partition read by consumers on both cores
+//! (read replicas), a wider topic and records produced by librdkafka. The page, once its scripts
+//! ran, shows the broker's numbers: every core, each topic's partitions, high watermarks,
+//! consumers and replicated partitions, one topic's partitions with leader and replica cores, a
+//! lagging group's lag with its sparkline. And
+//! the console under an admin token: the login page without it, the token from a cookie for reads
+//! only.
+
+use crate::common;
+
+use common::browser::{attribute, chromium, dump_dom};
+use common::cli::produce;
+use common::Shoal;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+use serde_json::Value;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Consumers of `topic`'s partition 0 from the beginning, polling until `stop` (librdkafka follows
+/// the owner's preferred read replica).
+fn tail_readers(
+    bootstrap: &str,
+    topic: &str,
+    n: usize,
+    stop: &Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    (0..n)
+        .map(|_| {
+            let (bootstrap, topic, stop) = (bootstrap.to_string(), topic.to_string(), stop.clone());
+            std::thread::spawn(move || {
+                let c: BaseConsumer = rdkafka::ClientConfig::new()
+                    .set("bootstrap.servers", &bootstrap)
+                    .set("group.id", "console-readers-unused")
+                    .set("enable.auto.commit", "false")
+                    .set("fetch.wait.max.ms", "200")
+                    .create()
+                    .unwrap();
+                let mut tpl = TopicPartitionList::new();
+                tpl.add_partition_offset(&topic, 0, Offset::Beginning)
+                    .unwrap();
+                c.assign(&tpl).unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = c.poll(Duration::from_millis(100));
+                }
+            })
+        })
+        .collect()
+}
+
+fn console(shoal: &Shoal, query: &str) -> Value {
+    let (status, body) = shoal.admin_get(&format!("/v1/console{query}"));
+    assert!(status.contains("200"), "{status}: {body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+fn topic_row<'a>(c: &'a Value, name: &str) -> &'a Value {
+    c["topics"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == name)
+        .unwrap_or_else(|| panic!("no topic {name}: {c}"))
+}
+
+#[test]
+fn the_console_shows_the_brokers_numbers_in_a_browser() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(
+        dir.path(),
+        2,
+        &["--read-replicas", "all", "--group-lag-interval-ms", "200"],
+    );
+    let b = shoal.bootstrap();
+    common::create_topics(&b, &[("hot", 1), ("wide", 3), ("orders", 2)]);
+    produce(&b, "hot", &[40]);
+    produce(&b, "wide", &[5, 6, 7]);
+    produce(&b, "orders", &[8, 10]);
+    // A stopped group committed at the start of "orders": it lags by all 18 records.
+    let seek = common::cli::shoal(
+        &[
+            "group",
+            "seek",
+            "lagger",
+            "--topic",
+            "orders",
+            "--to-earliest",
+            "-b",
+            &b,
+        ],
+        &[],
+    );
+    assert!(seek.ok, "{}", seek.stderr);
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers = tail_readers(&b, "hot", 4, &stop);
+
+    // Wait (bounded) until the broker counts the four readers, spread over both cores, and the
+    // hot partition's replica. A reader sent to the replica core still counts on the owner until
+    // it has not fetched there for 10 s, so the count settles at 4 only then.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut settled = 0;
+    while settled < 3 {
+        let c = console(&shoal, "?topic=hot");
+        let hot = topic_row(&c, "hot");
+        let cores = c["partitions"]["items"][0]["consumers_by_core"]
+            .as_object()
+            .map_or(0, |m| m.len());
+        let lagger = c["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["group"] == "lagger");
+        let ready = hot["consumers"] == 4
+            && hot["replicated_partitions"] == 1
+            && cores == 2
+            && lagger.is_some_and(|g| g["lag_sum"] == 18);
+        settled = if ready { settled + 1 } else { 0 };
+        assert!(
+            Instant::now() < deadline,
+            "readers or replica not settled: {c}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    // A producer writes to "wide" while the page is open: its rate and high watermarks move.
+    let producing = {
+        let (b, stop) = (b.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                produce(&b, "wide", &[0, 0, 20]);
+            }
+        })
+    };
+    let url = format!("http://{}/console?topic=hot", shoal.admin);
+    let dom = dump_dom(
+        "the_console_shows_the_brokers_numbers_in_a_browser",
+        &url,
+        Duration::from_secs(6),
+    );
+    stop.store(true, Ordering::Relaxed);
+    readers.into_iter().for_each(|r| r.join().unwrap());
+    producing.join().unwrap();
+    let Some(dom) = dom else { return };
+
+    // The page polled at least once and drew every core.
+    let polls: u32 = attribute(&dom, "id=\"status\"", "data-polls")
+        .parse()
+        .unwrap();
+    assert!(polls >= 1, "the page's script never polled");
+    for core in 0..2 {
+        attribute(&dom, &format!("data-core=\"{core}\""), "data-busy");
+    }
+    assert!(!dom.contains("data-core=\"2\""));
+    // Topics: partitions, high watermarks as produced, consumers, the replicated partition.
+    let hot = "data-topic=\"hot\"";
+    assert_eq!(attribute(&dom, hot, "data-partitions"), "1");
+    assert_eq!(attribute(&dom, hot, "data-hw"), "40");
+    assert_eq!(attribute(&dom, hot, "data-consumers"), "4");
+    assert_eq!(attribute(&dom, hot, "data-replicated"), "1");
+    let hw_metric = shoal.metric_with("shoal_log_high_watermark", "topic=\"hot\"");
+    assert_eq!(hw_metric, 40);
+    let wide = "data-topic=\"wide\"";
+    assert_eq!(attribute(&dom, wide, "data-partitions"), "3");
+    assert_eq!(attribute(&dom, wide, "data-replicated"), "3");
+    // Updated while the producer ran: more than the 18 records before it, produced bytes/s shown.
+    let wide_hw: u64 = attribute(&dom, wide, "data-hw").parse().unwrap();
+    assert!(
+        wide_hw > 18,
+        "the page did not follow the producer: {wide_hw}"
+    );
+    let rate: u64 = attribute(&dom, wide, "data-produced-rate").parse().unwrap();
+    assert!(rate > 0, "no produce rate shown");
+    // The hot topic's partition: its leader, and the other core holding its replica.
+    let leader: usize = attribute(&dom, "data-partition=\"0\"", "data-leader")
+        .parse()
+        .unwrap();
+    assert!(leader < 2);
+    assert_eq!(
+        attribute(&dom, "data-partition=\"0\"", "data-replicas"),
+        (1 - leader).to_string()
+    );
+    assert_eq!(attribute(&dom, "data-partition=\"0\"", "data-hw"), "40");
+    // The lagging group: no members, all 18 records behind, with its lag over time drawn.
+    let lagger = "data-group=\"lagger\"";
+    assert_eq!(attribute(&dom, lagger, "data-lag"), "18");
+    // The same as the operator command's figure.
+    let described = common::cli::shoal(
+        &["group", "describe", "lagger", "-b", &b, "--format", "json"],
+        &[],
+    )
+    .json();
+    assert_eq!(described["total_lag"], 18, "{described}");
+    assert_eq!(attribute(&dom, lagger, "data-members"), "0");
+    let row = &dom[dom.find(lagger).unwrap()..];
+    let row = &row[..row.find("</tr>").unwrap()];
+    assert!(row.contains("Empty") && row.contains("<polyline"), "{row}");
+    shoal.stop();
+}
+
+/// The console JSON pages topics and partitions: a page never holds more than its limit, and the
+/// pages together hold every topic once.
+#[test]
+fn the_console_json_pages_topics_and_partitions() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 1, &[]);
+    let names: Vec<String> = (0..7).map(|i| format!("t{i}")).collect();
+    let topics: Vec<(&str, i32)> = names.iter().map(|n| (n.as_str(), 4)).collect();
+    common::create_topics(&shoal.bootstrap(), &topics);
+    let mut seen = Vec::new();
+    let mut from = 0;
+    loop {
+        let c = console(&shoal, &format!("?topics_limit=3&topics_from={from}&q=t"));
+        assert_eq!(c["topics"]["total"], 7);
+        let items = c["topics"]["items"].as_array().unwrap();
+        assert!(items.len() <= 3);
+        if items.is_empty() {
+            break;
+        }
+        seen.extend(
+            items
+                .iter()
+                .map(|t| t["name"].as_str().unwrap().to_string()),
+        );
+        from += 3;
+    }
+    seen.sort();
+    assert_eq!(seen, names);
+    let c = console(&shoal, "?topic=t3&from=1&limit=2");
+    let parts = &c["partitions"];
+    assert_eq!(parts["total"], 4);
+    let indexes: Vec<i64> = parts["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["partition"].as_i64().unwrap())
+        .collect();
+    assert_eq!(indexes, [1, 2]);
+    // A filter that matches nothing, and an unknown topic.
+    assert_eq!(console(&shoal, "?q=nothing")["topics"]["total"], 0);
+    assert_eq!(
+        console(&shoal, "?topic=nope")["partitions"]["error"],
+        "no such topic"
+    );
+    shoal.stop();
+}
+
+/// Under `--admin-token-file` the console is guarded like the rest of the admin API: without the
+/// token `/console` answers the login page (no data) and `/v1/console` 401; the token is taken as
+/// a bearer header or, for reads only, from the login page's cookie.
+#[test]
+fn the_console_needs_the_admin_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "s3cret/+token-of-some-length\n").unwrap();
+    let data = dir.path().join("data");
+    let shoal = Shoal::start(
+        &data,
+        1,
+        &["--admin-token-file", token_file.to_str().unwrap()],
+    );
+    let (status, body) = shoal.admin_get("/console");
+    assert!(status.contains("401"), "{status}");
+    assert!(
+        body.contains("shoal_admin_token") && !body.contains("/v1/console"),
+        "{body}"
+    );
+    let (status, _) = shoal.admin_get("/v1/console");
+    assert!(status.contains("401"), "{status}");
+    let bearer = "Authorization: Bearer s3cret/+token-of-some-length\r\n";
+    let (status, body) = shoal.admin_request_with("GET", "/console", bearer, "");
+    assert!(
+        status.contains("200") && body.contains("/v1/console"),
+        "{status}"
+    );
+    // The cookie as the login page writes it (encodeURIComponent).
+    let cookie = "Cookie: other=1; shoal_admin_token=s3cret%2F%2Btoken-of-some-length\r\n";
+    let (status, body) = shoal.admin_request_with("GET", "/v1/console", cookie, "");
+    assert!(status.contains("200"), "{status}: {body}");
+    let wrong = "Cookie: shoal_admin_token=nope\r\n";
+    let (status, _) = shoal.admin_request_with("GET", "/v1/console", wrong, "");
+    assert!(status.contains("401"), "{status}");
+    // A cookie does not change a setting.
+    let (status, _) = shoal.admin_request_with("PUT", "/v1/config/fetch_coalescing", cookie, "off");
+    assert!(status.contains("401"), "{status}");
+    shoal.stop();
+}
+
+/// A stand-in for the admin address between the browser and the broker: passes requests through,
+/// and holds the `hold_from`-th console poll (and later ones) until `release` is set, then passes
+/// it on (to a broker that may be gone: the browser then sees the connection close unanswered).
+/// While a request is held the browser's virtual time stands still.
+struct Proxy {
+    addr: String,
+    polls: Arc<std::sync::atomic::AtomicUsize>,
+    release: Arc<AtomicBool>,
+}
+
+impl Proxy {
+    fn start(upstream: String, hold_from: usize) -> Proxy {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let polls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let release = Arc::new(AtomicBool::new(false));
+        let (p, r) = (polls.clone(), release.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { return };
+                let (upstream, polls, release) = (upstream.clone(), p.clone(), r.clone());
+                std::thread::spawn(move || {
+                    let _ = conn.set_read_timeout(Some(Duration::from_secs(30)));
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") {
+                        if conn.read(&mut byte).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        head.push(byte[0]);
+                    }
+                    if String::from_utf8_lossy(&head).contains(" /v1/console") {
+                        let n = polls.fetch_add(1, Ordering::SeqCst) + 1;
+                        let deadline = Instant::now() + Duration::from_secs(60);
+                        while n >= hold_from && !release.load(Ordering::SeqCst) {
+                            assert!(Instant::now() < deadline, "the proxy was never released");
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                    }
+                    let Ok(mut broker) = std::net::TcpStream::connect(&upstream) else {
+                        return; // the broker is gone: closed unanswered
+                    };
+                    let mut answer = Vec::new();
+                    if broker.write_all(&head).is_ok() && broker.read_to_end(&mut answer).is_ok() {
+                        let _ = conn.write_all(&answer);
+                    }
+                });
+            }
+        });
+        Proxy {
+            addr,
+            polls,
+            release,
+        }
+    }
+}
+
+/// The page shows an error state when the broker stops: it polled the live broker, then the broker
+/// stopped and the next polls failed.
+#[test]
+fn the_console_shows_when_the_broker_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 1, &[]);
+    common::create_topics(&shoal.bootstrap(), &[("t", 1)]);
+    let proxy = Proxy::start(shoal.admin.clone(), 3);
+    let url = format!("http://{}/console", proxy.addr);
+    const TEST: &str = "the_console_shows_when_the_broker_is_gone";
+    if let Err(why) = chromium() {
+        shards::testing::skipped(TEST, "the console in a headless browser", &why);
+        return;
+    }
+    let browser = std::thread::spawn(move || dump_dom(TEST, &url, Duration::from_secs(10)));
+    // Two polls answered by the live broker; the third held while the broker stops.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while proxy.polls.load(Ordering::SeqCst) < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "the page never polled three times"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    shoal.stop();
+    proxy.release.store(true, Ordering::SeqCst);
+    let dom = browser.join().unwrap().expect("chromium is there");
+    let polls: u32 = attribute(&dom, "id=\"status\"", "data-polls")
+        .parse()
+        .unwrap();
+    assert_eq!(polls, 2, "two polls answered before the broker stopped");
+    assert_eq!(attribute(&dom, "id=\"status\"", "class"), "stale");
+    assert!(dom.contains("cannot reach the broker"), "no error shown");
+    // What the page showed last is still there.
+    attribute(&dom, "data-topic=\"t\"", "data-hw");
+}
+
+/// With 10,000 partitions (100 topics of 100) the page shows its first figures within a second of
+/// being opened: one page of 50 topics, aggregated, with the total.
+#[test]
+fn the_console_loads_within_a_second_with_ten_thousand_partitions() {
+    const TEST: &str = "the_console_loads_within_a_second_with_ten_thousand_partitions";
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 2, &[]);
+    // Each partition holds two or three files open; the broker raises its limit where it may.
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", shoal.pid())).unwrap();
+    let open_files: u64 = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    if open_files < 40_000 {
+        let why = format!("the broker may open only {open_files} files (not root?)");
+        shards::testing::skipped(TEST, "10,000 partitions", &why);
+        return;
+    }
+    let names: Vec<String> = (0..100).map(|i| format!("wide-{i:03}")).collect();
+    let topics: Vec<(&str, i32)> = names.iter().map(|n| (n.as_str(), 100)).collect();
+    common::create_topics(&shoal.bootstrap(), &topics);
+    let c = console(&shoal, "");
+    assert_eq!(c["topics"]["total"], 100, "{}", c["topics"]["total"]);
+    let opened: u64 = c["cores"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["partitions"].as_u64().unwrap())
+        .sum();
+    assert_eq!(opened, 10_000, "every partition opened");
+    let url = format!("http://{}/console", shoal.admin);
+    let Some(dom) = dump_dom(TEST, &url, Duration::from_secs(3)) else {
+        return;
+    };
+    let shown: u64 = attribute(&dom, "id=\"status\"", "data-first-shown-ms")
+        .parse()
+        .unwrap();
+    assert!(shown < 1000, "first figures after {shown} ms");
+    assert_eq!(dom.matches("data-topic=\"wide-").count(), 50);
+    assert!(dom.contains("1–50 of 100"), "no pager");
+    shoal.stop();
+}
+
+/// The page itself with 10,000 partitions (100 topics of 100 on 4 cores: the library's sample
+/// cluster, served with the real page and the real JSON by a stand-in admin endpoint, since a
+/// broker with that many partitions needs more open files than this machine may give): it shows
+/// its first figures within a second of being opened, one page of 50 aggregated topics.
+#[test]
+fn the_page_stays_small_and_quick_with_ten_thousand_partitions() {
+    use std::io::{Read, Write};
+    const TEST: &str = "the_page_stays_small_and_quick_with_ten_thousand_partitions";
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let (cores, table) = shoal::console::sample::many_partitions(100, 100, 4);
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && conn.read(&mut byte).unwrap_or(0) == 1 {
+                head.push(byte[0]);
+            }
+            let head = String::from_utf8_lossy(&head).to_string();
+            let target = head.split(' ').nth(1).unwrap_or("/").to_string();
+            let (kind, body) = if target.starts_with("/v1/console") {
+                let q = shoal::console::ConsoleQuery::parse(&target);
+                let ports = [9092, 9093, 9094, 9095];
+                let json = shoal::console::console_json(&cores, &table, &ports, &q);
+                ("application/json", json)
+            } else {
+                ("text/html", shoal::console::PAGE.to_string())
+            };
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    let url = format!("http://{addr}/console");
+    let Some(dom) = dump_dom(TEST, &url, Duration::from_secs(3)) else {
+        return;
+    };
+    let shown: u64 = attribute(&dom, "id=\"status\"", "data-first-shown-ms")
+        .parse()
+        .unwrap();
+    eprintln!("10,000 partitions: the page showed its first figures after {shown} ms");
+    assert!(shown < 1000, "first figures after {shown} ms");
+    assert_eq!(dom.matches("data-topic=\"topic-").count(), 50);
+    assert!(dom.contains("1–50 of 100"), "no pager");
+    // The read topic first, its figures summed over its 100 partitions.
+    assert_eq!(
+        attribute(&dom, "data-topic=\"topic-042\"", "data-consumers"),
+        "5"
+    );
+    assert_eq!(
+        attribute(&dom, "data-topic=\"topic-042\"", "data-hw"),
+        "1000"
+    );
+}
+
+/// `shoal edge`'s console: each upstream stream with its position and the upstream's range, and per
+/// core the bytes fetched from upstream beside those served.
+#[test]
+fn an_edges_console_shows_its_upstream_streams() {
+    const TEST: &str = "an_edges_console_shows_its_upstream_streams";
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let upstream = common::edge::start_upstream(dirs[0].path(), "127.0.0.1:0");
+    common::create_topics(&upstream.bootstrap(), &[("feed", 1)]);
+    produce(&upstream.bootstrap(), "feed", &[25]);
+    let edge = common::edge::start_edge(dirs[1].path(), &upstream.bootstrap());
+    common::edge::wait_for_topic(&edge, "feed", 1);
+    let consumer = common::cli::group_consumer(&edge.bootstrap(), "edge-readers", "feed");
+    common::cli::consume(&consumer, 25, Duration::from_secs(30));
+    let url = format!("http://{}/console", edge.admin);
+    let Some(dom) = dump_dom(TEST, &url, Duration::from_secs(3)) else {
+        return;
+    };
+    let stream = "data-stream=\"feed/0\"";
+    let row = &dom[dom.find(stream).expect("the stream is listed")..];
+    let row = &row[..row.find("</tr>").unwrap()];
+    // Position 25, the upstream's range 0..25, nothing behind.
+    assert!(
+        row.contains("<td>25</td>") && row.contains("<td>0</td>"),
+        "{row}"
+    );
+    let fetched: u64 = attribute(&dom, "data-edge-core=\"0\"", "data-upstream-bytes")
+        .parse()
+        .unwrap();
+    assert!(fetched > 0, "no bytes from upstream shown");
+    assert_eq!(attribute(&dom, "data-edge-core=\"0\"", "data-streams"), "1");
+    drop(consumer);
+    edge.stop();
+    upstream.stop();
+}

@@ -1,0 +1,49 @@
+//! The end-to-end tests, in one test binary so that librdkafka (~130 MB of debug build) is linked
+//! once. Each module is one group of tests; run one with `cargo test --test it <module>::` (e.g.
+//! `cargo test --test it librdkafka_suite::`).
+//!
+//! The tests of all modules run at once in this one process: nothing here may change the process
+//! for the others (its environment, current directory, signal handlers, limits). Ports come from
+//! `common::free_port_run`, which hands each call its own run.
+
+mod common;
+
+mod acls;
+mod admin;
+mod bench;
+mod compaction;
+mod configs;
+mod console;
+mod crash_restart;
+mod dashboards;
+mod edge;
+mod exactly_once;
+mod fanout;
+mod fetch_errors;
+mod first_start;
+mod fuzz;
+mod fuzz_found;
+mod group_lag;
+mod groups;
+mod groups_raw;
+mod handler_panic;
+mod kafka_e2e;
+mod kafka_raw;
+mod kafkajs;
+mod librdkafka_suite;
+mod partitions;
+mod power_cut;
+mod protocol_versions;
+mod python_clients;
+mod read_replicas;
+mod runtime;
+mod sasl;
+mod storage_errors;
+mod tls;
+mod tools;
+mod tools_group;
+mod tools_io;
+mod tools_security;
+mod transactions;
+mod txn_offsets;
+mod views;
