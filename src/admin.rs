@@ -13,7 +13,7 @@
 
 use crate::control::{AdminRequest, AdminSender, Setting};
 use crate::stats::{render_prometheus, CoreSnapshot};
-use crate::topics::TopicTable;
+use crate::table::TopicTable;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -601,7 +601,7 @@ fn parse_setting(name: &str, value: &str) -> Result<Setting, String> {
                 format!("max_delta_for_fanout takes a number of offsets, not {value:?}")
             }),
         "read_replicas" => {
-            crate::topic_configs::ReplicaPolicy::parse(value).map(Setting::ReadReplicas)
+            crate::table::configs::ReplicaPolicy::parse(value).map(Setting::ReadReplicas)
         }
         "group_lag_interval_ms" => value
             .parse::<u64>()

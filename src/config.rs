@@ -2,10 +2,10 @@
 //! plane and the groups read. The command line converts its flags into this (and into the
 //! process-level [`crate::server::ServerConfig`] around it); nothing here knows about flags.
 
-use crate::acl::AuthorizerConfig;
 use crate::auth::AuthConfig;
 use crate::groups::CoordinatorConfig;
 use crate::load::PacingConfig;
+use crate::table::acl::AuthorizerConfig;
 use shards::producers::ProducerConfig;
 use shards::view_reader::ViewConfig;
 use shards::LogConfig;

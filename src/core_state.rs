@@ -8,7 +8,7 @@ use crate::mesh::Mesh;
 use crate::partition::Partition;
 use crate::replicas::{ReplicaMsg, Replicas};
 use crate::stats::{CoreSnapshot, PartitionSnapshot};
-use crate::topics::{apply_topic_configs, parse_view_name, TopicIds, TopicTable, ViewName};
+use crate::table::{apply_topic_configs, parse_view_name, TopicIds, TopicTable, ViewName};
 use glommio::{Latency, Shares, TaskQueueHandle};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::ApiKey;
@@ -367,7 +367,7 @@ impl Core {
     /// Which core owns the partition holding the data of `name`'s partition `index` (a view's:
     /// its source's), if both exist.
     pub fn data_owner(&self, name: &str, index: i32) -> Option<usize> {
-        self.owner(crate::topics::source_topic(name)?, index)
+        self.owner(crate::table::source_topic(name)?, index)
     }
 
     /// Which core owns a partition, if the topic and partition exist.
@@ -550,7 +550,7 @@ impl Core {
         for p in self.owned_partitions() {
             let policy = table
                 .get(&p.topic)
-                .and_then(|m| crate::topic_configs::ReplicaPolicy::of_topic(&m.configs))
+                .and_then(|m| crate::table::configs::ReplicaPolicy::of_topic(&m.configs))
                 .unwrap_or(server);
             self.replicas.evaluate(&p, policy, busy, now);
         }

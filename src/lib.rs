@@ -46,11 +46,9 @@
 //! - [`kafka_stats`] — the Kafka front end's counters (held by `Core` for the handlers) and their
 //!   `/metrics` families.
 //! - [`partition`]   — a partition on its core: the log plus idempotent-producer state.
-//! - [`topics`]      — the topic table every core holds a copy of, the partition -> core mapping,
-//!   topic names and configs, and the names by topic id.
-//! - [`acl`]         — ACLs in Kafka's model (kept in the topic table) and the authorizer's decision.
-//! - [`topic_configs`] — topic and broker configs as Kafka's admin APIs describe them: names, types,
-//!   values in effect, sources, synonyms.
+//! - [`table`]       — the table every core holds a copy of: topics, the partition -> core mapping,
+//!   view names, the names by topic id; its ACLs (Kafka's model, the authorizer's decision) and
+//!   the topic and broker configs as Kafka's admin APIs describe them.
 //! - [`metrics`]     — the Prometheus text writer and the counter cell components count with.
 //! - [`auth`]        — who a connection is: listeners' security protocols, TLS (rustls), SASL (PLAIN,
 //!   SCRAM-SHA-256/512), the users file.
@@ -59,7 +57,6 @@
 //!   headers, the FetchResponse codec, the shared TCP stream and kernel TLS under it.
 //! - [`alloc_guard`] — the global allocator that defuses allocation bombs in request decoding.
 
-pub mod acl;
 pub mod admin;
 pub mod alloc_guard;
 pub mod auth;
@@ -80,8 +77,7 @@ pub mod partition;
 pub mod replicas;
 pub mod server;
 pub mod stats;
-pub mod topic_configs;
-pub mod topics;
+pub mod table;
 pub mod transaction_markers;
 pub mod transactions;
 pub mod wire;

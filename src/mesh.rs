@@ -3,7 +3,7 @@
 //! mean (topic changes, statistics, live settings) is the control plane's ([`crate::control`]).
 
 use crate::stats::CoreSnapshot;
-use crate::topics::TopicTable;
+use crate::table::TopicTable;
 use glommio::channels::channel_mesh::Senders;
 use glommio::channels::local_channel::{self, LocalSender};
 use kafka_protocol::error::ResponseError;
@@ -43,10 +43,12 @@ pub enum TopicChange {
     Delete { names: Vec<String> },
     /// CreateAcls (already validated): one outcome per binding.
     CreateAcls {
-        bindings: Vec<crate::acl::AclBinding>,
+        bindings: Vec<crate::table::acl::AclBinding>,
     },
     /// DeleteAcls: one outcome per filter, with the bindings it deleted.
-    DeleteAcls { filters: Vec<crate::acl::AclFilter> },
+    DeleteAcls {
+        filters: Vec<crate::table::acl::AclFilter>,
+    },
     /// Edge mode: the topics become exactly the upstream's (name -> partitions, topic id).
     Mirror {
         topics: std::collections::BTreeMap<String, (i32, [u8; 16])>,
@@ -94,7 +96,7 @@ pub struct TopicOutcome {
     pub partitions: i32,
     pub id: [u8; 16],
     /// DeleteAcls: the bindings the filter deleted.
-    pub acls: Vec<crate::acl::AclBinding>,
+    pub acls: Vec<crate::table::acl::AclBinding>,
 }
 
 /// What cores send each other.
@@ -173,7 +175,7 @@ pub enum Setting {
     FetchCoalescing(bool),
     ViewSharing(bool),
     MaxDeltaForFanout(i64),
-    ReadReplicas(crate::topic_configs::ReplicaPolicy),
+    ReadReplicas(crate::table::configs::ReplicaPolicy),
     /// How often coordinator cores compute their groups' lag (zero: never).
     GroupLagInterval(Duration),
 }

@@ -411,7 +411,7 @@ fn spawn_cores(
     listeners: &[Listener],
     admin_inbox: control::AdminInbox,
     stop: &Arc<AtomicBool>,
-    table: &crate::topics::TopicTable,
+    table: &crate::table::TopicTable,
 ) -> std::io::Result<Vec<glommio::ExecutorJoinHandle<()>>> {
     let cores = sockets.len();
     let mut admin_inbox = Some(admin_inbox);
@@ -610,7 +610,7 @@ async fn run_core(
     admin_inbox: Option<AdminInbox>,
     mesh: MeshBuilder<CoreMsg, glommio::channels::channel_mesh::Full>,
     stop: Arc<AtomicBool>,
-    table: crate::topics::TopicTable,
+    table: crate::table::TopicTable,
 ) {
     let cores = listeners[0].ports.len();
     let (senders, receivers) = if cores > 1 {
@@ -692,7 +692,7 @@ async fn run_core(
 
 /// Opens what a core holds at start: the partitions of `table` it owns, its groups' offsets and
 /// its transaction log; then marks it opened.
-async fn open_core(core: &Core, table: crate::topics::TopicTable) {
+async fn open_core(core: &Core, table: crate::table::TopicTable) {
     let id = core.id();
     core.apply_table(table).await;
     if let Err(e) = core

@@ -12,7 +12,7 @@
 pub mod sample;
 
 use crate::stats::{CoreSnapshot, PartitionSnapshot};
-use crate::topics::TopicTable;
+use crate::table::TopicTable;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 

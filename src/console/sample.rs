@@ -3,7 +3,7 @@
 //! two cores (3 readers on core 1, 2 on core 2, of `topic-042` partition 7 where it exists).
 
 use crate::stats::{CoreSnapshot, PartitionSnapshot};
-use crate::topics::{TopicMeta, TopicTable};
+use crate::table::{TopicMeta, TopicTable};
 use std::collections::BTreeMap;
 
 /// `topics` topics (`topic-000`, ...) of `partitions` partitions each on `cores` cores: every

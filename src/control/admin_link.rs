@@ -4,7 +4,7 @@
 use super::{gather_stats, set_everywhere, Setting};
 use crate::core_state::Core;
 use crate::stats::CoreSnapshot;
-use crate::topics::TopicTable;
+use crate::table::TopicTable;
 use futures_lite::AsyncReadExt;
 use std::io::Write;
 use std::os::fd::{FromRawFd, IntoRawFd};

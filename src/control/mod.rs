@@ -14,8 +14,8 @@ pub use crate::mesh::{
 };
 use crate::mesh::{CoreMsg, CHANGE_TIMEOUT, QUESTION_TIMEOUT};
 use crate::stats::CoreSnapshot;
-use crate::topic_configs::{is_list_config, is_topic_config, topic_config_value};
-use crate::topics::{apply_topic_configs, validate_topic_name, TopicMeta, TopicTable};
+use crate::table::configs::{is_list_config, is_topic_config, topic_config_value};
+use crate::table::{apply_topic_configs, validate_topic_name, TopicMeta, TopicTable};
 use glommio::channels::channel_mesh::Receivers;
 use kafka_protocol::error::ResponseError;
 use shards::LogConfig;
@@ -396,7 +396,7 @@ fn outcome(
 /// CreateAcls on `table`: a binding already there is not added twice.
 fn decide_create_acls(
     table: &mut TopicTable,
-    bindings: &[crate::acl::AclBinding],
+    bindings: &[crate::table::acl::AclBinding],
 ) -> (Vec<TopicOutcome>, bool) {
     let mut changed = false;
     let outcomes = bindings
@@ -416,7 +416,7 @@ fn decide_create_acls(
 /// the request deleted are not reported again).
 fn decide_delete_acls(
     table: &mut TopicTable,
-    filters: &[crate::acl::AclFilter],
+    filters: &[crate::table::acl::AclFilter],
 ) -> (Vec<TopicOutcome>, bool) {
     let mut changed = false;
     let outcomes = filters
@@ -779,7 +779,7 @@ async fn broadcast(core: &Rc<Core>, table: TopicTable) {
 
 /// `<source>.shard-<i>-of-<n>` (valid or not): reserved for sharded views.
 pub fn is_view_name(name: &str) -> bool {
-    crate::topics::parse_view_name(name).is_some()
+    crate::table::parse_view_name(name).is_some()
 }
 
 fn new_topic_id() -> [u8; 16] {

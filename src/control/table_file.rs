@@ -1,6 +1,6 @@
 //! The topic table on disk: `DATA/topics.json`, written atomically.
 
-use crate::topics::TopicTable;
+use crate::table::TopicTable;
 use shards::files::write_atomically;
 use std::path::Path;
 

@@ -4,7 +4,7 @@
 //! and handles the request as usual when it declines.
 
 use super::{forward, EdgeCore};
-use crate::acl::Operation;
+use crate::table::acl::Operation;
 use crate::wire::header::{decode, encode, Request};
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{

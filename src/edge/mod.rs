@@ -266,8 +266,8 @@ impl EdgeCore {
             .filter_map(|t| {
                 let name = t.name.as_ref()?.0.to_string();
                 // Names the edge could not serve (views are the edge's own) stay upstream.
-                if crate::topics::validate_topic_name(&name).is_err()
-                    || crate::topics::parse_view_name(&name).is_some()
+                if crate::table::validate_topic_name(&name).is_err()
+                    || crate::table::parse_view_name(&name).is_some()
                 {
                     return None;
                 }

@@ -3,9 +3,9 @@
 //! kept until the ACLs change (the topic table's revision moves), on the core that owns the
 //! connection: no lock and no cross-core call per request.
 
-use crate::acl::{self, Operation, ResourceType};
 use crate::auth::Principal;
 use crate::core_state::Core;
+use crate::table::acl::{self, Operation, ResourceType};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -89,7 +89,7 @@ impl Session {
         }
         // A view is its source's data: its source's ACLs decide.
         let source = match rt {
-            ResourceType::Topic => crate::topics::source_topic(name).unwrap_or(name),
+            ResourceType::Topic => crate::table::source_topic(name).unwrap_or(name),
             _ => name,
         };
         let d = acl::authorize(

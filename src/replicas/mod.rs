@@ -34,7 +34,7 @@ pub use stats::ReplicaStats;
 pub use steering::Steer;
 
 use crate::partition::Partition;
-use crate::topic_configs::ReplicaPolicy;
+use crate::table::configs::ReplicaPolicy;
 use feed::{resync, Fed, Outbox};
 use glommio::channels::local_channel::{self, LocalReceiver};
 use receive::Held;

@@ -4,7 +4,7 @@
 
 use super::{Replicas, BUSY, COOL_FOR};
 use crate::partition::Partition;
-use crate::topic_configs::ReplicaPolicy;
+use crate::table::configs::ReplicaPolicy;
 use std::rc::Rc;
 use std::time::Instant;
 

@@ -4,10 +4,10 @@
 //! KIP-890) is not served: the owner cores learn of the partitions from the coordinator.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::kafka::session::Session;
-use crate::topics::parse_view_name;
+use crate::table::acl::Operation;
+use crate::table::parse_view_name;
 use crate::transactions::state::{for_client, TopicPartition};
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;

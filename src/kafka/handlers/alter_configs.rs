@@ -4,10 +4,10 @@
 
 use super::describe_configs::{BROKER, TOPIC};
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::acl::Operation;
 use crate::control::{self, ConfigChange, ConfigOp, TopicChange};
 use crate::core_state::Core;
 use crate::kafka::session::Session;
+use crate::table::acl::Operation;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;

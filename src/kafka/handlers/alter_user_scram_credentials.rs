@@ -4,11 +4,11 @@
 //! salted password, never the password. Needs ALTER on the cluster.
 
 use super::{frame, HandlerResult, Versions};
-use crate::acl::Operation;
 use crate::auth::scram::{Credential, Mechanism, MAX_ITERATIONS, MIN_ITERATIONS};
 use crate::auth::users::{validate_user_name, CredentialChange, UserStore};
 use crate::core_state::Core;
 use crate::kafka::session::Session;
+use crate::table::acl::Operation;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::alter_user_scram_credentials_response::AlterUserScramCredentialsResult;

@@ -3,10 +3,10 @@
 //! them in Metadata; consumer groups rebalance onto them when their leader's metadata shows them.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::acl::Operation;
 use crate::control::{NewPartitions, TopicChange};
 use crate::core_state::Core;
 use crate::kafka::session::Session;
+use crate::table::acl::Operation;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::{

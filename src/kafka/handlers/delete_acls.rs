@@ -3,10 +3,10 @@
 
 use super::describe_acls::filter;
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::acl::{AclFilter, Operation};
 use crate::core_state::Core;
 use crate::kafka::session::Session;
 use crate::mesh::TopicChange;
+use crate::table::acl::{AclFilter, Operation};
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::delete_acls_response::{

@@ -1,10 +1,10 @@
 //! DeleteTopics: by name (v1-5) or by name or id (v6), through the control plane (core 0).
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::acl::Operation;
 use crate::control::TopicChange;
 use crate::core_state::Core;
 use crate::kafka::session::Session;
+use crate::table::acl::Operation;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;

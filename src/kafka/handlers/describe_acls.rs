@@ -2,11 +2,11 @@
 //! matches, grouped by resource. Also the filter decoding DeleteAcls shares.
 
 use super::{frame, HandlerResult, Versions};
-use crate::acl::{
-    AclBinding, AclFilter, Operation, PatternFilter, PatternType, Permission, ResourceType,
-};
 use crate::core_state::Core;
 use crate::kafka::session::Session;
+use crate::table::acl::{
+    AclBinding, AclFilter, Operation, PatternFilter, PatternType, Permission, ResourceType,
+};
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_acls_response::{AclDescription, DescribeAclsResource};

@@ -3,11 +3,11 @@
 //! from this core's copy of the topic table, without asking core 0.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::kafka::session::Session;
-use crate::topic_configs::{broker_config_entries, topic_config_entries, ConfigEntry};
-use crate::topics::source_topic;
+use crate::table::acl::Operation;
+use crate::table::configs::{broker_config_entries, topic_config_entries, ConfigEntry};
+use crate::table::source_topic;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_configs_response::{

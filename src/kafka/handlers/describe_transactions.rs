@@ -2,9 +2,9 @@
 //! client asks each id's coordinator); ids of other cores get NOT_COORDINATOR.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::kafka::session::Session;
+use crate::table::acl::Operation;
 use crate::transactions::state::TxnMetadata;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;

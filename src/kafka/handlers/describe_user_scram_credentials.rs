@@ -3,9 +3,9 @@
 //! cluster. Never shows salts or keys.
 
 use super::{frame, HandlerResult, Versions};
-use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::kafka::session::Session;
+use crate::table::acl::Operation;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_user_scram_credentials_response::{

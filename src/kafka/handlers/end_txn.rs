@@ -6,9 +6,9 @@
 //! producer's next request gets CONCURRENT_TRANSACTIONS until then.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::kafka::session::Session;
+use crate::table::acl::Operation;
 use crate::transactions::state::for_client;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;

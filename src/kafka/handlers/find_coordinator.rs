@@ -3,10 +3,10 @@
 //! ([`crate::transactions::coordinator_core`]); v4 looks up several keys at once.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::groups::coordinator_core;
 use crate::kafka::session::Session;
+use crate::table::acl::Operation;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;

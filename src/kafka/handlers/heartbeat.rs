@@ -1,10 +1,10 @@
 //! Heartbeat: keeps a member's session alive and tells it when a rebalance is under way.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::kafka::errors::code;
 use crate::kafka::session::Session;
+use crate::table::acl::Operation;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::messages::{ApiKey, HeartbeatRequest, HeartbeatResponse};
 

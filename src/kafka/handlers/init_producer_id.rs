@@ -5,9 +5,9 @@
 //! runs hand out the same id.
 
 use super::{frame, HandlerResult, Versions};
-use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::kafka::session::Session;
+use crate::table::acl::Operation;
 use crate::transactions::coordinator::Init;
 use crate::transactions::state::{for_client, ProducerIdAndEpoch};
 use crate::wire::header::{decode, Request};

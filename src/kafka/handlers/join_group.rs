@@ -3,12 +3,12 @@
 //! member's metadata. v4+ members without an id first get `MEMBER_ID_REQUIRED` and their id.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::groups::group::{Answer, JoinRequest};
 use crate::groups::MAX_MEMBER_BLOB_BYTES;
 use crate::kafka::errors::code;
 use crate::kafka::session::Session;
+use crate::table::acl::Operation;
 use crate::wire::header::{decode, Request};
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;

@@ -6,10 +6,10 @@
 //! v10's `timeout_ms` bounds waits for remote storage, which shoal has none of.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::kafka::errors::code_of;
 use crate::kafka::session::Session;
+use crate::table::acl::Operation;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::list_offsets_response::{

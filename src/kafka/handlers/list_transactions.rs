@@ -3,9 +3,9 @@
 //! only ids the client may describe.
 
 use super::{frame, HandlerResult, Versions};
-use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::kafka::session::Session;
+use crate::table::acl::Operation;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::messages::list_transactions_response::TransactionState;
 use kafka_protocol::messages::{

@@ -3,11 +3,11 @@
 //! by name (KIP-516); an id no topic has is answered `UNKNOWN_TOPIC_ID`.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::acl::Operation;
 use crate::control::{self, NewTopic, TopicChange};
 use crate::core_state::Core;
 use crate::kafka::session::Session;
-use crate::topics::{parse_view_name, source_topic, validate_topic_name, view_topic_id};
+use crate::table::acl::Operation;
+use crate::table::{parse_view_name, source_topic, validate_topic_name, view_topic_id};
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;

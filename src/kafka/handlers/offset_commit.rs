@@ -4,11 +4,11 @@
 //! deleted.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::groups::offsets::Committed;
 use crate::groups::MAX_OFFSET_METADATA_BYTES;
 use crate::kafka::session::Session;
+use crate::table::acl::Operation;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::offset_commit_response::{

@@ -12,10 +12,10 @@
 //! instead of its committed offset, and the client retries (KIP-447).
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::groups::offsets::Committed;
 use crate::kafka::session::Session;
+use crate::table::acl::Operation;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::offset_fetch_response::{

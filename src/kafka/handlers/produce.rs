@@ -3,11 +3,11 @@
 //! (acks=1) or fsynced (acks=all). acks=0 gets no response at all, as in Kafka.
 
 use super::{count_errors, frame, HandlerResult, Reply, Versions};
-use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::kafka::errors::code_of;
 use crate::kafka::session::Session;
 use crate::partition::{Appending, Produced, Refused};
+use crate::table::acl::Operation;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_response::{

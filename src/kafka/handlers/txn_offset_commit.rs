@@ -10,10 +10,10 @@
 
 use super::offset_commit::refusal;
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::groups::offsets::{Committed, PendingOffset};
 use crate::kafka::session::Session;
+use crate::table::acl::Operation;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::txn_offset_commit_response::{

@@ -179,7 +179,7 @@ pub struct FanoutArgs {
     pub consumers: usize,
     /// Consumers read the N shard views `<topic>.shard-<i>-of-<N>` of the topic instead of the
     /// topic itself (shoal's sharded views); records get keys spread over the shards.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(shoal::topics::MAX_VIEW_SHARDS)))]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(shoal::table::MAX_VIEW_SHARDS)))]
     pub views: Option<u32>,
     /// Size of each message's value (at least 8: the first 8 bytes carry the send time).
     #[arg(long, default_value = "1KiB", value_parser = parse_size)]

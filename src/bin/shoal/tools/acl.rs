@@ -15,7 +15,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use serde::Serialize;
-use shoal::acl::Operation;
+use shoal::table::acl::Operation;
 
 #[derive(Debug, Args)]
 #[command(

@@ -8,7 +8,6 @@
 //! fetches and a session can never mix topic names and ids.
 
 use super::{count_errors, HandlerResult, Reply, Versions};
-use crate::acl::Operation;
 use crate::core_state::Core;
 use crate::edge::read::EdgeRead;
 use crate::kafka::errors::code_of;
@@ -16,6 +15,7 @@ use crate::kafka::leaders;
 use crate::kafka::session::Session;
 use crate::partition::Partition;
 use crate::replicas::Steer;
+use crate::table::acl::Operation;
 use crate::wire::fetch::encode::{
     self, encode_fetch_response, AbortedTransactions, NodeEndpoint, PartitionResult, TopicResult,
 };

@@ -1,6 +1,13 @@
 //! The topic table every core holds a copy of, and the partition -> core mapping derived
 //! from it. A partition is owned by exactly one core; Metadata names that core as its leader, so
 //! produce and fetch requests reach the core that holds the data and nothing crosses cores.
+//!
+//! - [`acl`]     — ACLs in Kafka's model, kept in the table, and the authorizer's decision.
+//! - [`configs`] — topic and broker configs as Kafka's admin APIs describe them: names, types,
+//!   values in effect, sources, synonyms.
+
+pub mod acl;
+pub mod configs;
 
 use kafka_protocol::protocol::StrBytes;
 use serde::{Deserialize, Serialize};
@@ -28,7 +35,7 @@ pub struct TopicTable {
     pub topics: BTreeMap<String, TopicMeta>,
     /// Every ACL (CreateAcls / DeleteAcls), in creation order.
     #[serde(default)]
-    pub acls: Vec<crate::acl::AclBinding>,
+    pub acls: Vec<crate::table::acl::AclBinding>,
 }
 
 impl TopicTable {
@@ -265,9 +272,9 @@ pub fn apply_topic_configs(
                 )
             }
             // Not the log's: the read path's (`ReplicaPolicy::of_topic`).
-            crate::topic_configs::READ_REPLICAS_CONFIG => {
+            crate::table::configs::READ_REPLICAS_CONFIG => {
                 if v != "default" {
-                    crate::topic_configs::ReplicaPolicy::parse(v)
+                    crate::table::configs::ReplicaPolicy::parse(v)
                         .map_err(|e| format!("{k}={e} (or default)"))?;
                 }
             }
