@@ -18,20 +18,20 @@ use std::time::{Duration, Instant};
 
 const WAIT: Duration = Duration::from_secs(30);
 
-/// A transactional producer that reconnects at once after the broker comes back.
+/// A transactional producer (the module's own) that reconnects at once after the broker comes
+/// back.
 fn producer(bootstrap: &str, id: &str) -> BaseProducer {
-    let p: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("transactional.id", id)
-        .set("linger.ms", "2")
-        .set("reconnect.backoff.ms", "10")
-        .set("reconnect.backoff.max.ms", "100")
-        .set("retry.backoff.ms", "20")
-        .set("retry.backoff.max.ms", "100")
-        .create()
-        .expect("producer");
-    p.init_transactions(WAIT).expect("init_transactions");
-    p
+    super::transactional_producer(
+        bootstrap,
+        id,
+        &[
+            ("linger.ms", "2"),
+            ("reconnect.backoff.ms", "10"),
+            ("reconnect.backoff.max.ms", "100"),
+            ("retry.backoff.ms", "20"),
+            ("retry.backoff.max.ms", "100"),
+        ],
+    )
 }
 
 /// Sends each (partition, value) of `topic` and waits for every acknowledgement.
