@@ -125,12 +125,28 @@ fn the_console_shows_the_brokers_numbers_in_a_browser() {
     }
 
     // A producer writes to "wide" while the page is open: its rate and high watermarks move.
+    // One client sending all along, so that appends go on between any two of the page's polls
+    // (under the browser's virtual time they can be milliseconds apart in real time).
     let producing = {
         let (b, stop) = (b.clone(), stop.clone());
         std::thread::spawn(move || {
+            use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+            let p: BaseProducer = rdkafka::ClientConfig::new()
+                .set("bootstrap.servers", &b)
+                .set("linger.ms", "1")
+                .create()
+                .unwrap();
             while !stop.load(Ordering::Relaxed) {
-                produce(&b, "wide", &[0, 0, 20]);
+                let record = BaseRecord::<(), str>::to("wide")
+                    .partition(2)
+                    .payload("live");
+                if p.send(record).is_err() {
+                    p.poll(Duration::from_millis(10));
+                }
+                p.poll(Duration::from_millis(1));
             }
+            p.flush(Duration::from_secs(10))
+                .expect("the records are acknowledged");
         })
     };
     let url = format!("http://{}/console?topic=hot", shoal.admin);
