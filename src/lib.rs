@@ -41,11 +41,8 @@
 //!   the checks of each request, its states in a durable internal log per core.
 //! - [`groups`]      — consumer groups: the per-core coordinator, the group state machine, committed
 //!   offsets in a compacted internal log.
-//! - [`internal_log`] — an internal compacted log per core (keyed records, durable appends, replay,
-//!   rewrite into a new generation), kept by the groups' offsets and the transaction coordinator.
 //! - [`kafka_stats`] — the Kafka front end's counters (held by `Core` for the handlers) and their
 //!   `/metrics` families.
-//! - [`partition`]   — a partition on its core: the log plus idempotent-producer state.
 //! - [`table`]       — the table every core holds a copy of: topics, the partition -> core mapping,
 //!   view names, the names by topic id; its ACLs (Kafka's model, the authorizer's decision) and
 //!   the topic and broker configs as Kafka's admin APIs describe them.
@@ -67,13 +64,11 @@ pub mod core_state;
 pub mod edge;
 pub mod group_lag;
 pub mod groups;
-pub mod internal_log;
 pub mod kafka;
 pub mod kafka_stats;
 pub mod load;
 pub mod mesh;
 pub mod metrics;
-pub mod partition;
 pub mod replicas;
 pub mod server;
 pub mod stats;

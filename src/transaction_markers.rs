@@ -6,10 +6,10 @@
 
 use crate::core_state::Core;
 use crate::mesh::{CoreMsg, CHANGE_TIMEOUT};
-use crate::partition::MarkerRefused;
 use crate::transactions::state::{Markers, TopicPartition, TxnState};
 use crate::transactions::TxnAsk;
 use kafka_protocol::error::ResponseError;
+use shards::partition::MarkerRefused;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -92,7 +92,7 @@ fn held(
     topic: &str,
     index: i32,
     revision: u64,
-) -> Result<Rc<crate::partition::Partition>, ResponseError> {
+) -> Result<Rc<shards::partition::Partition>, ResponseError> {
     if let Some(part) = core.partition(topic, index) {
         return Ok(part);
     }

@@ -6,6 +6,11 @@
 //!
 //! ## Layout, top layer first
 //! Each module uses only those below it; `python3 .ci/modgraph.py --check shards/src` checks it.
+//! - [`partition`]  — a partition on its owning core: the log plus the idempotent-producer state
+//!   kept in step with it (snapshots at clean shutdown, rebuilt from batch headers after a crash).
+//! - [`internal_log`] — an internal compacted log per core (keyed records, durable appends, replay,
+//!   rewrite into a new generation, re-sharding when the core count changes), kept by the groups'
+//!   offsets and the transaction coordinator.
 //! - [`view_reader`] — sharded views: one interpreting reader per (partition, shard count), a shared
 //!   window of per-shard batches, catch-up reads for consumers outside it.
 //! - [`compactor`]  — one per core: compacts the core's compacted logs that are due, in a task queue
@@ -53,11 +58,13 @@ mod decoded;
 pub mod error;
 pub mod fast_map;
 pub mod files;
+pub mod internal_log;
 pub mod latency;
 pub mod log;
 mod lz4_frame;
 pub mod monitor;
 pub mod oneshot;
+pub mod partition;
 pub mod partitioner;
 pub mod producers;
 pub mod records;

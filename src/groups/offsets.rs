@@ -1,11 +1,11 @@
 //! Committed offsets of the groups a core coordinates, and the pending transactional offsets
 //! (TxnOffsetCommit) waiting for their transaction to end: in-memory maps, made durable in an
-//! internal log on that core (`crate::internal_log`).
+//! internal log on that core (`shards::internal_log`).
 //!
 //! Design notes: `docs/groups.md`.
 
-pub use crate::internal_log::StoreResult;
-use crate::internal_log::{Cursor, InternalLog, KeyedRecord};
+pub use shards::internal_log::StoreResult;
+use shards::internal_log::{Cursor, InternalLog, KeyedRecord};
 use shards::oneshot::{self as answer, Sender};
 use shards::TailCache;
 use std::cell::{Cell, RefCell};

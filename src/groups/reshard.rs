@@ -20,19 +20,14 @@ use std::rc::Rc;
 /// were written (see the module docs). Runs before the cores start, on an executor of its own.
 pub fn reshard(data_dir: &Path, cores: usize) -> std::io::Result<()> {
     let root = data_dir.join("__groups");
-    let Some((on_disk, old)) = crate::internal_log::core_count_change(&root, cores)? else {
-        return Ok(());
-    };
-    log::info!("re-sharding committed offsets from {old} to {cores} cores");
     let data_dir = data_dir.to_path_buf();
-    let handle = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-        .name("shoal-reshard")
-        .spawn(move || async move { reshard_on_executor(&data_dir, on_disk, old, cores).await })
-        .map_err(|e| std::io::Error::other(e.to_string()))?;
-    handle
-        .join()
-        .map_err(|e| std::io::Error::other(e.to_string()))??;
-    crate::internal_log::record_core_count(&root, cores)
+    shards::internal_log::reshard(
+        &root,
+        cores,
+        "shoal-reshard",
+        "committed offsets",
+        move |on_disk, old| async move { reshard_on_executor(&data_dir, on_disk, old, cores).await },
+    )
 }
 
 /// One store's copy of a group's offsets: (store's core, offsets).
@@ -209,7 +204,7 @@ async fn reshard_on_executor(
     // Every group now has a complete copy at its new coordinator: record the new count before
     // removing the old copies, so that a crash from here on, followed by a start with either
     // count, takes those complete copies rather than whatever the deletes left.
-    crate::internal_log::record_core_count(&data_dir.join("__groups"), cores)?;
+    shards::internal_log::record_core_count(&data_dir.join("__groups"), cores)?;
     for (&c, s) in &targets {
         for g in s.groups() {
             if coordinator_core(&g, cores) != c {

@@ -2,8 +2,8 @@
 //! of the log handed over once per replica core, through an outbox drained in order onto the mesh.
 
 use super::{ReplicaMsg, ReplicaOf, Replicas, MAX_QUEUED};
-use crate::partition::Partition;
 use glommio::channels::local_channel::LocalSender;
+use shards::partition::Partition;
 use shards::{FastMap, Handover, LogConfig, LogEvent, WeakLog};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;

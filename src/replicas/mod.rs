@@ -33,11 +33,11 @@ mod steering;
 pub use stats::ReplicaStats;
 pub use steering::Steer;
 
-use crate::partition::Partition;
 use crate::table::configs::ReplicaPolicy;
 use feed::{resync, Fed, Outbox};
 use glommio::channels::local_channel::{self, LocalReceiver};
 use receive::Held;
+use shards::partition::Partition;
 use shards::{FastMap, Handover, LogConfig, LogSnapshot};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;

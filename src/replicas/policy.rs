@@ -3,8 +3,8 @@
 //! for [`COOL_FOR`]).
 
 use super::{Replicas, BUSY, COOL_FOR};
-use crate::partition::Partition;
 use crate::table::configs::ReplicaPolicy;
+use shards::partition::Partition;
 use std::rc::Rc;
 use std::time::Instant;
 

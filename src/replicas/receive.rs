@@ -3,7 +3,7 @@
 
 use super::feed::resync;
 use super::{ReplicaMsg, ReplicaOf, Replicas, FETCHING_WITHIN, REPORT_LAG};
-use crate::partition::Partition;
+use shards::partition::Partition;
 use shards::{Handover, TailCache};
 use std::rc::Rc;
 use std::time::Instant;

@@ -2,7 +2,7 @@
 //! it was given; a new one gets the least loaded of the owner and the replica cores.
 
 use super::{Replicas, BUSY, FETCHING_WITHIN, MAX_STEERED, STEER_MEMORY};
-use crate::partition::Partition;
+use shards::partition::Partition;
 use std::time::Instant;
 
 /// What a fetch of a partition on its owner core should do.

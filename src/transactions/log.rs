@@ -1,13 +1,13 @@
 //! The durable state of the transactional ids a core coordinates: each change of an id's state is
-//! a record in an internal log on that core (`crate::internal_log`, as the groups' committed
+//! a record in an internal log on that core (`shards::internal_log`, as the groups' committed
 //! offsets are), keyed by the transactional id, its value the state in a versioned encoding, a tombstone
 //! once the id is Dead. Replaying the log gives back the latest state of every id.
 //!
 //! Format: `docs/transactions.md`.
 
 use super::state::{Markers, TopicPartition, Transition, TxnMetadata, TxnState};
-use crate::internal_log::{Cursor, InternalLog, KeyedRecord, StoreResult};
 use kafka_protocol::error::ResponseError;
+use shards::internal_log::{Cursor, InternalLog, KeyedRecord, StoreResult};
 use shards::TailCache;
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap, HashSet};

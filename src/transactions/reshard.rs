@@ -18,19 +18,14 @@ use std::rc::Rc;
 /// written (see the module docs). Runs before the cores start, on an executor of its own.
 pub fn reshard(data_dir: &Path, cores: usize) -> std::io::Result<()> {
     let root = data_dir.join("__transactions");
-    let Some((on_disk, old)) = crate::internal_log::core_count_change(&root, cores)? else {
-        return Ok(());
-    };
-    log::info!("re-sharding transactional ids from {old} to {cores} cores");
     let data_dir = data_dir.to_path_buf();
-    let handle = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-        .name("shoal-txn-reshard")
-        .spawn(move || async move { move_ids(&data_dir, on_disk, old, cores).await })
-        .map_err(|e| std::io::Error::other(e.to_string()))?;
-    handle
-        .join()
-        .map_err(|e| std::io::Error::other(e.to_string()))??;
-    crate::internal_log::record_core_count(&root, cores)
+    shards::internal_log::reshard(
+        &root,
+        cores,
+        "shoal-txn-reshard",
+        "transactional ids",
+        move |on_disk, old| async move { move_ids(&data_dir, on_disk, old, cores).await },
+    )
 }
 
 /// The copy of an id's state to keep: its coordinator's under the old count, else the most
@@ -86,7 +81,7 @@ async fn move_ids(
     }
     // Every id now has its state at its new coordinator: record the count before the old copies
     // go, so a crash from here on keeps those complete copies.
-    crate::internal_log::record_core_count(&data_dir.join("__transactions"), cores)?;
+    shards::internal_log::record_core_count(&data_dir.join("__transactions"), cores)?;
     for (&c, l) in &logs {
         drop_foreign(l, c, cores).await.map_err(err)?;
         l.compact().await.map_err(err)?;

@@ -60,7 +60,7 @@ fn sizes(
     asked: Option<&[kafka_protocol::messages::describe_log_dirs_request::DescribableLogDirTopic]>,
 ) -> Vec<DescribeLogDirsTopic> {
     let mut by_topic: BTreeMap<String, Vec<DescribeLogDirsPartition>> = BTreeMap::new();
-    let mut add = |p: &crate::partition::Partition| {
+    let mut add = |p: &shards::partition::Partition| {
         by_topic.entry(p.topic.clone()).or_default().push(
             DescribeLogDirsPartition::default()
                 .with_partition_index(p.index)

@@ -6,7 +6,6 @@ use super::{count_errors, frame, HandlerResult, Reply, Versions};
 use crate::core_state::Core;
 use crate::kafka::errors::code_of;
 use crate::kafka::session::Session;
-use crate::partition::{Appending, Produced, Refused};
 use crate::table::acl::Operation;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
@@ -15,6 +14,7 @@ use kafka_protocol::messages::produce_response::{
 };
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
+use shards::partition::{Appending, Produced, Refused};
 use shards::producers::SequenceCheck;
 use shards::InvalidBatch;
 use std::rc::Rc;

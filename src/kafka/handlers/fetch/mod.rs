@@ -13,7 +13,6 @@ use crate::edge::read::EdgeRead;
 use crate::kafka::errors::code_of;
 use crate::kafka::leaders;
 use crate::kafka::session::Session;
-use crate::partition::Partition;
 use crate::replicas::Steer;
 use crate::table::acl::Operation;
 use crate::wire::fetch::encode::{
@@ -23,6 +22,7 @@ use crate::wire::header::{decode, Request};
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{ApiKey, FetchRequest};
+use shards::partition::Partition;
 use shards::view_reader::ViewReader;
 use std::future::Future;
 use std::pin::Pin;

@@ -1,14 +1,14 @@
-//! An internal log on a core, compacted: keyed records in a `shards::Log` (so the same
+//! An internal log on a core, compacted: keyed records in a [`crate::Log`] (so the same
 //! CRC-checked recovery and group-committed fsyncs as partitions), appended durably, replayed at
 //! start, and compacted by rewriting the live entries into the next generation (`log-<n>`, named
 //! by `CURRENT`). The groups' committed offsets and the transaction coordinator's states each keep
 //! one per core; they own their keys, values and locking.
 
+use crate::batch::{records, BatchBuilder};
+use crate::files::write_atomically;
+use crate::now_ms;
+use crate::{AppendOptions, Log, LogConfig, TailCache};
 use bytes::Bytes;
-use shards::batch::{records, BatchBuilder};
-use shards::files::write_atomically;
-use shards::now_ms;
-use shards::{AppendOptions, Log, LogConfig, TailCache};
 use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -143,7 +143,7 @@ async fn open_generation(root: &Path, cache: Rc<TailCache>) -> StoreResult<(Log,
     let generation = {
         let root = root.to_path_buf();
         blocking(move || {
-            shards::files::create_dir_all_durable(&root)?;
+            crate::files::create_dir_all_durable(&root)?;
             let generation = match std::fs::read_to_string(root.join("CURRENT")) {
                 Ok(s) => s
                     .trim()
@@ -330,11 +330,8 @@ impl InternalLog {
 /// core's directory lies beyond it (the count is recorded); else the cores with a directory and
 /// the count before (the recorded one, else one more than the highest core found), for the caller
 /// to move the entries, then record `cores` with [`record_core_count`].
-pub fn core_count_change(
-    root: &Path,
-    cores: usize,
-) -> std::io::Result<Option<(Vec<usize>, usize)>> {
-    shards::files::create_dir_all_durable(root)?;
+fn core_count_change(root: &Path, cores: usize) -> std::io::Result<Option<(Vec<usize>, usize)>> {
+    crate::files::create_dir_all_durable(root)?;
     let previous = match std::fs::read_to_string(root.join("cores")) {
         Ok(s) => s.trim().parse::<usize>().ok(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -356,6 +353,35 @@ pub fn core_count_change(
         return Ok(None);
     }
     Ok(Some((on_disk, old)))
+}
+
+/// Re-shards the per-core logs under `root` when the core count changed since they were written:
+/// `move_entries(cores with a directory, the count before)` runs on an executor of its own named
+/// `thread` (before any core starts) and moves every entry to its new core's log; then `cores` is
+/// recorded. Nothing runs when the count did not change.
+pub fn reshard<F, Fut>(
+    root: &Path,
+    cores: usize,
+    thread: &str,
+    what: &str,
+    move_entries: F,
+) -> std::io::Result<()>
+where
+    F: FnOnce(Vec<usize>, usize) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = std::io::Result<()>> + 'static,
+{
+    let Some((on_disk, old)) = core_count_change(root, cores)? else {
+        return Ok(());
+    };
+    log::info!("re-sharding {what} from {old} to {cores} cores");
+    let handle = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+        .name(thread)
+        .spawn(move || async move { move_entries(on_disk, old).await })
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    handle
+        .join()
+        .map_err(|e| std::io::Error::other(e.to_string()))??;
+    record_core_count(root, cores)
 }
 
 /// Records that the logs under `root` are kept for `cores` cores.

@@ -9,11 +9,11 @@
 //! activity, and expiry and the limit apply again at once, so only producers whose batches are recent
 //! enough come back, which is what Kafka's replay of the log after its last snapshot does too.
 
+use crate::batch::{self, BatchHeader};
+use crate::files::write_atomically;
+use crate::producers::{is_idempotent, ProducerConfig, ProducerStates, SequenceCheck};
+use crate::{AppendOptions, AppendResult, Log, LogConfig, TailCache};
 use bytes::Bytes;
-use shards::batch::{self, BatchHeader};
-use shards::files::write_atomically;
-use shards::producers::{is_idempotent, ProducerConfig, ProducerStates, SequenceCheck};
-use shards::{AppendOptions, AppendResult, Log, LogConfig, TailCache};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -47,7 +47,7 @@ pub enum Produced {
 #[derive(Debug)]
 pub enum Refused {
     /// The batches are invalid for this log (corrupt, too large, a compacted topic's missing key).
-    Batch(shards::Error),
+    Batch(crate::Error),
     /// An idempotent batch's sequence check: which batch, its first sequence number, and why.
     Sequence {
         batch: usize,
@@ -65,17 +65,17 @@ pub enum MarkerRefused {
     /// The producer has a later epoch than the marker's (Kafka: `INVALID_PRODUCER_EPOCH`).
     Fenced,
     /// The log could not write it.
-    Log(shards::Error),
+    Log(crate::Error),
 }
 
 /// An append queued by [`Partition::produce`]. It runs as a detached task, so a request dropped
 /// mid-append (its client gone) still confirms or releases its producers' sequence numbers.
 #[derive(Debug)]
-pub struct Appending(glommio::task::JoinHandle<Option<shards::Result<AppendResult>>>);
+pub struct Appending(glommio::task::JoinHandle<Option<crate::Result<AppendResult>>>);
 
 impl Appending {
     /// The append's result; `None` if finishing it panicked (logged).
-    pub async fn finished(self) -> Option<shards::Result<AppendResult>> {
+    pub async fn finished(self) -> Option<crate::Result<AppendResult>> {
         self.0.await.flatten()
     }
 }
@@ -93,7 +93,7 @@ impl Partition {
         config: LogConfig,
         producer_config: ProducerConfig,
         cache: Rc<TailCache>,
-    ) -> shards::Result<Partition> {
+    ) -> crate::Result<Partition> {
         let dir = partition_dir(data_dir, topic, index);
         let log = Log::open(&dir, config, cache).await?;
         let producers = load_producer_state(&log, producer_config).await?;
@@ -107,7 +107,7 @@ impl Partition {
         })
     }
 
-    /// A read replica of another core's partition (see [`crate::replicas`]): its log is a
+    /// A read replica of another core's partition (the `shoal` crate's read replicas): its log is a
     /// [`Log::replica`], and it keeps no producer state (produces go to the owner).
     pub fn replica(topic: &str, index: i32, topic_id: [u8; 16], log: Log) -> Partition {
         Partition {
@@ -122,7 +122,7 @@ impl Partition {
 
     /// Saves the producer state and closes the log cleanly (requests still holding the partition get
     /// `Closed` from then on). A replica only closes its log: the files are its owner's.
-    pub async fn close(&self) -> shards::Result<()> {
+    pub async fn close(&self) -> crate::Result<()> {
         if self.log.is_replica() {
             return self.log.clone().close().await;
         }
@@ -141,7 +141,7 @@ impl Partition {
         self.log.clone().close().await
     }
 
-    pub async fn delete(&self) -> shards::Result<()> {
+    pub async fn delete(&self) -> crate::Result<()> {
         self.log.clone().delete().await
     }
 
@@ -189,7 +189,7 @@ impl Partition {
             let reserved = self
                 .producers
                 .borrow_mut()
-                .check_and_reserve_all(&headers, shards::now_ms());
+                .check_and_reserve_all(&headers, crate::now_ms());
             match reserved {
                 Ok(()) => {}
                 Err((_, SequenceCheck::Duplicate { base_offset })) if headers.len() == 1 => {
@@ -248,14 +248,14 @@ impl Partition {
     }
 
     /// Confirms the reserved sequence numbers of an append that succeeded, or releases them.
-    fn settle(&self, headers: &[BatchHeader], result: &shards::Result<AppendResult>) {
+    fn settle(&self, headers: &[BatchHeader], result: &crate::Result<AppendResult>) {
         if headers.is_empty() {
             return;
         }
         let mut states = self.producers.borrow_mut();
         match result {
             Ok(r) => {
-                let now = shards::now_ms();
+                let now = crate::now_ms();
                 let mut base = r.base_offset;
                 for h in headers {
                     if is_idempotent(h) {
@@ -299,21 +299,21 @@ impl Partition {
         }
         self.producers
             .borrow_mut()
-            .end_transaction(producer_id, epoch, shards::now_ms());
+            .end_transaction(producer_id, epoch, crate::now_ms());
         Ok(offset)
     }
 
     /// Idempotent producers whose state is kept, after forgetting the expired ones if a scan is due.
     pub fn producer_ids(&self) -> usize {
         let mut states = self.producers.borrow_mut();
-        states.expire_if_due(shards::now_ms());
+        states.expire_if_due(crate::now_ms());
         states.len()
     }
 }
 
 /// The snapshot if it matches the log, then the batches after it replayed from the log; expiry and
 /// the limit apply to the result.
-async fn load_producer_state(log: &Log, config: ProducerConfig) -> shards::Result<ProducerStates> {
+async fn load_producer_state(log: &Log, config: ProducerConfig) -> crate::Result<ProducerStates> {
     let path = log.dir().join(SNAPSHOT);
     let snapshot = glommio::executor()
         .spawn_blocking(move || {
@@ -329,7 +329,7 @@ async fn load_producer_state(log: &Log, config: ProducerConfig) -> shards::Resul
         _ => (ProducerStates::default(), log.log_start_offset()),
     };
     states.set_config(config);
-    let now = shards::now_ms();
+    let now = crate::now_ms();
     states.expire(now);
     while at < hw {
         let read = log.read(at, 4 << 20, true).await?;
@@ -348,8 +348,12 @@ async fn load_producer_state(log: &Log, config: ProducerConfig) -> shards::Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::groups::testing::{cache, run};
-    use shards::batch::BatchBuilder;
+    use crate::batch::BatchBuilder;
+    use crate::testing::run;
+
+    fn cache() -> Rc<TailCache> {
+        Rc::new(TailCache::new(1 << 20, 1 << 16))
+    }
 
     fn batch(producer_id: i64, base_sequence: i32) -> Bytes {
         let mut b = BatchBuilder::new(1).producer(producer_id, 0, base_sequence);
@@ -485,7 +489,7 @@ mod tests {
             bad[last] ^= 0xff; // the CRC no longer matches
             assert!(matches!(
                 p.produce(Bytes::from(bad), false),
-                Err(Refused::Batch(shards::Error::InvalidBatch(_)))
+                Err(Refused::Batch(crate::Error::InvalidBatch(_)))
             ));
             let ok = appending(p.produce(batch(9, 0), false));
             assert_eq!(ok.finished().await.unwrap().unwrap().base_offset, 0);
