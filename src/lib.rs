@@ -7,49 +7,40 @@
 //! library) runs it through [`server`].
 //!
 //! ## Layout, top layer first
-//! Each module uses only those below it; `python3 .ci/modgraph.py --check src` checks it (CI runs it).
-//! - [`server`]      — start-up: listeners, one pinned executor per core, the core mesh, orderly stop.
+//! Each module uses only those below it; `python3 .ci/modgraph.py --check src` checks it (CI runs it),
+//! and inside each room the order its own layout doc writes.
+//! - [`server`]      — start-up: listeners, one pinned executor per core, the core mesh, the
+//!   cores' background tasks (in edge mode the upstream's topic mirror), orderly stop.
 //! - [`admin`]       — admin HTTP on its own thread (`/metrics`, `/v1/status`, live settings), asking
-//!   core 0 by message.
+//!   core 0 by message over its link.
 //! - [`console`]     — the live console: its page (compiled in) and the JSON it polls, built from
 //!   the cores' snapshots and the topic table.
 //! - [`kafka`]       — the Kafka front end: connections, one handler per API.
-//! - [`control`]     — the control plane: create, grow, configure and delete topics via core 0,
-//!   persisted and broadcast; statistics and live settings gathered for the admin.
-//! - [`group_lag`]   — consumer group lag, computed on each group's coordinator core every
-//!   `--group-lag-interval-ms` from the high watermarks (and record timestamps) its partitions'
-//!   owner cores report over the mesh, one message per owner core; and the owner's answer.
-//! - [`transaction_markers`] — transactions across cores: a coordinator core registers partitions
-//!   in a producer's transaction with their owners, has markers written and groups' transactional
-//!   offsets ended over the mesh; its ticker (recovery, timeouts, idle ids).
-//! - [`core_state`]  — one core (`Core`): its topic table copy and owned partitions, the read path
-//!   (tail cache, coalescer, view readers, pacing), security, the group coordinator, the front
-//!   end's counters, its end of the mesh and, in edge mode, its upstream.
-//! - [`config`]      — the broker settings every core runs with (`BrokerConfig`), composed of each
-//!   layer's own settings (log, groups, ACLs, auth, pacing, edge).
-//! - [`mesh`]        — the messages cores send each other and a core's end of the channels.
+//! - [`control`]     — the control plane: topic changes (create, grow, configure, delete, ACLs,
+//!   mirrored topics) decided by core 0, persisted and applied by every core.
+//! - [`cores`]       — what one core is and what cores say to each other: `Core`, its settings and
+//!   load, the mesh's messages and receive loop, and the cross-core halves of groups' lag,
+//!   transactions' markers and read replicas' traffic.
 //! - [`stats`]       — what a core reports (`CoreSnapshot`, each component's snapshot) and
-//!   `/metrics` composed from each component's families; the `shards` engine's families.
+//!   `/metrics` composed from each component's families; the front end's counters; the `shards`
+//!   engine's families.
 //! - [`replicas`]    — read replicas of hot partitions on the other cores (KIP-392 between
 //!   cores): the owner's hand-overs, the replicas a core holds, steering consumers by
 //!   `preferred_read_replica`, when replicas start and stop.
 //! - [`edge`]        — edge mode (`shoal edge`), all of it: a core's view of the upstream cluster,
 //!   one upstream fetcher per partition mirroring it into the local log, read-through, the topic
-//!   mirror, group requests forwarded upstream, and its counters. The front end and the control
-//!   plane ask `Core::upstream()` (absent in `serve`) through a few narrow methods.
+//!   mirror, group requests forwarded upstream, and its counters. The rest asks
+//!   `Core::upstream()` (absent in `serve`) through a few narrow methods.
 //! - [`transactions`] — the transaction coordinator per core: a transactional id's state machine,
 //!   the checks of each request, its states in a durable internal log per core.
 //! - [`groups`]      — consumer groups: the per-core coordinator, the group state machine, committed
-//!   offsets in a compacted internal log.
-//! - [`kafka_stats`] — the Kafka front end's counters (held by `Core` for the handlers) and their
-//!   `/metrics` families.
+//!   offsets in a compacted internal log, lag from the ends owners report.
 //! - [`table`]       — the table every core holds a copy of: topics, the partition -> core mapping,
 //!   view names, the names by topic id; its ACLs (Kafka's model, the authorizer's decision) and
 //!   the topic and broker configs as Kafka's admin APIs describe them.
 //! - [`metrics`]     — the Prometheus text writer and the counter cell components count with.
 //! - [`auth`]        — who a connection is: listeners' security protocols, TLS (rustls), SASL (PLAIN,
 //!   SCRAM-SHA-256/512), the users file.
-//! - [`load`]        — how busy a core is, and the fetch pacing derived from it.
 //! - [`wire`]        — the Kafka wire format shared with the load generator and the tests: frames,
 //!   headers, the FetchResponse codec, the shared TCP stream and kernel TLS under it.
 //! - [`alloc_guard`] — the global allocator that defuses allocation bombs in request decoding.
@@ -57,22 +48,16 @@
 pub mod admin;
 pub mod alloc_guard;
 pub mod auth;
-pub mod config;
 pub mod console;
 pub mod control;
-pub mod core_state;
+pub mod cores;
 pub mod edge;
-pub mod group_lag;
 pub mod groups;
 pub mod kafka;
-pub mod kafka_stats;
-pub mod load;
-pub mod mesh;
 pub mod metrics;
 pub mod replicas;
 pub mod server;
 pub mod stats;
 pub mod table;
-pub mod transaction_markers;
 pub mod transactions;
 pub mod wire;

@@ -1,160 +1,37 @@
-//! The control plane: topic creation and deletion, decided by core 0 and applied by every core.
+//! The control plane: topic changes (create, grow, configure, delete, ACLs, the edge's mirrored
+//! topics), decided by core 0 and applied by every core.
 //!
 //! Core 0 serializes changes, persists the topic table (`DATA/topics.json`: atomic write, fsync,
 //! revision number) and broadcasts it; every core opens or deletes the partitions it owns and
 //! acknowledges; the request is answered once all cores have applied it. Cores talk only through
-//! messages on a glommio channel mesh, never through shared memory or locks. The same channels carry
-//! the admin requests for per-core statistics and live settings, which reach core 0 from the admin
-//! thread as [`AdminRequest`]s on a crossbeam channel.
+//! messages on the mesh ([`crate::cores::mesh`]), never through shared memory or locks; a core's
+//! receive loop hands the changes sent to core 0 to [`decide`].
 
-use crate::core_state::Core;
-use crate::edge::mirror::TopicMirror;
-pub use crate::mesh::{
+use crate::cores::every_core::on_every_core;
+pub use crate::cores::mesh::{
     ConfigChange, ConfigOp, NewPartitions, NewTopic, Setting, TopicChange, TopicOutcome,
 };
-use crate::mesh::{CoreMsg, CHANGE_TIMEOUT, QUESTION_TIMEOUT};
-use crate::stats::CoreSnapshot;
+use crate::cores::mesh::{CoreMsg, CHANGE_TIMEOUT};
+use crate::cores::Core;
 use crate::table::configs::{is_list_config, is_topic_config, topic_config_value};
 use crate::table::{apply_topic_configs, validate_topic_name, TopicMeta, TopicTable};
-use glommio::channels::channel_mesh::Receivers;
 use kafka_protocol::error::ResponseError;
 use shards::LogConfig;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::Instant;
 
-mod admin_link;
 mod table_file;
 
-pub use admin_link::{admin_link, serve_admin, AdminInbox, AdminRequest, AdminSender};
 pub use table_file::load_table;
 use table_file::persist_table;
 
 /// Most partitions a topic may have.
 pub const MAX_PARTITIONS: i32 = 10_000;
 
-/// Puts this core's read replica messages on the mesh, in order, for as long as the core runs.
-pub async fn send_replica_messages(core: Rc<Core>) {
-    let Some(outbox) = core.replicas.outbox() else {
-        return;
-    };
-    while let Some((to, msg)) = outbox.recv().await {
-        core.mesh().send(to, CoreMsg::Replica(msg)).await;
-        core.replicas.sent(to);
-    }
-}
-
-/// Every [`crate::replicas::TICK`] until shutdown: read replicas started and stopped by policy,
-/// and held replicas' load reported to their owners.
-pub async fn tick_replicas(core: Rc<Core>) {
-    while core.pause(crate::replicas::TICK).await {
-        core.tick_replicas();
-    }
-}
-
-/// Starts one task per peer that receives its messages.
-pub fn spawn_receivers(core: &Rc<Core>, mut receivers: Receivers<CoreMsg>) {
-    for (peer, rx) in receivers.streams() {
-        let core = core.clone();
-        let (queue, core_id) = (core.queues().other, core.id());
-        // In a latency-sensitive queue: read replicas' hand-overs must not wait behind a core's
-        // fetch work.
-        let receive = glommio::spawn_local_into(
-            async move {
-                while let Some(msg) = rx.recv().await {
-                    // Read replicas' hand-overs are applied in the order they came, at once.
-                    if let CoreMsg::Replica(msg) = msg {
-                        core.receive_replica(msg);
-                        continue;
-                    }
-                    // Group lag's questions (log reads for timestamps) are background work: the
-                    // executor's default queue, where the lag rounds run, not this one.
-                    let background = matches!(msg, CoreMsg::PartitionEnds { .. });
-                    let core = core.clone();
-                    let task = async move { handle(&core, peer, msg).await };
-                    if background {
-                        let queue = glommio::TaskQueueHandle::default();
-                        match glommio::spawn_local_into(task, queue) {
-                            Ok(t) => {
-                                t.detach();
-                            }
-                            Err(e) => log::warn!("core {core_id}: group lag question dropped: {e}"),
-                        }
-                    } else {
-                        glommio::spawn_local(task).detach();
-                    }
-                }
-            },
-            queue,
-        );
-        match receive {
-            Ok(task) => {
-                task.detach();
-            }
-            Err(e) => log::error!(
-                "core {}: messages from core {peer} cannot be received: {e}",
-                core_id
-            ),
-        }
-    }
-}
-
-async fn handle(core: &Rc<Core>, _peer: usize, msg: CoreMsg) {
-    match msg {
-        CoreMsg::Change { from, id, change } => {
-            let outcomes = change_on_core0(core, change).await;
-            core.mesh()
-                .send(from, CoreMsg::Outcomes { id, outcomes })
-                .await;
-        }
-        CoreMsg::Apply { from, id, table } => {
-            core.apply_table(table).await;
-            core.mesh().send(from, CoreMsg::Applied { id }).await;
-        }
-        CoreMsg::Set { from, id, setting } => {
-            core.apply_setting(setting);
-            core.mesh().send(from, CoreMsg::Applied { id }).await;
-        }
-        CoreMsg::Stats { from, id } => {
-            let snapshot = Box::new(core.snapshot());
-            core.mesh()
-                .send(from, CoreMsg::StatsReply { id, snapshot })
-                .await;
-        }
-        CoreMsg::Replica(msg) => core.receive_replica(msg),
-        CoreMsg::TxnsRegistered { from } => core.transactions_registered_by(from),
-        CoreMsg::PartitionEnds { from, id, asked } => {
-            // The owner answers for its partitions once it holds them.
-            if !core.until_opened().await {
-                return;
-            }
-            let ends = crate::group_lag::partition_ends(core, asked).await;
-            core.mesh()
-                .send(from, CoreMsg::PartitionEndsReply { id, ends })
-                .await;
-        }
-        CoreMsg::Txn {
-            from,
-            id,
-            revision,
-            ask,
-        } => {
-            // A partition not opened yet is not a deleted one, nor a group not loaded yet one
-            // without offsets: the answer waits for the start to finish.
-            if !core.until_opened().await {
-                return;
-            }
-            let results = crate::transaction_markers::on_this_core(core, ask, revision).await;
-            core.mesh()
-                .send(from, CoreMsg::TxnReply { id, results })
-                .await;
-        }
-        reply @ (CoreMsg::Outcomes { id, .. }
-        | CoreMsg::Applied { id }
-        | CoreMsg::StatsReply { id, .. }
-        | CoreMsg::PartitionEndsReply { id, .. }
-        | CoreMsg::TxnReply { id, .. }) => core.mesh().complete(id, reply),
-    }
+/// Decides a topic change sent to core 0 by another core (what [`crate::cores::receive`] calls).
+pub async fn decide(core: Rc<Core>, change: TopicChange) -> Vec<TopicOutcome> {
+    change_on_core0(&core, change).await
 }
 
 /// Decides a topic change on core 0, one at a time: each kind of change decides on a copy of the
@@ -270,28 +147,6 @@ fn decide_mirror(
     (outcomes, changed)
 }
 
-/// Edge mode, on core 0: mirrors the upstream's topics (as [`TopicMirror`] reads them, every
-/// `--edge-metadata-refresh-ms`) into the topic table, so Metadata at the edge lists them, each
-/// partition led by one of the edge's cores, until the server stops.
-pub async fn mirror_upstream(core: Rc<Core>) {
-    let Some(edge) = core.upstream().cloned() else {
-        return;
-    };
-    let mut mirror = TopicMirror::default();
-    while !core.is_shutting_down() {
-        let current: BTreeMap<String, (i32, [u8; 16])> = core
-            .topics()
-            .topics
-            .iter()
-            .map(|(n, m)| (n.clone(), (m.partitions, m.id)))
-            .collect();
-        if let Some(topics) = mirror.next(&edge, &current).await {
-            change_topics(&core, TopicChange::Mirror { topics }).await;
-        }
-        core.pause(edge.config.metadata_refresh).await;
-    }
-}
-
 /// The topic names of one request, to refuse a topic named twice (`INVALID_REQUEST`).
 #[derive(Default)]
 struct Names(std::collections::HashSet<String>);
@@ -328,54 +183,6 @@ async fn ask_core0(core: &Rc<Core>, msg: impl FnOnce(usize, u64) -> CoreMsg) -> 
     {
         Some(CoreMsg::Outcomes { outcomes, .. }) => outcomes,
         _ => Vec::new(),
-    }
-}
-
-/// Every core's statistics, gathered on core 0 for the admin thread.
-pub async fn gather_stats(core: &Rc<Core>) -> Vec<CoreSnapshot> {
-    let mut asked = Vec::new();
-    for peer in (0..core.cores()).filter(|&p| p != core.id()) {
-        asked.extend(
-            core.mesh()
-                .ask(peer, |id| CoreMsg::Stats {
-                    from: core.id(),
-                    id,
-                })
-                .await,
-        );
-    }
-    let mut out = vec![core.snapshot()];
-    let deadline = Instant::now() + QUESTION_TIMEOUT;
-    for a in asked {
-        if let Some(CoreMsg::StatsReply { snapshot, .. }) = core.mesh().answer(a, deadline).await {
-            out.push(*snapshot);
-        }
-    }
-    out
-}
-
-/// Applies a live setting on every core; returns once all have.
-pub async fn set_everywhere(core: &Rc<Core>, setting: Setting) {
-    on_every_core(core, |from, id| CoreMsg::Set { from, id, setting }, async {
-        core.apply_setting(setting)
-    })
-    .await
-}
-
-/// Sends `msg` to every other core, runs `local` here, and returns once every core has answered.
-async fn on_every_core(
-    core: &Rc<Core>,
-    msg: impl Fn(usize, u64) -> CoreMsg,
-    local: impl std::future::Future<Output = ()>,
-) {
-    let mut asked = Vec::new();
-    for peer in (0..core.cores()).filter(|&p| p != core.id()) {
-        asked.extend(core.mesh().ask(peer, |id| msg(core.id(), id)).await);
-    }
-    local.await;
-    let deadline = Instant::now() + CHANGE_TIMEOUT;
-    for a in asked {
-        core.mesh().answer(a, deadline).await;
     }
 }
 

@@ -1,7 +1,7 @@
 //! Consumer group lag: how far each group's committed offsets are behind its partitions' high
 //! watermarks, and how old the first record it has not consumed is. The coordinator core computes
 //! the figures from the ends its partitions' owner cores report ([`compute`]; the round over the
-//! mesh is `crate::group_lag`'s) and keeps them here ([`LagFigures`]) for the statistics, which
+//! mesh is `crate::cores::group_lag`'s) and keeps them here ([`LagFigures`]) for the statistics, which
 //! render them ([`write_prometheus`]).
 
 use super::offsets::TopicPartition;

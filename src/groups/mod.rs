@@ -79,7 +79,7 @@ pub struct Coordinator {
     offset_commits: Cell<u64>,
     /// Set by [`Coordinator::stop`]: no new JoinGroup or SyncGroup may wait.
     stopped: Cell<bool>,
-    /// The groups' lag as last computed (by `crate::group_lag`).
+    /// The groups' lag as last computed (by `crate::cores::group_lag`).
     lag: lag::LagFigures,
 }
 

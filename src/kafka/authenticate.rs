@@ -10,7 +10,7 @@ use super::connection::{next_request, Responses};
 use super::handlers::{self, frame, Reply};
 use crate::auth::sasl::{SaslSession, Step, SASL_AUTHENTICATION_FAILED};
 use crate::auth::Principal;
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::metrics::add;
 use crate::wire::frame::FrameReader;
 use crate::wire::header::{decode, Request};

@@ -1,13 +1,13 @@
 //! One client connection: frames are read and handled concurrently (pipelining), and each handler
 //! writes its own response once every earlier response on the connection is written (responses go
 //! out strictly in request order). A handler runs in the task queue of its kind of work (produce,
-//! fetch, the rest: [`crate::core_state::TaskQueues`]), and so does the write of its response, which
+//! fetch, the rest: [`crate::cores::TaskQueues`]), and so does the write of its response, which
 //! for a fetch is most of its cost: a core flooded with fetches keeps serving its producers.
 
 use super::authenticate::authenticate;
 use super::session::Session;
 use crate::auth::Principal;
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::kafka::handlers::{self, Reply};
 use crate::metrics::add;
 use crate::wire::frame::{FrameError, FrameReader};

@@ -3,7 +3,7 @@
 //! carries that core's endpoint on the client's listener, so the client goes there without asking
 //! Metadata first.
 
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::kafka::session::Session;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_response::{

@@ -4,7 +4,7 @@
 //! connection: no lock and no cross-core call per request.
 
 use crate::auth::Principal;
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::table::acl::{self, Operation, ResourceType};
 use std::cell::RefCell;
 use std::collections::HashMap;

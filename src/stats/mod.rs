@@ -6,13 +6,14 @@
 //! - `partitions` — each partition's log figures ([`PartitionSnapshot`]).
 
 mod engine;
+pub mod kafka;
 mod partitions;
 
 use crate::edge::stats::EdgeFigures;
 use crate::edge::EdgeStats;
 use crate::groups::GroupStats;
-use crate::kafka_stats::FrontEndSnapshot;
 use crate::metrics::Exposition;
+use crate::stats::kafka::FrontEndSnapshot;
 pub use partitions::PartitionSnapshot;
 
 /// Everything one core reports, as plain data that can cross to core 0.

@@ -3,7 +3,7 @@
 //! makes the next state durable before it is installed and answers what the caller must do next:
 //! nothing, or a transaction's markers to write (on the partitions' owner cores and the groups'
 //! coordinators), after which [`TxnCoordinator::markers_written`] completes the transaction. The
-//! markers themselves are written by `crate::transaction_markers`, which knows the cores.
+//! markers themselves are written by `crate::cores::transaction_markers`, which knows the cores.
 
 use super::log::{TxnLog, TxnLogError};
 use super::state::{

@@ -11,7 +11,7 @@
 //! - `reshard` — moving transactional ids to their new coordinators when `--cores` changes
 //!   ([`reshard()`]).
 //!
-//! The markers are written on the partitions' owner cores by `crate::transaction_markers`.
+//! The markers are written on the partitions' owner cores by `crate::cores::transaction_markers`.
 //!
 //! Design notes: `docs/transactions.md`.
 

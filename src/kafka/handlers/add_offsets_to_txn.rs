@@ -3,7 +3,7 @@
 //! committed with it, or dropped at its abort.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::kafka::session::Session;
 use crate::table::acl::Operation;
 use crate::transactions::state::for_client;

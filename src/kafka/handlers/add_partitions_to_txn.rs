@@ -4,7 +4,7 @@
 //! KIP-890) is not served: the owner cores learn of the partitions from the coordinator.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::kafka::session::Session;
 use crate::table::acl::Operation;
 use crate::table::parse_view_name;
@@ -67,7 +67,9 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
             .add_partitions(&id, producer_id, epoch, &asked, shards::now_ms())
             .await;
         results = match added {
-            Ok(()) => crate::transaction_markers::register(core, producer_id, epoch, &asked).await,
+            Ok(()) => {
+                crate::cores::transaction_markers::register(core, producer_id, epoch, &asked).await
+            }
             Err(e) => vec![Some(for_client(e, req.api_version >= 2)); asked.len()],
         };
     }

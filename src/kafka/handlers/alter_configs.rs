@@ -5,7 +5,7 @@
 use super::describe_configs::{BROKER, TOPIC};
 use super::{count_errors, frame, HandlerResult, Versions};
 use crate::control::{self, ConfigChange, ConfigOp, TopicChange};
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::kafka::session::Session;
 use crate::table::acl::Operation;
 use crate::wire::header::{decode, Request};

@@ -6,7 +6,7 @@
 use super::{frame, HandlerResult, Versions};
 use crate::auth::scram::{Credential, Mechanism, MAX_ITERATIONS, MIN_ITERATIONS};
 use crate::auth::users::{validate_user_name, CredentialChange, UserStore};
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::kafka::session::Session;
 use crate::table::acl::Operation;
 use crate::wire::header::{decode, Request};

@@ -2,9 +2,9 @@
 //! validated here, then added by core 0 to the topic table, persisted and applied on every core.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::core_state::Core;
+use crate::cores::mesh::TopicChange;
+use crate::cores::Core;
 use crate::kafka::session::Session;
-use crate::mesh::TopicChange;
 use crate::table::acl::{AclBinding, Operation, PatternType, Permission, ResourceType};
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;

@@ -4,7 +4,7 @@
 
 use super::{count_errors, frame, HandlerResult, Versions};
 use crate::control::{NewPartitions, TopicChange};
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::kafka::session::Session;
 use crate::table::acl::Operation;
 use crate::wire::header::{decode, Request};

@@ -2,7 +2,7 @@
 
 use super::{count_errors, frame, HandlerResult, Versions};
 use crate::control::{NewTopic, TopicChange};
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::kafka::session::Session;
 use crate::table::acl::Operation;
 use crate::wire::header::{decode, Request};

@@ -3,9 +3,9 @@
 
 use super::describe_acls::filter;
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::core_state::Core;
+use crate::cores::mesh::TopicChange;
+use crate::cores::Core;
 use crate::kafka::session::Session;
-use crate::mesh::TopicChange;
 use crate::table::acl::{AclFilter, Operation};
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;

@@ -2,7 +2,7 @@
 //! offsets log); a group with members gets `NON_EMPTY_GROUP`, an unknown one `GROUP_ID_NOT_FOUND`.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::kafka::session::Session;
 use crate::table::acl::Operation;
 use crate::wire::header::{decode, Request};

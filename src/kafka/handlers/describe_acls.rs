@@ -2,7 +2,7 @@
 //! matches, grouped by resource. Also the filter decoding DeleteAcls shares.
 
 use super::{frame, HandlerResult, Versions};
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::kafka::session::Session;
 use crate::table::acl::{
     AclBinding, AclFilter, Operation, PatternFilter, PatternType, Permission, ResourceType,

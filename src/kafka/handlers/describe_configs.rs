@@ -3,7 +3,7 @@
 //! from this core's copy of the topic table, without asking core 0.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::kafka::session::Session;
 use crate::table::acl::Operation;
 use crate::table::configs::{broker_config_entries, topic_config_entries, ConfigEntry};

@@ -2,7 +2,7 @@
 //! core coordinates. An unknown group is described as `Dead` with no error, as Kafka does.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::groups::group::GroupState;
 use crate::kafka::session::Session;
 use crate::table::acl::Operation;

@@ -3,7 +3,7 @@
 //! Needs DESCRIBE on the cluster, as Kafka does.
 
 use super::{frame, HandlerResult, Versions};
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::kafka::session::Session;
 use crate::table::acl::Operation;
 use crate::wire::header::{decode, Request};

@@ -2,7 +2,7 @@
 //! client asks each id's coordinator); ids of other cores get NOT_COORDINATOR.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::kafka::session::Session;
 use crate::table::acl::Operation;
 use crate::transactions::state::TxnMetadata;

@@ -3,7 +3,7 @@
 //! cluster. Never shows salts or keys.
 
 use super::{frame, HandlerResult, Versions};
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::kafka::session::Session;
 use crate::table::acl::Operation;
 use crate::wire::header::{decode, Request};

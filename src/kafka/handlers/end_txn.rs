@@ -6,7 +6,7 @@
 //! producer's next request gets CONCURRENT_TRANSACTIONS until then.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::kafka::session::Session;
 use crate::table::acl::Operation;
 use crate::transactions::state::for_client;
@@ -39,7 +39,9 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
             .await;
         match ended {
             Ok(Some((markers, _claim))) => {
-                if let Err(e) = crate::transaction_markers::complete(core, id, &markers).await {
+                if let Err(e) =
+                    crate::cores::transaction_markers::complete(core, id, &markers).await
+                {
                     log::warn!("EndTxn of {id}: markers not all written yet ({e:?}); retried");
                 }
                 Ok(())

@@ -3,7 +3,7 @@
 //! ([`crate::transactions::coordinator_core`]); v4 looks up several keys at once.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::groups::coordinator_core;
 use crate::kafka::session::Session;
 use crate::table::acl::Operation;

@@ -1,7 +1,7 @@
 //! Heartbeat: keeps a member's session alive and tells it when a rebalance is under way.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::kafka::errors::code;
 use crate::kafka::session::Session;
 use crate::table::acl::Operation;

@@ -5,7 +5,7 @@
 use super::alter_configs::alter;
 use super::{frame, HandlerResult, Versions};
 use crate::control::ConfigOp;
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::kafka::session::Session;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;

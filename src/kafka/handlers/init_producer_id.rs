@@ -5,7 +5,7 @@
 //! runs hand out the same id.
 
 use super::{frame, HandlerResult, Versions};
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::kafka::session::Session;
 use crate::table::acl::Operation;
 use crate::transactions::coordinator::Init;
@@ -78,7 +78,7 @@ async fn transactional(
                     .with_producer_epoch(epoch)
             }
             Ok(Init::AbortFirst(markers, _claim)) => {
-                if crate::transaction_markers::complete(core, id, &markers)
+                if crate::cores::transaction_markers::complete(core, id, &markers)
                     .await
                     .is_err()
                 {

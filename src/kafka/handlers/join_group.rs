@@ -3,7 +3,7 @@
 //! member's metadata. v4+ members without an id first get `MEMBER_ID_REQUIRED` and their id.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::groups::group::{Answer, JoinRequest};
 use crate::groups::MAX_MEMBER_BLOB_BYTES;
 use crate::kafka::errors::code;

@@ -1,7 +1,7 @@
 //! LeaveGroup: one member (v0-2) or several, by member id or instance id (v3+).
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::kafka::errors::code;
 use crate::kafka::session::Session;
 use crate::table::acl::Operation;

@@ -2,7 +2,7 @@
 //! by state from v4 and by type from v5 (every group here is of the classic type).
 
 use super::{frame, HandlerResult, Versions};
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::kafka::session::Session;
 use crate::table::acl::Operation;
 use crate::wire::header::{decode, Request};

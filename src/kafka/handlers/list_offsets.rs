@@ -6,7 +6,7 @@
 //! v10's `timeout_ms` bounds waits for remote storage, which shoal has none of.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::kafka::errors::code_of;
 use crate::kafka::session::Session;
 use crate::table::acl::Operation;

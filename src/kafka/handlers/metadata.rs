@@ -4,7 +4,7 @@
 
 use super::{count_errors, frame, HandlerResult, Versions};
 use crate::control::{self, NewTopic, TopicChange};
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::kafka::session::Session;
 use crate::table::acl::Operation;
 use crate::table::{parse_view_name, source_topic, validate_topic_name, view_topic_id};

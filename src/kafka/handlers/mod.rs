@@ -38,7 +38,7 @@ pub mod sasl_handshake;
 pub mod sync_group;
 pub mod txn_offset_commit;
 
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::edge::groups::{Answer, Client};
 use crate::kafka::session::Session;
 use crate::wire::header::Request;
@@ -287,8 +287,8 @@ pub async fn change_allowed<T>(
     items: Vec<T>,
     name: impl Fn(&T) -> String,
     allowed: impl Fn(&T) -> bool,
-    change: impl FnOnce(Vec<T>) -> crate::mesh::TopicChange,
-) -> Vec<crate::mesh::TopicOutcome> {
+    change: impl FnOnce(Vec<T>) -> crate::cores::mesh::TopicChange,
+) -> Vec<crate::cores::mesh::TopicOutcome> {
     let verdicts: Vec<(bool, String)> = items.iter().map(|t| (allowed(t), name(t))).collect();
     let permitted: Vec<T> = items
         .into_iter()
@@ -306,7 +306,7 @@ pub async fn change_allowed<T>(
         if ok {
             out.extend(decided.next());
         } else {
-            out.push(crate::mesh::TopicOutcome {
+            out.push(crate::cores::mesh::TopicOutcome {
                 name,
                 error: Some((
                     kafka_protocol::error::ResponseError::TopicAuthorizationFailed,
@@ -326,8 +326,8 @@ pub async fn change_allowed<T>(
 pub async fn change_checked<T: Clone, E>(
     core: &Rc<Core>,
     checked: &[Result<T, E>],
-    change: impl FnOnce(Vec<T>) -> crate::mesh::TopicChange,
-) -> std::vec::IntoIter<crate::mesh::TopicOutcome> {
+    change: impl FnOnce(Vec<T>) -> crate::cores::mesh::TopicChange,
+) -> std::vec::IntoIter<crate::cores::mesh::TopicOutcome> {
     let valid: Vec<T> = checked
         .iter()
         .filter_map(|c| c.as_ref().ok().cloned())

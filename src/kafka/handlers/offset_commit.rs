@@ -4,7 +4,7 @@
 //! deleted.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::groups::offsets::Committed;
 use crate::groups::MAX_OFFSET_METADATA_BYTES;
 use crate::kafka::session::Session;

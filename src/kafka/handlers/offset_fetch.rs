@@ -12,7 +12,7 @@
 //! instead of its committed offset, and the client retries (KIP-447).
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::groups::offsets::Committed;
 use crate::kafka::session::Session;
 use crate::table::acl::Operation;

@@ -3,7 +3,7 @@
 //! (acks=1) or fsynced (acks=all). acks=0 gets no response at all, as in Kafka.
 
 use super::{count_errors, frame, HandlerResult, Reply, Versions};
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::kafka::errors::code_of;
 use crate::kafka::session::Session;
 use crate::table::acl::Operation;

@@ -2,7 +2,7 @@
 //! waits until it has arrived and gets its own part. The broker never reads the assignments.
 
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::groups::group::{Answer, SyncRequest};
 use crate::groups::MAX_MEMBER_BLOB_BYTES;
 use crate::kafka::errors::code;

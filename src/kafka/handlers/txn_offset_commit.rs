@@ -10,7 +10,7 @@
 
 use super::offset_commit::refusal;
 use super::{count_errors, frame, HandlerResult, Versions};
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::groups::offsets::{Committed, PendingOffset};
 use crate::kafka::session::Session;
 use crate::table::acl::Operation;

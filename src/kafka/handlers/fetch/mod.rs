@@ -8,7 +8,7 @@
 //! fetches and a session can never mix topic names and ids.
 
 use super::{count_errors, HandlerResult, Reply, Versions};
-use crate::core_state::Core;
+use crate::cores::Core;
 use crate::edge::read::EdgeRead;
 use crate::kafka::errors::code_of;
 use crate::kafka::leaders;
@@ -537,7 +537,7 @@ enum Before {
 }
 
 /// Fetch pacing: on a saturated core, a fetch waits a little before it reads (never past its
-/// deadline) so that its response carries more; see [`crate::load`]. The delay is bounded (by
+/// deadline) so that its response carries more; see [`crate::cores::load`]. The delay is bounded (by
 /// `--fetch-pacing-max-ms`, at most a second), so shutdown does not cut it short.
 async fn pace(core: &Core, plan: &Plan, when: Before) {
     let delay = core

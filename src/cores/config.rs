@@ -3,8 +3,8 @@
 //! process-level [`crate::server::ServerConfig`] around it); nothing here knows about flags.
 
 use crate::auth::AuthConfig;
+use crate::cores::load::PacingConfig;
 use crate::groups::CoordinatorConfig;
-use crate::load::PacingConfig;
 use crate::table::acl::AuthorizerConfig;
 use shards::producers::ProducerConfig;
 use shards::view_reader::ViewConfig;

@@ -1,8 +1,9 @@
 //! The admin HTTP thread's link to core 0: requests on a crossbeam channel, a doorbell socket that
 //! wakes core 0, and core 0's side that answers them.
 
-use super::{gather_stats, set_everywhere, Setting};
-use crate::core_state::Core;
+use crate::cores::every_core::{gather_stats, set_everywhere};
+use crate::cores::mesh::Setting;
+use crate::cores::Core;
 use crate::stats::CoreSnapshot;
 use crate::table::TopicTable;
 use futures_lite::AsyncReadExt;

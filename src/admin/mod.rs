@@ -11,11 +11,18 @@
 //! per connection, and each connection on its own short-lived thread, so a slow client holds up
 //! neither Kafka nor other admin requests.
 
-use crate::control::{AdminRequest, AdminSender, Setting};
-use crate::stats::{render_prometheus, CoreSnapshot};
-use crate::table::TopicTable;
-use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+mod http;
+mod link;
+mod settings;
+mod status;
+
+use crate::stats::render_prometheus;
+use http::*;
+pub use link::{admin_link, serve_admin, AdminInbox, AdminRequest, AdminSender};
+pub use settings::parse_on_off;
+use settings::parse_setting;
+use std::io::ErrorKind;
+use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -26,12 +33,6 @@ use std::time::{Duration, Instant};
 /// The console's pages.
 const HTML: &str = "text/html; charset=utf-8";
 
-/// Largest request head (request line and headers) served; larger ones get 431.
-const MAX_REQUEST_HEAD: usize = 16 << 10;
-/// Most headers in a request; more get 431.
-const MAX_HEADERS: usize = 64;
-/// Largest body read (settings are a few bytes).
-const MAX_BODY: usize = 16 << 10;
 /// Connections served at once; more get 503 at once.
 const MAX_CONNECTIONS: usize = 32;
 /// How often the thread looks at the stop flag while no connection arrives.
@@ -62,39 +63,6 @@ pub struct Cores {
     /// scrapers, beside a guarded admin endpoint).
     pub metrics_only: bool,
 }
-
-/// An admin connection: plain TCP, or TLS over it. Timeouts and shutdown act on the TCP socket.
-trait AdminStream: Read + Write {
-    fn tcp(&self) -> &TcpStream;
-    /// Ends the response: TLS's close_notify, then the socket's write side.
-    fn finish(&mut self) -> std::io::Result<()>;
-}
-
-impl AdminStream for TcpStream {
-    fn tcp(&self) -> &TcpStream {
-        self
-    }
-    fn finish(&mut self) -> std::io::Result<()> {
-        self.shutdown(Shutdown::Write)
-    }
-}
-
-type TlsStream =
-    futures_rustls::rustls::StreamOwned<futures_rustls::rustls::ServerConnection, TcpStream>;
-
-impl AdminStream for TlsStream {
-    fn tcp(&self) -> &TcpStream {
-        &self.sock
-    }
-    fn finish(&mut self) -> std::io::Result<()> {
-        self.conn.send_close_notify();
-        self.flush()?;
-        self.sock.shutdown(Shutdown::Write)
-    }
-}
-
-/// A response: status line, content type, body.
-type Response = (&'static str, &'static str, String);
 
 /// Starts the admin thread on `listener` (bound by the caller, so bind errors are reported at
 /// start-up). It stops within `STOP_POLL` of `stop` being set; connections still being served
@@ -185,175 +153,6 @@ fn serve_stream(mut stream: impl AdminStream, cores: &Cores) {
     };
     let _ = stream.tcp().set_write_timeout(Some(cores.request_deadline));
     let _ = respond(stream, &response, LINGER);
-}
-
-/// A request as read off the wire.
-#[derive(Debug, PartialEq, Eq)]
-struct Request {
-    method: String,
-    /// Path and query, as sent.
-    target: String,
-    /// The `Authorization` header's value, if sent.
-    authorization: Option<String>,
-    /// The console's token cookie (`shoal_admin_token`), if sent.
-    cookie_token: Option<String>,
-    body: Vec<u8>,
-}
-
-/// Reads one request: `Ok(None)` if the client left before a whole head, `Err` with the answer for
-/// a head too large, malformed or too slow.
-fn read_request(
-    stream: &mut impl AdminStream,
-    deadline: Instant,
-) -> Result<Option<Request>, Response> {
-    let mut buf = Vec::new();
-    let (method, target, (authorization, cookie_token), head_len, content_length) = loop {
-        match read_some(stream, &mut buf, deadline)? {
-            0 => return Ok(None),
-            _ => {
-                let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-                let mut parsed = httparse::Request::new(&mut headers);
-                match parsed.parse(&buf) {
-                    Ok(httparse::Status::Complete(n)) if n <= MAX_REQUEST_HEAD => {
-                        break (
-                            parsed.method.unwrap_or("").to_string(),
-                            parsed.path.unwrap_or("").to_string(),
-                            credentials(parsed.headers),
-                            n,
-                            content_length(parsed.headers),
-                        );
-                    }
-                    Ok(httparse::Status::Partial) if buf.len() <= MAX_REQUEST_HEAD => {}
-                    Ok(_) | Err(httparse::Error::TooManyHeaders) => return Err(too_large()),
-                    Err(e) => {
-                        return Err((
-                            "400 Bad Request",
-                            "text/plain",
-                            format!("bad request: {e}\n"),
-                        ))
-                    }
-                }
-            }
-        }
-    };
-    // Then the body, as long as Content-Length says (bounded); a client that closes early sends
-    // what it sent.
-    let want = head_len + content_length.min(MAX_BODY);
-    while buf.len() < want {
-        if read_some(stream, &mut buf, deadline)? == 0 {
-            break;
-        }
-    }
-    Ok(Some(Request {
-        method,
-        target,
-        authorization,
-        cookie_token,
-        body: buf.split_off(head_len),
-    }))
-}
-
-/// Reads what has arrived into `buf` (0 at end of stream or on a reset); 408 past `deadline`.
-fn read_some(
-    stream: &mut impl AdminStream,
-    buf: &mut Vec<u8>,
-    deadline: Instant,
-) -> Result<usize, Response> {
-    let timed_out = || {
-        (
-            "408 Request Timeout",
-            "text/plain",
-            "request timeout\n".to_string(),
-        )
-    };
-    let mut chunk = [0u8; 2048];
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(timed_out());
-        }
-        let _ = stream.tcp().set_read_timeout(Some(left));
-        match stream.read(&mut chunk) {
-            Ok(n) => {
-                buf.extend_from_slice(&chunk[..n]);
-                return Ok(n);
-            }
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                return Err(timed_out())
-            }
-            Err(_) => return Ok(0),
-        }
-    }
-}
-
-/// The `Authorization` header's value and the console's token cookie, where sent.
-fn credentials(headers: &[httparse::Header<'_>]) -> (Option<String>, Option<String>) {
-    fn header<'a>(
-        headers: &'a [httparse::Header<'_>],
-        name: &'static str,
-    ) -> impl Iterator<Item = &'a str> {
-        headers
-            .iter()
-            .filter(move |h| h.name.eq_ignore_ascii_case(name))
-            .filter_map(|h| std::str::from_utf8(h.value).ok())
-    }
-    let authorization = header(headers, "authorization")
-        .next()
-        .map(|v| v.trim().to_string());
-    let cookie = header(headers, "cookie")
-        .flat_map(|v| v.split(';'))
-        .filter_map(|c| c.trim().split_once('='))
-        .find(|(name, _)| *name == TOKEN_COOKIE)
-        .map(|(_, value)| value.trim().to_string());
-    (authorization, cookie)
-}
-
-/// The cookie the console's login page keeps the admin token in (SameSite=Strict), taken for
-/// GET requests only: a cookie cannot change a setting.
-const TOKEN_COOKIE: &str = "shoal_admin_token";
-
-/// The Content-Length header's value, 0 if absent or unreadable.
-fn content_length(headers: &[httparse::Header<'_>]) -> usize {
-    headers
-        .iter()
-        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-        .and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse().ok())
-        .unwrap_or(0)
-}
-
-fn too_large() -> Response {
-    (
-        "431 Request Header Fields Too Large",
-        "text/plain",
-        "request too large\n".to_string(),
-    )
-}
-
-fn unavailable(why: &str) -> Response {
-    ("503 Service Unavailable", "text/plain", format!("{why}\n"))
-}
-
-/// Whether `request` may be served: `GET /metrics` always (scrapers), the rest with the token.
-fn authorized(request: &Request, path: &str, token: Option<&str>) -> bool {
-    let Some(token) = token else { return true };
-    if request.method == "GET" && path == "/metrics" {
-        return true;
-    }
-    let matches =
-        |given: &str| crate::auth::scram::constant_time_eq(given.as_bytes(), token.as_bytes());
-    let bearer = request
-        .authorization
-        .as_deref()
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|given| matches(given.trim()));
-    let cookie = request.method == "GET"
-        && request
-            .cookie_token
-            .as_deref()
-            .map(crate::console::percent_decode)
-            .is_some_and(|given| matches(&given));
-    bearer || cookie
 }
 
 fn route(request: &Request, cores: &Cores) -> Response {
@@ -460,222 +259,14 @@ impl Cores {
             unavailable("core 0 did not answer in time")
         })
     }
-
-    fn status_json(&self, stats: &[CoreSnapshot], table: &TopicTable) -> String {
-        let cores = self.ports.len();
-        let topics: serde_json::Map<String, serde_json::Value> = table
-            .topics
-            .iter()
-            .map(|(name, m)| {
-                (
-                    name.clone(),
-                    serde_json::json!({
-                        "partitions": m.partitions,
-                        "configs": m.configs,
-                        "leaders": (0..m.partitions).map(|p| table.owner(m, p, cores)).collect::<Vec<_>>(),
-                        // Each partition's read replica cores, as its owner core says.
-                        "replica_cores": (0..m.partitions).map(|p| {
-                            let owner = table.owner(m, p, cores);
-                            stats
-                                .iter()
-                                .find(|s| s.core == owner)
-                                .and_then(|s| {
-                                    s.replicas.replica_cores.iter().find(|r| r.0 == *name && r.1 == p)
-                                })
-                                .map_or_else(Vec::new, |r| r.2.clone())
-                        }).collect::<Vec<_>>(),
-                    }),
-                )
-            })
-            .collect();
-        let per_core: Vec<serde_json::Value> = stats
-            .iter()
-            .map(|s| {
-                serde_json::json!({
-                    "core": s.core,
-                    "port": self.ports[s.core],
-                    "connections_open": s.kafka.connections_open,
-                    "partitions": s.partitions.len(),
-                    "read_replicas": s.replicas.held,
-                    "log_bytes": s.partitions.iter().map(|p| p.size_bytes).sum::<u64>(),
-                    "tail_cache_bytes": s.tail_cache.used_bytes as u64,
-                    "storage_errors": s.storage.errors,
-                    "storage_failing": s.storage.failing_logs,
-                    "edge": s.edge,
-                })
-            })
-            .collect();
-        // Partitions whose appends fail now, with the failure that started it.
-        let storage_failures: Vec<serde_json::Value> = stats
-            .iter()
-            .flat_map(|s| {
-                s.partitions.iter().filter_map(move |p| {
-                    p.storage_failure.as_ref().map(|error| {
-                        serde_json::json!({
-                            "core": s.core,
-                            "topic": p.topic,
-                            "partition": p.partition,
-                            "error": error,
-                        })
-                    })
-                })
-            })
-            .collect();
-        // Edge mode: each partition's upstream position, where a consumer has asked for it.
-        let upstream: Vec<serde_json::Value> = stats
-            .iter()
-            .flat_map(|s| {
-                s.partitions.iter().filter_map(move |p| {
-                    p.upstream.as_ref().map(|u| {
-                        serde_json::json!({
-                            "core": s.core,
-                            "topic": p.topic,
-                            "partition": p.partition,
-                            "log_start_offset": p.log_start_offset,
-                            "high_watermark": p.high_watermark,
-                            "upstream": u,
-                        })
-                    })
-                })
-            })
-            .collect();
-        // Partitions with read replicas on other cores: each with its leader and those cores.
-        let replicated: Vec<serde_json::Value> = stats
-            .iter()
-            .flat_map(|s| {
-                s.replicas
-                    .replica_cores
-                    .iter()
-                    .filter_map(move |(topic, partition, cores)| {
-                        let owner = table
-                            .get(topic)
-                            .map(|m| table.owner(m, *partition, self.ports.len()))?;
-                        (owner == s.core).then(|| {
-                            serde_json::json!({
-                                "topic": topic,
-                                "partition": partition,
-                                "leader": owner,
-                                "replica_cores": cores,
-                            })
-                        })
-                    })
-            })
-            .collect();
-        // Consumer groups' lag as their coordinator cores last computed it.
-        let group_lag: Vec<serde_json::Value> = stats
-            .iter()
-            .flat_map(|s| {
-                s.group_lag.iter().map(move |g| {
-                    let mut v = serde_json::json!(g);
-                    v["coordinator"] = s.core.into();
-                    v
-                })
-            })
-            .collect();
-        serde_json::json!({
-            "version": env!("CARGO_PKG_VERSION"),
-            "group_lag": group_lag,
-            "replicated_partitions": replicated,
-            "upstream_partitions": upstream,
-            "data_dir": self.data_dir,
-            "topic_table_revision": table.revision,
-            "topics": topics,
-            "cores": per_core,
-            "storage_failures": storage_failures,
-        })
-        .to_string()
-    }
-}
-
-/// A live setting from its name and value.
-fn parse_setting(name: &str, value: &str) -> Result<Setting, String> {
-    match name {
-        "fetch_coalescing" => parse_on_off(value).map(Setting::FetchCoalescing),
-        "view_sharing" => parse_on_off(value).map(Setting::ViewSharing),
-        "max_delta_for_fanout" => value
-            .parse::<i64>()
-            .ok()
-            .filter(|d| *d >= 0)
-            .map(Setting::MaxDeltaForFanout)
-            .ok_or_else(|| {
-                format!("max_delta_for_fanout takes a number of offsets, not {value:?}")
-            }),
-        "read_replicas" => {
-            crate::table::configs::ReplicaPolicy::parse(value).map(Setting::ReadReplicas)
-        }
-        "group_lag_interval_ms" => value
-            .parse::<u64>()
-            .map(|ms| Setting::GroupLagInterval(Duration::from_millis(ms)))
-            .map_err(|_| {
-                format!("group_lag_interval_ms takes milliseconds (0: off), not {value:?}")
-            }),
-        _ => Err(format!(
-            "unknown setting {name:?}: fetch_coalescing, view_sharing, max_delta_for_fanout, \
-             read_replicas, group_lag_interval_ms"
-        )),
-    }
-}
-
-/// `on`/`off` (also `true`/`false`), for live settings and the flags that set them at start.
-pub fn parse_on_off(s: &str) -> Result<bool, String> {
-    match s {
-        "on" | "true" => Ok(true),
-        "off" | "false" => Ok(false),
-        _ => Err(format!("expected on or off, not {s:?}")),
-    }
-}
-
-/// `value` from a `?value=...` query.
-fn query_value(target: &str) -> Option<String> {
-    let query = target.split_once('?')?.1;
-    query
-        .split('&')
-        .find_map(|kv| kv.strip_prefix("value="))
-        .map(str::to_string)
-}
-
-/// The body, if it holds more than white space.
-fn body_text(body: &[u8]) -> Option<String> {
-    Some(String::from_utf8_lossy(body).to_string()).filter(|s| !s.trim().is_empty())
-}
-
-/// Writes the response and closes the connection. What the client sent and was not read is drained
-/// for a moment first (at most `linger`), so the close is a FIN the client reads the answer
-/// before, not a reset.
-fn respond(
-    mut stream: impl AdminStream,
-    response: &Response,
-    linger: Duration,
-) -> std::io::Result<()> {
-    write_response(&mut stream, response)?;
-    stream.finish()?;
-    let until = Instant::now() + linger;
-    let mut sink = [0u8; 4096];
-    loop {
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() || stream.tcp().set_read_timeout(Some(left)).is_err() {
-            break;
-        }
-        match stream.read(&mut sink) {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
-    }
-    Ok(())
-}
-
-fn write_response(stream: &mut impl Write, (status, kind, body): &Response) -> std::io::Result<()> {
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body.as_bytes())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stats::CoreSnapshot;
+    use crate::table::TopicTable;
+    use std::io::{Read, Write};
 
     /// An admin thread on a free port, with a stand-in for core 0 that answers as `core0` says.
     fn start(
@@ -686,7 +277,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
-        let (requests, inbox) = crate::control::admin_link(16).unwrap();
+        let (requests, inbox) = admin_link(16).unwrap();
         std::thread::spawn(move || core0(inbox.requests));
         let cores = Cores {
             requests,
@@ -879,31 +470,5 @@ mod tests {
         drop(quiet);
         stop.store(true, Ordering::SeqCst);
         thread.join().unwrap();
-    }
-
-    #[test]
-    fn settings_parse_as_before() {
-        assert_eq!(
-            parse_setting("fetch_coalescing", "on"),
-            Ok(Setting::FetchCoalescing(true))
-        );
-        assert_eq!(
-            parse_setting("view_sharing", "false"),
-            Ok(Setting::ViewSharing(false))
-        );
-        assert_eq!(
-            parse_setting("max_delta_for_fanout", "500"),
-            Ok(Setting::MaxDeltaForFanout(500))
-        );
-        assert!(parse_setting("max_delta_for_fanout", "-3").is_err());
-        assert_eq!(
-            parse_setting("group_lag_interval_ms", "250"),
-            Ok(Setting::GroupLagInterval(Duration::from_millis(250)))
-        );
-        assert!(parse_setting("group_lag_interval_ms", "soon").is_err());
-        assert!(parse_setting("fetch_coalescing", "maybe").is_err());
-        assert!(parse_setting("nonsense", "1").is_err());
-        assert_eq!(query_value("/v1/config/x?a=b&value=on"), Some("on".into()));
-        assert_eq!(query_value("/v1/config/x"), None);
     }
 }

@@ -148,7 +148,7 @@ pub enum CoreMsg {
         ends: Vec<crate::groups::lag::PartitionEnd>,
     },
     /// A transaction coordinator asks a partition's owner core or a group's coordinator core
-    /// (see [`crate::transaction_markers`]).
+    /// (see [`crate::cores::transaction_markers`]).
     Txn {
         from: usize,
         id: u64,

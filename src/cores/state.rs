@@ -1,11 +1,11 @@
 //! One core's state: its copy of the topic table, the partitions it owns, its tail cache, its metrics
 //! and its end of the control plane. `!Send`: created on the core's executor and never leaves it.
 
-use crate::config::BrokerConfig;
-use crate::kafka_stats::FrontEndStats;
-use crate::load::CoreLoad;
-use crate::mesh::Mesh;
+use crate::cores::config::BrokerConfig;
+use crate::cores::load::CoreLoad;
+use crate::cores::mesh::Mesh;
 use crate::replicas::{ReplicaMsg, Replicas};
+use crate::stats::kafka::FrontEndStats;
 use crate::stats::{CoreSnapshot, PartitionSnapshot};
 use crate::table::{apply_topic_configs, parse_view_name, TopicIds, TopicTable, ViewName};
 use glommio::{Latency, Shares, TaskQueueHandle};
@@ -478,9 +478,9 @@ impl Core {
         }
     }
 
-    pub fn apply_setting(&self, setting: crate::mesh::Setting) {
+    pub fn apply_setting(&self, setting: crate::cores::mesh::Setting) {
         match setting {
-            crate::mesh::Setting::ViewSharing(shared) => {
+            crate::cores::mesh::Setting::ViewSharing(shared) => {
                 self.reads
                     .views
                     .set_config(shards::view_reader::ViewConfig {
@@ -488,7 +488,7 @@ impl Core {
                         ..self.reads.views.config()
                     })
             }
-            crate::mesh::Setting::MaxDeltaForFanout(delta) => {
+            crate::cores::mesh::Setting::MaxDeltaForFanout(delta) => {
                 self.reads
                     .views
                     .set_config(shards::view_reader::ViewConfig {
@@ -496,11 +496,11 @@ impl Core {
                         ..self.reads.views.config()
                     })
             }
-            crate::mesh::Setting::ReadReplicas(policy) => self.replicas.set_policy(policy),
-            crate::mesh::Setting::GroupLagInterval(interval) => {
+            crate::cores::mesh::Setting::ReadReplicas(policy) => self.replicas.set_policy(policy),
+            crate::cores::mesh::Setting::GroupLagInterval(interval) => {
                 self.groups.lag().set_interval(interval)
             }
-            crate::mesh::Setting::FetchCoalescing(on) => {
+            crate::cores::mesh::Setting::FetchCoalescing(on) => {
                 if on != self.reads.coalescer.is_enabled() {
                     log::info!(
                         "core {}: fetch coalescing {}",

@@ -1,6 +1,6 @@
 //! The Kafka front end's counters (requests, errors and durations per API, bytes, connections,
 //! protocol errors, handler panics, SASL, TLS, fetch bytes and pacing), their plain snapshot and
-//! their `/metrics` families. Below [`crate::core_state`], whose `Core` holds them for the
+//! their `/metrics` families. Below [`crate::cores::state`], whose `Core` holds them for the
 //! connections and handlers of [`crate::kafka`].
 
 use crate::metrics::{add, core_label, DurationHistogram, DurationSnapshot, Exposition, Family};

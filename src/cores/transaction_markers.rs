@@ -4,8 +4,8 @@
 //! place; completing a transaction once every marker is written; and the coordinator's ticker
 //! (recovery after a restart, transactions past their timeout, idle ids, compaction).
 
-use crate::core_state::Core;
-use crate::mesh::{CoreMsg, CHANGE_TIMEOUT};
+use crate::cores::mesh::{CoreMsg, CHANGE_TIMEOUT};
+use crate::cores::Core;
 use crate::transactions::state::{Markers, TopicPartition, TxnState};
 use crate::transactions::TxnAsk;
 use kafka_protocol::error::ResponseError;

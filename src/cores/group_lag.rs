@@ -6,9 +6,9 @@
 //! logs ([`partition_ends`]). Messages on the mesh, no lock; groups without commits cost nothing,
 //! and partitions of deleted topics are skipped.
 
-use crate::core_state::Core;
+use crate::cores::mesh::{CoreMsg, QUESTION_TIMEOUT};
+use crate::cores::Core;
 use crate::groups::lag::{self, EndQuery, PartitionEnd};
-use crate::mesh::{CoreMsg, QUESTION_TIMEOUT};
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::time::{Duration, Instant};

@@ -1,0 +1,130 @@
+//! The data directory (resolved, locked, claimed for `serve` or `edge`) and the process's
+//! open-files limit.
+
+use std::path::{Path, PathBuf};
+
+/// Most open files asked for: every partition holds two or three (its directory, its active
+/// segment, sealed segments being read), every connection one, so 10,000 partitions and their
+/// consumers need more than the usual default of 1,024 (or a hard limit of 20,000).
+const OPEN_FILES_WANTED: u64 = 1 << 20;
+
+/// Raises this process's open-files limit as far as it may: the soft limit to the hard one, and
+/// both to [`OPEN_FILES_WANTED`] where the process may raise its hard limit (root) and the kernel
+/// allows it (`fs.nr_open`). Logs what it ends with, so a refused partition (`Too many open
+/// files`) can be matched to it.
+pub(super) fn raise_open_files_limit() {
+    let mut now = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read or write the one struct passed.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut now) } != 0 {
+        return;
+    }
+    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(now.rlim_max);
+    let wanted = OPEN_FILES_WANTED.min(nr_open).max(now.rlim_max);
+    let set = |soft: u64, hard: u64| {
+        let l = libc::rlimit {
+            rlim_cur: soft,
+            rlim_max: hard,
+        };
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &l) == 0 }
+    };
+    let limit = if set(wanted, wanted) {
+        wanted
+    } else if set(now.rlim_max, now.rlim_max) {
+        now.rlim_max
+    } else {
+        now.rlim_cur
+    };
+    log::info!("open files limit: {limit} (partitions take two or three each, connections one)");
+}
+
+/// Locks the data directory (`LOCK`, an advisory lock the kernel drops when the process dies), so
+/// that a second server started on it, by mistake or by an overlapping restart, stops here before
+/// it touches anything.
+pub(super) fn lock_data_dir(dir: &Path) -> std::io::Result<std::fs::File> {
+    let path = dir.join("LOCK");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor this function owns; no memory is passed.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(file);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        return Err(std::io::Error::other(format!(
+            "data directory {} is in use by another shoal process",
+            dir.display()
+        )));
+    }
+    Err(std::io::Error::new(
+        e.kind(),
+        format!("locking {}: {e}", path.display()),
+    ))
+}
+
+/// Marks a data directory an edge's cache ([`EDGE_MARK`]) when `upstream` (the edge's upstream
+/// list) is given. An edge starts with an empty cache (what it held may no longer be the
+/// upstream's), so it refuses a directory that holds a broker's data, and `serve` refuses an
+/// edge's.
+pub(super) fn claim_data_dir(dir: &Path, upstream: Option<String>) -> std::io::Result<()> {
+    let mark = dir.join(EDGE_MARK);
+    let has_mark = mark.exists();
+    let has_table = dir.join("topics.json").exists();
+    let context = |e: std::io::Error| {
+        std::io::Error::new(e.kind(), format!("data directory {}: {e}", dir.display()))
+    };
+    match upstream {
+        None if has_mark => Err(std::io::Error::other(format!(
+            "data directory {} is a shoal edge's cache; give `shoal serve` a directory of its own",
+            dir.display()
+        ))),
+        None => Ok(()),
+        Some(_) if (has_table || has_topic_dirs(dir)) && !has_mark => {
+            Err(std::io::Error::other(format!(
+                "data directory {} holds a broker's data; give `shoal edge` a directory of its own",
+                dir.display()
+            )))
+        }
+        Some(upstream) => {
+            std::fs::write(&mark, format!("upstream={upstream}\n")).map_err(context)?;
+            match std::fs::remove_dir_all(dir.join("topics")) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(context(e)),
+                _ => {}
+            }
+            match std::fs::remove_file(dir.join("topics.json")) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(context(e)),
+                _ => {}
+            }
+            shards::files::create_dir_all_durable(&dir.join("topics")).map_err(context)
+        }
+    }
+}
+
+/// Whether `dir/topics` holds anything (a broker's partitions).
+pub(super) fn has_topic_dirs(dir: &Path) -> bool {
+    std::fs::read_dir(dir.join("topics")).is_ok_and(|mut d| d.next().is_some())
+}
+
+/// The file that marks a data directory as a shoal edge's cache.
+pub const EDGE_MARK: &str = "EDGE";
+
+/// Creates the data directory and resolves it to an absolute path with no `..` or symlinks, so
+/// every later path (logs opened long after start-up, group stores) is independent of the working
+/// directory and of how the user spelled it.
+pub(super) fn resolve_data_dir(dir: &Path) -> std::io::Result<PathBuf> {
+    let context = |e: std::io::Error| {
+        std::io::Error::new(e.kind(), format!("data directory {}: {e}", dir.display()))
+    };
+    shards::files::create_dir_all_durable(&dir.join("topics")).map_err(context)?;
+    std::fs::canonicalize(dir).map_err(context)
+}
