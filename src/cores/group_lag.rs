@@ -19,7 +19,7 @@ const WAKE: Duration = Duration::from_secs(1);
 /// Computes the lag of this core's groups every interval until the server stops. In edge mode
 /// groups live upstream, and there is nothing to compute.
 pub async fn run(core: Rc<Core>) {
-    if core.upstream().is_some() {
+    if core.is_edge() {
         return;
     }
     let mut last = Instant::now();

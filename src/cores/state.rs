@@ -315,6 +315,11 @@ impl Core {
         self.edge.as_ref()
     }
 
+    /// Whether this core runs in edge mode (`shoal edge`).
+    pub fn is_edge(&self) -> bool {
+        self.edge.is_some()
+    }
+
     pub fn is_shutting_down(&self) -> bool {
         self.shutdown.value() > 0
     }

@@ -29,12 +29,12 @@ pub mod stats;
 pub mod upstream;
 
 use crate::metrics::add;
+use crate::wire::requests::list_offsets_request;
 use feed::Feed;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{
     ApiKey, BrokerId, FetchRequest, FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse,
-    ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse, TopicName,
+    ListOffsetsResponse, MetadataRequest, MetadataResponse, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use shards::{Log, LogRead, OffsetMonitor, Records};
@@ -682,25 +682,6 @@ fn name_id(name: &str) -> [u8; 16] {
 
 fn topic_name(topic: &str) -> TopicName {
     TopicName(StrBytes::from_string(topic.to_string()))
-}
-
-/// A ListOffsets request for some partitions of one topic: (partition, timestamp).
-pub fn list_offsets_request(topic: &str, partitions: &[(i32, i64)]) -> ListOffsetsRequest {
-    ListOffsetsRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_topics(vec![ListOffsetsTopic::default()
-            .with_name(topic_name(topic))
-            .with_partitions(
-                partitions
-                    .iter()
-                    .map(|&(p, ts)| {
-                        ListOffsetsPartition::default()
-                            .with_partition_index(p)
-                            .with_current_leader_epoch(-1)
-                            .with_timestamp(ts)
-                    })
-                    .collect(),
-            )])
 }
 
 /// A fetch of one partition as a consumer makes it (no session): read_uncommitted for the feed,

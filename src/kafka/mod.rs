@@ -8,3 +8,4 @@ mod fault;
 pub mod handlers;
 pub mod leaders;
 pub mod session;
+pub mod upstream;

@@ -38,7 +38,7 @@ pub struct Session {
     host: String,
     decisions: RefCell<Decisions>,
     /// Edge mode: this connection's own connections to upstream group coordinators.
-    pub forwarder: crate::edge::forward::Forwarder,
+    pub forwarder: crate::kafka::upstream::Forwarder,
 }
 
 impl Session {
@@ -58,14 +58,6 @@ impl Session {
             host: host.map_or_else(|| "*".into(), |h| h.to_string()),
             decisions: RefCell::default(),
             forwarder: Default::default(),
-        }
-    }
-
-    /// What this connection may do on `core`, for edge mode's own answers.
-    pub fn rights<'a>(&'a self, core: &'a Core) -> SessionRights<'a> {
-        SessionRights {
-            session: self,
-            core,
         }
     }
 
@@ -144,21 +136,5 @@ impl Session {
                 &self.host,
                 Operation::Write,
             )
-    }
-}
-
-/// A connection's rights on its core, as edge mode asks for them.
-#[derive(Debug)]
-pub struct SessionRights<'a> {
-    session: &'a Session,
-    core: &'a Core,
-}
-
-impl crate::edge::groups::Rights for SessionRights<'_> {
-    fn may_group(&self, op: Operation, group: &str) -> bool {
-        self.session.may_group(self.core, op, group)
-    }
-    fn may_cluster(&self, op: Operation) -> bool {
-        self.session.may_cluster(self.core, op)
     }
 }

@@ -81,8 +81,8 @@ pub(super) async fn run_core(
         })
         .collect();
     let admin = admin_inbox.map(|inbox| glommio::spawn_local(serve_admin(core.clone(), inbox)));
-    let mirror = (id == 0 && core.upstream().is_some())
-        .then(|| glommio::spawn_local(mirror_upstream(core.clone())));
+    let mirror =
+        (id == 0 && core.is_edge()).then(|| glommio::spawn_local(mirror_upstream(core.clone())));
     while !stop.load(Ordering::SeqCst) {
         glommio::timer::sleep(Duration::from_millis(50)).await;
     }

@@ -10,7 +10,7 @@ pub mod kafka;
 mod partitions;
 
 use crate::edge::stats::EdgeFigures;
-use crate::edge::EdgeStats;
+pub use crate::edge::{EdgeStats, FeedStatus};
 use crate::groups::GroupStats;
 use crate::metrics::Exposition;
 use crate::stats::kafka::FrontEndSnapshot;
@@ -83,7 +83,6 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::edge::FeedStatus;
     use crate::metrics::{DurationHistogram, DurationSnapshot};
     use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Each partition's log figures on a core, and their `/metrics` families.
 
 use super::CoreSnapshot;
-use crate::edge::FeedStatus;
+use super::FeedStatus;
 use crate::metrics::{core_label, Exposition, Family};
 
 /// One partition's figures.

@@ -9,6 +9,7 @@ use super::{count_errors, frame, HandlerResult, Versions};
 use crate::cores::Core;
 use crate::kafka::errors::code_of;
 use crate::kafka::session::Session;
+use crate::kafka::upstream;
 use crate::table::acl::Operation;
 use crate::wire::header::{decode, Request};
 use kafka_protocol::error::ResponseError;
@@ -66,11 +67,11 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
                 partitions.push(base.with_offset(-1).with_timestamp(-1));
                 continue;
             }
-            if let Some(edge) = core.upstream() {
-                // A view's offsets are its source's: the upstream is asked for those.
-                let answer = edge
-                    .list_offset(log, &part.topic, p.partition_index, timestamp, view)
+            // At the edge, the upstream answers (a view's offsets are its source's).
+            let at_the_edge =
+                upstream::list_offset(core, log, &part.topic, p.partition_index, timestamp, view)
                     .await;
+            if let Some(answer) = at_the_edge {
                 partitions.push(match answer {
                     Ok((offset, timestamp)) => base
                         .with_offset(offset)

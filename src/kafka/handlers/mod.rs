@@ -39,7 +39,6 @@ pub mod sync_group;
 pub mod txn_offset_commit;
 
 use crate::cores::Core;
-use crate::edge::groups::{Answer, Client};
 use crate::kafka::session::Session;
 use crate::wire::header::Request;
 use bytes::Bytes;
@@ -164,20 +163,8 @@ pub async fn handle(core: Rc<Core>, req: Request, session: Rc<Session>) -> Reply
         crate::metrics::add(&core.metrics.protocol_errors, 1);
         return Reply::Close;
     }
-    if let Some(edge) = core.upstream() {
-        let rights = s.rights(&core);
-        let client = Client {
-            peer: peer.as_ref(),
-            rights: &rights,
-            forwarder: &s.forwarder,
-        };
-        if let Some(result) = Box::pin(edge.answer(&req, &client)).await {
-            let result = result.map(|answer| match answer {
-                Answer::Frame(chunks) => Reply::Frame(chunks),
-                Answer::Close => Reply::Close,
-            });
-            return finish(&core, &req, peer, key, result);
-        }
+    if let Some(result) = crate::kafka::upstream::answer(&core, &req, s).await {
+        return finish(&core, &req, peer, key, result);
     }
     // Produce and fetch are awaited in place; every other handler (rare, some with large
     // futures) is boxed, so that the task of every request does not carry the largest of them.

@@ -73,7 +73,7 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
         let name = found.clone().unwrap_or_default();
         let mut parts = Vec::new();
         let writable = who.may_topic(core, Operation::Write, &name);
-        let read_only = core.upstream().map(|e| e.refuse_produce(&name, &who.peer));
+        let read_only = crate::kafka::upstream::refuses_produce(core, &name, &who.peer);
         // A transactional producer needs WRITE on its transactional id too.
         let txn_refused = request
             .transactional_id

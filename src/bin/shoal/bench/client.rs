@@ -15,16 +15,16 @@ use crate::client::{pick_version, request_frame, resolve, SyncConn};
 use bytes::Bytes;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, CreateTopicsRequest,
-    CreateTopicsResponse, FetchRequest, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest,
-    MetadataResponse, ProduceRequest, TopicName, TransactionalId,
+    CreateTopicsResponse, FetchRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse,
+    ProduceRequest, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 use shards::batch::{self, BatchHeader, HEADER_LEN};
+use shoal::wire::requests::list_offsets_request;
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
@@ -310,13 +310,7 @@ impl Cluster {
                     e.insert(SyncConn::connect(p.leader)?)
                 }
             };
-            let mut req = ListOffsetsRequest::default()
-                .with_replica_id(BrokerId(-1))
-                .with_topics(vec![ListOffsetsTopic::default()
-                    .with_name(name(topic))
-                    .with_partitions(vec![ListOffsetsPartition::default()
-                        .with_partition_index(p.partition)
-                        .with_timestamp(timestamp)])]);
+            let mut req = list_offsets_request(topic, &[(p.partition, timestamp)]);
             if self.versions.list_offsets >= 2 {
                 req = req.with_isolation_level(0);
             }

@@ -35,7 +35,7 @@ pub fn at(
 ) -> Result<BTreeMap<i32, i64>, Failure> {
     let version = s.version(ApiKey::ListOffsets, 1, 7)?;
     let asked: Vec<(i32, i64)> = partitions.iter().map(|p| (*p, timestamp)).collect();
-    let mut req = shoal::edge::list_offsets_request(topic, &asked);
+    let mut req = shoal::wire::requests::list_offsets_request(topic, &asked);
     // The isolation level exists from v2; v1 always reads uncommitted.
     if version >= 2 {
         req = req.with_isolation_level(isolation as i8);

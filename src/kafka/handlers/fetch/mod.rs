@@ -9,10 +9,10 @@
 
 use super::{count_errors, HandlerResult, Reply, Versions};
 use crate::cores::Core;
-use crate::edge::read::EdgeRead;
 use crate::kafka::errors::code_of;
 use crate::kafka::leaders;
 use crate::kafka::session::Session;
+use crate::kafka::upstream::{self, Wanted};
 use crate::replicas::Steer;
 use crate::table::acl::Operation;
 use crate::wire::fetch::encode::{
@@ -207,17 +207,14 @@ async fn execute(core: &Rc<Core>, plan: &Plan) -> Execution {
                     // window): only coalesced log reads are counted against response memory.
                     let read = match view {
                         Some((reader, shard)) => {
-                            if let Some(edge) = upstream_of(core, part) {
-                                let at = edge_read(
-                                    part,
-                                    p.offset,
-                                    budget,
-                                    obligatory,
-                                    false,
-                                    plan.deadline,
-                                );
-                                edge.keep_fed(at);
-                            }
+                            let wanted = Wanted {
+                                offset: p.offset,
+                                max_bytes: budget,
+                                obligatory,
+                                read_committed: false,
+                                deadline: plan.deadline,
+                            };
+                            upstream::keep_fed(core, part, wanted);
                             reader
                                 .fetch(*shard, p.offset, budget, obligatory)
                                 .await
@@ -248,9 +245,7 @@ async fn execute(core: &Rc<Core>, plan: &Plan) -> Execution {
                                 result.aborted_transactions = aborted;
                             }
                             if let Some(s) = shared {
-                                if let Some(edge) = upstream_of(core, part) {
-                                    edge.upstream_watermarks(&mut result, &s.read);
-                                }
+                                upstream::upstream_watermarks(core, part, &mut result, &s);
                                 holds.push(core.reads.response_memory.hold(&s));
                             }
                             result
@@ -291,11 +286,15 @@ async fn read_partition(
     deadline: Instant,
 ) -> shards::Result<Option<Rc<shards::SharedRead>>> {
     let log = part.log.clone();
-    if let Some(edge) = upstream_of(core, part) {
-        let at = edge_read(part, offset, budget, obligatory, read_committed, deadline);
-        if let Some(served) = edge.read(&core.reads.coalescer, at).await {
-            return served;
-        }
+    let wanted = Wanted {
+        offset,
+        max_bytes: budget,
+        obligatory,
+        read_committed,
+        deadline,
+    };
+    if let Some(served) = upstream::read_through(core, part, wanted).await {
+        return served;
     }
     let high_watermark = log.high_watermark();
     let log_start_offset = log.log_start_offset();
@@ -305,7 +304,7 @@ async fn read_partition(
         return Ok(None);
     }
     // Edge mode reads older data through from upstream on the owner only: back to the leader.
-    if log.is_replica() && core.upstream().is_some() && offset < log_start_offset {
+    if log.is_replica() && core.is_edge() && offset < log_start_offset {
         return Err(shards::Error::ReadReplica);
     }
     if offset < log_start_offset || offset > high_watermark {
@@ -353,32 +352,6 @@ async fn read_partition(
         .read(key, visible_end, read)
         .await
         .map(Some)
-}
-
-/// Edge mode's upstream, for a partition this core owns (a read replica's owner keeps the feed).
-fn upstream_of<'a>(core: &'a Core, part: &Partition) -> Option<&'a Rc<crate::edge::EdgeCore>> {
-    core.upstream().filter(|_| !part.log.is_replica())
-}
-
-/// A partition's read as edge mode is asked about it.
-fn edge_read(
-    part: &Partition,
-    offset: i64,
-    max_bytes: usize,
-    obligatory: bool,
-    read_committed: bool,
-    deadline: Instant,
-) -> EdgeRead<'_> {
-    EdgeRead {
-        log: &part.log,
-        topic: &part.topic,
-        partition: part.index,
-        offset,
-        max_bytes,
-        obligatory,
-        deadline,
-        read_committed,
-    }
 }
 
 /// The aborted transactions in the range of a read_committed fetch's records, for the consumer to
