@@ -11,6 +11,11 @@ written in module `a` (at the depth given, default: top-level modules), and the 
     python3 .ci/modgraph.py --check --quiet src   # the same without listing the edges (CI)
 
 The layout doc's entries are its lines `//! - [`name`]` or `//! - `name``, in order.
+
+With --check, every room (a folder module, `dir/mod.rs`) is checked the same way one level down:
+its children's uses of each other (`super::x`, `crate::room::x`, `self::x`, grouped or not) must
+point down the order its own `mod.rs` layout doc writes, with no cycle; a room whose children use
+each other must write that order (an entry for every child that uses or is used by another).
 """
 import os
 import re
@@ -43,6 +48,85 @@ def check_order(root, edges, mods):
     for a, b in sorted(edges):
         if a in pos and b in pos and pos[a] > pos[b]:
             problems.append(f"{a} -> {b}: uses a module listed above it")
+    return problems
+
+
+PATH = re.compile(r"\b(crate|self|super(?:::super)*)::((?:[a-z_][a-z0-9_]*::)*)(\{[^}]*\}|[A-Za-z_][A-Za-z0-9_]*)")
+
+
+def strip(src):
+    """A file's code without its test module and comments."""
+    m = re.search(r"#\[cfg\(test\)\]\s*mod\s+\w+\s*\{", src)
+    if m:
+        src = src[: m.start()]
+    return re.sub(r"//[^\n]*", "", src)
+
+
+def used_paths(me, is_mod, src):
+    """The module paths a file at module path `me` names (absolute, as lists of names)."""
+    out = []
+    for base, middle, last in PATH.findall(strip(src)):
+        if base == "crate":
+            start = []
+        elif base == "self":
+            start = list(me)
+        else:
+            ups = base.count("super")
+            # In `x/mod.rs` (module x), `super` is x's parent, as in `x.rs`.
+            start = list(me[: len(me) - ups]) if ups <= len(me) else None
+            if start is None:
+                continue
+        prefix = start + [p for p in middle.split("::") if p]
+        if last.startswith("{"):
+            for part in last[1:-1].split(","):
+                first = part.strip().split("::")[0].strip()
+                if first:
+                    out.append(prefix + [first])
+        else:
+            out.append(prefix + [last])
+    return out
+
+
+def room_problems(root):
+    """The rooms' problems: for each folder module, its children's edges against its written order."""
+    files = {}
+    for d, _, fs in os.walk(root):
+        for f in fs:
+            if f.endswith(".rs"):
+                path = os.path.join(d, f)
+                files[path] = module_of(root, path)
+    problems = []
+    for d, _, fs in os.walk(root):
+        mod_rs = os.path.join(d, "mod.rs")
+        if d == root or not os.path.exists(mod_rs):
+            continue
+        room = module_of(root, mod_rs)
+        children = {m[len(room)] for m in files.values() if len(m) > len(room) and m[: len(room)] == room}
+        edges = set()
+        for path, me in files.items():
+            if len(me) <= len(room) or me[: len(room)] != room:
+                continue
+            src = open(path, encoding="utf-8").read()
+            for t in used_paths(me, path.endswith("mod.rs"), src):
+                if len(t) > len(room) and t[: len(room)] == room and t[len(room)] in children:
+                    a, b = me[len(room)], t[len(room)]
+                    if a != b:
+                        edges.add((a, b))
+        if not edges:
+            continue
+        name = "::".join(room)
+        doc = open(mod_rs, encoding="utf-8").read()
+        order = re.findall(r"^//! - \[?`([a-z_][a-z0-9_]*)`\]?", doc, re.M)
+        order = [m for m in order if m in children]
+        if not order:
+            problems.append(f"{name}: its modules use each other; write their order in {mod_rs}'s layout doc")
+            continue
+        pos = {m: i for i, m in enumerate(order)}
+        for m in sorted({x for e in edges for x in e} - set(pos)):
+            problems.append(f"{name}::{m}: a module missing from the layout in {mod_rs}")
+        for a, b in sorted(edges):
+            if a in pos and b in pos and pos[a] > pos[b]:
+                problems.append(f"{name}::{a} -> {name}::{b}: uses a module listed above it")
     return problems
 
 
@@ -138,12 +222,12 @@ def main():
     if check:
         if depth != 1:
             sys.exit("--check reads the top-level layout only (--depth 1)")
-        problems = check_order(root, edges, files_mods)
+        problems = check_order(root, edges, files_mods) + room_problems(root)
         for p in problems:
             print("  layering: " + p)
         if out or problems:
             sys.exit(1)
-        print("the written layer order holds")
+        print("the written layer order holds, in the crate and in each room")
 
 
 if __name__ == "__main__":

@@ -2,12 +2,12 @@
 //!
 //! Authentication for the Kafka listener, below the Kafka front end (which asks it) and above
 //! nothing but the engine's small-file helper:
-//! - [`scram`] — SCRAM-SHA-256/512: stored credentials and the server's side of an exchange.
-//! - [`users`] — the users file (`<data-dir>/users.json`) that `shoal user` edits and each core
-//!   reads again when it changes.
 //! - [`tls`]   — the listener's TLS (rustls): certificates, mTLS, a client certificate's principal.
 //! - [`sasl`]  — one connection's SASL exchange (PLAIN or SCRAM), and the per-core limit on failed
 //!   attempts per source address.
+//! - [`users`] — the users file (`<data-dir>/users.json`) that `shoal user` edits and each core
+//!   reads again when it changes.
+//! - [`scram`] — SCRAM-SHA-256/512: stored credentials and the server's side of an exchange.
 
 pub mod sasl;
 pub mod scram;

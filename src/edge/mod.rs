@@ -1,17 +1,17 @@
 //! Edge mode (`shoal edge --upstream ...`): the same cores, router, coalescer and view readers as
 //! `serve`, fed by one upstream fetcher per partition instead of producers.
 //!
-//! - [`upstream`] — a client connection to an upstream broker.
 //! - [`feed`]     — a partition's upstream fetcher: it mirrors the upstream partition, byte for byte
 //!   and with the upstream's offsets, into the partition's local log (which the tail cache, the
 //!   coalescer and the view readers serve from as in `serve`).
-//! - [`forward`]  — consumer-group requests passed to the upstream's group coordinator over a
-//!   connection of the client connection's own.
 //! - [`read`]     — what a consumer's fetch asks of the edge: keep the fetcher running, read
 //!   through to upstream for offsets the edge does not hold.
 //! - [`mirror`]   — the upstream's topic list, as core 0 mirrors it into the topic table.
 //! - [`groups`]   — the requests the edge answers itself instead of the front end's handlers
 //!   (group requests forwarded, ListGroups merged from every upstream broker).
+//! - [`forward`]  — consumer-group requests passed to the upstream's group coordinator over a
+//!   connection of the client connection's own.
+//! - [`upstream`] — a client connection to an upstream broker.
 //! - [`stats`]    — the edge's counters, their snapshot and their `/metrics` families.
 //!
 //! Each core has an [`EdgeCore`]: its view of the upstream cluster (brokers, partition leaders,

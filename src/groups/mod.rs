@@ -1,12 +1,12 @@
 //! Consumer groups: the per-core group coordinator.
 //!
-//! - [`group`]   — one group's state machine (Kafka's classic protocol), pure and synchronous.
-//! - [`offsets`] — committed offsets and pending transactional ones: in memory, durable in an
-//!   internal log per core, compacted.
 //! - [`lag`]     — consumer group lag computed from committed offsets and partitions' ends, the
 //!   latest figures kept for the statistics, and their `/metrics` families.
 //! - `reshard`   — moving committed offsets when `--cores` changes ([`reshard()`]).
+//! - [`offsets`] — committed offsets and pending transactional ones: in memory, durable in an
+//!   internal log per core, compacted.
 //! - `stats`     — what the coordinator reports ([`GroupStats`]) and its `/metrics` families.
+//! - [`group`]   — one group's state machine (Kafka's classic protocol), pure and synchronous.
 //!
 //! Design notes: `docs/groups.md`.
 

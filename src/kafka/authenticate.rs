@@ -6,8 +6,8 @@
 //! is logged; failures are counted per source address on the core, and an address over its limit
 //! is refused at once for the rest of the minute.
 
-use super::connection::{next_request, Responses};
 use super::handlers::{self, frame, Reply};
+use super::requests::{next_request, Responses};
 use crate::auth::sasl::{SaslSession, Step, SASL_AUTHENTICATION_FAILED};
 use crate::auth::Principal;
 use crate::cores::Core;

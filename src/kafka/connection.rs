@@ -5,146 +5,21 @@
 //! for a fetch is most of its cost: a core flooded with fetches keeps serving its producers.
 
 use super::authenticate::authenticate;
+use super::requests::{next_request, Responses, MAX_IN_FLIGHT};
 use super::session::Session;
 use crate::auth::Principal;
 use crate::cores::Core;
-use crate::kafka::handlers::{self, Reply};
+use crate::kafka::handlers;
 use crate::metrics::add;
-use crate::wire::frame::{FrameError, FrameReader};
-use crate::wire::header::{self, HeaderError};
+use crate::wire::frame::FrameReader;
 use crate::wire::ktls;
 use crate::wire::SharedStream;
-use bytes::Bytes;
 use futures_lite::AsyncWriteExt;
 use glommio::net::TcpStream;
 use kafka_protocol::messages::ApiKey;
-use shards::OffsetMonitor;
-use std::cell::{Cell, RefCell};
 use std::io;
 use std::os::unix::io::AsRawFd;
 use std::rc::Rc;
-
-/// Requests handled at once on one connection before reading waits for responses to drain. At
-/// most 64: [`Responses::ready`] has a bit per request in flight.
-const MAX_IN_FLIGHT: i64 = 64;
-const _: () = assert!(MAX_IN_FLIGHT <= 64);
-
-/// The writing end of a connection, shared by its handlers in request order.
-pub(super) struct Responses {
-    out: SharedStream,
-    /// Responses written (or skipped once the connection broke): request `n` (from 0) writes when
-    /// this reaches `n`.
-    written: OffsetMonitor,
-    /// Set when a write failed or a handler asked to close: later responses are dropped.
-    closed: Cell<bool>,
-    /// Requests whose reply is ready and waiting for their turn to be written: bit `seq % 64`.
-    /// At most [`MAX_IN_FLIGHT`] (64) requests are in flight, all within 64 of `written`, so their
-    /// bits are distinct; a bit set costs nothing per request, where a set would allocate.
-    ready: Cell<u64>,
-    /// Replies left by earlier requests to the next one, written with it.
-    pending: RefCell<Pending>,
-    /// Requests read from the connection so far (the next one read gets this `seq`).
-    read: Cell<i64>,
-}
-
-/// Reply bytes not written yet, with the holds on shared results they carry.
-#[derive(Default)]
-struct Pending {
-    chunks: Vec<Bytes>,
-    holds: Vec<shards::ResponseHold>,
-}
-
-impl Pending {
-    /// Adds a reply's chunks and holds (moved in, not copied, when nothing is pending).
-    fn add(&mut self, chunks: Vec<Bytes>, holds: Vec<shards::ResponseHold>) {
-        if self.chunks.is_empty() {
-            self.chunks = chunks;
-        } else {
-            self.chunks.extend(chunks);
-        }
-        if self.holds.is_empty() {
-            self.holds = holds;
-        } else {
-            self.holds.extend(holds);
-        }
-    }
-
-    /// Writes the bytes (closing the connection if that fails), then releases the holds.
-    async fn flush(&mut self, responses: &Responses, core: &Core) {
-        let Pending { chunks, holds } = std::mem::take(self);
-        if chunks.is_empty() {
-            return;
-        }
-        let mut out = responses.out.clone();
-        if write_chunks(&mut out, &chunks).await.is_err() {
-            responses.close();
-        } else {
-            let n: usize = chunks.iter().map(Bytes::len).sum();
-            add(&core.metrics.bytes_out, n as u64);
-            add(&core.metrics.response_writes, 1);
-        }
-        drop(holds);
-    }
-}
-
-impl Responses {
-    /// Writes request `seq`'s reply after every earlier one, then lets the next go. When the next
-    /// request's reply is already waiting for its turn, this one is left to it, and it writes both
-    /// with one `sendmsg`: pipelined responses that are ready together (a producer's requests
-    /// answered by one group write) cost one send, one loopback delivery, one wake-up of the client.
-    ///
-    /// Replies that become ready together are woken together but run one after the other, so the
-    /// first would never see the next one ready: when a later request has been read and its reply
-    /// is not waiting yet, this one first lets the tasks already woken on the core run once (a
-    /// yield, not a wait for the next reply: a reply that is not ready by then is not waited for).
-    /// Not when the task queue is due to give up the core: the yield would then leave the reply
-    /// until the queue's next turn, behind a round of fetches. (Measurements in
-    /// `docs/performance.md`.)
-    pub(super) async fn write_in_turn(&self, core: &Core, seq: i64, reply: Reply) {
-        let bit = |seq: i64| 1u64 << (seq as u64 % 64);
-        self.ready.set(self.ready.get() | bit(seq));
-        self.written.wait_for(seq).await;
-        if self.read.get() > seq + 1
-            && self.ready.get() & bit(seq + 1) == 0
-            && !glommio::executor().need_preempt()
-        {
-            futures_lite::future::yield_now().await;
-        }
-        self.ready.set(self.ready.get() & !bit(seq));
-        if !self.closed.get() {
-            let mut pending = self.pending.take();
-            match reply {
-                Reply::None => {}
-                Reply::Close => {
-                    pending.flush(self, core).await;
-                    self.close();
-                }
-                Reply::Frame(chunks) => pending.add(chunks, Vec::new()),
-                Reply::Fetch(chunks, holds) => pending.add(chunks, holds),
-            }
-            if self.ready.get() & bit(seq + 1) != 0 && !self.closed.get() {
-                *self.pending.borrow_mut() = pending;
-            } else {
-                pending.flush(self, core).await;
-            }
-        }
-        self.written.advance(seq + 1);
-    }
-
-    /// Whether the connection is closing (a write failed or a reply asked for it).
-    pub(super) fn is_closed(&self) -> bool {
-        self.closed.get()
-    }
-
-    /// Drops every later response and ends the connection: the reader's pending read returns at
-    /// once (end of stream), the client sees the connection close.
-    fn close(&self) {
-        self.closed.set(true);
-        // SAFETY: shutdown(2) on the connection's own descriptor, which stays open (and owned by
-        // the stream) until the connection's tasks are done.
-        unsafe { libc::shutdown(self.out.as_raw_fd(), libc::SHUT_RDWR) };
-    }
-}
 
 /// Serves one connection accepted on listener `listener` (index in `core.cluster.listeners`).
 pub async fn serve(core: Rc<Core>, stream: TcpStream, listener: usize) {
@@ -176,14 +51,7 @@ pub async fn serve(core: Rc<Core>, stream: TcpStream, listener: usize) {
     };
     add(&core.metrics.connections_open, 1);
     add(&core.metrics.connections_total, 1);
-    let responses = Rc::new(Responses {
-        out: reader.clone(),
-        written: OffsetMonitor::new(0),
-        closed: Cell::new(false),
-        ready: Cell::new(0),
-        read: Cell::new(0),
-        pending: RefCell::default(),
-    });
+    let responses = Rc::new(Responses::new(reader.clone()));
     let mut frames = FrameReader::new();
     let mut seq: i64 = 0;
     // Who the client is: authenticated first where the listener asks for it.
@@ -283,55 +151,6 @@ fn certificate_principal(
         .and_then(crate::auth::tls::certificate_principal)
 }
 
-/// The next request on the connection, counted in the metrics; `None` once the connection is to
-/// close: at its end, when the server stops or `give_up` finishes first, or after a bad frame or
-/// header (logged and counted as a protocol error).
-pub(super) async fn next_request(
-    core: &Core,
-    reader: &mut SharedStream,
-    frames: &mut FrameReader,
-    limit: usize,
-    peer: &str,
-    give_up: impl std::future::Future<Output = ()>,
-) -> Option<header::Request> {
-    let frame = futures_lite::future::or(
-        async { Some(frames.read_request(reader, limit).await) },
-        async {
-            core.until_stopping(give_up).await;
-            None
-        },
-    )
-    .await;
-    let frame = match frame? {
-        Err(FrameError::Eof) => return None,
-        Err(e) => {
-            log::warn!("closing connection from {peer}: {e}");
-            add(&core.metrics.protocol_errors, 1);
-            return None;
-        }
-        Ok(f) => f,
-    };
-    add(&core.metrics.bytes_in, frame.len() as u64 + 4);
-    let req = match header::parse(frame) {
-        Ok(r) => r,
-        Err(HeaderError::UnknownApi {
-            api_key,
-            correlation_id,
-        }) => {
-            log::warn!("closing connection from {peer}: unknown API key {api_key} (correlation id {correlation_id})");
-            add(&core.metrics.protocol_errors, 1);
-            return None;
-        }
-        Err(HeaderError::Malformed(why)) => {
-            log::warn!("closing connection from {peer}: malformed request header: {why}");
-            add(&core.metrics.protocol_errors, 1);
-            return None;
-        }
-    };
-    core.metrics.request(req.api_key);
-    Some(req)
-}
-
 /// Reads and handles the requests of an authenticated connection until it closes, the client
 /// goes away or the server stops; `seq` counts the requests read.
 async fn serve_requests(
@@ -389,32 +208,4 @@ async fn serve_requests(
         open.set(open.get().saturating_sub(1));
         core.replicas.connection_closed(session.id);
     }
-}
-
-/// Writes a response's chunks with as few system calls as it can: first one non-blocking
-/// `sendmsg` over all of them (a fetch response is a header, shared record parts and a trailer:
-/// written one by one, each would be a system call of its own), then glommio's writes, which wait
-/// for the socket, for whatever it did not take at once.
-async fn write_chunks(out: &mut SharedStream, chunks: &[Bytes]) -> io::Result<()> {
-    if out.encrypts_in_user_space() {
-        // Encrypted in user space: each chunk is copied into TLS records.
-        for c in chunks {
-            out.write_all(c).await?;
-        }
-        return out.flush().await;
-    }
-    let mut sent = if chunks.len() > 1 {
-        out.send_now(chunks)?
-    } else {
-        0
-    };
-    for c in chunks {
-        if sent >= c.len() {
-            sent -= c.len();
-            continue;
-        }
-        out.write_all(&c[sent..]).await?;
-        sent = 0;
-    }
-    Ok(())
 }

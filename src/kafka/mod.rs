@@ -7,5 +7,6 @@ pub mod errors;
 mod fault;
 pub mod handlers;
 pub mod leaders;
+mod requests;
 pub mod session;
 pub mod upstream;

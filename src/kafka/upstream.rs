@@ -3,11 +3,8 @@
 //! (where [`Core::upstream`] is `None`).
 
 use crate::cores::Core;
-use crate::edge::groups::{Answer, Client, Rights};
+use crate::edge::groups::Client;
 use crate::edge::read::EdgeRead;
-use crate::kafka::handlers::{HandlerResult, Reply};
-use crate::kafka::session::Session;
-use crate::table::acl::Operation;
 use crate::wire::fetch::encode::PartitionResult;
 use crate::wire::header::Request;
 use shards::partition::Partition;
@@ -19,37 +16,28 @@ use std::time::Instant;
 /// requests upstream).
 pub type Forwarder = crate::edge::forward::Forwarder;
 
+/// What edge mode answers itself: a whole frame, or close the connection.
+pub use crate::edge::groups::Answer;
+/// What a connection may do, as edge mode asks the front end's authorizer.
+pub use crate::edge::groups::Rights;
+
 /// Edge mode answers the requests it forwards upstream (groups, coordinators) itself: the
-/// answer, or `None` for a request the local handlers serve (always `None` in `shoal serve`).
-pub async fn answer(core: &Core, req: &Request, session: &Session) -> Option<HandlerResult> {
+/// answer (`Err`: the request could not be decoded), or `None` for a request the local handlers
+/// serve (always `None` in `shoal serve`).
+pub async fn answer(
+    core: &Core,
+    req: &Request,
+    peer: &str,
+    rights: &dyn Rights,
+    forwarder: &Forwarder,
+) -> Option<Result<Answer, String>> {
     let edge = core.upstream()?;
-    let rights = SessionRights { session, core };
     let client = Client {
-        peer: session.peer.as_ref(),
-        rights: &rights,
-        forwarder: &session.forwarder,
+        peer,
+        rights,
+        forwarder,
     };
-    let result = Box::pin(edge.answer(req, &client)).await?;
-    Some(result.map(|answer| match answer {
-        Answer::Frame(chunks) => Reply::Frame(chunks),
-        Answer::Close => Reply::Close,
-    }))
-}
-
-/// A connection's rights on its core, as edge mode asks for them.
-#[derive(Debug)]
-struct SessionRights<'a> {
-    session: &'a Session,
-    core: &'a Core,
-}
-
-impl Rights for SessionRights<'_> {
-    fn may_group(&self, op: Operation, group: &str) -> bool {
-        self.session.may_group(self.core, op, group)
-    }
-    fn may_cluster(&self, op: Operation) -> bool {
-        self.session.may_cluster(self.core, op)
-    }
+    Box::pin(edge.answer(req, &client)).await
 }
 
 /// Why a produce to `topic` is refused at the edge (it is read-only), or `None` in `shoal serve`.

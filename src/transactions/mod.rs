@@ -4,12 +4,12 @@
 //!
 //! - [`coordinator`] — one core's coordinator: the checks of each request, the next state made
 //!   durable, the markers to write; what the ticker must carry out (timeouts, recovery, expiry).
-//! - [`state`] — one transactional id's state machine, pure and synchronous: the next state and
-//!   the markers to write, or Kafka's error code.
-//! - [`log`]   — the durable state: a record per change in an internal log per core, replayed at
-//!   start.
 //! - `reshard` — moving transactional ids to their new coordinators when `--cores` changes
 //!   ([`reshard()`]).
+//! - [`log`]   — the durable state: a record per change in an internal log per core, replayed at
+//!   start.
+//! - [`state`] — one transactional id's state machine, pure and synchronous: the next state and
+//!   the markers to write, or Kafka's error code.
 //!
 //! The markers are written on the partitions' owner cores by `crate::cores::transaction_markers`.
 //!

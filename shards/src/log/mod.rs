@@ -7,11 +7,11 @@
 //! - `index`        — the sparse offset index and its file, which also marks a sealed segment clean.
 //! - `direct_write` — the active segment's writes with Direct I/O: whole blocks from DMA buffers,
 //!   the last partial block rewritten, zero padding cut when the segment is sealed.
-//! - `group_bytes`  — the bytes of one write of grouped appends: the producers' batches with their
-//!   final offsets, copied into a DMA buffer or handed to a page cache `pwritev` as they lie.
 //! - `readahead`    — windows read ahead of a sequential Direct I/O reader of a segment.
 //! - `writer`, `recovery`, `compact`, `replica` — the log's own jobs: the writer task (group
 //!   commit), recovery at open, compaction, read replicas on other cores.
+//! - `group_bytes`  — the bytes of one write of grouped appends: the producers' batches with their
+//!   final offsets, copied into a DMA buffer or handed to a page cache `pwritev` as they lie.
 
 use crate::batch::{self, BatchHeader};
 use crate::config::LogConfig;

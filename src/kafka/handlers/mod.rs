@@ -40,6 +40,8 @@ pub mod txn_offset_commit;
 
 use crate::cores::Core;
 use crate::kafka::session::Session;
+use crate::kafka::upstream;
+use crate::table::acl::Operation;
 use crate::wire::header::Request;
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
@@ -163,7 +165,15 @@ pub async fn handle(core: Rc<Core>, req: Request, session: Rc<Session>) -> Reply
         crate::metrics::add(&core.metrics.protocol_errors, 1);
         return Reply::Close;
     }
-    if let Some(result) = crate::kafka::upstream::answer(&core, &req, s).await {
+    let rights = SessionRights {
+        session: s,
+        core: &core,
+    };
+    if let Some(result) = upstream::answer(&core, &req, peer, &rights, &s.forwarder).await {
+        let result = result.map(|answer| match answer {
+            upstream::Answer::Frame(chunks) => Reply::Frame(chunks),
+            upstream::Answer::Close => Reply::Close,
+        });
         return finish(&core, &req, peer, key, result);
     }
     // Produce and fetch are awaited in place; every other handler (rare, some with large
@@ -233,6 +243,22 @@ fn finish(core: &Core, req: &Request, peer: &str, key: ApiKey, result: HandlerRe
 }
 
 /// Result of a handler: a reply, or why the request body could not be decoded.
+/// A connection's rights on its core, as edge mode asks for them.
+#[derive(Debug)]
+struct SessionRights<'a> {
+    session: &'a Session,
+    core: &'a Core,
+}
+
+impl upstream::Rights for SessionRights<'_> {
+    fn may_group(&self, op: Operation, group: &str) -> bool {
+        self.session.may_group(self.core, op, group)
+    }
+    fn may_cluster(&self, op: Operation) -> bool {
+        self.session.may_cluster(self.core, op)
+    }
+}
+
 pub type HandlerResult = Result<Reply, String>;
 
 /// Encodes a kafka-protocol response as a one-chunk frame.

@@ -2,10 +2,6 @@
 //! over the protocol, `shoal produce`, `shoal consume`): a Kafka admin client for any
 //! Kafka-compatible broker, over the binary's shared client (`crate::client`).
 //!
-//! - [`args`]: the connection and output flags every command takes;
-//! - [`session`]: the connection to the cluster (bootstrap, metadata, controller, leaders);
-//! - [`failure`]: Kafka errors by name, with a hint;
-//! - [`output`]: tables for people, JSON for scripts;
 //! - [`offsets`]: ListOffsets at each partition's leader (log start, high watermark, last stable
 //!   offset, offset for a time);
 //! - [`topic`], [`describe`], [`group`], [`cluster`]: the commands.
@@ -13,6 +9,10 @@
 //! - [`produce`], [`consume`]: records from standard input, records to standard output, each with
 //!   its flags; [`records`]: fetched batches decoded and records printed by template or as JSON;
 //!   [`committed`]: a group's committed offsets, for `consume --group`.
+//! - [`session`]: the connection to the cluster (bootstrap, metadata, controller, leaders);
+//! - [`failure`]: Kafka errors by name, with a hint;
+//! - [`output`]: tables for people, JSON for scripts;
+//! - [`args`]: the connection and output flags every command takes;
 
 pub mod acl;
 pub mod args;

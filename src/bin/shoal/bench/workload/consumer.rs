@@ -2,7 +2,7 @@
 //! follow on, and samples end-to-end latency. It fetches from its partition's leader, or from the
 //! read replica a response prefers ([`Route`]), moving its connection there with its offset.
 
-use super::executors::{connect, setup_over, ClientCfg, ConsumerPlan, DoneOnDrop, Reporter};
+use super::plan::{connect, setup_over, ClientCfg, ConsumerPlan, DoneOnDrop, Reporter};
 use super::route::{Move, Route, Why};
 use crate::bench::client;
 use crate::bench::client::{embedded_timestamp, embedded_timestamp_compressed, FetchTemplate};

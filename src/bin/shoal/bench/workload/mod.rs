@@ -25,6 +25,7 @@ mod check;
 mod consumer;
 mod executors;
 mod live;
+mod plan;
 mod producer;
 mod route;
 mod summary;
@@ -36,7 +37,8 @@ use crate::bench::stats::{
     ViewMetrics,
 };
 use check::check;
-use executors::{assign, spawn_clients, ClientCfg, ConsumerPlan};
+use executors::{assign, spawn_clients};
+use plan::{ClientCfg, ConsumerPlan};
 use live::{CpuClocks, Live, Snap};
 pub(crate) use producer::template_batch;
 use std::collections::{BTreeMap, HashMap};

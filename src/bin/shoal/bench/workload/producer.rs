@@ -2,7 +2,7 @@
 //! and each partition's sequence), paced, with requests in flight on one connection shared by a
 //! writer task and a reader task; a transactional one commits every commit interval ([`txn`]).
 
-use super::executors::{connect, setup_over, ClientCfg, DoneOnDrop, ProducerPlan, Reporter};
+use super::plan::{connect, setup_over, ClientCfg, DoneOnDrop, ProducerPlan, Reporter};
 use super::txn::{self, ProducerIdentity, Transactions};
 use crate::bench::client;
 use crate::bench::client::{Codec, ProduceFrame, ProducerStamp};

@@ -2,7 +2,7 @@
 //! InitProducerId (for a transactional id, asked of its coordinator, found by FindCoordinator),
 //! then per transaction AddPartitionsToTxn and EndTxn on the coordinator's connection.
 
-use super::executors::{connect, ClientCfg, ProducerPlan};
+use super::plan::{connect, ClientCfg, ProducerPlan};
 use crate::bench::client::ProducerIdVersions;
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::{

@@ -1,9 +1,9 @@
 //! `shoal group`: consumer groups on any Kafka-compatible broker.
 //!
-//! - [`args`]: the command's flags (`seek`'s partitions and targets, RFC 3339 times);
-//! - [`coordinator`]: the requests made of a group's coordinator, and ListGroups;
 //! - [`describe`]: members, assignments and lag per partition and topic;
 //! - [`seek`]: moving a stopped group's offsets;
+//! - [`args`]: the command's flags (`seek`'s partitions and targets, RFC 3339 times);
+//! - [`coordinator`]: the requests made of a group's coordinator, and ListGroups;
 //! - `list` and `delete` here.
 
 pub mod args;
