@@ -14,6 +14,9 @@
 //! - [`args`]     — the command line: flags, value parsers, checks.
 //! - [`client`]   — its own Kafka client: blocking set-up calls and request templates; fetch
 //!   responses are read by `shoal::wire::fetch::decode` without copying or decoding records.
+//! - [`workload`] — one run: producers and consumers on glommio executors, phases, the summary.
+//! - [`stats`]    — what a run measures, a file each: counters, latency histograms, `/proc` CPU and
+//!   memory, finding the broker's process, shoal's admin API and `/metrics`, formatting.
 //! - [`disk`]     — the embedded broker's device: Direct I/O writes, with and without flushes
 //!   (`--disk-baseline`).
 //! - [`repeat`]   — `--repeat`: the median of each figure over a point's repeated runs.
