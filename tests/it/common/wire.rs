@@ -95,6 +95,67 @@ pub fn decode<R: Decodable>(key: ApiKey, version: i16, correlation: i32, frame: 
     header::decode_response(key, version, correlation, frame).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Decodes a response frame (without its size prefix) as `key`'s response at `version`, for any API
+/// shoal serves: the header, then the body, which must use every byte.
+pub fn decode_any_response(key: ApiKey, version: i16, frame: Bytes) -> Result<(), String> {
+    use kafka_protocol::messages::*;
+    fn body<R: Decodable>(mut buf: Bytes, version: i16) -> Result<(), String> {
+        R::decode(&mut buf, version).map_err(|e| e.to_string())?;
+        if buf.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{} bytes after the body", buf.len()))
+        }
+    }
+    let mut buf = frame;
+    ResponseHeader::decode(&mut buf, key.response_header_version(version))
+        .map_err(|e| format!("header: {e}"))?;
+    let v = version;
+    match key {
+        ApiKey::Produce => body::<ProduceResponse>(buf, v),
+        ApiKey::Fetch => body::<FetchResponse>(buf, v),
+        ApiKey::ListOffsets => body::<ListOffsetsResponse>(buf, v),
+        ApiKey::Metadata => body::<MetadataResponse>(buf, v),
+        ApiKey::ApiVersions => body::<ApiVersionsResponse>(buf, v),
+        ApiKey::CreateTopics => body::<CreateTopicsResponse>(buf, v),
+        ApiKey::CreatePartitions => body::<CreatePartitionsResponse>(buf, v),
+        ApiKey::DescribeConfigs => body::<DescribeConfigsResponse>(buf, v),
+        ApiKey::AlterConfigs => body::<AlterConfigsResponse>(buf, v),
+        ApiKey::IncrementalAlterConfigs => body::<IncrementalAlterConfigsResponse>(buf, v),
+        ApiKey::DeleteTopics => body::<DeleteTopicsResponse>(buf, v),
+        ApiKey::InitProducerId => body::<InitProducerIdResponse>(buf, v),
+        ApiKey::FindCoordinator => body::<FindCoordinatorResponse>(buf, v),
+        ApiKey::JoinGroup => body::<JoinGroupResponse>(buf, v),
+        ApiKey::SyncGroup => body::<SyncGroupResponse>(buf, v),
+        ApiKey::Heartbeat => body::<HeartbeatResponse>(buf, v),
+        ApiKey::LeaveGroup => body::<LeaveGroupResponse>(buf, v),
+        ApiKey::OffsetCommit => body::<OffsetCommitResponse>(buf, v),
+        ApiKey::OffsetFetch => body::<OffsetFetchResponse>(buf, v),
+        ApiKey::ListGroups => body::<ListGroupsResponse>(buf, v),
+        ApiKey::DescribeGroups => body::<DescribeGroupsResponse>(buf, v),
+        ApiKey::DeleteGroups => body::<DeleteGroupsResponse>(buf, v),
+        ApiKey::DescribeLogDirs => body::<DescribeLogDirsResponse>(buf, v),
+        ApiKey::SaslHandshake => body::<SaslHandshakeResponse>(buf, v),
+        ApiKey::SaslAuthenticate => body::<SaslAuthenticateResponse>(buf, v),
+        ApiKey::CreateAcls => body::<CreateAclsResponse>(buf, v),
+        ApiKey::DescribeAcls => body::<DescribeAclsResponse>(buf, v),
+        ApiKey::DeleteAcls => body::<DeleteAclsResponse>(buf, v),
+        ApiKey::DescribeUserScramCredentials => {
+            body::<DescribeUserScramCredentialsResponse>(buf, v)
+        }
+        ApiKey::AlterUserScramCredentials => body::<AlterUserScramCredentialsResponse>(buf, v),
+        ApiKey::AddPartitionsToTxn => body::<AddPartitionsToTxnResponse>(buf, v),
+        ApiKey::AddOffsetsToTxn => body::<AddOffsetsToTxnResponse>(buf, v),
+        ApiKey::EndTxn => body::<EndTxnResponse>(buf, v),
+        ApiKey::DescribeTransactions => body::<DescribeTransactionsResponse>(buf, v),
+        ApiKey::ListTransactions => body::<ListTransactionsResponse>(buf, v),
+        ApiKey::TxnOffsetCommit => body::<TxnOffsetCommitResponse>(buf, v),
+        other => Err(format!(
+            "an answer to {other:?}, which shoal does not serve"
+        )),
+    }
+}
+
 /// Reads the next response frame, which must answer `correlation`, and decodes it.
 pub fn recv_decoded<R: Decodable>(
     s: &mut TcpStream,

@@ -1,7 +1,7 @@
 //! What the broker sent back on an input's connection, checked against what was sent.
 
 use super::inputs::{hex, Input, SENTINEL};
-use super::requests;
+use crate::common::wire::decode_any_response;
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 
@@ -77,7 +77,7 @@ pub fn check_answers(
         } else {
             version
         };
-        requests::decode_response(key, version, frame.clone()).map_err(|e| {
+        decode_any_response(key, version, frame.clone()).map_err(|e| {
             format!(
                 "the {key:?} v{version} response (correlation {correlation}) does not decode: {e}; \
                  response {}",
