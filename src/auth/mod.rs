@@ -2,6 +2,8 @@
 //!
 //! Authentication for the Kafka listener, below the Kafka front end (which asks it) and above
 //! nothing but the engine's small-file helper:
+//!
+//! ## Layout, top layer first
 //! - [`tls`]   — the listener's TLS (rustls): certificates, mTLS, a client certificate's principal.
 //! - [`sasl`]  — one connection's SASL exchange (PLAIN or SCRAM), and the per-core limit on failed
 //!   attempts per source address.

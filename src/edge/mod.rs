@@ -1,6 +1,7 @@
 //! Edge mode (`shoal edge --upstream ...`): the same cores, router, coalescer and view readers as
 //! `serve`, fed by one upstream fetcher per partition instead of producers.
 //!
+//! ## Layout, top layer first
 //! - [`feed`]     — a partition's upstream fetcher: it mirrors the upstream partition, byte for byte
 //!   and with the upstream's offsets, into the partition's local log (which the tail cache, the
 //!   coalescer and the view readers serve from as in `serve`).

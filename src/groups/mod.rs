@@ -1,5 +1,6 @@
 //! Consumer groups: the per-core group coordinator.
 //!
+//! ## Layout, top layer first
 //! - [`lag`]     — consumer group lag computed from committed offsets and partitions' ends, the
 //!   latest figures kept for the statistics, and their `/metrics` families.
 //! - `reshard`   — moving committed offsets when `--cores` changes ([`reshard()`]).

@@ -18,6 +18,7 @@
 //! Everything here is the core's own (`Rc`, `Cell`): messages to other cores leave through an
 //! outbox that the core's sender task drains onto the mesh, in order ([`Replicas::outbox`]).
 //!
+//! ## Layout, top layer first
 //! - `receive`  — the replica core's side: the replicas it holds, fed in arrival order.
 //! - `feed`     — the owner's side: starting and stopping replicas, handing each change over.
 //! - `steering` — where a consumer's fetch is served (`preferred_read_replica`).

@@ -2,6 +2,7 @@
 //! belongs to the core its hash names, which keeps its state and writes every change to an internal
 //! log on that core.
 //!
+//! ## Layout, top layer first
 //! - [`coordinator`] — one core's coordinator: the checks of each request, the next state made
 //!   durable, the markers to write; what the ticker must carry out (timeouts, recovery, expiry).
 //! - `reshard` — moving transactional ids to their new coordinators when `--cores` changes

@@ -3,6 +3,15 @@
 //! TLS) a reader and a writer task share, with kernel TLS ([`ktls`]) where the kernel offers it;
 //! the [`requests`] several clients build.
 
+//!
+//! ## Layout, top layer first
+//! - [`fetch`]    — the FetchResponse codec, hand-written (shared record bytes, no copies).
+//! - [`requests`] — requests more than one client builds.
+//! - [`frame`]    — size-prefixed frames, read with a bound.
+//! - [`header`]   — request and response headers.
+//! - `stream`     — the TCP stream (plain or TLS) a reader and a writer task share.
+//! - [`ktls`]     — kernel TLS where the kernel offers it.
+
 pub mod fetch;
 pub mod frame;
 pub mod header;

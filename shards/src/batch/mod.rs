@@ -12,11 +12,12 @@
 //! The CRC-32C covers bytes 21.. (attributes to the end), so the base offset and the leader epoch can be
 //! rewritten without touching it; stamping LogAppendTime changes covered bytes and recomputes it.
 //!
-//! - `header`   — the fixed header: field positions, parsing, writing, base offset and LogAppendTime.
+//! ## Layout, top layer first
 //! - `validate` — checks of whole batches: integrity (CRC-32C), producer rules, blobs, compacted keys.
 //! - `walk`     — a records section checked record by record against its header, within a budget.
 //! - `build`    — writing batches: the builder of uncompressed ones, compressing, compaction's rebuild.
 //! - `decode`   — reading records back: the records section decompressed, the records, their spans.
+//! - `header`   — the fixed header: field positions, parsing, writing, base offset and LogAppendTime.
 
 mod build;
 mod decode;

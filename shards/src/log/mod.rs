@@ -3,13 +3,16 @@
 //!
 //! Design notes: `docs/engine.md`.
 //!
+//! ## Layout, top layer first
+//! - `writer`       — the writer task: appends grouped into one write and one fsync (group commit).
+//! - `recovery`     — recovery at open: the last segment scanned, the index rebuilt where needed.
+//! - `compact`      — compaction of a compacted log: a pass over its sealed segments.
 //! - `segment`      — one segment file (`<base_offset:020>.log`): writes, reads, the recovery scan.
 //! - `index`        — the sparse offset index and its file, which also marks a sealed segment clean.
 //! - `direct_write` — the active segment's writes with Direct I/O: whole blocks from DMA buffers,
 //!   the last partial block rewritten, zero padding cut when the segment is sealed.
 //! - `readahead`    — windows read ahead of a sequential Direct I/O reader of a segment.
-//! - `writer`, `recovery`, `compact`, `replica` — the log's own jobs: the writer task (group
-//!   commit), recovery at open, compaction, read replicas on other cores.
+//! - `replica`      — a read replica of the log on another core, fed by the owner's hand-overs.
 //! - `group_bytes`  — the bytes of one write of grouped appends: the producers' batches with their
 //!   final offsets, copied into a DMA buffer or handed to a page cache `pwritev` as they lie.
 

@@ -1,5 +1,14 @@
 //! One module per Kafka API. Each declares the versions it serves (`VERSIONS`); ApiVersions and the
 //! dispatcher below are derived from those declarations, so a version range is written once.
+//!
+//! Handlers stand alone but for the few that share a check or a decoder (top layer first):
+//! - [`incremental_alter_configs`] — uses [`alter_configs`]' change of a resource's configs.
+//! - [`alter_configs`]             — uses [`describe_configs`]' resource types and refusal.
+//! - [`describe_configs`]
+//! - [`delete_acls`]               — uses [`describe_acls`]' filter.
+//! - [`describe_acls`]
+//! - [`txn_offset_commit`]         — uses [`offset_commit`]'s per-partition refusal.
+//! - [`offset_commit`]
 
 pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;

@@ -251,7 +251,7 @@ pub struct FanoutArgs {
     /// partition (sequences advance by the batch's records). Needs acks 1 or all.
     #[arg(long)]
     pub idempotent: bool,
-    /// Transactional producers (idempotent too), transactional id shoal-bench-<run>-<producer>:
+    /// Transactional producers (idempotent too), transactional id shoal-bench-RUN-PRODUCER:
     /// each adds its partitions to a transaction (AddPartitionsToTxn), produces, and every
     /// --commit-interval-ms waits for its produces' acks and commits (EndTxn). Consumers with
     /// --isolation read_committed see the records once committed: their end-to-end latency

@@ -8,20 +8,19 @@
 //! It is part of the `shoal` binary, not of the library: it embeds the broker through
 //! `shoal::server` and speaks Kafka through `shoal::wire`.
 //!
+//! ## Layout, top layer first
 //! - [`broker`]   — the broker under test: embedded (in process or a child) or external.
 //! - [`baseline`] — the raw TCP fan-out from memory (`--raw-baseline`).
 //! - [`report`]   — what is printed: summaries, comparisons, tables, the plot of a sweep.
 //! - [`args`]     — the command line: flags, value parsers, checks.
 //! - [`client`]   — its own Kafka client: blocking set-up calls and request templates; fetch
 //!   responses are read by `shoal::wire::fetch::decode` without copying or decoding records.
-//! - [`workload`] — one run: producers and consumers on glommio executors, phases, the summary.
-//! - [`stats`]    — what a run measures, a file each: counters, latency histograms, `/proc` CPU and
-//!   memory, finding the broker's process, shoal's admin API and `/metrics`, formatting.
 //! - [`disk`]     — the embedded broker's device: Direct I/O writes, with and without flushes
 //!   (`--disk-baseline`).
 //! - [`repeat`]   — `--repeat`: the median of each figure over a point's repeated runs.
 //! - [`workload`] — one run: producers and consumers on glommio executors, phases, the summary.
-//! - [`stats`]    — counters, histograms, `/proc` CPU and memory, shoal's `/metrics`, formatting.
+//! - [`stats`]    — what a run measures, a file each: counters, latency histograms, `/proc` CPU and
+//!   memory, finding the broker's process, shoal's admin API and `/metrics`, formatting.
 //! - [`plot`]     — the SVG of a sweep (`--plot`).
 //!
 //! Its connections' TLS (`--tls-ca`) and SASL (`--sasl-mechanism`) are the binary's client's

@@ -1,6 +1,10 @@
 //! The binary's Kafka client plumbing, shared by the load generator (`bench`) and the operator
 //! commands (`tools`): request and response frames through `shoal::wire`, a blocking connection
 //! with timeouts, TLS ([`tls`]) and SASL ([`sasl`]) set once per process, and version negotiation.
+//!
+//! ## Layout, top layer first
+//! - [`sasl`] — SASL (PLAIN, SCRAM) on a connection, after TLS.
+//! - [`tls`]  — the client TLS configuration and handshake.
 
 pub mod sasl;
 pub mod tls;

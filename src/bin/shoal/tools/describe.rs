@@ -7,7 +7,7 @@ use super::failure::Failure;
 use super::offsets::{self, Isolation, EARLIEST, LATEST};
 use super::output::{Report, Table};
 use super::session::{topic_name, Session};
-use super::topic::TOPIC_RESOURCE;
+
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::describe_log_dirs_request::DescribableLogDirTopic;
 use kafka_protocol::messages::{
@@ -211,3 +211,6 @@ fn tables(info: &TopicInfo) -> Vec<Table> {
     }
     vec![parts, configs]
 }
+
+/// DescribeConfigs' and IncrementalAlterConfigs' resource type for a topic.
+pub const TOPIC_RESOURCE: i8 = 2;

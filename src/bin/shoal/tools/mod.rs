@@ -2,17 +2,23 @@
 //! over the protocol, `shoal produce`, `shoal consume`): a Kafka admin client for any
 //! Kafka-compatible broker, over the binary's shared client (`crate::client`).
 //!
-//! - [`offsets`]: ListOffsets at each partition's leader (log start, high watermark, last stable
-//!   offset, offset for a time);
-//! - [`topic`], [`describe`], [`group`], [`cluster`]: the commands.
-//! - [`acl`], [`user`]: ACLs and SCRAM users, each with its flags.
-//! - [`produce`], [`consume`]: records from standard input, records to standard output, each with
-//!   its flags; [`records`]: fetched batches decoded and records printed by template or as JSON;
-//!   [`committed`]: a group's committed offsets, for `consume --group`.
-//! - [`session`]: the connection to the cluster (bootstrap, metadata, controller, leaders);
-//! - [`failure`]: Kafka errors by name, with a hint;
-//! - [`output`]: tables for people, JSON for scripts;
-//! - [`args`]: the connection and output flags every command takes;
+//! ## Layout, top layer first
+//! - [`consume`]   — `shoal consume`: records to standard output, with its flags.
+//! - [`records`]   — fetched batches decoded and records printed by template or as JSON.
+//! - [`committed`] — a group's committed offsets, for `consume --group`.
+//! - [`produce`]   — `shoal produce`: records from standard input, with its flags.
+//! - [`user`]      — `shoal user` over the protocol: SCRAM users, with their flags.
+//! - [`acl`]       — `shoal acl`: ACLs in Kafka's codes, with their flags.
+//! - [`cluster`]   — `shoal cluster info`: brokers, controller, cluster id, API versions.
+//! - [`group`]     — `shoal group`: consumer groups on any Kafka-compatible broker.
+//! - [`topic`]     — `shoal topic`: create, delete, grow, configure, list.
+//! - [`describe`]  — `shoal topic describe`: partitions, leaders, offsets, configs.
+//! - [`offsets`]   — ListOffsets at each partition's leader (log start, high watermark, last
+//!   stable offset, offset for a time).
+//! - [`session`]   — the connection to the cluster (bootstrap, metadata, controller, leaders).
+//! - [`output`]    — tables for people, JSON for scripts.
+//! - [`failure`]   — Kafka errors by name, with a hint.
+//! - [`args`]      — the connection and output flags every command takes.
 
 pub mod acl;
 pub mod args;

@@ -75,6 +75,16 @@ impl Report {
     }
 }
 
+/// A one-line answer, as a table of one row and as JSON.
+pub fn done(what: String, json: serde_json::Value) -> Report {
+    let mut t = Table::new(None, Vec::new());
+    t.rows.push(vec![what]);
+    Report {
+        tables: vec![t],
+        json,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

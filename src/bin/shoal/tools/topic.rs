@@ -2,8 +2,9 @@
 //! [`super::describe`].
 
 use super::args::TopicAction;
+use super::describe::TOPIC_RESOURCE;
 use super::failure::Failure;
-use super::output::{Report, Table};
+use super::output::{done, Report, Table};
 use super::session::{topic_name, Session};
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
@@ -18,9 +19,6 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use serde_json::json;
-
-/// DescribeConfigs' and IncrementalAlterConfigs' resource type for a topic.
-pub const TOPIC_RESOURCE: i8 = 2;
 
 /// How long the broker may take over a create, delete or partition change.
 const OPERATION_TIMEOUT_MS: i32 = 30_000;
@@ -42,16 +40,6 @@ pub fn run(s: &Session, action: TopicAction) -> Result<Report, Failure> {
         } => alter_config(s, &name, &configs, &delete),
         TopicAction::AddPartitions { name, partitions } => add_partitions(s, &name, partitions),
         TopicAction::Delete { name } => delete(s, &name),
-    }
-}
-
-/// A one-line answer, as a table of one row and as JSON.
-pub fn done(what: String, json: serde_json::Value) -> Report {
-    let mut t = Table::new(None, Vec::new());
-    t.rows.push(vec![what]);
-    Report {
-        tables: vec![t],
-        json,
     }
 }
 

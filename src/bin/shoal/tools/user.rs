@@ -6,9 +6,9 @@
 
 use super::args::ClientArgs;
 use super::failure::Failure;
+use super::output::done;
 use super::output::{Report, Table};
 use super::session::Session;
-use super::topic::done;
 use clap::Args;
 use kafka_protocol::messages::alter_user_scram_credentials_request::{
     ScramCredentialDeletion, ScramCredentialUpsertion,

@@ -1,9 +1,10 @@
 //! What the load generator measures and how it reports it, one job per file:
 //!
-//! - [`latency`]  — latency histograms (hdrhistogram, kept per client executor and merged) and
-//!   their figures; the clock batches are stamped with.
+//! ## Layout, top layer first
 //! - [`counters`] — the counters the client executors and the orchestrating thread share (atomics,
 //!   one writer each), the run's phase, and their values at one moment.
+//! - [`latency`]  — latency histograms (hdrhistogram, kept per client executor and merged) and
+//!   their figures; the clock batches are stamped with.
 //! - [`cpu`]      — CPU from `/proc` and the CPU clocks: by thread (the server's per core, with
 //!   their io_uring workers) and of another process.
 //! - [`memory`]   — a process's resident set and its peak.

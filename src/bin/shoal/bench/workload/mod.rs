@@ -15,11 +15,16 @@
 //! (for compressed batches, from one batch per response, which it decompresses).
 
 //!
-//! - [`executors`] — client executors and the plan of who runs where; [`consumer`], [`producer`]
-//!   the tasks; [`txn`] an idempotent or transactional producer's calls beside Produce; [`route`]
-//!   which broker a consumer fetches from; [`live`] the line printed every second; [`summary`] and
-//!   [`check`] what a run reports. This module holds the run itself (the
-//!   orchestrating thread).
+//! This module holds the run itself (the orchestrating thread). Its parts, top layer first:
+//! - [`executors`] — client executors: who runs where, the tasks spawned, histograms flushed.
+//! - [`consumer`]  — a consumer task: fetches, checks offsets follow on, samples latency.
+//! - [`route`]     — which broker a consumer fetches from (leader or read replica) and why it moves.
+//! - [`producer`]  — a producer task: paced batches, requests in flight, sequences.
+//! - [`live`]      — the line printed every second.
+//! - [`check`](mod@check) — the correctness verdict of a run.
+//! - [`summary`]   — what a run reports.
+//! - [`txn`]       — an idempotent or transactional producer's calls beside Produce.
+//! - [`plan`]      — what each task is given: settings, its plan, its reporter, its connection.
 
 mod check;
 mod consumer;
@@ -38,8 +43,9 @@ use crate::bench::stats::{
 };
 use check::check;
 use executors::{assign, spawn_clients};
-use plan::{ClientCfg, ConsumerPlan};
 use live::{CpuClocks, Live, Snap};
+pub use plan::ProducerMode;
+use plan::{ClientCfg, ConsumerPlan};
 pub(crate) use producer::template_batch;
 use std::collections::{BTreeMap, HashMap};
 use std::io;
@@ -52,7 +58,6 @@ use summary::{
     ServerFigures, Throughput, Totals,
 };
 pub use summary::{RunSummary, Settings};
-pub use txn::ProducerMode;
 
 /// Everything a run does, resolved from the command line.
 #[derive(Debug, Clone)]

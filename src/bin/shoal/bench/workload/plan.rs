@@ -1,7 +1,6 @@
 //! What each client task is given: its settings, its share of the run (a consumer's or a
 //! producer's plan), the reporter of its counts, and its connection.
 
-use super::txn::ProducerMode;
 use crate::bench::client::{Brokers, Codec, PartitionLeader, ProducerIdVersions};
 use crate::bench::stats::{Phase, Shared};
 use glommio::net::TcpStream;
@@ -117,4 +116,34 @@ pub(super) async fn connect(addr: SocketAddr) -> io::Result<shoal::wire::SharedS
     let mut stream = crate::client::tls::wrap(s, addr).await?;
     crate::client::sasl::authenticate(&mut stream).await?;
     Ok(stream)
+}
+
+/// How the producers mark their batches (`--idempotent`, `--transactional`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProducerMode {
+    /// No producer id: batches carry producer id -1 and no sequence.
+    #[default]
+    Plain,
+    /// A producer id from InitProducerId; per partition, sequences that follow on.
+    Idempotent,
+    /// Idempotent, under a transactional id, committing a transaction every `commit_interval`.
+    Transactional { commit_interval: Duration },
+}
+
+impl ProducerMode {
+    /// Its name in the summary.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProducerMode::Plain => "plain",
+            ProducerMode::Idempotent => "idempotent",
+            ProducerMode::Transactional { .. } => "transactional",
+        }
+    }
+
+    pub fn commit_interval(self) -> Option<Duration> {
+        match self {
+            ProducerMode::Transactional { commit_interval } => Some(commit_interval),
+            _ => None,
+        }
+    }
 }

@@ -1,6 +1,6 @@
 //! The summary of a run: what `--json` writes and the report prints.
 
-use super::txn::ProducerMode;
+use super::plan::ProducerMode;
 use super::Backlog;
 use crate::bench::stats;
 use crate::bench::stats::{

@@ -2,7 +2,7 @@
 //! InitProducerId (for a transactional id, asked of its coordinator, found by FindCoordinator),
 //! then per transaction AddPartitionsToTxn and EndTxn on the coordinator's connection.
 
-use super::plan::{connect, ClientCfg, ProducerPlan};
+use super::plan::{connect, ClientCfg, ProducerMode, ProducerPlan};
 use crate::bench::client::ProducerIdVersions;
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::{
@@ -16,36 +16,6 @@ use shoal::wire::SharedStream;
 use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
-
-/// How the producers mark their batches (`--idempotent`, `--transactional`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ProducerMode {
-    /// No producer id: batches carry producer id -1 and no sequence.
-    #[default]
-    Plain,
-    /// A producer id from InitProducerId; per partition, sequences that follow on.
-    Idempotent,
-    /// Idempotent, under a transactional id, committing a transaction every `commit_interval`.
-    Transactional { commit_interval: Duration },
-}
-
-impl ProducerMode {
-    /// Its name in the summary.
-    pub fn name(self) -> &'static str {
-        match self {
-            ProducerMode::Plain => "plain",
-            ProducerMode::Idempotent => "idempotent",
-            ProducerMode::Transactional { .. } => "transactional",
-        }
-    }
-
-    pub fn commit_interval(self) -> Option<Duration> {
-        match self {
-            ProducerMode::Transactional { commit_interval } => Some(commit_interval),
-            _ => None,
-        }
-    }
-}
 
 /// The `transaction.timeout.ms` the transactional producers ask for.
 const TRANSACTION_TIMEOUT_MS: i32 = 60_000;

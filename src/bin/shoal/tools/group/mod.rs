@@ -1,5 +1,6 @@
 //! `shoal group`: consumer groups on any Kafka-compatible broker.
 //!
+//! ## Layout, top layer first
 //! - [`describe`]: members, assignments and lag per partition and topic;
 //! - [`seek`]: moving a stopped group's offsets;
 //! - [`args`]: the command's flags (`seek`'s partitions and targets, RFC 3339 times);
