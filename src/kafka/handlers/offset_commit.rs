@@ -28,6 +28,27 @@ pub fn partition_exists(core: &Core, topic: &str, partition: i32) -> bool {
     core.data_owner(topic, partition).is_some()
 }
 
+/// Each partition's error code, per topic in request order: its own refusal, else the store's
+/// failure to write the batch of commits (if it failed); counted in the error metrics.
+pub fn outcomes(
+    core: &Core,
+    req: &Request,
+    results: Vec<Vec<(i32, Option<ResponseError>)>>,
+    written: Result<(), ResponseError>,
+) -> Vec<Vec<(i32, i16)>> {
+    let codes: Vec<Vec<(i32, i16)>> = results
+        .into_iter()
+        .map(|parts| {
+            parts
+                .into_iter()
+                .map(|(index, error)| (index, error.or(written.err()).map_or(0, |e| e.code())))
+                .collect()
+        })
+        .collect();
+    count_errors(core, req, codes.iter().flatten().map(|(_, code)| *code));
+    codes
+}
+
 /// Why the commit of one partition's offset is refused, if it is (OffsetCommit and
 /// TxnOffsetCommit alike): the group's check failed, no READ on the topic, no such partition, or
 /// metadata too large.
@@ -107,30 +128,18 @@ pub async fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult 
     let topics: Vec<OffsetCommitResponseTopic> = request
         .topics
         .iter()
-        .zip(results)
+        .zip(outcomes(core, req, results, written))
         .map(|(t, parts)| {
+            let parts = parts.into_iter().map(|(index, code)| {
+                OffsetCommitResponsePartition::default()
+                    .with_partition_index(index)
+                    .with_error_code(code)
+            });
             OffsetCommitResponseTopic::default()
                 .with_name(t.name.clone())
-                .with_partitions(
-                    parts
-                        .into_iter()
-                        .map(|(index, error)| {
-                            let error = error.or(written.err());
-                            OffsetCommitResponsePartition::default()
-                                .with_partition_index(index)
-                                .with_error_code(error.map_or(0, |e| e.code()))
-                        })
-                        .collect(),
-                )
+                .with_partitions(parts.collect())
         })
         .collect();
-    count_errors(
-        core,
-        req,
-        topics
-            .iter()
-            .flat_map(|t| t.partitions.iter().map(|p| p.error_code)),
-    );
     Ok(frame(
         ApiKey::OffsetCommit,
         req,

@@ -8,8 +8,8 @@
 //! Not checked here: that the transaction added this group (AddOffsetsToTxn; that state is on the
 //! transaction coordinator's core, and Kafka does not check it before v5 either).
 
-use super::offset_commit::refusal;
-use super::{count_errors, frame, HandlerResult, Versions};
+use super::offset_commit::{outcomes, refusal};
+use super::{frame, HandlerResult, Versions};
 use crate::cores::Core;
 use crate::groups::offsets::{Committed, PendingOffset};
 use crate::kafka::session::Session;
@@ -94,30 +94,18 @@ pub async fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult 
     let topics: Vec<TxnOffsetCommitResponseTopic> = request
         .topics
         .iter()
-        .zip(results)
+        .zip(outcomes(core, req, results, written))
         .map(|(t, parts)| {
+            let parts = parts.into_iter().map(|(index, code)| {
+                TxnOffsetCommitResponsePartition::default()
+                    .with_partition_index(index)
+                    .with_error_code(code)
+            });
             TxnOffsetCommitResponseTopic::default()
                 .with_name(t.name.clone())
-                .with_partitions(
-                    parts
-                        .into_iter()
-                        .map(|(index, error)| {
-                            let error = error.or(written.err());
-                            TxnOffsetCommitResponsePartition::default()
-                                .with_partition_index(index)
-                                .with_error_code(error.map_or(0, |e| e.code()))
-                        })
-                        .collect(),
-                )
+                .with_partitions(parts.collect())
         })
         .collect();
-    count_errors(
-        core,
-        req,
-        topics
-            .iter()
-            .flat_map(|t| t.partitions.iter().map(|p| p.error_code)),
-    );
     Ok(frame(
         ApiKey::TxnOffsetCommit,
         req,
