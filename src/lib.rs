@@ -16,6 +16,8 @@
 //! - [`console`]     — the live console: its page (compiled in) and the JSON it polls, built from
 //!   the cores' snapshots and the topic table.
 //! - [`kafka`]       — the Kafka front end: connections, one handler per API.
+//! - [`http`]        — topics streamed to browsers and devices: Server-Sent Events and WebSocket
+//!   on every core, one encoded frame per batch shared by every subscriber on the core.
 //! - [`control`]     — the control plane: topic changes (create, grow, configure, delete, ACLs,
 //!   mirrored topics) decided by core 0, persisted and applied by every core.
 //! - [`cores`]       — what one core is and what cores say to each other: `Core`, its settings and
@@ -53,6 +55,7 @@ pub mod control;
 pub mod cores;
 pub mod edge;
 pub mod groups;
+pub mod http;
 pub mod kafka;
 pub mod metrics;
 pub mod replicas;

@@ -99,9 +99,21 @@ pub struct TopicOutcome {
     pub acls: Vec<crate::table::acl::AclBinding>,
 }
 
+/// A client connection one core hands to another, with the request head it already read: a
+/// stream of a partition this core holds no copy of goes to the partition's owner.
+#[derive(Debug)]
+pub struct HandedStream {
+    /// The connection's socket; the receiving core owns it from the message on.
+    pub fd: std::os::fd::RawFd,
+    /// The request head as the client sent it.
+    pub head: Vec<u8>,
+}
+
 /// What cores send each other.
 #[derive(Debug)]
 pub enum CoreMsg {
+    /// A stream connection handed to this core (the partition's owner).
+    Stream(HandedStream),
     /// A topic change for core 0 to decide.
     Change {
         from: usize,

@@ -91,6 +91,7 @@ where
                 .await;
         }
         CoreMsg::Replica(msg) => core.receive_replica(msg),
+        CoreMsg::Stream(stream) => core.take_handed_stream(stream),
         CoreMsg::TxnsRegistered { from } => core.transactions_registered_by(from),
         CoreMsg::PartitionEnds { from, id, asked } => {
             // The owner answers for its partitions once it holds them.

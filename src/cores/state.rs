@@ -3,11 +3,12 @@
 
 use crate::cores::config::BrokerConfig;
 use crate::cores::load::CoreLoad;
-use crate::cores::mesh::Mesh;
+use crate::cores::mesh::{HandedStream, Mesh};
 use crate::replicas::{ReplicaMsg, Replicas};
 use crate::stats::kafka::FrontEndStats;
 use crate::stats::{CoreSnapshot, PartitionSnapshot};
 use crate::table::{apply_topic_configs, parse_view_name, TopicIds, TopicTable, ViewName};
+use glommio::channels::local_channel::LocalSender;
 use glommio::{Latency, Shares, TaskQueueHandle};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::ApiKey;
@@ -16,6 +17,7 @@ use shards::view_reader::ViewReaders;
 use shards::{FetchCoalescer, OffsetMonitor, ResponseMemory, TailCache};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::os::fd::FromRawFd;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -149,6 +151,11 @@ pub struct Core {
     /// Read replicas: this core's partitions fed to other cores, the replicas it holds of
     /// theirs, and where consumers are steered.
     pub replicas: Replicas,
+    /// The HTTP stream front end's counters.
+    pub http: crate::stats::http::HttpStats,
+    /// Where stream connections other cores hand to this one go: the HTTP front end's inbox on
+    /// this core, once it serves.
+    stream_inbox: RefCell<Option<LocalSender<HandedStream>>>,
 }
 
 impl Core {
@@ -204,6 +211,30 @@ impl Core {
             metrics: FrontEndStats::default(),
             shutdown,
             start_up: StartUp::default(),
+            http: Default::default(),
+            stream_inbox: RefCell::new(None),
+        }
+    }
+
+    /// Installs this core's inbox of stream connections handed over by other cores.
+    pub fn serve_handed_streams(&self, inbox: LocalSender<HandedStream>) {
+        *self.stream_inbox.borrow_mut() = Some(inbox);
+    }
+
+    /// A stream connection another core handed to this one: into the HTTP front end's inbox, or
+    /// closed when this core serves no streams.
+    pub fn take_handed_stream(&self, stream: HandedStream) {
+        let refused = match &*self.stream_inbox.borrow() {
+            Some(inbox) => inbox.try_send(stream).err().map(|e| match e {
+                glommio::GlommioError::Closed(glommio::ResourceType::Channel(s))
+                | glommio::GlommioError::WouldBlock(glommio::ResourceType::Channel(s)) => s,
+                _ => unreachable!("a local channel's send fails with its item"),
+            }),
+            None => Some(stream),
+        };
+        if let Some(stream) = refused {
+            // SAFETY: the descriptor was handed over with the message and nothing else owns it.
+            drop(unsafe { std::os::fd::OwnedFd::from_raw_fd(stream.fd) });
         }
     }
 
@@ -605,6 +636,7 @@ impl Core {
         CoreSnapshot {
             core: self.id,
             kafka: self.metrics.snapshot(),
+            http: self.http.snapshot(),
             device: shards::device_latency(),
             storage: shards::storage_health(),
             tail_cache: self.reads.tail_cache.stats(),

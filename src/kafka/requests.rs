@@ -9,10 +9,8 @@ use crate::wire::frame::{FrameError, FrameReader};
 use crate::wire::header::{self, HeaderError};
 use crate::wire::SharedStream;
 use bytes::Bytes;
-use futures_lite::AsyncWriteExt;
 use shards::OffsetMonitor;
 use std::cell::{Cell, RefCell};
-use std::io;
 use std::os::unix::io::AsRawFd;
 
 /// Requests handled at once on one connection before reading waits for responses to drain. At
@@ -68,7 +66,7 @@ impl Pending {
             return;
         }
         let mut out = responses.out.clone();
-        if write_chunks(&mut out, &chunks).await.is_err() {
+        if out.write_chunks(&chunks).await.is_err() {
             responses.close();
         } else {
             let n: usize = chunks.iter().map(Bytes::len).sum();
@@ -197,32 +195,4 @@ pub(super) async fn next_request(
     };
     core.metrics.request(req.api_key);
     Some(req)
-}
-
-/// Writes a response's chunks with as few system calls as it can: first one non-blocking
-/// `sendmsg` over all of them (a fetch response is a header, shared record parts and a trailer:
-/// written one by one, each would be a system call of its own), then glommio's writes, which wait
-/// for the socket, for whatever it did not take at once.
-async fn write_chunks(out: &mut SharedStream, chunks: &[Bytes]) -> io::Result<()> {
-    if out.encrypts_in_user_space() {
-        // Encrypted in user space: each chunk is copied into TLS records.
-        for c in chunks {
-            out.write_all(c).await?;
-        }
-        return out.flush().await;
-    }
-    let mut sent = if chunks.len() > 1 {
-        out.send_now(chunks)?
-    } else {
-        0
-    };
-    for c in chunks {
-        if sent >= c.len() {
-            sent -= c.len();
-            continue;
-        }
-        out.write_all(&c[sent..]).await?;
-        sent = 0;
-    }
-    Ok(())
 }

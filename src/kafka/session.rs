@@ -48,10 +48,9 @@ impl Session {
         host: Option<std::net::IpAddr>,
         listener: usize,
     ) -> Self {
-        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Self {
             peer,
-            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            id: crate::replicas::connection_id(),
             listener,
             principal_name: principal.to_string(),
             principal,

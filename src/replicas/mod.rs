@@ -45,6 +45,13 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+/// A new id for a client connection (Kafka or HTTP stream), unique in the process: replicas count
+/// and steer consumers by connection.
+pub fn connection_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// How long a connection counts as fetching a partition after its last fetch of it.
 pub const FETCHING_WITHIN: Duration = Duration::from_secs(10);
 /// How often replicas are started or stopped, and replica cores report their load.

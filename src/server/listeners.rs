@@ -148,3 +148,41 @@ pub(super) fn bind_retrying(
         }
     }
 }
+
+/// The stream listener: one socket per core on the same address (`SO_REUSEPORT`, so the kernel
+/// spreads connections over the cores); port 0 picks one free port for all of them.
+pub(super) fn bind_http(
+    addr: SocketAddr,
+    cores: usize,
+    retry: Duration,
+) -> std::io::Result<Vec<std::net::TcpListener>> {
+    let context = |e: std::io::Error| {
+        std::io::Error::new(e.kind(), format!("the HTTP stream address {addr}: {e}"))
+    };
+    let mut out: Vec<std::net::TcpListener> = Vec::with_capacity(cores);
+    let deadline = Instant::now() + retry;
+    while out.len() < cores {
+        let at = match out.first() {
+            Some(first) => first.local_addr()?,
+            None => addr,
+        };
+        match reuse_port_listener(at) {
+            Ok(l) => out.push(l),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => return Err(context(e)),
+        }
+    }
+    Ok(out)
+}
+
+fn reuse_port_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    Ok(socket.into())
+}

@@ -55,6 +55,9 @@ pub struct ServerConfig {
     /// A file holding the admin HTTP endpoint's bearer token (every request but `GET /metrics`
     /// then needs it).
     pub admin_token_file: Option<PathBuf>,
+    /// Where topics are streamed over HTTP (SSE and WebSocket), on every core; `None`: nowhere.
+    pub http_listen: Option<SocketAddr>,
+    pub http: crate::http::HttpConfig,
     pub broker: BrokerConfig,
 }
 
@@ -71,6 +74,8 @@ pub struct Server {
     admin_thread: std::thread::JoinHandle<()>,
     /// `--metrics-listen`'s address and thread.
     pub metrics: Option<SocketAddr>,
+    /// `--http-listen`'s address, every core's.
+    pub http: Option<SocketAddr>,
     metrics_thread: Option<std::thread::JoinHandle<()>>,
     /// Held while the server runs: one process per data directory.
     _data_dir_lock: std::fs::File,
@@ -111,10 +116,28 @@ impl Server {
             .metrics_listen
             .map(|addr| bind_named(addr, "the metrics address", retry))
             .transpose()?;
+        let http_sockets = config
+            .http_listen
+            .map(|addr| bind_http(addr, cores, retry))
+            .transpose()?;
+        let http = match &http_sockets {
+            Some(sockets) => Some(sockets[0].local_addr()?),
+            None => None,
+        };
         let (admin_requests, admin_inbox) = admin::admin_link(ADMIN_QUEUE)?;
         let stop = Arc::new(AtomicBool::new(false));
         let broker = Arc::new(config.broker);
-        let handles = spawn_cores(sockets, &broker, &listeners, admin_inbox, &stop, &table)?;
+        let http_config = config.http.clone();
+        let http_listeners = http_sockets.map(|s| (s, http_config));
+        let handles = spawn_cores(
+            sockets,
+            http_listeners,
+            &broker,
+            &listeners,
+            admin_inbox,
+            &stop,
+            &table,
+        )?;
         let admin_cores = admin::Cores {
             requests: admin_requests,
             ports: ports.clone(),
@@ -143,7 +166,11 @@ impl Server {
             }
         };
         log::info!("shoal serving on ports {ports:?} ({cores} cores), admin on {admin}");
+        if let Some(addr) = http {
+            log::info!("streaming topics over HTTP (SSE, WebSocket) on {addr}, every core");
+        }
         Ok(Server {
+            http,
             ports,
             listeners,
             admin,
@@ -234,8 +261,10 @@ fn admin_tls(
 
 /// Starts one executor per core (pinned when there are CPUs enough), each serving its sockets;
 /// core 0 also takes the admin's requests.
+#[allow(clippy::too_many_arguments)]
 fn spawn_cores(
     sockets: Vec<Vec<std::net::TcpListener>>,
+    http: Option<(Vec<std::net::TcpListener>, crate::http::HttpConfig)>,
     broker: &Arc<BrokerConfig>,
     listeners: &[Listener],
     admin_inbox: admin::AdminInbox,
@@ -247,6 +276,10 @@ fn spawn_cores(
     let mesh = MeshBuilder::<CoreMsg, _>::full(cores, 1024);
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut handles = Vec::with_capacity(cores);
+    let (mut http_sockets, http_config) = match http {
+        Some((s, c)) => (s.into_iter().map(Some).collect(), Some(c)),
+        None => (Vec::new(), None),
+    };
     for (i, core_sockets) in sockets.into_iter().enumerate() {
         let placement = if cores <= cpus {
             Placement::Fixed(i)
@@ -255,6 +288,11 @@ fn spawn_cores(
         };
         let fds: Vec<RawFd> = core_sockets.into_iter().map(|l| l.into_raw_fd()).collect();
         let inbox = if i == 0 { admin_inbox.take() } else { None };
+        let http = http_sockets
+            .get_mut(i)
+            .and_then(Option::take)
+            .zip(http_config.clone())
+            .map(|(l, c)| (l.into_raw_fd(), c));
         let (broker, listeners, stop, mesh, table) = (
             broker.clone(),
             listeners.to_vec(),
@@ -271,6 +309,7 @@ fn spawn_cores(
                     (*broker).clone(),
                     listeners,
                     fds,
+                    http,
                     inbox,
                     mesh,
                     stop,
@@ -332,8 +371,12 @@ pub fn run(config: ServerConfig) -> std::io::Result<()> {
         .metrics
         .map(|m| format!(" metrics={m}"))
         .unwrap_or_default();
+    let http = server
+        .http
+        .map(|h| format!(" http={h}"))
+        .unwrap_or_default();
     println!(
-        "shoal listening: kafka_ports={} admin={} listeners={}{metrics}",
+        "shoal listening: kafka_ports={} admin={} listeners={}{metrics}{http}",
         ports.join(","),
         server.admin,
         listeners.join(";")

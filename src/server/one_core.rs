@@ -27,6 +27,7 @@ pub(super) async fn run_core(
     config: BrokerConfig,
     listeners: Vec<Listener>,
     fds: Vec<RawFd>,
+    http: Option<(RawFd, crate::http::HttpConfig)>,
     admin_inbox: Option<AdminInbox>,
     mesh: MeshBuilder<CoreMsg, glommio::channels::channel_mesh::Full>,
     stop: Arc<AtomicBool>,
@@ -80,6 +81,11 @@ pub(super) async fn run_core(
             glommio::spawn_local(accept_until_shutdown(core.clone(), listener, k))
         })
         .collect();
+    let streams = http.map(|(fd, config)| {
+        // SAFETY: as for the Kafka listeners above.
+        let listener = unsafe { TcpListener::from_raw_fd(fd) };
+        glommio::spawn_local(crate::http::serve(core.clone(), listener, config))
+    });
     let admin = admin_inbox.map(|inbox| glommio::spawn_local(serve_admin(core.clone(), inbox)));
     let mirror =
         (id == 0 && core.is_edge()).then(|| glommio::spawn_local(mirror_upstream(core.clone())));
@@ -96,6 +102,9 @@ pub(super) async fn run_core(
     sampler.await;
     for a in accepts {
         a.await;
+    }
+    if let Some(s) = streams {
+        s.await;
     }
     if let Some(a) = admin {
         a.await;

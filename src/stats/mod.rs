@@ -4,8 +4,11 @@
 //! - `engine`     — the `shards` engine's figures: device latency, storage health, tail cache,
 //!   coalescer, response memory, fetch pacing, views.
 //! - `partitions` — each partition's log figures ([`PartitionSnapshot`]).
+//! - [`kafka`]      — the Kafka front end's counters.
+//! - [`http`]       — the HTTP streams' counters.
 
 mod engine;
+pub mod http;
 pub mod kafka;
 mod partitions;
 
@@ -22,6 +25,8 @@ pub struct CoreSnapshot {
     pub core: usize,
     /// The Kafka front end's counters.
     pub kafka: FrontEndSnapshot,
+    /// The HTTP stream front end's counters.
+    pub http: http::HttpSnapshot,
     /// The storage device's write and fsync latencies, over every log of the core.
     pub device: shards::DeviceLatency,
     /// Storage failures of every log on the core (partitions and group stores).
@@ -54,6 +59,8 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
     let mut out = Exposition::default();
     let kafka: Vec<_> = cores.iter().map(|c| (c.core, &c.kafka)).collect();
     FrontEndSnapshot::write_prometheus(&mut out, &kafka);
+    let streams: Vec<_> = cores.iter().map(|c| (c.core, &c.http)).collect();
+    http::HttpSnapshot::write_prometheus(&mut out, &streams);
     let edge: Vec<_> = cores
         .iter()
         .map(|c| {
@@ -129,6 +136,20 @@ mod tests {
                 let n = core as u64 + 1;
                 CoreSnapshot {
                     core,
+                    http: http::HttpSnapshot {
+                        subscribers: 70 * n,
+                        subscribers_total: 71 * n,
+                        websocket_subscribers: 72 * n,
+                        frames_encoded: 73 * n,
+                        frames_sent: 74 * n,
+                        frames_private: 75 * n,
+                        records_sent: 76 * n,
+                        bytes_sent: 77 * n,
+                        gaps: 78 * n,
+                        slow_disconnects: 79 * n,
+                        refused: 80 * n,
+                        handed_over: 81 * n,
+                    },
                     kafka: FrontEndSnapshot {
                         apis: vec![(0, 100 * n, 3 * n), (1, 200 * n, n), (99, n, 0)],
                         durations: vec![

@@ -2,7 +2,7 @@
 
 use super::ktls::{self, RecordBudget};
 use bytes::Bytes;
-use futures_lite::{AsyncRead, AsyncWrite};
+use futures_lite::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use glommio::net::TcpStream;
 use std::cell::RefCell;
 use std::io;
@@ -83,6 +83,35 @@ impl SharedStream {
     }
 
     /// Whether more may be written: an error once kernel TLS's keys may encrypt no more.
+    /// Writes chunks (a response, frames) with as few system calls as it can: first one non-blocking
+    /// `sendmsg` over all of them (a fetch response is a header, shared record parts and a trailer:
+    /// written one by one, each would be a system call of its own), then glommio's writes, which wait
+    /// for the socket, for whatever it did not take at once.
+    pub async fn write_chunks(&mut self, chunks: &[Bytes]) -> io::Result<()> {
+        let out = self;
+        if out.encrypts_in_user_space() {
+            // Encrypted in user space: each chunk is copied into TLS records.
+            for c in chunks {
+                out.write_all(c).await?;
+            }
+            return out.flush().await;
+        }
+        let mut sent = if chunks.len() > 1 {
+            out.send_now(chunks)?
+        } else {
+            0
+        };
+        for c in chunks {
+            if sent >= c.len() {
+                sent -= c.len();
+                continue;
+            }
+            out.write_all(&c[sent..]).await?;
+            sent = 0;
+        }
+        Ok(())
+    }
+
     fn may_send(&self) -> io::Result<()> {
         match &*self.0.borrow() {
             Inner::Kernel(_, budget) => budget.check(),

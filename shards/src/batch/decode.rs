@@ -26,15 +26,22 @@ pub fn records(b: &[u8]) -> Result<Vec<Record<'_>>, InvalidBatch> {
         return Err(InvalidBatch::Unsupported);
     }
     let total = h.total_len().min(b.len());
-    let mut r = Reader {
-        b: &b[HEADER_LEN..total],
-        at: 0,
-    };
-    let malformed = || InvalidBatch::Truncated {
+    section_records(&h, &b[HEADER_LEN..total]).map_err(|_| InvalidBatch::Truncated {
         needed: total,
         available: b.len(),
-    };
-    let mut out = Vec::with_capacity((h.record_count.max(0) as usize).min(total / 7));
+    })
+}
+
+/// Decodes the records of a plain records section (`plain`: the section of a batch with header
+/// `h`, decompressed, as [`records_section`] gives it). Malformed bytes give an error, never a
+/// panic.
+pub fn section_records<'a>(
+    h: &BatchHeader,
+    plain: &'a [u8],
+) -> Result<Vec<Record<'a>>, InvalidBatch> {
+    let mut r = Reader { b: plain, at: 0 };
+    let malformed = || records_error(h, "a record is malformed".to_string());
+    let mut out = Vec::with_capacity((h.record_count.max(0) as usize).min(plain.len() / 7 + 1));
     for _ in 0..h.record_count {
         let len = r.varint().ok_or_else(malformed)?;
         let end =

@@ -27,8 +27,8 @@ mod walk;
 
 pub use build::{compress_batch, rebuild, BatchBuilder};
 pub use decode::{
-    decompress_records_into, record_spans, records, records_section, Reader, Record, RecordHeader,
-    RecordSpan,
+    decompress_records_into, record_spans, records, records_section, section_records, Reader,
+    Record, RecordHeader, RecordSpan,
 };
 pub use header::{
     peek_total_len, set_base_offset, stamp_log_append_time, write_header, BatchHeader,

@@ -15,6 +15,7 @@ use shoal::cores::load::PacingConfig;
 use shoal::edge::EdgeConfig;
 use shoal::groups::lag::LagConfig;
 use shoal::groups::CoordinatorConfig;
+use shoal::http::HttpConfig;
 use shoal::replicas::ReplicaConfig;
 use shoal::server::ServerConfig;
 use shoal::table::acl::AuthorizerConfig;
@@ -337,6 +338,8 @@ pub struct ServeArgs {
     /// scrapers, when the admin endpoint is guarded.
     #[arg(long)]
     pub metrics_listen: Option<SocketAddr>,
+    #[command(flatten)]
+    pub http: HttpArgs,
     /// A file holding a bearer token (at least 16 characters) that admin HTTP requests must carry
     /// (`Authorization: Bearer <token>`); `GET /metrics` stays open for scrapers.
     #[arg(long)]
@@ -532,7 +535,70 @@ pub fn serve_config(args: &[String]) -> Result<ServerConfig, String> {
     }
 }
 
+/// Topics streamed to browsers and devices over HTTP (Server-Sent Events and WebSocket).
+#[derive(Debug, Clone, clap::Args)]
+pub struct HttpArgs {
+    /// Stream topics over HTTP/1.1 on this address, from every core:
+    /// GET /v1/topics/TOPIC/partitions/P/stream as text/event-stream or a WebSocket. Off by
+    /// default.
+    #[arg(long)]
+    pub http_listen: Option<SocketAddr>,
+    /// An idle stream gets an SSE comment or a WebSocket ping this often (ms); a ping unanswered
+    /// by the next one closes the connection.
+    #[arg(long, default_value_t = 15_000)]
+    pub http_heartbeat_ms: u64,
+    /// Most bytes a subscriber reads at once; one that had caught up and falls further behind
+    /// than this gets its ?slow= treatment (disconnect, or skip with a gap event).
+    #[arg(long, default_value_t = 1 << 20, value_parser = parse_size_usize)]
+    pub http_stream_buffer_bytes: usize,
+    /// Stream connections per core; more are answered 503.
+    #[arg(long, default_value_t = 20_000)]
+    pub http_max_connections: usize,
+    /// Memory per core for the encoded frames subscribers share.
+    #[arg(long, default_value_t = 32 << 20, value_parser = parse_size_usize)]
+    pub http_frame_cache_bytes: usize,
+    /// Where ACLs are enforced: topics starting with this prefix may be streamed without an
+    /// identity (repeatable).
+    #[arg(long)]
+    pub http_anonymous_read: Vec<String>,
+    /// Origins browsers may stream from (CORS, WebSocket upgrades), comma-separated; default:
+    /// any.
+    #[arg(long, value_delimiter = ',')]
+    pub http_allowed_origins: Vec<String>,
+}
+
+impl HttpArgs {
+    pub fn into_config(self) -> HttpConfig {
+        HttpConfig {
+            heartbeat: Duration::from_millis(self.http_heartbeat_ms.max(1)),
+            stream_buffer_bytes: self.http_stream_buffer_bytes.max(4096),
+            max_connections: self.http_max_connections.max(1),
+            frame_cache_bytes: self.http_frame_cache_bytes,
+            anonymous_read: self.http_anonymous_read,
+            allowed_origins: self.http_allowed_origins,
+        }
+    }
+}
+
 impl ServeArgs {
+    /// The settings every partition's log starts from.
+    fn log_config(&self) -> LogConfig {
+        LogConfig {
+            segment_bytes: self.segment_bytes,
+            segment_age: Some(Duration::from_millis(self.segment_ms)),
+            flush_interval: (self.flush_ms > 0).then(|| Duration::from_millis(self.flush_ms)),
+            retention_bytes: u64::try_from(self.retention_bytes).ok(),
+            retention_age: u64::try_from(self.retention_ms)
+                .ok()
+                .map(Duration::from_millis),
+            retention_check_interval: Duration::from_millis(self.retention_check_ms.max(1)),
+            max_batch_bytes: self.max_batch_bytes,
+            direct_io: self.direct_io,
+            zero_ahead: self.direct_io_zero_ahead,
+            ..LogConfig::default()
+        }
+    }
+
     /// The server's configuration from the flags.
     pub fn into_config(self) -> ServerConfig {
         // `--cores 0` is taken as 1 by the server.
@@ -546,21 +612,10 @@ impl ServeArgs {
                 .ip()
                 .to_string()
         });
-        let log = LogConfig {
-            segment_bytes: self.segment_bytes,
-            segment_age: Some(Duration::from_millis(self.segment_ms)),
-            flush_interval: (self.flush_ms > 0).then(|| Duration::from_millis(self.flush_ms)),
-            retention_bytes: u64::try_from(self.retention_bytes).ok(),
-            retention_age: u64::try_from(self.retention_ms)
-                .ok()
-                .map(Duration::from_millis),
-            retention_check_interval: Duration::from_millis(self.retention_check_ms.max(1)),
-            max_batch_bytes: self.max_batch_bytes,
-            direct_io: self.direct_io,
-            zero_ahead: self.direct_io_zero_ahead,
-            ..LogConfig::default()
-        };
+        let log = self.log_config();
         ServerConfig {
+            http_listen: self.http.http_listen,
+            http: self.http.clone().into_config(),
             listen: self.listen,
             listeners: self.listeners,
             admin: self.admin,

@@ -27,6 +27,8 @@ pub struct Shoal {
     pub listeners: Listeners,
     /// `--metrics-listen`'s address, if given.
     pub metrics: Option<String>,
+    /// `--http-listen`'s address, if given.
+    pub http: Option<String>,
     pub admin: String,
     pub data_dir: PathBuf,
     log: Arc<Mutex<Vec<String>>>,
@@ -106,11 +108,14 @@ impl Shoal {
             .recv_timeout(Duration::from_secs(30))
             .expect("shoal printed its ports within 30 s");
         let (ports, admin, listeners) = parse_listening(&line);
-        let metrics = line
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("metrics="))
-            .map(str::to_string);
+        let word = |name: &str| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(name))
+                .map(str::to_string)
+        };
+        let (metrics, http) = (word("metrics="), word("http="));
         Shoal {
+            http,
             child: Some(child),
             ports,
             listeners,

@@ -19,7 +19,7 @@ pub type ServeConfig = fn(&[String]) -> Result<ServerConfig, String>;
 
 /// How the embedded shoal runs.
 enum Embedded {
-    InProcess(Server),
+    InProcess(Box<Server>),
     Child(std::process::Child),
 }
 
@@ -116,7 +116,7 @@ impl Broker {
         let bootstrap = SocketAddr::from(([127, 0, 0, 1], server.ports[0]));
         let admin = Some(server.admin);
         Ok(Broker {
-            embedded: Some((Embedded::InProcess(server), remove)),
+            embedded: Some((Embedded::InProcess(Box::new(server)), remove)),
             bootstrap,
             admin,
             pid: None,

@@ -1,0 +1,414 @@
+//! Topics streamed to browsers and devices over HTTP/1.1 (`--http-listen`): a partition of a
+//! topic as Server-Sent Events (`Accept: text/event-stream`) or over a WebSocket, from an offset
+//! (`?offset=earliest|latest|N|@ms`) or resumed after the last event (`Last-Event-ID`, which
+//! browsers send by themselves on reconnect, or `?resume=`), in JSON or as raw values, at
+//! read_uncommitted or read_committed.
+//!
+//! Every core listens on the same address (`SO_REUSEPORT`: the kernel spreads connections over
+//! them). A subscriber is served on the core it lands on when that core holds the partition (it
+//! owns it, or holds a read replica of it); otherwise the connection is handed to the owner core
+//! with its request head, so no message is ever copied between cores. Subscribers count as the
+//! partition's consumers, so a partition streamed to many gets read replicas on every core as a
+//! hot partition does, and later subscribers are served where they land. On a core, each batch is
+//! encoded once per protocol and format ([`frames`]) and that buffer is written to every
+//! subscriber of it.
+//!
+//! ## Layout, top layer first
+//! - [`subscriber`] — one subscriber's loop: read, share frames, write, heartbeats, the slow rule.
+//! - [`frames`]     — the core's shared frames: one encoded buffer per batch and encoding.
+//! - [`encode`]     — SSE events and WebSocket frames of a batch's records, JSON or values.
+//! - [`websocket`]  — RFC 6455: the handshake's answer, the client's frames checked.
+//! - [`request`]    — the request head (bounded in size, headers and time), its route and query.
+
+pub mod encode;
+pub mod frames;
+pub mod request;
+pub mod subscriber;
+pub mod websocket;
+
+use crate::cores::mesh::{CoreMsg, HandedStream};
+use crate::cores::Core;
+use crate::metrics::add;
+use crate::table::acl::{authorize, Operation, ResourceType};
+use crate::wire::SharedStream;
+use encode::{Encoding, Protocol};
+use futures_lite::AsyncWriteExt;
+use glommio::channels::local_channel;
+use glommio::net::{TcpListener, TcpStream};
+use kafka_protocol::error::ResponseError;
+use request::{Head, Refusal, Start, StreamRequest};
+use std::cell::Cell;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+use subscriber::Subscription;
+
+/// The stream front end's settings (`--http-*`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpConfig {
+    /// An SSE comment or a WebSocket ping after this long without a write; a ping unanswered by
+    /// the next one closes the connection.
+    pub heartbeat: Duration,
+    /// Most bytes one read of a subscriber takes; a subscriber that had caught up and finds more
+    /// than this ahead of it is slow (`?slow=`).
+    pub stream_buffer_bytes: usize,
+    /// Connections served at once per core; more are answered 503.
+    pub max_connections: usize,
+    /// Memory per core for shared frames.
+    pub frame_cache_bytes: usize,
+    /// Topics (by prefix) anyone may stream without an identity where ACLs are enforced.
+    pub anonymous_read: Vec<String>,
+    /// Origins browsers may stream from (CORS and WebSocket upgrades); empty: any.
+    pub allowed_origins: Vec<String>,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            heartbeat: Duration::from_secs(15),
+            stream_buffer_bytes: 1 << 20,
+            max_connections: 20_000,
+            frame_cache_bytes: 32 << 20,
+            anonymous_read: Vec::new(),
+            allowed_origins: Vec::new(),
+        }
+    }
+}
+
+/// What a core's stream connections share.
+#[derive(Debug)]
+pub struct Hub {
+    pub config: HttpConfig,
+    pub frames: frames::Frames,
+    open: Cell<usize>,
+}
+
+/// Serves stream connections on this core until the server stops: those `listener` accepts, and
+/// those other cores hand over.
+pub async fn serve(core: Rc<Core>, listener: TcpListener, config: HttpConfig) {
+    let hub = Rc::new(Hub {
+        frames: frames::Frames::new(config.frame_cache_bytes),
+        config,
+        open: Cell::new(0),
+    });
+    let (handed, inbox) = local_channel::new_bounded::<HandedStream>(1024);
+    core.serve_handed_streams(handed);
+    let from_others = {
+        let (core, hub) = (core.clone(), hub.clone());
+        glommio::spawn_local(async move {
+            while let Some(Some(h)) = core.until_stopping(inbox.recv()).await {
+                // SAFETY: the descriptor came with the message, owned by nothing else.
+                let stream = unsafe { TcpStream::from_raw_fd(h.fd) };
+                spawn_connection(&core, &hub, stream, Some(h.head));
+            }
+        })
+    };
+    while let Some(accepted) = core.until_stopping(listener.accept()).await {
+        match accepted {
+            Ok(stream) => spawn_connection(&core, &hub, stream, None),
+            Err(e) => {
+                log::warn!("core {}: http accept failed: {e}", core.id());
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    drop(from_others);
+}
+
+fn spawn_connection(core: &Rc<Core>, hub: &Rc<Hub>, stream: TcpStream, head: Option<Vec<u8>>) {
+    let (core, hub) = (core.clone(), hub.clone());
+    let queue = core.queues().fetch;
+    let task = glommio::spawn_local_into(
+        async move { connection(&core, &hub, stream, head).await },
+        queue,
+    );
+    if let Ok(task) = task {
+        task.detach();
+    }
+}
+
+/// One connection: its request read (or handed over with it), checked, then served as a stream,
+/// handed to the partition's owner, or refused.
+async fn connection(core: &Rc<Core>, hub: &Hub, mut stream: TcpStream, head: Option<Vec<u8>>) {
+    if hub.open.get() >= hub.config.max_connections {
+        let busy = Refusal::new(
+            "503 Service Unavailable",
+            "too many stream connections on this core",
+        );
+        refuse(core, &mut stream, &busy).await;
+        return;
+    }
+    hub.open.set(hub.open.get() + 1);
+    let _open = Open(&hub.open);
+    let _ = stream.set_nodelay(true);
+    let (raw, parsed) = match head {
+        Some(raw) => {
+            let parsed = request::parse_head(&raw).and_then(|h| {
+                h.ok_or_else(|| Refusal::new("400 Bad Request", "incomplete request head"))
+            });
+            (raw, parsed)
+        }
+        None => {
+            let deadline = Instant::now() + request::HEAD_DEADLINE;
+            match request::read_head(&mut stream, deadline).await {
+                Ok(None) => return,
+                Ok(Some((raw, head))) => (raw, Ok(head)),
+                Err(refusal) => (Vec::new(), Err(refusal)),
+            }
+        }
+    };
+    let checked = parsed.and_then(|h| check(core, hub, &h).map(|r| (h, r)));
+    let (head, req) = match checked {
+        Ok(checked) => checked,
+        Err(refusal) => {
+            refuse(core, &mut stream, &refusal).await;
+            return;
+        }
+    };
+    let part = match core.fetch_partition(&req.topic, req.partition) {
+        Ok((part, None)) => part,
+        Ok((_, Some(_))) | Err(ResponseError::InvalidTopicException) => {
+            let views = Refusal::new(
+                "501 Not Implemented",
+                "sharded views are not streamed over HTTP yet",
+            );
+            refuse(core, &mut stream, &views).await;
+            return;
+        }
+        Err(ResponseError::NotLeaderOrFollower) => {
+            hand_over(core, stream, req.topic.as_str(), req.partition, raw).await;
+            return;
+        }
+        Err(_) => {
+            let why = format!("no partition {} of topic {:?}", req.partition, req.topic);
+            refuse(core, &mut stream, &Refusal::new("404 Not Found", why)).await;
+            return;
+        }
+    };
+    let protocol = if head.websocket {
+        Protocol::WebSocket
+    } else {
+        Protocol::Sse
+    };
+    let next = match start_offset(&part, &req).await {
+        Ok(next) => next,
+        Err(refusal) => {
+            refuse(core, &mut stream, &refusal).await;
+            return;
+        }
+    };
+    let answer = match protocol {
+        Protocol::WebSocket => {
+            websocket::handshake_response(head.websocket_key.as_deref().unwrap_or_default())
+        }
+        Protocol::Sse => sse_head(hub, &head),
+    };
+    if stream.write_all(&answer).await.is_err() {
+        return;
+    }
+    add(&core.http.subscribers, 1);
+    add(&core.http.subscribers_total, 1);
+    if protocol == Protocol::WebSocket {
+        add(&core.http.websocket_subscribers, 1);
+    }
+    let sub = Subscription {
+        part,
+        encoding: Encoding {
+            protocol,
+            format: req.format,
+        },
+        read_committed: req.read_committed,
+        slow: req.slow,
+        next,
+    };
+    subscriber::run(core, hub, SharedStream::new(stream), sub).await;
+    core.http.subscribers.set(core.http.subscribers.get() - 1);
+    if protocol == Protocol::WebSocket {
+        core.http
+            .websocket_subscribers
+            .set(core.http.websocket_subscribers.get() - 1);
+    }
+}
+
+/// Counts an open connection while it lives.
+struct Open<'a>(&'a Cell<usize>);
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
+}
+
+/// The request's checks beyond its syntax: the protocol it asks for, where it comes from, and
+/// whether it may read the topic.
+fn check(core: &Core, hub: &Hub, head: &Head) -> Result<StreamRequest, Refusal> {
+    let req = request::route(head)?;
+    if head.websocket {
+        if head.websocket_version.as_deref() != Some("13") {
+            return Err(Refusal::new(
+                "426 Upgrade Required",
+                "WebSocket version 13 only (Sec-WebSocket-Version: 13)",
+            ));
+        }
+        if head.websocket_key.as_deref().is_none_or(str::is_empty) {
+            return Err(Refusal::new(
+                "400 Bad Request",
+                "a WebSocket upgrade needs Sec-WebSocket-Key",
+            ));
+        }
+    } else if let Some(accept) = &head.accept {
+        let takes_sse = accept
+            .split(',')
+            .map(|t| t.split(';').next().unwrap_or("").trim())
+            .any(|t| t == "text/event-stream" || t == "*/*" || t == "text/*");
+        if !takes_sse {
+            return Err(Refusal::new(
+                "406 Not Acceptable",
+                "streams are text/event-stream or a WebSocket upgrade",
+            ));
+        }
+    }
+    if let Some(origin) = &head.origin {
+        let allowed = &hub.config.allowed_origins;
+        if !allowed.is_empty() && !allowed.iter().any(|a| a == origin || a == "*") {
+            return Err(Refusal::new(
+                "403 Forbidden",
+                format!("origin {origin} is not allowed (--http-allowed-origins)"),
+            ));
+        }
+    }
+    let source = crate::table::source_topic(&req.topic).unwrap_or(&req.topic);
+    if !may_read(core, hub, source) {
+        return Err(Refusal::new(
+            "401 Unauthorized",
+            format!(
+                "ACLs are enforced and anonymous clients may not READ topic {source:?}: allow \
+                 User:ANONYMOUS, or name its prefix in --http-anonymous-read"
+            ),
+        ));
+    }
+    Ok(req)
+}
+
+/// Whether an anonymous client may read `topic` (always where no ACLs are enforced).
+fn may_read(core: &Core, hub: &Hub, topic: &str) -> bool {
+    if hub
+        .config
+        .anonymous_read
+        .iter()
+        .any(|p| topic.starts_with(p.as_str()))
+    {
+        return true;
+    }
+    let config = &core.config().authorizer;
+    let acls = &core.topics().acls;
+    authorize(
+        config,
+        acls,
+        "User:ANONYMOUS",
+        "*",
+        Operation::Read,
+        ResourceType::Topic,
+        topic,
+    )
+}
+
+/// The first offset to send, or why the start asked for is refused.
+async fn start_offset(
+    part: &shards::partition::Partition,
+    req: &StreamRequest,
+) -> Result<i64, Refusal> {
+    let log = &part.log;
+    let end = if req.read_committed {
+        log.last_stable_offset()
+    } else {
+        log.high_watermark()
+    };
+    let past_end = |n: i64| {
+        Refusal::new(
+            "400 Bad Request",
+            format!(
+                "offset {n} is past the end of partition {} ({end})",
+                part.index
+            ),
+        )
+    };
+    match req.start {
+        Start::Earliest => Ok(log.log_start_offset()),
+        Start::Latest => Ok(end),
+        Start::At(n) if n > log.high_watermark() => Err(past_end(n)),
+        Start::At(n) => Ok(n),
+        Start::After(n) if n >= log.high_watermark() => Err(past_end(n + 1)),
+        Start::After(n) => Ok(n + 1),
+        Start::Time(ms) => match log.offset_for_timestamp(ms).await {
+            Ok(Some((offset, _))) => Ok(offset),
+            Ok(None) => Ok(end),
+            Err(e) => Err(Refusal::new(
+                "500 Internal Server Error",
+                format!("finding offset for time {ms}: {e}"),
+            )),
+        },
+    }
+}
+
+/// The answer that opens an SSE stream.
+fn sse_head(hub: &Hub, head: &Head) -> Vec<u8> {
+    // An origin that reached here is allowed (any, or one of --http-allowed-origins).
+    let _ = hub;
+    let cors = match &head.origin {
+        Some(origin) => format!("Access-Control-Allow-Origin: {origin}\r\nVary: Origin\r\n"),
+        None => String::new(),
+    };
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\
+         X-Accel-Buffering: no\r\nConnection: close\r\n{cors}\r\n"
+    )
+    .into_bytes()
+}
+
+/// Answers with `refusal`'s status and reason, and closes.
+async fn refuse(core: &Core, stream: &mut TcpStream, refusal: &Refusal) {
+    add(&core.http.refused, 1);
+    let body = format!("{}\n", refusal.why);
+    let answer = format!(
+        "HTTP/1.1 {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\
+         Connection: close\r\n{}\r\n{body}",
+        refusal.status,
+        body.len(),
+        if refusal.status.starts_with("426") {
+            "Sec-WebSocket-Version: 13\r\n"
+        } else {
+            ""
+        },
+    );
+    let _ = futures_lite::future::or(
+        async {
+            let _ = stream.write_all(answer.as_bytes()).await;
+            let _ = stream.close().await;
+        },
+        glommio::timer::sleep(Duration::from_secs(2)),
+    )
+    .await;
+}
+
+/// Hands the connection (and the head it sent) to the core that owns the partition.
+async fn hand_over(core: &Core, stream: TcpStream, topic: &str, partition: i32, head: Vec<u8>) {
+    let Some(owner) = core.data_owner(topic, partition) else {
+        return;
+    };
+    // The socket travels as a duplicate descriptor; this core's handle closes with `stream`.
+    let fd = unsafe { libc::dup(stream.as_raw_fd()) };
+    drop(stream);
+    if fd < 0 {
+        log::warn!(
+            "core {}: a stream connection cannot be handed over: {}",
+            core.id(),
+            std::io::Error::last_os_error()
+        );
+        return;
+    }
+    add(&core.http.handed_over, 1);
+    core.mesh()
+        .send(owner, CoreMsg::Stream(HandedStream { fd, head }))
+        .await;
+}
