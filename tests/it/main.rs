@@ -27,6 +27,7 @@ mod group_lag;
 mod groups;
 mod groups_raw;
 mod handler_panic;
+mod http;
 mod kafka_e2e;
 mod kafka_raw;
 mod kafkajs;

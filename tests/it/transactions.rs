@@ -78,7 +78,11 @@ fn a_transaction_coordinator_is_found_per_id() {
     }
 }
 
-fn transactional_producer(bootstrap: &str, id: &str, extra: &[(&str, &str)]) -> BaseProducer {
+pub(crate) fn transactional_producer(
+    bootstrap: &str,
+    id: &str,
+    extra: &[(&str, &str)],
+) -> BaseProducer {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", bootstrap)
@@ -93,7 +97,7 @@ fn transactional_producer(bootstrap: &str, id: &str, extra: &[(&str, &str)]) -> 
     p
 }
 
-fn send_values(p: &BaseProducer, topic: &str, values: &[String]) {
+pub(crate) fn send_values(p: &BaseProducer, topic: &str, values: &[String]) {
     for (i, v) in values.iter().enumerate() {
         let key = format!("k{i}");
         let mut record = rdkafka::producer::BaseRecord::to(topic)

@@ -3,11 +3,15 @@
 
 use std::process::Command;
 
-/// The Python clients the tests use, pinned: kafka-python (pure Python) and confluent-kafka (its
-/// wheel carries its own librdkafka).
-const PACKAGES: [&str; 2] = ["kafka-python==3.0.12", "confluent-kafka==2.12.1"];
+/// The Python clients the tests use, pinned: kafka-python (pure Python), confluent-kafka (its
+/// wheel carries its own librdkafka) and websockets (for the HTTP streams).
+const PACKAGES: [&str; 3] = [
+    "kafka-python==3.0.12",
+    "confluent-kafka==2.12.1",
+    "websockets==15.0.1",
+];
 
-/// A PYTHONPATH where both clients are importable, installing them there the first time (once per
+/// A PYTHONPATH where the clients are importable, installing them there the first time (once per
 /// test process, whichever test asks first).
 pub fn python_deps() -> String {
     static DEPS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -15,7 +19,7 @@ pub fn python_deps() -> String {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/target/python-deps");
         let importable = |path: &str| {
             Command::new("python3")
-                .args(["-c", "import kafka, confluent_kafka"])
+                .args(["-c", "import kafka, confluent_kafka, websockets"])
                 .env("PYTHONPATH", path)
                 .status()
                 .is_ok_and(|s| s.success())

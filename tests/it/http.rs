@@ -1,0 +1,559 @@
+//! Topics streamed over HTTP (`--http-listen`) to real clients: Server-Sent Events read by a
+//! reader written here on a plain socket and by `curl -N`, WebSocket by Python's `websockets`;
+//! exactness, resuming after `kill -9`, read_committed, the shared frames, the slow rule and
+//! bad input.
+
+use crate::common;
+use crate::transactions::{send_values, transactional_producer};
+use common::{create_topics, Shoal};
+use rdkafka::producer::Producer;
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// One SSE event as a browser's `EventSource` sees it.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Event {
+    id: Option<String>,
+    event: Option<String>,
+    data: String,
+}
+
+/// An open SSE stream.
+struct Sse {
+    reader: BufReader<TcpStream>,
+}
+
+impl Sse {
+    /// Opens `path` on `addr` with extra request headers; panics unless answered 200.
+    fn open(addr: &str, path: &str, headers: &[(&str, &str)]) -> Sse {
+        let (status, reader) = request(addr, path, headers);
+        assert!(status.starts_with("HTTP/1.1 200"), "{path}: {status}");
+        Sse { reader }
+    }
+
+    /// The next `n` events (comments skipped), within `within`.
+    fn events(&mut self, n: usize, within: Duration) -> Vec<Event> {
+        let deadline = Instant::now() + within;
+        let mut out = Vec::new();
+        let mut cur = Event::default();
+        let mut has_data = false;
+        while out.len() < n {
+            assert!(
+                Instant::now() < deadline,
+                "{} of {n} events within {within:?}",
+                out.len()
+            );
+            let mut line = String::new();
+            match self.reader.read_line(&mut line) {
+                Ok(0) => panic!("the stream ended after {} of {n} events", out.len()),
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => continue,
+                Err(e) => panic!("reading the stream: {e}"),
+            }
+            let line = line.trim_end_matches('\n');
+            if line.is_empty() {
+                if has_data {
+                    out.push(std::mem::take(&mut cur));
+                }
+                has_data = false;
+                continue;
+            }
+            let (field, value) = line.split_once(':').unwrap_or((line, ""));
+            let value = value.strip_prefix(' ').unwrap_or(value);
+            match field {
+                "" => {} // a comment (heartbeat)
+                "id" => cur.id = Some(value.to_string()),
+                "event" => cur.event = Some(value.to_string()),
+                "data" => {
+                    if has_data {
+                        cur.data.push('\n');
+                    }
+                    cur.data.push_str(value);
+                    has_data = true;
+                }
+                other => panic!("unexpected field {other:?}"),
+            }
+        }
+        out
+    }
+
+    /// Whether any event arrives within `wait` (heartbeats aside).
+    fn quiet_for(&mut self, wait: Duration) -> bool {
+        self.reader.get_ref().set_read_timeout(Some(wait)).unwrap();
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match self.reader.read_line(&mut line) {
+                Ok(0) => return true,
+                Ok(_) if line.trim().is_empty() || line.starts_with(':') => continue,
+                Ok(_) => return false,
+                Err(_) => return true,
+            }
+        }
+    }
+}
+
+/// Sends a GET with `headers` and reads the answer's head: (status line, the rest).
+fn request(addr: &str, path: &str, headers: &[(&str, &str)]) -> (String, BufReader<TcpStream>) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut head = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n");
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).unwrap();
+    let mut reader = BufReader::new(s);
+    let mut status = String::new();
+    reader.read_line(&mut status).unwrap();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+    }
+    (status.trim_end().to_string(), reader)
+}
+
+/// A request that is refused: (status line, body).
+fn refused(addr: &str, raw: &str) -> (String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(raw.as_bytes()).unwrap();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    (
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+    )
+}
+
+/// The JSON record of an event.
+fn record(e: &Event) -> Value {
+    serde_json::from_str(&e.data).unwrap_or_else(|err| panic!("{e:?}: {err}"))
+}
+
+/// Checks that `events` are partition `p`'s records `from..from+len`, each with the value
+/// `value(offset)`.
+fn assert_exact(events: &[Event], p: i32, from: i64, value: impl Fn(i64) -> String) {
+    for (i, e) in events.iter().enumerate() {
+        let offset = from + i as i64;
+        assert_eq!(
+            e.id.as_deref(),
+            Some(format!("{p}:{offset}").as_str()),
+            "{e:?}"
+        );
+        let r = record(e);
+        assert_eq!(r["partition"], p);
+        assert_eq!(r["offset"], offset);
+        assert_eq!(r["value"], value(offset), "{e:?}");
+    }
+}
+
+/// `websockets` reading `count` messages of `url`: one JSON object per message.
+fn websocket(url: &str, count: usize) -> Vec<Value> {
+    let out = common::python::run_script("ws_stream.py", &[url, &count.to_string(), "60"]);
+    out.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn start(dir: &std::path::Path, cores: usize, extra: &[&str]) -> (Shoal, String) {
+    let shoal = Shoal::start(
+        dir,
+        cores,
+        &[&["--http-listen", "127.0.0.1:0"], extra].concat(),
+    );
+    let http = shoal
+        .http
+        .clone()
+        .expect("the http address in the listening line");
+    (shoal, http)
+}
+
+#[test]
+fn sse_websocket_and_curl_read_every_record_exactly_and_resume_after_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shoal, http) = start(dir.path(), 2, &[]);
+    let b = shoal.bootstrap();
+    create_topics(&b, &[("ticks", 2)]);
+    // Values "record 0".."record 999" on partition 0, "record 1000".. on partition 1.
+    common::cli::produce(&b, "ticks", &[1000, 1000]);
+    let first = |o: i64| format!("record {o}");
+    // Whichever core a connection lands on, it reads the partition (served there, or handed to
+    // its owner core).
+    for p in [0, 1] {
+        let mut sse = Sse::open(
+            &http,
+            &format!("/v1/topics/ticks/partitions/{p}/stream?offset=earliest"),
+            &[],
+        );
+        let events = sse.events(1000, Duration::from_secs(30));
+        assert_exact(&events, p, 0, |o| {
+            format!("record {}", o + 1000 * i64::from(p))
+        });
+        assert!(
+            sse.quiet_for(Duration::from_millis(300)),
+            "nothing after the last record"
+        );
+    }
+    // WebSocket, JSON: every record of partition 1 once, in order.
+    let messages = websocket(
+        &format!("ws://{http}/v1/topics/ticks/partitions/1/stream?offset=earliest"),
+        1000,
+    );
+    assert_eq!(messages.len(), 1000);
+    for (i, m) in messages.iter().enumerate() {
+        let r: Value = serde_json::from_str(m["text"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            (r["offset"].as_i64(), r["value"].as_str()),
+            (
+                Some(i as i64),
+                Some(format!("record {}", 1000 + i).as_str())
+            )
+        );
+    }
+    // curl, values as SSE text from offset 990.
+    let curl = std::process::Command::new("curl")
+        .args([
+            "-sN",
+            "--max-time",
+            "2",
+            &format!("http://{http}/v1/topics/ticks/partitions/0/stream?offset=990&format=value"),
+        ])
+        .output()
+        .expect("curl runs");
+    let body = String::from_utf8_lossy(&curl.stdout);
+    let data: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .collect();
+    assert_eq!(
+        data,
+        (990..1000)
+            .map(|o| format!("record {o}"))
+            .collect::<Vec<_>>()
+    );
+    // A subscriber reads 600 events, then the broker is killed and restarted.
+    let mut sse = Sse::open(
+        &http,
+        "/v1/topics/ticks/partitions/0/stream?offset=earliest",
+        &[],
+    );
+    let events = sse.events(600, Duration::from_secs(30));
+    let last_id = events.last().unwrap().id.clone().unwrap();
+    assert_eq!(last_id, "0:599");
+    drop(sse);
+    shoal.kill_hard();
+    let (shoal, http) = start(dir.path(), 2, &[]);
+    let b = shoal.bootstrap();
+    // 100 more records, "record 0".."record 99" at offsets 1000..1099.
+    common::cli::produce(&b, "ticks", &[100, 0]);
+    let then = |o: i64| {
+        if o < 1000 {
+            first(o)
+        } else {
+            format!("record {}", o - 1000)
+        }
+    };
+    // The browser's reconnect: Last-Event-ID names the last event; exactly what follows comes.
+    let mut sse = Sse::open(
+        &http,
+        "/v1/topics/ticks/partitions/0/stream",
+        &[("Last-Event-ID", &last_id)],
+    );
+    let events = sse.events(500, Duration::from_secs(30));
+    assert_exact(&events, 0, 600, then);
+    assert!(
+        sse.quiet_for(Duration::from_millis(300)),
+        "nothing repeated or extra"
+    );
+    // WebSocket resumes with ?resume= the same way.
+    let messages = websocket(
+        &format!("ws://{http}/v1/topics/ticks/partitions/0/stream?resume=0:1049&format=value"),
+        50,
+    );
+    let values: Vec<&str> = messages
+        .iter()
+        .map(|m| m["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        values,
+        (50..100).map(|i| format!("record {i}")).collect::<Vec<_>>()
+    );
+    assert!(shoal.metric("shoal_http_subscribers_total") >= 2);
+    shoal.stop();
+}
+
+#[test]
+fn read_committed_streams_leave_out_aborted_transactions() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shoal, http) = start(dir.path(), 1, &[]);
+    let b = shoal.bootstrap();
+    create_topics(&b, &[("orders", 1)]);
+    let p = transactional_producer(&b, "http-txn", &[]);
+    for (prefix, commit) in [("a", true), ("b", false), ("c", true)] {
+        p.begin_transaction().unwrap();
+        let values: Vec<String> = (0..10).map(|i| format!("{prefix}{i}")).collect();
+        send_values(&p, "orders", &values);
+        if commit {
+            p.commit_transaction(Duration::from_secs(30)).unwrap();
+        } else {
+            p.abort_transaction(Duration::from_secs(30)).unwrap();
+        }
+    }
+    let values = |isolation: &str, n: usize| -> Vec<String> {
+        let path =
+            format!("/v1/topics/orders/partitions/0/stream?offset=earliest&isolation={isolation}");
+        let mut sse = Sse::open(&http, &path, &[]);
+        let events = sse.events(n, Duration::from_secs(30));
+        assert!(
+            sse.quiet_for(Duration::from_millis(300)),
+            "{isolation}: only {n} records"
+        );
+        events
+            .iter()
+            .map(|e| record(e)["value"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let committed = values("read_committed", 20);
+    let expected: Vec<String> = ["a", "c"]
+        .iter()
+        .flat_map(|p| (0..10).map(move |i| format!("{p}{i}")))
+        .collect();
+    assert_eq!(committed, expected);
+    // read_uncommitted sees the aborted records too (never the markers).
+    assert_eq!(values("read_uncommitted", 30).len(), 30);
+    shoal.stop();
+}
+
+#[test]
+fn subscribers_on_a_core_share_one_encoded_frame_per_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shoal, http) = start(dir.path(), 1, &[]);
+    let b = shoal.bootstrap();
+    create_topics(&b, &[("scores", 1)]);
+    let subscribers = 40;
+    let mut streams: Vec<Sse> = (0..subscribers)
+        .map(|_| Sse::open(&http, "/v1/topics/scores/partitions/0/stream", &[]))
+        .collect();
+    // All at the tail before anything is produced.
+    std::thread::sleep(Duration::from_millis(300));
+    common::cli::produce(&b, "scores", &[200]);
+    for s in &mut streams {
+        let events = s.events(200, Duration::from_secs(30));
+        assert_exact(&events, 0, 0, |o| format!("record {o}"));
+    }
+    let encoded = shoal.metric("shoal_http_frames_encoded_total");
+    let sent = shoal.metric("shoal_http_frames_sent_total");
+    assert!(encoded > 0);
+    // Every batch was encoded once and sent to every subscriber.
+    assert_eq!(
+        sent,
+        encoded * subscribers,
+        "encoded {encoded}, sent {sent}"
+    );
+    assert_eq!(shoal.metric("shoal_http_subscribers"), subscribers);
+    drop(streams);
+    shoal.stop();
+}
+
+#[test]
+fn a_subscriber_that_does_not_read_is_dropped_and_the_others_keep_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shoal, http) = start(
+        dir.path(),
+        1,
+        &[
+            "--http-heartbeat-ms",
+            "500",
+            "--http-stream-buffer-bytes",
+            "4MiB",
+        ],
+    );
+    let b = shoal.bootstrap();
+    create_topics(&b, &[("feed", 1)]);
+    // Connects, asks, and never reads again.
+    let mut stuck = TcpStream::connect(&http).unwrap();
+    stuck
+        .write_all(b"GET /v1/topics/feed/partitions/0/stream HTTP/1.1\r\nAccept: text/event-stream\r\n\r\n")
+        .unwrap();
+    let readers: Vec<_> = (0..8)
+        .map(|_| {
+            let mut sse = Sse::open(&http, "/v1/topics/feed/partitions/0/stream", &[]);
+            std::thread::spawn(move || sse.events(30_000, Duration::from_secs(120)).len())
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    // 30,000 records of about 1 KiB, paced: more than the socket buffers of the stuck client hold.
+    let producer: rdkafka::producer::ThreadedProducer<rdkafka::producer::DefaultProducerContext> =
+        rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &b)
+            .set("linger.ms", "5")
+            .create()
+            .unwrap();
+    let payload = "x".repeat(1000);
+    for i in 0..30_000 {
+        common::send_retrying(
+            &producer,
+            rdkafka::producer::BaseRecord::<(), _, ()>::to("feed")
+                .partition(0)
+                .payload(&payload),
+        );
+        if i % 1000 == 999 {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+    for r in readers {
+        assert_eq!(
+            r.join().unwrap(),
+            30_000,
+            "a reading subscriber got every record"
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while shoal.metric("shoal_http_slow_disconnects_total") == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the stuck subscriber was not dropped"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Its connection ends once what the kernel held is read.
+    stuck
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut sink = vec![0u8; 1 << 20];
+    loop {
+        match stuck.read(&mut sink) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    assert_eq!(shoal.metric("shoal_http_subscribers"), 0);
+    shoal.stop();
+}
+
+#[test]
+fn bad_requests_get_a_status_and_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shoal, http) = start(
+        dir.path(),
+        1,
+        &["--http-allowed-origins", "https://app.example"],
+    );
+    create_topics(&shoal.bootstrap(), &[("t", 1)]);
+    let get = |path: &str, extra: &str| {
+        refused(
+            &http,
+            &format!("GET {path} HTTP/1.1\r\nHost: x\r\n{extra}\r\n"),
+        )
+    };
+    for (path, extra, status) in [
+        ("/v1/topics/nope/partitions/0/stream", "", "404"),
+        ("/v1/topics/t/partitions/5/stream", "", "404"),
+        ("/v1/topics/t/partitions/0/stream?offset=99", "", "400"),
+        ("/v1/topics/t/partitions/0/stream?offset=soon", "", "400"),
+        ("/v1/topics/t/partitions/0/stream?format=xml", "", "400"),
+        ("/v1/topics/t/partitions/0/stream", "Last-Event-ID: 3:1\r\n", "400"),
+        ("/v1/topics/t/partitions/0/stream", "Accept: application/json\r\n", "406"),
+        ("/v1/topics/t/partitions/0/stream", "Origin: https://evil.example\r\n", "403"),
+        ("/v1/topics/t/partitions/0/stream", "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: a\r\nSec-WebSocket-Version: 8\r\n", "426"),
+        ("/elsewhere", "", "404"),
+    ] {
+        let (line, body) = get(path, extra);
+        assert!(line.starts_with(&format!("HTTP/1.1 {status}")), "{path} {extra:?}: {line}");
+        assert!(!body.trim().is_empty(), "{path}: a reason");
+    }
+    let (line, _) = refused(
+        &http,
+        "POST /v1/topics/t/partitions/0/stream HTTP/1.1\r\n\r\n",
+    );
+    assert!(line.starts_with("HTTP/1.1 405"), "{line}");
+    let many: String = (0..100).map(|i| format!("X-{i}: y\r\n")).collect();
+    assert!(get("/v1/topics/t/partitions/0/stream", &many)
+        .0
+        .starts_with("HTTP/1.1 431"));
+    let (line, _) = refused(&http, "\x16\x03\x01 not http at all\r\n\r\n");
+    assert!(line.starts_with("HTTP/1.1 400"), "{line}");
+    // An allowed origin streams, with CORS.
+    let (status, _) = request(
+        &http,
+        "/v1/topics/t/partitions/0/stream",
+        &[("Origin", "https://app.example")],
+    );
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    // A WebSocket frame that breaks the RFC (unmasked) closes that connection with 1002.
+    let mut ws = TcpStream::connect(&http).unwrap();
+    ws.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    ws.write_all(b"GET /v1/topics/t/partitions/0/stream HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nOrigin: https://app.example\r\n\r\n").unwrap();
+    let mut reader = BufReader::new(ws.try_clone().unwrap());
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    assert!(line.starts_with("HTTP/1.1 101"), "{line}");
+    let mut head = String::new();
+    while line != "\r\n" {
+        line.clear();
+        reader.read_line(&mut line).unwrap();
+        head.push_str(&line);
+    }
+    assert!(
+        head.contains("Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo="),
+        "{head}"
+    );
+    ws.write_all(&[0x81, 0x02, b'h', b'i']).unwrap();
+    let mut close = Vec::new();
+    let _ = reader.read_to_end(&mut close);
+    assert_eq!(
+        &close[..4],
+        &[0x88, close[1], 0x03, 0xea],
+        "close 1002: {close:?}"
+    );
+    // The server goes on serving everyone else.
+    let mut sse = Sse::open(
+        &http,
+        "/v1/topics/t/partitions/0/stream?offset=earliest",
+        &[],
+    );
+    common::cli::produce(&shoal.bootstrap(), "t", &[3]);
+    assert_eq!(sse.events(3, Duration::from_secs(30)).len(), 3);
+    assert!(shoal.metric("shoal_http_refused_total") >= 13);
+    shoal.stop();
+}
+
+#[test]
+fn with_acls_anonymous_streams_need_an_allow_or_a_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let extra = [
+        "--authorizer",
+        "acl",
+        "--super-users",
+        "User:ANONYMOUS_ADMIN",
+        "--http-anonymous-read",
+        "public.",
+    ];
+    // The Kafka listener stays open (no SASL): topics are created as ANONYMOUS, which ACLs would
+    // refuse, so the table is written before the ACLs are enforced.
+    let (shoal, _) = start(dir.path(), 1, &[]);
+    create_topics(
+        &shoal.bootstrap(),
+        &[("public.prices", 1), ("private.ledger", 1)],
+    );
+    shoal.stop();
+    let (shoal, http) = start(dir.path(), 1, &extra);
+    let (line, body) = refused(
+        &http,
+        "GET /v1/topics/private.ledger/partitions/0/stream HTTP/1.1\r\n\r\n",
+    );
+    assert!(line.starts_with("HTTP/1.1 401"), "{line}");
+    assert!(body.contains("--http-anonymous-read"), "{body}");
+    let (status, _) = request(&http, "/v1/topics/public.prices/partitions/0/stream", &[]);
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    shoal.stop();
+}
