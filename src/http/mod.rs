@@ -49,8 +49,8 @@ pub struct HttpConfig {
     /// An SSE comment or a WebSocket ping after this long without a write; a ping unanswered by
     /// the next one closes the connection.
     pub heartbeat: Duration,
-    /// Most bytes one read of a subscriber takes; a subscriber that had caught up and finds more
-    /// than this ahead of it is slow (`?slow=`).
+    /// Most bytes one read of a subscriber takes; a subscriber that had caught up, whose last
+    /// write waited for it to read, and that finds more than this ahead of it is slow (`?slow=`).
     pub stream_buffer_bytes: usize,
     /// Connections served at once per core; more are answered 503.
     pub max_connections: usize,
@@ -220,6 +220,7 @@ async fn connection(core: &Rc<Core>, hub: &Hub, mut stream: TcpStream, head: Opt
         read_committed: req.read_committed,
         slow: req.slow,
         next,
+        waited: false,
     };
     subscriber::run(core, hub, SharedStream::new(stream), sub).await;
     core.http.subscribers.set(core.http.subscribers.get() - 1);

@@ -30,7 +30,12 @@ pub struct Subscription {
     pub slow: Slow,
     /// The first offset to send.
     pub next: i64,
+    /// The last write had to wait for the client to read (its socket was full).
+    pub waited: bool,
 }
+
+/// A write that takes longer than this waited for the client to read.
+const WAITED: Duration = Duration::from_millis(20);
 
 /// What the client did, as the task reading its side of the connection saw it.
 #[derive(Debug)]
@@ -333,7 +338,9 @@ async fn send_some(
         }
     }
     let more_ahead = end > sub.next;
-    if caught_up && more_ahead && read_bytes >= budget {
+    // Behind: more than the buffer ahead of a subscriber that had caught up and whose last write
+    // had to wait (a burst read by a client that keeps up is not slowness).
+    if caught_up && more_ahead && read_bytes >= budget && sub.waited {
         // Put the position back: the slow rule decides from where it goes on.
         sub.next = start;
         return Sent::Behind;
@@ -342,9 +349,11 @@ async fn send_some(
         return Sent::Wrote;
     }
     let frames = chunks.len() as u64;
+    let started = Instant::now();
     if !write_within(out, &chunks, stall).await {
         return Sent::Stalled;
     }
+    sub.waited = started.elapsed() > WAITED;
     add(&core.http.frames_sent, frames);
     add(&core.http.records_sent, records);
     add(&core.http.bytes_sent, bytes);

@@ -557,3 +557,68 @@ fn with_acls_anonymous_streams_need_an_allow_or_a_prefix() {
     assert!(status.starts_with("HTTP/1.1 200"), "{status}");
     shoal.stop();
 }
+
+#[test]
+fn a_slow_subscriber_that_asks_to_skip_gets_a_gap_event_and_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shoal, http) = start(
+        dir.path(),
+        1,
+        &[
+            "--http-heartbeat-ms",
+            "2000",
+            "--http-stream-buffer-bytes",
+            "64KiB",
+        ],
+    );
+    let b = shoal.bootstrap();
+    create_topics(&b, &[("burst", 1)]);
+    let mut sse = Sse::open(
+        &http,
+        "/v1/topics/burst/partitions/0/stream?slow=skip&format=value",
+        &[],
+    );
+    common::cli::produce(&b, "burst", &[10]);
+    assert_eq!(sse.events(10, Duration::from_secs(30)).len(), 10);
+    // The subscriber stops reading while 20 MB arrive, far more than its socket and its buffer
+    // hold, then reads again.
+    let big = "y".repeat(1000);
+    let producer: rdkafka::producer::ThreadedProducer<rdkafka::producer::DefaultProducerContext> =
+        rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &b)
+            .set("linger.ms", "5")
+            .create()
+            .unwrap();
+    for _ in 0..20_000 {
+        common::send_retrying(
+            &producer,
+            rdkafka::producer::BaseRecord::<(), _, ()>::to("burst")
+                .partition(0)
+                .payload(&big),
+        );
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    // Records, then one gap, then the rest: nothing twice, nothing missing but the gap's range.
+    let mut next = 10i64;
+    let mut gap = None;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while next < 20_010 {
+        assert!(Instant::now() < deadline, "at offset {next}");
+        let e = sse.events(1, Duration::from_secs(30)).remove(0);
+        if e.event.as_deref() == Some("gap") {
+            let g = record(&e);
+            assert!(gap.is_none(), "one gap: {e:?}");
+            assert_eq!(g["from"], next, "{e:?}");
+            next = g["to"].as_i64().unwrap() + 1;
+            gap = Some(g);
+            continue;
+        }
+        assert_eq!(e.id, Some(format!("0:{next}")), "{e:?}");
+        next += 1;
+    }
+    assert!(gap.is_some(), "the slow subscriber was skipped forward");
+    assert!(shoal.metric("shoal_http_gaps_total") >= 1);
+    assert_eq!(shoal.metric("shoal_http_slow_disconnects_total"), 0);
+    shoal.stop();
+}

@@ -547,8 +547,9 @@ pub struct HttpArgs {
     /// by the next one closes the connection.
     #[arg(long, default_value_t = 15_000)]
     pub http_heartbeat_ms: u64,
-    /// Most bytes a subscriber reads at once; one that had caught up and falls further behind
-    /// than this gets its ?slow= treatment (disconnect, or skip with a gap event).
+    /// Most bytes a subscriber reads at once; one that had caught up, does not read as fast as
+    /// its stream is written, and falls further behind than this gets its ?slow= treatment
+    /// (disconnect, or skip with a gap event).
     #[arg(long, default_value_t = 1 << 20, value_parser = parse_size_usize)]
     pub http_stream_buffer_bytes: usize,
     /// Stream connections per core; more are answered 503.
