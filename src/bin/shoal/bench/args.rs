@@ -52,6 +52,18 @@ impl Compare {
 }
 
 /// The consumers' isolation level (Kafka `isolation.level`).
+/// How the consumers read: Kafka fetches, or shoal's HTTP streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum Protocol {
+    Kafka,
+    /// Server-Sent Events (`--http-listen` streams, JSON records).
+    Sse,
+    /// WebSocket (`--http-listen` streams, JSON records).
+    Ws,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "snake_case")]
 #[value(rename_all = "snake_case")]
@@ -282,6 +294,14 @@ pub struct FanoutArgs {
     /// Receive buffer of each consumer connection (responses stream through it).
     #[arg(long, default_value = "128KiB", value_parser = parse_size)]
     pub receive_buffer: u64,
+    /// How the consumers read: Kafka fetches, or shoal's HTTP streams of the same partitions
+    /// (sse: Server-Sent Events, ws: WebSocket; JSON records; the embedded broker gets
+    /// --http-listen, an external one needs --http).
+    #[arg(long, value_enum, default_value_t = Protocol::Kafka)]
+    pub protocol: Protocol,
+    /// The HTTP stream address of an external broker (its --http-listen), for --protocol sse|ws.
+    #[arg(long)]
+    pub http: Option<std::net::SocketAddr>,
     /// Consumers follow a fetch response's preferred read replica (KIP-392), as librdkafka and
     /// the Java client do: they move their partition's fetching to that broker (a shoal core) and
     /// go back to the leader when it refuses them. off: they stay with the leader, as clients

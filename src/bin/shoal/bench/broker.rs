@@ -28,6 +28,8 @@ pub struct Broker {
     embedded: Option<(Embedded, Option<PathBuf>)>,
     pub bootstrap: SocketAddr,
     pub admin: Option<SocketAddr>,
+    /// Where it streams topics over HTTP (`--http-listen`), if it does.
+    pub http: Option<SocketAddr>,
     pub pid: Option<u32>,
     pub cores: Option<usize>,
     pub serve_config: ServeConfig,
@@ -55,6 +57,7 @@ impl Broker {
                 embedded: None,
                 bootstrap: crate::client::resolve(b)?,
                 admin,
+                http: args.http,
                 pid,
                 cores: None,
                 serve_config,
@@ -94,14 +97,18 @@ impl Broker {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        if args.protocol != crate::bench::args::Protocol::Kafka {
+            argv.extend(["--http-listen".to_string(), "127.0.0.1:0".to_string()]);
+        }
         argv.extend(args.broker_args.iter().cloned());
         let config =
             serve_config(&argv[2..]).map_err(|e| io::Error::other(format!("--broker-arg: {e}")))?;
         let cores = Some(args.broker_cores.max(1));
         let flush_interval = config.broker.log.flush_interval;
         if args.broker_process {
-            let (child, port, admin) = spawn_broker(&argv[1..])?;
+            let (child, port, admin, http) = spawn_broker(&argv[1..])?;
             return Ok(Broker {
+                http,
                 pid: Some(child.id()),
                 embedded: Some((Embedded::Child(child), remove)),
                 bootstrap: SocketAddr::from(([127, 0, 0, 1], port)),
@@ -115,7 +122,9 @@ impl Broker {
         let server = Server::start(config)?;
         let bootstrap = SocketAddr::from(([127, 0, 0, 1], server.ports[0]));
         let admin = Some(server.admin);
+        let http = server.http;
         Ok(Broker {
+            http,
             embedded: Some((Embedded::InProcess(Box::new(server)), remove)),
             bootstrap,
             admin,
@@ -214,7 +223,9 @@ impl Drop for Broker {
 
 /// Starts `shoal serve ARGS` (this executable) as a child process and reads its Kafka port and
 /// admin address from the line it prints once it listens. Its other output goes to ours.
-fn spawn_broker(serve_args: &[String]) -> io::Result<(std::process::Child, u16, SocketAddr)> {
+type Spawned = (std::process::Child, u16, SocketAddr, Option<SocketAddr>);
+
+fn spawn_broker(serve_args: &[String]) -> io::Result<Spawned> {
     use std::io::BufRead;
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe()?;
@@ -263,16 +274,18 @@ fn spawn_broker(serve_args: &[String]) -> io::Result<(std::process::Child, u16, 
             )));
         }
     };
-    let (mut port, mut admin) = (None, None);
+    let (mut port, mut admin, mut http) = (None, None, None);
     for word in line.split_whitespace() {
         if let Some(p) = word.strip_prefix("kafka_ports=") {
             port = p.split(',').next().and_then(|p| p.parse().ok());
         } else if let Some(a) = word.strip_prefix("admin=") {
             admin = a.parse().ok();
+        } else if let Some(h) = word.strip_prefix("http=") {
+            http = h.parse().ok();
         }
     }
     match (port, admin) {
-        (Some(p), Some(a)) => Ok((child, p, a)),
+        (Some(p), Some(a)) => Ok((child, p, a, http)),
         _ => {
             let _ = child.kill();
             let _ = child.wait();

@@ -209,6 +209,7 @@ fn workload_for(args: &FanoutArgs, point: Option<(SweepKey, u64)>, cpus: usize) 
         drain_timeout: args.drain_timeout,
         receive_buffer: (args.receive_buffer as usize).max(4096),
         follow_replicas: args.follow_replicas.on(),
+        stream: None,
         producer_mode: args.producer_mode(),
         live: !args.quiet,
     }
@@ -432,6 +433,15 @@ fn run_one(
     let settings = Settings {
         coalescing: state(Compare::Coalescing),
         view_sharing: w.views.and(state(Compare::ViewSharing)),
+    };
+    w.stream = match (args.protocol, ut.broker.http) {
+        (args::Protocol::Kafka, _) => None,
+        (protocol, Some(addr)) => Some((protocol, addr)),
+        (_, None) => {
+            return Err(io::Error::other(
+                "--protocol sse|ws needs the broker's HTTP stream address (--http)",
+            ))
+        }
     };
     let endpoint = Endpoint::Kafka(&ut.cluster, ut.upstream.as_ref());
     let s = workload::run(w, &endpoint, &ut.obs, &label, settings)?;

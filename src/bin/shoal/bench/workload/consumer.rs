@@ -456,6 +456,7 @@ mod tests {
             follow_replicas: follow,
             brokers: Brokers::from([(0, leader), (1, replica)]),
             producer_mode: Default::default(),
+            stream: None,
             producer_ids: Default::default(),
             transactional_prefix: String::new(),
         };

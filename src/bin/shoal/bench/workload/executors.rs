@@ -4,6 +4,7 @@
 use super::consumer::consumer;
 use super::plan::{ClientCfg, ConsumerPlan, ProducerPlan};
 use super::producer::producer;
+use super::stream_consumer::stream_consumer;
 use crate::bench::client::PartitionLeader;
 use crate::bench::stats::{Hists, Shared};
 use glommio::{LocalExecutorBuilder, Placement};
@@ -52,12 +53,12 @@ pub(super) async fn executor_main(
     let local = Rc::new(RefCell::new(Hists::default()));
     let mut tasks = Vec::new();
     for c in plan.consumers {
-        tasks.push(glommio::spawn_local(consumer(
-            cfg.clone(),
-            shared.clone(),
-            c,
-            local.clone(),
-        )));
+        let (cfg, shared, local) = (cfg.clone(), shared.clone(), local.clone());
+        tasks.push(if cfg.stream.is_some() {
+            glommio::spawn_local(stream_consumer(cfg, shared, c, local))
+        } else {
+            glommio::spawn_local(consumer(cfg, shared, c, local))
+        });
     }
     for p in plan.producers {
         tasks.push(glommio::spawn_local(producer(

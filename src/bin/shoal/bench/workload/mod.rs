@@ -18,6 +18,7 @@
 //! This module holds the run itself (the orchestrating thread). Its parts, top layer first:
 //! - [`executors`] — client executors: who runs where, the tasks spawned, histograms flushed.
 //! - [`consumer`]  — a consumer task: fetches, checks offsets follow on, samples latency.
+//! - [`stream_consumer`] — a consumer of shoal's HTTP streams (`--protocol sse|ws`).
 //! - [`route`]     — which broker a consumer fetches from (leader or read replica) and why it moves.
 //! - [`producer`]  — a producer task: paced batches, requests in flight, sequences.
 //! - [`live`]      — the line printed every second.
@@ -33,6 +34,7 @@ mod live;
 mod plan;
 mod producer;
 mod route;
+mod stream_consumer;
 mod summary;
 mod txn;
 
@@ -91,6 +93,8 @@ pub struct Workload {
     pub receive_buffer: usize,
     /// `--follow-replicas`: consumers move to the read replica a fetch response prefers.
     pub follow_replicas: bool,
+    /// Consumers read HTTP streams (this protocol, at this address) instead of fetching.
+    pub stream: Option<(crate::bench::args::Protocol, std::net::SocketAddr)>,
     /// `--idempotent`, `--transactional`.
     pub producer_mode: ProducerMode,
     /// Print a live line every second.
@@ -301,6 +305,7 @@ impl<'a> Run<'a> {
             follow_replicas: w.follow_replicas && !raw,
             brokers,
             producer_mode: w.producer_mode,
+            stream: w.stream,
             producer_ids,
             transactional_prefix: format!("shoal-bench-{}", epoch_us / 1000),
         };

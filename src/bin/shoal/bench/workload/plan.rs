@@ -40,6 +40,8 @@ pub(super) struct ClientCfg {
     pub(super) brokers: Brokers,
     /// Plain, idempotent or transactional producers, and the versions of the calls they need.
     pub(super) producer_mode: ProducerMode,
+    /// Consumers read HTTP streams (protocol, address) instead of fetching.
+    pub(super) stream: Option<(crate::bench::args::Protocol, std::net::SocketAddr)>,
     pub(super) producer_ids: ProducerIdVersions,
     /// Producer i's transactional id is `<transactional_prefix>-<i>`.
     pub(super) transactional_prefix: String,
