@@ -116,6 +116,11 @@ impl Server {
             .metrics_listen
             .map(|addr| bind_named(addr, "the metrics address", retry))
             .transpose()?;
+        if config.http_listen.is_some() && config.broker.edge.is_some() {
+            return Err(std::io::Error::other(
+                "--http-listen: shoal edge does not stream over HTTP yet; stream from shoal serve",
+            ));
+        }
         let http_sockets = config
             .http_listen
             .map(|addr| bind_http(addr, cores, retry))

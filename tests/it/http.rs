@@ -622,3 +622,31 @@ fn a_slow_subscriber_that_asks_to_skip_gets_a_gap_event_and_goes_on() {
     assert_eq!(shoal.metric("shoal_http_slow_disconnects_total"), 0);
     shoal.stop();
 }
+
+#[test]
+fn edge_mode_says_it_does_not_stream_over_http_yet() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let run = common::cli::shoal(
+        &[
+            "edge",
+            "--upstream",
+            "127.0.0.1:1",
+            "--data-dir",
+            data,
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--http-listen",
+            "127.0.0.1:0",
+        ],
+        &[],
+    );
+    assert!(!run.ok);
+    assert!(
+        run.stderr.contains("does not stream over HTTP yet"),
+        "{}",
+        run.stderr
+    );
+}
