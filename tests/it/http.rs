@@ -133,6 +133,26 @@ fn refused(addr: &str, raw: &str) -> (String, String) {
     )
 }
 
+/// A query value as a form encodes it: `+` for spaces, `%XX` escapes.
+fn unescape(v: &str) -> String {
+    let b = v.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                let hex = std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("");
+                out.push(u8::from_str_radix(hex, 16).unwrap_or(b'?'));
+                i += 2;
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// The JSON record of an event.
 fn record(e: &Event) -> Value {
     serde_json::from_str(&e.data).unwrap_or_else(|err| panic!("{e:?}: {err}"))
@@ -649,4 +669,152 @@ fn edge_mode_says_it_does_not_stream_over_http_yet() {
         "{}",
         run.stderr
     );
+}
+
+/// The page the browser test opens: it reads `count` records of partition 0 of `topic` with
+/// `EventSource` and `count` of partition 1 with `WebSocket` (reconnecting as a page would, with
+/// `?resume=` its last event), checks every offset and value, and reports what it saw to
+/// `report` (a GET with the figures in its query).
+fn browser_page(http: &str, topic: &str, count: usize, report: &str) -> String {
+    format!(
+        r#"<!doctype html><html><body><div id="out" data-result="running"></div><script>
+const base = "http://{http}/v1/topics/{topic}/partitions/";
+const out = document.getElementById("out");
+const seen = {{ sse: 0, ws: 0, bad: [] }};
+let finished = 0;
+function finish() {{
+  if (++finished < 2) return;
+  out.setAttribute("data-sse", seen.sse);
+  out.setAttribute("data-ws", seen.ws);
+  out.setAttribute("data-bad", seen.bad.slice(0, 5).join(" | ") || "none");
+  out.setAttribute("data-result", "done");
+  const q = new URLSearchParams({{ sse: seen.sse, ws: seen.ws, bad: seen.bad.slice(0, 5).join(" | ") || "none" }});
+  fetch("http://{report}/report?" + q, {{ mode: "no-cors" }});
+}}
+function check(kind, r, want) {{
+  if (r.offset !== want || r.value !== "record " + (r.partition * 1000000 + r.offset)) {{
+    seen.bad.push(kind + " wanted " + want + " got " + JSON.stringify(r));
+  }}
+}}
+const sse = new EventSource(base + "0/stream?offset=earliest");
+sse.onmessage = (e) => {{
+  check("sse", JSON.parse(e.data), seen.sse);
+  if (++seen.sse === {count}) {{ sse.close(); finish(); }}
+}};
+let last = -1;
+function ws() {{
+  const from = last < 0 ? "offset=earliest" : "resume=1:" + last;
+  const socket = new WebSocket("ws://{http}/v1/topics/{topic}/partitions/1/stream?" + from);
+  socket.onmessage = (e) => {{
+    const r = JSON.parse(e.data);
+    check("ws", r, last + 1);
+    last = r.offset;
+    if (++seen.ws === {count}) {{ socket.close(); finish(); }}
+  }};
+  socket.onclose = () => {{ if (seen.ws < {count}) setTimeout(ws, 200); }};
+}}
+ws();
+</script></body></html>"#
+    )
+}
+
+#[test]
+fn a_browser_reads_with_eventsource_and_websocket_and_resumes_by_itself_after_kill_9() {
+    const TEST: &str =
+        "http::a_browser_reads_with_eventsource_and_websocket_and_resumes_by_itself_after_kill_9";
+    if common::browser::chromium().is_err() {
+        return shards::testing::skipped(TEST, "streams in a headless browser", "no chromium");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let _ports = common::ports_lock();
+    let port = common::free_port_run(1);
+    let listen = format!("127.0.0.1:{port}");
+    let flags = ["--http-listen", listen.as_str()];
+    let shoal = Shoal::start(dir.path(), 2, &flags);
+    let http = shoal.http.clone().unwrap();
+    let b = shoal.bootstrap();
+    create_topics(&b, &[("live", 2)]);
+    // Values "record P*1000000+O", so that the page can check each one.
+    let produce = |bootstrap: &str, p: i32, offsets: std::ops::Range<i64>| {
+        let producer: rdkafka::producer::ThreadedProducer<
+            rdkafka::producer::DefaultProducerContext,
+        > = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("linger.ms", "5")
+            .create()
+            .unwrap();
+        for o in offsets {
+            let value = format!("record {}", i64::from(p) * 1_000_000 + o);
+            common::send_retrying(
+                &producer,
+                rdkafka::producer::BaseRecord::<(), _, ()>::to("live")
+                    .partition(p)
+                    .payload(&value),
+            );
+        }
+        producer.flush(Duration::from_secs(30)).unwrap();
+    };
+    produce(&b, 0, 0..5000);
+    produce(&b, 1, 0..5000);
+    // The page reports here when it is done.
+    let reports = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let report_addr = reports.local_addr().unwrap().to_string();
+    let page = dir.path().join("page.html");
+    std::fs::write(&page, browser_page(&http, "live", 10_000, &report_addr)).unwrap();
+    let url = format!("file://{}", page.display());
+    let Some(_browser) = common::browser::open_page(TEST, &url) else {
+        return;
+    };
+    // Once both streams have delivered the first half, the broker is killed and comes back on the
+    // same HTTP address; the second half is produced after.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while shoal.metric("shoal_http_records_sent_total") < 10_000 {
+        assert!(
+            Instant::now() < deadline,
+            "the page read {} records",
+            shoal.metric("shoal_http_records_sent_total")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    shoal.kill_hard();
+    // The same HTTP address (the page reconnects there); Kafka anywhere.
+    let shoal = Shoal::start(dir.path(), 2, &flags);
+    let b = shoal.bootstrap();
+    produce(&b, 0, 5000..10_000);
+    produce(&b, 1, 5000..10_000);
+    reports.set_nonblocking(true).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut conn = loop {
+        match reports.accept() {
+            Ok((conn, _)) => break conn,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => panic!("the page did not report within 90 s: {e}"),
+        }
+    };
+    conn.set_nonblocking(false).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(&conn).read_line(&mut line).unwrap();
+    let _ = conn.write_all(b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n");
+    let query = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|t| t.split_once('?'))
+        .map(|(_, q)| q.to_string())
+        .unwrap_or_default();
+    let field = |name: &str| {
+        query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+            .map(unescape)
+            .unwrap_or_default()
+    };
+    assert_eq!(field("bad"), "none", "{line}");
+    assert_eq!(
+        (field("sse"), field("ws")),
+        ("10000".to_string(), "10000".to_string()),
+        "{line}"
+    );
+    shoal.stop();
 }

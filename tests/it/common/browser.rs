@@ -89,6 +89,51 @@ pub fn dump_dom(test: &str, url: &str, budget: Duration) -> Option<String> {
     Some(reader.join().unwrap())
 }
 
+/// A headless browser showing `url` in real time (no virtual time: for pages that talk to servers
+/// for a while), killed when the returned guard is dropped. `None`, with a SKIPPED line naming
+/// `test`, where no browser can be had.
+pub fn open_page(test: &str, url: &str) -> Option<Browser> {
+    let browser = match chromium() {
+        Ok(path) => path,
+        Err(why) => {
+            shards::testing::skipped(test, "a page in a headless browser", &why);
+            return None;
+        }
+    };
+    let profile = tempfile::tempdir().unwrap();
+    let child = Command::new(browser)
+        .args([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-extensions",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(url)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromium runs");
+    Some(Browser {
+        child,
+        _profile: profile,
+    })
+}
+
+/// A browser started by [`open_page`]; killed on drop.
+pub struct Browser {
+    child: std::process::Child,
+    _profile: tempfile::TempDir,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// The attributes of the first element whose opening tag contains `marker` (e.g.
 /// `data-topic="hot"`), as (name, value) pairs; `None` if there is none.
 pub fn element_attributes(dom: &str, marker: &str) -> Option<Vec<(String, String)>> {
