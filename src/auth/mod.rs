@@ -1,6 +1,6 @@
 //! # auth — who a connection is
 //!
-//! Authentication for the Kafka listener, below the Kafka front end (which asks it) and above
+//! Authentication for the Kafka listener and the HTTP streams, below the front ends (which ask it) and above
 //! nothing but the engine's small-file helper:
 //!
 //! ## Layout, top layer first
@@ -10,10 +10,12 @@
 //! - [`users`] — the users file (`<data-dir>/users.json`) that `shoal user` edits and each core
 //!   reads again when it changes.
 //! - [`scram`] — SCRAM-SHA-256/512: stored credentials and the server's side of an exchange.
+//! - [`tokens`] — bearer tokens for the HTTP streams, each tied to a user (`<data-dir>/tokens.json`).
 
 pub mod sasl;
 pub mod scram;
 pub mod tls;
+pub mod tokens;
 pub mod users;
 
 use std::time::Duration;

@@ -95,6 +95,8 @@ pub struct ReadPath {
 pub struct Security {
     /// The users who may authenticate (read again when the file changes).
     pub users: crate::auth::users::Users,
+    /// The HTTP streams' bearer tokens (read again when the file changes).
+    pub tokens: crate::auth::tokens::Tokens,
     /// Failed authentications per source address on this core.
     pub auth_failures: crate::auth::sasl::FailureLimiter,
     /// The listener's TLS, if it has any (the server checked the files at start; if they cannot
@@ -191,6 +193,7 @@ impl Core {
             queues: TaskQueues::create(),
             security: Security {
                 users: crate::auth::users::Users::new(&config.data_dir),
+                tokens: crate::auth::tokens::Tokens::new(&config.data_dir),
                 auth_failures: Default::default(),
                 tls: config
                     .auth

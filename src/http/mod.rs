@@ -157,7 +157,11 @@ async fn connection(core: &Rc<Core>, hub: &Hub, mut stream: TcpStream, head: Opt
             }
         }
     };
-    let checked = parsed.and_then(|h| check(core, hub, &h).map(|r| (h, r)));
+    let identified = match parsed.and_then(|h| request::route(&h).map(|r| (h, r))) {
+        Ok((h, r)) => principal(core, &r).await.map(|p| (h, r, p)),
+        Err(refusal) => Err(refusal),
+    };
+    let checked = identified.and_then(|(h, r, p)| check(core, hub, &h, r, &p).map(|r| (h, r)));
     let (head, req) = match checked {
         Ok(checked) => checked,
         Err(refusal) => {
@@ -240,10 +244,30 @@ impl Drop for Open<'_> {
     }
 }
 
+/// Who the request is: the user its bearer token belongs to, or `User:ANONYMOUS` without one.
+async fn principal(core: &Core, req: &StreamRequest) -> Result<String, Refusal> {
+    let Some(token) = &req.token else {
+        return Ok("User:ANONYMOUS".to_string());
+    };
+    let tokens = core.security.tokens.current().await;
+    match tokens.user_of(token) {
+        Some(user) => Ok(format!("User:{user}")),
+        None => Err(Refusal::new(
+            "401 Unauthorized",
+            "unknown or revoked token (shoal user token create USER)",
+        )),
+    }
+}
+
 /// The request's checks beyond its syntax: the protocol it asks for, where it comes from, and
-/// whether it may read the topic.
-fn check(core: &Core, hub: &Hub, head: &Head) -> Result<StreamRequest, Refusal> {
-    let req = request::route(head)?;
+/// whether `principal` may read the topic.
+fn check(
+    core: &Core,
+    hub: &Hub,
+    head: &Head,
+    req: StreamRequest,
+    principal: &str,
+) -> Result<StreamRequest, Refusal> {
     if head.websocket {
         if head.websocket_version.as_deref() != Some("13") {
             return Err(Refusal::new(
@@ -279,20 +303,30 @@ fn check(core: &Core, hub: &Hub, head: &Head) -> Result<StreamRequest, Refusal> 
         }
     }
     let source = crate::table::source_topic(&req.topic).unwrap_or(&req.topic);
-    if !may_read(core, hub, source) {
-        return Err(Refusal::new(
-            "401 Unauthorized",
-            format!(
-                "ACLs are enforced and anonymous clients may not READ topic {source:?}: allow \
-                 User:ANONYMOUS, or name its prefix in --http-anonymous-read"
-            ),
-        ));
+    if !may_read(core, hub, principal, source) {
+        let refusal = if principal == "User:ANONYMOUS" {
+            Refusal::new(
+                "401 Unauthorized",
+                format!(
+                    "ACLs are enforced and anonymous clients may not READ topic {source:?}: \
+                     send a token (Authorization: Bearer, or ?access_token=), allow \
+                     User:ANONYMOUS, or name its prefix in --http-anonymous-read"
+                ),
+            )
+        } else {
+            Refusal::new(
+                "403 Forbidden",
+                format!("{principal} may not READ topic {source:?}"),
+            )
+        };
+        return Err(refusal);
     }
     Ok(req)
 }
 
-/// Whether an anonymous client may read `topic` (always where no ACLs are enforced).
-fn may_read(core: &Core, hub: &Hub, topic: &str) -> bool {
+/// Whether `principal` may read `topic` (always where no ACLs are enforced; anyone, for a topic
+/// under an anonymous prefix).
+fn may_read(core: &Core, hub: &Hub, principal: &str, topic: &str) -> bool {
     if hub
         .config
         .anonymous_read
@@ -306,7 +340,7 @@ fn may_read(core: &Core, hub: &Hub, topic: &str) -> bool {
     authorize(
         config,
         acls,
-        "User:ANONYMOUS",
+        principal,
         "*",
         Operation::Read,
         ResourceType::Topic,

@@ -35,6 +35,8 @@ pub struct Head {
     pub accept: Option<String>,
     pub last_event_id: Option<String>,
     pub origin: Option<String>,
+    /// A bearer token (`Authorization: Bearer ...`).
+    pub token: Option<String>,
     /// `Upgrade: websocket` with `Connection: upgrade`.
     pub websocket: bool,
     pub websocket_key: Option<String>,
@@ -116,6 +118,11 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, Refusal> {
             "accept" => head.accept = Some(value()),
             "last-event-id" => head.last_event_id = Some(value()),
             "origin" => head.origin = Some(value()),
+            "authorization" => {
+                head.token = value()
+                    .strip_prefix("Bearer ")
+                    .map(|t| t.trim().to_string())
+            }
             "upgrade" => upgrade = value().eq_ignore_ascii_case("websocket"),
             "connection" => {
                 connection_upgrade = value()
@@ -171,6 +178,9 @@ pub struct StreamRequest {
     pub format: Format,
     pub read_committed: bool,
     pub slow: Slow,
+    /// The bearer token, from `Authorization` or `?access_token=` (browsers' `EventSource` and
+    /// `WebSocket` cannot set headers).
+    pub token: Option<String>,
 }
 
 /// The stream a request's target names, checked: `GET /v1/topics/{topic}/partitions/{p}/stream`
@@ -214,6 +224,7 @@ pub fn route(head: &Head) -> Result<StreamRequest, Refusal> {
         format: Format::Json,
         read_committed: false,
         slow: Slow::Disconnect,
+        token: head.token.clone(),
     };
     let mut resume = head.last_event_id.clone();
     for (key, value) in query.split('&').filter(|kv| !kv.is_empty()).map(|kv| {
@@ -250,6 +261,7 @@ pub fn route(head: &Head) -> Result<StreamRequest, Refusal> {
                 }
             }
             "resume" => resume = Some(value),
+            "access_token" => req.token = Some(value),
             _ => {
                 return Err(Refusal::new(
                     "400 Bad Request",

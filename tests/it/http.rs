@@ -548,13 +548,14 @@ fn bad_requests_get_a_status_and_the_reason() {
 }
 
 #[test]
-fn with_acls_anonymous_streams_need_an_allow_or_a_prefix() {
+fn with_acls_streams_need_a_token_of_a_user_allowed_to_read_or_an_anonymous_prefix() {
     let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
     let extra = [
         "--authorizer",
         "acl",
         "--super-users",
-        "User:ANONYMOUS_ADMIN",
+        "User:alice",
         "--http-anonymous-read",
         "public.",
     ];
@@ -567,14 +568,55 @@ fn with_acls_anonymous_streams_need_an_allow_or_a_prefix() {
     );
     shoal.stop();
     let (shoal, http) = start(dir.path(), 1, &extra);
-    let (line, body) = refused(
-        &http,
-        "GET /v1/topics/private.ledger/partitions/0/stream HTTP/1.1\r\n\r\n",
-    );
+    let ledger = "/v1/topics/private.ledger/partitions/0/stream";
+    let (line, body) = refused(&http, &format!("GET {ledger} HTTP/1.1\r\n\r\n"));
     assert!(line.starts_with("HTTP/1.1 401"), "{line}");
     assert!(body.contains("--http-anonymous-read"), "{body}");
     let (status, _) = request(&http, "/v1/topics/public.prices/partitions/0/stream", &[]);
     assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    // Tokens made while the server runs: alice may read everything, bob nothing.
+    let token = |user: &str| {
+        let run = common::cli::shoal(&["user", "token", "create", user, "--data-dir", data], &[]);
+        assert!(run.ok, "{}", run.stderr);
+        run.stdout.trim().to_string()
+    };
+    let (alice, bob) = (token("alice"), token("bob"));
+    let (status, _) = request(&http, &format!("{ledger}?access_token={alice}"), &[]);
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    let bearer = format!("Bearer {alice}");
+    let (status, _) = request(&http, ledger, &[("Authorization", &bearer)]);
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    let (line, body) = refused(
+        &http,
+        &format!("GET {ledger}?access_token={bob} HTTP/1.1\r\n\r\n"),
+    );
+    assert!(
+        line.starts_with("HTTP/1.1 403") && body.contains("User:bob"),
+        "{line} {body}"
+    );
+    let (line, _) = refused(
+        &http,
+        &format!("GET {ledger}?access_token=shoal_forged HTTP/1.1\r\n\r\n"),
+    );
+    assert!(line.starts_with("HTTP/1.1 401"), "{line}");
+    // Revoked: refused from the next request on.
+    let listed = common::cli::shoal(&["user", "token", "list", "--data-dir", data], &[]);
+    assert_eq!(
+        listed.stdout.matches("alice").count(),
+        1,
+        "{}",
+        listed.stdout
+    );
+    let revoked = common::cli::shoal(
+        &["user", "token", "revoke", "alice", "--data-dir", data],
+        &[],
+    );
+    assert!(revoked.ok, "{}", revoked.stderr);
+    let (line, _) = refused(
+        &http,
+        &format!("GET {ledger}?access_token={alice} HTTP/1.1\r\n\r\n"),
+    );
+    assert!(line.starts_with("HTTP/1.1 401"), "{line}");
     shoal.stop();
 }
 

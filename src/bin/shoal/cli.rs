@@ -72,6 +72,73 @@ pub enum Command {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum TokenAction {
+    /// Makes a token for USER and prints it (the only time it is shown).
+    Create {
+        user: String,
+        #[arg(long, default_value = "./shoal-data")]
+        data_dir: PathBuf,
+    },
+    /// Lists the tokens: id (the start of the token's hash), user, when made.
+    List {
+        #[arg(long, default_value = "./shoal-data")]
+        data_dir: PathBuf,
+    },
+    /// Revokes a token by its id (at least 8 hex digits), or every token of a user.
+    Revoke {
+        id_or_user: String,
+        #[arg(long, default_value = "./shoal-data")]
+        data_dir: PathBuf,
+    },
+}
+
+/// `shoal user token ...`.
+fn run_token(action: TokenAction) -> Result<(), String> {
+    use shoal::auth::tokens::TokenStore;
+    let load = |dir: &std::path::Path| {
+        let path = TokenStore::path(dir);
+        TokenStore::load(&path)
+            .map(|s| (path, s))
+            .map_err(|e| e.to_string())
+    };
+    let save = |store: &TokenStore, path: &std::path::Path| {
+        store
+            .save(path)
+            .map_err(|e| format!("{}: {e}", path.display()))
+    };
+    match action {
+        TokenAction::Create { user, data_dir } => {
+            shoal::auth::users::validate_user_name(&user)?;
+            let (path, mut store) = load(&data_dir)?;
+            let token = store.create(&user, shards::now_ms());
+            save(&store, &path)?;
+            println!("{token}");
+            eprintln!("a token for User:{user}: send it as `Authorization: Bearer TOKEN` or `?access_token=TOKEN`; it is not shown again");
+        }
+        TokenAction::List { data_dir } => {
+            let (_, store) = load(&data_dir)?;
+            println!("{:<14}{:<24}CREATED-MS", "ID", "USER");
+            for (id, t) in store.list() {
+                println!("{id:<14}{:<24}{}", t.user, t.created_ms);
+            }
+        }
+        TokenAction::Revoke {
+            id_or_user,
+            data_dir,
+        } => {
+            let (path, mut store) = load(&data_dir)?;
+            let revoked = store.revoke(&id_or_user);
+            if revoked == 0 {
+                return Err(format!("no token has id {id_or_user:?} (8 hex digits or more) or belongs to user {id_or_user:?}"));
+            }
+            save(&store, &path)?;
+            println!("revoked {revoked} token(s)");
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug, Subcommand)]
 pub enum UserCommand {
     /// Offline: adds a user to --data-dir's users file, or sets a user's password: SCRAM
     /// credentials (salted and hashed, never the password) for each mechanism asked for.
@@ -97,6 +164,13 @@ pub enum UserCommand {
         iterations: u32,
         #[arg(long, default_value = "./shoal-data")]
         data_dir: PathBuf,
+    },
+    /// Offline: bearer tokens for the HTTP streams (`--http-listen`), each tied to a user, in
+    /// --data-dir's tokens file (hashed; a running server reads it again when it changes).
+    /// Example: `shoal user token create alice`
+    Token {
+        #[command(subcommand)]
+        action: TokenAction,
     },
     /// Over the Kafka protocol (AlterUserScramCredentials): creates a user, or sets a user's
     /// password, salted and hashed here; the new password from --new-password-file or
@@ -249,6 +323,7 @@ pub fn run_user(cmd: UserCommand) -> Result<(), String> {
                 .map_err(|e| format!("{}: {e}", path.display()))?;
             println!("user {name}: removed");
         }
+        UserCommand::Token { action } => return run_token(action),
         UserCommand::Create(c) => return protocol(crate::tools::UserAction::Create(c)),
         UserCommand::Delete(d) => return protocol(crate::tools::UserAction::Delete(d)),
         UserCommand::List(l) => {
