@@ -141,21 +141,8 @@ async fn connection(core: &Rc<Core>, hub: &Hub, mut stream: TcpStream, head: Opt
     hub.open.set(hub.open.get() + 1);
     let _open = Open(&hub.open);
     let _ = stream.set_nodelay(true);
-    let (raw, parsed) = match head {
-        Some(raw) => {
-            let parsed = request::parse_head(&raw).and_then(|h| {
-                h.ok_or_else(|| Refusal::new("400 Bad Request", "incomplete request head"))
-            });
-            (raw, parsed)
-        }
-        None => {
-            let deadline = Instant::now() + request::HEAD_DEADLINE;
-            match request::read_head(&mut stream, deadline).await {
-                Ok(None) => return,
-                Ok(Some((raw, head))) => (raw, Ok(head)),
-                Err(refusal) => (Vec::new(), Err(refusal)),
-            }
-        }
+    let Some((raw, parsed)) = request_head(&mut stream, head).await else {
+        return;
     };
     let identified = match parsed.and_then(|h| request::route(&h).map(|r| (h, r))) {
         Ok((h, r)) => principal(core, &r).await.map(|p| (h, r, p)),
@@ -232,6 +219,30 @@ async fn connection(core: &Rc<Core>, hub: &Hub, mut stream: TcpStream, head: Opt
         core.http
             .websocket_subscribers
             .set(core.http.websocket_subscribers.get() - 1);
+    }
+}
+
+/// The request's head: handed over with the connection, or read from it (with its bytes as
+/// sent); `None` when the client left without sending one.
+async fn request_head(
+    stream: &mut TcpStream,
+    handed: Option<Vec<u8>>,
+) -> Option<(Vec<u8>, Result<Head, Refusal>)> {
+    match handed {
+        Some(raw) => {
+            let parsed = request::parse_head(&raw).and_then(|h| {
+                h.ok_or_else(|| Refusal::new("400 Bad Request", "incomplete request head"))
+            });
+            Some((raw, parsed))
+        }
+        None => {
+            let deadline = Instant::now() + request::HEAD_DEADLINE;
+            match request::read_head(stream, deadline).await {
+                Ok(None) => None,
+                Ok(Some((raw, head))) => Some((raw, Ok(head))),
+                Err(refusal) => Some((Vec::new(), Err(refusal))),
+            }
+        }
     }
 }
 

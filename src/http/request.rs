@@ -226,7 +226,31 @@ pub fn route(head: &Head) -> Result<StreamRequest, Refusal> {
         slow: Slow::Disconnect,
         token: head.token.clone(),
     };
-    let mut resume = head.last_event_id.clone();
+    let resume = apply_query(&mut req, query, head.last_event_id.clone())?;
+    if let Some(id) = resume.filter(|id| !id.is_empty()) {
+        let (p, offset) = parse_event_id(&id)
+            .ok_or_else(|| bad("resume id", &id, "PARTITION:OFFSET, as the last event's id"))?;
+        if p != req.partition {
+            return Err(Refusal::new(
+                "400 Bad Request",
+                format!(
+                    "resume id {id:?} names partition {p}, not {}",
+                    req.partition
+                ),
+            ));
+        }
+        req.start = Start::After(offset);
+    }
+    Ok(req)
+}
+
+/// Applies the query's parameters to `req`; returns the resume id (`?resume=`, else `resume`).
+fn apply_query(
+    req: &mut StreamRequest,
+    query: &str,
+    resume: Option<String>,
+) -> Result<Option<String>, Refusal> {
+    let mut resume = resume;
     for (key, value) in query.split('&').filter(|kv| !kv.is_empty()).map(|kv| {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
         (k, percent_decode(v).unwrap_or_default())
@@ -270,21 +294,7 @@ pub fn route(head: &Head) -> Result<StreamRequest, Refusal> {
             }
         }
     }
-    if let Some(id) = resume.filter(|id| !id.is_empty()) {
-        let (p, offset) = parse_event_id(&id)
-            .ok_or_else(|| bad("resume id", &id, "PARTITION:OFFSET, as the last event's id"))?;
-        if p != req.partition {
-            return Err(Refusal::new(
-                "400 Bad Request",
-                format!(
-                    "resume id {id:?} names partition {p}, not {}",
-                    req.partition
-                ),
-            ));
-        }
-        req.start = Start::After(offset);
-    }
-    Ok(req)
+    Ok(resume)
 }
 
 fn bad(what: &str, value: &str, expected: &str) -> Refusal {

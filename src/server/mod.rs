@@ -116,15 +116,7 @@ impl Server {
             .metrics_listen
             .map(|addr| bind_named(addr, "the metrics address", retry))
             .transpose()?;
-        if config.http_listen.is_some() && config.broker.edge.is_some() {
-            return Err(std::io::Error::other(
-                "--http-listen: shoal edge does not stream over HTTP yet; stream from shoal serve",
-            ));
-        }
-        let http_sockets = config
-            .http_listen
-            .map(|addr| bind_http(addr, cores, retry))
-            .transpose()?;
+        let http_sockets = bind_streams(&config, cores, retry)?;
         let http = match &http_sockets {
             Some(sockets) => Some(sockets[0].local_addr()?),
             None => None,
@@ -266,6 +258,23 @@ fn admin_tls(
 
 /// Starts one executor per core (pinned when there are CPUs enough), each serving its sockets;
 /// core 0 also takes the admin's requests.
+/// The HTTP stream listener's sockets, one per core, where `--http-listen` asks for them.
+fn bind_streams(
+    config: &ServerConfig,
+    cores: usize,
+    retry: Duration,
+) -> std::io::Result<Option<Vec<std::net::TcpListener>>> {
+    if config.http_listen.is_some() && config.broker.edge.is_some() {
+        return Err(std::io::Error::other(
+            "--http-listen: shoal edge does not stream over HTTP yet; stream from shoal serve",
+        ));
+    }
+    config
+        .http_listen
+        .map(|addr| bind_http(addr, cores, retry))
+        .transpose()
+}
+
 #[allow(clippy::too_many_arguments)]
 fn spawn_cores(
     sockets: Vec<Vec<std::net::TcpListener>>,

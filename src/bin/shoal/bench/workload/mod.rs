@@ -276,8 +276,10 @@ impl<'a> Run<'a> {
             _ => client::Brokers::new(),
         };
         let producers = if raw { 0 } else { w.producers };
-        let per_producer = if producers > 0 {
-            w.rate / producers as f64
+        // Seconds between one producer's batches (0: unpaced).
+        let per_producer = w.rate / producers.max(1) as f64;
+        let batch_interval = if producers > 0 && per_producer > 0.0 {
+            w.records_per_batch as f64 / per_producer
         } else {
             0.0
         };
@@ -290,11 +292,7 @@ impl<'a> Run<'a> {
             message_bytes: w.message_bytes,
             records_per_batch: w.records_per_batch,
             views: w.views,
-            batch_interval: if per_producer > 0.0 {
-                w.records_per_batch as f64 / per_producer
-            } else {
-                0.0
-            },
+            batch_interval,
             max_in_flight: w.max_in_flight,
             fetch_max_wait: w.fetch_max_wait,
             isolation_level: w.isolation_level,
