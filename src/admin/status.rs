@@ -25,6 +25,14 @@ impl Cores {
                     "storage_errors": s.storage.errors,
                     "storage_failing": s.storage.failing_logs,
                     "edge": s.edge,
+                    "streams": {
+                        "subscribers": s.http.subscribers,
+                        "websocket_subscribers": s.http.websocket_subscribers,
+                        "frames_encoded": s.http.frames_encoded,
+                        "frames_sent": s.http.frames_sent,
+                        "slow_disconnects": s.http.slow_disconnects,
+                        "gaps": s.http.gaps,
+                    },
                 })
             })
             .collect();

@@ -379,6 +379,11 @@ fn subscribers_on_a_core_share_one_encoded_frame_per_batch() {
         "encoded {encoded}, sent {sent}"
     );
     assert_eq!(shoal.metric("shoal_http_subscribers"), subscribers);
+    // The same figures in /v1/status.
+    let (_, status) = shoal.admin_get("/v1/status");
+    let status: Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(status["cores"][0]["streams"]["subscribers"], subscribers);
+    assert_eq!(status["cores"][0]["streams"]["frames_sent"], sent);
     drop(streams);
     shoal.stop();
 }
