@@ -115,13 +115,32 @@ pub async fn serve(core: Rc<Core>, listener: TcpListener, config: HttpConfig) {
     drop(from_others);
 }
 
+/// Serves a connection in a task of its own: a panic in it is caught, logged, and closes only
+/// this connection; the core keeps serving.
 fn spawn_connection(core: &Rc<Core>, hub: &Rc<Hub>, stream: TcpStream, head: Option<Vec<u8>>) {
+    use futures_lite::FutureExt;
     let (core, hub) = (core.clone(), hub.clone());
     let queue = core.queues().fetch;
-    let task = glommio::spawn_local_into(
-        async move { connection(&core, &hub, stream, head).await },
-        queue,
-    );
+    let peer = stream
+        .peer_addr()
+        .map_or_else(|_| "?".to_string(), |a| a.to_string());
+    let guarded = async move {
+        let served = std::panic::AssertUnwindSafe(connection(&core, &hub, stream, head))
+            .catch_unwind()
+            .await;
+        if let Err(payload) = served {
+            let why = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "(no message)".into());
+            log::error!(
+                "core {}: the stream connection from {peer} panicked: {why}",
+                core.id()
+            );
+        }
+    };
+    let task = glommio::spawn_local_into(guarded, queue);
     if let Ok(task) = task {
         task.detach();
     }
@@ -197,11 +216,10 @@ async fn connection(core: &Rc<Core>, hub: &Hub, mut stream: TcpStream, head: Opt
     if stream.write_all(&answer).await.is_err() {
         return;
     }
-    add(&core.http.subscribers, 1);
     add(&core.http.subscribers_total, 1);
-    if protocol == Protocol::WebSocket {
-        add(&core.http.websocket_subscribers, 1);
-    }
+    let _open = Gauge::up(&core.http.subscribers);
+    let _ws =
+        (protocol == Protocol::WebSocket).then(|| Gauge::up(&core.http.websocket_subscribers));
     let sub = Subscription {
         part,
         encoding: Encoding {
@@ -214,12 +232,6 @@ async fn connection(core: &Rc<Core>, hub: &Hub, mut stream: TcpStream, head: Opt
         waited: false,
     };
     subscriber::run(core, hub, SharedStream::new(stream), sub).await;
-    core.http.subscribers.set(core.http.subscribers.get() - 1);
-    if protocol == Protocol::WebSocket {
-        core.http
-            .websocket_subscribers
-            .set(core.http.websocket_subscribers.get() - 1);
-    }
 }
 
 /// The request's head: handed over with the connection, or read from it (with its bytes as
@@ -243,6 +255,22 @@ async fn request_head(
                 Err(refusal) => Some((Vec::new(), Err(refusal))),
             }
         }
+    }
+}
+
+/// A gauge counted up while this lives (also when a panic unwinds it).
+struct Gauge<'a>(&'a Cell<u64>);
+
+impl<'a> Gauge<'a> {
+    fn up(cell: &'a Cell<u64>) -> Self {
+        cell.set(cell.get() + 1);
+        Gauge(cell)
+    }
+}
+
+impl Drop for Gauge<'_> {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
     }
 }
 
@@ -384,7 +412,7 @@ async fn start_offset(
         Start::Latest => Ok(end),
         Start::At(n) if n > log.high_watermark() => Err(past_end(n)),
         Start::At(n) => Ok(n),
-        Start::After(n) if n >= log.high_watermark() => Err(past_end(n + 1)),
+        Start::After(n) if n >= log.high_watermark() => Err(past_end(n.saturating_add(1))),
         Start::After(n) => Ok(n + 1),
         Start::Time(ms) => match log.offset_for_timestamp(ms).await {
             Ok(Some((offset, _))) => Ok(offset),

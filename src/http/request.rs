@@ -475,4 +475,26 @@ mod tests {
         assert_eq!(percent_decode("%zz%").as_deref(), Some("%zz%"));
         assert_eq!(percent_decode("%ff"), None);
     }
+
+    #[test]
+    fn random_heads_never_panic() {
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let base = b"GET /v1/topics/t/partitions/0/stream?offset=3&format=json HTTP/1.1\r\nLast-Event-ID: 0:1\r\n\r\n";
+        for _ in 0..20_000 {
+            let mut bytes = base.to_vec();
+            for _ in 0..(next() % 6) {
+                let at = (next() as usize) % bytes.len();
+                bytes[at] = next() as u8;
+            }
+            if let Ok(Some(head)) = parse_head(&bytes) {
+                let _ = route(&head);
+            }
+        }
+    }
 }

@@ -203,4 +203,23 @@ mod tests {
         big.extend_from_slice(&(1u64 << 40).to_be_bytes());
         check(big, CLOSE_TOO_BIG);
     }
+
+    #[test]
+    fn random_bytes_never_panic_and_frames_stay_bounded() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..20_000 {
+            let len = (next() % 64) as usize;
+            let bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            let mut frames = ClientFrames::default();
+            frames.push(&bytes);
+            while let Ok(Some(_)) = frames.next_frame() {}
+            assert!(frames.buf.len() <= bytes.len());
+        }
+    }
 }

@@ -26,6 +26,7 @@ mod connections;
 mod inputs;
 mod mutate;
 mod requests;
+mod streams;
 
 use answers::frames_sent;
 use broker::{
