@@ -70,7 +70,7 @@ fn http_mutation(rng: &mut Rng, input: Vec<u8>) -> Vec<u8> {
         0 => text
             .replacen(
                 "GET",
-                rng.pick(&["POST", "get", "", "GET GET", "\u{0}"]),
+                rng.pick::<&str>(&["POST", "get", "", "GET GET", "\u{0}"]),
                 1,
             )
             .into_bytes(),
@@ -91,7 +91,7 @@ fn http_mutation(rng: &mut Rng, input: Vec<u8>) -> Vec<u8> {
         3 => text
             .replacen(
                 "/partitions/",
-                rng.pick(&[
+                rng.pick::<&str>(&[
                     "/partitions/-1/",
                     "/partitions/99999999999999999999/",
                     "/partitions/%ff/",
@@ -103,7 +103,7 @@ fn http_mutation(rng: &mut Rng, input: Vec<u8>) -> Vec<u8> {
         4 => text
             .replacen(
                 "offset=",
-                rng.pick(&[
+                rng.pick::<&str>(&[
                     "offset=-9223372036854775808&x=",
                     "offset=%",
                     "offset=@-1&offset=",
@@ -116,7 +116,7 @@ fn http_mutation(rng: &mut Rng, input: Vec<u8>) -> Vec<u8> {
         6 => text
             .replacen(
                 "/v1/topics/fz/",
-                rng.pick(&[
+                rng.pick::<&str>(&[
                     "/v1/topics/fz.shard-0-of-2/",
                     "/v1/topics/%2e%2e/",
                     "/v1/topics//",
