@@ -429,7 +429,9 @@ impl Inbox {
 /// not taken (a client flooding pings waits for its pongs).
 async fn read_client(mut input: SharedStream, protocol: Protocol, to: Rc<Inbox>) {
     let mut frames = ClientFrames::default();
-    let mut buf = vec![0u8; 4096];
+    // Small: a subscriber sends little (nothing over SSE, control frames over WebSocket), and
+    // an idle one holds this buffer for as long as it stays.
+    let mut buf = vec![0u8; 512];
     loop {
         let n = match input.read(&mut buf).await {
             Ok(0) | Err(_) => {
