@@ -211,7 +211,7 @@ async fn connection(core: &Rc<Core>, hub: &Hub, mut stream: TcpStream, head: Opt
         Protocol::WebSocket => {
             websocket::handshake_response(head.websocket_key.as_deref().unwrap_or_default())
         }
-        Protocol::Sse => sse_head(hub, &head),
+        Protocol::Sse => sse_head(&head),
     };
     if stream.write_all(&answer).await.is_err() {
         return;
@@ -426,9 +426,8 @@ async fn start_offset(
 }
 
 /// The answer that opens an SSE stream.
-fn sse_head(hub: &Hub, head: &Head) -> Vec<u8> {
+fn sse_head(head: &Head) -> Vec<u8> {
     // An origin that reached here is allowed (any, or one of --http-allowed-origins).
-    let _ = hub;
     let cors = match &head.origin {
         Some(origin) => format!("Access-Control-Allow-Origin: {origin}\r\nVary: Origin\r\n"),
         None => String::new(),
