@@ -11,12 +11,14 @@
 //!   reads again when it changes.
 //! - [`scram`] — SCRAM-SHA-256/512: stored credentials and the server's side of an exchange.
 //! - [`tokens`] — bearer tokens for the HTTP streams, each tied to a user (`<data-dir>/tokens.json`).
+//! - [`watched`] — a small file a core reads again when it changes (users, tokens).
 
 pub mod sasl;
 pub mod scram;
 pub mod tls;
 pub mod tokens;
 pub mod users;
+pub mod watched;
 
 use std::time::Duration;
 

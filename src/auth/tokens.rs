@@ -3,11 +3,11 @@
 //! `shoal user token create|list|revoke` edits the file; a running server reads it again when it
 //! changes. A stream request that carries a token is that user for the ACLs.
 
+use super::watched::Watched;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use base64::Engine;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
 pub const TOKENS_FILE: &str = "tokens.json";
 
@@ -106,44 +106,12 @@ impl TokenStore {
     }
 }
 
-/// A core's view of the token file: read again when its modification time changes (checked at
-/// each request that carries a token, off the executor thread).
-#[derive(Debug)]
-pub struct Tokens {
-    path: PathBuf,
-    cached: std::cell::RefCell<(Option<SystemTime>, std::rc::Rc<TokenStore>)>,
-}
+/// A core's view of the tokens file: read again when it changes (see [`Watched`]).
+pub type Tokens = Watched<TokenStore>;
 
-impl Tokens {
-    pub fn new(data_dir: &Path) -> Self {
-        Self {
-            path: TokenStore::path(data_dir),
-            cached: Default::default(),
-        }
-    }
-
-    /// The store as the file holds it now (the last good one if it cannot be read: logged).
-    pub async fn current(&self) -> std::rc::Rc<TokenStore> {
-        let path = self.path.clone();
-        let seen = self.cached.borrow().0;
-        let loaded = glommio::executor()
-            .spawn_blocking(move || {
-                let mtime = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
-                if mtime == seen {
-                    return Ok(None);
-                }
-                TokenStore::load(&path).map(|s| Some((mtime, s)))
-            })
-            .await;
-        match loaded {
-            Ok(Some((mtime, store))) => {
-                *self.cached.borrow_mut() = (mtime, std::rc::Rc::new(store));
-            }
-            Ok(None) => {}
-            Err(e) => log::error!("cannot read the tokens file: {e}; using the last one read"),
-        }
-        self.cached.borrow().1.clone()
-    }
+/// The tokens file of `data_dir`, as a core reads it.
+pub fn tokens(data_dir: &Path) -> Tokens {
+    Watched::new(TokenStore::path(data_dir), "tokens", TokenStore::load)
 }
 
 #[cfg(test)]

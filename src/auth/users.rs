@@ -3,11 +3,11 @@
 //! a running server reads it again when it changes, at the next authentication.
 
 use super::scram::{Credential, Mechanism};
+use super::watched::Watched;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
 pub const USERS_FILE: &str = "users.json";
 
@@ -196,49 +196,12 @@ impl UserStore {
     }
 }
 
-/// A core's view of the store: read again when the file's modification time changes (checked at
-/// each authentication, off the executor thread).
-#[derive(Debug)]
-pub struct Users {
-    path: PathBuf,
-    cached: std::cell::RefCell<(Option<SystemTime>, std::rc::Rc<UserStore>)>,
-}
+/// A core's view of the users file: read again when it changes (see [`Watched`]).
+pub type Users = Watched<UserStore>;
 
-impl Users {
-    /// The file it reads.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    pub fn new(data_dir: &Path) -> Self {
-        Self {
-            path: UserStore::path(data_dir),
-            cached: Default::default(),
-        }
-    }
-
-    /// The store as the file holds it now (the last good one if it cannot be read: logged).
-    pub async fn current(&self) -> std::rc::Rc<UserStore> {
-        let path = self.path.clone();
-        let seen = self.cached.borrow().0;
-        let loaded = glommio::executor()
-            .spawn_blocking(move || {
-                let mtime = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
-                if mtime.is_some() && mtime == seen {
-                    return Ok(None);
-                }
-                UserStore::load(&path).map(|s| Some((mtime, s)))
-            })
-            .await;
-        match loaded {
-            Ok(Some((mtime, store))) => {
-                *self.cached.borrow_mut() = (mtime, std::rc::Rc::new(store));
-            }
-            Ok(None) => {}
-            Err(e) => log::error!("cannot read the users file: {e}; using the last one read"),
-        }
-        self.cached.borrow().1.clone()
-    }
+/// The users file of `data_dir`, as a core reads it.
+pub fn users(data_dir: &Path) -> Users {
+    Watched::new(UserStore::path(data_dir), "users", UserStore::load)
 }
 
 #[cfg(test)]

@@ -103,8 +103,8 @@ pub struct TopicOutcome {
 /// stream of a partition this core holds no copy of goes to the partition's owner.
 #[derive(Debug)]
 pub struct HandedStream {
-    /// The connection's socket; the receiving core owns it from the message on.
-    pub fd: std::os::fd::RawFd,
+    /// The connection's socket: closed with the message if it is never taken.
+    pub fd: std::os::fd::OwnedFd,
     /// The request head as the client sent it.
     pub head: Vec<u8>,
 }

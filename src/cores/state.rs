@@ -17,7 +17,6 @@ use shards::view_reader::ViewReaders;
 use shards::{FetchCoalescer, OffsetMonitor, ResponseMemory, TailCache};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::os::fd::FromRawFd;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -192,8 +191,8 @@ impl Core {
             replicas: Replicas::new(id, cores, config.replicas),
             queues: TaskQueues::create(),
             security: Security {
-                users: crate::auth::users::Users::new(&config.data_dir),
-                tokens: crate::auth::tokens::Tokens::new(&config.data_dir),
+                users: crate::auth::users::users(&config.data_dir),
+                tokens: crate::auth::tokens::tokens(&config.data_dir),
                 auth_failures: Default::default(),
                 tls: config
                     .auth
@@ -224,8 +223,8 @@ impl Core {
         *self.stream_inbox.borrow_mut() = Some(inbox);
     }
 
-    /// A stream connection another core handed to this one: into the HTTP front end's inbox, or
-    /// closed when this core serves no streams.
+    /// A stream connection another core handed to this one: into the HTTP front end's inbox; or,
+    /// when this core serves no streams (yet) or its inbox is full, answered 503 and closed.
     pub fn take_handed_stream(&self, stream: HandedStream) {
         let refused = match &*self.stream_inbox.borrow() {
             Some(inbox) => inbox.try_send(stream).err().map(|e| match e {
@@ -236,8 +235,14 @@ impl Core {
             None => Some(stream),
         };
         if let Some(stream) = refused {
-            // SAFETY: the descriptor was handed over with the message and nothing else owns it.
-            drop(unsafe { std::os::fd::OwnedFd::from_raw_fd(stream.fd) });
+            // A few bytes on a fresh connection: the socket takes them at once, or they are lost
+            // with it.
+            let mut socket = std::net::TcpStream::from(stream.fd);
+            let _ = std::io::Write::write_all(
+                &mut socket,
+                b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\n\
+                  Connection: close\r\n\r\n",
+            );
         }
     }
 

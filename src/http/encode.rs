@@ -204,7 +204,12 @@ pub fn heartbeat(protocol: Protocol) -> Vec<u8> {
 /// A WebSocket close frame with its status code and reason.
 pub fn ws_close(code: u16, reason: &str) -> Vec<u8> {
     let mut payload = code.to_be_bytes().to_vec();
-    payload.extend_from_slice(&reason.as_bytes()[..reason.len().min(123)]);
+    // At most 123 bytes, cut where a character starts.
+    let mut end = reason.len().min(123);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    payload.extend_from_slice(&reason.as_bytes()[..end]);
     let mut out = Vec::new();
     ws_frame(OP_CLOSE, &payload, &mut out);
     out

@@ -38,7 +38,7 @@ use glommio::net::{TcpListener, TcpStream};
 use kafka_protocol::error::ResponseError;
 use request::{Head, Refusal, Start, StreamRequest};
 use std::cell::Cell;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 use subscriber::Subscription;
@@ -98,7 +98,7 @@ pub async fn serve(core: Rc<Core>, listener: TcpListener, config: HttpConfig) {
         glommio::spawn_local(async move {
             while let Some(Some(h)) = core.until_stopping(inbox.recv()).await {
                 // SAFETY: the descriptor came with the message, owned by nothing else.
-                let stream = unsafe { TcpStream::from_raw_fd(h.fd) };
+                let stream = unsafe { TcpStream::from_raw_fd(h.fd.into_raw_fd()) };
                 spawn_connection(&core, &hub, stream, Some(h.head));
             }
         })
@@ -163,12 +163,11 @@ async fn connection(core: &Rc<Core>, hub: &Hub, mut stream: TcpStream, head: Opt
     let Some((raw, parsed)) = request_head(&mut stream, head).await else {
         return;
     };
-    let identified = match parsed.and_then(|h| request::route(&h).map(|r| (h, r))) {
-        Ok((h, r)) => principal(core, &r).await.map(|p| (h, r, p)),
-        Err(refusal) => Err(refusal),
-    };
-    let checked = identified.and_then(|(h, r, p)| check(core, hub, &h, r, &p).map(|r| (h, r)));
-    let (head, req) = match checked {
+    // The client's address, as Kafka's ACLs name hosts.
+    let host = stream
+        .peer_addr()
+        .map_or_else(|_| "*".to_string(), |a| a.ip().to_string());
+    let (head, req, principal) = match admit(core, hub, parsed, &host).await {
         Ok(checked) => checked,
         Err(refusal) => {
             refuse(core, &mut stream, &refusal).await;
@@ -211,7 +210,7 @@ async fn connection(core: &Rc<Core>, hub: &Hub, mut stream: TcpStream, head: Opt
         Protocol::WebSocket => {
             websocket::handshake_response(head.websocket_key.as_deref().unwrap_or_default())
         }
-        Protocol::Sse => sse_head(&head),
+        Protocol::Sse => sse_head(&head, !hub.config.allowed_origins.is_empty()),
     };
     if stream.write_all(&answer).await.is_err() {
         return;
@@ -230,6 +229,12 @@ async fn connection(core: &Rc<Core>, hub: &Hub, mut stream: TcpStream, head: Opt
         slow: req.slow,
         next,
         waited: false,
+        ahead: 0.0,
+        behind_rounds: 0,
+        looked: Instant::now(),
+        principal,
+        host,
+        revision: core.topics().revision,
     };
     subscriber::run(core, hub, SharedStream::new(stream), sub).await;
 }
@@ -283,6 +288,25 @@ impl Drop for Open<'_> {
     }
 }
 
+/// The request's route, who sends it (from `host`), and its checks: the head, the stream asked
+/// for and the principal, or why the request is refused.
+async fn admit(
+    core: &Core,
+    hub: &Hub,
+    parsed: Result<Head, Refusal>,
+    host: &str,
+) -> Result<(Head, StreamRequest, String), Refusal> {
+    let head = parsed?;
+    let req = request::route(&head)?;
+    let principal = principal(core, &req).await?;
+    let who = Who {
+        principal: &principal,
+        host,
+    };
+    let req = check(core, hub, &head, req, who)?;
+    Ok((head, req, principal))
+}
+
 /// Who the request is: the user its bearer token belongs to, or `User:ANONYMOUS` without one.
 async fn principal(core: &Core, req: &StreamRequest) -> Result<String, Refusal> {
     let Some(token) = &req.token else {
@@ -305,8 +329,9 @@ fn check(
     hub: &Hub,
     head: &Head,
     req: StreamRequest,
-    principal: &str,
+    who: Who<'_>,
 ) -> Result<StreamRequest, Refusal> {
+    let principal = who.principal;
     if head.websocket {
         if head.websocket_version.as_deref() != Some("13") {
             return Err(Refusal::new(
@@ -334,7 +359,21 @@ fn check(
     }
     if let Some(origin) = &head.origin {
         let allowed = &hub.config.allowed_origins;
-        if !allowed.is_empty() && !allowed.iter().any(|a| a == origin || a == "*") {
+        let listed = allowed.iter().any(|a| a == origin || a == "*");
+        // With no list, browsers' own rules apply: no CORS answer, so a page of another origin
+        // cannot read an SSE stream; a WebSocket (which browsers open across origins) only from
+        // the page's own origin.
+        let same_origin = head.host.as_deref().is_some_and(|host| {
+            origin
+                .split_once("://")
+                .is_some_and(|(_, authority)| authority == host)
+        });
+        let refused = if allowed.is_empty() {
+            head.websocket && !same_origin
+        } else {
+            !listed
+        };
+        if refused {
             return Err(Refusal::new(
                 "403 Forbidden",
                 format!("origin {origin} is not allowed (--http-allowed-origins)"),
@@ -342,7 +381,7 @@ fn check(
         }
     }
     let source = crate::table::source_topic(&req.topic).unwrap_or(&req.topic);
-    if !may_read(core, hub, principal, source) {
+    if !may_read(core, hub, who, source) {
         let refusal = if principal == "User:ANONYMOUS" {
             Refusal::new(
                 "401 Unauthorized",
@@ -363,9 +402,16 @@ fn check(
     Ok(req)
 }
 
-/// Whether `principal` may read `topic` (always where no ACLs are enforced; anyone, for a topic
-/// under an anonymous prefix).
-fn may_read(core: &Core, hub: &Hub, principal: &str, topic: &str) -> bool {
+/// Who asks: the principal and the host it connects from.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Who<'a> {
+    pub(super) principal: &'a str,
+    pub(super) host: &'a str,
+}
+
+/// Whether `who` may read `topic` (always where no ACLs are enforced; anyone, for a topic under
+/// an anonymous prefix).
+pub(super) fn may_read(core: &Core, hub: &Hub, who: Who<'_>, topic: &str) -> bool {
     if hub
         .config
         .anonymous_read
@@ -379,8 +425,8 @@ fn may_read(core: &Core, hub: &Hub, principal: &str, topic: &str) -> bool {
     authorize(
         config,
         acls,
-        principal,
-        "*",
+        who.principal,
+        who.host,
         Operation::Read,
         ResourceType::Topic,
         topic,
@@ -425,12 +471,14 @@ async fn start_offset(
     }
 }
 
-/// The answer that opens an SSE stream.
-fn sse_head(head: &Head) -> Vec<u8> {
-    // An origin that reached here is allowed (any, or one of --http-allowed-origins).
+/// The answer that opens an SSE stream; `cors`: name the request's origin as allowed (it was
+/// checked against `--http-allowed-origins`).
+fn sse_head(head: &Head, cors: bool) -> Vec<u8> {
     let cors = match &head.origin {
-        Some(origin) => format!("Access-Control-Allow-Origin: {origin}\r\nVary: Origin\r\n"),
-        None => String::new(),
+        Some(origin) if cors => {
+            format!("Access-Control-Allow-Origin: {origin}\r\nVary: Origin\r\n")
+        }
+        _ => String::new(),
     };
     format!(
         "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\
@@ -465,10 +513,18 @@ async fn refuse(core: &Core, stream: &mut TcpStream, refusal: &Refusal) {
 }
 
 /// Hands the connection (and the head it sent) to the core that owns the partition.
-async fn hand_over(core: &Core, stream: TcpStream, topic: &str, partition: i32, head: Vec<u8>) {
-    let Some(owner) = core.data_owner(topic, partition) else {
+async fn hand_over(core: &Core, mut stream: TcpStream, topic: &str, partition: i32, head: Vec<u8>) {
+    let owner = core.data_owner(topic, partition);
+    if owner.is_none_or(|o| o == core.id()) {
+        // Its owner is this core, which has not opened it (yet, or it failed to): try again.
+        let opening = Refusal::new(
+            "503 Service Unavailable",
+            format!("partition {partition} of {topic:?} is not open yet; try again"),
+        );
+        refuse(core, &mut stream, &opening).await;
         return;
-    };
+    }
+    let owner = owner.expect("checked above");
     // The socket travels as a duplicate descriptor; this core's handle closes with `stream`.
     let fd = unsafe { libc::dup(stream.as_raw_fd()) };
     drop(stream);
@@ -480,8 +536,13 @@ async fn hand_over(core: &Core, stream: TcpStream, topic: &str, partition: i32, 
         );
         return;
     }
-    add(&core.http.handed_over, 1);
-    core.mesh()
+    // SAFETY: `fd` is the new descriptor `dup` returned, owned by nothing else.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    if core
+        .mesh()
         .send(owner, CoreMsg::Stream(HandedStream { fd, head }))
-        .await;
+        .await
+    {
+        add(&core.http.handed_over, 1);
+    }
 }

@@ -37,6 +37,8 @@ pub struct Head {
     pub origin: Option<String>,
     /// A bearer token (`Authorization: Bearer ...`).
     pub token: Option<String>,
+    /// The `Host` the client asked.
+    pub host: Option<String>,
     /// `Upgrade: websocket` with `Connection: upgrade`.
     pub websocket: bool,
     pub websocket_key: Option<String>,
@@ -70,9 +72,14 @@ pub async fn read_head(
             Some(Ok(0)) | Some(Err(_)) => return Ok(None),
             Some(Ok(n)) => n,
         };
+        // Parsed once the head's end may have arrived: a head trickled a byte at a time is
+        // not parsed again at every byte.
+        let from = buf.len().saturating_sub(3);
         buf.extend_from_slice(&chunk[..n]);
-        if let Some(head) = parse_head(&buf)? {
-            return Ok(Some((buf, head)));
+        if buf[from..].windows(4).any(|w| w == b"\r\n\r\n") {
+            if let Some(head) = parse_head(&buf)? {
+                return Ok(Some((buf, head)));
+            }
         }
         if buf.len() > MAX_HEAD {
             return Err(too_large());
@@ -118,6 +125,7 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, Refusal> {
             "accept" => head.accept = Some(value()),
             "last-event-id" => head.last_event_id = Some(value()),
             "origin" => head.origin = Some(value()),
+            "host" => head.host = Some(value()),
             "authorization" => {
                 head.token = value()
                     .strip_prefix("Bearer ")

@@ -30,12 +30,26 @@ pub struct Subscription {
     pub slow: Slow,
     /// The first offset to send.
     pub next: i64,
-    /// The last write had to wait for the client to read (its socket was full).
+    /// A write found the client's socket full since its lag last shrank (it reads slower than
+    /// it is written).
     pub waited: bool,
+    /// Bytes ahead of it at the last look (estimated): a lag that shrinks is not slowness.
+    pub ahead: f64,
+    /// Looks in a row that found it behind (see [`BEHIND_ROUNDS`]), and when it was last looked at.
+    pub behind_rounds: u32,
+    pub looked: Instant,
+    /// Who reads, from where, and the topic table's revision their right to was last checked at:
+    /// a change of the ACLs ends the stream of one who may no longer read.
+    pub principal: String,
+    pub host: String,
+    pub revision: u64,
 }
 
-/// A write that takes longer than this waited for the client to read.
-const WAITED: Duration = Duration::from_millis(20);
+/// Looks in a row (one a second) a subscriber must be found behind before the slow rule
+/// applies: one long write (a large burst, a distant client) is not slowness; a lag that grows is.
+pub const BEHIND_ROUNDS: u32 = 2;
+/// How often a subscriber's lag is looked at.
+const LOOK_EVERY: Duration = Duration::from_secs(1);
 
 /// What the client did, as the task reading its side of the connection saw it.
 #[derive(Debug)]
@@ -55,6 +69,10 @@ enum End {
     Broken(u16, &'static str),
     Slow,
     Stopping,
+    /// The partition is no longer served here.
+    Moved,
+    /// The reader may no longer read the topic (the ACLs changed).
+    Refused,
     Failed(String),
 }
 
@@ -71,18 +89,34 @@ pub async fn run(core: &Rc<Core>, hub: &Hub, out: SharedStream, mut sub: Subscri
     let mut out = out;
     let end = serve(core, hub, &mut out, &mut sub, conn, &inbox).await;
     core.replicas.connection_closed(conn);
+    if let End::Failed(why) = &end {
+        log::warn!(
+            "core {}: a stream of {} partition {} ended: {why}",
+            core.id(),
+            sub.part.topic,
+            sub.part.index
+        );
+    }
+    // After a slow or stalled subscriber nothing more is written: a write may have stopped in the
+    // middle of a frame (the slow rule's own last words were written with it).
     let last = match (sub.encoding.protocol, &end) {
-        (Protocol::WebSocket, End::Client(code)) => {
-            Some(ws_close(code.unwrap_or(CLOSE_NORMAL), ""))
-        }
+        (Protocol::WebSocket, End::Client(code)) => Some(ws_close(echoed(*code), "")),
         (Protocol::WebSocket, End::Broken(code, why)) => Some(ws_close(*code, why)),
         (Protocol::WebSocket, End::Stopping) => Some(ws_close(CLOSE_GOING_AWAY, "server stopping")),
-        (Protocol::WebSocket, End::Slow) => Some(ws_close(CLOSE_POLICY, "too slow")),
-        (Protocol::WebSocket, End::Failed(why)) => Some(ws_close(1011, why)),
-        (Protocol::Sse, End::Failed(why)) => Some(stream_message(
+        (Protocol::WebSocket, End::Refused) => Some(ws_close(CLOSE_POLICY, "not allowed")),
+        (Protocol::Sse, End::Refused) => Some(stream_message(
             Protocol::Sse,
             "error",
-            &format!("\"error\":{}", serde_json::Value::from(why.as_str())),
+            "\"error\":\"no longer allowed to read this topic\"",
+        )),
+        (Protocol::WebSocket, End::Moved) => {
+            Some(ws_close(CLOSE_GOING_AWAY, "partition moved: resume"))
+        }
+        (Protocol::WebSocket, End::Failed(_)) => Some(ws_close(1011, "internal error")),
+        (Protocol::Sse, End::Failed(_)) => Some(stream_message(
+            Protocol::Sse,
+            "error",
+            "\"error\":\"internal error: see the broker's log\"",
         )),
         _ => None,
     };
@@ -90,6 +124,31 @@ pub async fn run(core: &Rc<Core>, hub: &Hub, out: SharedStream, mut sub: Subscri
         let _ = write_within(&mut out, &[Bytes::from(last)], Duration::from_secs(1)).await;
     }
     drop(reader);
+}
+
+/// The close code answering a client's close: its own where the RFC lets it be sent, 1000 for a
+/// close without one, 1002 for one that may not appear on the wire (1005, 1006, 1015, unassigned).
+fn echoed(code: Option<u16>) -> u16 {
+    match code {
+        None => CLOSE_NORMAL,
+        Some(c @ (1000..=1003 | 1007..=1011 | 3000..=4999)) => c,
+        Some(_) => super::websocket::CLOSE_PROTOCOL_ERROR,
+    }
+}
+
+/// After a change of the topic table (ACLs among it): whether the subscriber may still read; the
+/// end of its stream if not.
+fn recheck(core: &Core, hub: &Hub, sub: &mut Subscription) -> Option<End> {
+    let table = core.topics();
+    if table.revision == sub.revision {
+        return None;
+    }
+    sub.revision = table.revision;
+    let who = super::Who {
+        principal: &sub.principal,
+        host: &sub.host,
+    };
+    (!super::may_read(core, hub, who, &sub.part.topic)).then_some(End::Refused)
 }
 
 /// The stream's loop; returns why it ended.
@@ -115,8 +174,18 @@ async fn serve(
         if core.is_shutting_down() {
             return End::Stopping;
         }
+        // A partition closed under the stream (a read replica stopped, the topic deleted or
+        // re-created): the client resumes with its last id and is served where the partition is.
+        if sub.part.log.is_closed() {
+            return End::Moved;
+        }
+        // A subscriber catching up from the tail cache never waits: others get the core too.
+        glommio::yield_if_needed().await;
         let now = Instant::now();
         if now.duration_since(noted) >= crate::replicas::TICK {
+            if let Some(end) = recheck(core, hub, sub) {
+                return end;
+            }
             // Counts as a consumer of the partition here, as a Kafka fetch would (read replicas
             // start for partitions streamed to many).
             core.replicas.note_fetch(&sub.part, conn, now);
@@ -141,6 +210,7 @@ async fn serve(
         if sub.next < end {
             match send_some(core, hub, out, sub, end, caught_up, stall).await {
                 Sent::Wrote => last_write = Instant::now(),
+                Sent::Nothing => glommio::timer::sleep(Duration::from_millis(10)).await,
                 Sent::Behind => {
                     if let Some(end) = fall_behind(core, out, sub, end, stall).await {
                         return end;
@@ -225,7 +295,11 @@ async fn fall_behind(
                     sub.part.log.high_watermark()
                 ),
             );
-            let _ = write_within(out, &[Bytes::from(why)], Duration::from_secs(1)).await;
+            let mut last = vec![Bytes::from(why)];
+            if protocol == Protocol::WebSocket {
+                last.push(Bytes::from(ws_close(CLOSE_POLICY, "too slow")));
+            }
+            let _ = write_within(out, &last, Duration::from_secs(1)).await;
             Some(End::Slow)
         }
         Slow::Skip => {
@@ -265,6 +339,8 @@ async fn idle(core: &Core, sub: &Subscription, from_client: &Inbox, wait: Durati
 /// What one round of reading and writing did.
 enum Sent {
     Wrote,
+    /// Nothing was read or written, and the position did not move: wait a little.
+    Nothing,
     /// More than the stream buffer lies ahead of a subscriber that had caught up.
     Behind,
     /// A write did not finish in time: the client does not read.
@@ -288,12 +364,13 @@ async fn send_some(
     let start = sub.next;
     let read = match log.read(sub.next, budget, true).await {
         Ok(read) => read,
-        Err(shards::Error::OffsetOutOfRange { .. }) => return Sent::Wrote,
+        Err(shards::Error::OffsetOutOfRange { .. }) => return Sent::Nothing,
         Err(e) => return Sent::Failed(format!("reading the log: {e}")),
     };
     let read_bytes = read.records.len;
     let aborted = if sub.read_committed && read.records.batches > 0 {
-        log.aborted_transactions(read.records.first_offset, read.records.last_offset)
+        // The end is exclusive: the last batch's own transaction counts.
+        log.aborted_transactions(read.records.first_offset, read.records.last_offset + 1)
     } else {
         Vec::new()
     };
@@ -301,6 +378,8 @@ async fn send_some(
     let (mut records, mut bytes) = (0u64, 0u64);
     for (h, batch) in read.records.batches() {
         if h.base_offset >= end {
+            // Nothing lies between `next` and this batch (compacted away): the stream is at `end`.
+            sub.next = sub.next.max(end.min(h.base_offset));
             break;
         }
         if h.last_offset() < sub.next {
@@ -337,27 +416,59 @@ async fn send_some(
             chunks.push(frame.bytes);
         }
     }
-    let more_ahead = end > sub.next;
-    // Behind: more than the buffer ahead of a subscriber that had caught up and whose last write
-    // had to wait (a burst read by a client that keeps up is not slowness).
-    if caught_up && more_ahead && read_bytes >= budget && sub.waited {
+    if behind(sub, start, read_bytes, end, caught_up && budget > 0, budget) {
         // Put the position back: the slow rule decides from where it goes on.
         sub.next = start;
+        sub.behind_rounds = 0;
         return Sent::Behind;
     }
     if chunks.is_empty() {
-        return Sent::Wrote;
+        return if sub.next == start {
+            Sent::Nothing
+        } else {
+            Sent::Wrote
+        };
     }
     let frames = chunks.len() as u64;
-    let started = Instant::now();
-    if !write_within(out, &chunks, stall).await {
+    let write = async { out.write_chunks_full(&chunks).await.ok() };
+    let written = futures_lite::future::or(write, async {
+        glommio::timer::sleep(stall).await;
+        None
+    })
+    .await;
+    let Some(full) = written else {
         return Sent::Stalled;
-    }
-    sub.waited = started.elapsed() > WAITED;
+    };
+    sub.waited |= full;
     add(&core.http.frames_sent, frames);
     add(&core.http.records_sent, records);
     add(&core.http.bytes_sent, bytes);
     Sent::Wrote
+}
+
+/// Whether the subscriber is behind, judged once a second: more than the buffer ahead of it
+/// (estimated from this read's bytes per offset, `start..sub.next`), after it had caught up
+/// (`caught_up`), a lag that did not shrink since the last look, and a socket found full in
+/// between, for [`BEHIND_ROUNDS`] looks in a row (a client that keeps up, or works off a burst,
+/// is not slow).
+fn behind(
+    sub: &mut Subscription,
+    start: i64,
+    read_bytes: usize,
+    end: i64,
+    caught_up: bool,
+    budget: usize,
+) -> bool {
+    let per_offset = read_bytes as f64 / (sub.next - start).max(1) as f64;
+    let ahead = (end - sub.next).max(0) as f64 * per_offset;
+    if sub.looked.elapsed() >= LOOK_EVERY {
+        sub.looked = Instant::now();
+        let growing = caught_up && ahead > budget as f64 && ahead >= sub.ahead && sub.waited;
+        sub.ahead = ahead;
+        sub.waited = false;
+        sub.behind_rounds = if growing { sub.behind_rounds + 1 } else { 0 };
+    }
+    sub.behind_rounds >= BEHIND_ROUNDS
 }
 
 /// Whether a transactional batch of `producer_id` at `base_offset` belongs to an aborted

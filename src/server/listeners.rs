@@ -159,6 +159,11 @@ pub(super) fn bind_http(
     let context = |e: std::io::Error| {
         std::io::Error::new(e.kind(), format!("the HTTP stream address {addr}: {e}"))
     };
+    // A plain bind first: another process on the address makes it fail, where joining that
+    // process's SO_REUSEPORT group would silently share its connections.
+    let probe = bind_retrying(addr, retry).map_err(context)?;
+    let addr = probe.local_addr()?;
+    drop(probe);
     let mut out: Vec<std::net::TcpListener> = Vec::with_capacity(cores);
     let deadline = Instant::now() + retry;
     while out.len() < cores {

@@ -112,6 +112,28 @@ impl SharedStream {
         Ok(())
     }
 
+    /// Writes chunks as [`SharedStream::write_chunks`] does; returns whether the socket was full
+    /// (a first non-blocking send did not take everything: the peer reads slower than this
+    /// writes). Always `false` where encryption is in user space.
+    pub async fn write_chunks_full(&mut self, chunks: &[Bytes]) -> io::Result<bool> {
+        if self.encrypts_in_user_space() {
+            self.write_chunks(chunks).await?;
+            return Ok(false);
+        }
+        let total: usize = chunks.iter().map(Bytes::len).sum();
+        let mut sent = self.send_now(chunks)?;
+        let full = sent < total;
+        for c in chunks {
+            if sent >= c.len() {
+                sent -= c.len();
+                continue;
+            }
+            self.write_all(&c[sent..]).await?;
+            sent = 0;
+        }
+        Ok(full)
+    }
+
     fn may_send(&self) -> io::Result<()> {
         match &*self.0.borrow() {
             Inner::Kernel(_, budget) => budget.check(),

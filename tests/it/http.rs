@@ -153,6 +153,33 @@ fn unescape(v: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Produces `values` to partition `p` of `topic` with librdkafka, pausing `pause` after every
+/// 1,000 (paced), and waits for them all.
+fn produce_values(
+    bootstrap: &str,
+    topic: &str,
+    p: i32,
+    values: impl IntoIterator<Item = String>,
+    pause: Duration,
+) {
+    let producer: rdkafka::producer::ThreadedProducer<rdkafka::producer::DefaultProducerContext> =
+        rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("linger.ms", "5")
+            .create()
+            .unwrap();
+    for (i, value) in values.into_iter().enumerate() {
+        let record = rdkafka::producer::BaseRecord::<(), _, ()>::to(topic)
+            .partition(p)
+            .payload(&value);
+        common::send_retrying(&producer, record);
+        if i % 1000 == 999 && !pause.is_zero() {
+            std::thread::sleep(pause);
+        }
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+}
+
 /// The JSON record of an event.
 fn record(e: &Event) -> Value {
     serde_json::from_str(&e.data).unwrap_or_else(|err| panic!("{e:?}: {err}"))
@@ -416,25 +443,9 @@ fn a_subscriber_that_does_not_read_is_dropped_and_the_others_keep_up() {
         .collect();
     std::thread::sleep(Duration::from_millis(300));
     // 30,000 records of about 1 KiB, paced: more than the socket buffers of the stuck client hold.
-    let producer: rdkafka::producer::ThreadedProducer<rdkafka::producer::DefaultProducerContext> =
-        rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", &b)
-            .set("linger.ms", "5")
-            .create()
-            .unwrap();
     let payload = "x".repeat(1000);
-    for i in 0..30_000 {
-        common::send_retrying(
-            &producer,
-            rdkafka::producer::BaseRecord::<(), _, ()>::to("feed")
-                .partition(0)
-                .payload(&payload),
-        );
-        if i % 1000 == 999 {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-    producer.flush(Duration::from_secs(30)).unwrap();
+    let values = (0..30_000).map(|_| payload.clone());
+    produce_values(&b, "feed", 0, values, Duration::from_millis(50));
     for r in readers {
         assert_eq!(
             r.join().unwrap(),
@@ -647,30 +658,20 @@ fn a_slow_subscriber_that_asks_to_skip_gets_a_gap_event_and_goes_on() {
     );
     common::cli::produce(&b, "burst", &[10]);
     assert_eq!(sse.events(10, Duration::from_secs(30)).len(), 10);
-    // The subscriber stops reading while 20 MB arrive, far more than its socket and its buffer
-    // hold, then reads again.
-    let big = "y".repeat(1000);
-    let producer: rdkafka::producer::ThreadedProducer<rdkafka::producer::DefaultProducerContext> =
-        rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", &b)
-            .set("linger.ms", "5")
-            .create()
-            .unwrap();
-    for _ in 0..20_000 {
-        common::send_retrying(
-            &producer,
-            rdkafka::producer::BaseRecord::<(), _, ()>::to("burst")
-                .partition(0)
-                .payload(&big),
-        );
-    }
-    producer.flush(Duration::from_secs(30)).unwrap();
-    std::thread::sleep(Duration::from_secs(1));
+    // 40 MB arrive at about 20 MB/s, far more than its socket and its buffer hold, while it
+    // reads at about 5 MB/s: its lag grows.
+    let producer = {
+        let (b, big) = (b.clone(), "y".repeat(1000));
+        std::thread::spawn(move || {
+            let values = (0..40_000).map(|_| big.clone());
+            produce_values(&b, "burst", 0, values, Duration::from_millis(50))
+        })
+    };
     // Records, then one gap, then the rest: nothing twice, nothing missing but the gap's range.
     let mut next = 10i64;
     let mut gap = None;
     let deadline = Instant::now() + Duration::from_secs(60);
-    while next < 20_010 {
+    while next < 40_010 {
         assert!(Instant::now() < deadline, "at offset {next}");
         let e = sse.events(1, Duration::from_secs(30)).remove(0);
         if e.event.as_deref() == Some("gap") {
@@ -683,7 +684,12 @@ fn a_slow_subscriber_that_asks_to_skip_gets_a_gap_event_and_goes_on() {
         }
         assert_eq!(e.id, Some(format!("0:{next}")), "{e:?}");
         next += 1;
+        // Until it is skipped, it reads slower than the records come (about 5 MB/s).
+        if gap.is_none() && next % 10 == 0 {
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
+    producer.join().unwrap();
     assert!(gap.is_some(), "the slow subscriber was skipped forward");
     assert!(shoal.metric("shoal_http_gaps_total") >= 1);
     assert_eq!(shoal.metric("shoal_http_slow_disconnects_total"), 0);
@@ -776,30 +782,21 @@ fn a_browser_reads_with_eventsource_and_websocket_and_resumes_by_itself_after_ki
     let _ports = common::ports_lock();
     let port = common::free_port_run(1);
     let listen = format!("127.0.0.1:{port}");
-    let flags = ["--http-listen", listen.as_str()];
+    // A page opened from a file has the origin "null".
+    let flags = [
+        "--http-listen",
+        listen.as_str(),
+        "--http-allowed-origins",
+        "null",
+    ];
     let shoal = Shoal::start(dir.path(), 2, &flags);
     let http = shoal.http.clone().unwrap();
     let b = shoal.bootstrap();
     create_topics(&b, &[("live", 2)]);
     // Values "record P*1000000+O", so that the page can check each one.
     let produce = |bootstrap: &str, p: i32, offsets: std::ops::Range<i64>| {
-        let producer: rdkafka::producer::ThreadedProducer<
-            rdkafka::producer::DefaultProducerContext,
-        > = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", bootstrap)
-            .set("linger.ms", "5")
-            .create()
-            .unwrap();
-        for o in offsets {
-            let value = format!("record {}", i64::from(p) * 1_000_000 + o);
-            common::send_retrying(
-                &producer,
-                rdkafka::producer::BaseRecord::<(), _, ()>::to("live")
-                    .partition(p)
-                    .payload(&value),
-            );
-        }
-        producer.flush(Duration::from_secs(30)).unwrap();
+        let values = offsets.map(|o| format!("record {}", i64::from(p) * 1_000_000 + o));
+        produce_values(bootstrap, "live", p, values, Duration::ZERO);
     };
     produce(&b, 0, 0..5000);
     produce(&b, 1, 0..5000);
@@ -863,5 +860,78 @@ fn a_browser_reads_with_eventsource_and_websocket_and_resumes_by_itself_after_ki
         ("10000".to_string(), "10000".to_string()),
         "{line}"
     );
+    shoal.stop();
+}
+
+#[test]
+fn without_a_list_of_origins_only_same_origin_websockets_and_no_cors() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shoal, http) = start(dir.path(), 1, &[]);
+    create_topics(&shoal.bootstrap(), &[("t", 1)]);
+    let upgrade = |origin: &str| {
+        refused(
+            &http,
+            &format!(
+                "GET /v1/topics/t/partitions/0/stream HTTP/1.1\r\nHost: {http}\r\nOrigin: {origin}\r\n\
+                 Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+                 Sec-WebSocket-Version: 13\r\n\r\n"
+            ),
+        )
+        .0
+    };
+    assert!(upgrade("https://evil.example").starts_with("HTTP/1.1 403"));
+    // The page's own origin: the connection is upgraded (the read ends at the test's timeout).
+    let mut s = TcpStream::connect(&http).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET /v1/topics/t/partitions/0/stream HTTP/1.1\r\nHost: {http}\r\nOrigin: http://{http}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").unwrap();
+    let mut line = String::new();
+    BufReader::new(&s).read_line(&mut line).unwrap();
+    assert!(line.starts_with("HTTP/1.1 101"), "{line}");
+    // SSE from another origin is served, with no CORS answer: the browser keeps the page out.
+    let mut sse = TcpStream::connect(&http).unwrap();
+    sse.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    sse.write_all(
+        b"GET /v1/topics/t/partitions/0/stream HTTP/1.1\r\nOrigin: https://evil.example\r\n\r\n",
+    )
+    .unwrap();
+    let mut head = String::new();
+    let mut reader = BufReader::new(&sse);
+    loop {
+        let mut l = String::new();
+        reader.read_line(&mut l).unwrap();
+        if l == "\r\n" || l.is_empty() {
+            break;
+        }
+        head.push_str(&l);
+    }
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(!head.contains("Access-Control-Allow-Origin"), "{head}");
+    shoal.stop();
+}
+
+#[test]
+fn a_deleted_topic_ends_its_streams() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shoal, http) = start(dir.path(), 1, &[]);
+    let b = shoal.bootstrap();
+    create_topics(&b, &[("gone", 1)]);
+    common::cli::produce(&b, "gone", &[3]);
+    let mut sse = Sse::open(
+        &http,
+        "/v1/topics/gone/partitions/0/stream?offset=earliest",
+        &[],
+    );
+    assert_eq!(sse.events(3, Duration::from_secs(30)).len(), 3);
+    let run = common::cli::topic(&b, &["delete", "gone"]);
+    assert!(run.ok, "{}", run.stderr);
+    // The stream ends (the client would resume where the topic is served again).
+    sse.reader
+        .get_ref()
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut rest = String::new();
+    let ended = sse.reader.read_to_string(&mut rest);
+    assert!(ended.is_ok(), "the stream ended: {ended:?}");
+    assert_eq!(shoal.metric("shoal_http_subscribers"), 0);
     shoal.stop();
 }

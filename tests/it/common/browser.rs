@@ -41,6 +41,21 @@ pub fn chromium() -> Result<PathBuf, String> {
         .clone()
 }
 
+/// Chromium without a window, a sandbox, a first run or extensions, with its own profile.
+fn headless(browser: &std::path::Path, profile: &std::path::Path) -> Command {
+    let mut command = Command::new(browser);
+    command
+        .args([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-extensions",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()));
+    command
+}
+
 /// The DOM of `url` after its scripts ran for `budget` of virtual time (timers run at once), as
 /// HTML; the browser is killed and the test failed after 90 s of real time. `None`, with a SKIPPED
 /// line naming `test`, where no browser can be had.
@@ -53,15 +68,7 @@ pub fn dump_dom(test: &str, url: &str, budget: Duration) -> Option<String> {
         }
     };
     let profile = tempfile::tempdir().unwrap();
-    let mut child = Command::new(browser)
-        .args([
-            "--headless=new",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-extensions",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
+    let mut child = headless(&browser, profile.path())
         .arg(format!("--virtual-time-budget={}", budget.as_millis()))
         .arg("--dump-dom")
         .arg(url)
@@ -101,15 +108,7 @@ pub fn open_page(test: &str, url: &str) -> Option<Browser> {
         }
     };
     let profile = tempfile::tempdir().unwrap();
-    let child = Command::new(browser)
-        .args([
-            "--headless=new",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-extensions",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
+    let child = headless(&browser, profile.path())
         .arg(url)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
