@@ -115,15 +115,7 @@ pub(super) async fn consumer(
 ) {
     let stats = &shared.consumers[plan.id];
     let _done = DoneOnDrop(&stats.done);
-    let report = Reporter {
-        shared: &shared,
-        who: format!(
-            "consumer {} ({} partition {})",
-            plan.id, plan.topic, plan.partition
-        ),
-        errors: &stats.errors,
-        failed: Some(&stats.failed),
-    };
+    let report = Reporter::consumer(&shared, &plan, "consumer");
     let part = plan.partition as usize;
     let stream = connect(plan.leader).await;
     // Counted whether it connected or not: the run waits for every consumer's attempt.

@@ -73,7 +73,21 @@ pub(super) struct Reporter<'a> {
     pub(super) failed: Option<&'a AtomicBool>,
 }
 
-impl Reporter<'_> {
+impl<'a> Reporter<'a> {
+    /// The reporter of consumer `plan` (`kind`: "consumer", "stream consumer").
+    pub(super) fn consumer(shared: &'a Shared, plan: &ConsumerPlan, kind: &str) -> Self {
+        let stats = &shared.consumers[plan.id];
+        Reporter {
+            shared,
+            who: format!(
+                "{kind} {} ({} partition {})",
+                plan.id, plan.topic, plan.partition
+            ),
+            errors: &stats.errors,
+            failed: Some(&stats.failed),
+        }
+    }
+
     /// An error the task carries on after.
     pub(super) fn error(&self, msg: impl Display) {
         self.shared.error(format!("{}: {msg}", self.who));

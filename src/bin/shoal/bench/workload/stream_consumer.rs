@@ -59,15 +59,7 @@ pub(super) async fn stream_consumer(
 ) {
     let stats = &shared.consumers[plan.id];
     let _done = DoneOnDrop(&stats.done);
-    let report = Reporter {
-        shared: &shared,
-        who: format!(
-            "stream consumer {} ({} partition {})",
-            plan.id, plan.topic, plan.partition
-        ),
-        errors: &stats.errors,
-        failed: Some(&stats.failed),
-    };
+    let report = Reporter::consumer(&shared, &plan, "stream consumer");
     let (protocol, addr) = cfg.stream.expect("a stream consumer has a stream address");
     let part = plan.partition as usize;
     let start = stats.start_offset.load(Relaxed);
