@@ -28,6 +28,11 @@ impl<T: Default + Send + 'static> Watched<T> {
         }
     }
 
+    /// The contents as last read (no read now).
+    pub fn last(&self) -> Rc<T> {
+        self.cached.borrow().1.clone()
+    }
+
     /// The file it reads.
     pub fn path(&self) -> &Path {
         &self.path

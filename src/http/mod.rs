@@ -81,6 +81,8 @@ pub struct Hub {
     pub config: HttpConfig,
     pub frames: frames::Frames,
     open: Cell<usize>,
+    /// Moves each time the tokens file is read anew: streams opened with a token check it again.
+    pub tokens_read: Cell<u64>,
 }
 
 /// Serves stream connections on this core until the server stops: those `listener` accepts, and
@@ -90,7 +92,9 @@ pub async fn serve(core: Rc<Core>, listener: TcpListener, config: HttpConfig) {
         frames: frames::Frames::new(config.frame_cache_bytes),
         config,
         open: Cell::new(0),
+        tokens_read: Cell::new(0),
     });
+    let tokens = glommio::spawn_local(watch_tokens(core.clone(), hub.clone()));
     let (handed, inbox) = local_channel::new_bounded::<HandedStream>(1024);
     core.serve_handed_streams(handed);
     let from_others = {
@@ -113,6 +117,20 @@ pub async fn serve(core: Rc<Core>, listener: TcpListener, config: HttpConfig) {
         }
     }
     drop(from_others);
+    drop(tokens);
+}
+
+/// Reads the tokens file again every second while the server runs, and says so to the streams
+/// when it changed (a revoked token ends the streams opened with it).
+async fn watch_tokens(core: Rc<Core>, hub: Rc<Hub>) {
+    let mut seen = core.security.tokens.current().await;
+    while core.pause(Duration::from_secs(1)).await {
+        let now = core.security.tokens.current().await;
+        if !Rc::ptr_eq(&now, &seen) {
+            seen = now;
+            hub.tokens_read.set(hub.tokens_read.get() + 1);
+        }
+    }
 }
 
 /// Serves a connection in a task of its own: a panic in it is caught, logged, and closes only
@@ -235,6 +253,8 @@ async fn connection(core: &Rc<Core>, hub: &Hub, mut stream: TcpStream, head: Opt
         principal,
         host,
         revision: core.topics().revision,
+        token: req.token.clone(),
+        tokens_read: hub.tokens_read.get(),
     };
     subscriber::run(core, hub, SharedStream::new(stream), sub).await;
 }

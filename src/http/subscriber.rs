@@ -43,6 +43,9 @@ pub struct Subscription {
     pub principal: String,
     pub host: String,
     pub revision: u64,
+    /// The token it was opened with, and the tokens file's reading it was last checked against.
+    pub token: Option<String>,
+    pub tokens_read: u64,
 }
 
 /// Looks in a row (one a second) a subscriber must be found behind before the slow rule
@@ -136,9 +139,19 @@ fn echoed(code: Option<u16>) -> u16 {
     }
 }
 
-/// After a change of the topic table (ACLs among it): whether the subscriber may still read; the
-/// end of its stream if not.
+/// After a change of the topic table (ACLs among it) or of the tokens file: whether the subscriber
+/// may still read (its token still names it); the end of its stream if not.
 fn recheck(core: &Core, hub: &Hub, sub: &mut Subscription) -> Option<End> {
+    if let Some(token) = &sub.token {
+        if hub.tokens_read.get() != sub.tokens_read {
+            sub.tokens_read = hub.tokens_read.get();
+            let tokens = core.security.tokens.last();
+            let still = tokens.user_of(token).map(|u| format!("User:{u}"));
+            if still.as_deref() != Some(sub.principal.as_str()) {
+                return Some(End::Refused);
+            }
+        }
+    }
     let table = core.topics();
     if table.revision == sub.revision {
         return None;

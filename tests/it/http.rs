@@ -615,7 +615,8 @@ fn with_acls_streams_need_a_token_of_a_user_allowed_to_read_or_an_anonymous_pref
         &format!("GET {ledger}?access_token=shoal_forged HTTP/1.1\r\n\r\n"),
     );
     assert!(line.starts_with("HTTP/1.1 401"), "{line}");
-    // Revoked: refused from the next request on.
+    // Revoked: refused from the next request on, and a stream open with it ends.
+    let mut open = Sse::open(&http, &format!("{ledger}?access_token={alice}"), &[]);
     let listed = common::cli::shoal(&["user", "token", "list", "--data-dir", data], &[]);
     assert_eq!(
         listed.stdout.matches("alice").count(),
@@ -633,6 +634,9 @@ fn with_acls_streams_need_a_token_of_a_user_allowed_to_read_or_an_anonymous_pref
         &format!("GET {ledger}?access_token={alice} HTTP/1.1\r\n\r\n"),
     );
     assert!(line.starts_with("HTTP/1.1 401"), "{line}");
+    let ended = open.events(1, Duration::from_secs(20)).remove(0);
+    assert_eq!(ended.event.as_deref(), Some("error"), "{ended:?}");
+    assert!(open.quiet_for(Duration::from_secs(5)), "the stream ended");
     shoal.stop();
 }
 
