@@ -74,26 +74,7 @@ impl ConsoleQuery {
 /// `%XX` and `+` decoded (a query string, or the token cookie the login page writes with
 /// `encodeURIComponent`); invalid escapes kept as they are.
 pub fn percent_decode(s: &str) -> String {
-    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let escaped = (bytes[i] == b'%' && i + 2 < bytes.len())
-            .then(|| Some(hex(bytes[i + 1])? << 4 | hex(bytes[i + 2])?))
-            .flatten();
-        match (escaped, bytes[i]) {
-            (Some(b), _) => {
-                out.push(b);
-                i += 3;
-                continue;
-            }
-            (None, b'+') => out.push(b' '),
-            (None, b) => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    String::from_utf8_lossy(&crate::http::request::percent_decode_bytes(s)).into_owned()
 }
 
 /// The console's JSON for the cores' snapshots, the topic table and the cores' Kafka ports.

@@ -50,15 +50,24 @@ pub fn encode_batch(
     let plain = records_section(h, batch)?;
     let records = section_records(h, &plain)?;
     let mut n = 0;
+    // A WebSocket frame's length comes before its JSON: the JSON is written here first, one
+    // buffer for the whole batch.
+    let mut scratch = Vec::new();
     for r in records.iter().filter(|r| r.offset >= from) {
-        encode_record(enc, partition, r, out);
+        encode_record(enc, partition, r, out, &mut scratch);
         n += 1;
     }
     Ok(n)
 }
 
 /// One record, as `enc` writes it.
-fn encode_record(enc: Encoding, partition: i32, r: &Record<'_>, out: &mut Vec<u8>) {
+fn encode_record(
+    enc: Encoding,
+    partition: i32,
+    r: &Record<'_>,
+    out: &mut Vec<u8>,
+    scratch: &mut Vec<u8>,
+) {
     match (enc.protocol, enc.format) {
         (Protocol::Sse, Format::Json) => {
             let _ = write!(out, "id: {partition}:{}\ndata: ", r.offset);
@@ -86,9 +95,9 @@ fn encode_record(enc: Encoding, partition: i32, r: &Record<'_>, out: &mut Vec<u8
             out.push(b'\n');
         }
         (Protocol::WebSocket, Format::Json) => {
-            let mut json = Vec::with_capacity(64 + r.value.map_or(0, <[u8]>::len));
-            json_record(partition, r, &mut json);
-            ws_frame(OP_TEXT, &json, out);
+            scratch.clear();
+            json_record(partition, r, scratch);
+            ws_frame(OP_TEXT, scratch, out);
         }
         (Protocol::WebSocket, Format::Value) => {
             let value = r.value.unwrap_or_default();

@@ -342,28 +342,32 @@ pub fn parse_event_id(id: &str) -> Option<(i32, i64)> {
 
 /// `%XX` escapes (and `+` as a space) decoded; `None` when the result is not UTF-8.
 pub fn percent_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
+    String::from_utf8(percent_decode_bytes(s)).ok()
+}
+
+/// The bytes `%XX` escapes (and `+` as a space) stand for; a `%` not followed by two hex digits
+/// stays as it is.
+pub fn percent_decode_bytes(s: &str) -> Vec<u8> {
+    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' if i + 2 < b.len() => {
-                let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok();
-                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(v) => {
-                        out.push(v);
-                        i += 3;
-                        continue;
-                    }
-                    None => out.push(b'%'),
-                }
+    while i < bytes.len() {
+        let escaped = (bytes[i] == b'%' && i + 2 < bytes.len())
+            .then(|| Some(hex(bytes[i + 1])? << 4 | hex(bytes[i + 2])?))
+            .flatten();
+        match (escaped, bytes[i]) {
+            (Some(b), _) => {
+                out.push(b);
+                i += 3;
+                continue;
             }
-            b'+' => out.push(b' '),
-            c => out.push(c),
+            (None, b'+') => out.push(b' '),
+            (None, b) => out.push(b),
         }
         i += 1;
     }
-    String::from_utf8(out).ok()
+    out
 }
 
 /// How long a client has to send its request head.
@@ -482,6 +486,8 @@ mod tests {
         assert_eq!(percent_decode("a%20b+c").as_deref(), Some("a b c"));
         assert_eq!(percent_decode("%zz%").as_deref(), Some("%zz%"));
         assert_eq!(percent_decode("%ff"), None);
+        // A sign is not a hex digit.
+        assert_eq!(percent_decode("%+1").as_deref(), Some("% 1"));
     }
 
     #[test]
