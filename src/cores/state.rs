@@ -7,6 +7,7 @@ use crate::cores::mesh::{HandedStream, Mesh};
 use crate::replicas::{ReplicaMsg, Replicas};
 use crate::stats::kafka::FrontEndStats;
 use crate::stats::{CoreSnapshot, PartitionSnapshot};
+use crate::table::configs::ReplicaPolicy;
 use crate::table::{apply_topic_configs, parse_view_name, TopicIds, TopicTable, ViewName};
 use glommio::channels::local_channel::LocalSender;
 use glommio::{Latency, Shares, TaskQueueHandle};
@@ -559,6 +560,18 @@ impl Core {
 
     /// A read replica message from another core, handled as it arrives (in order).
     pub fn receive_replica(&self, msg: ReplicaMsg) {
+        if let ReplicaMsg::Want {
+            topic,
+            partition,
+            from,
+        } = &msg
+        {
+            if let Some(p) = self.partition(topic, *partition) {
+                self.replicas
+                    .want(&p, *from, self.replica_policy(&self.topics(), topic));
+            }
+            return;
+        }
         // Edge mode: a partition whose consumers read its replicas stays fed from upstream here.
         if let (
             Some(edge),
@@ -590,15 +603,19 @@ impl Core {
         let now = std::time::Instant::now();
         let busy = self.reads.load.busy();
         let table = self.topics();
-        let server = self.replicas.config().policy;
         for p in self.owned_partitions() {
-            let policy = table
-                .get(&p.topic)
-                .and_then(|m| crate::table::configs::ReplicaPolicy::of_topic(&m.configs))
-                .unwrap_or(server);
+            let policy = self.replica_policy(&table, &p.topic);
             self.replicas.evaluate(&p, policy, busy, now);
         }
         self.replicas.report(busy, now);
+    }
+
+    /// The read replica policy of `topic`: its `shoal.read.replicas` config, else the server's.
+    pub fn replica_policy(&self, table: &TopicTable, topic: &str) -> ReplicaPolicy {
+        table
+            .get(topic)
+            .and_then(|m| ReplicaPolicy::of_topic(&m.configs))
+            .unwrap_or(self.replicas.config().policy)
     }
 
     /// Every partition this core owns (not the read replicas it holds), in no order.

@@ -24,6 +24,10 @@ pub enum Protocol {
 pub struct Encoding {
     pub protocol: Protocol,
     pub format: Format,
+    /// A merged stream's shape: each batch one message (an SSE event, a WebSocket text frame)
+    /// holding a JSON array of its records, closed per subscriber by [`close_batch`] with an id
+    /// that names every partition's position.
+    pub whole_batches: bool,
 }
 
 /// WebSocket opcodes the server sends.
@@ -49,6 +53,9 @@ pub fn encode_batch(
     }
     let plain = records_section(h, batch)?;
     let records = section_records(h, &plain)?;
+    if enc.whole_batches {
+        return Ok(whole_batch(enc.protocol, partition, &records, from, out));
+    }
     let mut n = 0;
     // A WebSocket frame's length comes before its JSON: the JSON is written here first, one
     // buffer for the whole batch.
@@ -58,6 +65,58 @@ pub fn encode_batch(
         n += 1;
     }
     Ok(n)
+}
+
+/// A batch's records at or after `from` as one message's shared part: for SSE `data: [..]` and
+/// its line end, for WebSocket the frame's payload up to `{"records":[..]`; the subscriber's
+/// [`close_batch`] completes it. Writes nothing when no record is left.
+fn whole_batch(
+    protocol: Protocol,
+    partition: i32,
+    records: &[Record<'_>],
+    from: i64,
+    out: &mut Vec<u8>,
+) -> u32 {
+    let mut n = 0;
+    for r in records.iter().filter(|r| r.offset >= from) {
+        out.extend_from_slice(match (n, protocol) {
+            (0, Protocol::Sse) => b"data: [",
+            (0, Protocol::WebSocket) => b"{\"records\":[",
+            _ => b",",
+        });
+        json_record(partition, r, out);
+        n += 1;
+    }
+    if n > 0 {
+        out.extend_from_slice(match protocol {
+            Protocol::Sse => b"]\n",
+            Protocol::WebSocket => b"]",
+        });
+    }
+    n
+}
+
+/// What one subscriber adds around a whole batch's shared part (`shared_len` bytes) so that its
+/// message carries `ids` (where the stream stands after it): the bytes before it (a WebSocket
+/// frame's header) and after it (SSE's `id:` line and the event's end; WebSocket's `"id"`).
+pub fn close_batch(protocol: Protocol, shared_len: usize, ids: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let mut after = Vec::with_capacity(ids.len() + 12);
+    match protocol {
+        Protocol::Sse => {
+            after.extend_from_slice(b"id: ");
+            after.extend_from_slice(ids);
+            after.extend_from_slice(b"\n\n");
+            (Vec::new(), after)
+        }
+        Protocol::WebSocket => {
+            after.extend_from_slice(b",\"id\":\"");
+            after.extend_from_slice(ids);
+            after.extend_from_slice(b"\"}");
+            let mut before = Vec::with_capacity(10);
+            ws_header(OP_TEXT, shared_len + after.len(), &mut before);
+            (before, after)
+        }
+    }
 }
 
 /// One record, as `enc` writes it.
@@ -167,8 +226,14 @@ fn base64(bytes: &[u8]) -> String {
 
 /// A server's WebSocket frame: final, unmasked, with `payload`.
 pub fn ws_frame(op: u8, payload: &[u8], out: &mut Vec<u8>) {
+    ws_header(op, payload.len(), out);
+    out.extend_from_slice(payload);
+}
+
+/// A server's WebSocket frame header: final, unmasked, for a payload of `len` bytes.
+fn ws_header(op: u8, len: usize, out: &mut Vec<u8>) {
     out.push(0x80 | op);
-    match payload.len() {
+    match len {
         n if n < 126 => out.push(n as u8),
         n if n <= u16::MAX as usize => {
             out.push(126);
@@ -179,7 +244,6 @@ pub fn ws_frame(op: u8, payload: &[u8], out: &mut Vec<u8>) {
             out.extend_from_slice(&(n as u64).to_be_bytes());
         }
     }
-    out.extend_from_slice(payload);
 }
 
 /// A message of the stream itself (not a record): an SSE event of type `event`, or for WebSocket
@@ -248,7 +312,12 @@ mod tests {
     fn encode(protocol: Protocol, format: Format, from: i64) -> String {
         let (h, b) = batch();
         let mut out = Vec::new();
-        encode_batch(Encoding { protocol, format }, 3, &h, &b, from, &mut out).unwrap();
+        let enc = Encoding {
+            protocol,
+            format,
+            whole_batches: false,
+        };
+        encode_batch(enc, 3, &h, &b, from, &mut out).unwrap();
         String::from_utf8_lossy(&out).into_owned()
     }
 
@@ -285,6 +354,7 @@ mod tests {
         let enc = Encoding {
             protocol: Protocol::WebSocket,
             format: Format::Value,
+            whole_batches: false,
         };
         assert_eq!(encode_batch(enc, 0, &h, &b, 42, &mut out).unwrap(), 2);
         assert_eq!(out, [0x82, 2, 0xff, 0xfe, 0x81, 0]);
@@ -295,6 +365,45 @@ mod tests {
         ws_frame(OP_BINARY, &vec![0; 70_000], &mut huge);
         assert_eq!(&huge[..10], &[0x82, 127, 0, 0, 0, 0, 0, 1, 0x11, 0x70]);
         assert_eq!(ws_close(1008, "slow")[..4], [0x88, 6, 0x03, 0xf0]);
+    }
+
+    #[test]
+    fn a_whole_batch_is_one_message_closed_with_the_subscribers_ids() {
+        let (h, b) = batch();
+        for protocol in [Protocol::Sse, Protocol::WebSocket] {
+            let enc = Encoding {
+                protocol,
+                format: Format::Json,
+                whole_batches: true,
+            };
+            let mut shared = Vec::new();
+            assert_eq!(encode_batch(enc, 3, &h, &b, 42, &mut shared).unwrap(), 2);
+            let (before, after) = close_batch(protocol, shared.len(), b"0:9,3:43");
+            let message = [before, shared, after].concat();
+            let json = match protocol {
+                Protocol::Sse => {
+                    let text = String::from_utf8(message).unwrap();
+                    let (data, id) = text.split_once('\n').unwrap();
+                    assert_eq!(id, "id: 0:9,3:43\n\n");
+                    let records: serde_json::Value =
+                        serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap();
+                    records
+                }
+                Protocol::WebSocket => {
+                    assert_eq!(&message[..2], &[0x81, 126]);
+                    let len = u16::from_be_bytes([message[2], message[3]]) as usize;
+                    assert_eq!(len, message.len() - 4, "the header counts both parts");
+                    let v: serde_json::Value = serde_json::from_slice(&message[4..]).unwrap();
+                    assert_eq!(v["id"], "0:9,3:43");
+                    v["records"].clone()
+                }
+            };
+            assert_eq!(json[0]["offset"], 42);
+            assert_eq!(json[1]["offset"], 43);
+            let mut none = Vec::new();
+            assert_eq!(encode_batch(enc, 3, &h, &b, 44, &mut none).unwrap(), 0);
+            assert!(none.is_empty());
+        }
     }
 
     #[test]

@@ -11,10 +11,19 @@ use shards::{FastMap, InvalidBatch};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 
-/// One batch of one log, in one encoding.
+/// What a stream reads: a partition's log, or one shard of a view of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Source {
+    /// The partition's [`shards::Log::id`].
+    pub log: u64,
+    /// A view's (shard, shards); (0, 0) for the partition itself.
+    pub view: (u32, u32),
+}
+
+/// One batch of one source, in one encoding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Key {
-    log: u64,
+    source: Source,
     encoding: Encoding,
     base_offset: i64,
 }
@@ -46,14 +55,14 @@ impl Frames {
         }
     }
 
-    /// The frame of batch `h` (`batch`) of log `log` in `encoding`: the shared one, or encoded now
+    /// The frame of batch `h` (`batch`) of `source` in `encoding`: the shared one, or encoded now
     /// and kept. A subscriber that starts inside the batch (`from` past its base offset) gets a
     /// frame of its own, not kept.
     #[allow(clippy::too_many_arguments)]
     pub fn frame(
         &self,
         stats: &HttpStats,
-        log: u64,
+        source: Source,
         encoding: Encoding,
         partition: i32,
         h: &BatchHeader,
@@ -70,7 +79,7 @@ impl Frames {
             });
         }
         let key = Key {
-            log,
+            source,
             encoding,
             base_offset: h.base_offset,
         };
@@ -131,26 +140,35 @@ mod tests {
     const SSE: Encoding = Encoding {
         protocol: Protocol::Sse,
         format: Format::Value,
+        whole_batches: false,
     };
+
+    fn log(id: u64) -> Source {
+        Source {
+            log: id,
+            view: (0, 0),
+        }
+    }
 
     #[test]
     fn a_batch_is_encoded_once_per_encoding_and_shared() {
         let frames = Frames::new(1 << 20);
         let stats = HttpStats::default();
         let (h, b) = batch(10, b"v");
-        let one = frames.frame(&stats, 7, SSE, 0, &h, &b, 10).unwrap();
-        let two = frames.frame(&stats, 7, SSE, 0, &h, &b, 10).unwrap();
+        let one = frames.frame(&stats, log(7), SSE, 0, &h, &b, 10).unwrap();
+        let two = frames.frame(&stats, log(7), SSE, 0, &h, &b, 10).unwrap();
         assert_eq!(one.bytes.as_ptr(), two.bytes.as_ptr(), "the same buffer");
         assert_eq!(one.records, 2);
         assert_eq!(stats.frames_encoded.get(), 1);
         let ws = Encoding {
             protocol: Protocol::WebSocket,
             format: Format::Json,
+            whole_batches: false,
         };
-        frames.frame(&stats, 7, ws, 0, &h, &b, 10).unwrap();
+        frames.frame(&stats, log(7), ws, 0, &h, &b, 10).unwrap();
         assert_eq!(stats.frames_encoded.get(), 2);
         // Joined in the middle: a frame of its own, from the offset asked.
-        let mid = frames.frame(&stats, 7, SSE, 0, &h, &b, 11).unwrap();
+        let mid = frames.frame(&stats, log(7), SSE, 0, &h, &b, 11).unwrap();
         assert_eq!(mid.records, 1);
         assert_eq!(&mid.bytes[..], b"id: 0:11\ndata: v\n\n");
         assert_eq!(stats.frames_private.get(), 1);
@@ -162,12 +180,12 @@ mod tests {
         let (h2, b2) = batch(2, &[b'b'; 300]);
         let frames = Frames::new(800);
         let stats = HttpStats::default();
-        frames.frame(&stats, 1, SSE, 0, &h1, &b1, 0).unwrap();
-        frames.frame(&stats, 1, SSE, 0, &h2, &b2, 2).unwrap();
+        frames.frame(&stats, log(1), SSE, 0, &h1, &b1, 0).unwrap();
+        frames.frame(&stats, log(1), SSE, 0, &h2, &b2, 2).unwrap();
         assert!(frames.used() <= 800);
-        frames.frame(&stats, 1, SSE, 0, &h2, &b2, 2).unwrap();
+        frames.frame(&stats, log(1), SSE, 0, &h2, &b2, 2).unwrap();
         assert_eq!(stats.frames_encoded.get(), 2, "the newest is kept");
-        frames.frame(&stats, 1, SSE, 0, &h1, &b1, 0).unwrap();
+        frames.frame(&stats, log(1), SSE, 0, &h1, &b1, 0).unwrap();
         assert_eq!(stats.frames_encoded.get(), 3, "the oldest was dropped");
     }
 }

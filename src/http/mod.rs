@@ -41,7 +41,7 @@ use std::cell::Cell;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-use subscriber::Subscription;
+use subscriber::{Lane, Subscription};
 
 /// The stream front end's settings (`--http-*`).
 #[derive(Debug, Clone, PartialEq)]
@@ -192,23 +192,14 @@ async fn connection(core: &Rc<Core>, hub: &Hub, mut stream: TcpStream, head: Opt
             return;
         }
     };
-    let part = match core.fetch_partition(&req.topic, req.partition) {
-        Ok((part, None)) => part,
-        Ok((_, Some(_))) | Err(ResponseError::InvalidTopicException) => {
-            let views = Refusal::new(
-                "501 Not Implemented",
-                "sharded views are not streamed over HTTP yet",
-            );
-            refuse(core, &mut stream, &views).await;
+    let mut lanes = match lanes_here(core, &req).await {
+        Ok(lanes) => lanes,
+        Err(Elsewhere::HandOver(partition)) => {
+            hand_over(core, stream, req.topic.as_str(), partition, raw).await;
             return;
         }
-        Err(ResponseError::NotLeaderOrFollower) => {
-            hand_over(core, stream, req.topic.as_str(), req.partition, raw).await;
-            return;
-        }
-        Err(_) => {
-            let why = format!("no partition {} of topic {:?}", req.partition, req.topic);
-            refuse(core, &mut stream, &Refusal::new("404 Not Found", why)).await;
+        Err(Elsewhere::Refused(refusal)) => {
+            refuse(core, &mut stream, &refusal).await;
             return;
         }
     };
@@ -217,13 +208,20 @@ async fn connection(core: &Rc<Core>, hub: &Hub, mut stream: TcpStream, head: Opt
     } else {
         Protocol::Sse
     };
-    let next = match start_offset(&part, &req).await {
-        Ok(next) => next,
-        Err(refusal) => {
-            refuse(core, &mut stream, &refusal).await;
-            return;
+    for lane in &mut lanes {
+        let start = req
+            .resume
+            .iter()
+            .find(|(p, _)| *p == lane.index())
+            .map_or(req.start, |(_, o)| Start::After(*o));
+        match start_offset(lane, start, req.read_committed).await {
+            Ok(next) => lane.next = next,
+            Err(refusal) => {
+                refuse(core, &mut stream, &refusal).await;
+                return;
+            }
         }
-    };
+    }
     let answer = match protocol {
         Protocol::WebSocket => {
             websocket::handshake_response(head.websocket_key.as_deref().unwrap_or_default())
@@ -237,15 +235,19 @@ async fn connection(core: &Rc<Core>, hub: &Hub, mut stream: TcpStream, head: Opt
     let _open = Gauge::up(&core.http.subscribers);
     let _ws =
         (protocol == Protocol::WebSocket).then(|| Gauge::up(&core.http.websocket_subscribers));
+    let merged = req.partition.is_none();
     let sub = Subscription {
-        part,
+        topic: req.topic.clone(),
+        lanes,
+        merged,
+        joining: Vec::new(),
         encoding: Encoding {
             protocol,
             format: req.format,
+            whole_batches: merged,
         },
         read_committed: req.read_committed,
         slow: req.slow,
-        next,
         waited: false,
         ahead: 0.0,
         behind_rounds: 0,
@@ -453,27 +455,95 @@ pub(super) fn may_read(core: &Core, hub: &Hub, who: Who<'_>, topic: &str) -> boo
     )
 }
 
-/// The first offset to send, or why the start asked for is refused.
-async fn start_offset(
-    part: &shards::partition::Partition,
-    req: &StreamRequest,
-) -> Result<i64, Refusal> {
-    let log = &part.log;
-    let end = if req.read_committed {
-        log.last_stable_offset()
-    } else {
-        log.high_watermark()
+/// Why a stream is not served on this core.
+enum Elsewhere {
+    /// Its partition is served by its owner only (read replicas off, or none came in time): the
+    /// connection goes there.
+    HandOver(i32),
+    Refused(Refusal),
+}
+
+/// How long a stream waits for a read replica it asked the owner for.
+const REPLICA_WAIT: Duration = Duration::from_secs(5);
+
+/// The partitions `req` streams, as this core serves them: owned, or read replicas (asked of
+/// their owners when missing, unless the topic's read replicas are off).
+async fn lanes_here(core: &Core, req: &StreamRequest) -> Result<Vec<Lane>, Elsewhere> {
+    let refused = |status, why: String| Elsewhere::Refused(Refusal::new(status, why));
+    let no_topic = || refused("404 Not Found", format!("no topic or view {:?}", req.topic));
+    let source = crate::table::source_topic(&req.topic).ok_or_else(no_topic)?;
+    let (count, policy) = {
+        let table = core.topics();
+        let meta = table.get(source).ok_or_else(no_topic)?;
+        (meta.partitions, core.replica_policy(&table, source))
     };
+    let partitions: Vec<i32> = match req.partition {
+        Some(p) if p < count => vec![p],
+        Some(p) => {
+            let why = format!("no partition {p} of topic {:?}", req.topic);
+            return Err(refused("404 Not Found", why));
+        }
+        None => (0..count).collect(),
+    };
+    let deadline = Instant::now() + REPLICA_WAIT;
+    let mut lanes = Vec::with_capacity(partitions.len());
+    for p in partitions {
+        let mut asked = false;
+        loop {
+            match Lane::here(core, &req.topic, p) {
+                Ok(lane) => {
+                    lanes.push(lane);
+                    break;
+                }
+                Err(ResponseError::NotLeaderOrFollower) => {}
+                Err(_) => return Err(no_topic()),
+            }
+            let owner = core.data_owner(&req.topic, p).ok_or_else(no_topic)?;
+            if owner == core.id() {
+                // Its owner is this core, which has not opened it (yet, or it failed to).
+                let why = format!("partition {p} of {:?} is not open yet; try again", req.topic);
+                return Err(refused("503 Service Unavailable", why));
+            }
+            let off = policy == crate::table::configs::ReplicaPolicy::Off;
+            if off || Instant::now() >= deadline {
+                if req.partition.is_some() {
+                    return Err(Elsewhere::HandOver(p));
+                }
+                let why = if off {
+                    format!(
+                        "read replicas are off for topic {source:?}, and a merged stream is \
+                         served where every partition is: stream it by partition \
+                         (/v1/topics/{{topic}}/partitions/{{p}}/stream)"
+                    )
+                } else {
+                    format!("no read replica of partition {p} of {source:?} here yet; try again")
+                };
+                return Err(refused("503 Service Unavailable", why));
+            }
+            if !asked {
+                core.replicas.ask_for(owner, source, p);
+                asked = true;
+            }
+            glommio::timer::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    Ok(lanes)
+}
+
+/// The first offset to send from `lane`, or why the start asked for is refused.
+async fn start_offset(lane: &Lane, start: Start, read_committed: bool) -> Result<i64, Refusal> {
+    let log = &lane.part.log;
+    let end = lane.end(read_committed);
     let past_end = |n: i64| {
         Refusal::new(
             "400 Bad Request",
             format!(
                 "offset {n} is past the end of partition {} ({end})",
-                part.index
+                lane.index()
             ),
         )
     };
-    match req.start {
+    match start {
         Start::Earliest => Ok(log.log_start_offset()),
         Start::Latest => Ok(end),
         Start::At(n) if n > log.high_watermark() => Err(past_end(n)),

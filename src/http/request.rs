@@ -177,12 +177,16 @@ pub enum Slow {
     Skip,
 }
 
-/// A stream request: one partition of a topic or view.
+/// A stream request: one partition of a topic or view, or all of them merged.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamRequest {
     pub topic: String,
-    pub partition: i32,
+    /// `None`: every partition, merged (`/v1/topics/{topic}/stream`).
+    pub partition: Option<i32>,
+    /// Where each partition starts, unless `resume` names it.
     pub start: Start,
+    /// A merged stream's resume id: each partition it names resumes right after that offset.
+    pub resume: Vec<(i32, i64)>,
     pub format: Format,
     pub read_committed: bool,
     pub slow: Slow,
@@ -192,7 +196,8 @@ pub struct StreamRequest {
 }
 
 /// The stream a request's target names, checked: `GET /v1/topics/{topic}/partitions/{p}/stream`
-/// with its query; the resume id (`Last-Event-ID` or `?resume=`) overrides `?offset=`.
+/// or `GET /v1/topics/{topic}/stream` (every partition, merged), with its query; the resume id
+/// (`Last-Event-ID` or `?resume=`) overrides `?offset=`.
 pub fn route(head: &Head) -> Result<StreamRequest, Refusal> {
     if head.method != "GET" {
         return Err(Refusal::new(
@@ -203,51 +208,74 @@ pub fn route(head: &Head) -> Result<StreamRequest, Refusal> {
     let (path, query) = head.target.split_once('?').unwrap_or((&head.target, ""));
     let parts: Vec<&str> = path.split('/').collect();
     let (topic, partition) = match parts.as_slice() {
-        ["", "v1", "topics", topic, "partitions", p, "stream"] => (*topic, *p),
-        ["", "v1", "topics", _, "stream"] => {
-            return Err(Refusal::new(
-                "404 Not Found",
-                "a topic is streamed one partition at a time: \
-                 /v1/topics/{topic}/partitions/{p}/stream",
-            ))
-        }
+        ["", "v1", "topics", topic, "partitions", p, "stream"] => (*topic, Some(*p)),
+        ["", "v1", "topics", topic, "stream"] => (*topic, None),
         _ => {
             return Err(Refusal::new(
                 "404 Not Found",
-                "no such path: streams are /v1/topics/{topic}/partitions/{p}/stream",
+                "no such path: streams are /v1/topics/{topic}/stream (every partition) and \
+                 /v1/topics/{topic}/partitions/{p}/stream",
             ))
         }
     };
     let topic = percent_decode(topic)
         .filter(|t| !t.is_empty())
         .ok_or_else(|| Refusal::new("400 Bad Request", "the topic name is not valid UTF-8"))?;
-    let partition: i32 =
-        partition.parse().ok().filter(|p| *p >= 0).ok_or_else(|| {
-            Refusal::new("400 Bad Request", format!("bad partition {partition:?}"))
-        })?;
+    let partition = match partition {
+        None => None,
+        Some(p) => Some(p.parse().ok().filter(|p: &i32| *p >= 0).ok_or_else(|| {
+            Refusal::new("400 Bad Request", format!("bad partition {p:?}"))
+        })?),
+    };
     let mut req = StreamRequest {
         topic,
         partition,
         start: Start::Latest,
+        resume: Vec::new(),
         format: Format::Json,
         read_committed: false,
         slow: Slow::Disconnect,
         token: head.token.clone(),
     };
     let resume = apply_query(&mut req, query, head.last_event_id.clone())?;
-    if let Some(id) = resume.filter(|id| !id.is_empty()) {
-        let (p, offset) = parse_event_id(&id)
-            .ok_or_else(|| bad("resume id", &id, "PARTITION:OFFSET, as the last event's id"))?;
-        if p != req.partition {
-            return Err(Refusal::new(
-                "400 Bad Request",
-                format!(
-                    "resume id {id:?} names partition {p}, not {}",
-                    req.partition
-                ),
-            ));
+    let resume = match resume.filter(|id| !id.trim().is_empty()) {
+        Some(id) => parse_event_ids(&id).ok_or_else(|| {
+            bad(
+                "resume id",
+                &id,
+                "PARTITION:OFFSET (or a merged stream's list of them), as the last event's id",
+            )
+        })?,
+        None => Vec::new(),
+    };
+    match req.partition {
+        Some(p) if !resume.is_empty() => {
+            let (_, offset) = resume.iter().find(|(q, _)| *q == p).ok_or_else(|| {
+                Refusal::new(
+                    "400 Bad Request",
+                    format!("the resume id names no offset of partition {p}"),
+                )
+            })?;
+            req.start = Start::After(*offset);
         }
-        req.start = Start::After(offset);
+        Some(_) => {}
+        None => {
+            if req.format == Format::Value {
+                return Err(Refusal::new(
+                    "400 Bad Request",
+                    "format=value names no partition or offset: a merged stream is JSON \
+                     (or stream one partition: /v1/topics/{topic}/partitions/{p}/stream)",
+                ));
+            }
+            if let Start::At(_) = req.start {
+                return Err(Refusal::new(
+                    "400 Bad Request",
+                    "an offset is one partition's: a whole topic starts at earliest, latest or \
+                     @milliseconds, or resumes from an id",
+                ));
+            }
+            req.resume = resume;
+        }
     }
     Ok(req)
 }
@@ -332,12 +360,31 @@ fn parse_start(value: &str) -> Result<Start, Refusal> {
     }
 }
 
-/// An event id: `PARTITION:OFFSET`.
-pub fn parse_event_id(id: &str) -> Option<(i32, i64)> {
-    let (p, o) = id.trim().split_once(':')?;
-    let p: i32 = p.parse().ok().filter(|p| *p >= 0)?;
-    let o: i64 = o.parse().ok().filter(|o| *o >= 0)?;
-    Some((p, o))
+/// An event id: `PARTITION:OFFSET`, or a merged stream's `PARTITION:OFFSET,...` (each
+/// partition once; an offset of -1 is before the first).
+pub fn parse_event_ids(id: &str) -> Option<Vec<(i32, i64)>> {
+    let mut ids: Vec<(i32, i64)> = Vec::new();
+    for one in id.trim().split(',') {
+        let (p, o) = one.trim().split_once(':')?;
+        let p: i32 = p.parse().ok().filter(|p| *p >= 0)?;
+        let o: i64 = o.parse().ok().filter(|o| *o >= -1)?;
+        if ids.iter().any(|(q, _)| *q == p) {
+            return None;
+        }
+        ids.push((p, o));
+    }
+    Some(ids)
+}
+
+/// A merged stream's event id: where every partition stands (`PARTITION:LAST_OFFSET,...`).
+pub fn event_ids(positions: impl Iterator<Item = (i32, i64)>, out: &mut Vec<u8>) {
+    use std::io::Write;
+    for (i, (p, o)) in positions.enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        let _ = write!(out, "{p}:{o}");
+    }
 }
 
 /// `%XX` escapes (and `+` as a space) decoded; `None` when the result is not UTF-8.
@@ -392,7 +439,7 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(r.topic, "pri+ces");
-        assert_eq!(r.partition, 3);
+        assert_eq!(r.partition, Some(3));
         assert_eq!(r.start, Start::At(17));
         assert_eq!(r.format, Format::Value);
         assert!(r.read_committed);
@@ -418,6 +465,21 @@ mod tests {
         assert_eq!(r.start, Start::After(9));
         h.last_event_id = Some("1:41".into());
         assert_eq!(route(&h).unwrap_err().status, "400 Bad Request");
+        // A merged stream's id names every partition; a partition's stream takes its own.
+        h.last_event_id = Some("0:-1,2:7,1:3".into());
+        assert_eq!(route(&h).unwrap().start, Start::After(7));
+        let mut merged = head("/v1/topics/t/stream?offset=earliest");
+        merged.last_event_id = Some("0:-1,2:7".into());
+        let r = route(&merged).unwrap();
+        assert_eq!((r.partition, r.start), (None, Start::Earliest));
+        assert_eq!(r.resume, vec![(0, -1), (2, 7)]);
+        let mut ids = Vec::new();
+        event_ids(r.resume.iter().copied(), &mut ids);
+        assert_eq!(ids, b"0:-1,2:7");
+        for bad in ["0:1,0:2", "0:-2", "0:1,", "x"] {
+            merged.last_event_id = Some(bad.into());
+            assert!(route(&merged).is_err(), "{bad}");
+        }
     }
 
     #[test]
@@ -445,7 +507,9 @@ mod tests {
                 "/v1/topics/t/partitions/0/stream?resume=zz",
                 "400 Bad Request",
             ),
-            ("/v1/topics/t/stream", "404 Not Found"),
+            ("/v1/topics/t/stream?format=value", "400 Bad Request"),
+            ("/v1/topics/t/stream?offset=5", "400 Bad Request"),
+            ("/v1/topics/t/streams", "404 Not Found"),
             ("/nothing", "404 Not Found"),
         ] {
             let err = route(&head(target)).unwrap_err();

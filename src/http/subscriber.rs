@@ -1,11 +1,13 @@
-//! One subscriber: from its next offset it reads the partition's log (the tail cache at the tail),
-//! takes each batch's shared frame, and writes all it has in one vectored write; at the end it
-//! waits for the high watermark (or the last stable offset) to move, sending heartbeats while
-//! idle. Its state is a position and the frames it is writing: a slow subscriber holds no queue,
-//! it falls behind in the log, and the slow rule decides what happens then.
+//! One subscriber: from its next offset in each partition it reads (one, or every partition of a
+//! topic merged) it reads the log (the tail cache at the tail) or a view's shard, takes each
+//! batch's shared frame, and writes all it has in one vectored write; at the end it waits for a
+//! high watermark (or a last stable offset) to move, sending heartbeats while idle. Its state is a
+//! position per partition and the frames it is writing: a slow subscriber holds no queue, it falls
+//! behind in the log, and the slow rule decides what happens then.
 
-use super::encode::{heartbeat, stream_message, ws_close, Encoding, Protocol};
-use super::request::Slow;
+use super::encode::{close_batch, heartbeat, stream_message, ws_close, Encoding, Protocol};
+use super::frames::Source;
+use super::request::{event_ids, Slow};
 use super::websocket::{ClientFrame, ClientFrames, CLOSE_GOING_AWAY, CLOSE_NORMAL, CLOSE_POLICY};
 use super::Hub;
 use crate::cores::Core;
@@ -13,23 +15,99 @@ use crate::metrics::add;
 use crate::wire::SharedStream;
 use bytes::Bytes;
 use futures_lite::AsyncReadExt;
+use kafka_protocol::error::ResponseError;
 use shards::partition::Partition;
 use shards::transactions::AbortedTxn;
-use shards::OffsetMonitor;
+use shards::view_reader::ViewReader;
+use shards::{LogRead, OffsetMonitor};
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
+
+/// One partition a subscriber reads, the partition's own log or one shard of a view of it, and
+/// the next offset to send from it.
+#[derive(Debug)]
+pub struct Lane {
+    pub part: Rc<Partition>,
+    /// A view's reader and shard: the shard's records, not the partition's.
+    pub view: Option<(Rc<ViewReader>, u32, u32)>,
+    pub next: i64,
+}
+
+impl Lane {
+    /// `topic`'s partition `index` as this core serves it (owned, or a read replica), as a lane
+    /// at offset 0; `NotLeaderOrFollower` when it is served elsewhere.
+    pub fn here(core: &Core, topic: &str, index: i32) -> Result<Lane, ResponseError> {
+        let (part, view) = core.fetch_partition(topic, index)?;
+        let view = view.map(|v| (core.reads.views.reader(&part.log, v.shards), v.shard, v.shards));
+        Ok(Lane {
+            part,
+            view,
+            next: 0,
+        })
+    }
+
+    pub fn index(&self) -> i32 {
+        self.part.index
+    }
+
+    fn source(&self) -> Source {
+        Source {
+            log: self.part.log.id(),
+            view: self.view.as_ref().map_or((0, 0), |v| (v.1, v.2)),
+        }
+    }
+
+    /// Whether only committed records are read: at read_committed, and always from a view
+    /// (views publish committed records only).
+    fn committed(&self, read_committed: bool) -> bool {
+        read_committed || self.view.is_some()
+    }
+
+    /// Where the stream can read up to now.
+    pub fn end(&self, read_committed: bool) -> i64 {
+        let log = &self.part.log;
+        if self.committed(read_committed) {
+            log.last_stable_offset().min(log.high_watermark())
+        } else {
+            log.high_watermark()
+        }
+    }
+
+    fn monitor(&self, read_committed: bool) -> OffsetMonitor {
+        let log = &self.part.log;
+        if self.committed(read_committed) {
+            log.last_stable_monitor().clone()
+        } else {
+            log.high_watermark_monitor().clone()
+        }
+    }
+
+    async fn read(&self, budget: usize) -> shards::Result<LogRead> {
+        match &self.view {
+            Some((reader, shard, _)) => reader.fetch(*shard, self.next, budget, true).await,
+            None => self.part.log.read(self.next, budget, true).await,
+        }
+    }
+}
 
 /// What a subscriber reads and how it writes it.
 #[derive(Debug)]
 pub struct Subscription {
-    pub part: Rc<Partition>,
+    /// The topic (or view) as asked.
+    pub topic: String,
+    /// One lane, or every partition of the topic for a merged stream.
+    pub lanes: Vec<Lane>,
+    /// A merged stream: partitions the topic gained, joined (from their start) once served here.
+    pub merged: bool,
+    pub joining: Vec<i32>,
     pub encoding: Encoding,
     pub read_committed: bool,
     pub slow: Slow,
-    /// The first offset to send.
-    pub next: i64,
     /// A write found the client's socket full since its lag last shrank (it reads slower than
     /// it is written).
     pub waited: bool,
@@ -46,6 +124,41 @@ pub struct Subscription {
     /// The token it was opened with, and the tokens file's reading it was last checked against.
     pub token: Option<String>,
     pub tokens_read: u64,
+}
+
+impl Subscription {
+    /// A merged stream's id: where every partition stands.
+    fn ids(&self, out: &mut Vec<u8>) {
+        out.clear();
+        event_ids(self.lanes.iter().map(|l| (l.index(), l.next - 1)), out);
+    }
+
+    /// The members a stream message adds to name the position it leaves the stream at: a
+    /// merged stream's `"id"` (SSE also sets it as the event's id).
+    fn id_member(&self) -> String {
+        if !self.merged {
+            return String::new();
+        }
+        let mut ids = Vec::new();
+        self.ids(&mut ids);
+        format!(",\"id\":\"{}\"", String::from_utf8_lossy(&ids))
+    }
+
+    /// A stream message (a gap, the slow one's last word); a merged stream's also carries the id
+    /// the stream stands at after it, as its SSE event id too.
+    fn message(&self, event: &str, data: &str) -> Vec<u8> {
+        let data = format!("{data}{}", self.id_member());
+        let mut msg = stream_message(self.encoding.protocol, event, &data);
+        if self.merged && self.encoding.protocol == Protocol::Sse {
+            let mut ids = Vec::new();
+            self.ids(&mut ids);
+            msg.truncate(msg.len() - 1);
+            msg.extend_from_slice(b"id: ");
+            msg.extend_from_slice(&ids);
+            msg.extend_from_slice(b"\n\n");
+        }
+        msg
+    }
 }
 
 /// Looks in a row (one a second) a subscriber must be found behind before the slow rule
@@ -90,15 +203,16 @@ pub async fn run(core: &Rc<Core>, hub: &Hub, out: SharedStream, mut sub: Subscri
     ));
     let conn = crate::replicas::connection_id();
     let mut out = out;
+    for lane in &sub.lanes {
+        core.replicas.stream_opened(lane.part.log.id());
+    }
     let end = serve(core, hub, &mut out, &mut sub, conn, &inbox).await;
+    for lane in &sub.lanes {
+        core.replicas.stream_closed(lane.part.log.id());
+    }
     core.replicas.connection_closed(conn);
     if let End::Failed(why) = &end {
-        log::warn!(
-            "core {}: a stream of {} partition {} ended: {why}",
-            core.id(),
-            sub.part.topic,
-            sub.part.index
-        );
+        log::warn!("core {}: a stream of {} ended: {why}", core.id(), sub.topic);
     }
     // After a slow or stalled subscriber nothing more is written: a write may have stopped in the
     // middle of a frame (the slow rule's own last words were written with it).
@@ -161,7 +275,42 @@ fn recheck(core: &Core, hub: &Hub, sub: &mut Subscription) -> Option<End> {
         principal: &sub.principal,
         host: &sub.host,
     };
-    (!super::may_read(core, hub, who, &sub.part.topic)).then_some(End::Refused)
+    let source = crate::table::source_topic(&sub.topic).unwrap_or(&sub.topic);
+    if !super::may_read(core, hub, who, source) {
+        return Some(End::Refused);
+    }
+    if sub.merged {
+        // Partitions the topic gained join the merged stream.
+        let count = table.get(source).map_or(0, |m| m.partitions);
+        let known = sub.lanes.len() + sub.joining.len();
+        sub.joining.extend(known as i32..count);
+    }
+    None
+}
+
+/// A merged stream's partitions not served here yet: joined from their start once this core
+/// holds them (a read replica asked of their owner meanwhile).
+fn join(core: &Core, sub: &mut Subscription) {
+    let mut still = Vec::new();
+    for p in std::mem::take(&mut sub.joining) {
+        match Lane::here(core, &sub.topic, p) {
+            Ok(mut lane) => {
+                lane.next = lane.part.log.log_start_offset();
+                core.replicas.stream_opened(lane.part.log.id());
+                sub.lanes.push(lane);
+            }
+            Err(ResponseError::NotLeaderOrFollower) => {
+                if let Some(owner) = core.data_owner(&sub.topic, p) {
+                    core.replicas
+                        .ask_for(owner, crate::table::source_topic(&sub.topic).unwrap_or(""), p);
+                }
+                still.push(p);
+            }
+            Err(_) => {}
+        }
+    }
+    sub.lanes.sort_by_key(Lane::index);
+    sub.joining = still;
 }
 
 /// The stream's loop; returns why it ended.
@@ -189,7 +338,7 @@ async fn serve(
         }
         // A partition closed under the stream (a read replica stopped, the topic deleted or
         // re-created): the client resumes with its last id and is served where the partition is.
-        if sub.part.log.is_closed() {
+        if sub.lanes.iter().any(|l| l.part.log.is_closed()) {
             return End::Moved;
         }
         // A subscriber catching up from the tail cache never waits: others get the core too.
@@ -199,33 +348,36 @@ async fn serve(
             if let Some(end) = recheck(core, hub, sub) {
                 return end;
             }
-            // Counts as a consumer of the partition here, as a Kafka fetch would (read replicas
+            if !sub.joining.is_empty() {
+                join(core, sub);
+            }
+            // Counts as a consumer of the partitions here, as a Kafka fetch would (read replicas
             // start for partitions streamed to many).
-            core.replicas.note_fetch(&sub.part, conn, now);
+            for lane in &sub.lanes {
+                core.replicas.note_fetch(&lane.part, conn, now);
+            }
             noted = now;
         }
-        let part = sub.part.clone();
-        let log = &part.log;
-        let end = if sub.read_committed {
-            log.last_stable_offset()
-        } else {
-            log.high_watermark()
-        };
-        if sub.next < log.log_start_offset() {
-            // Retention or compaction's deletion passed the subscriber: it is told what it missed.
-            let from = sub.next;
-            sub.next = log.log_start_offset();
-            if !send_gap(out, protocol, sub.part.index, from, sub.next - 1, stall).await {
+        // Retention or compaction's deletion passed the subscriber: it is told what it missed.
+        if let Some(i) = sub
+            .lanes
+            .iter()
+            .position(|l| l.next < l.part.log.log_start_offset())
+        {
+            let from = sub.lanes[i].next;
+            sub.lanes[i].next = sub.lanes[i].part.log.log_start_offset();
+            if !send_gap(out, sub, i, from, stall).await {
                 return End::Slow;
             }
             continue;
         }
-        if sub.next < end {
-            match send_some(core, hub, out, sub, end, caught_up, stall).await {
+        let rc = sub.read_committed;
+        if sub.lanes.iter().any(|l| l.next < l.end(rc)) {
+            match send_some(core, hub, out, sub, caught_up, stall).await {
                 Sent::Wrote => last_write = Instant::now(),
                 Sent::Nothing => glommio::timer::sleep(Duration::from_millis(10)).await,
                 Sent::Behind => {
-                    if let Some(end) = fall_behind(core, out, sub, end, stall).await {
+                    if let Some(end) = fall_behind(core, out, sub, stall).await {
                         return end;
                     }
                 }
@@ -286,29 +438,29 @@ async fn answer_client(
 }
 
 /// The slow rule, for a subscriber that fell more than the stream buffer behind: disconnected
-/// with a last event that says so, or skipped to `end` with a gap event.
+/// with a last event that says so, or skipped to the end of each partition with a gap event.
 async fn fall_behind(
     core: &Core,
     out: &mut SharedStream,
     sub: &mut Subscription,
-    end: i64,
     stall: Duration,
 ) -> Option<End> {
     let protocol = sub.encoding.protocol;
     match sub.slow {
         Slow::Disconnect => {
             add(&core.http.slow_disconnects, 1);
-            let why = stream_message(
-                protocol,
-                "slow",
-                &format!(
+            let lane = &sub.lanes[0];
+            let data = if sub.merged {
+                String::from("\"error\":\"too slow\"")
+            } else {
+                format!(
                     "\"partition\":{},\"next_offset\":{},\"high_watermark\":{}",
-                    sub.part.index,
-                    sub.next,
-                    sub.part.log.high_watermark()
-                ),
-            );
-            let mut last = vec![Bytes::from(why)];
+                    lane.index(),
+                    lane.next,
+                    lane.part.log.high_watermark()
+                )
+            };
+            let mut last = vec![Bytes::from(sub.message("slow", &data))];
             if protocol == Protocol::WebSocket {
                 last.push(Bytes::from(ws_close(CLOSE_POLICY, "too slow")));
             }
@@ -316,26 +468,44 @@ async fn fall_behind(
             Some(End::Slow)
         }
         Slow::Skip => {
-            let from = sub.next;
-            sub.next = end;
-            add(&core.http.gaps, 1);
-            let index = sub.part.index;
-            (!send_gap(out, protocol, index, from, end - 1, stall).await).then_some(End::Slow)
+            let rc = sub.read_committed;
+            for i in 0..sub.lanes.len() {
+                let (from, end) = (sub.lanes[i].next, sub.lanes[i].end(rc));
+                if from >= end {
+                    continue;
+                }
+                sub.lanes[i].next = end;
+                add(&core.http.gaps, 1);
+                if !send_gap(out, sub, i, from, stall).await {
+                    return Some(End::Slow);
+                }
+            }
+            None
         }
     }
 }
 
-/// Waits at most `wait` for more to read, a word from the client, or the server's stop.
+/// Waits at most `wait` for more to read in any partition, a word from the client, or the
+/// server's stop.
 async fn idle(core: &Core, sub: &Subscription, from_client: &Inbox, wait: Duration) {
-    let log = &sub.part.log;
-    let monitor = if sub.read_committed {
-        log.last_stable_monitor()
-    } else {
-        log.high_watermark_monitor()
-    };
-    let moved = async {
-        monitor.wait_for(sub.next + 1).await;
-    };
+    let mut moved: Vec<Pin<Box<dyn Future<Output = ()>>>> = sub
+        .lanes
+        .iter()
+        .map(|lane| {
+            let (monitor, next) = (lane.monitor(sub.read_committed), lane.next);
+            Box::pin(async move {
+                monitor.wait_for(next + 1).await;
+            }) as Pin<Box<dyn Future<Output = ()>>>
+        })
+        .collect();
+    let any_moved = std::future::poll_fn(|cx| {
+        for m in moved.iter_mut() {
+            if m.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(());
+            }
+        }
+        Poll::Pending
+    });
     let timer = async {
         glommio::timer::sleep(wait).await;
     };
@@ -343,7 +513,7 @@ async fn idle(core: &Core, sub: &Subscription, from_client: &Inbox, wait: Durati
         core.shutdown().wait_for(1).await;
     };
     futures_lite::future::or(
-        futures_lite::future::or(moved, from_client.wait()),
+        futures_lite::future::or(any_moved, from_client.wait()),
         futures_lite::future::or(timer, stopping),
     )
     .await;
@@ -361,88 +531,109 @@ enum Sent {
     Failed(String),
 }
 
-/// Reads from the subscriber's next offset up to `end` (at most the stream buffer), and writes
-/// the batches' frames in one vectored write.
+/// Reads each partition from the subscriber's next offset up to its end (at most the stream
+/// buffer in all), and writes the batches' frames in one vectored write.
 async fn send_some(
     core: &Rc<Core>,
     hub: &Hub,
     out: &mut SharedStream,
     sub: &mut Subscription,
-    end: i64,
     caught_up: bool,
     stall: Duration,
 ) -> Sent {
     let budget = hub.config.stream_buffer_bytes;
-    let log = sub.part.log.clone();
-    let start = sub.next;
-    let read = match log.read(sub.next, budget, true).await {
-        Ok(read) => read,
-        Err(shards::Error::OffsetOutOfRange { .. }) => return Sent::Nothing,
-        Err(e) => return Sent::Failed(format!("reading the log: {e}")),
-    };
-    let read_bytes = read.records.len;
-    let aborted = if sub.read_committed && read.records.batches > 0 {
-        // The end is exclusive: the last batch's own transaction counts.
-        log.aborted_transactions(read.records.first_offset, read.records.last_offset + 1)
-    } else {
-        Vec::new()
-    };
+    let per_lane = (budget / sub.lanes.len().max(1)).max(64 << 10);
+    let starts: Vec<i64> = sub.lanes.iter().map(|l| l.next).collect();
+    let rc = sub.read_committed;
     let mut chunks = Vec::new();
-    let (mut records, mut bytes) = (0u64, 0u64);
-    for (h, batch) in read.records.batches() {
-        if h.base_offset >= end {
-            // Nothing lies between `next` and this batch (compacted away): the stream is at `end`.
-            sub.next = sub.next.max(end.min(h.base_offset));
-            break;
-        }
-        if h.last_offset() < sub.next {
+    let (mut records, mut bytes, mut frames) = (0u64, 0u64, 0u64);
+    let mut ahead = 0.0;
+    let mut ids = Vec::new();
+    for i in 0..sub.lanes.len() {
+        let end = sub.lanes[i].end(rc);
+        if sub.lanes[i].next >= end {
             continue;
         }
-        let from = sub.next;
-        sub.next = h.last_offset() + 1;
-        if h.is_transactional()
-            && !h.is_control()
-            && is_aborted(&aborted, h.producer_id, h.base_offset)
-        {
-            continue;
-        }
-        let frame = match hub.frames.frame(
-            &core.http,
-            log.id(),
-            sub.encoding,
-            sub.part.index,
-            &h,
-            &batch,
-            from,
-        ) {
-            Ok(frame) => frame,
-            Err(e) => {
-                return Sent::Failed(format!(
-                    "a batch at offset {} cannot be read: {e}",
-                    h.base_offset
-                ))
-            }
+        let read = match sub.lanes[i].read(per_lane).await {
+            Ok(read) => read,
+            Err(shards::Error::OffsetOutOfRange { .. }) => continue,
+            Err(e) => return Sent::Failed(format!("reading the log: {e}")),
         };
-        if !frame.bytes.is_empty() {
+        let lane = &sub.lanes[i];
+        let log = lane.part.log.clone();
+        let aborted = if rc && lane.view.is_none() && read.records.batches > 0 {
+            // The end is exclusive: the last batch's own transaction counts.
+            log.aborted_transactions(read.records.first_offset, read.records.last_offset + 1)
+        } else {
+            Vec::new()
+        };
+        let (source, index) = (lane.source(), lane.index());
+        for (h, batch) in read.records.batches() {
+            let next = sub.lanes[i].next;
+            if h.base_offset >= end {
+                // Nothing lies between `next` and this batch (compacted away): the stream is at
+                // `end`.
+                sub.lanes[i].next = next.max(end.min(h.base_offset));
+                break;
+            }
+            if h.last_offset() < next {
+                continue;
+            }
+            sub.lanes[i].next = h.last_offset() + 1;
+            if h.is_transactional()
+                && !h.is_control()
+                && is_aborted(&aborted, h.producer_id, h.base_offset)
+            {
+                continue;
+            }
+            let frame =
+                match hub
+                    .frames
+                    .frame(&core.http, source, sub.encoding, index, &h, &batch, next)
+                {
+                    Ok(frame) => frame,
+                    Err(e) => {
+                        return Sent::Failed(format!(
+                            "a batch at offset {} cannot be read: {e}",
+                            h.base_offset
+                        ))
+                    }
+                };
+            if frame.bytes.is_empty() {
+                continue;
+            }
             records += u64::from(frame.records);
             bytes += frame.bytes.len() as u64;
-            chunks.push(frame.bytes);
+            frames += 1;
+            if sub.encoding.whole_batches {
+                // The message closes with where the whole stream stands after it.
+                sub.ids(&mut ids);
+                let (before, after) = close_batch(sub.encoding.protocol, frame.bytes.len(), &ids);
+                if !before.is_empty() {
+                    chunks.push(Bytes::from(before));
+                }
+                chunks.push(frame.bytes);
+                chunks.push(Bytes::from(after));
+            } else {
+                chunks.push(frame.bytes);
+            }
         }
+        let lane = &sub.lanes[i];
+        let per_offset = read.records.len as f64 / (lane.next - starts[i]).max(1) as f64;
+        ahead += (end - lane.next).max(0) as f64 * per_offset;
     }
-    if behind(sub, start, read_bytes, end, caught_up && budget > 0, budget) {
-        // Put the position back: the slow rule decides from where it goes on.
-        sub.next = start;
+    if behind(sub, ahead, caught_up && budget > 0, budget) {
+        // Put the positions back: the slow rule decides from where it goes on.
+        for (lane, start) in sub.lanes.iter_mut().zip(starts) {
+            lane.next = start;
+        }
         sub.behind_rounds = 0;
         return Sent::Behind;
     }
     if chunks.is_empty() {
-        return if sub.next == start {
-            Sent::Nothing
-        } else {
-            Sent::Wrote
-        };
+        let moved = sub.lanes.iter().zip(&starts).any(|(l, s)| l.next != *s);
+        return if moved { Sent::Wrote } else { Sent::Nothing };
     }
-    let frames = chunks.len() as u64;
     let write = async { out.write_chunks_full(&chunks).await.ok() };
     let written = futures_lite::future::or(write, async {
         glommio::timer::sleep(stall).await;
@@ -459,21 +650,11 @@ async fn send_some(
     Sent::Wrote
 }
 
-/// Whether the subscriber is behind, judged once a second: more than the buffer ahead of it
-/// (estimated from this read's bytes per offset, `start..sub.next`), after it had caught up
-/// (`caught_up`), a lag that did not shrink since the last look, and a socket found full in
-/// between, for [`BEHIND_ROUNDS`] looks in a row (a client that keeps up, or works off a burst,
-/// is not slow).
-fn behind(
-    sub: &mut Subscription,
-    start: i64,
-    read_bytes: usize,
-    end: i64,
-    caught_up: bool,
-    budget: usize,
-) -> bool {
-    let per_offset = read_bytes as f64 / (sub.next - start).max(1) as f64;
-    let ahead = (end - sub.next).max(0) as f64 * per_offset;
+/// Whether the subscriber is behind, judged once a second: more than the buffer `ahead` of it
+/// (estimated from this read's bytes per offset), after it had caught up (`caught_up`), a lag
+/// that did not shrink since the last look, and a socket found full in between, for
+/// [`BEHIND_ROUNDS`] looks in a row (a client that keeps up, or works off a burst, is not slow).
+fn behind(sub: &mut Subscription, ahead: f64, caught_up: bool, budget: usize) -> bool {
     if sub.looked.elapsed() >= LOOK_EVERY {
         sub.looked = Instant::now();
         let growing = caught_up && ahead > budget as f64 && ahead >= sub.ahead && sub.waited;
@@ -492,21 +673,21 @@ fn is_aborted(aborted: &[AbortedTxn], producer_id: i64, base_offset: i64) -> boo
     })
 }
 
-/// Tells the subscriber it will not get offsets `from..=to` of `partition`.
+/// Tells the subscriber it will not get offsets `from` up to lane `i`'s next offset (excluded).
 async fn send_gap(
     out: &mut SharedStream,
-    protocol: Protocol,
-    partition: i32,
+    sub: &Subscription,
+    i: usize,
     from: i64,
-    to: i64,
     stall: Duration,
 ) -> bool {
-    let gap = stream_message(
-        protocol,
-        "gap",
-        &format!("\"partition\":{partition},\"from\":{from},\"to\":{to}"),
+    let lane = &sub.lanes[i];
+    let data = format!(
+        "\"partition\":{},\"from\":{from},\"to\":{}",
+        lane.index(),
+        lane.next - 1
     );
-    write_within(out, &[Bytes::from(gap)], stall).await
+    write_within(out, &[Bytes::from(sub.message("gap", &data))], stall).await
 }
 
 /// Writes `chunks`, giving up after `limit` (the client does not read); whether all were written.

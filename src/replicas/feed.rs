@@ -50,6 +50,8 @@ pub(super) struct Fed {
     pub(super) sent_lately: RefCell<FastMap<usize, Vec<Instant>>>,
     /// Owner connections and the core each was given, with when it was last seen.
     pub(super) steered: RefCell<FastMap<u64, (usize, Instant)>>,
+    /// Cores that want the replica for their stream subscribers, with when they last said so.
+    pub(super) wanted: RefCell<FastMap<usize, Instant>>,
     /// `auto`: since when the partition has been cool.
     pub(super) cool_since: Cell<Option<Instant>>,
 }
@@ -106,6 +108,7 @@ impl Replicas {
             reported: RefCell::default(),
             sent_lately: RefCell::default(),
             steered: RefCell::default(),
+            wanted: RefCell::default(),
             cool_since: Cell::new(None),
         });
         let (hooked, outbox) = (Rc::downgrade(&fed), self.outbox.clone());
@@ -126,6 +129,7 @@ impl Replicas {
         };
         fed.cores.borrow_mut().retain(|&c| c != core);
         fed.reported.borrow_mut().remove(&core);
+        fed.wanted.borrow_mut().remove(&core);
         self.outbox
             .send(core, ReplicaMsg::Stop { of: fed.of.clone() });
         log::info!(

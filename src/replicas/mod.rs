@@ -58,6 +58,8 @@ pub const FETCHING_WITHIN: Duration = Duration::from_secs(10);
 pub const TICK: Duration = Duration::from_secs(1);
 /// `auto`: how long a partition must stay cool before its replicas stop.
 pub const COOL_FOR: Duration = Duration::from_secs(30);
+/// How long a core's wish for a replica (a `Want`, a report of streams reading it) keeps it.
+const WANT_HOLDS: Duration = Duration::from_secs(5);
 /// `auto`: a core this busy (share of its time) counts as busy.
 const BUSY: f64 = 0.75;
 /// Hand-overs waiting for one core beyond which that core is resynchronized with snapshots
@@ -121,6 +123,15 @@ pub enum ReplicaMsg {
         from: usize,
         connections: u32,
         busy_percent: u32,
+        /// Streams (HTTP subscribers) reading the replica: it stays while there are any.
+        streams: u32,
+    },
+    /// A core to a partition's owner: it has stream subscribers of the partition and wants a
+    /// replica of it (answered with `Start` unless the topic's policy is `off`).
+    Want {
+        topic: String,
+        partition: i32,
+        from: usize,
     },
     /// Owner to every core: the partition's replica cores now (Metadata's `replicas` and `isr`).
     Cores { of: ReplicaOf, cores: Vec<i32> },
@@ -156,6 +167,8 @@ pub struct Replicas {
     /// Every partition's replica cores as their owners last said (Metadata on any core).
     sets: RefCell<HashMap<String, HashMap<i32, Vec<i32>>>>,
     fetchers: RefCell<FastMap<u64, Fetchers>>,
+    /// Stream subscribers on this core of each partition (owned or held), by log id.
+    streams: RefCell<FastMap<u64, u32>>,
     handover_batches: Cell<u64>,
     handover_bytes: Cell<u64>,
     snapshots: Cell<u64>,
@@ -188,6 +201,7 @@ impl Replicas {
             held: RefCell::default(),
             sets: RefCell::default(),
             fetchers: RefCell::default(),
+            streams: RefCell::default(),
             handover_batches: Cell::new(0),
             handover_bytes: Cell::new(0),
             snapshots: Cell::new(0),
@@ -249,6 +263,60 @@ impl Replicas {
         }
         for f in self.fed.borrow().values() {
             f.steered.borrow_mut().remove(&conn);
+        }
+    }
+
+    /// A stream subscriber of the partition of log `log_id` opened here; it holds a read replica
+    /// on this core for as long as it lives (see [`Replicas::stream_closed`]).
+    pub fn stream_opened(&self, log_id: u64) {
+        *self.streams.borrow_mut().entry(log_id).or_default() += 1;
+    }
+
+    pub fn stream_closed(&self, log_id: u64) {
+        let mut streams = self.streams.borrow_mut();
+        if let Some(n) = streams.get_mut(&log_id) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                streams.remove(&log_id);
+            }
+        }
+    }
+
+    fn streams_of(&self, log_id: u64) -> u32 {
+        self.streams.borrow().get(&log_id).copied().unwrap_or(0)
+    }
+
+    /// Asks `owner` for a read replica of `topic`/`partition` on this core, for stream
+    /// subscribers that landed here.
+    pub fn ask_for(&self, owner: usize, topic: &str, partition: i32) {
+        if owner == self.me || owner >= self.cores {
+            return;
+        }
+        self.outbox.send(
+            owner,
+            ReplicaMsg::Want {
+                topic: topic.to_string(),
+                partition,
+                from: self.me,
+            },
+        );
+    }
+
+    /// On the owner: `from` wants a replica of `part` for its stream subscribers; started at once
+    /// unless `policy` is `off`, and kept while that core's streams read it.
+    pub fn want(&self, part: &Rc<Partition>, from: usize, policy: ReplicaPolicy) {
+        if policy == ReplicaPolicy::Off || from == self.me || from >= self.cores {
+            return;
+        }
+        let fed_there = |fed: &FastMap<u64, Rc<Fed>>| {
+            fed.get(&part.log.id())
+                .is_some_and(|f| f.cores.borrow().contains(&from))
+        };
+        if !fed_there(&self.fed.borrow()) {
+            self.start(part, from);
+        }
+        if let Some(f) = self.fed.borrow().get(&part.log.id()) {
+            f.wanted.borrow_mut().insert(from, Instant::now());
         }
     }
 

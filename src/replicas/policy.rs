@@ -2,7 +2,7 @@
 //! core), `off`, or `auto` (every other core once the partition is hot, none once it has been cool
 //! for [`COOL_FOR`]).
 
-use super::{Replicas, BUSY, COOL_FOR};
+use super::{Replicas, BUSY, COOL_FOR, WANT_HOLDS};
 use crate::table::configs::ReplicaPolicy;
 use shards::partition::Partition;
 use std::rc::Rc;
@@ -22,17 +22,34 @@ impl Replicas {
             .map(|f| f.cores.borrow().clone())
             .unwrap_or_default();
         let others: Vec<usize> = (0..self.cores).filter(|&c| c != self.me).collect();
-        let wanted = match policy {
+        let mut wanted = match policy {
             ReplicaPolicy::All => others,
             ReplicaPolicy::Off => Vec::new(),
             ReplicaPolicy::Auto => self.auto_wanted(part, busy, now, current.clone(), others),
         };
+        if policy == ReplicaPolicy::Auto {
+            // Cores whose stream subscribers read the partition keep their replicas, however
+            // cool it is.
+            wanted.extend(self.wanted_for_streams(part.log.id(), now));
+            wanted.sort_unstable();
+            wanted.dedup();
+        }
         for &core in wanted.iter().filter(|c| !current.contains(c)) {
             self.start(part, core);
         }
         for &core in current.iter().filter(|c| !wanted.contains(c)) {
             self.stop(part.log.id(), core);
         }
+    }
+
+    /// Cores that asked for a replica for their streams, or reported streams reading it, lately.
+    fn wanted_for_streams(&self, log_id: u64, now: Instant) -> Vec<usize> {
+        let Some(fed) = self.fed.borrow().get(&log_id).cloned() else {
+            return Vec::new();
+        };
+        let mut wanted = fed.wanted.borrow_mut();
+        wanted.retain(|_, &mut at| now.duration_since(at) < WANT_HOLDS);
+        wanted.keys().copied().collect()
     }
 
     /// `auto`: see [`auto`]; the partition's cool time is kept with its feeding state.

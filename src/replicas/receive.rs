@@ -95,8 +95,12 @@ impl Replicas {
                 from,
                 connections,
                 busy_percent,
+                streams,
             } => {
                 if let Some(f) = self.fed.borrow().get(&of.source) {
+                    if streams > 0 {
+                        f.wanted.borrow_mut().insert(from, Instant::now());
+                    }
                     f.reported
                         .borrow_mut()
                         .insert(from, (connections, busy_percent as f64 / 100.0));
@@ -109,6 +113,8 @@ impl Replicas {
                 }
                 None
             }
+            // The owner's core answers it, with the partition in hand (`Replicas::want`).
+            ReplicaMsg::Want { .. } => None,
             ReplicaMsg::Cores { of, cores } => {
                 self.set_cores(&of, cores);
                 None
@@ -175,6 +181,7 @@ impl Replicas {
                         from: self.me,
                         connections: self.fetch_connections(h.partition.log.id(), now),
                         busy_percent: (busy * 100.0).round() as u32,
+                        streams: self.streams_of(h.partition.log.id()),
                     },
                 );
             }
