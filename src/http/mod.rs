@@ -1,17 +1,16 @@
 //! Topics streamed to browsers and devices over HTTP/1.1 (`--http-listen`): a partition of a
-//! topic as Server-Sent Events (`Accept: text/event-stream`) or over a WebSocket, from an offset
-//! (`?offset=earliest|latest|N|@ms`) or resumed after the last event (`Last-Event-ID`, which
-//! browsers send by themselves on reconnect, or `?resume=`), in JSON or as raw values, at
-//! read_uncommitted or read_committed.
+//! topic or view, or every partition merged, as Server-Sent Events (`Accept: text/event-stream`)
+//! or over a WebSocket, from an offset (`?offset=earliest|latest|N|@ms`) or resumed after the last
+//! event (`Last-Event-ID`, which browsers send by themselves on reconnect, or `?resume=`), in JSON
+//! or as raw values, at read_uncommitted or read_committed.
 //!
 //! Every core listens on the same address (`SO_REUSEPORT`: the kernel spreads connections over
-//! them). A subscriber is served on the core it lands on when that core holds the partition (it
-//! owns it, or holds a read replica of it); otherwise the connection is handed to the owner core
-//! with its request head, so no message is ever copied between cores. Subscribers count as the
-//! partition's consumers, so a partition streamed to many gets read replicas on every core as a
-//! hot partition does, and later subscribers are served where they land. On a core, each batch is
-//! encoded once per protocol and format ([`frames`]) and that buffer is written to every
-//! subscriber of it.
+//! them), and a subscriber is served on the core it lands on: from the partitions that core owns,
+//! and read replicas of the others, asked of their owners when missing (kept while streams read
+//! them). Only where a topic's read replicas are off is a one-partition stream's connection handed
+//! to the owner core with its request head. No message is ever copied between cores for a
+//! subscriber. On a core, each batch is encoded once per protocol and format ([`frames`]) and that
+//! buffer is written to every subscriber of it.
 //!
 //! ## Layout, top layer first
 //! - [`subscriber`] — one subscriber's loop: read, share frames, write, heartbeats, the slow rule.
@@ -501,7 +500,10 @@ async fn lanes_here(core: &Core, req: &StreamRequest) -> Result<Vec<Lane>, Elsew
             let owner = core.data_owner(&req.topic, p).ok_or_else(no_topic)?;
             if owner == core.id() {
                 // Its owner is this core, which has not opened it (yet, or it failed to).
-                let why = format!("partition {p} of {:?} is not open yet; try again", req.topic);
+                let why = format!(
+                    "partition {p} of {:?} is not open yet; try again",
+                    req.topic
+                );
                 return Err(refused("503 Service Unavailable", why));
             }
             let off = policy == crate::table::configs::ReplicaPolicy::Off;

@@ -223,9 +223,12 @@ pub fn route(head: &Head) -> Result<StreamRequest, Refusal> {
         .ok_or_else(|| Refusal::new("400 Bad Request", "the topic name is not valid UTF-8"))?;
     let partition = match partition {
         None => None,
-        Some(p) => Some(p.parse().ok().filter(|p: &i32| *p >= 0).ok_or_else(|| {
-            Refusal::new("400 Bad Request", format!("bad partition {p:?}"))
-        })?),
+        Some(p) => Some(
+            p.parse()
+                .ok()
+                .filter(|p: &i32| *p >= 0)
+                .ok_or_else(|| Refusal::new("400 Bad Request", format!("bad partition {p:?}")))?,
+        ),
     };
     let mut req = StreamRequest {
         topic,

@@ -43,7 +43,13 @@ impl Lane {
     /// at offset 0; `NotLeaderOrFollower` when it is served elsewhere.
     pub fn here(core: &Core, topic: &str, index: i32) -> Result<Lane, ResponseError> {
         let (part, view) = core.fetch_partition(topic, index)?;
-        let view = view.map(|v| (core.reads.views.reader(&part.log, v.shards), v.shard, v.shards));
+        let view = view.map(|v| {
+            (
+                core.reads.views.reader(&part.log, v.shards),
+                v.shard,
+                v.shards,
+            )
+        });
         Ok(Lane {
             part,
             view,
@@ -301,8 +307,11 @@ fn join(core: &Core, sub: &mut Subscription) {
             }
             Err(ResponseError::NotLeaderOrFollower) => {
                 if let Some(owner) = core.data_owner(&sub.topic, p) {
-                    core.replicas
-                        .ask_for(owner, crate::table::source_topic(&sub.topic).unwrap_or(""), p);
+                    core.replicas.ask_for(
+                        owner,
+                        crate::table::source_topic(&sub.topic).unwrap_or(""),
+                        p,
+                    );
                 }
                 still.push(p);
             }
@@ -531,6 +540,17 @@ enum Sent {
     Failed(String),
 }
 
+/// What a round of reading gathered to write in one go.
+#[derive(Default)]
+struct Round {
+    chunks: Vec<Bytes>,
+    records: u64,
+    bytes: u64,
+    frames: u64,
+    /// Scratch for a merged stream's ids.
+    ids: Vec<u8>,
+}
+
 /// Reads each partition from the subscriber's next offset up to its end (at most the stream
 /// buffer in all), and writes the batches' frames in one vectored write.
 async fn send_some(
@@ -544,14 +564,11 @@ async fn send_some(
     let budget = hub.config.stream_buffer_bytes;
     let per_lane = (budget / sub.lanes.len().max(1)).max(64 << 10);
     let starts: Vec<i64> = sub.lanes.iter().map(|l| l.next).collect();
-    let rc = sub.read_committed;
-    let mut chunks = Vec::new();
-    let (mut records, mut bytes, mut frames) = (0u64, 0u64, 0u64);
+    let mut round = Round::default();
     let mut ahead = 0.0;
-    let mut ids = Vec::new();
-    for i in 0..sub.lanes.len() {
-        let end = sub.lanes[i].end(rc);
-        if sub.lanes[i].next >= end {
+    for (i, &start) in starts.iter().enumerate() {
+        let end = sub.lanes[i].end(sub.read_committed);
+        if start >= end {
             continue;
         }
         let read = match sub.lanes[i].read(per_lane).await {
@@ -559,68 +576,12 @@ async fn send_some(
             Err(shards::Error::OffsetOutOfRange { .. }) => continue,
             Err(e) => return Sent::Failed(format!("reading the log: {e}")),
         };
-        let lane = &sub.lanes[i];
-        let log = lane.part.log.clone();
-        let aborted = if rc && lane.view.is_none() && read.records.batches > 0 {
-            // The end is exclusive: the last batch's own transaction counts.
-            log.aborted_transactions(read.records.first_offset, read.records.last_offset + 1)
-        } else {
-            Vec::new()
-        };
-        let (source, index) = (lane.source(), lane.index());
-        for (h, batch) in read.records.batches() {
-            let next = sub.lanes[i].next;
-            if h.base_offset >= end {
-                // Nothing lies between `next` and this batch (compacted away): the stream is at
-                // `end`.
-                sub.lanes[i].next = next.max(end.min(h.base_offset));
-                break;
-            }
-            if h.last_offset() < next {
-                continue;
-            }
-            sub.lanes[i].next = h.last_offset() + 1;
-            if h.is_transactional()
-                && !h.is_control()
-                && is_aborted(&aborted, h.producer_id, h.base_offset)
-            {
-                continue;
-            }
-            let frame =
-                match hub
-                    .frames
-                    .frame(&core.http, source, sub.encoding, index, &h, &batch, next)
-                {
-                    Ok(frame) => frame,
-                    Err(e) => {
-                        return Sent::Failed(format!(
-                            "a batch at offset {} cannot be read: {e}",
-                            h.base_offset
-                        ))
-                    }
-                };
-            if frame.bytes.is_empty() {
-                continue;
-            }
-            records += u64::from(frame.records);
-            bytes += frame.bytes.len() as u64;
-            frames += 1;
-            if sub.encoding.whole_batches {
-                // The message closes with where the whole stream stands after it.
-                sub.ids(&mut ids);
-                let (before, after) = close_batch(sub.encoding.protocol, frame.bytes.len(), &ids);
-                if !before.is_empty() {
-                    chunks.push(Bytes::from(before));
-                }
-                chunks.push(frame.bytes);
-                chunks.push(Bytes::from(after));
-            } else {
-                chunks.push(frame.bytes);
-            }
+        if let Err(why) = take_batches(core, hub, sub, i, &read, end, &mut round) {
+            return Sent::Failed(why);
         }
-        let lane = &sub.lanes[i];
-        let per_offset = read.records.len as f64 / (lane.next - starts[i]).max(1) as f64;
-        ahead += (end - lane.next).max(0) as f64 * per_offset;
+        let next = sub.lanes[i].next;
+        let per_offset = read.records.len as f64 / (next - start).max(1) as f64;
+        ahead += (end - next).max(0) as f64 * per_offset;
     }
     if behind(sub, ahead, caught_up && budget > 0, budget) {
         // Put the positions back: the slow rule decides from where it goes on.
@@ -630,11 +591,11 @@ async fn send_some(
         sub.behind_rounds = 0;
         return Sent::Behind;
     }
-    if chunks.is_empty() {
+    if round.chunks.is_empty() {
         let moved = sub.lanes.iter().zip(&starts).any(|(l, s)| l.next != *s);
         return if moved { Sent::Wrote } else { Sent::Nothing };
     }
-    let write = async { out.write_chunks_full(&chunks).await.ok() };
+    let write = async { out.write_chunks_full(&round.chunks).await.ok() };
     let written = futures_lite::future::or(write, async {
         glommio::timer::sleep(stall).await;
         None
@@ -644,10 +605,73 @@ async fn send_some(
         return Sent::Stalled;
     };
     sub.waited |= full;
-    add(&core.http.frames_sent, frames);
-    add(&core.http.records_sent, records);
-    add(&core.http.bytes_sent, bytes);
+    add(&core.http.frames_sent, round.frames);
+    add(&core.http.records_sent, round.records);
+    add(&core.http.bytes_sent, round.bytes);
     Sent::Wrote
+}
+
+/// Lane `i`'s batches in `read`, up to `end`: their shared frames added to `round` (a merged
+/// stream's each closed with the ids after it), and the lane's position moved past them.
+fn take_batches(
+    core: &Core,
+    hub: &Hub,
+    sub: &mut Subscription,
+    i: usize,
+    read: &LogRead,
+    end: i64,
+    round: &mut Round,
+) -> Result<(), String> {
+    let lane = &sub.lanes[i];
+    let aborted = if sub.read_committed && lane.view.is_none() && read.records.batches > 0 {
+        // The end is exclusive: the last batch's own transaction counts.
+        let (first, last) = (read.records.first_offset, read.records.last_offset);
+        lane.part.log.aborted_transactions(first, last + 1)
+    } else {
+        Vec::new()
+    };
+    let (source, index) = (lane.source(), lane.index());
+    for (h, batch) in read.records.batches() {
+        let next = sub.lanes[i].next;
+        if h.base_offset >= end {
+            // Nothing lies between `next` and this batch (compacted away): the stream is at `end`.
+            sub.lanes[i].next = next.max(end.min(h.base_offset));
+            break;
+        }
+        if h.last_offset() < next {
+            continue;
+        }
+        sub.lanes[i].next = h.last_offset() + 1;
+        if h.is_transactional()
+            && !h.is_control()
+            && is_aborted(&aborted, h.producer_id, h.base_offset)
+        {
+            continue;
+        }
+        let frame = hub
+            .frames
+            .frame(&core.http, source, sub.encoding, index, &h, &batch, next)
+            .map_err(|e| format!("a batch at offset {} cannot be read: {e}", h.base_offset))?;
+        if frame.bytes.is_empty() {
+            continue;
+        }
+        round.records += u64::from(frame.records);
+        round.bytes += frame.bytes.len() as u64;
+        round.frames += 1;
+        if sub.encoding.whole_batches {
+            // The message closes with where the whole stream stands after it.
+            sub.ids(&mut round.ids);
+            let (before, after) = close_batch(sub.encoding.protocol, frame.bytes.len(), &round.ids);
+            if !before.is_empty() {
+                round.chunks.push(Bytes::from(before));
+            }
+            round.chunks.push(frame.bytes);
+            round.chunks.push(Bytes::from(after));
+        } else {
+            round.chunks.push(frame.bytes);
+        }
+    }
+    Ok(())
 }
 
 /// Whether the subscriber is behind, judged once a second: more than the buffer `ahead` of it

@@ -939,3 +939,258 @@ fn a_deleted_topic_ends_its_streams() {
     assert_eq!(shoal.metric("shoal_http_subscribers"), 0);
     shoal.stop();
 }
+
+/// A merged stream's records, (partition, offset, value) in arrival order, from events that
+/// each hold a batch; checks every event's id names, for its own partition, at least the last
+/// offset in it. Returns them and the last event's id.
+fn merged_records(events: &[Event]) -> (Vec<(i64, i64, String)>, String) {
+    let mut out = Vec::new();
+    for e in events {
+        let batch: Vec<Value> =
+            serde_json::from_str(&e.data).unwrap_or_else(|err| panic!("{e:?}: {err}"));
+        let id = e.id.clone().expect("every merged event has an id");
+        let last = batch.last().expect("no empty batch event");
+        // The id names at least its last record (a view's batch may cover later offsets of
+        // other keys).
+        let (p, o) = (
+            last["partition"].as_i64().unwrap(),
+            last["offset"].as_i64().unwrap(),
+        );
+        let named = id
+            .split(',')
+            .find_map(|e| e.strip_prefix(&format!("{p}:")))
+            .map(|o| o.parse::<i64>().unwrap());
+        assert!(
+            named.is_some_and(|n| n >= o),
+            "id {id}, last record {p}:{o}"
+        );
+        for r in &batch {
+            let value = r["value"].as_str().unwrap().to_string();
+            out.push((
+                r["partition"].as_i64().unwrap(),
+                r["offset"].as_i64().unwrap(),
+                value,
+            ));
+        }
+    }
+    (
+        out,
+        events.last().and_then(|e| e.id.clone()).unwrap_or_default(),
+    )
+}
+
+impl Sse {
+    /// Events of a merged stream until they held `records` records.
+    fn batches(&mut self, records: usize, within: Duration) -> Vec<Event> {
+        let deadline = Instant::now() + within;
+        let mut events = Vec::new();
+        let mut held = 0;
+        while held < records {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let e = self.events(1, left).remove(0);
+            held += serde_json::from_str::<Vec<Value>>(&e.data).map_or(0, |b| b.len());
+            events.push(e);
+        }
+        events
+    }
+}
+
+/// Checks that `records` hold, per partition, exactly the offsets `from[p]..to[p]` in order,
+/// with `value(p, offset)`.
+fn assert_partitions(
+    records: &[(i64, i64, String)],
+    from: &[i64],
+    to: &[i64],
+    value: impl Fn(i64, i64) -> String,
+) {
+    for p in 0..from.len() as i64 {
+        let got: Vec<(i64, &str)> = records
+            .iter()
+            .filter(|r| r.0 == p)
+            .map(|r| (r.1, r.2.as_str()))
+            .collect();
+        let want: Vec<(i64, String)> = (from[p as usize]..to[p as usize])
+            .map(|o| (o, value(p, o)))
+            .collect();
+        let want: Vec<(i64, &str)> = want.iter().map(|(o, v)| (*o, v.as_str())).collect();
+        assert_eq!(got, want, "partition {p}");
+    }
+}
+
+#[test]
+fn a_topic_streams_merged_where_each_client_lands_and_resumes_from_its_id_after_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shoal, http) = start(dir.path(), 2, &[]);
+    let b = shoal.bootstrap();
+    create_topics(&b, &[("board", 4)]);
+    // "record i": partition p holds i = 250p + offset.
+    common::cli::produce(&b, "board", &[250; 4]);
+    let first = |p: i64, o: i64| format!("record {}", 250 * p + o);
+    // Several clients, so both cores get some: each reads every partition, exactly, from the
+    // core it landed on (the other core's partitions from read replicas it asked for).
+    for _ in 0..4 {
+        let mut sse = Sse::open(&http, "/v1/topics/board/stream?offset=earliest", &[]);
+        let (records, last_id) = merged_records(&sse.batches(1000, Duration::from_secs(30)));
+        assert_partitions(&records, &[0; 4], &[250; 4], first);
+        assert_eq!(last_id, "0:249,1:249,2:249,3:249");
+        assert!(sse.quiet_for(Duration::from_millis(300)));
+    }
+    assert_eq!(shoal.metric("shoal_http_handed_over_total"), 0);
+    assert!(shoal.metric("shoal_replica_snapshots_total") >= 1);
+    // WebSocket: a message per batch, {"records":[...],"id":...}.
+    let out = common::python::run_script(
+        "ws_stream.py",
+        &[
+            &format!("ws://{http}/v1/topics/board/stream?offset=earliest"),
+            "records:1000",
+            "60",
+        ],
+    );
+    let mut records = Vec::new();
+    for line in out.lines() {
+        let m: Value = serde_json::from_str(line).unwrap();
+        let msg: Value = serde_json::from_str(m["text"].as_str().unwrap()).unwrap();
+        assert!(msg["id"].as_str().unwrap().contains(','), "{msg}");
+        for r in msg["records"].as_array().unwrap() {
+            let v = r["value"].as_str().unwrap().to_string();
+            records.push((
+                r["partition"].as_i64().unwrap(),
+                r["offset"].as_i64().unwrap(),
+                v,
+            ));
+        }
+    }
+    assert_partitions(&records, &[0; 4], &[250; 4], first);
+    // A reader stops part way; the broker is killed and restarted; 50 more per partition.
+    let mut sse = Sse::open(&http, "/v1/topics/board/stream?offset=earliest", &[]);
+    let (seen, id) = merged_records(&sse.batches(300, Duration::from_secs(30)));
+    drop(sse);
+    let at: Vec<i64> = (0..4)
+        .map(|p| seen.iter().filter(|r| r.0 == p).count() as i64)
+        .collect();
+    shoal.kill_hard();
+    let (shoal, http) = start(dir.path(), 2, &[]);
+    common::cli::produce(&shoal.bootstrap(), "board", &[50; 4]);
+    let then = |p: i64, o: i64| {
+        if o < 250 {
+            first(p, o)
+        } else {
+            format!("record {}", 50 * p + o - 250)
+        }
+    };
+    // The browser's reconnect: exactly what follows the id, in every partition.
+    let mut sse = Sse::open(&http, "/v1/topics/board/stream", &[("Last-Event-ID", &id)]);
+    let left = 1200 - seen.len();
+    let (records, last_id) = merged_records(&sse.batches(left, Duration::from_secs(30)));
+    assert_partitions(&records, &at, &[300; 4], then);
+    assert_eq!(last_id, "0:299,1:299,2:299,3:299");
+    assert!(
+        sse.quiet_for(Duration::from_millis(300)),
+        "nothing repeated"
+    );
+    shoal.stop();
+}
+
+/// Produces `n` records keyed `k{i}` with values `v{i}`, record i to partition i % partitions.
+fn produce_keyed(bootstrap: &str, topic: &str, n: usize, partitions: i32) {
+    let producer: rdkafka::producer::ThreadedProducer<rdkafka::producer::DefaultProducerContext> =
+        rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("linger.ms", "5")
+            .create()
+            .unwrap();
+    for i in 0..n {
+        let (key, value) = (format!("k{i}"), format!("v{i}"));
+        let record = rdkafka::producer::BaseRecord::<_, _, ()>::to(topic)
+            .partition(i as i32 % partitions)
+            .key(&key)
+            .payload(&value);
+        common::send_retrying(&producer, record);
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+}
+
+#[test]
+fn a_view_shard_streams_exactly_its_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shoal, http) = start(dir.path(), 2, &[]);
+    let b = shoal.bootstrap();
+    create_topics(&b, &[("keyed", 2)]);
+    produce_keyed(&b, "keyed", 600, 2);
+    let shard_of =
+        |i: usize| shards::partitioner::shard_of(Some(format!("k{i}").as_bytes()), 3).unwrap();
+    for shard in 0..3u32 {
+        let want: Vec<usize> = (0..600).filter(|&i| shard_of(i) == shard).collect();
+        // Merged: every partition's records of the shard's keys.
+        let mut sse = Sse::open(
+            &http,
+            &format!("/v1/topics/keyed.shard-{shard}-of-3/stream?offset=earliest"),
+            &[],
+        );
+        let (records, _) = merged_records(&sse.batches(want.len(), Duration::from_secs(30)));
+        let mut got: Vec<usize> = records
+            .iter()
+            .map(|r| r.2.strip_prefix('v').unwrap().parse().unwrap())
+            .collect();
+        got.sort_unstable();
+        assert_eq!(got, want, "shard {shard}");
+        // Record i is offset i / 2 of partition i % 2: offsets are the source's.
+        for r in &records {
+            let i: i64 = r.2[1..].parse().unwrap();
+            assert_eq!((r.0, r.1), (i % 2, i / 2));
+        }
+        assert!(sse.quiet_for(Duration::from_millis(300)), "no other key");
+        // One partition of the shard, per record.
+        let mut sse = Sse::open(
+            &http,
+            &format!("/v1/topics/keyed.shard-{shard}-of-3/partitions/1/stream?offset=earliest"),
+            &[],
+        );
+        let odd: Vec<usize> = want.iter().copied().filter(|i| i % 2 == 1).collect();
+        let events = sse.events(odd.len(), Duration::from_secs(30));
+        let got: Vec<usize> = events
+            .iter()
+            .map(|e| record(e)["value"].as_str().unwrap()[1..].parse().unwrap())
+            .collect();
+        assert_eq!(got, odd, "shard {shard}, partition 1");
+        assert_eq!(
+            events[0].id.as_deref(),
+            Some(format!("1:{}", odd[0] / 2).as_str())
+        );
+    }
+    shoal.stop();
+}
+
+#[test]
+fn with_read_replicas_off_a_partition_stream_goes_to_its_owner_and_a_merged_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shoal, http) = start(dir.path(), 2, &["--read-replicas", "off"]);
+    let b = shoal.bootstrap();
+    create_topics(&b, &[("solo", 2)]);
+    common::cli::produce(&b, "solo", &[10, 10]);
+    // Twenty connections: the kernel puts some on the core that does not own their partition
+    // (each lands there with even odds), and those are handed to the owner.
+    for i in 0..20 {
+        let p = i % 2;
+        let path = format!("/v1/topics/solo/partitions/{p}/stream?offset=earliest");
+        let events = Sse::open(&http, &path, &[]).events(10, Duration::from_secs(20));
+        assert_exact(&events, p, 0, |o| {
+            format!("record {}", o + 10 * i64::from(p))
+        });
+    }
+    assert!(shoal.metric("shoal_http_handed_over_total") >= 1);
+    assert_eq!(shoal.metric("shoal_replica_snapshots_total"), 0);
+    // A merged stream needs every partition on one core: refused with the reason, wherever it
+    // lands (on the core that owns both it would be served, but each core owns one here).
+    for _ in 0..4 {
+        let (status, body) = refused(
+            &http,
+            &format!(
+                "GET /v1/topics/solo/stream HTTP/1.1\r\nHost: {http}\r\nAccept: text/event-stream\r\n\r\n"
+            ),
+        );
+        assert!(status.contains("503"), "{status}");
+        assert!(body.contains("read replicas are off"), "{body}");
+    }
+    shoal.stop();
+}
