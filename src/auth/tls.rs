@@ -1,11 +1,16 @@
-//! TLS for the Kafka listener (rustls, encryption in user space): the server's certificate and
-//! key, optional client-certificate verification (mTLS), the principal a client certificate
-//! names.
+//! TLS for the Kafka and HTTP stream listeners (rustls, or the kernel after the handshake): the
+//! server's certificate and key, optional client-certificate verification (mTLS), the handshake,
+//! the principal a client certificate names.
 
+use crate::wire::{ktls, SharedStream};
 use futures_rustls::rustls::pki_types::pem::PemObject;
 use futures_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use futures_rustls::rustls::server::WebPkiClientVerifier;
 use futures_rustls::rustls::{RootCertStore, ServerConfig};
+use glommio::net::TcpStream;
+use std::cell::Cell;
+use std::io;
+use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -34,8 +39,25 @@ pub fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     Ok(certs)
 }
 
+/// Whether clients must present a certificate where `--tls-client-ca` is set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientCerts {
+    /// Every client presents one that verifies (the Kafka listeners' mTLS).
+    Required,
+    /// One that is presented must verify; a client may present none.
+    Optional,
+}
+
 /// The rustls configuration for `c`, or why it cannot be built (a message for the operator).
 pub fn server_config(c: &TlsConfig) -> Result<Arc<ServerConfig>, String> {
+    server_config_with(c, ClientCerts::Required)
+}
+
+/// [`server_config`], with client certificates `clients`.
+pub fn server_config_with(
+    c: &TlsConfig,
+    clients: ClientCerts,
+) -> Result<Arc<ServerConfig>, String> {
     let provider = Arc::new(futures_rustls::rustls::crypto::ring::default_provider());
     let chain = certs(&c.cert)?;
     let key =
@@ -51,7 +73,12 @@ pub fn server_config(c: &TlsConfig) -> Result<Arc<ServerConfig>, String> {
                     .add(cert)
                     .map_err(|e| format!("{}: {e}", ca.display()))?;
             }
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+            let verifier = match clients {
+                ClientCerts::Required => verifier,
+                ClientCerts::Optional => verifier.allow_unauthenticated(),
+            };
+            let verifier = verifier
                 .build()
                 .map_err(|e| format!("{}: {e}", ca.display()))?;
             builder.with_client_cert_verifier(verifier)
@@ -64,6 +91,74 @@ pub fn server_config(c: &TlsConfig) -> Result<Arc<ServerConfig>, String> {
     // The keys leave rustls only for the kernel (`ktls::offload`).
     config.enable_secret_extraction = c.kernel;
     Ok(Arc::new(config))
+}
+
+/// Longest a client may take over its TLS handshake.
+pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A connection after its TLS handshake.
+#[derive(Debug)]
+pub struct Accepted {
+    pub stream: SharedStream,
+    /// The principal its verified client certificate names (mTLS), as Kafka writes it
+    /// (`CN=alice,O=acme`, without the `User:` prefix).
+    pub principal: Option<String>,
+    /// The kernel encrypts it (kernel TLS); else rustls, in user space.
+    pub kernel: bool,
+}
+
+/// The TLS handshake of a new connection on core `core`, within [`HANDSHAKE_TIMEOUT`]. Where
+/// `kernel_tls` is on and the socket takes the `tls` module, the keys go to the kernel after the
+/// handshake and it encrypts from then on; a refusal of the keys turns `kernel_tls` off for the
+/// core (that connection is lost, the next ones are not).
+pub async fn accept(
+    tls: &Arc<ServerConfig>,
+    mut stream: TcpStream,
+    kernel_tls: &Cell<bool>,
+    core: usize,
+) -> io::Result<Accepted> {
+    /// Ends a handshake that takes too long.
+    async fn timeout<T>() -> io::Result<T> {
+        glommio::timer::sleep(HANDSHAKE_TIMEOUT).await;
+        Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "handshake timed out",
+        ))
+    }
+    if kernel_tls.get() && ktls::attach(stream.as_raw_fd()).is_ok() {
+        let mut conn =
+            futures_rustls::rustls::ServerConnection::new(tls.clone()).map_err(io::Error::other)?;
+        futures_lite::future::or(ktls::handshake(&mut stream, &mut conn), timeout()).await?;
+        let principal = leaf_principal(conn.peer_certificates());
+        let suite = conn.negotiated_cipher_suite().map(|s| s.suite());
+        let budget = ktls::offload(stream.as_raw_fd(), conn).inspect_err(|e| {
+            kernel_tls.set(false);
+            log::warn!(
+                "core {core}: the kernel refused TLS keys ({suite:?}): {e}; this core encrypts in \
+                 user space from now on"
+            );
+        })?;
+        return Ok(Accepted {
+            stream: SharedStream::kernel_tls(stream, budget),
+            principal,
+            kernel: true,
+        });
+    }
+    let acceptor = futures_rustls::TlsAcceptor::from(tls.clone());
+    let accepted = futures_lite::future::or(acceptor.accept(stream), timeout()).await?;
+    let principal = leaf_principal(accepted.get_ref().1.peer_certificates());
+    Ok(Accepted {
+        stream: SharedStream::tls(accepted),
+        principal,
+        kernel: false,
+    })
+}
+
+/// The principal a verified client certificate chain's leaf names.
+fn leaf_principal(chain: Option<&[CertificateDer<'_>]>) -> Option<String> {
+    chain
+        .and_then(|chain| chain.first())
+        .and_then(certificate_principal)
 }
 
 /// The user a verified client certificate names, as Kafka's default principal builder writes it:

@@ -59,6 +59,26 @@ pub struct HttpConfig {
     pub anonymous_read: Vec<String>,
     /// Origins browsers may stream from (CORS and WebSocket upgrades); empty: any.
     pub allowed_origins: Vec<String>,
+    /// TLS on the listener (`--http-tls`).
+    pub tls: Option<HttpTls>,
+}
+
+/// The stream listener's TLS: the Kafka listeners' certificate and key; where `--tls-client-ca`
+/// is set, a client certificate that is sent must verify, and names the reader (one need not be
+/// sent: browsers read with tokens or a password).
+#[derive(Clone)]
+pub struct HttpTls(pub std::sync::Arc<futures_rustls::rustls::ServerConfig>);
+
+impl std::fmt::Debug for HttpTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HttpTls")
+    }
+}
+
+impl PartialEq for HttpTls {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 impl Default for HttpConfig {
@@ -70,6 +90,7 @@ impl Default for HttpConfig {
             frame_cache_bytes: 32 << 20,
             anonymous_read: Vec::new(),
             allowed_origins: Vec::new(),
+            tls: None,
         }
     }
 }
@@ -163,28 +184,50 @@ fn spawn_connection(core: &Rc<Core>, hub: &Rc<Hub>, stream: TcpStream, head: Opt
     }
 }
 
-/// One connection: its request read (or handed over with it), checked, then served as a stream,
-/// handed to the partition's owner, or refused.
-async fn connection(core: &Rc<Core>, hub: &Hub, mut stream: TcpStream, head: Option<Vec<u8>>) {
+/// One connection: its TLS handshake (on a TLS listener), its request read (or handed over with
+/// it), checked, then served as a stream, handed to the partition's owner, or refused.
+async fn connection(core: &Rc<Core>, hub: &Hub, stream: TcpStream, head: Option<Vec<u8>>) {
+    // The client's address, as Kafka's ACLs name hosts.
+    let host = stream
+        .peer_addr()
+        .map_or_else(|_| "*".to_string(), |a| a.ip().to_string());
+    let _ = stream.set_nodelay(true);
+    let tls = hub.config.tls.as_ref().filter(|_| head.is_none());
     if hub.open.get() >= hub.config.max_connections {
         let busy = Refusal::new(
             "503 Service Unavailable",
             "too many stream connections on this core",
         );
-        refuse(core, &mut stream, &busy).await;
+        if tls.is_none() {
+            refuse(core, &mut SharedStream::new(stream), &busy).await;
+        } else {
+            // No answer without a handshake, which is what the limit spares.
+            add(&core.http.refused, 1);
+        }
         return;
     }
     hub.open.set(hub.open.get() + 1);
     let _open = Open(&hub.open);
-    let _ = stream.set_nodelay(true);
+    let (mut stream, certificate) = match tls {
+        None => (SharedStream::new(stream), None),
+        Some(tls) => {
+            let security = &core.security;
+            match crate::auth::tls::accept(&tls.0, stream, &security.kernel_tls, core.id()).await {
+                Ok(accepted) => (accepted.stream, accepted.principal),
+                Err(e) => {
+                    add(&core.http.tls_failures, 1);
+                    log::debug!("core {}: a stream's TLS handshake failed: {e}", core.id());
+                    return;
+                }
+            }
+        }
+    };
     let Some((raw, parsed)) = request_head(&mut stream, head).await else {
         return;
     };
-    // The client's address, as Kafka's ACLs name hosts.
-    let host = stream
-        .peer_addr()
-        .map_or_else(|_| "*".to_string(), |a| a.ip().to_string());
-    let (head, req, principal) = match admit(core, hub, parsed, &host).await {
+    let over_tls = tls.is_some();
+    let (head, req, principal) = match admit(core, hub, parsed, &host, over_tls, certificate).await
+    {
         Ok(checked) => checked,
         Err(refusal) => {
             refuse(core, &mut stream, &refusal).await;
@@ -193,19 +236,26 @@ async fn connection(core: &Rc<Core>, hub: &Hub, mut stream: TcpStream, head: Opt
     };
     let mut lanes = match lanes_here(core, &req).await {
         Ok(lanes) => lanes,
-        Err(Elsewhere::HandOver(partition)) => {
+        Err(Elsewhere::HandOver(partition)) if !over_tls => {
             hand_over(core, stream, req.topic.as_str(), partition, raw).await;
+            return;
+        }
+        Err(Elsewhere::HandOver(partition)) => {
+            // A TLS session cannot move to another core: it is served where it lands, or not.
+            let why = format!(
+                "partition {partition} of {:?} has no read replica on this core (read replicas \
+                 are off for it, or none came in time), and a TLS stream is served where it \
+                 lands; try again",
+                req.topic
+            );
+            let refusal = Refusal::new("503 Service Unavailable", why);
+            refuse(core, &mut stream, &refusal).await;
             return;
         }
         Err(Elsewhere::Refused(refusal)) => {
             refuse(core, &mut stream, &refusal).await;
             return;
         }
-    };
-    let protocol = if head.websocket {
-        Protocol::WebSocket
-    } else {
-        Protocol::Sse
     };
     for lane in &mut lanes {
         let start = req
@@ -221,6 +271,39 @@ async fn connection(core: &Rc<Core>, hub: &Hub, mut stream: TcpStream, head: Opt
             }
         }
     }
+    let opened = Opened {
+        head,
+        req,
+        principal,
+        host,
+        lanes,
+    };
+    stream_to(core, hub, stream, opened).await;
+}
+
+/// A stream request admitted, with its partitions here at their first offsets.
+struct Opened {
+    head: Head,
+    req: StreamRequest,
+    principal: String,
+    host: String,
+    lanes: Vec<Lane>,
+}
+
+/// Answers the request that opens the stream, and serves it until it ends.
+async fn stream_to(core: &Rc<Core>, hub: &Hub, mut stream: SharedStream, opened: Opened) {
+    let Opened {
+        head,
+        req,
+        principal,
+        host,
+        lanes,
+    } = opened;
+    let protocol = if head.websocket {
+        Protocol::WebSocket
+    } else {
+        Protocol::Sse
+    };
     let answer = match protocol {
         Protocol::WebSocket => {
             websocket::handshake_response(head.websocket_key.as_deref().unwrap_or_default())
@@ -236,7 +319,7 @@ async fn connection(core: &Rc<Core>, hub: &Hub, mut stream: TcpStream, head: Opt
         (protocol == Protocol::WebSocket).then(|| Gauge::up(&core.http.websocket_subscribers));
     let merged = req.partition.is_none();
     let sub = Subscription {
-        topic: req.topic.clone(),
+        topic: req.topic,
         lanes,
         merged,
         joining: Vec::new(),
@@ -254,16 +337,16 @@ async fn connection(core: &Rc<Core>, hub: &Hub, mut stream: TcpStream, head: Opt
         principal,
         host,
         revision: core.topics().revision,
-        token: req.token.clone(),
+        token: req.token,
         tokens_read: hub.tokens_read.get(),
     };
-    subscriber::run(core, hub, SharedStream::new(stream), sub).await;
+    subscriber::run(core, hub, stream, sub).await;
 }
 
 /// The request's head: handed over with the connection, or read from it (with its bytes as
 /// sent); `None` when the client left without sending one.
 async fn request_head(
-    stream: &mut TcpStream,
+    stream: &mut SharedStream,
     handed: Option<Vec<u8>>,
 ) -> Option<(Vec<u8>, Result<Head, Refusal>)> {
     match handed {
@@ -309,17 +392,20 @@ impl Drop for Open<'_> {
     }
 }
 
-/// The request's route, who sends it (from `host`), and its checks: the head, the stream asked
-/// for and the principal, or why the request is refused.
+/// The request's route, who sends it (from `host`, with the client certificate's subject if one
+/// verified), and its checks: the head, the stream asked for and the principal, or why the
+/// request is refused.
 async fn admit(
     core: &Core,
     hub: &Hub,
     parsed: Result<Head, Refusal>,
     host: &str,
+    over_tls: bool,
+    certificate: Option<String>,
 ) -> Result<(Head, StreamRequest, String), Refusal> {
     let head = parsed?;
     let req = request::route(&head)?;
-    let principal = principal(core, &req).await?;
+    let principal = principal(core, &head, &req, host, over_tls, certificate).await?;
     let who = Who {
         principal: &principal,
         host,
@@ -328,18 +414,74 @@ async fn admit(
     Ok((head, req, principal))
 }
 
-/// Who the request is: the user its bearer token belongs to, or `User:ANONYMOUS` without one.
-async fn principal(core: &Core, req: &StreamRequest) -> Result<String, Refusal> {
-    let Some(token) = &req.token else {
-        return Ok("User:ANONYMOUS".to_string());
-    };
-    let tokens = core.security.tokens.current().await;
-    match tokens.user_of(token) {
-        Some(user) => Ok(format!("User:{user}")),
-        None => Err(Refusal::new(
+/// Who the request is: the user its bearer token belongs to; else the SCRAM user whose name and
+/// password HTTP Basic sends (over TLS only); else the subject of its client certificate; else
+/// `User:ANONYMOUS`.
+async fn principal(
+    core: &Core,
+    head: &Head,
+    req: &StreamRequest,
+    host: &str,
+    over_tls: bool,
+    certificate: Option<String>,
+) -> Result<String, Refusal> {
+    let unauthorized = |why: &str| Refusal::new("401 Unauthorized", why);
+    if let Some(token) = &req.token {
+        let tokens = core.security.tokens.current().await;
+        return match tokens.user_of(token) {
+            Some(user) => Ok(format!("User:{user}")),
+            None => Err(unauthorized(
+                "unknown or revoked token (shoal user token create USER)",
+            )),
+        };
+    }
+    if let Some(basic) = &head.basic {
+        if !over_tls {
+            return Err(unauthorized(
+                "HTTP Basic sends a password: it is accepted over TLS only (--http-tls)",
+            ));
+        }
+        return basic_user(core, basic, host)
+            .await
+            .map(|u| format!("User:{u}"));
+    }
+    Ok(certificate.map_or_else(|| "User:ANONYMOUS".to_string(), |c| format!("User:{c}")))
+}
+
+/// The SCRAM user HTTP Basic's `credentials` (base64 `user:password`) name, if the password is
+/// theirs; a failure counts against `host` as a failed SASL authentication does.
+async fn basic_user(core: &Core, credentials: &str, host: &str) -> Result<String, Refusal> {
+    use base64::Engine;
+    let failed = || {
+        if let Ok(addr) = host.parse() {
+            core.security.auth_failures.failed(addr);
+        }
+        Refusal::new(
             "401 Unauthorized",
-            "unknown or revoked token (shoal user token create USER)",
-        )),
+            "wrong user name or password (HTTP Basic)",
+        )
+    };
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(credentials)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .ok_or_else(|| Refusal::new("400 Bad Request", "malformed HTTP Basic credentials"))?;
+    let (user, password) = decoded
+        .split_once(':')
+        .ok_or_else(|| Refusal::new("400 Bad Request", "malformed HTTP Basic credentials"))?;
+    let store = core.security.users.current().await;
+    let Some((mechanism, credential)) = store.any_credential(user) else {
+        return Err(failed());
+    };
+    let (credential, password) = (credential.clone(), password.as_bytes().to_vec());
+    // One PBKDF2 (milliseconds of CPU): off the executor thread.
+    let ok = glommio::executor()
+        .spawn_blocking(move || credential.matches(mechanism, &password))
+        .await;
+    if ok {
+        Ok(user.to_string())
+    } else {
+        Err(failed())
     }
 }
 
@@ -580,7 +722,7 @@ fn sse_head(head: &Head, cors: bool) -> Vec<u8> {
 }
 
 /// Answers with `refusal`'s status and reason, and closes.
-async fn refuse(core: &Core, stream: &mut TcpStream, refusal: &Refusal) {
+async fn refuse(core: &Core, stream: &mut SharedStream, refusal: &Refusal) {
     add(&core.http.refused, 1);
     let body = format!("{}\n", refusal.why);
     let answer = format!(
@@ -605,7 +747,13 @@ async fn refuse(core: &Core, stream: &mut TcpStream, refusal: &Refusal) {
 }
 
 /// Hands the connection (and the head it sent) to the core that owns the partition.
-async fn hand_over(core: &Core, mut stream: TcpStream, topic: &str, partition: i32, head: Vec<u8>) {
+async fn hand_over(
+    core: &Core,
+    mut stream: SharedStream,
+    topic: &str,
+    partition: i32,
+    head: Vec<u8>,
+) {
     let owner = core.data_owner(topic, partition);
     if owner.is_none_or(|o| o == core.id()) {
         // Its owner is this core, which has not opened it (yet, or it failed to): try again.

@@ -1,8 +1,7 @@
 //! A stream request as it arrives: its head read with a bound on size, header count and time
 //! (slowloris), then its route and query checked, each refusal an HTTP status with the reason.
 
-use futures_lite::AsyncReadExt;
-use glommio::net::TcpStream;
+use futures_lite::{AsyncRead, AsyncReadExt};
 use std::time::{Duration, Instant};
 
 /// Largest request head (request line and headers) read; larger ones get 431.
@@ -37,6 +36,8 @@ pub struct Head {
     pub origin: Option<String>,
     /// A bearer token (`Authorization: Bearer ...`).
     pub token: Option<String>,
+    /// HTTP Basic's credentials (`Authorization: Basic ...`), base64 as sent.
+    pub basic: Option<String>,
     /// The `Host` the client asked.
     pub host: Option<String>,
     /// `Upgrade: websocket` with `Connection: upgrade`.
@@ -49,7 +50,7 @@ pub struct Head {
 /// the client left before sending one, `Err` with the answer for a head too large, malformed or
 /// too slow. Bytes after the head (a client must not send any before the answer) are dropped.
 pub async fn read_head(
-    stream: &mut TcpStream,
+    stream: &mut (impl AsyncRead + Unpin),
     deadline: Instant,
 ) -> Result<Option<(Vec<u8>, Head)>, Refusal> {
     let mut buf = Vec::with_capacity(1024);
@@ -127,9 +128,9 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, Refusal> {
             "origin" => head.origin = Some(value()),
             "host" => head.host = Some(value()),
             "authorization" => {
-                head.token = value()
-                    .strip_prefix("Bearer ")
-                    .map(|t| t.trim().to_string())
+                let value = value();
+                head.token = value.strip_prefix("Bearer ").map(|t| t.trim().to_string());
+                head.basic = value.strip_prefix("Basic ").map(|t| t.trim().to_string());
             }
             "upgrade" => upgrade = value().eq_ignore_ascii_case("websocket"),
             "connection" => {

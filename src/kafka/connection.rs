@@ -12,13 +12,11 @@ use crate::cores::Core;
 use crate::kafka::handlers;
 use crate::metrics::add;
 use crate::wire::frame::FrameReader;
-use crate::wire::ktls;
 use crate::wire::SharedStream;
 use futures_lite::AsyncWriteExt;
 use glommio::net::TcpStream;
 use kafka_protocol::messages::ApiKey;
 use std::io;
-use std::os::unix::io::AsRawFd;
 use std::rc::Rc;
 
 /// Serves one connection accepted on listener `listener` (index in `core.cluster.listeners`).
@@ -97,58 +95,22 @@ pub async fn serve(core: Rc<Core>, stream: TcpStream, listener: usize) {
         .set(core.metrics.connections_open.get().saturating_sub(1));
 }
 
-/// Longest a client may take over its TLS handshake.
-const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// The TLS handshake of a new connection, and the principal its client certificate names (mTLS)
-/// as Kafka writes it (`CN=alice,O=acme`, without the `User:` prefix). Where the core hands keys
-/// to the kernel and the socket takes the `tls` module, the kernel encrypts from then on;
-/// otherwise rustls does, in user space.
+/// The TLS handshake of a new connection ([`crate::auth::tls::accept`]), counted by how the
+/// connection is encrypted.
 async fn tls_handshake(
     core: &Core,
     tls: &std::sync::Arc<futures_rustls::rustls::ServerConfig>,
-    mut stream: TcpStream,
+    stream: TcpStream,
 ) -> io::Result<(SharedStream, Option<String>)> {
-    /// Ends a handshake that takes too long.
-    async fn timeout<T>() -> io::Result<T> {
-        glommio::timer::sleep(TLS_HANDSHAKE_TIMEOUT).await;
-        Err(io::Error::new(
-            io::ErrorKind::TimedOut,
-            "handshake timed out",
-        ))
-    }
-    if core.security.kernel_tls.get() && ktls::attach(stream.as_raw_fd()).is_ok() {
-        let mut conn =
-            futures_rustls::rustls::ServerConnection::new(tls.clone()).map_err(io::Error::other)?;
-        futures_lite::future::or(ktls::handshake(&mut stream, &mut conn), timeout()).await?;
-        let principal = certificate_principal(conn.peer_certificates());
-        let suite = conn.negotiated_cipher_suite().map(|s| s.suite());
-        let budget = ktls::offload(stream.as_raw_fd(), conn).inspect_err(|e| {
-            // This connection is lost (its keys have left rustls); the next ones are not.
-            core.security.kernel_tls.set(false);
-            log::warn!(
-                "core {}: the kernel refused TLS keys ({suite:?}): {e}; this core encrypts in \
-                 user space from now on",
-                core.id()
-            );
-        })?;
-        add(&core.metrics.tls_kernel_connections, 1);
-        return Ok((SharedStream::kernel_tls(stream, budget), principal));
-    }
-    let acceptor = futures_rustls::TlsAcceptor::from(tls.clone());
-    let accepted = futures_lite::future::or(acceptor.accept(stream), timeout()).await?;
-    let principal = certificate_principal(accepted.get_ref().1.peer_certificates());
-    add(&core.metrics.tls_user_space_connections, 1);
-    Ok((SharedStream::tls(accepted), principal))
-}
-
-/// The principal a verified client certificate chain's leaf names.
-fn certificate_principal(
-    chain: Option<&[futures_rustls::rustls::pki_types::CertificateDer<'_>]>,
-) -> Option<String> {
-    chain
-        .and_then(|chain| chain.first())
-        .and_then(crate::auth::tls::certificate_principal)
+    let accepted =
+        crate::auth::tls::accept(tls, stream, &core.security.kernel_tls, core.id()).await?;
+    let counter = if accepted.kernel {
+        &core.metrics.tls_kernel_connections
+    } else {
+        &core.metrics.tls_user_space_connections
+    };
+    add(counter, 1);
+    Ok((accepted.stream, accepted.principal))
 }
 
 /// Reads and handles the requests of an authenticated connection until it closes, the client

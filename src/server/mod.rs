@@ -57,6 +57,8 @@ pub struct ServerConfig {
     pub admin_token_file: Option<PathBuf>,
     /// Where topics are streamed over HTTP (SSE and WebSocket), on every core; `None`: nowhere.
     pub http_listen: Option<SocketAddr>,
+    /// Serve the streams over TLS with the Kafka listeners' certificate (`--http-tls`).
+    pub http_tls: bool,
     pub http: crate::http::HttpConfig,
     pub broker: BrokerConfig,
 }
@@ -104,6 +106,7 @@ impl Server {
         }
         let wanted = wanted_listeners(&config)?;
         let admin_tls = admin_tls(config.admin_tls, config.broker.auth.tls.as_ref())?;
+        config.http.tls = http_tls(config.http_tls, config.broker.auth.tls.as_ref())?;
         let table = crate::control::load_table(&config.broker.data_dir)?;
         crate::groups::reshard(&config.broker.data_dir, cores)?;
         crate::transactions::reshard(&config.broker.data_dir, cores)?;
@@ -252,6 +255,25 @@ fn admin_tls(
             crate::auth::tls::server_config(&plain)
                 .map(Some)
                 .map_err(|e| std::io::Error::other(format!("admin TLS: {e}")))
+        }
+    }
+}
+
+/// The stream listener's TLS (`--http-tls`): the listeners' certificate; a client certificate
+/// verified where `--tls-client-ca` is set, but not required.
+fn http_tls(
+    wanted: bool,
+    tls: Option<&crate::auth::tls::TlsConfig>,
+) -> std::io::Result<Option<crate::http::HttpTls>> {
+    match (wanted, tls) {
+        (false, _) => Ok(None),
+        (true, None) => Err(std::io::Error::other(
+            "--http-tls needs --tls-cert and --tls-key",
+        )),
+        (true, Some(t)) => {
+            crate::auth::tls::server_config_with(t, crate::auth::tls::ClientCerts::Optional)
+                .map(|c| Some(crate::http::HttpTls(c)))
+                .map_err(|e| std::io::Error::other(format!("--http-tls: {e}")))
         }
     }
 }

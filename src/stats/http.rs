@@ -28,6 +28,8 @@ pub struct HttpStats {
     pub refused: Cell<u64>,
     /// Connections handed to the partition's owner core (this core had no copy of it).
     pub handed_over: Cell<u64>,
+    /// TLS handshakes on the stream listener that failed (`--http-tls`).
+    pub tls_failures: Cell<u64>,
 }
 
 /// The counters as plain data.
@@ -45,6 +47,7 @@ pub struct HttpSnapshot {
     pub slow_disconnects: u64,
     pub refused: u64,
     pub handed_over: u64,
+    pub tls_failures: u64,
 }
 
 impl HttpStats {
@@ -62,6 +65,7 @@ impl HttpStats {
             slow_disconnects: self.slow_disconnects.get(),
             refused: self.refused.get(),
             handed_over: self.handed_over.get(),
+            tls_failures: self.tls_failures.get(),
         }
     }
 }
@@ -69,7 +73,7 @@ impl HttpStats {
 impl HttpSnapshot {
     pub fn write_prometheus(out: &mut Exposition, cores: &[(usize, &HttpSnapshot)]) {
         type Read = fn(&HttpSnapshot) -> u64;
-        let families: [(&str, &str, &str, Read); 12] = [
+        let families: [(&str, &str, &str, Read); 13] = [
             ("shoal_http_subscribers", "gauge", "Topic streams open now (SSE and WebSocket).", |s| s.subscribers),
             ("shoal_http_websocket_subscribers", "gauge", "Topic streams open now over WebSocket.", |s| s.websocket_subscribers),
             ("shoal_http_subscribers_total", "counter", "Topic streams opened.", |s| s.subscribers_total),
@@ -82,6 +86,7 @@ impl HttpSnapshot {
             ("shoal_http_slow_disconnects_total", "counter", "Subscribers disconnected for falling behind (slow=disconnect) or not reading.", |s| s.slow_disconnects),
             ("shoal_http_refused_total", "counter", "Stream requests answered with an error status.", |s| s.refused),
             ("shoal_http_handed_over_total", "counter", "Stream connections handed to the partition's owner core.", |s| s.handed_over),
+            ("shoal_http_tls_failures_total", "counter", "TLS handshakes on the stream listener that failed.", |s| s.tls_failures),
         ];
         for (name, kind, help, read) in families {
             out.family(

@@ -149,6 +149,7 @@ mod tests {
                         slow_disconnects: 79 * n,
                         refused: 80 * n,
                         handed_over: 81 * n,
+                        tls_failures: 82 * n,
                     },
                     kafka: FrontEndSnapshot {
                         apis: vec![(0, 100 * n, 3 * n), (1, 200 * n, n), (99, n, 0)],

@@ -590,6 +590,15 @@ fn with_acls_streams_need_a_token_of_a_user_allowed_to_read_or_an_anonymous_pref
     assert!(body.contains("--http-anonymous-read"), "{body}");
     let (status, _) = request(&http, "/v1/topics/public.prices/partitions/0/stream", &[]);
     assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    // A password is never taken in plaintext.
+    let (line, body) = refused(
+        &http,
+        &format!("GET {ledger} HTTP/1.1\r\nAuthorization: Basic YWxpY2U6cHc=\r\n\r\n"),
+    );
+    assert!(
+        line.starts_with("HTTP/1.1 401") && body.contains("over TLS only"),
+        "{line} {body}"
+    );
     // Tokens made while the server runs: alice may read everything, bob nothing.
     let token = |user: &str| {
         let run = common::cli::shoal(&["user", "token", "create", user, "--data-dir", data], &[]);
@@ -1192,5 +1201,165 @@ fn with_read_replicas_off_a_partition_stream_goes_to_its_owner_and_a_merged_one_
         assert!(status.contains("503"), "{status}");
         assert!(body.contains("read replicas are off"), "{body}");
     }
+    shoal.stop();
+}
+
+/// `curl -s` over HTTPS (trusting `ca`) with `args`, for at most 3 s: (exit code, output with
+/// the answer's head, `-i`).
+fn curl_https(ca: &std::path::Path, url: &str, args: &[&str]) -> (i32, String) {
+    let out = std::process::Command::new("curl")
+        .args([
+            "-sN",
+            "-i",
+            "--max-time",
+            "3",
+            "--cacert",
+            ca.to_str().unwrap(),
+        ])
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("curl runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn streams_over_tls_take_a_token_a_scram_password_or_a_client_certificate() {
+    use rcgen::DnType;
+    let pki = common::pki::pki();
+    let dir = pki.dir.path();
+    let data = tempfile::tempdir().unwrap();
+    let (cert, key) = (
+        pki.server.0.to_str().unwrap(),
+        pki.server.1.to_str().unwrap(),
+    );
+    let ca = pki.ca_pem.to_str().unwrap();
+    let (shoal, http) = start(
+        data.path(),
+        1,
+        &[
+            "--tls-cert",
+            cert,
+            "--tls-key",
+            key,
+            "--tls-client-ca",
+            ca,
+            "--http-tls",
+            "--authorizer",
+            "acl",
+            "--super-users",
+            "User:CN=admin",
+        ],
+    );
+    let person = |name: &str| {
+        pki.ca
+            .sign(dir, name, &[(DnType::CommonName, name)], false, false)
+    };
+    let (admin, dave, erin) = (person("admin"), person("dave"), person("erin"));
+    let b = shoal.bootstrap();
+    let as_admin = |args: &[&str], env: &[(&str, &str)], input: &[u8]| {
+        let tls = [
+            "-b",
+            &b,
+            "--tls-ca",
+            ca,
+            "--tls-cert",
+            admin.0.to_str().unwrap(),
+            "--tls-key",
+            admin.1.to_str().unwrap(),
+        ];
+        let run = common::cli::shoal_input(&[args, &tls[..]].concat(), env, input);
+        assert!(run.ok, "{args:?}: {}", run.stderr);
+    };
+    as_admin(
+        &["topic", "create", "ledger", "--partitions", "1"],
+        &[],
+        b"",
+    );
+    as_admin(&["produce", "ledger"], &[], b"one\ntwo\nthree\n");
+    as_admin(
+        &["user", "create", "carol"],
+        &[("SHOAL_NEW_PASSWORD", "carol-pw")],
+        b"",
+    );
+    for who in ["User:carol", "User:CN=dave"] {
+        as_admin(
+            &[
+                "acl",
+                "create",
+                "--allow-principal",
+                who,
+                "--operation",
+                "read",
+                "--topic",
+                "ledger",
+            ],
+            &[],
+            b"",
+        );
+    }
+    let url =
+        format!("https://{http}/v1/topics/ledger/partitions/0/stream?offset=earliest&format=value");
+    let values = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .map(str::to_string)
+            .collect()
+    };
+    let want = ["one", "two", "three"];
+    // HTTP Basic with carol's SCRAM password.
+    let (_, out) = curl_https(&pki.ca_pem, &url, &["-u", "carol:carol-pw"]);
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert_eq!(values(&out), want);
+    let (_, out) = curl_https(&pki.ca_pem, &url, &["-u", "carol:wrong"]);
+    assert!(
+        out.starts_with("HTTP/1.1 401") && out.contains("wrong user name or password"),
+        "{out}"
+    );
+    // dave's client certificate names him; erin's names someone without READ.
+    let with_cert = |(c, k): &(std::path::PathBuf, std::path::PathBuf)| {
+        curl_https(
+            &pki.ca_pem,
+            &url,
+            &["--cert", c.to_str().unwrap(), "--key", k.to_str().unwrap()],
+        )
+        .1
+    };
+    let out = with_cert(&dave);
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert_eq!(values(&out), want);
+    let out = with_cert(&erin);
+    assert!(
+        out.starts_with("HTTP/1.1 403") && out.contains("User:CN=erin"),
+        "{out}"
+    );
+    // A token of carol's.
+    let made = common::cli::shoal(
+        &[
+            "user",
+            "token",
+            "create",
+            "carol",
+            "--data-dir",
+            data.path().to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(made.ok, "{}", made.stderr);
+    let (_, out) = curl_https(
+        &pki.ca_pem,
+        &format!("{url}&access_token={}", made.stdout.trim()),
+        &[],
+    );
+    assert_eq!(values(&out), want, "{out}");
+    // No identity: 401; plaintext on the TLS port: no answer, a failed handshake counted.
+    let (_, out) = curl_https(&pki.ca_pem, &url, &[]);
+    assert!(out.starts_with("HTTP/1.1 401"), "{out}");
+    let (code, _) = curl_https(&pki.ca_pem, &url.replace("https://", "http://"), &[]);
+    assert_ne!(code, 0);
+    assert!(shoal.metric("shoal_http_tls_failures_total") >= 1);
     shoal.stop();
 }

@@ -637,10 +637,15 @@ pub struct HttpArgs {
     /// identity (repeatable).
     #[arg(long)]
     pub http_anonymous_read: Vec<String>,
-    /// Origins browsers may stream from (CORS, WebSocket upgrades), comma-separated; default:
-    /// any.
+    /// Origins browsers may stream from (CORS, WebSocket upgrades), comma-separated; without
+    /// it, no CORS answer and same-origin WebSockets only.
     #[arg(long, value_delimiter = ',')]
     pub http_allowed_origins: Vec<String>,
+    /// Serve the streams over TLS (HTTPS, WSS) with the Kafka listeners' --tls-cert and
+    /// --tls-key; with --tls-client-ca, a client certificate sent must verify and names the
+    /// reader. HTTP Basic with a SCRAM user's password is accepted over TLS only.
+    #[arg(long)]
+    pub http_tls: bool,
 }
 
 impl HttpArgs {
@@ -652,6 +657,7 @@ impl HttpArgs {
             frame_cache_bytes: self.http_frame_cache_bytes,
             anonymous_read: self.http_anonymous_read,
             allowed_origins: self.http_allowed_origins,
+            tls: None,
         }
     }
 }
@@ -691,6 +697,7 @@ impl ServeArgs {
         let log = self.log_config();
         ServerConfig {
             http_listen: self.http.http_listen,
+            http_tls: self.http.http_tls,
             http: self.http.clone().into_config(),
             listen: self.listen,
             listeners: self.listeners,
