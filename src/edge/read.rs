@@ -57,6 +57,21 @@ impl EdgeCore {
         }
     }
 
+    /// A read-through from upstream that keeps no feed: for a read replica's reader, whose owner
+    /// keeps the partition fed. The shared result, nothing (the upstream cannot be reached), or
+    /// the upstream's OFFSET_OUT_OF_RANGE.
+    pub async fn read_upstream(
+        self: &Rc<Self>,
+        coalescer: &Rc<FetchCoalescer>,
+        r: EdgeRead<'_>,
+    ) -> shards::Result<Option<Rc<SharedRead>>> {
+        let limit = r
+            .deadline
+            .saturating_duration_since(Instant::now())
+            .max(MIN_READ_THROUGH_WAIT);
+        Box::pin(self.shared_read_through(coalescer, r, limit)).await
+    }
+
     /// One fetch from upstream for a consumer outside what the edge holds, shared through the
     /// coalescer. The upstream's OFFSET_OUT_OF_RANGE is passed on; if the upstream cannot be
     /// reached, nothing is returned (the fetch ends as a long poll that found no data).

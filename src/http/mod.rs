@@ -14,6 +14,8 @@
 //!
 //! ## Layout, top layer first
 //! - [`subscriber`] — one subscriber's loop: read, share frames, write, heartbeats, the slow rule.
+//! - [`lane`]       — one partition a subscriber reads (a log, a view's shard; upstream at the
+//!   edge), where it is and how far it may read.
 //! - [`frames`]     — the core's shared frames: one encoded buffer per batch and encoding.
 //! - [`encode`]     — SSE events and WebSocket frames of a batch's records, JSON or values.
 //! - [`websocket`]  — RFC 6455: the handshake's answer, the client's frames checked.
@@ -21,6 +23,7 @@
 
 pub mod encode;
 pub mod frames;
+pub mod lane;
 pub mod request;
 pub mod subscriber;
 pub mod websocket;
@@ -35,12 +38,13 @@ use futures_lite::AsyncWriteExt;
 use glommio::channels::local_channel;
 use glommio::net::{TcpListener, TcpStream};
 use kafka_protocol::error::ResponseError;
+use lane::Lane;
 use request::{Head, Refusal, Start, StreamRequest};
 use std::cell::Cell;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-use subscriber::{Lane, Subscription};
+use subscriber::Subscription;
 
 /// The stream front end's settings (`--http-*`).
 #[derive(Debug, Clone, PartialEq)]
@@ -263,7 +267,7 @@ async fn connection(core: &Rc<Core>, hub: &Hub, stream: TcpStream, head: Option<
             .iter()
             .find(|(p, _)| *p == lane.index())
             .map_or(req.start, |(_, o)| Start::After(*o));
-        match start_offset(lane, start, req.read_committed).await {
+        match lane.start_offset(start, req.read_committed).await {
             Ok(next) => lane.next = next,
             Err(refusal) => {
                 refuse(core, &mut stream, &refusal).await;
@@ -672,37 +676,6 @@ async fn lanes_here(core: &Core, req: &StreamRequest) -> Result<Vec<Lane>, Elsew
         }
     }
     Ok(lanes)
-}
-
-/// The first offset to send from `lane`, or why the start asked for is refused.
-async fn start_offset(lane: &Lane, start: Start, read_committed: bool) -> Result<i64, Refusal> {
-    let log = &lane.part.log;
-    let end = lane.end(read_committed);
-    let past_end = |n: i64| {
-        Refusal::new(
-            "400 Bad Request",
-            format!(
-                "offset {n} is past the end of partition {} ({end})",
-                lane.index()
-            ),
-        )
-    };
-    match start {
-        Start::Earliest => Ok(log.log_start_offset()),
-        Start::Latest => Ok(end),
-        Start::At(n) if n > log.high_watermark() => Err(past_end(n)),
-        Start::At(n) => Ok(n),
-        Start::After(n) if n >= log.high_watermark() => Err(past_end(n.saturating_add(1))),
-        Start::After(n) => Ok(n + 1),
-        Start::Time(ms) => match log.offset_for_timestamp(ms).await {
-            Ok(Some((offset, _))) => Ok(offset),
-            Ok(None) => Ok(end),
-            Err(e) => Err(Refusal::new(
-                "500 Internal Server Error",
-                format!("finding offset for time {ms}: {e}"),
-            )),
-        },
-    }
 }
 
 /// The answer that opens an SSE stream; `cors`: name the request's origin as allowed (it was

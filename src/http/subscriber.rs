@@ -7,6 +7,7 @@
 
 use super::encode::{close_batch, heartbeat, stream_message, ws_close, Encoding, Protocol};
 use super::frames::Source;
+use super::lane::{Lane, LaneRead};
 use super::request::{event_ids, Slow};
 use super::websocket::{ClientFrame, ClientFrames, CLOSE_GOING_AWAY, CLOSE_NORMAL, CLOSE_POLICY};
 use super::Hub;
@@ -16,10 +17,7 @@ use crate::wire::SharedStream;
 use bytes::Bytes;
 use futures_lite::AsyncReadExt;
 use kafka_protocol::error::ResponseError;
-use shards::partition::Partition;
-use shards::transactions::AbortedTxn;
-use shards::view_reader::ViewReader;
-use shards::{LogRead, OffsetMonitor};
+use shards::OffsetMonitor;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::future::Future;
@@ -27,79 +25,6 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
-
-/// One partition a subscriber reads, the partition's own log or one shard of a view of it, and
-/// the next offset to send from it.
-#[derive(Debug)]
-pub struct Lane {
-    pub part: Rc<Partition>,
-    /// A view's reader and shard: the shard's records, not the partition's.
-    pub view: Option<(Rc<ViewReader>, u32, u32)>,
-    pub next: i64,
-}
-
-impl Lane {
-    /// `topic`'s partition `index` as this core serves it (owned, or a read replica), as a lane
-    /// at offset 0; `NotLeaderOrFollower` when it is served elsewhere.
-    pub fn here(core: &Core, topic: &str, index: i32) -> Result<Lane, ResponseError> {
-        let (part, view) = core.fetch_partition(topic, index)?;
-        let view = view.map(|v| {
-            (
-                core.reads.views.reader(&part.log, v.shards),
-                v.shard,
-                v.shards,
-            )
-        });
-        Ok(Lane {
-            part,
-            view,
-            next: 0,
-        })
-    }
-
-    pub fn index(&self) -> i32 {
-        self.part.index
-    }
-
-    fn source(&self) -> Source {
-        Source {
-            log: self.part.log.id(),
-            view: self.view.as_ref().map_or((0, 0), |v| (v.1, v.2)),
-        }
-    }
-
-    /// Whether only committed records are read: at read_committed, and always from a view
-    /// (views publish committed records only).
-    fn committed(&self, read_committed: bool) -> bool {
-        read_committed || self.view.is_some()
-    }
-
-    /// Where the stream can read up to now.
-    pub fn end(&self, read_committed: bool) -> i64 {
-        let log = &self.part.log;
-        if self.committed(read_committed) {
-            log.last_stable_offset().min(log.high_watermark())
-        } else {
-            log.high_watermark()
-        }
-    }
-
-    fn monitor(&self, read_committed: bool) -> OffsetMonitor {
-        let log = &self.part.log;
-        if self.committed(read_committed) {
-            log.last_stable_monitor().clone()
-        } else {
-            log.high_watermark_monitor().clone()
-        }
-    }
-
-    async fn read(&self, budget: usize) -> shards::Result<LogRead> {
-        match &self.view {
-            Some((reader, shard, _)) => reader.fetch(*shard, self.next, budget, true).await,
-            None => self.part.log.read(self.next, budget, true).await,
-        }
-    }
-}
 
 /// What a subscriber reads and how it writes it.
 #[derive(Debug)]
@@ -296,12 +221,17 @@ fn recheck(core: &Core, hub: &Hub, sub: &mut Subscription) -> Option<End> {
 
 /// A merged stream's partitions not served here yet: joined from their start once this core
 /// holds them (a read replica asked of their owner meanwhile).
-fn join(core: &Core, sub: &mut Subscription) {
+async fn join(core: &Core, sub: &mut Subscription) {
     let mut still = Vec::new();
     for p in std::mem::take(&mut sub.joining) {
         match Lane::here(core, &sub.topic, p) {
             Ok(mut lane) => {
-                lane.next = lane.part.log.log_start_offset();
+                let rc = sub.read_committed;
+                let Ok(start) = lane.start_offset(super::request::Start::Earliest, rc).await else {
+                    still.push(p);
+                    continue;
+                };
+                lane.next = start;
                 core.replicas.stream_opened(lane.part.log.id());
                 sub.lanes.push(lane);
             }
@@ -358,7 +288,7 @@ async fn serve(
                 return end;
             }
             if !sub.joining.is_empty() {
-                join(core, sub);
+                join(core, sub).await;
             }
             // Counts as a consumer of the partitions here, as a Kafka fetch would (read replicas
             // start for partitions streamed to many).
@@ -368,11 +298,7 @@ async fn serve(
             noted = now;
         }
         // Retention or compaction's deletion passed the subscriber: it is told what it missed.
-        if let Some(i) = sub
-            .lanes
-            .iter()
-            .position(|l| l.next < l.part.log.log_start_offset())
-        {
+        if let Some(i) = sub.lanes.iter().position(Lane::passed) {
             let from = sub.lanes[i].next;
             sub.lanes[i].next = sub.lanes[i].part.log.log_start_offset();
             if !send_gap(out, sub, i, from, stall).await {
@@ -381,7 +307,7 @@ async fn serve(
             continue;
         }
         let rc = sub.read_committed;
-        if sub.lanes.iter().any(|l| l.next < l.end(rc)) {
+        if sub.lanes.iter().any(|l| l.pending(rc)) {
             match send_some(core, hub, out, sub, caught_up, stall).await {
                 Sent::Wrote => last_write = Instant::now(),
                 Sent::Nothing => glommio::timer::sleep(Duration::from_millis(10)).await,
@@ -566,22 +492,29 @@ async fn send_some(
     let starts: Vec<i64> = sub.lanes.iter().map(|l| l.next).collect();
     let mut round = Round::default();
     let mut ahead = 0.0;
+    let rc = sub.read_committed;
     for (i, &start) in starts.iter().enumerate() {
-        let end = sub.lanes[i].end(sub.read_committed);
-        if start >= end {
+        if !sub.lanes[i].pending(rc) {
             continue;
         }
-        let read = match sub.lanes[i].read(per_lane).await {
+        let mut read = match sub.lanes[i].read(core, per_lane, rc).await {
             Ok(read) => read,
-            Err(shards::Error::OffsetOutOfRange { .. }) => continue,
+            Err(shards::Error::OffsetOutOfRange {
+                log_start_offset,
+                high_watermark,
+                ..
+            }) => {
+                out_of_range(sub, i, log_start_offset, high_watermark, &mut round);
+                continue;
+            }
             Err(e) => return Sent::Failed(format!("reading the log: {e}")),
         };
-        if let Err(why) = take_batches(core, hub, sub, i, &read, end, &mut round) {
+        if let Err(why) = take_batches(core, hub, sub, i, &mut read, &mut round) {
             return Sent::Failed(why);
         }
         let next = sub.lanes[i].next;
-        let per_offset = read.records.len as f64 / (next - start).max(1) as f64;
-        ahead += (end - next).max(0) as f64 * per_offset;
+        let per_offset = read.read.records.len as f64 / (next - start).max(1) as f64;
+        ahead += (read.end - next).max(0) as f64 * per_offset;
     }
     if behind(sub, ahead, caught_up && budget > 0, budget) {
         // Put the positions back: the slow rule decides from where it goes on.
@@ -611,27 +544,51 @@ async fn send_some(
     Sent::Wrote
 }
 
-/// Lane `i`'s batches in `read`, up to `end`: their shared frames added to `round` (a merged
+/// Edge mode: lane `i`'s offset is outside what the upstream holds (it was deleted there, or a
+/// resume id names more than it has): the lane goes to the upstream's start, with a gap, or to
+/// its end.
+fn out_of_range(sub: &mut Subscription, i: usize, start: i64, end: i64, round: &mut Round) {
+    let lane = &mut sub.lanes[i];
+    if lane.edge.is_none() {
+        // The local log's start passed it: the loop's own check tells the subscriber.
+        return;
+    }
+    let from = lane.next;
+    if from < start {
+        lane.next = start;
+        let data = format!(
+            "\"partition\":{},\"from\":{from},\"to\":{}",
+            lane.index(),
+            start - 1
+        );
+        round.chunks.push(Bytes::from(sub.message("gap", &data)));
+    } else {
+        lane.next = end;
+    }
+}
+
+/// The frames cache's name for what `lane` reads.
+fn source(lane: &Lane) -> Source {
+    Source {
+        log: lane.part.log.id(),
+        view: lane.view.as_ref().map_or((0, 0), |v| (v.1, v.2)),
+    }
+}
+
+/// Lane `i`'s batches in `read`, up to its end: their shared frames added to `round` (a merged
 /// stream's each closed with the ids after it), and the lane's position moved past them.
 fn take_batches(
     core: &Core,
     hub: &Hub,
     sub: &mut Subscription,
     i: usize,
-    read: &LogRead,
-    end: i64,
+    read: &mut LaneRead,
     round: &mut Round,
 ) -> Result<(), String> {
     let lane = &sub.lanes[i];
-    let aborted = if sub.read_committed && lane.view.is_none() && read.records.batches > 0 {
-        // The end is exclusive: the last batch's own transaction counts.
-        let (first, last) = (read.records.first_offset, read.records.last_offset);
-        lane.part.log.aborted_transactions(first, last + 1)
-    } else {
-        Vec::new()
-    };
-    let (source, index) = (lane.source(), lane.index());
-    for (h, batch) in read.records.batches() {
+    let end = read.end;
+    let (source, index) = (source(lane), lane.index());
+    for (h, batch) in read.read.records.batches() {
         let next = sub.lanes[i].next;
         if h.base_offset >= end {
             // Nothing lies between `next` and this batch (compacted away): the stream is at `end`.
@@ -642,10 +599,7 @@ fn take_batches(
             continue;
         }
         sub.lanes[i].next = h.last_offset() + 1;
-        if h.is_transactional()
-            && !h.is_control()
-            && is_aborted(&aborted, h.producer_id, h.base_offset)
-        {
+        if read.aborts.aborted(&h) {
             continue;
         }
         let frame = hub
@@ -687,14 +641,6 @@ fn behind(sub: &mut Subscription, ahead: f64, caught_up: bool, budget: usize) ->
         sub.behind_rounds = if growing { sub.behind_rounds + 1 } else { 0 };
     }
     sub.behind_rounds >= BEHIND_ROUNDS
-}
-
-/// Whether a transactional batch of `producer_id` at `base_offset` belongs to an aborted
-/// transaction among `aborted` (those overlapping the read).
-fn is_aborted(aborted: &[AbortedTxn], producer_id: i64, base_offset: i64) -> bool {
-    aborted.iter().any(|a| {
-        a.producer_id == producer_id && a.first_offset <= base_offset && base_offset < a.last_offset
-    })
 }
 
 /// Tells the subscriber it will not get offsets `from` up to lane `i`'s next offset (excluded).

@@ -286,11 +286,6 @@ fn bind_streams(
     cores: usize,
     retry: Duration,
 ) -> std::io::Result<Option<Vec<std::net::TcpListener>>> {
-    if config.http_listen.is_some() && config.broker.edge.is_some() {
-        return Err(std::io::Error::other(
-            "--http-listen: shoal edge does not stream over HTTP yet; stream from shoal serve",
-        ));
-    }
     config
         .http_listen
         .map(|addr| bind_http(addr, cores, retry))

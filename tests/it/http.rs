@@ -710,31 +710,57 @@ fn a_slow_subscriber_that_asks_to_skip_gets_a_gap_event_and_goes_on() {
 }
 
 #[test]
-fn edge_mode_says_it_does_not_stream_over_http_yet() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().to_str().unwrap();
-    let run = common::cli::shoal(
-        &[
-            "edge",
-            "--upstream",
-            "127.0.0.1:1",
-            "--data-dir",
-            data,
-            "--listen",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-            "--http-listen",
-            "127.0.0.1:0",
-        ],
+fn an_edge_streams_its_upstreams_topics_from_the_start_and_at_the_tail() {
+    let (up_dir, edge_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let upstream = common::edge::start_upstream(up_dir.path(), "127.0.0.1:0");
+    let ub = upstream.bootstrap();
+    create_topics(&ub, &[("feed", 2)]);
+    common::cli::produce(&ub, "feed", &[300, 300]);
+    let flags = [
+        "--edge-metadata-refresh-ms",
+        "500",
+        "--http-listen",
+        "127.0.0.1:0",
+    ];
+    let cmd = common::edge::edge_command(edge_dir.path(), 2, &ub, &flags);
+    let edge = Shoal::spawn(cmd, edge_dir.path());
+    common::edge::wait_for_topic(&edge, "feed", 2);
+    let http = edge.http.clone().expect("the edge's http address");
+    let first = |p: i64, o: i64| format!("record {}", 300 * p + o);
+    // From the start: what the edge does not hold is read through from upstream, then its feed
+    // brings the rest.
+    let mut one = Sse::open(
+        &http,
+        "/v1/topics/feed/partitions/1/stream?offset=earliest",
         &[],
     );
-    assert!(!run.ok);
-    assert!(
-        run.stderr.contains("does not stream over HTTP yet"),
-        "{}",
-        run.stderr
+    assert_exact(&one.events(300, Duration::from_secs(30)), 1, 0, |o| {
+        first(1, o)
+    });
+    let mut merged = Sse::open(&http, "/v1/topics/feed/stream?offset=earliest", &[]);
+    let (records, _) = merged_records(&merged.batches(600, Duration::from_secs(30)));
+    assert_partitions(&records, &[0, 0], &[300, 300], first);
+    // At the tail: records produced upstream now reach both streams.
+    common::cli::produce(&ub, "feed", &[100, 100]);
+    let then = |p: i64, o: i64| format!("record {}", 100 * p + o - 300);
+    assert_exact(&one.events(100, Duration::from_secs(30)), 1, 300, |o| {
+        then(1, o)
+    });
+    let (records, last_id) = merged_records(&merged.batches(200, Duration::from_secs(30)));
+    assert_partitions(&records, &[300, 300], &[400, 400], then);
+    assert_eq!(last_id, "0:399,1:399");
+    // Resumed at the edge from an id: exactly what follows, from the upstream's offsets.
+    let mut resumed = Sse::open(
+        &http,
+        "/v1/topics/feed/stream",
+        &[("Last-Event-ID", "0:349,1:-1")],
     );
+    let (records, _) = merged_records(&resumed.batches(450, Duration::from_secs(30)));
+    let value = |p: i64, o: i64| if o < 300 { first(p, o) } else { then(p, o) };
+    assert_partitions(&records, &[350, 0], &[400, 400], value);
+    assert!(resumed.quiet_for(Duration::from_millis(300)));
+    edge.stop();
+    upstream.stop();
 }
 
 /// The page the browser test opens: it reads `count` records of partition 0 of `topic` with
