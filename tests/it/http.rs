@@ -1072,6 +1072,23 @@ fn a_topic_streams_merged_where_each_client_lands_and_resumes_from_its_id_after_
     }
     assert_eq!(shoal.metric("shoal_http_handed_over_total"), 0);
     assert!(shoal.metric("shoal_replica_snapshots_total") >= 1);
+    // Python's httpx-sse, from PyPI: the same, and the id a browser would resume with.
+    let url = format!("http://{http}/v1/topics/board/stream?offset=earliest");
+    let out = common::python::run_script("sse_stream.py", &[&url, "records:1000", "60"]);
+    let events: Vec<Event> = out
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            Event {
+                id: v["id"].as_str().map(str::to_string).filter(|i| !i.is_empty()),
+                event: Some(v["event"].as_str().unwrap().to_string()),
+                data: v["data"].as_str().unwrap().to_string(),
+            }
+        })
+        .collect();
+    let (records, last_id) = merged_records(&events);
+    assert_partitions(&records, &[0; 4], &[250; 4], first);
+    assert_eq!(last_id, "0:249,1:249,2:249,3:249");
     // WebSocket: a message per batch, {"records":[...],"id":...}.
     let out = common::python::run_script(
         "ws_stream.py",

@@ -4,11 +4,13 @@
 use std::process::Command;
 
 /// The Python clients the tests use, pinned: kafka-python (pure Python), confluent-kafka (its
-/// wheel carries its own librdkafka) and websockets (for the HTTP streams).
-const PACKAGES: [&str; 3] = [
+/// wheel carries its own librdkafka), websockets and httpx-sse (for the HTTP streams).
+const PACKAGES: [&str; 5] = [
     "kafka-python==3.0.12",
     "confluent-kafka==2.12.1",
     "websockets==15.0.1",
+    "httpx==0.28.1",
+    "httpx-sse==0.4.3",
 ];
 
 /// A PYTHONPATH where the clients are importable, installing them there the first time (once per
@@ -19,7 +21,7 @@ pub fn python_deps() -> String {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/target/python-deps");
         let importable = |path: &str| {
             Command::new("python3")
-                .args(["-c", "import kafka, confluent_kafka, websockets"])
+                .args(["-c", "import kafka, confluent_kafka, websockets, httpx_sse"])
                 .env("PYTHONPATH", path)
                 .status()
                 .is_ok_and(|s| s.success())
