@@ -32,6 +32,7 @@ impl Cores {
                         "frames_sent": s.http.frames_sent,
                         "slow_disconnects": s.http.slow_disconnects,
                         "gaps": s.http.gaps,
+                        "topics": s.http.topics.iter().map(|(t, n)| serde_json::json!({"topic": t, "subscribers": n})).collect::<Vec<_>>(),
                     },
                 })
             })

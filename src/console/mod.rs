@@ -151,6 +151,8 @@ struct Layout<'a> {
     replicas: HashMap<(&'a str, i32), &'a [i32]>,
     /// Fetch connections per partition, by core.
     readers: HashMap<(&'a str, i32), BTreeMap<usize, u32>>,
+    /// HTTP streams open per topic (its views' counted with it), over all cores.
+    streams: HashMap<&'a str, u64>,
 }
 
 impl<'a> Layout<'a> {
@@ -160,6 +162,7 @@ impl<'a> Layout<'a> {
             owned: HashMap::new(),
             replicas: HashMap::new(),
             readers: HashMap::new(),
+            streams: HashMap::new(),
         };
         for s in stats {
             for p in &s.partitions {
@@ -178,6 +181,10 @@ impl<'a> Layout<'a> {
                     .replicas
                     .entry((topic.as_str(), *partition))
                     .or_insert(cores.as_slice());
+            }
+            for (topic, n) in &s.http.topics {
+                let source = crate::table::source_topic(topic).unwrap_or(topic);
+                *layout.streams.entry(source).or_default() += n;
             }
             for (topic, partition, n) in &s.replicas.fetch_connections {
                 *layout
@@ -226,6 +233,7 @@ fn topics_json(layout: &Layout, table: &TopicTable, q: &ConsoleQuery) -> Value {
                 "size_bytes": size,
                 "appended_bytes": appended,
                 "consumers": consumers,
+                "stream_subscribers": layout.streams.get(name.as_str()).copied().unwrap_or(0),
             })
         })
         .collect();

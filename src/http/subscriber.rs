@@ -134,13 +134,9 @@ pub async fn run(core: &Rc<Core>, hub: &Hub, out: SharedStream, mut sub: Subscri
     ));
     let conn = crate::replicas::connection_id();
     let mut out = out;
-    for lane in &sub.lanes {
-        core.replicas.stream_opened(lane.part.log.id());
-    }
-    let end = serve(core, hub, &mut out, &mut sub, conn, &inbox).await;
-    for lane in &sub.lanes {
-        core.replicas.stream_closed(lane.part.log.id());
-    }
+    let mut counted = Counted::new(core, &sub);
+    let end = serve(core, hub, &mut out, &mut sub, conn, &inbox, &mut counted).await;
+    drop(counted);
     core.replicas.connection_closed(conn);
     if let End::Failed(why) = &end {
         log::warn!("core {}: a stream of {} ended: {why}", core.id(), sub.topic);
@@ -172,6 +168,44 @@ pub async fn run(core: &Rc<Core>, hub: &Hub, out: SharedStream, mut sub: Subscri
         let _ = write_within(&mut out, &[Bytes::from(last)], Duration::from_secs(1)).await;
     }
     drop(reader);
+}
+
+/// What a stream counts while it lives: its topic's streams, and for each partition it reads the
+/// streams that hold a read replica of it here. Undone when dropped, also when a panic unwinds
+/// the stream.
+struct Counted {
+    core: Rc<Core>,
+    topic: String,
+    logs: Vec<u64>,
+}
+
+impl Counted {
+    fn new(core: &Rc<Core>, sub: &Subscription) -> Counted {
+        core.http.topic_opened(&sub.topic);
+        let mut counted = Counted {
+            core: core.clone(),
+            topic: sub.topic.clone(),
+            logs: Vec::new(),
+        };
+        for lane in &sub.lanes {
+            counted.add(lane.part.log.id());
+        }
+        counted
+    }
+
+    fn add(&mut self, log: u64) {
+        self.core.replicas.stream_opened(log);
+        self.logs.push(log);
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.core.http.topic_closed(&self.topic);
+        for &log in &self.logs {
+            self.core.replicas.stream_closed(log);
+        }
+    }
 }
 
 /// The close code answering a client's close: its own where the RFC lets it be sent, 1000 for a
@@ -221,7 +255,7 @@ fn recheck(core: &Core, hub: &Hub, sub: &mut Subscription) -> Option<End> {
 
 /// A merged stream's partitions not served here yet: joined from their start once this core
 /// holds them (a read replica asked of their owner meanwhile).
-async fn join(core: &Core, sub: &mut Subscription) {
+async fn join(core: &Core, sub: &mut Subscription, counted: &mut Counted) {
     let mut still = Vec::new();
     for p in std::mem::take(&mut sub.joining) {
         match Lane::here(core, &sub.topic, p) {
@@ -232,7 +266,7 @@ async fn join(core: &Core, sub: &mut Subscription) {
                     continue;
                 };
                 lane.next = start;
-                core.replicas.stream_opened(lane.part.log.id());
+                counted.add(lane.part.log.id());
                 sub.lanes.push(lane);
             }
             Err(ResponseError::NotLeaderOrFollower) => {
@@ -260,6 +294,7 @@ async fn serve(
     sub: &mut Subscription,
     conn: u64,
     from_client: &Inbox,
+    counted: &mut Counted,
 ) -> End {
     let protocol = sub.encoding.protocol;
     let heartbeat_every = hub.config.heartbeat;
@@ -288,7 +323,7 @@ async fn serve(
                 return end;
             }
             if !sub.joining.is_empty() {
-                join(core, sub).await;
+                join(core, sub, counted).await;
             }
             // Counts as a consumer of the partitions here, as a Kafka fetch would (read replicas
             // start for partitions streamed to many).

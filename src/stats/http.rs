@@ -2,8 +2,9 @@
 //! subscribers, refusals), their plain snapshot and their `/metrics` families. Below
 //! [`crate::cores::state`], whose `Core` holds them for [`crate::http`].
 
-use crate::metrics::{core_label, Exposition};
-use std::cell::Cell;
+use crate::metrics::{core_label, label_value, Exposition};
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 
 #[derive(Debug, Default)]
 pub struct HttpStats {
@@ -30,6 +31,29 @@ pub struct HttpStats {
     pub handed_over: Cell<u64>,
     /// TLS handshakes on the stream listener that failed (`--http-tls`).
     pub tls_failures: Cell<u64>,
+    /// Streams open now, by the topic (or view) they read.
+    pub topics: RefCell<BTreeMap<String, u64>>,
+}
+
+impl HttpStats {
+    /// A stream of `topic` opened (see [`HttpStats::topic_closed`]).
+    pub fn topic_opened(&self, topic: &str) {
+        *self
+            .topics
+            .borrow_mut()
+            .entry(topic.to_string())
+            .or_default() += 1;
+    }
+
+    pub fn topic_closed(&self, topic: &str) {
+        let mut topics = self.topics.borrow_mut();
+        if let Some(n) = topics.get_mut(topic) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                topics.remove(topic);
+            }
+        }
+    }
 }
 
 /// The counters as plain data.
@@ -48,6 +72,8 @@ pub struct HttpSnapshot {
     pub refused: u64,
     pub handed_over: u64,
     pub tls_failures: u64,
+    /// Streams open now by topic (or view), those with any.
+    pub topics: Vec<(String, u64)>,
 }
 
 impl HttpStats {
@@ -66,6 +92,12 @@ impl HttpStats {
             refused: self.refused.get(),
             handed_over: self.handed_over.get(),
             tls_failures: self.tls_failures.get(),
+            topics: self
+                .topics
+                .borrow()
+                .iter()
+                .map(|(t, n)| (t.clone(), *n))
+                .collect(),
         }
     }
 }
@@ -96,5 +128,17 @@ impl HttpSnapshot {
                 cores.iter().map(|(core, s)| (core_label(*core), read(s))),
             );
         }
+        let by_topic = cores.iter().flat_map(|(core, s)| {
+            s.topics.iter().map(move |(topic, n)| {
+                let labels = format!("{},topic=\"{}\"", core_label(*core), label_value(topic));
+                (labels, *n)
+            })
+        });
+        out.family(
+            "shoal_http_topic_subscribers",
+            "gauge",
+            "Topic streams open now, by the topic (or view) they read.",
+            by_topic,
+        );
     }
 }

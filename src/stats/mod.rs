@@ -150,6 +150,7 @@ mod tests {
                         refused: 80 * n,
                         handed_over: 81 * n,
                         tls_failures: 82 * n,
+                        topics: vec![("prices".into(), 83 * n), ("prices.shard-0-of-2".into(), n)],
                     },
                     kafka: FrontEndSnapshot {
                         apis: vec![(0, 100 * n, 3 * n), (1, 200 * n, n), (99, n, 0)],

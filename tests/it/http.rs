@@ -411,7 +411,34 @@ fn subscribers_on_a_core_share_one_encoded_frame_per_batch() {
     let status: Value = serde_json::from_str(&status).unwrap();
     assert_eq!(status["cores"][0]["streams"]["subscribers"], subscribers);
     assert_eq!(status["cores"][0]["streams"]["frames_sent"], sent);
+    // By topic too: in /metrics, /v1/status and the console's topic row.
+    let by_topic = shoal.metric_with("shoal_http_topic_subscribers", "topic=\"scores\"");
+    assert_eq!(by_topic, subscribers);
+    let topics = &status["cores"][0]["streams"]["topics"];
+    assert_eq!(topics[0]["topic"], "scores");
+    assert_eq!(topics[0]["subscribers"], subscribers);
+    let (_, console) = shoal.admin_get("/v1/console");
+    let console: Value = serde_json::from_str(&console).unwrap();
+    let row = console["topics"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "scores")
+        .cloned()
+        .unwrap();
+    assert_eq!(row["stream_subscribers"], subscribers);
     drop(streams);
+    // Closed streams are no longer counted.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while shoal.metric("shoal_http_subscribers") > 0 {
+        assert!(Instant::now() < deadline, "streams still counted");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (_, metrics) = shoal.admin_get("/metrics");
+    assert!(
+        !metrics.contains("shoal_http_topic_subscribers{"),
+        "no topic without streams"
+    );
     shoal.stop();
 }
 
@@ -1080,7 +1107,10 @@ fn a_topic_streams_merged_where_each_client_lands_and_resumes_from_its_id_after_
         .map(|l| {
             let v: Value = serde_json::from_str(l).unwrap();
             Event {
-                id: v["id"].as_str().map(str::to_string).filter(|i| !i.is_empty()),
+                id: v["id"]
+                    .as_str()
+                    .map(str::to_string)
+                    .filter(|i| !i.is_empty()),
                 event: Some(v["event"].as_str().unwrap().to_string()),
                 data: v["data"].as_str().unwrap().to_string(),
             }
