@@ -1115,3 +1115,54 @@ fn a_run_over_sasl_scram_delivers_everything_and_a_wrong_password_is_refused() {
     assert!(!out.status.success(), "{said}");
     assert!(said.contains("SASL authentication failed (58)"), "{said}");
 }
+
+#[test]
+fn stream_consumers_read_sse_and_websocket_against_a_raw_stream_sender() {
+    for protocol in ["sse", "ws"] {
+        let dir = tempfile::tempdir().unwrap();
+        let b = bench(
+            dir.path(),
+            &[
+                "--protocol",
+                protocol,
+                "--consumers",
+                "2",
+                "--rate",
+                "2MB/s",
+                "--duration",
+                "1s",
+                "--warmup",
+                "300ms",
+                "--raw-baseline",
+                "--quiet",
+            ],
+        );
+        let (s, stdout) = (&b.summary, &b.stdout);
+        assert!(b.ok, "{protocol}: {stdout}");
+        assert!(
+            stdout.contains("correctness      OK"),
+            "{protocol}: {stdout}"
+        );
+        let run = &s["runs"][0];
+        check_run(&b, run);
+        // The raw sender streams the same batches, encoded by shoal's encoder: its consumers
+        // count every record, in order (offsets wrap where its memory does), at the run's pace.
+        let raw = &s["raw_baselines"][0];
+        assert_eq!(
+            num(raw, "errors.count"),
+            0.0,
+            "{protocol}: {:#}",
+            raw["errors"]
+        );
+        assert!(num(raw, "delivered.records") > 0.0, "{protocol}: {raw:#}");
+        let paced = num(raw, "delivered.mb_per_s");
+        assert!(
+            paced < 4.0 * 3.0,
+            "{protocol}: the raw sender ignored --rate: {paced} MB/s"
+        );
+        assert!(
+            stdout.contains("raw stream baseline"),
+            "{protocol}: {stdout}"
+        );
+    }
+}

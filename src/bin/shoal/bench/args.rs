@@ -233,8 +233,9 @@ pub struct FanoutArgs {
     #[arg(long, value_enum)]
     pub compare: Option<Compare>,
     /// Also run a plain TCP fan-out from memory to the same number of consumers (same batches, same
-    /// compression) and, when the producers are not paced (--rate 0), print the broker's delivered
-    /// throughput as a fraction of it.
+    /// compression; with --protocol sse|ws, a raw stream sender writing those batches as shoal's
+    /// SSE events or WebSocket frames) and, when the producers are not paced (--rate 0), print the
+    /// broker's delivered throughput as a fraction of it.
     #[arg(long)]
     pub raw_baseline: bool,
     /// Also measure the embedded broker's disk after each point of the series: sequential Direct

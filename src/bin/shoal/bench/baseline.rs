@@ -43,8 +43,8 @@ pub const THREAD_PREFIX: &str = "bench-raw-";
 #[derive(Debug)]
 pub struct Ring {
     bytes: Bytes,
-    batch_len: usize,
-    records_per_batch: i64,
+    pub(super) batch_len: usize,
+    pub(super) records_per_batch: i64,
     /// Batches with offsets below `period`.
     batches: usize,
     /// Batches in `bytes` (the wrap-around copies included).
@@ -90,7 +90,7 @@ impl Ring {
 
     /// The batches from `offset` (modulo the period) below offset `end` (paced: what is available;
     /// `i64::MAX` unpaced), at least one unless none is, within `max_bytes`.
-    fn records(&self, offset: i64, max_bytes: usize, end: i64) -> shards::Records {
+    pub(super) fn records(&self, offset: i64, max_bytes: usize, end: i64) -> shards::Records {
         let available = (end.saturating_sub(offset) / self.records_per_batch).max(0) as usize;
         if available == 0 {
             return shards::Records::empty();
@@ -175,15 +175,15 @@ impl RawServer {
 /// When a paced server's batches become available: batch `n` of each partition (offsets from
 /// `n * records_per_batch`) at `start + n * interval`.
 #[derive(Debug, Clone, Copy)]
-struct Pace {
-    interval: Duration,
-    start: Instant,
-    records_per_batch: i64,
+pub(super) struct Pace {
+    pub(super) interval: Duration,
+    pub(super) start: Instant,
+    pub(super) records_per_batch: i64,
 }
 
 impl Pace {
     /// The end (exclusive) of the offsets available at `at`.
-    fn end_at(&self, at: Instant) -> i64 {
+    pub(super) fn end_at(&self, at: Instant) -> i64 {
         let batches =
             at.saturating_duration_since(self.start).as_nanos() / self.interval.as_nanos().max(1);
         batches as i64 * self.records_per_batch
@@ -191,7 +191,7 @@ impl Pace {
 
     /// A long poll: waits, if nothing from `offset` on is available, until the next batch is due
     /// or `max_wait` has passed; returns the end of what is available then.
-    async fn wait_past(&self, offset: i64, max_wait: Duration) -> i64 {
+    pub(super) async fn wait_past(&self, offset: i64, max_wait: Duration) -> i64 {
         let now = Instant::now();
         if offset >= self.end_at(now) {
             let next = offset / self.records_per_batch + 1;

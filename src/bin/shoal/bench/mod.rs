@@ -39,6 +39,7 @@ pub mod plot;
 mod repeat;
 mod report;
 pub mod stats;
+mod stream_baseline;
 pub mod workload;
 
 pub use args::BenchCommand;
@@ -586,27 +587,52 @@ fn raw_baseline(w: &Workload, fetch_version: i16, threads: usize) -> io::Result<
     // As many consumer connections as the run had (views: every shard's).
     let per_partition = w.consumers_per_partition * w.views.unwrap_or(1) as usize;
     let consumers = per_partition * w.partitions as usize;
+    let stream = w.stream.map(|(protocol, _)| protocol);
+    let what = match stream {
+        None => "raw TCP baseline",
+        Some(_) => "raw stream baseline",
+    };
     println!(
-        "\n== raw TCP baseline: {} consumer connection{} fetching from memory, {} server thread{} ==",
+        "\n== {what}: {} consumer connection{} {} from memory, {} server thread{} ==",
         consumers,
         plural(consumers),
+        if stream.is_some() {
+            "streamed"
+        } else {
+            "fetching"
+        },
         threads,
         plural(threads)
     );
+    // A stream's frames are kept per batch of the ring: a smaller ring.
+    let ring_bytes = if stream.is_some() { 4 << 20 } else { 64 << 20 };
     let ring = Arc::new(baseline::Ring::new(
         w.message_bytes,
         w.records_per_batch,
         w.compression,
-        64 << 20,
+        ring_bytes,
         w.fetch_max_bytes as usize,
     )?);
     // Paced runs: one batch per partition every records-per-batch / (rate / partitions) seconds.
     let pace = (w.rate > 0.0).then(|| {
         Duration::from_secs_f64(w.records_per_batch as f64 * f64::from(w.partitions) / w.rate)
     });
-    let server = baseline::RawServer::start(threads, ring.clone(), pace)?;
+    let mut rw = w.clone();
+    let (server, addrs) = match stream {
+        None => {
+            let server = baseline::RawServer::start(threads, ring.clone(), pace)?;
+            let addrs = server.addrs.clone();
+            (RawSender::Fetches(server), addrs)
+        }
+        Some(protocol) => {
+            let server = stream_baseline::RawStreamServer::start(threads, ring.clone(), pace)?;
+            rw.stream = Some((protocol, server.addr));
+            let addrs = vec![server.addr];
+            (RawSender::Streams(server), addrs)
+        }
+    };
     let endpoint = Endpoint::Raw {
-        addrs: server.addrs.clone(),
+        addrs,
         period: ring.period(),
         fetch_version,
     };
@@ -614,17 +640,22 @@ fn raw_baseline(w: &Workload, fetch_version: i16, threads: usize) -> io::Result<
         thread_prefix: Some(baseline::THREAD_PREFIX),
         ..Observer::default()
     };
-    let mut rw = w.clone();
     rw.backlog_bytes = 0;
     rw.views = None;
     rw.consumers_per_partition = per_partition;
-    let label = format!(
-        "raw TCP baseline consumers={}x{}",
-        per_partition, w.partitions
-    );
+    let label = format!("{what} consumers={}x{}", per_partition, w.partitions);
     let result = workload::run(&rw, &endpoint, &obs, &label, Settings::default());
-    server.stop();
+    match server {
+        RawSender::Fetches(s) => s.stop(),
+        RawSender::Streams(s) => s.stop(),
+    }
     let s = result?;
     print_summary(&s);
     Ok(s)
+}
+
+/// The raw baseline's server: fetches answered from memory, or streams written from it.
+enum RawSender {
+    Fetches(baseline::RawServer),
+    Streams(stream_baseline::RawStreamServer),
 }

@@ -21,6 +21,8 @@ struct Progress {
     records: u64,
     gaps: u64,
     gap_offsets: u64,
+    /// The raw baseline's offsets wrap here.
+    modulus: Option<i64>,
 }
 
 impl Progress {
@@ -31,9 +33,10 @@ impl Progress {
         timestamp_ms: i64,
         sample: Option<(&RefCell<Hists>, bool, u64)>,
     ) {
-        if offset != self.next {
+        let expected = self.modulus.map_or(self.next, |m| self.next.rem_euclid(m));
+        if offset != expected {
             self.gaps += 1;
-            self.gap_offsets += offset.abs_diff(self.next);
+            self.gap_offsets += offset.abs_diff(expected);
         }
         self.next = offset + 1;
         self.records += 1;
@@ -72,6 +75,7 @@ pub(super) async fn stream_consumer(
     setup_over(&shared).await;
     let mut progress = Progress {
         next: start,
+        modulus: cfg.modulus,
         ..Progress::default()
     };
     let mut parser = Parser::new(protocol);
