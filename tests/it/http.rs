@@ -794,20 +794,22 @@ fn an_edge_streams_its_upstreams_topics_from_the_start_and_at_the_tail() {
 /// `EventSource` and `count` of partition 1 with `WebSocket` (reconnecting as a page would, with
 /// `?resume=` its last event), checks every offset and value, and reports what it saw to
 /// `report` (a GET with the figures in its query).
-fn browser_page(http: &str, topic: &str, count: usize, report: &str) -> String {
+fn browser_page(http: &str, topic: &str, count: usize, report: &str, view_count: usize) -> String {
     format!(
         r#"<!doctype html><html><body><div id="out" data-result="running"></div><script>
 const base = "http://{http}/v1/topics/{topic}/partitions/";
 const out = document.getElementById("out");
 const seen = {{ sse: 0, ws: 0, bad: [] }};
 let finished = 0;
+const view = {{ count: 0, sum: 0, seen: new Set(), last: {{}} }};
 function finish() {{
-  if (++finished < 2) return;
+  if (++finished < 3) return;
   out.setAttribute("data-sse", seen.sse);
   out.setAttribute("data-ws", seen.ws);
   out.setAttribute("data-bad", seen.bad.slice(0, 5).join(" | ") || "none");
   out.setAttribute("data-result", "done");
-  const q = new URLSearchParams({{ sse: seen.sse, ws: seen.ws, bad: seen.bad.slice(0, 5).join(" | ") || "none" }});
+  const q = new URLSearchParams({{ sse: seen.sse, ws: seen.ws, view: view.count, view_sum: view.sum,
+    bad: seen.bad.slice(0, 5).join(" | ") || "none" }});
   fetch("http://{report}/report?" + q, {{ mode: "no-cors" }});
 }}
 function check(kind, r, want) {{
@@ -833,6 +835,18 @@ function ws() {{
   socket.onclose = () => {{ if (seen.ws < {count}) setTimeout(ws, 200); }};
 }}
 ws();
+// A view's shard, every partition merged: each event a batch, its id every partition's position.
+const vs = new EventSource("http://{http}/v1/topics/keyed.shard-1-of-2/stream?offset=earliest");
+vs.onmessage = (e) => {{
+  for (const r of JSON.parse(e.data)) {{
+    const i = Number(r.value.slice(1));
+    if (view.seen.has(i) || (view.last[r.partition] ?? -1) >= r.offset) {{
+      seen.bad.push("view repeated " + r.value);
+    }}
+    view.seen.add(i); view.last[r.partition] = r.offset; view.count++; view.sum += i;
+  }}
+  if (view.count >= {view_count}) {{ vs.close(); finish(); }}
+}};
 </script></body></html>"#
     )
 }
@@ -866,11 +880,18 @@ fn a_browser_reads_with_eventsource_and_websocket_and_resumes_by_itself_after_ki
     };
     produce(&b, 0, 0..5000);
     produce(&b, 1, 0..5000);
+    // Keyed records "v{i}" (key "k{i}") for a view: half now, half after the restart.
+    create_topics(&b, &[("keyed", 2)]);
+    produce_keyed(&b, "keyed", 0..1000, 2);
+    let in_shard: Vec<usize> = (0..2000)
+        .filter(|i| shards::partitioner::shard_of(Some(format!("k{i}").as_bytes()), 2) == Some(1))
+        .collect();
     // The page reports here when it is done.
     let reports = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let report_addr = reports.local_addr().unwrap().to_string();
     let page = dir.path().join("page.html");
-    std::fs::write(&page, browser_page(&http, "live", 10_000, &report_addr)).unwrap();
+    let page_text = browser_page(&http, "live", 10_000, &report_addr, in_shard.len());
+    std::fs::write(&page, page_text).unwrap();
     let url = format!("file://{}", page.display());
     let Some(_browser) = common::browser::open_page(TEST, &url) else {
         return;
@@ -892,6 +913,7 @@ fn a_browser_reads_with_eventsource_and_websocket_and_resumes_by_itself_after_ki
     let b = shoal.bootstrap();
     produce(&b, 0, 5000..10_000);
     produce(&b, 1, 5000..10_000);
+    produce_keyed(&b, "keyed", 1000..2000, 2);
     reports.set_nonblocking(true).unwrap();
     let deadline = Instant::now() + Duration::from_secs(90);
     let mut conn = loop {
@@ -924,6 +946,13 @@ fn a_browser_reads_with_eventsource_and_websocket_and_resumes_by_itself_after_ki
     assert_eq!(
         (field("sse"), field("ws")),
         ("10000".to_string(), "10000".to_string()),
+        "{line}"
+    );
+    // The shard's keys, each once (no repeats, checked by the page), and only those.
+    let sum: usize = in_shard.iter().sum();
+    assert_eq!(
+        (field("view"), field("view_sum")),
+        (in_shard.len().to_string(), sum.to_string()),
         "{line}"
     );
     shoal.stop();
@@ -1173,15 +1202,16 @@ fn a_topic_streams_merged_where_each_client_lands_and_resumes_from_its_id_after_
     shoal.stop();
 }
 
-/// Produces `n` records keyed `k{i}` with values `v{i}`, record i to partition i % partitions.
-fn produce_keyed(bootstrap: &str, topic: &str, n: usize, partitions: i32) {
+/// Produces records `i` of `range` keyed `k{i}` with values `v{i}`, record i to partition
+/// i % partitions.
+fn produce_keyed(bootstrap: &str, topic: &str, range: std::ops::Range<usize>, partitions: i32) {
     let producer: rdkafka::producer::ThreadedProducer<rdkafka::producer::DefaultProducerContext> =
         rdkafka::ClientConfig::new()
             .set("bootstrap.servers", bootstrap)
             .set("linger.ms", "5")
             .create()
             .unwrap();
-    for i in 0..n {
+    for i in range {
         let (key, value) = (format!("k{i}"), format!("v{i}"));
         let record = rdkafka::producer::BaseRecord::<_, _, ()>::to(topic)
             .partition(i as i32 % partitions)
@@ -1198,7 +1228,7 @@ fn a_view_shard_streams_exactly_its_keys() {
     let (shoal, http) = start(dir.path(), 2, &[]);
     let b = shoal.bootstrap();
     create_topics(&b, &[("keyed", 2)]);
-    produce_keyed(&b, "keyed", 600, 2);
+    produce_keyed(&b, "keyed", 0..600, 2);
     let shard_of =
         |i: usize| shards::partitioner::shard_of(Some(format!("k{i}").as_bytes()), 3).unwrap();
     for shard in 0..3u32 {
