@@ -19,12 +19,14 @@
 //! - [`frames`]     — the core's shared frames: one encoded buffer per batch and encoding.
 //! - [`encode`]     — SSE events and WebSocket frames of a batch's records, JSON or values.
 //! - [`websocket`]  — RFC 6455: the handshake's answer, the client's frames checked.
+//! - [`spread`]     — new connections handed from a busy core to the least busy.
 //! - [`request`]    — the request head (bounded in size, headers and time), its route and query.
 
 pub mod encode;
 pub mod frames;
 pub mod lane;
 pub mod request;
+pub mod spread;
 pub mod subscriber;
 pub mod websocket;
 
@@ -109,9 +111,14 @@ pub struct Hub {
     pub tokens_read: Cell<u64>,
 }
 
-/// Serves stream connections on this core until the server stops: those `listener` accepts, and
-/// those other cores hand over.
-pub async fn serve(core: Rc<Core>, listener: TcpListener, config: HttpConfig) {
+/// Serves stream connections on this core until the server stops: those `listener` accepts (a
+/// busy core hands new ones to the least busy, by `spread`), and those other cores hand over.
+pub async fn serve(
+    core: Rc<Core>,
+    listener: TcpListener,
+    config: HttpConfig,
+    spread: std::sync::Arc<spread::Spread>,
+) {
     let hub = Rc::new(Hub {
         frames: frames::Frames::new(config.frame_cache_bytes),
         config,
@@ -119,6 +126,7 @@ pub async fn serve(core: Rc<Core>, listener: TcpListener, config: HttpConfig) {
         tokens_read: Cell::new(0),
     });
     let tokens = glommio::spawn_local(watch_tokens(core.clone(), hub.clone()));
+    let load = glommio::spawn_local(publish_load(core.clone(), spread.clone()));
     let (handed, inbox) = local_channel::new_bounded::<HandedStream>(1024);
     core.serve_handed_streams(handed);
     let from_others = {
@@ -127,13 +135,18 @@ pub async fn serve(core: Rc<Core>, listener: TcpListener, config: HttpConfig) {
             while let Some(Some(h)) = core.until_stopping(inbox.recv()).await {
                 // SAFETY: the descriptor came with the message, owned by nothing else.
                 let stream = unsafe { TcpStream::from_raw_fd(h.fd.into_raw_fd()) };
-                spawn_connection(&core, &hub, stream, Some(h.head));
+                // No head: handed by load before anything was read; served as if accepted here.
+                let head = (!h.head.is_empty()).then_some(h.head);
+                spawn_connection(&core, &hub, stream, head);
             }
         })
     };
     while let Some(accepted) = core.until_stopping(listener.accept()).await {
         match accepted {
-            Ok(stream) => spawn_connection(&core, &hub, stream, None),
+            Ok(stream) => match spread.target(core.id()) {
+                Some(to) => pass_on(&core, stream, to).await,
+                None => spawn_connection(&core, &hub, stream, None),
+            },
             Err(e) => {
                 log::warn!("core {}: http accept failed: {e}", core.id());
                 glommio::timer::sleep(Duration::from_millis(10)).await;
@@ -142,6 +155,48 @@ pub async fn serve(core: Rc<Core>, listener: TcpListener, config: HttpConfig) {
     }
     drop(from_others);
     drop(tokens);
+    drop(load);
+}
+
+/// Says how busy this core is, every 100 ms, for the others to spread connections by.
+async fn publish_load(core: Rc<Core>, spread: std::sync::Arc<spread::Spread>) {
+    while core.pause(Duration::from_millis(100)).await {
+        spread.note(core.id(), core.reads.load.busy());
+    }
+}
+
+/// Hands a connection just accepted, nothing read from it, to core `to` (spread by load).
+async fn pass_on(core: &Core, stream: TcpStream, to: usize) {
+    if let Some(fd) = duplicate(core, &stream) {
+        if core
+            .mesh()
+            .send(
+                to,
+                CoreMsg::Stream(HandedStream {
+                    fd,
+                    head: Vec::new(),
+                }),
+            )
+            .await
+        {
+            add(&core.http.spread, 1);
+        }
+    }
+}
+
+/// A descriptor of `stream`'s socket to hand to another core (this core's closes with `stream`).
+fn duplicate(core: &Core, stream: &impl AsRawFd) -> Option<std::os::fd::OwnedFd> {
+    let fd = unsafe { libc::dup(stream.as_raw_fd()) };
+    if fd < 0 {
+        log::warn!(
+            "core {}: a stream connection cannot be handed over: {}",
+            core.id(),
+            std::io::Error::last_os_error()
+        );
+        return None;
+    }
+    // SAFETY: `fd` is the new descriptor `dup` returned, owned by nothing else.
+    Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }
 
 /// Reads the tokens file again every second while the server runs, and says so to the streams
@@ -739,18 +794,11 @@ async fn hand_over(
     }
     let owner = owner.expect("checked above");
     // The socket travels as a duplicate descriptor; this core's handle closes with `stream`.
-    let fd = unsafe { libc::dup(stream.as_raw_fd()) };
+    let fd = duplicate(core, &stream);
     drop(stream);
-    if fd < 0 {
-        log::warn!(
-            "core {}: a stream connection cannot be handed over: {}",
-            core.id(),
-            std::io::Error::last_os_error()
-        );
+    let Some(fd) = fd else {
         return;
-    }
-    // SAFETY: `fd` is the new descriptor `dup` returned, owned by nothing else.
-    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    };
     if core
         .mesh()
         .send(owner, CoreMsg::Stream(HandedStream { fd, head }))

@@ -311,6 +311,7 @@ fn spawn_cores(
         Some((s, c)) => (s.into_iter().map(Some).collect(), Some(c)),
         None => (Vec::new(), None),
     };
+    let spread = Arc::new(crate::http::spread::Spread::new(cores));
     for (i, core_sockets) in sockets.into_iter().enumerate() {
         let placement = if cores <= cpus {
             Placement::Fixed(i)
@@ -323,7 +324,7 @@ fn spawn_cores(
             .get_mut(i)
             .and_then(Option::take)
             .zip(http_config.clone())
-            .map(|(l, c)| (l.into_raw_fd(), c));
+            .map(|(l, c)| (l.into_raw_fd(), c, spread.clone()));
         let (broker, listeners, stop, mesh, table) = (
             broker.clone(),
             listeners.to_vec(),

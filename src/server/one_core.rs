@@ -27,7 +27,11 @@ pub(super) async fn run_core(
     config: BrokerConfig,
     listeners: Vec<Listener>,
     fds: Vec<RawFd>,
-    http: Option<(RawFd, crate::http::HttpConfig)>,
+    http: Option<(
+        RawFd,
+        crate::http::HttpConfig,
+        std::sync::Arc<crate::http::spread::Spread>,
+    )>,
     admin_inbox: Option<AdminInbox>,
     mesh: MeshBuilder<CoreMsg, glommio::channels::channel_mesh::Full>,
     stop: Arc<AtomicBool>,
@@ -81,10 +85,10 @@ pub(super) async fn run_core(
             glommio::spawn_local(accept_until_shutdown(core.clone(), listener, k))
         })
         .collect();
-    let streams = http.map(|(fd, config)| {
+    let streams = http.map(|(fd, config, spread)| {
         // SAFETY: as for the Kafka listeners above.
         let listener = unsafe { TcpListener::from_raw_fd(fd) };
-        glommio::spawn_local(crate::http::serve(core.clone(), listener, config))
+        glommio::spawn_local(crate::http::serve(core.clone(), listener, config, spread))
     });
     let admin = admin_inbox.map(|inbox| glommio::spawn_local(serve_admin(core.clone(), inbox)));
     let mirror =

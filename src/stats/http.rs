@@ -31,6 +31,8 @@ pub struct HttpStats {
     pub handed_over: Cell<u64>,
     /// TLS handshakes on the stream listener that failed (`--http-tls`).
     pub tls_failures: Cell<u64>,
+    /// New connections this core handed to a less busy core.
+    pub spread: Cell<u64>,
     /// Streams open now, by the topic (or view) they read.
     pub topics: RefCell<BTreeMap<String, u64>>,
 }
@@ -72,6 +74,7 @@ pub struct HttpSnapshot {
     pub refused: u64,
     pub handed_over: u64,
     pub tls_failures: u64,
+    pub spread: u64,
     /// Streams open now by topic (or view), those with any.
     pub topics: Vec<(String, u64)>,
 }
@@ -92,6 +95,7 @@ impl HttpStats {
             refused: self.refused.get(),
             handed_over: self.handed_over.get(),
             tls_failures: self.tls_failures.get(),
+            spread: self.spread.get(),
             topics: self
                 .topics
                 .borrow()
@@ -105,7 +109,7 @@ impl HttpStats {
 impl HttpSnapshot {
     pub fn write_prometheus(out: &mut Exposition, cores: &[(usize, &HttpSnapshot)]) {
         type Read = fn(&HttpSnapshot) -> u64;
-        let families: [(&str, &str, &str, Read); 13] = [
+        let families: [(&str, &str, &str, Read); 14] = [
             ("shoal_http_subscribers", "gauge", "Topic streams open now (SSE and WebSocket).", |s| s.subscribers),
             ("shoal_http_websocket_subscribers", "gauge", "Topic streams open now over WebSocket.", |s| s.websocket_subscribers),
             ("shoal_http_subscribers_total", "counter", "Topic streams opened.", |s| s.subscribers_total),
@@ -119,6 +123,7 @@ impl HttpSnapshot {
             ("shoal_http_refused_total", "counter", "Stream requests answered with an error status.", |s| s.refused),
             ("shoal_http_handed_over_total", "counter", "Stream connections handed to the partition's owner core.", |s| s.handed_over),
             ("shoal_http_tls_failures_total", "counter", "TLS handshakes on the stream listener that failed.", |s| s.tls_failures),
+            ("shoal_http_spread_total", "counter", "New stream connections handed to a less busy core.", |s| s.spread),
         ];
         for (name, kind, help, read) in families {
             out.family(

@@ -150,6 +150,7 @@ mod tests {
                         refused: 80 * n,
                         handed_over: 81 * n,
                         tls_failures: 82 * n,
+                        spread: 84 * n,
                         topics: vec![("prices".into(), 83 * n), ("prices.shard-0-of-2".into(), n)],
                     },
                     kafka: FrontEndSnapshot {

@@ -10,6 +10,8 @@
 //!
 //! ## Layout, top layer first
 //! - [`broker`]   — the broker under test: embedded (in process or a child) or external.
+//! - [`stream_baseline`] — the raw stream sender from memory (`--raw-baseline` with `--protocol
+//!   sse|ws`).
 //! - [`baseline`] — the raw TCP fan-out from memory (`--raw-baseline`).
 //! - [`report`]   — what is printed: summaries, comparisons, tables, the plot of a sweep.
 //! - [`args`]     — the command line: flags, value parsers, checks.
