@@ -442,9 +442,24 @@ fn subscribers_on_a_core_share_one_encoded_frame_per_batch() {
     shoal.stop();
 }
 
+/// The resident memory of process `pid`, in bytes.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
 #[test]
 fn a_subscriber_that_does_not_read_is_dropped_and_the_others_keep_up() {
     let dir = tempfile::tempdir().unwrap();
+    // The buffer is larger than the whole stream: no reader is dropped for reading slowly (the
+    // readers here are a hundred threads of a debug build); the stuck one is dropped because its
+    // writes stop (5 s).
     let (shoal, http) = start(
         dir.path(),
         1,
@@ -452,31 +467,34 @@ fn a_subscriber_that_does_not_read_is_dropped_and_the_others_keep_up() {
             "--http-heartbeat-ms",
             "500",
             "--http-stream-buffer-bytes",
-            "4MiB",
+            "16MiB",
         ],
     );
     let b = shoal.bootstrap();
     create_topics(&b, &[("feed", 1)]);
+    let before = rss(shoal.pid());
     // Connects, asks, and never reads again.
     let mut stuck = TcpStream::connect(&http).unwrap();
     stuck
         .write_all(b"GET /v1/topics/feed/partitions/0/stream HTTP/1.1\r\nAccept: text/event-stream\r\n\r\n")
         .unwrap();
-    let readers: Vec<_> = (0..8)
+    let count = 20_000;
+    let readers: Vec<_> = (0..100)
         .map(|_| {
             let mut sse = Sse::open(&http, "/v1/topics/feed/partitions/0/stream", &[]);
-            std::thread::spawn(move || sse.events(30_000, Duration::from_secs(120)).len())
+            std::thread::spawn(move || sse.events(count, Duration::from_secs(120)).len())
         })
         .collect();
     std::thread::sleep(Duration::from_millis(300));
-    // 30,000 records of about 1 KiB, paced: more than the socket buffers of the stuck client hold.
-    let payload = "x".repeat(1000);
-    let values = (0..30_000).map(|_| payload.clone());
+    // 20,000 records of about 300 bytes (6 MB of events), paced: more than the kernel holds for
+    // the stuck client.
+    let payload = "x".repeat(300);
+    let values = (0..count).map(|_| payload.clone());
     produce_values(&b, "feed", 0, values, Duration::from_millis(50));
     for r in readers {
         assert_eq!(
             r.join().unwrap(),
-            30_000,
+            count,
             "a reading subscriber got every record"
         );
     }
@@ -488,6 +506,15 @@ fn a_subscriber_that_does_not_read_is_dropped_and_the_others_keep_up() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    assert_eq!(
+        shoal.metric("shoal_http_slow_disconnects_total"),
+        1,
+        "only the stuck one"
+    );
+    // No queue per subscriber: the broker grew by about the records themselves (in its tail
+    // cache) and the shared frames (at most 32 MiB), not by what the stuck one missed.
+    let grown = rss(shoal.pid()).saturating_sub(before);
+    assert!(grown < 128 << 20, "the broker grew {} MiB", grown >> 20);
     // Its connection ends once what the kernel held is read.
     stuck
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -500,6 +527,62 @@ fn a_subscriber_that_does_not_read_is_dropped_and_the_others_keep_up() {
         }
     }
     assert_eq!(shoal.metric("shoal_http_subscribers"), 0);
+    shoal.stop();
+}
+
+/// Raises this process's open-files limit to its hard limit; returns the limit now.
+fn raise_open_files() -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit with a valid struct have no other preconditions.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+        limit.rlim_cur = limit.rlim_max;
+        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+    }
+    limit.rlim_cur
+}
+
+#[test]
+fn ten_thousand_idle_subscribers_cost_under_16_kib_each() {
+    const TEST: &str = "http::ten_thousand_idle_subscribers_cost_under_16_kib_each";
+    let limit = raise_open_files();
+    let n = 10_000.min(limit.saturating_sub(1_000) as usize);
+    if n < 2_000 {
+        return shards::testing::skipped(TEST, "thousands of idle streams", "open-files limit");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (shoal, http) = start(dir.path(), 1, &["--http-heartbeat-ms", "60000"]);
+    create_topics(&shoal.bootstrap(), &[("quiet", 1)]);
+    // One stream first, so that what every core sets up once is not counted per subscriber.
+    let first = Sse::open(&http, "/v1/topics/quiet/partitions/0/stream", &[]);
+    let before = rss(shoal.pid());
+    let request =
+        "GET /v1/topics/quiet/partitions/0/stream HTTP/1.1\r\nAccept: text/event-stream\r\n\r\n";
+    let mut idle = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut s = TcpStream::connect(&http).unwrap();
+        s.write_all(request.as_bytes()).unwrap();
+        idle.push(s);
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while shoal.metric("shoal_http_subscribers") < n as u64 + 1 {
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} streams open",
+            shoal.metric("shoal_http_subscribers"),
+            n + 1
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let per = rss(shoal.pid()).saturating_sub(before) / n as u64;
+    println!("{n} idle subscribers: {per} bytes each");
+    assert!(per < 16 << 10, "{per} bytes per idle subscriber");
+    drop(idle);
+    drop(first);
     shoal.stop();
 }
 
