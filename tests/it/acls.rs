@@ -159,3 +159,46 @@ fn acls_grant_deny_and_survive_a_restart() {
         3
     );
 }
+
+#[test]
+fn without_an_authorizer_acl_requests_say_security_disabled() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 1, &[]);
+    let b = shoal.bootstrap();
+    let grant = [
+        "--allow-principal",
+        "User:alice",
+        "--operation",
+        "read",
+        "--topic",
+        "t",
+        "-b",
+        &b,
+    ];
+    for args in [
+        [&["acl", "create"][..], &grant[..]].concat(),
+        vec!["acl", "list", "-b", &b],
+        [&["acl", "delete"][..], &grant[..]].concat(),
+    ] {
+        let run = common::cli::shoal(&args, &[]);
+        assert!(!run.ok, "{args:?}: {}", run.stdout);
+        assert!(
+            run.stderr.contains("SecurityDisabled") && run.stderr.contains("--authorizer acl"),
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
+    // Nothing was stored: with an authorizer, no ACL is there.
+    shoal.stop();
+    let open = [
+        "--authorizer",
+        "acl",
+        "--allow-everyone-if-no-acl-found",
+        "true",
+    ];
+    let shoal = Shoal::start(dir.path(), 1, &open);
+    let listed = common::cli::shoal(&["acl", "list", "-b", &shoal.bootstrap()], &[]);
+    assert!(listed.ok, "{}", listed.stderr);
+    assert!(!listed.stdout.contains("alice"), "{}", listed.stdout);
+    shoal.stop();
+}

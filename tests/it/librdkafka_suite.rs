@@ -201,7 +201,19 @@ fn librdkafka_groups_with_rebalance_delay() {
 
 #[test]
 fn librdkafka_admin() {
-    run_theme("admin", NO_REBALANCE_DELAY, ADMIN);
+    // ACL calls need an authorizer (without one they get SECURITY_DISABLED, as from Kafka); with
+    // everyone allowed where no ACL names a resource, the rest runs as without one.
+    let flags = [
+        NO_REBALANCE_DELAY,
+        &[
+            "--authorizer",
+            "acl",
+            "--allow-everyone-if-no-acl-found",
+            "true",
+        ],
+    ]
+    .concat();
+    run_theme("admin", &flags, ADMIN);
 }
 
 #[test]

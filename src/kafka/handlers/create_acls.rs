@@ -50,10 +50,14 @@ fn binding(c: &AclCreation) -> Result<AclBinding, String> {
 pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
     let request: CreateAclsRequest = decode(req)?;
     let allowed = who.may_cluster(core, Operation::Alter);
+    let disabled = super::acls_disabled(core);
     let checked: Vec<Result<AclBinding, (ResponseError, String)>> = request
         .creations
         .iter()
         .map(|c| {
+            if let Some(disabled) = &disabled {
+                return Err(disabled.clone());
+            }
             if !allowed {
                 return Err((
                     ResponseError::ClusterAuthorizationFailed,

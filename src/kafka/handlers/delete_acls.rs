@@ -31,10 +31,14 @@ fn failed(e: ResponseError, why: String) -> DeleteAclsFilterResult {
 pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
     let request: DeleteAclsRequest = decode(req)?;
     let allowed = who.may_cluster(core, Operation::Alter);
+    let disabled = super::acls_disabled(core);
     let checked: Vec<Result<AclFilter, (ResponseError, String)>> = request
         .filters
         .iter()
         .map(|f| {
+            if let Some(disabled) = &disabled {
+                return Err(disabled.clone());
+            }
             if !allowed {
                 return Err((
                     ResponseError::ClusterAuthorizationFailed,

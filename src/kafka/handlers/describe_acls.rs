@@ -65,7 +65,12 @@ pub(super) fn filter(
 pub fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult {
     let r: DescribeAclsRequest = decode(req)?;
     let response = DescribeAclsResponse::default();
-    let response = if !who.may_cluster(core, Operation::Describe) {
+    let response = if let Some((e, why)) = super::acls_disabled(core) {
+        core.metrics.error(req.api_key);
+        response
+            .with_error_code(e.code())
+            .with_error_message(Some(StrBytes::from_string(why)))
+    } else if !who.may_cluster(core, Operation::Describe) {
         core.metrics.error(req.api_key);
         response
             .with_error_code(ResponseError::ClusterAuthorizationFailed.code())

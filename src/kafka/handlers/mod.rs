@@ -53,6 +53,7 @@ use crate::kafka::upstream;
 use crate::table::acl::Operation;
 use crate::wire::header::Request;
 use bytes::Bytes;
+use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::ApiKey;
 use std::rc::Rc;
 
@@ -116,6 +117,18 @@ pub const APIS: &[Versions] = &[
     list_transactions::VERSIONS,
     txn_offset_commit::VERSIONS,
 ];
+
+/// Why ACL requests are refused on a broker that enforces none (`--authorizer none`): Kafka's
+/// SECURITY_DISABLED, with what to do about it.
+pub(crate) fn acls_disabled(core: &Core) -> Option<(ResponseError, String)> {
+    (!core.config().authorizer.enabled).then(|| {
+        (
+            ResponseError::SecurityDisabled,
+            "No Authorizer is configured: ACLs are enforced with shoal serve --authorizer acl"
+                .to_string(),
+        )
+    })
+}
 
 pub fn supports(api_key: i16, version: i16) -> bool {
     APIS.iter()

@@ -127,6 +127,9 @@ fn hint(e: ResponseError) -> &'static str {
             "check --sasl-mechanism, --user and the password"
         }
         UnsupportedVersion => "the broker does not serve this request's version",
+        SecurityDisabled => {
+            "the broker enforces no ACLs: start it with --authorizer acl (and --super-users) first"
+        }
         _ => "see the broker's log",
     }
 }
