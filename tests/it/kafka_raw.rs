@@ -2074,3 +2074,33 @@ fn describe_log_dirs_answers_for_the_partitions_each_core_leads() {
     }
     shoal.stop();
 }
+
+#[test]
+fn zstd_needs_produce_v7_and_a_created_topic_has_no_error_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 1, &[]);
+    let mut s = connect(shoal.ports[0]);
+    let created: CreateTopicsResponse = call(
+        &mut s,
+        ApiKey::CreateTopics,
+        5,
+        1,
+        &common::wire::create_topic_request("z", 1),
+    );
+    assert_eq!(created.topics[0].error_code, 0);
+    assert_eq!(created.topics[0].error_message, None, "null on success");
+    // KIP-110: zstd is for Produce v7 and later; older requests get UNSUPPORTED_COMPRESSION_TYPE.
+    let zstd = shards::batch::compress_batch(&batch(&["a", "b"]), 4);
+    for (version, want) in [(3, 76), (6, 76), (7, 0), (9, 0)] {
+        let r: ProduceResponse = call(
+            &mut s,
+            ApiKey::Produce,
+            version,
+            10 + i32::from(version),
+            &produce_req("z", 0, zstd.clone(), 1),
+        );
+        let p = &r.responses[0].partition_responses[0];
+        assert_eq!(p.error_code, want, "v{version}: {:?}", p.error_message);
+    }
+    shoal.stop();
+}

@@ -64,6 +64,7 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
                     .with_error_code(e.code())
                     .with_error_message(Some(StrBytes::from_string(msg))),
                 None => r
+                    .with_error_message(None)
                     .with_topic_id(uuid::Uuid::from_bytes(o.id))
                     .with_num_partitions(o.partitions)
                     .with_replication_factor(1)

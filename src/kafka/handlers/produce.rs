@@ -98,6 +98,12 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
                 )
             } else if !matches!(acks, -1..=1) {
                 failed(p.index, ResponseError::InvalidRequiredAcks, None)
+            } else if req.api_version < 7 && holds_zstd(p.records.as_deref()) {
+                failed(
+                    p.index,
+                    ResponseError::UnsupportedCompressionType,
+                    Some("zstd batches need Produce v7 or later (KIP-110)".into()),
+                )
             } else {
                 start_partition(core, &name, p.index, p.records, durable)
             });
@@ -145,6 +151,23 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
             .with_responses(responses)
             .with_node_endpoints(node_endpoints),
     ))
+}
+
+/// zstd in a batch's compression bits.
+const ZSTD: u8 = 4;
+
+/// Whether any batch of a Produce request's records is zstd-compressed (the headers walked;
+/// what is malformed is left for validation to refuse).
+fn holds_zstd(records: Option<&[u8]>) -> bool {
+    let mut rest = records.unwrap_or_default();
+    while let Some(len) = shards::batch::peek_total_len(rest).filter(|&l| l <= rest.len()) {
+        match shards::batch::BatchHeader::parse(rest) {
+            Ok(h) if h.compression() == ZSTD => return true,
+            Ok(_) => rest = &rest[len..],
+            Err(_) => return false,
+        }
+    }
+    false
 }
 
 fn start_partition(
