@@ -156,6 +156,7 @@ impl Partition {
         let (headers, decoded) =
             batch::validate_all_keeping(&blob, self.log.max_batch_bytes(), keep)
                 .map_err(|e| Refused::Batch(e.into()))?;
+        let blob = batch::restamp_max_timestamps(blob, &headers);
         self.log
             .check_keys(&blob, &headers)
             .map_err(Refused::Batch)?;

@@ -2104,3 +2104,83 @@ fn zstd_needs_produce_v7_and_a_created_topic_has_no_error_message() {
     }
     shoal.stop();
 }
+
+#[test]
+fn offsets_by_time_are_kafkas_whatever_the_codec_or_the_stated_max_timestamp() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 1, &[]);
+    let mut s = connect(shoal.ports[0]);
+    let t0 = now_ms() - 3_600_000;
+    // One topic per codec: 100 records one second apart, in one batch whose header says -1 for
+    // its max timestamp (as sarama writes it).
+    for (codec, topic) in [
+        (0, "none"),
+        (1, "gzip"),
+        (2, "snappy"),
+        (3, "lz4"),
+        (4, "zstd"),
+    ] {
+        let created: CreateTopicsResponse = call(
+            &mut s,
+            ApiKey::CreateTopics,
+            5,
+            1,
+            &common::wire::create_topic_request(topic, 1),
+        );
+        assert_eq!(created.topics[0].error_code, 0, "{topic}");
+        let mut b = BatchBuilder::new(t0);
+        for i in 0..100 {
+            let v = format!("v{i}");
+            b.push(t0 + i * 1000, None, Some(v.as_bytes()), &[]);
+        }
+        let plain = b.finish(0);
+        let mut batch = if codec == 0 {
+            plain
+        } else {
+            shards::batch::compress_batch(&plain, codec)
+        };
+        shards::batch::set_max_timestamp(&mut batch, -1);
+        let r: ProduceResponse = call(
+            &mut s,
+            ApiKey::Produce,
+            9,
+            2,
+            &produce_req(topic, 0, batch, 1),
+        );
+        assert_eq!(
+            r.responses[0].partition_responses[0].error_code, 0,
+            "{topic}"
+        );
+        // Before, inside (between two records, and on one), at the last, after.
+        for (asked, want) in [
+            (t0 - 5, (0, t0)),
+            (t0 + 50_500, (51, t0 + 51_000)),
+            (t0 + 7_000, (7, t0 + 7_000)),
+            (t0 + 99_000, (99, t0 + 99_000)),
+            (t0 + 99_001, (-1, -1)),
+        ] {
+            for version in [1, 10] {
+                let r: ListOffsetsResponse = call(
+                    &mut s,
+                    ApiKey::ListOffsets,
+                    version,
+                    3,
+                    &list_offsets_req(topic, 0, asked),
+                );
+                let p = &r.topics[0].partitions[0];
+                assert_eq!(
+                    (p.offset, p.timestamp),
+                    want,
+                    "{topic} v{version} at t0+{}",
+                    asked - t0
+                );
+            }
+        }
+        // The batch fetched back carries its records' max timestamp, under a CRC that holds.
+        let f: FetchResponse = call(&mut s, ApiKey::Fetch, 11, 4, &fetch_req(topic, 0, 0, 0, 1));
+        let records = f.responses[0].partitions[0].records.clone().unwrap();
+        let h = shards::batch::check_integrity(&records, usize::MAX).unwrap();
+        assert_eq!(h.max_timestamp, t0 + 99_000, "{topic}");
+    }
+    shoal.stop();
+}

@@ -118,6 +118,13 @@ pub fn write_header(b: &mut [u8], h: &BatchHeader) {
     b[17..21].copy_from_slice(&crc.to_be_bytes());
 }
 
+/// Sets the max timestamp of batch `b` (exactly the batch) and computes its CRC again.
+pub fn set_max_timestamp(b: &mut [u8], max_timestamp: i64) {
+    b[35..43].copy_from_slice(&max_timestamp.to_be_bytes());
+    let crc = crc32c::crc32c(&b[CRC_START..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+}
+
 /// Sets the base offset of the batch at the start of `b` (not covered by the CRC).
 pub fn set_base_offset(b: &mut [u8], base_offset: i64) {
     b[0..8].copy_from_slice(&base_offset.to_be_bytes());

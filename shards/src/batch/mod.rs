@@ -31,11 +31,12 @@ pub use decode::{
     Record, RecordHeader, RecordSpan,
 };
 pub use header::{
-    peek_total_len, set_base_offset, stamp_log_append_time, write_header, BatchHeader,
-    ATTR_CONTROL, ATTR_TIMESTAMP_TYPE, ATTR_TRANSACTIONAL, HEADER_LEN, LOG_OVERHEAD,
+    peek_total_len, set_base_offset, set_max_timestamp, stamp_log_append_time, write_header,
+    BatchHeader, ATTR_CONTROL, ATTR_TIMESTAMP_TYPE, ATTR_TRANSACTIONAL, HEADER_LEN, LOG_OVERHEAD,
 };
 pub use validate::{
-    check_integrity, check_keys, validate, validate_all, validate_all_keeping, validate_mirrored,
+    check_integrity, check_keys, restamp_max_timestamps, validate, validate_all,
+    validate_all_keeping, validate_mirrored,
 };
 pub use walk::check_records;
 

@@ -90,7 +90,41 @@ fn validate_within(
         });
     }
     let used = check_records_within(&h, &b[..h.total_len()], decompress_budget, keep)?;
+    let mut h = h;
+    if !h.is_log_append_time() {
+        // The header's max timestamp is the records' (some clients send -1 there): as Kafka does,
+        // the broker takes it from the records, and the batch is restamped before it is appended
+        // ([`restamp_max_timestamps`]).
+        h.max_timestamp = h.base_timestamp + used.max_timestamp_delta;
+    }
     Ok((h, used))
+}
+
+/// `blob` (a Produce request's batches, validated) with each batch's max timestamp made the one
+/// `headers` (its validation) found in its records, and its CRC computed again where it changed;
+/// `blob` itself, uncopied, where every batch's was right.
+pub fn restamp_max_timestamps(blob: Bytes, headers: &[BatchHeader]) -> Bytes {
+    let stated =
+        |at: usize| i64::from_be_bytes(blob[at + 35..at + 43].try_into().expect("8 bytes"));
+    let mut at = 0;
+    let mut wrong = Vec::new();
+    for h in headers {
+        if stated(at) != h.max_timestamp {
+            wrong.push((at, h));
+        }
+        at += h.total_len();
+    }
+    if wrong.is_empty() {
+        return blob;
+    }
+    let mut fixed = bytes::BytesMut::from(&blob[..]);
+    for (at, h) in wrong {
+        crate::batch::header::set_max_timestamp(
+            &mut fixed[at..at + h.total_len()],
+            h.max_timestamp,
+        );
+    }
+    fixed.freeze()
 }
 
 /// Checks a whole records blob (one or more batches back to back, as in a Produce request) and
@@ -195,6 +229,31 @@ mod tests {
     use super::*;
     use crate::batch::tests::sample;
     use crate::batch::{compress_batch, BatchBuilder};
+
+    #[test]
+    fn the_max_timestamp_is_the_records_and_a_wrong_one_is_restamped() {
+        let mut b = BatchBuilder::new(1_000);
+        b.push(1_000, None, Some(b"a"), &[]);
+        b.push(1_500, None, Some(b"b"), &[]);
+        b.push(1_200, None, Some(b"c"), &[]);
+        let right = b.finish(0);
+        let mut wrong = compress_batch(&right, 1);
+        crate::batch::set_max_timestamp(&mut wrong, -1);
+        let blob = Bytes::from([right.clone(), wrong].concat());
+        let headers = validate_all(&blob, usize::MAX).unwrap();
+        assert!(headers.iter().all(|h| h.max_timestamp == 1_500));
+        let fixed = restamp_max_timestamps(blob.clone(), &headers);
+        let second = &fixed[right.len()..];
+        assert_eq!(
+            check_integrity(second, usize::MAX).unwrap().max_timestamp,
+            1_500
+        );
+        // Nothing wrong: the very same bytes, not a copy.
+        let good = Bytes::from(right);
+        let headers = validate_all(&good, usize::MAX).unwrap();
+        let same = restamp_max_timestamps(good.clone(), &headers);
+        assert_eq!(same.as_ptr(), good.as_ptr());
+    }
 
     #[test]
     fn every_flipped_byte_from_magic_on_is_caught() {

@@ -6,10 +6,11 @@ use crate::batch::header::{BatchHeader, HEADER_LEN};
 use crate::error::InvalidBatch;
 
 /// What checking a batch's records decompressed: how many bytes, and (when asked to keep them) the
-/// records themselves.
+/// records themselves; and the largest timestamp delta of its records.
 pub(super) struct Decompressed {
     pub(super) bytes: usize,
     pub(super) kept: Option<Vec<u8>>,
+    pub(super) max_timestamp_delta: i64,
 }
 
 /// Smallest encoded record: its length, attributes, timestamp delta, offset delta, key length, value
@@ -49,19 +50,21 @@ pub(super) fn check_records_within(
     }
     if keep && h.compression() != 0 {
         let plain = crate::compression::decompress_within(h.compression(), section, limit)?;
-        walk_records(h, &mut Reader { b: &plain, at: 0 })?;
+        let max_timestamp_delta = walk_records(h, &mut Reader { b: &plain, at: 0 })?;
         return Ok(Decompressed {
             bytes: plain.len(),
             kept: Some(plain.into_owned()),
+            max_timestamp_delta,
         });
     }
     match crate::compression::stream_decoder(h.compression(), section)? {
         Some(decoder) => {
             let mut s = Stream::new(decoder, limit);
-            walk_records(h, &mut s)?;
+            let max_timestamp_delta = walk_records(h, &mut s)?;
             Ok(Decompressed {
                 bytes: s.at,
                 kept: None,
+                max_timestamp_delta,
             })
         }
         // Uncompressed, or snappy, whose blocks carry their decompressed length (bounded by the
@@ -74,10 +77,11 @@ pub(super) fn check_records_within(
                     "decompressed records exceed the limit".into(),
                 ));
             }
-            walk_records(h, &mut Reader { b: &plain, at: 0 })?;
+            let max_timestamp_delta = walk_records(h, &mut Reader { b: &plain, at: 0 })?;
             Ok(Decompressed {
                 bytes: used,
                 kept: None,
+                max_timestamp_delta,
             })
         }
     }
@@ -194,9 +198,11 @@ fn read_varint(s: &mut impl RecordSource) -> Result<Option<i32>, InvalidBatch> {
     Ok(read_var(s, 5)?.and_then(|v| i32::try_from(v).ok()))
 }
 
-/// Walks exactly `h.record_count` records of `s` and checks that nothing follows them.
-fn walk_records<S: RecordSource>(h: &BatchHeader, s: &mut S) -> Result<(), InvalidBatch> {
+/// Walks exactly `h.record_count` records of `s` and checks that nothing follows them; returns the
+/// largest timestamp delta among them.
+fn walk_records<S: RecordSource>(h: &BatchHeader, s: &mut S) -> Result<i64, InvalidBatch> {
     let bad = |why: String| records_error(h, why);
+    let mut max_delta = i64::MIN;
     for i in 0..h.record_count {
         let short = || {
             bad(format!(
@@ -224,6 +230,7 @@ fn walk_records<S: RecordSource>(h: &BatchHeader, s: &mut S) -> Result<(), Inval
         if h.base_timestamp.checked_add(ts_delta).is_none() {
             return Err(bad(format!("record {i} has timestamp delta {ts_delta}")));
         }
+        max_delta = max_delta.max(ts_delta);
         let delta = read_varint(s)?.ok_or_else(short)?;
         if delta != i {
             return Err(bad(format!("record {i} has offset delta {delta}")));
@@ -260,7 +267,7 @@ fn walk_records<S: RecordSource>(h: &BatchHeader, s: &mut S) -> Result<(), Inval
     if s.byte()?.is_some() {
         return Err(bad("bytes follow the last record".into()));
     }
-    Ok(())
+    Ok(max_delta.max(0))
 }
 
 #[cfg(test)]

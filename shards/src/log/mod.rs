@@ -703,11 +703,11 @@ impl Log {
                 if h.max_timestamp < timestamp {
                     continue;
                 }
-                if h.compression() == 0 && !h.is_log_append_time() {
-                    if let Ok(records) = batch::records(&bytes) {
-                        if let Some(r) = records.iter().find(|r| r.timestamp >= timestamp) {
-                            return Ok(Some((r.offset, r.timestamp)));
-                        }
+                // The first record at or after the time, as Kafka answers, inside compressed
+                // batches too; a LogAppendTime batch's records all carry its time.
+                if !h.is_log_append_time() {
+                    if let Some(found) = first_record_at(&h, &bytes, |r| r.timestamp >= timestamp) {
+                        return Ok(Some(found));
                     }
                 }
                 return Ok(Some((h.base_offset, h.max_timestamp)));
@@ -724,7 +724,7 @@ impl Log {
     /// it (the log start, if `offset` is below it). `None` at the high watermark, or where a control
     /// batch comes next. Reads one batch, from the tail cache when it is recent: consumer group lag
     /// asks this of each lagging group's committed offset, to tell how old its backlog is. A
-    /// compressed batch gives its first timestamp, a LogAppendTime batch its append time.
+    /// LogAppendTime batch gives its append time.
     pub async fn timestamp_at(&self, offset: i64) -> Result<Option<i64>> {
         let at = offset.max(self.log_start_offset());
         if at >= self.high_watermark() {
@@ -740,10 +740,7 @@ impl Log {
         if h.is_log_append_time() {
             return Ok(Some(h.max_timestamp));
         }
-        let exact = (h.compression() == 0)
-            .then(|| batch::records(&bytes).ok())
-            .flatten()
-            .and_then(|records| records.iter().find(|r| r.offset >= at).map(|r| r.timestamp));
+        let exact = first_record_at(&h, &bytes, |r| r.offset >= at).map(|(_, ts)| ts);
         Ok(Some(exact.unwrap_or(h.base_timestamp)))
     }
 
@@ -997,4 +994,17 @@ async fn remove_segment_files(seg: &Segment) {
             }
         }
     }
+}
+
+/// The (offset, timestamp) of the first record of batch `h` (`bytes`, compressed or not) that
+/// `wanted` takes; `None` if none does or the batch cannot be decoded.
+fn first_record_at(
+    h: &batch::BatchHeader,
+    bytes: &[u8],
+    wanted: impl Fn(&batch::Record<'_>) -> bool,
+) -> Option<(i64, i64)> {
+    let plain = batch::records_section(h, bytes).ok()?;
+    let records = batch::section_records(h, &plain).ok()?;
+    let r = records.into_iter().find(|r| wanted(r))?;
+    Some((r.offset, r.timestamp))
 }
