@@ -98,14 +98,8 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
                 )
             } else if !matches!(acks, -1..=1) {
                 failed(p.index, ResponseError::InvalidRequiredAcks, None)
-            } else if req.api_version < 7 && holds_zstd(p.records.as_deref()) {
-                failed(
-                    p.index,
-                    ResponseError::UnsupportedCompressionType,
-                    Some("zstd batches need Produce v7 or later (KIP-110)".into()),
-                )
             } else {
-                start_partition(core, &name, p.index, p.records, durable)
+                start_partition(core, &name, p.index, p.records, (durable, req.api_version))
             });
         }
         topics.push((name, t.topic_id, parts));
@@ -175,8 +169,16 @@ fn start_partition(
     topic: &str,
     index: i32,
     records: Option<bytes::Bytes>,
-    durable: bool,
+    (durable, version): (bool, i16),
 ) -> Pending {
+    if version < 7 && holds_zstd(records.as_deref()) {
+        let why = "zstd batches need Produce v7 or later (KIP-110)";
+        return failed(
+            index,
+            ResponseError::UnsupportedCompressionType,
+            Some(why.into()),
+        );
+    }
     let partition = match core.local_partition(topic, index) {
         Ok((_, Some(_))) => {
             let why = "views (<topic>.shard-<i>-of-<n>) are read-only; produce to the source topic";
