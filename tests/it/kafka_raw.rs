@@ -2184,3 +2184,81 @@ fn offsets_by_time_are_kafkas_whatever_the_codec_or_the_stated_max_timestamp() {
     }
     shoal.stop();
 }
+
+/// A partition an open transaction had added, but holding no batch of it yet, takes that
+/// producer's batch right after a `kill -9` and restart (Kafka accepts it): the restarted broker
+/// registers its open transactions before a transactional produce is served.
+#[test]
+fn a_transactional_batch_right_after_a_restart_is_taken() {
+    use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+    use kafka_protocol::messages::{
+        AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, InitProducerIdRequest,
+        InitProducerIdResponse, ProducerId, TransactionalId,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let _ports = common::ports_lock();
+    let port = common::free_port_run(2);
+    let listen = format!("127.0.0.1:{port}");
+    let shoal = Shoal::start_on(dir.path(), 2, &listen, &[]);
+    let mut s = connect(shoal.ports[0]);
+    let created: CreateTopicsResponse = call(
+        &mut s,
+        ApiKey::CreateTopics,
+        5,
+        1,
+        &common::wire::create_topic_request("tx-restart", 2),
+    );
+    assert_eq!(created.topics[0].error_code, 0);
+    // An id whose coordinator is core 0, the core this connection is to.
+    let id = (0..)
+        .map(|i| format!("tx-after-restart-{i}"))
+        .find(|id| shoal::transactions::coordinator_core(id, 2) == 0)
+        .unwrap();
+    let id = TransactionalId(StrBytes::from_string(id));
+    let init: InitProducerIdResponse = call(
+        &mut s,
+        ApiKey::InitProducerId,
+        1,
+        2,
+        &InitProducerIdRequest::default()
+            .with_transactional_id(Some(id.clone()))
+            .with_transaction_timeout_ms(60_000),
+    );
+    assert_eq!(init.error_code, 0);
+    let added: AddPartitionsToTxnResponse = call(
+        &mut s,
+        ApiKey::AddPartitionsToTxn,
+        1,
+        3,
+        &AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(id.clone())
+            .with_v3_and_below_producer_id(ProducerId(init.producer_id.0))
+            .with_v3_and_below_producer_epoch(init.producer_epoch)
+            .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+                .with_name(name("tx-restart"))
+                .with_partitions(vec![0, 1])]),
+    );
+    let errors: Vec<i16> = added.results_by_topic_v3_and_below[0]
+        .results_by_partition
+        .iter()
+        .map(|p| p.partition_error_code)
+        .collect();
+    assert_eq!(errors, [0, 0]);
+    drop(s);
+    shoal.kill_hard();
+    let shoal = Shoal::start_on(dir.path(), 2, &listen, &[]);
+    // At once, on both cores' partitions.
+    for (i, &port) in shoal.ports.iter().enumerate() {
+        let mut s = connect(port);
+        let mut b = BatchBuilder::new(now_ms())
+            .producer(init.producer_id.0, init.producer_epoch, 0)
+            .transactional();
+        b.push(now_ms(), None, Some(b"after the restart"), &[]);
+        let mut req = produce_req("tx-restart", i as i32, b.finish(0), -1);
+        req.transactional_id = Some(id.clone());
+        let r: ProduceResponse = call(&mut s, ApiKey::Produce, 9, 4, &req);
+        let p = &r.responses[0].partition_responses[0];
+        assert_eq!(p.error_code, 0, "partition {i}: {:?}", p.error_message);
+    }
+    shoal.stop();
+}
