@@ -34,6 +34,8 @@ enum Next {
     Done(Reply, Principal),
     /// Write the reply (if any) and close.
     Close(Option<Reply>),
+    /// Write the reply to SaslHandshake v0; the tokens follow in the legacy framing.
+    Legacy(Reply),
 }
 
 /// Runs the exchange; the principal once authenticated, `None` once the connection is to close.
@@ -57,9 +59,26 @@ pub(super) async fn authenticate(
             log::warn!("closing connection from {peer}: not authenticated within {timeout:?}");
         };
         let req = next_request(core, reader, frames, PRE_AUTH_MAX_FRAME, peer, give_up).await?;
+        // SaslHandshake v0: the tokens follow as bare frames, not SaslAuthenticate requests.
+        let legacy = req.api_key == ApiKey::SaslHandshake as i16 && req.api_version == 0;
         let next = step(core, &mut session, req, peer, addr).await;
+        let next = match (legacy, next) {
+            (true, Next::More(reply)) => Next::Legacy(reply),
+            (_, next) => next,
+        };
+        if let Next::Legacy(reply) = next {
+            responses.write_in_turn(core, *seq, reply).await;
+            *seq += 1;
+            let auth = Auth {
+                core,
+                peer,
+                addr,
+                deadline,
+            };
+            return legacy_tokens(&auth, &mut session, reader, frames, responses, seq).await;
+        }
         let (reply, outcome) = match next {
-            Next::More(r) => (Some(r), None),
+            Next::More(r) | Next::Legacy(r) => (Some(r), None),
             Next::Done(r, p) => (Some(r), Some(Some(p))),
             Next::Close(r) => (r, Some(None)),
         };
@@ -72,6 +91,85 @@ pub(super) async fn authenticate(
         }
         if responses.is_closed() {
             return None;
+        }
+    }
+}
+
+/// Who is authenticating, and until when.
+struct Auth<'a> {
+    core: &'a Rc<Core>,
+    peer: &'a Rc<str>,
+    addr: Option<IpAddr>,
+    deadline: std::time::Instant,
+}
+
+/// After SaslHandshake v0 (old clients): the mechanism's tokens as bare size-prefixed frames each
+/// way, no Kafka header, as Kafka's broker takes them; the principal once authenticated, `None`
+/// once the connection is to close (a failure is answered by closing, as in Kafka).
+async fn legacy_tokens(
+    auth: &Auth<'_>,
+    session: &mut SaslSession,
+    reader: &mut SharedStream,
+    frames: &mut FrameReader,
+    responses: &Responses,
+    seq: &mut i64,
+) -> Option<Principal> {
+    let (core, peer) = (auth.core, auth.peer);
+    loop {
+        let left = auth
+            .deadline
+            .saturating_duration_since(std::time::Instant::now());
+        let read = futures_lite::future::or(
+            async { Some(frames.read_sized(reader, 0, PRE_AUTH_MAX_FRAME).await) },
+            async {
+                glommio::timer::sleep(left).await;
+                None
+            },
+        )
+        .await;
+        let token = match read {
+            Some(Ok(token)) => token,
+            Some(Err(e)) => {
+                log::warn!("closing connection from {peer}: SASL token (SaslHandshake v0): {e}");
+                return None;
+            }
+            None => {
+                log::warn!("closing connection from {peer}: not authenticated in time");
+                return None;
+            }
+        };
+        let limited = auth.addr.is_some_and(|a| {
+            let max = core.config().auth.max_failures_per_minute;
+            core.security.auth_failures.blocked(a, max)
+        });
+        let outcome = if limited {
+            Err(crate::auth::scram::Failed(
+                "too many failed authentications from this address".into(),
+            ))
+        } else {
+            session.authenticate(&token, &core.security.users).await
+        };
+        let (answer, principal) = match outcome {
+            Ok(Step::Continue(bytes)) => (bytes, None),
+            Ok(Step::Authenticated(bytes, principal)) => (bytes, Some(principal)),
+            Err(crate::auth::scram::Failed(why)) => {
+                if let (Some(a), false) = (auth.addr, limited) {
+                    core.security.auth_failures.failed(a);
+                }
+                add(&core.metrics.authentication_failures, 1);
+                log::warn!("authentication from {peer} (SaslHandshake v0) failed: {why}");
+                glommio::timer::sleep(core.config().auth.failed_delay).await;
+                return None;
+            }
+        };
+        let size = bytes::Bytes::copy_from_slice(&(answer.len() as u32).to_be_bytes());
+        let reply = Reply::Frame(vec![size, bytes::Bytes::from(answer)]);
+        responses.write_in_turn(core, *seq, reply).await;
+        *seq += 1;
+        if let Some(principal) = principal {
+            log::debug!("{peer} authenticated as {principal} (SaslHandshake v0)");
+            add(&core.metrics.authentications, 1);
+            return Some(principal);
         }
     }
 }

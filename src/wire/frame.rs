@@ -145,15 +145,26 @@ impl FrameReader {
         r: &mut R,
         limit: usize,
     ) -> Result<Bytes, FrameError> {
+        self.read_sized(r, MIN_REQUEST, limit).await
+    }
+
+    /// Reads one frame's body of `min` to `limit` bytes (a SASL token in the legacy framing
+    /// after SaslHandshake v0 may be empty).
+    pub async fn read_sized<R: AsyncRead + Unpin>(
+        &mut self,
+        r: &mut R,
+        min: i32,
+        limit: usize,
+    ) -> Result<Bytes, FrameError> {
         while self.filled < 4 {
             self.receive(r, 4).await?;
         }
         let size: [u8; 4] = self.buf[..4].try_into().unwrap();
         let n = i32::from_be_bytes(size);
-        if n < MIN_REQUEST || n as usize > limit {
+        if n < min || n as usize > limit {
             return Err(FrameError::BadSize {
                 size: n,
-                min: MIN_REQUEST,
+                min,
                 limit,
                 first_bytes: size,
             });

@@ -439,3 +439,101 @@ fn random_bytes_before_authentication_close_only_their_connection() {
     );
     assert!(out.contains(r#""ok": true"#), "{out}");
 }
+
+/// Debian 12's kcat, on librdkafka 2.0.2 (which needs SaslHandshake v0 among the advertised
+/// versions, and sends its own SCRAM nonce again in its final message), produces and consumes over
+/// SASL_SSL with SCRAM-SHA-256, SCRAM-SHA-512 and PLAIN; a wrong password is refused.
+#[test]
+fn debians_kcat_on_librdkafka_2_0_authenticates_with_scram_and_plain_over_sasl_ssl() {
+    const TEST: &str =
+        "sasl::debians_kcat_on_librdkafka_2_0_authenticates_with_scram_and_plain_over_sasl_ssl";
+    let kcat = match common::debian::installed(&["/usr/bin/kcat", "/usr/bin/kafkacat"], "kcat") {
+        Ok(path) => path,
+        Err(why) => return shards::testing::skipped(TEST, "Debian's kcat", &why),
+    };
+    let secured = common::cli::Secured::start_with(
+        &[("admin", "admin-pw"), ("carol", "carol-pw")],
+        &["--max-failed-authentications-per-minute", "1000"],
+    );
+    let b = secured.server.bootstrap();
+    let ca = secured.pki.ca_pem.to_str().unwrap().to_string();
+    let run = |mechanism: &str, password: &str, args: &[&str], input: &str| {
+        // Debian's librdkafka, not one a build of the tests put on the library path.
+        let mut child = Command::new(&kcat)
+            .env_remove("LD_LIBRARY_PATH")
+            .args(["-b", &b, "-X", "security.protocol=SASL_SSL"])
+            .args(["-X", &format!("ssl.ca.location={ca}")])
+            .args(["-X", &format!("sasl.mechanisms={mechanism}")])
+            .args(["-X", "sasl.username=carol"])
+            .args(["-X", &format!("sasl.password={password}")])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kcat runs");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // The super user makes the topic and lets carol use it.
+    let admin = |args: &[&str]| {
+        let tls = ["-b", &b, "--tls-ca", &ca];
+        let sasl = ["--sasl-mechanism", "SCRAM-SHA-512", "--user", "admin"];
+        let all = [args, &tls[..], &sasl[..]].concat();
+        let done = common::cli::shoal(&all, &[("SHOAL_PASSWORD", "admin-pw")]);
+        assert!(done.ok, "{args:?}: {}", done.stderr);
+    };
+    admin(&["topic", "create", "kcat", "--partitions", "1"]);
+    admin(&[
+        "acl",
+        "create",
+        "--allow-principal",
+        "User:carol",
+        "--operation",
+        "all",
+        "--topic",
+        "kcat",
+    ]);
+    for (i, mechanism) in ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"]
+        .iter()
+        .enumerate()
+    {
+        let value = format!("through kcat {i}");
+        let (ok, _, err) = run(
+            mechanism,
+            "carol-pw",
+            &["-P", "-t", "kcat"],
+            &format!("{value}\n"),
+        );
+        assert!(ok, "{mechanism}: producing: {err}");
+        let offset = i.to_string();
+        let consume = [
+            "-C",
+            "-t",
+            "kcat",
+            "-p",
+            "0",
+            "-o",
+            offset.as_str(),
+            "-c",
+            "1",
+            "-e",
+        ];
+        let (ok, out, err) = run(mechanism, "carol-pw", &consume, "");
+        assert!(ok, "{mechanism}: consuming: {err}");
+        assert_eq!(out.trim(), value, "{mechanism}: {err}");
+    }
+    let (ok, _, err) = run("SCRAM-SHA-256", "wrong", &["-L", "-m", "5"], "");
+    assert!(!ok && err.contains("Authentication failed"), "{err}");
+    secured.server.stop();
+}

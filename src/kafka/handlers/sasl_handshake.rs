@@ -1,7 +1,7 @@
 //! SaslHandshake: the client names its SASL mechanism. Answered by the connection while it is
 //! authenticating (`kafka::authenticate`); here, once it is done or on a listener without SASL,
-//! it is out of place: `ILLEGAL_SASL_STATE`, as Kafka answers. Only v1 (whose tokens travel in
-//! SaslAuthenticate requests) is served.
+//! it is out of place: `ILLEGAL_SASL_STATE`, as Kafka answers. v1's tokens travel in
+//! SaslAuthenticate requests; v0's (old clients) as bare size-prefixed frames after it.
 
 use super::{frame, HandlerResult, Versions};
 use crate::auth::sasl::ILLEGAL_SASL_STATE;
@@ -10,7 +10,7 @@ use kafka_protocol::messages::{ApiKey, SaslHandshakeRequest, SaslHandshakeRespon
 
 pub const VERSIONS: Versions = Versions {
     key: ApiKey::SaslHandshake,
-    min: 1,
+    min: 0,
     max: 1,
 };
 

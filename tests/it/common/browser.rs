@@ -1,6 +1,6 @@
 //! A headless browser for the console's tests: Debian's `chromium`, installed by the test itself
-//! (`apt-get install chromium`, as root) where it is missing, and a page's DOM as it stands once
-//! its scripts have run.
+//! where it is missing ([`super::debian`]), and a page's DOM as it stands once its scripts have
+//! run.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -9,36 +9,10 @@ use std::time::{Duration, Instant};
 /// The chromium binary, installed the first time it is needed on a machine without one (as root,
 /// with `apt-get`); why not, where it cannot be.
 pub fn chromium() -> Result<PathBuf, String> {
-    static BROWSER: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
-    BROWSER
-        .get_or_init(|| {
-            let found = || {
-                ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
-                    .into_iter()
-                    .map(PathBuf::from)
-                    .find(|p| p.exists())
-            };
-            if let Some(path) = found() {
-                return Ok(path);
-            }
-            let apt = |args: &[&str]| {
-                Command::new("apt-get")
-                    .args(args)
-                    .env("DEBIAN_FRONTEND", "noninteractive")
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status()
-                    .is_ok_and(|s| s.success())
-            };
-            let _ = apt(&["install", "-y", "-qq", "chromium"])
-                || (apt(&["update", "-qq"]) && apt(&["install", "-y", "-qq", "chromium"]));
-            found().ok_or_else(|| {
-                "chromium is not installed and `apt-get install chromium` failed (it needs root \
-                 and Debian's package archive)"
-                    .to_string()
-            })
-        })
-        .clone()
+    super::debian::installed(
+        &["/usr/bin/chromium", "/usr/bin/chromium-browser"],
+        "chromium",
+    )
 }
 
 /// Chromium without a window, a sandbox, a first run or extensions, with its own profile.

@@ -4,6 +4,7 @@
 
 pub mod browser;
 pub mod cli;
+pub mod debian;
 pub mod edge;
 pub mod node;
 pub mod pki;
