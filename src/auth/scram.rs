@@ -166,6 +166,12 @@ fn attribute(message: &str, name: char) -> Option<&str> {
         .find_map(|part| part.strip_prefix(name)?.strip_prefix('='))
 }
 
+/// Whether a client-final-message's nonce is the exchange's: it ends with the nonce the server
+/// sent, which is all Kafka checks (librdkafka 2.0 sends its own nonce twice before it).
+fn nonce_matches(client_final: &str, nonce: &str) -> bool {
+    attribute(client_final, 'r').is_some_and(|r| r.ends_with(nonce))
+}
+
 /// A SCRAM username: `=2C` is a comma, `=3D` an equals sign; any other `=` is malformed.
 fn decode_username(s: &str) -> Option<String> {
     let mut out = String::with_capacity(s.len());
@@ -290,9 +296,7 @@ impl ScramServer {
                 if !binding.starts_with(b"n,") {
                     return Err(bad("channel binding does not match"));
                 }
-                // The nonce the server sent ends the client's: Kafka checks no more than that,
-                // and librdkafka 2.0 sends the client's nonce twice before it.
-                if !attribute(without_proof, 'r').is_some_and(|r| r.ends_with(nonce.as_str())) {
+                if !nonce_matches(without_proof, &nonce) {
                     return Err(bad("nonce does not match"));
                 }
                 let proof = B64.decode(proof).map_err(|_| bad("proof is not base64"))?;
