@@ -721,16 +721,6 @@ fn rapidjson() -> bool {
     if found() {
         return true;
     }
-    let apt = |args: &[&str]| {
-        Command::new("apt-get")
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    let _ = apt(&["install", "-y", "-qq", "rapidjson-dev"])
-        || (apt(&["update", "-qq"]) && apt(&["install", "-y", "-qq", "rapidjson-dev"]));
+    common::debian::install(&["rapidjson-dev"]);
     found()
 }

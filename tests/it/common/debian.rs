@@ -19,17 +19,7 @@ pub fn installed(binaries: &[&str], package: &str) -> Result<PathBuf, String> {
     let found = || binaries.iter().map(PathBuf::from).find(|p| p.exists());
     let result = found()
         .or_else(|| {
-            let apt = |args: &[&str]| {
-                Command::new("apt-get")
-                    .args(args)
-                    .env("DEBIAN_FRONTEND", "noninteractive")
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status()
-                    .is_ok_and(|s| s.success())
-            };
-            let _ = apt(&["install", "-y", "-qq", package])
-                || (apt(&["update", "-qq"]) && apt(&["install", "-y", "-qq", package]));
+            install(&[package]);
             found()
         })
         .ok_or_else(|| {
@@ -40,4 +30,20 @@ pub fn installed(binaries: &[&str], package: &str) -> Result<PathBuf, String> {
         });
     tried.insert(package.to_string(), result.clone());
     result
+}
+
+/// `apt-get install`s `packages` (reading the archive's lists first if that alone fails); whether
+/// it succeeded. Needs root and Debian's package archive.
+pub fn install(packages: &[&str]) -> bool {
+    let apt = |args: &[&str]| {
+        Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let install = [&["install", "-y", "-qq"][..], packages].concat();
+    apt(&install) || (apt(&["update", "-qq"]) && apt(&install))
 }

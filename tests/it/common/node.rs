@@ -73,17 +73,7 @@ fn node_and_npm() -> Result<(), String> {
     if runs("node") && runs("npm") {
         return Ok(());
     }
-    let apt = |args: &[&str]| {
-        Command::new("apt-get")
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    let install = ["install", "-y", "-qq", "nodejs", "npm"];
-    let _ = apt(&install) || (apt(&["update", "-qq"]) && apt(&install));
+    super::debian::install(&["nodejs", "npm"]);
     if runs("node") && runs("npm") {
         Ok(())
     } else {

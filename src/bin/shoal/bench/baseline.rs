@@ -126,37 +126,17 @@ impl RawServer {
     /// becomes available every `pace`.
     pub fn start(threads: usize, ring: Arc<Ring>, pace: Option<Duration>) -> io::Result<RawServer> {
         let stop = Arc::new(AtomicBool::new(false));
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let mut addrs = Vec::new();
-        let mut handles = Vec::new();
-        for i in 0..threads.max(1) {
+        let mut listeners = Vec::new();
+        for _ in 0..threads.max(1) {
             let l = std::net::TcpListener::bind("127.0.0.1:0")?;
             l.set_nonblocking(true)?;
-            addrs.push(l.local_addr()?);
-            let fd = l.into_raw_fd();
-            let placement = if threads <= cpus {
-                Placement::Fixed(i)
-            } else {
-                Placement::Unbound
-            };
-            let (ring, stop) = (ring.clone(), stop.clone());
-            let h = LocalExecutorBuilder::new(placement)
-                .name(&format!("{THREAD_PREFIX}{i}"))
-                .spawn(move || async move {
-                    // SAFETY: `fd` is the listening socket bound above, handed over here only.
-                    let listener = unsafe { TcpListener::from_raw_fd(fd) };
-                    let pace = pace.map(|interval| Pace {
-                        interval,
-                        start: Instant::now(),
-                        records_per_batch: ring.records_per_batch,
-                    });
-                    accept(listener, ring, stop, pace).await;
-                })
-                .map_err(|e| {
-                    io::Error::other(format!("cannot start raw server thread {i}: {e}"))
-                })?;
-            handles.push(h);
+            listeners.push(l);
         }
+        let addrs = listeners
+            .iter()
+            .map(std::net::TcpListener::local_addr)
+            .collect::<io::Result<Vec<_>>>()?;
+        let handles = spawn_servers(listeners, &ring, pace, &stop, accept)?;
         Ok(RawServer {
             addrs,
             stop,
@@ -170,6 +150,49 @@ impl RawServer {
             let _ = h.join();
         }
     }
+}
+
+/// Starts a server thread per listener (thread i on CPU i where there are enough, as shoal places
+/// its cores), each running `run` on its listener with the ring, the stop flag and, paced, when
+/// its batches become available (one per partition every `pace`, from the thread's start).
+pub(super) fn spawn_servers<R, Fut>(
+    listeners: Vec<std::net::TcpListener>,
+    ring: &Arc<Ring>,
+    pace: Option<Duration>,
+    stop: &Arc<AtomicBool>,
+    run: R,
+) -> io::Result<Vec<glommio::ExecutorJoinHandle<()>>>
+where
+    R: Fn(TcpListener, Arc<Ring>, Arc<AtomicBool>, Option<Pace>) -> Fut + Send + Copy + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    let threads = listeners.len();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut handles = Vec::with_capacity(threads);
+    for (i, l) in listeners.into_iter().enumerate() {
+        let fd = l.into_raw_fd();
+        let placement = if threads <= cpus {
+            Placement::Fixed(i)
+        } else {
+            Placement::Unbound
+        };
+        let (ring, stop) = (ring.clone(), stop.clone());
+        let h = LocalExecutorBuilder::new(placement)
+            .name(&format!("{THREAD_PREFIX}{i}"))
+            .spawn(move || async move {
+                // SAFETY: `fd` is a listening socket bound by the caller, handed over here only.
+                let listener = unsafe { TcpListener::from_raw_fd(fd) };
+                let pace = pace.map(|interval| Pace {
+                    interval,
+                    start: Instant::now(),
+                    records_per_batch: ring.records_per_batch,
+                });
+                run(listener, ring, stop, pace).await;
+            })
+            .map_err(|e| io::Error::other(format!("cannot start raw server thread {i}: {e}")))?;
+        handles.push(h);
+    }
+    Ok(handles)
 }
 
 /// When a paced server's batches become available: batch `n` of each partition (offsets from
@@ -203,6 +226,23 @@ impl Pace {
 }
 
 async fn accept(listener: TcpListener, ring: Arc<Ring>, stop: Arc<AtomicBool>, pace: Option<Pace>) {
+    accept_until(listener, &stop, "raw baseline", |s| {
+        serve(s, ring.clone(), pace)
+    })
+    .await;
+}
+
+/// Accepts connections on `listener` until `stop`, each served by `serve` in a task of its own
+/// (cancelled at the stop); `what` names the server in its log lines.
+pub(super) async fn accept_until<F, Fut>(
+    listener: TcpListener,
+    stop: &AtomicBool,
+    what: &str,
+    serve: F,
+) where
+    F: Fn(TcpStream) -> Fut,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
     let mut conns = Vec::new();
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
@@ -214,9 +254,9 @@ async fn accept(listener: TcpListener, ring: Arc<Ring>, stop: Arc<AtomicBool>, p
         .await;
         match accepted {
             None => break,
-            Some(Ok(s)) => conns.push(glommio::spawn_local(serve(s, ring.clone(), pace))),
+            Some(Ok(s)) => conns.push(glommio::spawn_local(serve(s))),
             Some(Err(e)) => {
-                log::warn!("raw baseline: accept failed: {e}");
+                log::warn!("{what}: accept failed: {e}");
                 glommio::timer::sleep(Duration::from_millis(10)).await;
             }
         }

@@ -10,11 +10,10 @@
 //! rule, no heartbeats. Paced (`--rate`), batches become available at the run's rate, as for the
 //! Kafka baseline; unpaced, a connection is written as fast as it reads.
 
-use super::baseline::{Pace, Ring, THREAD_PREFIX};
+use super::baseline::{accept_until, spawn_servers, Pace, Ring};
 use bytes::Bytes;
 use futures_lite::AsyncReadExt;
 use glommio::net::{TcpListener, TcpStream};
-use glommio::{LocalExecutorBuilder, Placement};
 use shoal::http::encode::{encode_batch, Encoding, Protocol};
 use shoal::http::request::Format;
 use shoal::wire::SharedStream;
@@ -22,11 +21,10 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{FromRawFd, IntoRawFd};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Most bytes of frames one write takes.
 const WRITE_BYTES: usize = 1 << 20;
@@ -46,32 +44,7 @@ impl RawStreamServer {
         let listeners = bind_shared(threads.max(1))?;
         let addr = listeners[0].local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let mut handles = Vec::new();
-        for (i, l) in listeners.into_iter().enumerate() {
-            let fd = l.into_raw_fd();
-            let placement = if threads <= cpus {
-                Placement::Fixed(i)
-            } else {
-                Placement::Unbound
-            };
-            let (ring, stop) = (ring.clone(), stop.clone());
-            let h = LocalExecutorBuilder::new(placement)
-                .name(&format!("{THREAD_PREFIX}{i}"))
-                .spawn(move || async move {
-                    // SAFETY: `fd` is a listening socket bound above, handed over here only.
-                    let listener = unsafe { TcpListener::from_raw_fd(fd) };
-                    let pace = pace.map(|interval| Pace {
-                        interval,
-                        start: Instant::now(),
-                        records_per_batch: ring.records_per_batch,
-                    });
-                    let frames = Rc::new(FrameCache::new(ring));
-                    accept(listener, frames, stop, pace).await;
-                })
-                .map_err(|e| io::Error::other(format!("raw stream server thread {i}: {e}")))?;
-            handles.push(h);
-        }
+        let handles = spawn_servers(listeners, &ring, pace, &stop, accept)?;
         Ok(Self {
             addr,
             stop,
@@ -142,31 +115,10 @@ impl FrameCache {
     }
 }
 
-async fn accept(
-    listener: TcpListener,
-    frames: Rc<FrameCache>,
-    stop: Arc<AtomicBool>,
-    pace: Option<Pace>,
-) {
-    let mut conns = Vec::new();
-    loop {
-        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
-            while !stop.load(Ordering::SeqCst) {
-                glommio::timer::sleep(Duration::from_millis(20)).await;
-            }
-            None
-        })
-        .await;
-        match accepted {
-            None => break,
-            Some(Ok(s)) => conns.push(glommio::spawn_local(serve(s, frames.clone(), pace))),
-            Some(Err(e)) => {
-                log::warn!("raw stream baseline: accept failed: {e}");
-                glommio::timer::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    }
-    drop(conns); // cancels the connections still open
+async fn accept(listener: TcpListener, ring: Arc<Ring>, stop: Arc<AtomicBool>, pace: Option<Pace>) {
+    let frames = Rc::new(FrameCache::new(ring));
+    let serve_one = |s| serve(s, frames.clone(), pace);
+    accept_until(listener, &stop, "raw stream baseline", serve_one).await;
 }
 
 /// What a request asks: the protocol, partition, first offset and (WebSocket) key.
