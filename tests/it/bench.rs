@@ -414,24 +414,24 @@ fn raw_baseline_is_the_ceiling_of_an_unpaced_run() {
     assert!(stdout.contains("of the raw baseline"), "{stdout}");
 }
 
+/// Two consumers paced at 2 MB/s for a second, with the raw baseline after them.
+const PACED_RAW_BASELINE: [&str; 10] = [
+    "--consumers",
+    "2",
+    "--rate",
+    "2MB/s",
+    "--duration",
+    "1s",
+    "--warmup",
+    "300ms",
+    "--raw-baseline",
+    "--quiet",
+];
+
 #[test]
 fn a_paced_raw_baseline_delivers_the_pace_and_is_compared_by_cpu() {
     let dir = tempfile::tempdir().unwrap();
-    let b = bench(
-        dir.path(),
-        &[
-            "--consumers",
-            "2",
-            "--rate",
-            "2MB/s",
-            "--duration",
-            "1s",
-            "--warmup",
-            "300ms",
-            "--raw-baseline",
-            "--quiet",
-        ],
-    );
+    let b = bench(dir.path(), &PACED_RAW_BASELINE);
     let (s, stdout) = (&b.summary, &b.stdout);
     assert!(b.ok, "{stdout}");
     let run = &s["runs"][0];
@@ -1122,20 +1122,7 @@ fn stream_consumers_read_sse_and_websocket_against_a_raw_stream_sender() {
         let dir = tempfile::tempdir().unwrap();
         let b = bench(
             dir.path(),
-            &[
-                "--protocol",
-                protocol,
-                "--consumers",
-                "2",
-                "--rate",
-                "2MB/s",
-                "--duration",
-                "1s",
-                "--warmup",
-                "300ms",
-                "--raw-baseline",
-                "--quiet",
-            ],
+            &[&["--protocol", protocol][..], &PACED_RAW_BASELINE].concat(),
         );
         let (s, stdout) = (&b.summary, &b.stdout);
         assert!(b.ok, "{protocol}: {stdout}");

@@ -116,8 +116,24 @@ impl Ring {
 #[derive(Debug)]
 pub struct RawServer {
     pub addrs: Vec<SocketAddr>,
+    threads: Threads,
+}
+
+/// A raw server's threads, and what stops them.
+#[derive(Debug)]
+pub(super) struct Threads {
     stop: Arc<AtomicBool>,
     handles: Vec<glommio::ExecutorJoinHandle<()>>,
+}
+
+impl Threads {
+    /// Stops the threads (each cancels its connections) and waits for them.
+    pub(super) fn stop(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for h in self.handles {
+            let _ = h.join();
+        }
+    }
 }
 
 impl RawServer {
@@ -125,7 +141,6 @@ impl RawServer {
     /// where there are enough, as shoal places its cores); with `pace`, one new batch per partition
     /// becomes available every `pace`.
     pub fn start(threads: usize, ring: Arc<Ring>, pace: Option<Duration>) -> io::Result<RawServer> {
-        let stop = Arc::new(AtomicBool::new(false));
         let mut listeners = Vec::new();
         for _ in 0..threads.max(1) {
             let l = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -136,19 +151,12 @@ impl RawServer {
             .iter()
             .map(std::net::TcpListener::local_addr)
             .collect::<io::Result<Vec<_>>>()?;
-        let handles = spawn_servers(listeners, &ring, pace, &stop, accept)?;
-        Ok(RawServer {
-            addrs,
-            stop,
-            handles,
-        })
+        let threads = spawn_servers(listeners, &ring, pace, accept)?;
+        Ok(RawServer { addrs, threads })
     }
 
     pub fn stop(self) {
-        self.stop.store(true, Ordering::SeqCst);
-        for h in self.handles {
-            let _ = h.join();
-        }
+        self.threads.stop();
     }
 }
 
@@ -159,14 +167,14 @@ pub(super) fn spawn_servers<R, Fut>(
     listeners: Vec<std::net::TcpListener>,
     ring: &Arc<Ring>,
     pace: Option<Duration>,
-    stop: &Arc<AtomicBool>,
     run: R,
-) -> io::Result<Vec<glommio::ExecutorJoinHandle<()>>>
+) -> io::Result<Threads>
 where
     R: Fn(TcpListener, Arc<Ring>, Arc<AtomicBool>, Option<Pace>) -> Fut + Send + Copy + 'static,
     Fut: std::future::Future<Output = ()> + 'static,
 {
     let threads = listeners.len();
+    let stop = Arc::new(AtomicBool::new(false));
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut handles = Vec::with_capacity(threads);
     for (i, l) in listeners.into_iter().enumerate() {
@@ -192,7 +200,7 @@ where
             .map_err(|e| io::Error::other(format!("cannot start raw server thread {i}: {e}")))?;
         handles.push(h);
     }
-    Ok(handles)
+    Ok(Threads { stop, handles })
 }
 
 /// When a paced server's batches become available: batch `n` of each partition (offsets from

@@ -10,7 +10,7 @@
 //! rule, no heartbeats. Paced (`--rate`), batches become available at the run's rate, as for the
 //! Kafka baseline; unpaced, a connection is written as fast as it reads.
 
-use super::baseline::{accept_until, spawn_servers, Pace, Ring};
+use super::baseline::{accept_until, spawn_servers, Pace, Ring, Threads};
 use bytes::Bytes;
 use futures_lite::AsyncReadExt;
 use glommio::net::{TcpListener, TcpStream};
@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,8 +33,7 @@ const WRITE_BYTES: usize = 1 << 20;
 #[derive(Debug)]
 pub struct RawStreamServer {
     pub addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    handles: Vec<glommio::ExecutorJoinHandle<()>>,
+    threads: Threads,
 }
 
 impl RawStreamServer {
@@ -43,20 +42,12 @@ impl RawStreamServer {
     pub fn start(threads: usize, ring: Arc<Ring>, pace: Option<Duration>) -> io::Result<Self> {
         let listeners = bind_shared(threads.max(1))?;
         let addr = listeners[0].local_addr()?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let handles = spawn_servers(listeners, &ring, pace, &stop, accept)?;
-        Ok(Self {
-            addr,
-            stop,
-            handles,
-        })
+        let threads = spawn_servers(listeners, &ring, pace, accept)?;
+        Ok(Self { addr, threads })
     }
 
     pub fn stop(self) {
-        self.stop.store(true, Ordering::SeqCst);
-        for h in self.handles {
-            let _ = h.join();
-        }
+        self.threads.stop();
     }
 }
 
