@@ -60,21 +60,11 @@ impl SaslSession {
         match std::mem::replace(self, SaslSession::Done) {
             SaslSession::Plain => {
                 let (user, password) = parse_plain(token)?;
-                let store = users.current().await;
-                let invalid = || {
-                    Failed(
+                if !password_matches(users, &user, password).await {
+                    return Err(Failed(
                         "Authentication failed: Invalid username or password (SASL mechanism PLAIN)"
                             .into(),
-                    )
-                };
-                let (mech, credential) = store.any_credential(&user).ok_or_else(invalid)?;
-                let credential = credential.clone();
-                // One PBKDF2 (milliseconds of CPU): off the executor thread.
-                let ok = glommio::executor()
-                    .spawn_blocking(move || credential.matches(mech, &password))
-                    .await;
-                if !ok {
-                    return Err(invalid());
+                    ));
                 }
                 Ok(Step::Authenticated(Vec::new(), Principal::User(user)))
             }
@@ -102,6 +92,19 @@ impl SaslSession {
             }
         }
     }
+}
+
+/// Whether `password` is `user`'s, checked against any SCRAM credential of theirs (SASL/PLAIN,
+/// HTTP Basic): one PBKDF2, milliseconds of CPU, run off the executor thread.
+pub async fn password_matches(users: &Users, user: &str, password: Vec<u8>) -> bool {
+    let store = users.current().await;
+    let Some((mechanism, credential)) = store.any_credential(user) else {
+        return false;
+    };
+    let credential = credential.clone();
+    glommio::executor()
+        .spawn_blocking(move || credential.matches(mechanism, &password))
+        .await
 }
 
 /// A PLAIN token: `authzid NUL authcid NUL password`; an authorization id other than the user is

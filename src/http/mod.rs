@@ -508,40 +508,37 @@ async fn principal(
 }
 
 /// The SCRAM user HTTP Basic's `credentials` (base64 `user:password`) name, if the password is
-/// theirs; a failure counts against `host` as a failed SASL authentication does.
+/// theirs. A failure counts against `host` as a failed SASL authentication does, and an address
+/// past `--max-failed-authentications-per-minute` is refused without a check.
 async fn basic_user(core: &Core, credentials: &str, host: &str) -> Result<String, Refusal> {
     use base64::Engine;
-    let failed = || {
-        if let Ok(addr) = host.parse() {
-            core.security.auth_failures.failed(addr);
-        }
-        Refusal::new(
-            "401 Unauthorized",
-            "wrong user name or password (HTTP Basic)",
-        )
-    };
+    let malformed = || Refusal::new("400 Bad Request", "malformed HTTP Basic credentials");
     let decoded = base64::engine::general_purpose::STANDARD
         .decode(credentials)
         .ok()
         .and_then(|b| String::from_utf8(b).ok())
-        .ok_or_else(|| Refusal::new("400 Bad Request", "malformed HTTP Basic credentials"))?;
-    let (user, password) = decoded
-        .split_once(':')
-        .ok_or_else(|| Refusal::new("400 Bad Request", "malformed HTTP Basic credentials"))?;
-    let store = core.security.users.current().await;
-    let Some((mechanism, credential)) = store.any_credential(user) else {
-        return Err(failed());
-    };
-    let (credential, password) = (credential.clone(), password.as_bytes().to_vec());
-    // One PBKDF2 (milliseconds of CPU): off the executor thread.
-    let ok = glommio::executor()
-        .spawn_blocking(move || credential.matches(mechanism, &password))
-        .await;
-    if ok {
-        Ok(user.to_string())
-    } else {
-        Err(failed())
+        .ok_or_else(malformed)?;
+    let (user, password) = decoded.split_once(':').ok_or_else(malformed)?;
+    let addr: Option<std::net::IpAddr> = host.parse().ok();
+    let failures = &core.security.auth_failures;
+    let max = core.config().auth.max_failures_per_minute;
+    if addr.is_some_and(|a| failures.blocked(a, max)) {
+        return Err(Refusal::new(
+            "429 Too Many Requests",
+            "too many failed authentications from this address: try again in a minute",
+        ));
     }
+    let users = &core.security.users;
+    if crate::auth::sasl::password_matches(users, user, password.as_bytes().to_vec()).await {
+        return Ok(user.to_string());
+    }
+    if let Some(a) = addr {
+        failures.failed(a);
+    }
+    Err(Refusal::new(
+        "401 Unauthorized",
+        "wrong user name or password (HTTP Basic)",
+    ))
 }
 
 /// The request's checks beyond its syntax: the protocol it asks for, where it comes from, and

@@ -138,38 +138,63 @@ async fn legacy_tokens(
                 return None;
             }
         };
-        let limited = auth.addr.is_some_and(|a| {
-            let max = core.config().auth.max_failures_per_minute;
-            core.security.auth_failures.blocked(a, max)
-        });
-        let outcome = if limited {
-            Err(crate::auth::scram::Failed(
-                "too many failed authentications from this address".into(),
-            ))
-        } else {
-            session.authenticate(&token, &core.security.users).await
-        };
-        let (answer, principal) = match outcome {
+        let (answer, principal) = match take_token(core, session, &token, peer, auth.addr).await {
             Ok(Step::Continue(bytes)) => (bytes, None),
             Ok(Step::Authenticated(bytes, principal)) => (bytes, Some(principal)),
-            Err(crate::auth::scram::Failed(why)) => {
-                if let (Some(a), false) = (auth.addr, limited) {
-                    core.security.auth_failures.failed(a);
-                }
-                add(&core.metrics.authentication_failures, 1);
-                log::warn!("authentication from {peer} (SaslHandshake v0) failed: {why}");
-                glommio::timer::sleep(core.config().auth.failed_delay).await;
-                return None;
-            }
+            // Closed without an answer, as Kafka ends a failed exchange in this framing.
+            Err(_) => return None,
         };
         let size = bytes::Bytes::copy_from_slice(&(answer.len() as u32).to_be_bytes());
         let reply = Reply::Frame(vec![size, bytes::Bytes::from(answer)]);
         responses.write_in_turn(core, *seq, reply).await;
         *seq += 1;
-        if let Some(principal) = principal {
-            log::debug!("{peer} authenticated as {principal} (SaslHandshake v0)");
-            add(&core.metrics.authentications, 1);
-            return Some(principal);
+        if principal.is_some() {
+            return principal;
+        }
+    }
+}
+
+/// One token of the client's, whatever the framing: refused at once from an address past its
+/// failures for the minute, else handed to the mechanism. An authentication is counted; a failure
+/// is counted (against the address too), logged with the user named, and answered only after
+/// `--failed-authentication-delay-ms`; its reason is returned.
+async fn take_token(
+    core: &Core,
+    session: &mut SaslSession,
+    token: &[u8],
+    peer: &str,
+    addr: Option<IpAddr>,
+) -> Result<Step, String> {
+    let auth = &core.config().auth;
+    let failures = &core.security.auth_failures;
+    let limited = addr.is_some_and(|a| failures.blocked(a, auth.max_failures_per_minute));
+    let outcome = if limited {
+        Err(crate::auth::scram::Failed(
+            "too many failed authentications from this address: try again in a minute".into(),
+        ))
+    } else {
+        session.authenticate(token, &core.security.users).await
+    };
+    match outcome {
+        Ok(step) => {
+            if let Step::Authenticated(_, principal) = &step {
+                log::debug!("{peer} authenticated as {principal}");
+                add(&core.metrics.authentications, 1);
+            }
+            Ok(step)
+        }
+        Err(crate::auth::scram::Failed(why)) => {
+            if let (Some(a), false) = (addr, limited) {
+                failures.failed(a);
+            }
+            add(&core.metrics.authentication_failures, 1);
+            let user = session.user().map(|u| format!(" as User:{u}"));
+            log::warn!(
+                "authentication from {peer}{} failed: {why}",
+                user.unwrap_or_default()
+            );
+            glommio::timer::sleep(auth.failed_delay).await;
+            Err(why)
         }
     }
 }
@@ -233,60 +258,20 @@ async fn step(
                 Ok(r) => r,
                 Err(e) => return malformed(e),
             };
-            let limited = addr.is_some_and(|a| {
-                core.security
-                    .auth_failures
-                    .blocked(a, auth.max_failures_per_minute)
-            });
-            let outcome = if limited {
-                Err(crate::auth::scram::Failed(
-                    "too many failed authentications from this address: try again in a minute"
-                        .into(),
-                ))
-            } else {
-                session
-                    .authenticate(&r.auth_bytes, &core.security.users)
-                    .await
+            let answer = |bytes: Vec<u8>| {
+                let r = SaslAuthenticateResponse::default().with_auth_bytes(bytes.into());
+                frame(key, &req, &r)
             };
-            match outcome {
-                Ok(Step::Continue(bytes)) => Next::More(frame(
+            match take_token(core, session, &r.auth_bytes, peer, addr).await {
+                Ok(Step::Continue(bytes)) => Next::More(answer(bytes)),
+                Ok(Step::Authenticated(bytes, principal)) => Next::Done(answer(bytes), principal),
+                Err(why) => Next::Close(Some(frame(
                     key,
                     &req,
-                    &SaslAuthenticateResponse::default().with_auth_bytes(bytes.into()),
-                )),
-                Ok(Step::Authenticated(bytes, principal)) => {
-                    log::debug!("{peer} authenticated as {principal}");
-                    add(&core.metrics.authentications, 1);
-                    Next::Done(
-                        frame(
-                            key,
-                            &req,
-                            &SaslAuthenticateResponse::default().with_auth_bytes(bytes.into()),
-                        ),
-                        principal,
-                    )
-                }
-                Err(crate::auth::scram::Failed(why)) => {
-                    if let (Some(a), false) = (addr, limited) {
-                        core.security.auth_failures.failed(a);
-                    }
-                    add(&core.metrics.authentication_failures, 1);
-                    log::warn!(
-                        "authentication from {peer}{} failed: {why}",
-                        session
-                            .user()
-                            .map(|u| format!(" as User:{u}"))
-                            .unwrap_or_default()
-                    );
-                    glommio::timer::sleep(auth.failed_delay).await;
-                    Next::Close(Some(frame(
-                        key,
-                        &req,
-                        &SaslAuthenticateResponse::default()
-                            .with_error_code(SASL_AUTHENTICATION_FAILED)
-                            .with_error_message(Some(StrBytes::from_string(why))),
-                    )))
-                }
+                    &SaslAuthenticateResponse::default()
+                        .with_error_code(SASL_AUTHENTICATION_FAILED)
+                        .with_error_message(Some(StrBytes::from_string(why))),
+                ))),
             }
         }
         _ => {
