@@ -458,24 +458,32 @@ async fn fall_behind(
 /// Waits at most `wait` for more to read in any partition, a word from the client, or the
 /// server's stop.
 async fn idle(core: &Core, sub: &Subscription, from_client: &Inbox, wait: Duration) {
-    let mut moved: Vec<Pin<Box<dyn Future<Output = ()>>>> = sub
-        .lanes
-        .iter()
-        .map(|lane| {
-            let (monitor, next) = (lane.monitor(sub.read_committed), lane.next);
-            Box::pin(async move {
-                monitor.wait_for(next + 1).await;
-            }) as Pin<Box<dyn Future<Output = ()>>>
-        })
-        .collect();
-    let any_moved = std::future::poll_fn(|cx| {
-        for m in moved.iter_mut() {
-            if m.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(());
-            }
+    let rc = sub.read_committed;
+    let any_moved = async {
+        // One partition (most streams): its monitor alone, nothing allocated per wait.
+        if let [lane] = &sub.lanes[..] {
+            lane.monitor(rc).wait_for(lane.next + 1).await;
+            return;
         }
-        Poll::Pending
-    });
+        let mut moved: Vec<Pin<Box<dyn Future<Output = bool>>>> = sub
+            .lanes
+            .iter()
+            .map(|lane| {
+                let (monitor, next) = (lane.monitor(rc), lane.next);
+                Box::pin(async move { monitor.wait_for(next + 1).await })
+                    as Pin<Box<dyn Future<Output = bool>>>
+            })
+            .collect();
+        std::future::poll_fn(|cx| {
+            for m in moved.iter_mut() {
+                if m.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(());
+                }
+            }
+            Poll::Pending
+        })
+        .await;
+    };
     let timer = async {
         glommio::timer::sleep(wait).await;
     };
