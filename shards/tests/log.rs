@@ -849,3 +849,57 @@ fn bytes_from_an_offset_are_estimated_from_the_active_segment() {
         log.close().await.unwrap();
     });
 }
+
+#[test]
+fn delete_records_moves_the_start_inside_a_segment_and_keeps_it_across_a_restart() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), small_config(), cache())
+            .await
+            .unwrap();
+        let batches = fill(&log, 60, 3).await;
+        let segments = log.segment_base_offsets();
+        assert!(segments.len() > 3, "the helper's batches roll segments");
+        // An offset inside the third segment's first batch, not at a batch boundary.
+        let target = segments[2] + 1;
+        assert_eq!(log.delete_records(target).await.unwrap(), target);
+        assert_eq!(log.log_start_offset(), target);
+        assert_eq!(
+            log.segment_base_offsets()[0],
+            segments[2],
+            "the whole segments below went, the one holding the start stays"
+        );
+        assert_eq!(segment_files(dir.path()).len(), segments.len() - 2);
+        assert!(matches!(
+            log.read(target - 1, 100, true).await,
+            Err(Error::OffsetOutOfRange { .. })
+        ));
+        let read = log.read(target, 100, true).await.unwrap();
+        assert_eq!(read.log_start_offset, target);
+        assert!(read.records.first_offset <= target);
+        // Below the start: nothing to do; past the high watermark: refused.
+        assert_eq!(log.delete_records(1).await.unwrap(), target);
+        let hw = log.high_watermark();
+        assert!(matches!(
+            log.delete_records(hw + 1).await,
+            Err(Error::OffsetOutOfRange { .. })
+        ));
+        // Offsets by time answer the start for a time before every record.
+        let (offset, _) = log.offset_for_timestamp(0).await.unwrap().unwrap();
+        assert_eq!(offset, target);
+        log.close().await.unwrap();
+
+        let log = Log::open(dir.path(), small_config(), cache())
+            .await
+            .unwrap();
+        assert_eq!(log.log_start_offset(), target, "the start is kept");
+        let kept = read_all(&log, target).await;
+        assert!(!kept.is_empty());
+        // -1: the high watermark, which empties the log but for the active segment.
+        assert_eq!(log.delete_records(-1).await.unwrap(), hw);
+        assert_eq!(log.log_start_offset(), hw);
+        assert_eq!(log.segment_base_offsets().len(), 1);
+        assert!(batches.last().unwrap().0 < hw);
+        log.close().await.unwrap();
+    });
+}

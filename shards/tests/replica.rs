@@ -230,6 +230,21 @@ fn a_replica_follows_retention_and_keeps_reading_what_it_holds() {
 }
 
 #[test]
+fn a_replica_follows_deleted_records() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let pair = Pair::open(dir.path(), small_config(), false).await;
+        append_n(&pair.owner, 60, 200).await;
+        let segments = pair.owner.segment_base_offsets();
+        let target = segments[1] + 1;
+        assert_eq!(pair.owner.delete_records(target).await.unwrap(), target);
+        pair.assert_same("after DeleteRecords inside a segment")
+            .await;
+        pair.stop();
+    });
+}
+
+#[test]
 fn a_replica_follows_a_compaction_swap() {
     run(|| async {
         let dir = tempfile::tempdir().unwrap();

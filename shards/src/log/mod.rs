@@ -7,6 +7,7 @@
 //! - `writer`       — the writer task: appends grouped into one write and one fsync (group commit).
 //! - `recovery`     — recovery at open: the last segment scanned, the index rebuilt where needed.
 //! - `compact`      — compaction of a compacted log: a pass over its sealed segments.
+//! - `start`        — the log start offset DeleteRecords moves, and the segments it deletes.
 //! - `segment`      — one segment file (`<base_offset:020>.log`): writes, reads, the recovery scan.
 //! - `index`        — the sparse offset index and its file, which also marks a sealed segment clean.
 //! - `direct_write` — the active segment's writes with Direct I/O: whole blocks from DMA buffers,
@@ -44,6 +45,7 @@ mod readahead;
 mod recovery;
 mod replica;
 pub(crate) mod segment;
+mod start;
 mod writer;
 
 use compact::{finish_interrupted, read_checkpoint, CompactionState};
@@ -147,6 +149,9 @@ struct Inner {
     /// compressed batches decompressed, in `decoded`, for the readers to split.
     view_readers: Cell<u32>,
     decoded: RefCell<DecodedRecords>,
+    /// The log start offset DeleteRecords set (see `start`), where it lies above the first
+    /// segment's base; 0 when none did.
+    start_floor: Cell<i64>,
     /// A read replica of another core's log (see `replica`): nothing is written, only read.
     replica: bool,
     /// The owner's: told of every change its read replicas must follow.
@@ -204,13 +209,14 @@ impl Log {
         let dir = dir.into();
         let dir = std::path::absolute(&dir).map_err(|e| Error::storage(&dir, e))?;
         let config = config.sanitized();
-        let ((listing, device), first_dirty) = {
+        let ((listing, device), first_dirty, start) = {
             let dir = dir.clone();
             glommio::executor()
                 .spawn_blocking(move || {
                     crate::files::create_dir_all_durable(&dir)?;
                     finish_interrupted(&dir)?;
-                    Ok::<_, std::io::Error>((list_segments(&dir)?, read_checkpoint(&dir)))
+                    let (listing, checkpoint) = (list_segments(&dir)?, read_checkpoint(&dir));
+                    Ok::<_, std::io::Error>((listing, checkpoint, start::read_start(&dir)))
                 })
                 .await
         }
@@ -244,6 +250,8 @@ impl Log {
             first_dirty,
             false,
         );
+        // A start past what recovery kept (the records above it were never made durable) is the end.
+        inner.start_floor.set(start.min(next));
         spawn_background(Rc::downgrade(&inner));
         OPEN_LOGS.with(|logs| {
             let mut logs = logs.borrow_mut();
@@ -696,7 +704,9 @@ impl Log {
                 None => return Ok(None),
             }
         };
-        let mut at = start;
+        // Records below the log start (DeleteRecords moved it inside a batch) are not answered.
+        let floor = self.log_start_offset();
+        let mut at = start.max(floor);
         while at < self.high_watermark() {
             let read = self.read(at, 1 << 20, true).await?;
             for (h, bytes) in read.records.batches() {
@@ -706,11 +716,21 @@ impl Log {
                 // The first record at or after the time, as Kafka answers, inside compressed
                 // batches too; a LogAppendTime batch's records all carry its time.
                 if !h.is_log_append_time() {
-                    if let Some(found) = first_record_at(&h, &bytes, |r| r.timestamp >= timestamp) {
-                        return Ok(Some(found));
+                    match first_record_at(&h, &bytes, |r| r.timestamp >= timestamp) {
+                        Some(found) if found.0 >= floor => return Ok(Some(found)),
+                        Some(_) => {
+                            let wanted = |r: &batch::Record<'_>| {
+                                r.timestamp >= timestamp && r.offset >= floor
+                            };
+                            match first_record_at(&h, &bytes, wanted) {
+                                Some(found) => return Ok(Some(found)),
+                                None => continue,
+                            }
+                        }
+                        None => {}
                     }
                 }
-                return Ok(Some((h.base_offset, h.max_timestamp)));
+                return Ok(Some((h.base_offset.max(floor), h.max_timestamp)));
             }
             match read.records.next_offset() {
                 Some(next) => at = next,
@@ -762,40 +782,16 @@ impl Log {
             (c.retention_bytes, c.retention_age)
         };
         let cutoff = max_age.map(|a| now_ms() - a.as_millis() as i64);
-        let doomed: Vec<Rc<Segment>> = {
-            let mut segs = inner.segments.borrow_mut();
-            let mut total: u64 = segs.iter().map(|s| s.size.get()).sum();
-            let mut n = 0;
-            let unsealed = inner.unsealed.borrow();
-            for s in &segs[..segs.len() - 1] {
-                // The sync task still has to seal it (and would write its index file back).
-                if unsealed.iter().any(|u| Rc::ptr_eq(u, s)) {
-                    break;
-                }
+        let mut total: u64 = inner.segments.borrow().iter().map(|s| s.size.get()).sum();
+        let deleted = inner
+            .delete_leading("retention", |s| {
                 let over_size = max_bytes.is_some_and(|m| total - s.size.get() >= m);
                 let too_old = cutoff.is_some_and(|c| s.retention_timestamp() < c);
-                if !(over_size || too_old) {
-                    break;
-                }
                 total -= s.size.get();
-                n += 1;
-            }
-            segs.drain(..n).collect()
-        };
-        if !doomed.is_empty() {
-            inner.segments_changed();
-        }
-        for seg in &doomed {
-            log::info!(
-                "retention: deleting {} (offsets {}..{}, {} bytes)",
-                seg.path.display(),
-                seg.base_offset,
-                seg.next_offset.get(),
-                seg.size.get()
-            );
-            remove_segment_files(seg).await;
-        }
-        Ok(doomed.len())
+                over_size || too_old
+            })
+            .await;
+        Ok(deleted)
     }
 
     /// Flushes, marks every sealed segment clean and closes the files. Appends still waiting fail with
@@ -903,17 +899,21 @@ impl Inner {
             layout: Cell::new(0),
             view_readers: Cell::new(0),
             decoded: RefCell::default(),
+            start_floor: Cell::new(0),
             replica,
             replication: Replication::default(),
         })
     }
 
-    /// The first segment's base offset; a closed log (no segments) reports its end.
+    /// The first segment's base offset, or the start DeleteRecords set inside it; a closed log
+    /// (no segments) reports its end.
     fn log_start_offset(&self) -> i64 {
         self.segments
             .borrow()
             .first()
-            .map_or(self.high_watermark.value(), |s| s.base_offset)
+            .map_or(self.high_watermark.value(), |s| {
+                s.base_offset.max(self.start_floor.get())
+            })
     }
 
     fn active(&self) -> Rc<Segment> {

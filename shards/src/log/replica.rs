@@ -45,6 +45,8 @@ pub struct LogSnapshot {
     dir: PathBuf,
     segments: Vec<SharedSegment>,
     high_watermark: i64,
+    /// The start DeleteRecords set, where it lies inside the first segment (0 when none did).
+    start_floor: i64,
     /// The open transactions at the high watermark (a replica's last stable offset follows them).
     transactions: OpenTransactions,
 }
@@ -190,6 +192,7 @@ impl Log {
             dir: inner.dir.clone(),
             segments,
             high_watermark: inner.high_watermark.value(),
+            start_floor: inner.start_floor.get(),
             transactions: inner.transactions.borrow().clone(),
         })
     }
@@ -201,6 +204,7 @@ impl Log {
         let dir = snapshot.dir.clone();
         let next = snapshot.high_watermark;
         let transactions = snapshot.transactions.clone();
+        let start_floor = snapshot.start_floor;
         let segments = borrowed_segments(snapshot)?;
         let inner = Inner::new(
             dir,
@@ -212,6 +216,7 @@ impl Log {
             0,
             true,
         );
+        inner.start_floor.set(start_floor);
         Ok(Log { inner })
     }
 
@@ -235,8 +240,10 @@ impl Log {
             Handover::Snapshot(snapshot) => {
                 let next = snapshot.high_watermark;
                 let transactions = snapshot.transactions.clone();
+                let start_floor = snapshot.start_floor;
                 let segments = borrowed_segments(snapshot)?;
                 *inner.segments.borrow_mut() = segments;
+                inner.start_floor.set(start_floor);
                 inner.layout.set(inner.layout.get() + 1);
                 inner.cache.forget(inner.cache_id);
                 inner.high_watermark.advance(next);
