@@ -11,8 +11,8 @@ use kafka_protocol::messages::{
     ApiKey, DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
     DescribeGroupsResponse, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
     JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsResponse,
-    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
-    ResponseHeader, SyncGroupRequest, SyncGroupResponse,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse,
+    OffsetFetchRequest, OffsetFetchResponse, ResponseHeader, SyncGroupRequest, SyncGroupResponse,
 };
 use kafka_protocol::protocol::Decodable;
 
@@ -55,6 +55,7 @@ impl EdgeCore {
             | ApiKey::OffsetCommit
             | ApiKey::OffsetFetch
             | ApiKey::DescribeGroups
+            | ApiKey::OffsetDelete
             | ApiKey::DeleteGroups => forward_group(self, req, who, key).await,
             ApiKey::ListGroups if who.rights.may_cluster(Operation::Describe) => {
                 Some(Ok(list_groups(self, req, who).await))
@@ -81,6 +82,7 @@ fn groups_of(key: ApiKey, req: &Request) -> Result<Vec<String>, String> {
                 one(&r.group_id)
             }
         }
+        ApiKey::OffsetDelete => one(&decode::<OffsetDeleteRequest>(req)?.group_id),
         ApiKey::DescribeGroups => decode::<DescribeGroupsRequest>(req)?
             .groups
             .iter()
@@ -111,7 +113,7 @@ async fn forward_group(
     };
     let op = match key {
         ApiKey::DescribeGroups => Operation::Describe,
-        ApiKey::DeleteGroups => Operation::Delete,
+        ApiKey::DeleteGroups | ApiKey::OffsetDelete => Operation::Delete,
         _ => Operation::Read,
     };
     if groups.iter().any(|g| !who.rights.may_group(op, g)) {
@@ -218,6 +220,9 @@ fn top_errors(key: ApiKey, version: i16, frame: &Bytes) -> Vec<i16> {
             .unwrap_or_default(),
         ApiKey::DeleteGroups => decode_frame::<DeleteGroupsResponse>(key, version, frame)
             .map(|r| r.results.iter().map(|g| g.error_code).collect())
+            .unwrap_or_default(),
+        ApiKey::OffsetDelete => decode_frame::<OffsetDeleteResponse>(key, version, frame)
+            .map(|r| vec![r.error_code])
             .unwrap_or_default(),
         _ => Vec::new(),
     }

@@ -572,6 +572,54 @@ impl Coordinator {
         })
     }
 
+    /// OffsetDelete for one group: the committed offsets of `partitions` go, but those of topics
+    /// the members subscribe to while the group has members (`GROUP_SUBSCRIBED_TO_TOPIC` each), as
+    /// in Kafka. A group with members of another protocol type than `consumer` refuses it all
+    /// (`NON_EMPTY_GROUP`); an unknown one is `GROUP_ID_NOT_FOUND`. Returns each partition's
+    /// refusal, in order.
+    pub async fn delete_offsets(
+        &self,
+        group_id: &str,
+        partitions: Vec<TopicPartition>,
+    ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+        self.check(group_id)?;
+        let store = self.store()?;
+        let subscribed = {
+            let groups = self.groups.borrow();
+            match groups.get(group_id) {
+                None if !store.has_group(group_id) => return Err(ResponseError::GroupIdNotFound),
+                None => HashSet::new(),
+                Some(g) if g.state() == GroupState::Dead => {
+                    return Err(ResponseError::GroupIdNotFound)
+                }
+                Some(g) if g.state() == GroupState::Empty => HashSet::new(),
+                Some(g) if g.protocol_type() != Some("consumer") => {
+                    return Err(ResponseError::NonEmptyGroup)
+                }
+                Some(g) => g.subscribed_topics(),
+            }
+        };
+        let refusals: Vec<Option<ResponseError>> = partitions
+            .iter()
+            .map(|(t, _)| {
+                subscribed
+                    .contains(t)
+                    .then_some(ResponseError::GroupSubscribedToTopic)
+            })
+            .collect();
+        let changes = partitions
+            .into_iter()
+            .zip(&refusals)
+            .filter(|(tp, refused)| refused.is_none() && store.get(group_id, &tp.0, tp.1).is_some())
+            .map(|(tp, _)| (tp, None))
+            .collect();
+        store.write(group_id, changes).await.map_err(|e| {
+            log::error!("core {}: deleting offsets of {group_id}: {e}", self.core);
+            ResponseError::CoordinatorNotAvailable
+        })?;
+        Ok(refusals)
+    }
+
     /// Checks the deadlines of the groups with members (or member ids handed out) and forgets
     /// those that became empty and have no offsets. Idle groups are not visited, so a core with
     /// many groups that only hold offsets pays nothing per tick for them.

@@ -120,12 +120,14 @@ const SLOW_GROUPS: &[&str] = &[
 const ADMIN: &[&str] = &[
     "0081_admin/do_test_unclean_destroy",
     "0081_admin/do_test_DeleteTopics",
+    "0081_admin/do_test_DeleteRecords",
     "0081_admin/do_test_CreateAcls",
     "0081_admin/do_test_DescribeAcls",
     "0081_admin/do_test_DeleteAcls",
     "0081_admin/do_test_DescribeConfigs",
     "0081_admin/do_test_DescribeConfigs_groups",
     "0081_admin/do_test_DeleteGroups",
+    "0081_admin/do_test_DeleteConsumerGroupOffsets",
     "0081_admin/do_test_ListOffsets",
     "0081_admin/do_test_ListConsumerGroupOffsets",
     "0081_admin/do_test_AlterConsumerGroupOffsets",
@@ -146,8 +148,8 @@ const NETWORK_FAULTS: &[&str] = &[
     "0094_idempotence_msg_timeout",
 ];
 
-/// Transactions: the producer's, and read_committed consumers of transactional data. 0103 subtest
-/// by subtest: its `do_test_fatal_idempo_error_without_kip360` needs DeleteRecords (a known gap).
+/// Transactions: the producer's, and read_committed consumers of transactional data, 0103 subtest
+/// by subtest.
 const TRANSACTIONS: &[&str] = &[
     "0103_transactions/do_test_misuse_txn",
     "0103_transactions/do_test_basic_producer_txn",
@@ -156,6 +158,7 @@ const TRANSACTIONS: &[&str] = &[
     "0103_transactions/do_test_empty_txn",
     "0103_transactions/do_test_wmark_isolation_level",
     "0103_transactions/do_test_txn_abort_control_message_leader_epoch",
+    "0103_transactions/do_test_fatal_idempo_error_without_kip360",
     "0129_fetch_aborted_msgs",
     "0061_consumer_lag",
     "0137_barrier_batch_consume",
@@ -166,9 +169,6 @@ const TRANSACTIONS: &[&str] = &[
 const KNOWN_GAPS: &[&str] = &[
     "0081_admin/do_test_AlterConfigs",
     "0081_admin/do_test_IncrementalAlterConfigs",
-    "0081_admin/do_test_DeleteRecords",
-    "0103_transactions/do_test_fatal_idempo_error_without_kip360",
-    "0081_admin/do_test_DeleteConsumerGroupOffsets",
     "0081_admin/do_test_DescribeConsumerGroups",
     "0092_mixed_msgver",
 ];

@@ -171,3 +171,44 @@ fn confluent_kafka_grows_a_topic_and_alters_its_configs() {
     );
     shoal.stop();
 }
+
+/// confluent-kafka's AdminClient deletes records inside a batch: the log starts there at once, for
+/// ListOffsets and for a consumer from the beginning, and still after a restart; past the end is
+/// refused. (OffsetDelete, which its Python API lacks, runs in librdkafka's own suite: 0081.)
+#[test]
+fn confluent_kafka_deletes_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 2, &[]);
+    let bootstrap = shoal.bootstrap();
+    common::create_topics(&bootstrap, &[("ckdel", 2)]);
+    let stdout = run_script("confluent_delete_records.py", &[&bootstrap, "ckdel"]);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            r#"{"low_watermark": 45}"#,
+            r#"{"earliest": 45}"#,
+            r#"{"past_the_end": "OFFSET_OUT_OF_RANGE"}"#,
+            r#"{"first": [45, "v45"]}"#,
+        ],
+        "{stdout}"
+    );
+    shoal.stop();
+    let shoal = Shoal::start(dir.path(), 2, &[]);
+    let consumer: rdkafka::consumer::BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", shoal.bootstrap())
+        .create()
+        .unwrap();
+    let marks = rdkafka::consumer::Consumer::fetch_watermarks(
+        &consumer,
+        "ckdel",
+        0,
+        Duration::from_secs(10),
+    );
+    assert_eq!(
+        marks.unwrap(),
+        (45, 100),
+        "the log start is kept across a restart"
+    );
+    shoal.stop();
+}

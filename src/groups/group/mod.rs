@@ -281,6 +281,31 @@ impl Group {
             .collect()
     }
 
+    /// The topics the members subscribe to, from the consumer protocol's subscription each sent
+    /// with each of its protocols (OffsetDelete refuses those topics while the group has members).
+    /// Empty for a group of another protocol type; a subscription that does not decode names none.
+    pub fn subscribed_topics(&self) -> HashSet<String> {
+        use kafka_protocol::messages::ConsumerProtocolSubscription;
+        use kafka_protocol::protocol::Decodable;
+        let mut topics = HashSet::new();
+        if self.protocol_type.as_deref() != Some("consumer") {
+            return topics;
+        }
+        for (_, metadata) in self.members.values().flat_map(|m| &m.protocols) {
+            let mut b = metadata.clone();
+            if b.len() < 2 {
+                continue;
+            }
+            let version = bytes::Buf::get_i16(&mut b);
+            // Newer subscriptions than the schema knows still begin with the same fields.
+            let version = version.clamp(0, 3);
+            if let Ok(sub) = ConsumerProtocolSubscription::decode(&mut b, version) {
+                topics.extend(sub.topics.iter().map(|t| t.to_string()));
+            }
+        }
+        topics
+    }
+
     fn new_member_id(&mut self, client_id: &str) -> String {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

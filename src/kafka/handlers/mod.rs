@@ -8,6 +8,7 @@
 //! - [`delete_acls`]               — uses [`describe_acls`]' filter.
 //! - [`describe_acls`]
 //! - [`txn_offset_commit`]         — uses [`offset_commit`]'s per-partition refusal.
+//! - [`offset_delete`]             — uses [`offset_commit`]'s check that a partition exists.
 //! - [`offset_commit`]
 
 pub mod add_offsets_to_txn;
@@ -20,6 +21,7 @@ pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_acls;
 pub mod delete_groups;
+pub mod delete_records;
 pub mod delete_topics;
 pub mod describe_acls;
 pub mod describe_configs;
@@ -40,6 +42,7 @@ pub mod list_offsets;
 pub mod list_transactions;
 pub mod metadata;
 pub mod offset_commit;
+pub mod offset_delete;
 pub mod offset_fetch;
 pub mod produce;
 pub mod sasl_authenticate;
@@ -91,6 +94,7 @@ pub const APIS: &[Versions] = &[
     alter_configs::VERSIONS,
     incremental_alter_configs::VERSIONS,
     delete_topics::VERSIONS,
+    delete_records::VERSIONS,
     init_producer_id::VERSIONS,
     find_coordinator::VERSIONS,
     join_group::VERSIONS,
@@ -99,6 +103,7 @@ pub const APIS: &[Versions] = &[
     leave_group::VERSIONS,
     offset_commit::VERSIONS,
     offset_fetch::VERSIONS,
+    offset_delete::VERSIONS,
     list_groups::VERSIONS,
     describe_groups::VERSIONS,
     describe_log_dirs::VERSIONS,
@@ -214,6 +219,7 @@ pub async fn handle(core: Rc<Core>, req: Request, session: Rc<Session>) -> Reply
             Box::pin(incremental_alter_configs::handle(&core, &req, s)).await
         }
         ApiKey::DeleteTopics => Box::pin(delete_topics::handle(&core, &req, s)).await,
+        ApiKey::DeleteRecords => Box::pin(delete_records::handle(&core, &req, s)).await,
         ApiKey::InitProducerId => Box::pin(init_producer_id::handle(&core, &req, s)).await,
         ApiKey::FindCoordinator => find_coordinator::handle(&core, &req, s),
         ApiKey::JoinGroup => Box::pin(join_group::handle(&core, &req, s)).await,
@@ -222,6 +228,7 @@ pub async fn handle(core: Rc<Core>, req: Request, session: Rc<Session>) -> Reply
         ApiKey::LeaveGroup => leave_group::handle(&core, &req, s),
         ApiKey::OffsetCommit => Box::pin(offset_commit::handle(&core, &req, s)).await,
         ApiKey::OffsetFetch => Box::pin(offset_fetch::handle(&core, &req, s)).await,
+        ApiKey::OffsetDelete => Box::pin(offset_delete::handle(&core, &req, s)).await,
         ApiKey::ListGroups => list_groups::handle(&core, &req, s),
         ApiKey::DescribeGroups => describe_groups::handle(&core, &req, s),
         ApiKey::DescribeLogDirs => describe_log_dirs::handle(&core, &req, s),

@@ -38,6 +38,7 @@ pub const KNOWN: &[ApiKey] = &[
     ApiKey::AlterConfigs,
     ApiKey::IncrementalAlterConfigs,
     ApiKey::DeleteTopics,
+    ApiKey::DeleteRecords,
     ApiKey::InitProducerId,
     ApiKey::FindCoordinator,
     ApiKey::JoinGroup,
@@ -46,6 +47,7 @@ pub const KNOWN: &[ApiKey] = &[
     ApiKey::LeaveGroup,
     ApiKey::OffsetCommit,
     ApiKey::OffsetFetch,
+    ApiKey::OffsetDelete,
     ApiKey::ListGroups,
     ApiKey::DescribeGroups,
     ApiKey::DeleteGroups,
@@ -1009,6 +1011,24 @@ pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: 
             };
             frame!(r)
         }
+        ApiKey::OffsetDelete => frame!(OffsetDeleteRequest::default()
+            .with_group_id(GroupId(s(group(rng, index))))
+            .with_topics(
+                (0..rng.below(3))
+                    .map(|_| {
+                        offset_delete_request::OffsetDeleteRequestTopic::default()
+                            .with_name(name(rng))
+                            .with_partitions(
+                                (0..1 + rng.below(3))
+                                    .map(|_| {
+                                        offset_delete_request::OffsetDeleteRequestPartition::default()
+                                            .with_partition_index(partition(rng))
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect(),
+            )),
         ApiKey::DeleteGroups => frame!(DeleteGroupsRequest::default().with_groups_names(
             (0..rng.below(3))
                 .map(|_| GroupId(s(group(rng, index))))
@@ -1050,6 +1070,25 @@ pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: 
                 })
                 .collect(),
         )),
+        ApiKey::DeleteRecords => frame!(DeleteRecordsRequest::default()
+            .with_timeout_ms(*rng.pick(&[-1, 0, 1000]))
+            .with_topics(
+                (0..1 + rng.below(2))
+                    .map(|_| {
+                        delete_records_request::DeleteRecordsTopic::default()
+                            .with_name(name(rng))
+                            .with_partitions(
+                                (0..1 + rng.below(3))
+                                    .map(|_| {
+                                        delete_records_request::DeleteRecordsPartition::default()
+                                            .with_partition_index(partition(rng))
+                                            .with_offset(*rng.pick(&[-2, -1, 0, 1, 5, i64::MAX]))
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect(),
+            )),
         ApiKey::DescribeAcls => frame!(DescribeAclsRequest::default()
             .with_resource_type_filter(rng.below(8) as i8)
             .with_resource_name_filter(rng.one_in(2).then(|| s(topic(rng))))
