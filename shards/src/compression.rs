@@ -139,10 +139,20 @@ fn snappy(body: &[u8]) -> Result<Vec<u8>, InvalidBatch> {
 /// `body` compressed with `codec` (snappy in the Java client's xerial framing, lz4 as a frame), as a
 /// producer would send it; `None` for an unknown codec or 0.
 pub fn compress(codec: i16, body: &[u8]) -> Option<Vec<u8>> {
+    compress_at(codec, body, None)
+}
+
+/// [`compress`] at `level` where the codec has levels (gzip 1-9, zstd; out of range: clamped;
+/// `None` or -1: the codec's default). LZ4 is written at its one level.
+pub fn compress_at(codec: i16, body: &[u8], level: Option<i32>) -> Option<Vec<u8>> {
     use std::io::Write;
+    let level = level.filter(|&l| l != -1);
     Some(match codec {
         1 => {
-            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            let level = level.map_or(flate2::Compression::default(), |l| {
+                flate2::Compression::new(l.clamp(1, 9) as u32)
+            });
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), level);
             e.write_all(body).expect("in-memory write");
             e.finish().expect("in-memory write")
         }
@@ -162,7 +172,10 @@ pub fn compress(codec: i16, body: &[u8]) -> Option<Vec<u8>> {
             e.write_all(body).expect("in-memory write");
             e.finish().expect("in-memory write")
         }
-        4 => zstd::stream::encode_all(body, 3).expect("in-memory write"),
+        4 => {
+            let level = level.map_or(3, |l| l.clamp(-131_072, 22));
+            zstd::stream::encode_all(body, level).expect("in-memory write")
+        }
         _ => return None,
     })
 }

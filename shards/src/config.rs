@@ -49,6 +49,47 @@ pub struct LogConfig {
     /// was written, so a consumer reading from the start sees the delete (Kafka
     /// `delete.retention.ms`). Then compaction removes it.
     pub delete_retention: Duration,
+    /// What appends do to the producers' compression (Kafka `compression.type` and its levels).
+    pub compression: Compression,
+}
+
+/// The codec a log stores its batches in (Kafka's `compression.type` topic config), and the level
+/// of each codec that has one (`compression.gzip.level`, `.lz4.level`, `.zstd.level`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Compression {
+    /// `None`: each batch keeps the producer's codec (`producer`); else the codec (0 for
+    /// `uncompressed`, 1 gzip, 2 snappy, 3 lz4, 4 zstd) every batch is stored in, recompressed
+    /// where the producer used another.
+    pub codec: Option<i16>,
+    /// gzip's level, 1-9, or -1 for zlib's default (6).
+    pub gzip_level: i32,
+    /// LZ4's level, 1-17. Accepted as Kafka accepts it; shoal's LZ4 encoder has one level.
+    pub lz4_level: i32,
+    /// zstd's level, -131072 to 22.
+    pub zstd_level: i32,
+}
+
+impl Default for Compression {
+    fn default() -> Self {
+        Self {
+            codec: None,
+            gzip_level: -1,
+            lz4_level: 9,
+            zstd_level: 3,
+        }
+    }
+}
+
+impl Compression {
+    /// The level the codec is written at, where it has one.
+    pub fn level(&self, codec: i16) -> Option<i32> {
+        match codec {
+            1 => Some(self.gzip_level),
+            3 => Some(self.lz4_level),
+            4 => Some(self.zstd_level),
+            _ => None,
+        }
+    }
 }
 
 /// Kafka caps `segment.bytes` at `i32::MAX`; we need positions to fit the index's `u32`.
@@ -74,6 +115,7 @@ impl Default for LogConfig {
             min_compaction_lag: Duration::ZERO,
             max_compaction_lag: None,
             delete_retention: Duration::from_secs(24 * 3600),
+            compression: Compression::default(),
         }
     }
 }

@@ -76,7 +76,7 @@ pub mod transactions;
 pub mod view_reader;
 
 pub use crate::coalescer::{CoalesceKey, FetchCoalescer, ResponseHold, ResponseMemory, SharedRead};
-pub use crate::config::LogConfig;
+pub use crate::config::{Compression, LogConfig};
 pub use crate::error::{Error, InvalidBatch, Result};
 pub use crate::fast_map::{FastMap, FastSet};
 pub use crate::latency::{device_latency, DeviceLatency, DurationHistogram, DurationSnapshot};

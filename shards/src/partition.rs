@@ -19,6 +19,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+/// A produce's batches as they will be appended: the bytes, their headers, and what checking them
+/// decompressed (kept for view readers).
+type Checked = (Bytes, Vec<BatchHeader>, Vec<Option<Bytes>>);
+
 const SNAPSHOT: &str = "producers.snapshot";
 
 #[derive(Debug)]
@@ -157,6 +161,7 @@ impl Partition {
             batch::validate_all_keeping(&blob, self.log.max_batch_bytes(), keep)
                 .map_err(|e| Refused::Batch(e.into()))?;
         let blob = batch::restamp_max_timestamps(blob, &headers);
+        let (blob, headers, decoded) = self.recompressed(blob, headers, decoded)?;
         self.log
             .check_keys(&blob, &headers)
             .map_err(Refused::Batch)?;
@@ -229,6 +234,27 @@ impl Partition {
             outcome.ok()
         });
         Ok(Produced::Appending(Appending(task.detach())))
+    }
+
+    /// The batches in the topic's `compression.type` codec: those in another rewritten (Kafka
+    /// recompresses them on append), the others as they came. What validation kept decompressed
+    /// is dropped with a rewrite (view readers then decompress for themselves).
+    fn recompressed(
+        &self,
+        blob: Bytes,
+        headers: Vec<BatchHeader>,
+        decoded: Vec<Option<Bytes>>,
+    ) -> Result<Checked, Refused> {
+        let c = self.log.compression();
+        let Some(codec) = c.codec else {
+            return Ok((blob, headers, decoded));
+        };
+        let limit = self.log.max_batch_bytes();
+        match batch::recompress_all(&blob, &headers, codec, c.level(codec), limit) {
+            Ok(None) => Ok((blob, headers, decoded)),
+            Ok(Some((rewritten, headers))) => Ok((Bytes::from(rewritten), headers, Vec::new())),
+            Err(e) => Err(Refused::Batch(e.into())),
+        }
     }
 
     /// Whether a transactional batch's producer is in a transaction with this partition: added

@@ -55,6 +55,30 @@ const TOPIC_CONFIGS: &[Known] = &[
         doc: "delete (old segments are deleted by retention), compact (the latest record per key is kept), or both",
     },
     Known {
+        name: "compression.type",
+        broker: "compression.type",
+        config_type: ConfigType::String,
+        doc: "the codec batches are stored in: producer (each batch keeps the producer's), or uncompressed, gzip, snappy, lz4 or zstd (batches in another codec are recompressed on append)",
+    },
+    Known {
+        name: "compression.gzip.level",
+        broker: "compression.gzip.level",
+        config_type: ConfigType::Int,
+        doc: "gzip's level when batches are recompressed to gzip: 1-9, or -1 for the default (6)",
+    },
+    Known {
+        name: "compression.lz4.level",
+        broker: "compression.lz4.level",
+        config_type: ConfigType::Int,
+        doc: "accepted as Kafka accepts it (1-17); shoal's LZ4 encoder writes at its one level",
+    },
+    Known {
+        name: "compression.zstd.level",
+        broker: "compression.zstd.level",
+        config_type: ConfigType::Int,
+        doc: "zstd's level when batches are recompressed to zstd",
+    },
+    Known {
         name: "delete.retention.ms",
         broker: "log.cleaner.delete.retention.ms",
         config_type: ConfigType::Long,
@@ -89,6 +113,12 @@ const TOPIC_CONFIGS: &[Known] = &[
         broker: "log.message.timestamp.type",
         config_type: ConfigType::String,
         doc: "CreateTime (the producer's) or LogAppendTime (the broker's clock)",
+    },
+    Known {
+        name: "message.format.version",
+        broker: "log.message.format.version",
+        config_type: ConfigType::String,
+        doc: "accepted as Kafka 3 accepts it, and without effect: batches are always RecordBatch v2",
     },
     Known {
         name: "min.cleanable.dirty.ratio",
@@ -206,6 +236,19 @@ pub fn topic_config_value(name: &str, c: &LogConfig) -> String {
         "min.cleanable.dirty.ratio" => c.min_cleanable_dirty_ratio.to_string(),
         "min.compaction.lag.ms" => ms(Some(c.min_compaction_lag), 0),
         "file.delete.delay.ms" => "60000".into(),
+        "compression.type" => match c.compression.codec {
+            None => "producer",
+            Some(0) => "uncompressed",
+            Some(1) => "gzip",
+            Some(2) => "snappy",
+            Some(3) => "lz4",
+            Some(_) => "zstd",
+        }
+        .into(),
+        "compression.gzip.level" => c.compression.gzip_level.to_string(),
+        "compression.lz4.level" => c.compression.lz4_level.to_string(),
+        "compression.zstd.level" => c.compression.zstd_level.to_string(),
+        "message.format.version" => "3.0-IV1".into(),
         "flush.ms" => ms(c.flush_interval, i64::MAX),
         "max.message.bytes" => c.max_batch_bytes.to_string(),
         "message.timestamp.type" => if c.log_append_time {

@@ -184,6 +184,72 @@ pub fn validate_topic_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// `cleanup.policy`, a list in Kafka: delete, compact, or both; as (delete, compact).
+fn cleanup_policy(v: &str) -> Result<(bool, bool), String> {
+    let (mut delete, mut compact) = (false, false);
+    for p in v.split(',').map(str::trim) {
+        match p {
+            "delete" => delete = true,
+            "compact" => compact = true,
+            _ => {
+                return Err(format!(
+                    "cleanup.policy={v:?}: each entry must be delete or compact"
+                ))
+            }
+        }
+    }
+    if !(delete || compact) {
+        return Err(format!(
+            "cleanup.policy={v:?}: name delete, compact or both"
+        ));
+    }
+    Ok((delete, compact))
+}
+
+/// `compression.type` and the codecs' levels.
+fn apply_compression(c: &mut shards::Compression, k: &str, v: &str) -> Result<(), String> {
+    match k {
+        "compression.type" => {
+            c.codec = match v {
+                "producer" => None,
+                "uncompressed" => Some(0),
+                "gzip" => Some(1),
+                "snappy" => Some(2),
+                "lz4" => Some(3),
+                "zstd" => Some(4),
+                _ => {
+                    return Err(format!(
+                        "{k}={v:?} must be uncompressed, zstd, lz4, snappy, gzip or producer"
+                    ))
+                }
+            }
+        }
+        "compression.gzip.level" => c.gzip_level = level(k, v, 1, 9, true)?,
+        "compression.lz4.level" => c.lz4_level = level(k, v, 1, 17, false)?,
+        "compression.zstd.level" => c.zstd_level = level(k, v, -131_072, 22, false)?,
+        _ => return Err(format!("unsupported topic config {k}")),
+    }
+    Ok(())
+}
+
+/// A codec level config's value: a number from `min` to `max` (or -1, the codec's default, where
+/// `default_ok`).
+fn level(k: &str, v: &str, min: i32, max: i32, default_ok: bool) -> Result<i32, String> {
+    v.parse::<i32>()
+        .ok()
+        .filter(|l| (min..=max).contains(l) || (default_ok && *l == -1))
+        .ok_or_else(|| format!("{k}={v:?} must be a number from {min} to {max}"))
+}
+
+/// Whether `v` names a Kafka version as `message.format.version` takes it: `2.8`, `0.10.2`,
+/// `3.0-IV1`.
+fn is_kafka_version(v: &str) -> bool {
+    let (version, iv) = v.split_once("-IV").map_or((v, None), |(a, b)| (a, Some(b)));
+    let parts: Vec<&str> = version.split('.').collect();
+    let number = |p: &str| !p.is_empty() && p.len() <= 4 && p.bytes().all(|b| b.is_ascii_digit());
+    (2..=3).contains(&parts.len()) && parts.iter().all(|p| number(p)) && iv.is_none_or(number)
+}
+
 /// Topic configs shoal understands, applied over the server's defaults. Unknown keys and bad values
 /// are refused (Kafka: `INVALID_CONFIG`).
 pub fn apply_topic_configs(
@@ -222,27 +288,7 @@ pub fn apply_topic_configs(
                 "LogAppendTime" => c.log_append_time = true,
                 _ => return Err(format!("{k} must be CreateTime or LogAppendTime")),
             },
-            // A list in Kafka: delete, compact, or both.
-            "cleanup.policy" => {
-                let (mut delete, mut compact) = (false, false);
-                for p in v.split(',').map(str::trim) {
-                    match p {
-                        "delete" => delete = true,
-                        "compact" => compact = true,
-                        _ => {
-                            return Err(format!(
-                                "cleanup.policy={v:?}: each entry must be delete or compact"
-                            ))
-                        }
-                    }
-                }
-                if !(delete || compact) {
-                    return Err(format!(
-                        "cleanup.policy={v:?}: name delete, compact or both"
-                    ));
-                }
-                (c.cleanup_delete, c.cleanup_compact) = (delete, compact);
-            }
+            "cleanup.policy" => (c.cleanup_delete, c.cleanup_compact) = cleanup_policy(v)?,
             "min.cleanable.dirty.ratio" => {
                 c.min_cleanable_dirty_ratio = v
                     .parse::<f64>()
@@ -262,6 +308,14 @@ pub fn apply_topic_configs(
                     .ok_or_else(|| format!("{k} must be positive"))?;
                 c.max_compaction_lag = (ms < i64::MAX as u64).then(|| Duration::from_millis(ms))
             }
+            k if k.starts_with("compression.") => apply_compression(&mut c.compression, k, v)?,
+            // Kafka 3's brokers accept it and write the current format whatever it says.
+            "message.format.version" if !is_kafka_version(v) => {
+                return Err(format!(
+                    "{k}={v:?} is not a Kafka version (such as 2.8 or 3.0-IV1)"
+                ))
+            }
+            "message.format.version" => {}
             // Kafka waits this long before removing a file; shoal need not (see topic_configs).
             "file.delete.delay.ms" => {
                 u64::try_from(num(k, v)?).map_err(|_| format!("{k} must not be negative"))?;
@@ -387,6 +441,29 @@ mod tests {
         let c = apply_topic_configs(&base, &m).unwrap();
         assert_eq!((c.retention_age, c.log_append_time), (None, true));
         m.insert("compression.type".to_string(), "zstd".to_string());
-        assert!(apply_topic_configs(&base, &m).is_err());
+        m.insert("compression.zstd.level".to_string(), "9".to_string());
+        m.insert("message.format.version".to_string(), "2.8-IV1".to_string());
+        let c = apply_topic_configs(&base, &m).unwrap();
+        assert_eq!(
+            (c.compression.codec, c.compression.zstd_level),
+            (Some(4), 9)
+        );
+        for (k, bad) in [
+            ("compression.type", "brotli"),
+            ("compression.gzip.level", "10"),
+            ("compression.gzip.level", "x"),
+            ("compression.lz4.level", "-1"),
+            ("compression.zstd.level", "23"),
+            ("message.format.version", "latest"),
+            ("message.format.version", "3"),
+            ("unknown.config", "1"),
+        ] {
+            let mut m = m.clone();
+            m.insert(k.to_string(), bad.to_string());
+            assert!(apply_topic_configs(&base, &m).is_err(), "{k}={bad}");
+        }
+        for ok in ["0.10.2", "3.0-IV1", "2.8"] {
+            assert!(is_kafka_version(ok), "{ok}");
+        }
     }
 }

@@ -182,7 +182,7 @@ fn topic_configs_are_described_changed_everywhere_and_kept() {
             TOPIC_RESOURCE,
             TOPIC,
             "compression.type",
-            "zstd",
+            "brotli",
             INVALID_CONFIG,
         ),
         (
@@ -255,5 +255,106 @@ fn topic_configs_are_described_changed_everywhere_and_kept() {
             "partition {partition} after a restart"
         );
     }
+    shoal.stop();
+}
+
+/// The codec of every batch of partition 0 of `topic` as a Fetch (v12, by name) returns them.
+fn fetched_codecs(port: u16, topic: &str) -> Vec<u8> {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse};
+    let req = FetchRequest::default()
+        .with_max_wait_ms(100)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(common::wire::topic_name(topic))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_partition_max_bytes(1 << 20)])]);
+    let mut s = common::wire::connect(port);
+    let r: FetchResponse = common::wire::call(&mut s, ApiKey::Fetch, 12, 1, &req);
+    let p = &r.responses[0].partitions[0];
+    assert_eq!(p.error_code, 0, "fetch of {topic}");
+    let mut rest = p.records.clone().unwrap_or_default();
+    let mut codecs = Vec::new();
+    while !rest.is_empty() {
+        let h = shards::batch::BatchHeader::parse(&rest).expect("a whole batch");
+        codecs.push(h.compression());
+        rest = rest.split_off(h.total_len());
+    }
+    codecs
+}
+
+/// `compression.type` as Kafka means it: `zstd` on a topic written uncompressed stores (and
+/// serves) zstd batches that decode to the same records, `uncompressed` undoes a producer's
+/// gzip, and `producer` (the default) keeps what the producer sent.
+#[test]
+fn compression_type_recompresses_batches_on_append() {
+    use rdkafka::admin::{NewTopic, TopicReplication};
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 1, &[]);
+    let bootstrap = shoal.bootstrap();
+    let admin = admin(&bootstrap);
+    let topics = [
+        ("to-zstd", Some("zstd"), "none", 4),
+        ("to-plain", Some("uncompressed"), "gzip", 0),
+        ("as-sent", None, "gzip", 1),
+    ];
+    let new: Vec<NewTopic> = topics
+        .iter()
+        .map(|(name, codec, _, _)| {
+            let t = NewTopic::new(name, 1, TopicReplication::Fixed(1));
+            match codec {
+                Some(c) => t.set("compression.type", c),
+                None => t,
+            }
+        })
+        .collect();
+    for r in futures_lite::future::block_on(admin.create_topics(&new, &opts())).unwrap() {
+        r.expect("topic created");
+    }
+    let sent: Vec<String> = (0..200).map(|i| format!("record {i} ").repeat(8)).collect();
+    for (name, _, producer_codec, _) in topics {
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .set("compression.codec", producer_codec)
+            .set("linger.ms", "20")
+            .create()
+            .unwrap();
+        for v in &sent {
+            producer
+                .send(BaseRecord::<(), _>::to(name).partition(0).payload(v))
+                .unwrap();
+        }
+        producer.flush(Duration::from_secs(10)).unwrap();
+    }
+    for (name, _, _, stored) in topics {
+        let codecs = fetched_codecs(shoal.ports[0], name);
+        assert!(!codecs.is_empty(), "{name}: batches");
+        assert!(
+            codecs.iter().all(|&c| c == stored),
+            "{name}: every batch in codec {stored}: {codecs:?}"
+        );
+    }
+    // librdkafka (confluent-kafka's, built with zstd) reads the zstd batches.
+    let read =
+        common::python::run_script("librdkafka_read.py", &[&bootstrap, "to-zstd", "200", "{}"]);
+    let read: serde_json::Value = serde_json::from_str(read.trim()).expect("one JSON line");
+    assert_eq!(read["ok"], true, "{read}");
+    let got: Vec<&str> = read["records"]
+        .as_array()
+        .expect("records")
+        .iter()
+        .map(|r| r["value"].as_str().expect("a value"))
+        .collect();
+    assert_eq!(got, sent, "the zstd batches decode to the records sent");
+    let (value, source, _) = describe(
+        &admin,
+        ResourceSpecifier::Topic("to-zstd"),
+        "compression.type",
+    );
+    assert_eq!(
+        (value.as_deref(), source.as_str()),
+        (Some("zstd"), "DynamicTopic")
+    );
     shoal.stop();
 }

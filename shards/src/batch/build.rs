@@ -222,3 +222,122 @@ mod tests {
         assert_eq!((recs[2].key, recs[2].value), (Some(&b""[..]), None));
     }
 }
+
+/// Batches rewritten by [`recompress_all`], back to back, and their headers.
+pub type Rewritten = (Vec<u8>, Vec<BatchHeader>);
+
+/// `blob` (validated batches back to back, `headers` theirs) with every batch of records whose
+/// codec is not `codec` (0: uncompressed) rewritten in it, at `level` where the codec has one: the
+/// same header fields but the codec, with a new length and CRC. Control batches stay as they are.
+/// `None` when every batch already is in `codec`; `TooLarge` when a rewritten batch is larger
+/// than `max_batch_bytes`, as Kafka refuses it.
+pub fn recompress_all(
+    blob: &[u8],
+    headers: &[BatchHeader],
+    codec: i16,
+    level: Option<i32>,
+    max_batch_bytes: usize,
+) -> Result<Option<Rewritten>, crate::InvalidBatch> {
+    let differs = |h: &BatchHeader| !h.is_control() && h.compression() as i16 != codec;
+    if !headers.iter().any(differs) {
+        return Ok(None);
+    }
+    let mut out = Vec::with_capacity(blob.len());
+    let mut rewritten = Vec::with_capacity(headers.len());
+    let mut at = 0;
+    for h in headers {
+        let bytes = blob
+            .get(at..at + h.total_len())
+            .ok_or(crate::InvalidBatch::Truncated {
+                needed: h.total_len(),
+                available: blob.len().saturating_sub(at),
+            })?;
+        at += h.total_len();
+        if !differs(h) {
+            out.extend_from_slice(bytes);
+            rewritten.push(*h);
+            continue;
+        }
+        let plain = crate::batch::records_section(h, bytes)?;
+        let packed = crate::compression::compress_at(codec, &plain, level);
+        let start = out.len();
+        out.resize(start + HEADER_LEN, 0);
+        out.extend_from_slice(packed.as_deref().unwrap_or(&plain));
+        let size = out.len() - start;
+        if size > max_batch_bytes {
+            return Err(crate::InvalidBatch::TooLarge {
+                size,
+                limit: max_batch_bytes,
+            });
+        }
+        let attributes =
+            (h.attributes & !ATTR_COMPRESSION) | if packed.is_some() { codec } else { 0 };
+        write_header(&mut out[start..], &BatchHeader { attributes, ..*h });
+        rewritten.push(BatchHeader::parse(&out[start..])?);
+    }
+    Ok(Some((out, rewritten)))
+}
+
+#[cfg(test)]
+mod recompress_tests {
+    use super::*;
+
+    fn plain_batch(n: usize) -> Vec<u8> {
+        let mut b = BatchBuilder::new(1_000);
+        for i in 0..n {
+            let v = format!("value-{i}").repeat(20);
+            b.push(1_000 + i as i64, Some(b"k"), Some(v.as_bytes()), &[]);
+        }
+        b.finish(0)
+    }
+
+    fn values(batch: &[u8]) -> Vec<Vec<u8>> {
+        let h = BatchHeader::parse(batch).unwrap();
+        let plain = crate::batch::records_section(&h, batch).unwrap();
+        crate::batch::section_records(&h, &plain)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.value.unwrap().to_vec())
+            .collect()
+    }
+
+    #[test]
+    fn batches_in_another_codec_are_rewritten_and_keep_their_records() {
+        let plain = plain_batch(50);
+        let gzip = compress_batch(&plain_batch(3), 1);
+        let blob = [plain.clone(), gzip.clone()].concat();
+        let headers = crate::batch::validate_all(&blob, usize::MAX).unwrap();
+        let (out, rewritten) = recompress_all(&blob, &headers, 4, Some(3), usize::MAX)
+            .unwrap()
+            .expect("both batches differ from zstd");
+        assert_eq!(rewritten.len(), 2);
+        assert!(rewritten.iter().all(|h| h.compression() == 4));
+        let again =
+            crate::batch::validate_all(&out, usize::MAX).expect("valid batches, CRCs right");
+        assert_eq!(again, rewritten);
+        let first = &out[..rewritten[0].total_len()];
+        assert!(first.len() < plain.len(), "zstd made it smaller");
+        assert_eq!(values(first), values(&plain));
+        assert_eq!(values(&out[rewritten[0].total_len()..]), values(&gzip));
+        for field in [
+            |h: &BatchHeader| h.max_timestamp,
+            |h: &BatchHeader| h.base_timestamp,
+            |h: &BatchHeader| h.last_offset_delta as i64,
+        ] {
+            assert_eq!(field(&rewritten[0]), field(&headers[0]));
+        }
+
+        // Already in the codec: nothing to do. Back to uncompressed: the plain batch again.
+        assert!(recompress_all(&out, &rewritten, 4, None, usize::MAX)
+            .unwrap()
+            .is_none());
+        let (back, _) = recompress_all(&out, &rewritten, 0, None, usize::MAX)
+            .unwrap()
+            .unwrap();
+        assert_eq!(&back[..plain.len()], &plain[..]);
+        // A rewrite larger than the limit is refused.
+        let limit = plain.len() - 1;
+        let e = recompress_all(&out, &rewritten, 0, None, limit).unwrap_err();
+        assert!(matches!(e, crate::InvalidBatch::TooLarge { .. }), "{e}");
+    }
+}

@@ -15,7 +15,8 @@
 //! ## Layout, top layer first
 //! - `validate` — checks of whole batches: integrity (CRC-32C), producer rules, blobs, compacted keys.
 //! - `walk`     — a records section checked record by record against its header, within a budget.
-//! - `build`    — writing batches: the builder of uncompressed ones, compressing, compaction's rebuild.
+//! - `build`    — writing batches: the builder of uncompressed ones, compressing, recompressing to a
+//!   topic's codec, compaction's rebuild.
 //! - `decode`   — reading records back: the records section decompressed, the records, their spans.
 //! - `header`   — the fixed header: field positions, parsing, writing, base offset and LogAppendTime.
 
@@ -25,7 +26,7 @@ mod header;
 mod validate;
 mod walk;
 
-pub use build::{compress_batch, rebuild, BatchBuilder};
+pub use build::{compress_batch, rebuild, recompress_all, BatchBuilder};
 pub use decode::{
     decompress_records_into, record_spans, records, records_section, section_records, Reader,
     Record, RecordHeader, RecordSpan,

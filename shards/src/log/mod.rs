@@ -361,6 +361,10 @@ impl Log {
     pub fn max_batch_bytes(&self) -> usize {
         self.inner.config.borrow().max_batch_bytes
     }
+    /// What appends do to the producers' compression (the topic's `compression.type`).
+    pub fn compression(&self) -> crate::config::Compression {
+        self.inner.config.borrow().compression
+    }
     pub fn config(&self) -> LogConfig {
         self.inner.config.borrow().clone()
     }
