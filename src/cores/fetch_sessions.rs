@@ -431,10 +431,11 @@ impl FetchSessions {
         Some(s)
     }
 
-    /// A random nonzero id no session of this core has.
+    /// A random id no session of this core has. Kafka's are any nonzero `i32`; these are
+    /// positive, since some clients (kafka-python) read a session id of -1 as "throttled".
     fn new_id(&self) -> i32 {
         loop {
-            let id: i32 = rand::random();
+            let id = rand::random::<i32>() & i32::MAX;
             if id != NO_SESSION && !self.sessions.contains_key(&id) {
                 return id;
             }
