@@ -240,3 +240,82 @@ fn one_slot_goes_to_the_larger_session_or_to_a_newcomer_once_it_is_stale() {
     assert_eq!(shoal.metric("shoal_fetch_sessions"), 1);
     shoal.stop();
 }
+
+/// The broker's CPU time so far (user + system), in microseconds, from `/proc`.
+fn cpu_us(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which may hold spaces): utime and stime are 14 and 15.
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    ticks * 1_000_000 / hz
+}
+
+/// `n` fetches of `req` one after another: (request bytes, response bytes, broker CPU in us),
+/// each per fetch. `next` makes each fetch's request from its index.
+fn measure(
+    s: &mut TcpStream,
+    pid: u32,
+    n: usize,
+    next: &mut dyn FnMut() -> FetchRequest,
+) -> (usize, usize, u64) {
+    let (mut sent, mut received) = (0, 0);
+    let cpu = cpu_us(pid);
+    for i in 0..n {
+        let frame = common::wire::request_frame(ApiKey::Fetch, 12, i as i32, &next());
+        sent += frame.len();
+        std::io::Write::write_all(s, &frame).unwrap();
+        let body = common::wire::recv(s).expect("a response");
+        received += body.len() + 4;
+        let r: FetchResponse = common::wire::decode(ApiKey::Fetch, 12, i as i32, body);
+        assert_eq!(r.error_code, 0);
+    }
+    let cpu = cpu_us(pid) - cpu;
+    (sent / n, received / n, cpu / n as u64)
+}
+
+/// The figure: a consumer of 1,000 partitions idling at the tail, in a session and outside one,
+/// in the same run (alternating rounds). Request and response bytes per fetch are exact; the
+/// broker's CPU per fetch is printed beside its ratio.
+#[test]
+fn an_idle_consumer_of_1000_partitions_sends_and_costs_less_in_a_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 1, &[]);
+    create_topic(&shoal, "idle", 1000);
+    let pid = shoal.pid();
+    let all: Vec<(&str, i32, i64)> = (0..1000).map(|p| ("idle", p, 0)).collect();
+    let mut s = connect(shoal.ports[0]);
+    let r = fetch(&mut s, 1, &session_fetch(0, 0, &all, &[], 0));
+    let (id, mut epoch) = (r.session_id, 1);
+    assert_ne!(id, 0);
+    let (mut full, mut incremental) = ((0, 0, 0), (0, 0, 0));
+    let rounds = 3;
+    for _ in 0..rounds {
+        let f = measure(&mut s, pid, 100, &mut || session_fetch(0, -1, &all, &[], 0));
+        let i = measure(&mut s, pid, 100, &mut || {
+            epoch += 1;
+            session_fetch(id, epoch - 1, &[], &[], 0)
+        });
+        full = (f.0, f.1, full.2 + f.2);
+        incremental = (i.0, i.1, incremental.2 + i.2);
+    }
+    let (full_cpu, incremental_cpu) = (full.2 / rounds, incremental.2 / rounds);
+    println!(
+        "idle consumer of 1000 partitions, per fetch: request bytes full {} / incremental {} \
+         (x{:.0}), response bytes {} / {} (x{:.0}), broker CPU {} us / {} us (x{:.1})",
+        full.0,
+        incremental.0,
+        full.0 as f64 / incremental.0 as f64,
+        full.1,
+        incremental.1,
+        full.1 as f64 / incremental.1 as f64,
+        full_cpu,
+        incremental_cpu,
+        full_cpu as f64 / incremental_cpu.max(1) as f64,
+    );
+    assert!(incremental.0 * 100 < full.0, "{incremental:?} vs {full:?}");
+    assert!(incremental.1 * 100 < full.1, "{incremental:?} vs {full:?}");
+    assert!(incremental_cpu < full_cpu, "{incremental:?} vs {full:?}");
+    shoal.stop();
+}
