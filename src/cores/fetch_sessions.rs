@@ -20,7 +20,7 @@ pub const FINAL_EPOCH: i32 = -1;
 /// else bounds how many a client adds over many requests.
 pub const MAX_SESSION_BYTES: usize = 4 << 20;
 /// What one partition of a session costs against [`MAX_SESSION_BYTES`], besides its topic bytes.
-const PARTITION_COST: usize = 96;
+pub const PARTITION_COST: usize = 96;
 
 /// How many sessions a core keeps, and when an unused one may be evicted for a new one.
 #[derive(Debug, Clone, Copy)]
