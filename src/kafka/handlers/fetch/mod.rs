@@ -122,7 +122,7 @@ fn plan(
     } else {
         request.replica_id
     };
-    let reader = Reader {
+    let steering = Steering {
         // Only consumers (not brokers' replica fetches) of Fetch v11+ know preferred_read_replica.
         may_redirect: version >= 11 && replica_id.0 < 0,
         busy: core.reads.load.busy(),
@@ -150,7 +150,7 @@ fn plan(
                 partitions: t
                     .partitions
                     .iter()
-                    .map(|p| plan_partition(core, &reader, known, p))
+                    .map(|p| plan_partition(core, &steering, known, p))
                     .collect(),
             }
         })
@@ -166,8 +166,9 @@ fn plan(
     }
 }
 
-/// Who reads, for steering a fetch to read replicas.
-struct Reader<'a> {
+/// What steering a fetch's partitions to read replicas goes by: whether its client may be
+/// steered, how busy the core is, and which connection it is.
+struct Steering<'a> {
     may_redirect: bool,
     busy: f64,
     now: Instant,
@@ -178,7 +179,7 @@ struct Reader<'a> {
 /// may read it (`None`: no such topic).
 fn plan_partition(
     core: &Core,
-    reader: &Reader,
+    steering: &Steering,
     known: Option<(&str, bool)>,
     p: &AskedPartition,
 ) -> PlannedPartition {
@@ -195,15 +196,16 @@ fn plan_partition(
             ReadSource { part, view }
         });
     let redirect = target.as_ref().ok().and_then(|t| {
-        let steered = (reader.may_redirect && !t.part.log.is_replica()).then(|| {
+        let steered = (steering.may_redirect && !t.part.log.is_replica()).then(|| {
             core.replicas
-                .steer(&t.part, reader.who.id, reader.busy, reader.now)
+                .steer(&t.part, steering.who.id, steering.busy, steering.now)
         });
         match steered {
             Some(Steer::To(c)) => Some(c),
             _ => {
                 // Served here: one of this core's fetch connections of it.
-                core.replicas.note_fetch(&t.part, reader.who.id, reader.now);
+                core.replicas
+                    .note_fetch(&t.part, steering.who.id, steering.now);
                 None
             }
         }
