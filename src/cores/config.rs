@@ -3,6 +3,7 @@
 //! process-level [`crate::server::ServerConfig`] around it); nothing here knows about flags.
 
 use crate::auth::AuthConfig;
+use crate::cores::fetch_sessions::FetchSessionConfig;
 use crate::cores::load::PacingConfig;
 use crate::groups::CoordinatorConfig;
 use crate::table::acl::AuthorizerConfig;
@@ -35,6 +36,8 @@ pub struct BrokerConfig {
     pub fetch_cache_bytes: usize,
     /// Record bytes unsent fetch responses may hold per core.
     pub fetch_response_budget_bytes: usize,
+    /// Incremental fetch sessions per core and their eviction.
+    pub fetch_sessions: FetchSessionConfig,
     pub views: ViewConfig,
     /// Read replicas of hot partitions on the other cores (policy switchable live).
     pub replicas: crate::replicas::ReplicaConfig,

@@ -16,15 +16,18 @@
 //!   over the mesh; its ticker (recovery, timeouts, idle ids). The coordinator's state machine is
 //!   [`crate::transactions`].
 //! - [`state`]       — one core ([`Core`]): its topic table copy and owned partitions, the read
-//!   path (tail cache, coalescer, view readers, pacing), security, the group coordinator, the
+//!   path (tail cache, coalescer, view readers, pacing, fetch sessions), security, the group coordinator, the
 //!   front end's counters, its start-up stage, its end of the mesh and, in edge mode, its upstream.
 //! - [`config`]      — the broker settings every core runs with ([`config::BrokerConfig`]),
 //!   composed of each layer's own settings (log, groups, ACLs, auth, pacing, edge).
 //! - [`mesh`]        — the messages cores send each other and a core's end of the channels.
 //! - [`load`]        — how busy a core is, and the fetch pacing derived from it.
+//! - [`fetch_sessions`] — the core's incremental fetch sessions (KIP-227): ids, epochs, each
+//!   session's partitions and what it last answered, the bounded cache and its evictions.
 
 pub mod config;
 pub mod every_core;
+pub mod fetch_sessions;
 pub mod group_lag;
 pub mod load;
 pub mod mesh;

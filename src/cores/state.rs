@@ -2,6 +2,7 @@
 //! and its end of the control plane. `!Send`: created on the core's executor and never leaves it.
 
 use crate::cores::config::BrokerConfig;
+use crate::cores::fetch_sessions::FetchSessions;
 use crate::cores::load::CoreLoad;
 use crate::cores::mesh::{HandedStream, Mesh};
 use crate::replicas::{ReplicaMsg, Replicas};
@@ -79,7 +80,8 @@ pub struct Cluster {
 }
 
 /// What a core's fetches share: the tail cache under the logs, the coalescer and the response
-/// memory it is bounded by, the view readers, and the fetch pacing derived from the core's load.
+/// memory it is bounded by, the view readers, the fetch pacing derived from the core's load, and
+/// the fetch sessions.
 #[derive(Debug)]
 pub struct ReadPath {
     pub tail_cache: Rc<TailCache>,
@@ -88,6 +90,8 @@ pub struct ReadPath {
     pub views: ViewReaders,
     /// How busy this core is (sampled), and the fetch pacing derived from it.
     pub load: Rc<CoreLoad>,
+    /// The incremental fetch sessions of the clients fetching from this core.
+    pub sessions: RefCell<FetchSessions>,
 }
 
 /// Who may connect to this core and how: the users, failed attempts, and TLS.
@@ -182,6 +186,7 @@ impl Core {
                 response_memory: ResponseMemory::new(config.fetch_response_budget_bytes),
                 views: ViewReaders::new(config.views),
                 load: Rc::new(CoreLoad::new(config.fetch_pacing)),
+                sessions: RefCell::new(FetchSessions::new(config.fetch_sessions)),
             },
             groups: crate::groups::Coordinator::new(id, cores, config.groups),
             transactions: crate::transactions::coordinator::TxnCoordinator::new(

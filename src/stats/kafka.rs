@@ -1,5 +1,5 @@
 //! The Kafka front end's counters (requests, errors and durations per API, bytes, connections,
-//! protocol errors, handler panics, SASL, TLS, fetch bytes and pacing), their plain snapshot and
+//! protocol errors, handler panics, SASL, TLS, fetch bytes, pacing and sessions), their plain snapshot and
 //! their `/metrics` families. Below [`crate::cores::state`], whose `Core` holds them for the
 //! connections and handlers of [`crate::kafka`].
 
@@ -43,6 +43,12 @@ pub struct FrontEndStats {
     /// Long polls that waited for fetch pacing after new data arrived, and the time they waited.
     pub fetch_paced: Cell<u64>,
     pub fetch_paced_us: Cell<u64>,
+    /// Incremental fetch sessions the core holds (a gauge), and those evicted for new ones.
+    pub fetch_sessions: Cell<u64>,
+    pub fetch_session_evictions: Cell<u64>,
+    /// Fetches answered in full (sessionless or starting a session), and incrementally.
+    pub fetch_full: Cell<u64>,
+    pub fetch_incremental: Cell<u64>,
 }
 
 impl Default for FrontEndStats {
@@ -70,6 +76,10 @@ impl Default for FrontEndStats {
             fetch_response_bytes: Cell::new(0),
             fetch_paced: Cell::new(0),
             fetch_paced_us: Cell::new(0),
+            fetch_sessions: Cell::new(0),
+            fetch_session_evictions: Cell::new(0),
+            fetch_full: Cell::new(0),
+            fetch_incremental: Cell::new(0),
         }
     }
 }
@@ -118,6 +128,10 @@ impl FrontEndStats {
             fetch_response_bytes: self.fetch_response_bytes.get(),
             fetch_paced: self.fetch_paced.get(),
             fetch_paced_us: self.fetch_paced_us.get(),
+            fetch_sessions: self.fetch_sessions.get(),
+            fetch_session_evictions: self.fetch_session_evictions.get(),
+            fetch_full: self.fetch_full.get(),
+            fetch_incremental: self.fetch_incremental.get(),
         }
     }
 }
@@ -146,12 +160,16 @@ pub struct FrontEndSnapshot {
     pub fetch_response_bytes: u64,
     pub fetch_paced: u64,
     pub fetch_paced_us: u64,
+    pub fetch_sessions: u64,
+    pub fetch_session_evictions: u64,
+    pub fetch_full: u64,
+    pub fetch_incremental: u64,
 }
 
 const REQUEST_DURATION: &str = "shoal_kafka_request_duration_seconds";
 
 /// The front end's families with one sample per core.
-const PER_CORE: [Family<FrontEndSnapshot>; 17] = [
+const PER_CORE: [Family<FrontEndSnapshot>; 21] = [
     ("bytes_in_total", "counter", "Request bytes received.", |s| s.bytes_in),
     ("bytes_out_total", "counter", "Response bytes sent.", |s| s.bytes_out),
     ("response_writes_total", "counter", "Writes of responses to connections: pipelined responses ready together go out in one.", |s| s.response_writes),
@@ -169,6 +187,10 @@ const PER_CORE: [Family<FrontEndSnapshot>; 17] = [
     ("fetch_response_bytes_total", "counter", "Record bytes sent to consumers in fetch responses.", |s| s.fetch_response_bytes),
     ("fetch_paced_total", "counter", "Long polls that waited for fetch pacing after new data arrived (their core was busy).", |s| s.fetch_paced),
     ("fetch_paced_microseconds_total", "counter", "Time long polls waited for fetch pacing.", |s| s.fetch_paced_us),
+    ("fetch_sessions", "gauge", "Incremental fetch sessions (KIP-227) the core holds.", |s| s.fetch_sessions),
+    ("fetch_session_evictions_total", "counter", "Fetch sessions evicted to make room for new ones (their clients start over with a full fetch).", |s| s.fetch_session_evictions),
+    ("fetch_full_total", "counter", "Fetches answered in full: outside a session, or starting one.", |s| s.fetch_full),
+    ("fetch_incremental_total", "counter", "Fetches answered in a fetch session, with only the partitions that changed.", |s| s.fetch_incremental),
 ];
 
 impl FrontEndSnapshot {

@@ -177,6 +177,10 @@ mod tests {
                         fetch_response_bytes: 37 * n,
                         fetch_paced: 38 * n,
                         fetch_paced_us: 39 * n,
+                        fetch_sessions: 85 * n,
+                        fetch_session_evictions: 86 * n,
+                        fetch_full: 87 * n,
+                        fetch_incremental: 88 * n,
                     },
                     device: shards::DeviceLatency {
                         writes: histogram(&[200, 200_000, 30 * n]),

@@ -64,7 +64,7 @@ fn name(s: &str) -> TopicName {
 }
 
 /// One RecordBatch v2 holding `values`, base offset 0.
-fn batch(values: &[&str]) -> Vec<u8> {
+pub(crate) fn batch(values: &[&str]) -> Vec<u8> {
     let ts = now_ms();
     let mut b = BatchBuilder::new(ts);
     for (i, v) in values.iter().enumerate() {
@@ -146,7 +146,7 @@ fn only_partition(r: &ProduceResponse) -> &PartitionProduceResponse {
 }
 
 /// Creates a topic (through core 0) and asserts it worked.
-fn create_topic(shoal: &Shoal, topic: &str, partitions: i32) {
+pub(crate) fn create_topic(shoal: &Shoal, topic: &str, partitions: i32) {
     let mut s = connect(shoal.ports[0]);
     let r: CreateTopicsResponse = call(
         &mut s,
@@ -209,7 +209,12 @@ fn list_offset(port: u16, topic: &str, partition: i32, timestamp: i64) -> (i16, 
     (p.error_code, p.offset)
 }
 
-fn produce(port: u16, topic: &str, partition: i32, records: Vec<u8>) -> PartitionProduceResponse {
+pub(crate) fn produce(
+    port: u16,
+    topic: &str,
+    partition: i32,
+    records: Vec<u8>,
+) -> PartitionProduceResponse {
     let mut s = connect(port);
     let r: ProduceResponse = call(
         &mut s,

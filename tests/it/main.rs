@@ -20,6 +20,7 @@ mod edge;
 mod exactly_once;
 mod fanout;
 mod fetch_errors;
+mod fetch_sessions;
 mod first_start;
 mod fuzz;
 mod fuzz_found;

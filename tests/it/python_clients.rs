@@ -212,3 +212,45 @@ fn confluent_kafka_deletes_records() {
     );
     shoal.stop();
 }
+
+/// kafka-python keeps a fetch session per broker (KIP-227): it reads 500 partitions exactly once
+/// while idling at the tail in incremental fetches; a larger consumer evicts its sessions from the
+/// only slot of each core (`--max-fetch-sessions-per-core 1`), and it carries on with full fetches
+/// after FETCH_SESSION_ID_NOT_FOUND, losing nothing; once the larger consumer is gone and its
+/// sessions are stale, it starts sessions again.
+#[test]
+fn kafka_python_reads_500_partitions_in_fetch_sessions_through_evictions() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = [
+        "--max-fetch-sessions-per-core",
+        "1",
+        "--fetch-session-eviction-ms",
+        "2000",
+    ];
+    let shoal = Shoal::start(dir.path(), 2, &flags);
+    let bootstrap = shoal.bootstrap();
+    common::create_topics(&bootstrap, &[("wide", 500), ("wider", 8)]);
+    let stdout = run_script(
+        "fetch_sessions.py",
+        &[&bootstrap, "wide", "500", "wider", "8", "3"],
+    );
+    let line = stdout.lines().last().unwrap_or_default();
+    println!("{line}");
+    let summary: serde_json::Value = serde_json::from_str(line).expect(&stdout);
+    let n = |v: &serde_json::Value| v.as_u64().unwrap_or_else(|| panic!("{stdout}"));
+    assert_eq!(n(&summary["records"]), 3 * 500 * 2, "{stdout}");
+    assert_eq!(n(&summary["distinct_values"]), 3 * 500 * 2, "{stdout}");
+    assert_eq!(n(&summary["duplicates"]), 0, "{stdout}");
+    assert_eq!(n(&summary["missing"]), 0, "{stdout}");
+    let a = &summary["a"];
+    assert!(n(&a["created"]) >= 2, "a session on each core: {stdout}");
+    assert!(n(&a["not_found"]) >= 1, "evicted: {stdout}");
+    assert!(
+        n(&a["created_after_not_found"]) >= 1,
+        "sessions again: {stdout}"
+    );
+    assert!(n(&summary["b"]["created"]) >= 1, "{stdout}");
+    assert!(shoal.metric("shoal_fetch_incremental_total") >= 20);
+    assert!(shoal.metric("shoal_fetch_session_evictions_total") >= 2);
+    shoal.stop();
+}

@@ -11,6 +11,7 @@ use shards::LogConfig;
 use shoal::admin::parse_on_off;
 use shoal::auth::{AuthConfig, SaslMechanism, SecurityProtocol};
 use shoal::cores::config::BrokerConfig;
+use shoal::cores::fetch_sessions::FetchSessionConfig;
 use shoal::cores::load::PacingConfig;
 use shoal::edge::EdgeConfig;
 use shoal::groups::lag::LagConfig;
@@ -489,6 +490,14 @@ pub struct ServeArgs {
     /// responses counts once. A fetch beyond it returns what fits (at least one batch).
     #[arg(long, default_value_t = 512 << 20, value_parser = parse_size_usize)]
     pub fetch_response_budget_bytes: usize,
+    /// Incremental fetch sessions (KIP-227) each core keeps, like Kafka's
+    /// max.incremental.fetch.session.cache.slots; a consumer without one sends full fetches. 0: none.
+    #[arg(long, default_value_t = 1000)]
+    pub max_fetch_sessions_per_core: usize,
+    /// A fetch session unused for this long (ms) is the first evicted when a new session needs
+    /// its slot; otherwise a new session may evict only a session with fewer partitions.
+    #[arg(long, default_value_t = 120_000)]
+    pub fetch_session_eviction_ms: u64,
     /// Longest a long poll woken by new data waits before it reads while its core is saturated, so
     /// that each response carries more (fetch pacing); bounded by the fetch's own max wait and by
     /// about the time the core needs to answer every fetch it holds once. 0: off; at most 1000.
@@ -681,6 +690,13 @@ impl ServeArgs {
         }
     }
 
+    fn fetch_session_config(&self) -> FetchSessionConfig {
+        FetchSessionConfig {
+            max_sessions: self.max_fetch_sessions_per_core,
+            eviction_timeout: Duration::from_millis(self.fetch_session_eviction_ms),
+        }
+    }
+
     /// The server's configuration from the flags.
     pub fn into_config(self) -> ServerConfig {
         // `--cores 0` is taken as 1 by the server.
@@ -694,7 +710,7 @@ impl ServeArgs {
                 .ip()
                 .to_string()
         });
-        let log = self.log_config();
+        let (log, fetch_sessions) = (self.log_config(), self.fetch_session_config());
         ServerConfig {
             http_listen: self.http.http_listen,
             http_tls: self.http.http_tls,
@@ -726,6 +742,7 @@ impl ServeArgs {
                 },
                 fetch_cache_bytes: self.fetch_cache_bytes,
                 fetch_response_budget_bytes: self.fetch_response_budget_bytes,
+                fetch_sessions,
                 fetch_pacing: PacingConfig {
                     max_delay: Duration::from_millis(self.fetch_pacing_max_ms),
                     target_busy: f64::from(self.fetch_pacing_target_busy_percent) / 100.0,

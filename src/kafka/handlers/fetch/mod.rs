@@ -3,9 +3,15 @@
 //! `max_wait_ms`), and the response, encoded by the hand-written [`crate::wire::fetch::encode`], which
 //! writes the log's shared record bytes to the socket without copying them.
 //!
-//! From v13 topics are named by id, looked up in the core's map of the topic table's ids. No fetch
-//! session (KIP-227) is kept: every response is a full one with session id 0, so a client sends full
-//! fetches and a session can never mix topic names and ids.
+//! From v7 a fetch may be in a fetch session (KIP-227, [`session`]): a session's request lists only
+//! the partitions whose fetch position changed, the fetch reads every partition of the session, and
+//! its response carries only those that changed. Sessions decide which partitions are read and
+//! answered; the reads (coalesced, or steered to read replicas) are the same. From v13 topics are
+//! named by id, looked up in the core's map of the topic table's ids; a session keeps the names or
+//! the ids its first request used.
+//!
+//! ## Layout
+//! - [`session`] — which partitions a request reads and which results its response carries.
 
 use super::{count_errors, HandlerResult, Reply, Versions};
 use crate::cores::Core;
@@ -22,6 +28,7 @@ use crate::wire::header::{decode, Request};
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{ApiKey, FetchRequest};
+use session::{AskedPartition, AskedTopic};
 use shards::partition::Partition;
 use shards::view_reader::ViewReader;
 use std::future::Future;
@@ -29,6 +36,8 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
+
+pub mod session;
 
 pub const VERSIONS: Versions = Versions {
     key: ApiKey::Fetch,
@@ -100,74 +109,48 @@ struct Plan {
     read_committed: bool,
 }
 
-fn plan(core: &Core, request: &FetchRequest, version: i16, who: &Session) -> Plan {
+fn plan(
+    core: &Core,
+    request: &FetchRequest,
+    asked: &[AskedTopic],
+    version: i16,
+    who: &Session,
+) -> Plan {
     // v15 moved the fetching replica's id into replica_state.
     let replica_id = if version >= 15 {
         request.replica_state.replica_id
     } else {
         request.replica_id
     };
-    // Only consumers (not brokers' replica fetches) of Fetch v11+ know preferred_read_replica.
-    let may_redirect = version >= 11 && replica_id.0 < 0;
+    let steering = Steering {
+        // Only consumers (not brokers' replica fetches) of Fetch v11+ know preferred_read_replica.
+        may_redirect: version >= 11 && replica_id.0 < 0,
+        busy: core.reads.load.busy(),
+        now: Instant::now(),
+        who,
+    };
     let by_id = version >= encode::FIRST_TOPIC_ID_VERSION;
-    let now = Instant::now();
-    let busy = core.reads.load.busy();
-    let topics = request
-        .topics
+    let topics = asked
         .iter()
         .map(|t| {
-            // By name: the request's own bytes (a slice of the frame the fetch holds anyway), not a
-            // copy. By id (v13+): the name the topic table has for it, shared, if it has one.
+            // By name: the request's own bytes (a slice of the frame the fetch holds anyway) or the
+            // session's. By id (v13+): the name the topic table has for it, shared, if it has one.
             let name = if by_id {
-                core.topic_name(t.topic_id.as_bytes())
+                core.topic_name(&t.id).map(Bytes::from)
             } else {
-                Some(t.topic.0.clone())
+                Some(t.name.clone())
             };
             let known = name.as_ref().map(|n| {
-                let readable = who.may_topic(core, Operation::Read, n);
-                (n.as_str(), readable)
+                let n = std::str::from_utf8(n).unwrap_or_default();
+                (n, who.may_topic(core, Operation::Read, n))
             });
             PlannedTopic {
-                name: name.clone().map(Bytes::from).unwrap_or_default(),
-                id: *t.topic_id.as_bytes(),
+                name: name.clone().unwrap_or_default(),
+                id: t.id,
                 partitions: t
                     .partitions
                     .iter()
-                    .map(|p| {
-                        let target = known
-                            .ok_or(ResponseError::UnknownTopicId)
-                            .and_then(|(name, readable)| {
-                                readable
-                                    .then_some(name)
-                                    .ok_or(ResponseError::TopicAuthorizationFailed)
-                            })
-                            .and_then(|name| core.fetch_partition(name, p.partition))
-                            .map(|(part, view)| {
-                                let view = view.map(|v| {
-                                    (core.reads.views.reader(&part.log, v.shards), v.shard)
-                                });
-                                ReadSource { part, view }
-                            });
-                        let redirect = target.as_ref().ok().and_then(|t| {
-                            let steered = (may_redirect && !t.part.log.is_replica())
-                                .then(|| core.replicas.steer(&t.part, who.id, busy, now));
-                            match steered {
-                                Some(Steer::To(c)) => Some(c),
-                                _ => {
-                                    // Served here: one of this core's fetch connections of it.
-                                    core.replicas.note_fetch(&t.part, who.id, now);
-                                    None
-                                }
-                            }
-                        });
-                        PlannedPartition {
-                            index: p.partition,
-                            offset: p.fetch_offset,
-                            max_bytes: p.partition_max_bytes.max(0) as usize,
-                            target,
-                            redirect,
-                        }
-                    })
+                    .map(|p| plan_partition(core, &steering, known, p))
                     .collect(),
             }
         })
@@ -180,6 +163,59 @@ fn plan(core: &Core, request: &FetchRequest, version: i16, who: &Session) -> Pla
         min_bytes: request.min_bytes.max(0) as usize,
         deadline: Instant::now() + wait,
         read_committed: request.isolation_level == 1,
+    }
+}
+
+/// What steering a fetch's partitions to read replicas goes by: whether its client may be
+/// steered, how busy the core is, and which connection it is.
+struct Steering<'a> {
+    may_redirect: bool,
+    busy: f64,
+    now: Instant,
+    who: &'a Session,
+}
+
+/// One partition resolved against this core: `known` is its topic's name and whether the client
+/// may read it (`None`: no such topic).
+fn plan_partition(
+    core: &Core,
+    steering: &Steering,
+    known: Option<(&str, bool)>,
+    p: &AskedPartition,
+) -> PlannedPartition {
+    let target = known
+        .ok_or(ResponseError::UnknownTopicId)
+        .and_then(|(name, readable)| {
+            readable
+                .then_some(name)
+                .ok_or(ResponseError::TopicAuthorizationFailed)
+        })
+        .and_then(|name| core.fetch_partition(name, p.index))
+        .map(|(part, view)| {
+            let view = view.map(|v| (core.reads.views.reader(&part.log, v.shards), v.shard));
+            ReadSource { part, view }
+        });
+    let redirect = target.as_ref().ok().and_then(|t| {
+        let steered = (steering.may_redirect && !t.part.log.is_replica()).then(|| {
+            core.replicas
+                .steer(&t.part, steering.who.id, steering.busy, steering.now)
+        });
+        match steered {
+            Some(Steer::To(c)) => Some(c),
+            _ => {
+                // Served here: one of this core's fetch connections of it.
+                core.replicas
+                    .note_fetch(&t.part, steering.who.id, steering.now);
+                None
+            }
+        }
+    });
+    PlannedPartition {
+        index: p.index,
+        offset: p.offset,
+        max_bytes: p.max_bytes.max(0) as usize,
+        target,
+        redirect,
     }
 }
 
@@ -404,7 +440,11 @@ fn down_convert_errors(version: i16, topics: &mut [TopicResult]) {
 pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
     let request: FetchRequest = decode(req)?;
     let _held = core.reads.load.hold_fetch();
-    let plan = plan(core, &request, req.api_version, who);
+    let (scope, asked) = match session::begin(core, &request, req.api_version) {
+        Ok(begun) => begun,
+        Err(e) => return Ok(refused(core, req, e)),
+    };
+    let plan = plan(core, &request, &asked, req.api_version, who);
     pace(core, &plan, Before::Read).await;
     let mut done = loop {
         let run = execute(core, &plan).await;
@@ -427,6 +467,7 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
         }
         pace(core, &plan, Before::ReadAfterWait).await;
     };
+    let session_id = session::finish(core, scope, req.api_version, &asked, &mut done.topics);
     down_convert_errors(req.api_version, &mut done.topics);
     let endpoints = current_leaders(core, who, req.api_version, &mut done.topics);
     count_errors(
@@ -442,11 +483,27 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
         req.correlation_id,
         0,
         0,
-        0,
+        session_id,
         &done.topics,
         &endpoints,
     );
     Ok(Reply::Fetch(parts.chunks, done.holds))
+}
+
+/// A session fetch the session cache refuses: the error alone, at once, with no partitions and
+/// session id 0 (as Kafka answers it).
+fn refused(core: &Core, req: &Request, e: ResponseError) -> Reply {
+    count_errors(core, req, [e.code()]);
+    let parts = encode_fetch_response(
+        req.api_version,
+        req.correlation_id,
+        0,
+        e.code(),
+        0,
+        &[],
+        &[],
+    );
+    Reply::Fetch(parts.chunks, Vec::new())
 }
 
 /// From v16, each partition answered `NOT_LEADER_OR_FOLLOWER` names its leader, and the response
