@@ -374,6 +374,38 @@ impl Walk {
                 assert_eq!(r.topics[0].partitions[0].error_code, NONE, "commit {group}");
                 Body::from(DeleteGroupsRequest::default().with_groups_names(vec![group_id(&group)]))
             }
+            ApiKey::OffsetDelete => {
+                let group = format!("walk-offset-delete-v{v}");
+                let r: OffsetCommitResponse = call(
+                    &mut connect(self.port),
+                    ApiKey::OffsetCommit,
+                    8,
+                    1,
+                    &commit_request(&group, -1, s("")),
+                );
+                assert_eq!(r.topics[0].partitions[0].error_code, NONE, "commit {group}");
+                Body::from(
+                    OffsetDeleteRequest::default()
+                        .with_group_id(group_id(&group))
+                        .with_topics(vec![
+                            offset_delete_request::OffsetDeleteRequestTopic::default()
+                                .with_name(topic_name(TOPIC))
+                                .with_partitions(vec![
+                                    offset_delete_request::OffsetDeleteRequestPartition::default(),
+                                ]),
+                        ]),
+                )
+            }
+            // Offset 0 moves nothing: the walk's topic keeps its records for the other requests.
+            ApiKey::DeleteRecords => Body::from(
+                DeleteRecordsRequest::default()
+                    .with_timeout_ms(10_000)
+                    .with_topics(vec![delete_records_request::DeleteRecordsTopic::default()
+                        .with_name(topic_name(TOPIC))
+                        .with_partitions(vec![
+                            delete_records_request::DeleteRecordsPartition::default(),
+                        ])]),
+            ),
             _ => return None,
         })
     }
