@@ -4,13 +4,19 @@
 //! - [`lag`]     — consumer group lag computed from committed offsets and partitions' ends, the
 //!   latest figures kept for the statistics, and their `/metrics` families.
 //! - `reshard`   — moving committed offsets when `--cores` changes ([`reshard()`]).
+//! - `consumer_coordinator` — the coordinator's consumer-protocol groups: heartbeats, a group's
+//!   move between the protocols, their checks of offset commits and fetches.
 //! - [`offsets`] — committed offsets and pending transactional ones: in memory, durable in an
 //!   internal log per core, compacted.
 //! - `stats`     — what the coordinator reports ([`GroupStats`]) and its `/metrics` families.
 //! - [`group`]   — one group's state machine (Kafka's classic protocol), pure and synchronous.
+//! - [`consumer`] — one group of the consumer group protocol (KIP-848): epochs, server-side
+//!   assignors, reconciliation; pure and synchronous.
 //!
 //! Design notes: `docs/groups.md`.
 
+pub mod consumer;
+mod consumer_coordinator;
 pub mod group;
 pub mod lag;
 pub mod offsets;
@@ -32,6 +38,16 @@ use std::time::{Duration, Instant};
 
 pub use reshard::reshard;
 pub use stats::{GroupStats, GroupSummary};
+
+/// One group as ListGroups lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub id: String,
+    pub protocol_type: String,
+    pub state: &'static str,
+    /// A group of the consumer group protocol (type `consumer`), else `classic`.
+    pub consumer_protocol: bool,
+}
 
 /// How often each core checks its groups' deadlines.
 pub const TICK: Duration = Duration::from_millis(50);
@@ -63,6 +79,8 @@ pub struct CoordinatorConfig {
     /// the live ones).
     pub compact_min_records: u64,
     pub lag: lag::LagConfig,
+    /// Groups of the consumer group protocol.
+    pub consumer: consumer::ConsumerConfig,
 }
 
 /// One core's groups and their committed offsets.
@@ -72,6 +90,8 @@ pub struct Coordinator {
     cores: usize,
     pub config: CoordinatorConfig,
     groups: RefCell<HashMap<String, Group>>,
+    /// Groups of the consumer group protocol (never the id of one in `groups`).
+    consumer: RefCell<HashMap<String, consumer::ConsumerGroup>>,
     /// Groups the tick must visit: those that are not idle (see [`Coordinator::tick`]).
     active: RefCell<HashSet<String>>,
     offsets: RefCell<Option<Rc<OffsetStore>>>,
@@ -91,6 +111,7 @@ impl Coordinator {
             cores,
             config,
             groups: RefCell::new(HashMap::new()),
+            consumer: RefCell::new(HashMap::new()),
             active: RefCell::new(HashSet::new()),
             offsets: RefCell::new(None),
             retired_rebalances: Cell::new(0),
@@ -182,7 +203,10 @@ impl Coordinator {
         if self.stopped.get() {
             return error(ResponseError::NotCoordinator);
         }
-        if let Err(e) = self.check_membership(group_id) {
+        if let Err(e) = self
+            .check_membership(group_id)
+            .and_then(|()| self.classic_join_allowed(group_id))
+        {
             return error(e);
         }
         if req.session_timeout < self.config.min_session_timeout
@@ -272,6 +296,9 @@ impl Coordinator {
     ) -> Result<Rc<OffsetStore>, ResponseError> {
         self.check(group_id)?;
         let store = self.store()?;
+        if let Some(checked) = self.consumer_commit_check(group_id, member_id, generation) {
+            return checked.map(|()| store);
+        }
         let now = Instant::now();
         let mut groups = self.groups.borrow_mut();
         match groups.get_mut(group_id) {
@@ -331,6 +358,14 @@ impl Coordinator {
         let (producer_id, producer_epoch) = producer;
         if producer_id < 0 || producer_epoch < 0 {
             return Err(ResponseError::InvalidProducerIdMapping);
+        }
+        if let Some(checked) = self.consumer_commit_check(group_id, member_id, generation) {
+            checked?;
+            let newer = store.pending_epoch(group_id, producer_id);
+            if newer.is_some_and(|e| e > producer_epoch) {
+                return Err(ResponseError::InvalidProducerEpoch);
+            }
+            return Ok(store);
         }
         let now = Instant::now();
         let mut groups = self.groups.borrow_mut();
@@ -493,24 +528,29 @@ impl Coordinator {
 
     /// Whether this core has the group (with members, or only offsets).
     pub fn exists(&self, group_id: &str) -> bool {
-        self.groups.borrow().contains_key(group_id)
+        self.groups.borrow().contains_key(group_id) || self.consumer.borrow().contains_key(group_id)
     }
 
-    /// (group id, protocol type, state) of every group of this core.
-    pub fn list(&self) -> Vec<(String, String, GroupState)> {
-        let mut v: Vec<_> = self
+    /// Every group of this core, by id.
+    pub fn list(&self) -> Vec<Listed> {
+        let mut v: Vec<Listed> = self
             .groups
             .borrow()
             .values()
-            .map(|g| {
-                (
-                    g.id.clone(),
-                    g.protocol_type().unwrap_or("").to_string(),
-                    g.state(),
-                )
+            .map(|g| Listed {
+                id: g.id.clone(),
+                protocol_type: g.protocol_type().unwrap_or("").to_string(),
+                state: g.state().name(),
+                consumer_protocol: false,
             })
             .collect();
-        v.sort();
+        v.extend(self.consumer.borrow().values().map(|g| Listed {
+            id: g.id.clone(),
+            protocol_type: "consumer".into(),
+            state: g.state().name(),
+            consumer_protocol: true,
+        }));
+        v.sort_by(|a, b| a.id.cmp(&b.id));
         v
     }
 
@@ -526,6 +566,11 @@ impl Coordinator {
                 members: g.member_count() as u64,
             })
             .collect();
+        v.extend(self.consumer.borrow().values().map(|g| GroupSummary {
+            group: g.id.clone(),
+            state: g.state().name(),
+            members: g.member_count() as u64,
+        }));
         v.sort_by(|a, b| a.group.cmp(&b.group));
         v
     }
@@ -539,6 +584,21 @@ impl Coordinator {
     pub async fn delete(&self, group_id: &str) -> Result<(), ResponseError> {
         self.check(group_id)?;
         let store = self.store()?;
+        match self.consumer.borrow().get(group_id).map(|g| g.is_empty()) {
+            Some(false) => return Err(ResponseError::NonEmptyGroup),
+            Some(true) => {
+                // Dead while its offsets are deleted: a placeholder of the classic kind refuses
+                // commits below.
+                let mut g = Group::new(group_id, self.group_config(), Instant::now());
+                g.mark_dead();
+                self.groups.borrow_mut().insert(group_id.to_string(), g);
+            }
+            None => {}
+        }
+        if let Some(g) = self.consumer.borrow_mut().remove(group_id) {
+            self.retired_rebalances
+                .set(self.retired_rebalances.get() + g.rebalances);
+        }
         {
             let mut groups = self.groups.borrow_mut();
             match groups.get_mut(group_id) {
@@ -584,7 +644,11 @@ impl Coordinator {
     ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
         self.check(group_id)?;
         let store = self.store()?;
-        let subscribed = {
+        let consumer =
+            self.with_consumer_group(group_id, |g| (!g.is_empty()).then(|| g.subscribed_names()));
+        let subscribed = if let Some(members) = consumer {
+            members.unwrap_or_default()
+        } else {
             let groups = self.groups.borrow();
             match groups.get(group_id) {
                 None if !store.has_group(group_id) => return Err(ResponseError::GroupIdNotFound),
@@ -626,9 +690,34 @@ impl Coordinator {
     pub fn tick(&self) {
         let now = Instant::now();
         let store = self.offsets.borrow().clone();
+        let writing = |id: &str| store.as_ref().is_some_and(|s| s.writing(id));
         let mut retired = 0;
+        let consumer_ids: Vec<String> = {
+            let consumer = self.consumer.borrow();
+            let active = self.active.borrow();
+            active
+                .iter()
+                .filter(|id| consumer.contains_key(*id))
+                .cloned()
+                .collect()
+        };
+        // A consumer group left without members is kept while it has offsets, like a classic one.
+        for id in self.tick_consumer(&consumer_ids, now) {
+            let kept = writing(&id) || store.as_ref().is_some_and(|s| s.has_group(&id));
+            if !kept {
+                retired += self
+                    .consumer
+                    .borrow_mut()
+                    .remove(&id)
+                    .map_or(0, |g| g.rebalances);
+            }
+        }
+        let consumer = self.consumer.borrow();
         let mut groups = self.groups.borrow_mut();
         self.active.borrow_mut().retain(|id| {
+            if let Some(g) = consumer.get(id) {
+                return !g.is_empty() || writing(id);
+            }
             let Some(g) = groups.get_mut(id) else {
                 return false;
             };
@@ -644,7 +733,7 @@ impl Coordinator {
             }
             false
         });
-        drop(groups);
+        drop((groups, consumer));
         self.retired_rebalances
             .set(self.retired_rebalances.get() + retired);
         if let Some(store) = store.filter(|s| s.needs_compaction()) {
@@ -694,11 +783,25 @@ impl Coordinator {
         for g in groups.values() {
             by_state[g.state() as usize] += 1;
         }
+        let consumer = self.consumer.borrow();
+        let mut consumer_by_state = [0u64; 4];
+        for g in consumer.values() {
+            consumer_by_state[g.state() as usize] += 1;
+        }
         GroupStats {
             by_state,
-            members: groups.values().map(|g| g.member_count() as u64).sum(),
+            consumer_by_state,
+            members: groups
+                .values()
+                .map(|g| g.member_count() as u64)
+                .sum::<u64>()
+                + consumer
+                    .values()
+                    .map(|g| g.member_count() as u64)
+                    .sum::<u64>(),
             rebalances: self.retired_rebalances.get()
-                + groups.values().map(|g| g.rebalances).sum::<u64>(),
+                + groups.values().map(|g| g.rebalances).sum::<u64>()
+                + consumer.values().map(|g| g.rebalances).sum::<u64>(),
             offset_commits: self.offset_commits.get(),
         }
     }
@@ -736,6 +839,11 @@ mod tests {
                 interval: Duration::from_secs(5),
                 per_partition: false,
                 max_partition_series: 100,
+            },
+            consumer: consumer::ConsumerConfig {
+                session_timeout: Duration::from_secs(45),
+                heartbeat_interval: Duration::from_secs(5),
+                default_assignor: "uniform",
             },
         }
     }

@@ -1,5 +1,6 @@
 //! What a core's group coordinator reports, and its `/metrics` families.
 
+use super::consumer::ConsumerGroupState;
 use super::group::GroupState;
 use crate::metrics::{core_label, Exposition, Family};
 
@@ -16,6 +17,8 @@ pub struct GroupSummary {
 pub struct GroupStats {
     /// Groups per state, indexed by `GroupState as usize`.
     pub by_state: [u64; 5],
+    /// Groups of the consumer group protocol per state, indexed by `ConsumerGroupState as usize`.
+    pub consumer_by_state: [u64; 4],
     pub members: u64,
     pub rebalances: u64,
     /// Partition offsets committed (one OffsetCommit may commit many).
@@ -54,6 +57,17 @@ impl GroupStats {
                 GroupState::ALL.iter().map(move |s| {
                     let labels = format!("{},state=\"{}\"", core_label(*core), s.name());
                     (labels, g.by_state[*s as usize])
+                })
+            }),
+        );
+        out.family(
+            "shoal_consumer_protocol_groups",
+            "gauge",
+            "Consumer groups of the consumer group protocol (KIP-848) coordinated, by state.",
+            cores.iter().flat_map(|(core, g)| {
+                ConsumerGroupState::ALL.iter().map(move |s| {
+                    let labels = format!("{},state=\"{}\"", core_label(*core), s.name());
+                    (labels, g.consumer_by_state[*s as usize])
                 })
             }),
         );

@@ -221,6 +221,7 @@ mod tests {
                     },
                     groups: GroupStats {
                         by_state: [51 * n, 52 * n, 53 * n, 54 * n, 55 * n],
+                        consumer_by_state: [91 * n, 92 * n, 93 * n, 94 * n],
                         members: 56 * n,
                         rebalances: 57 * n,
                         offset_commits: 58 * n,

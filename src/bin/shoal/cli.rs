@@ -14,6 +14,7 @@ use shoal::cores::config::BrokerConfig;
 use shoal::cores::fetch_sessions::FetchSessionConfig;
 use shoal::cores::load::PacingConfig;
 use shoal::edge::EdgeConfig;
+use shoal::groups::consumer::ConsumerConfig;
 use shoal::groups::lag::LagConfig;
 use shoal::groups::CoordinatorConfig;
 use shoal::http::HttpConfig;
@@ -530,6 +531,18 @@ pub struct ServeArgs {
     /// Largest session timeout a group member may ask for, in ms (Kafka group.max.session.timeout.ms).
     #[arg(long, default_value_t = 1_800_000)]
     pub group_max_session_timeout_ms: u64,
+    /// A member of a consumer-protocol group (KIP-848) that sends no heartbeat for this long is
+    /// removed, in ms (Kafka group.consumer.session.timeout.ms).
+    #[arg(long, default_value_t = 45_000)]
+    pub group_consumer_session_timeout_ms: u64,
+    /// How often members of consumer-protocol groups heartbeat, in ms (Kafka
+    /// group.consumer.heartbeat.interval.ms).
+    #[arg(long, default_value_t = 5000)]
+    pub group_consumer_heartbeat_interval_ms: u64,
+    /// The assignor of a consumer-protocol group whose members ask for none: uniform or range
+    /// (the first of Kafka's group.consumer.assignors).
+    #[arg(long, default_value = "uniform", value_parser = ["uniform", "range"])]
+    pub group_consumer_assignor: String,
     /// A core's committed-offsets log is compacted (rewritten with only the live offsets) once it
     /// holds at least this many records and more than twice the live ones.
     #[arg(long, default_value_t = 10_000)]
@@ -697,8 +710,37 @@ impl ServeArgs {
         }
     }
 
+    /// The group coordinator's settings.
+    fn coordinator_config(&self) -> CoordinatorConfig {
+        CoordinatorConfig {
+            initial_rebalance_delay: Duration::from_millis(self.group_initial_rebalance_delay_ms),
+            min_session_timeout: Duration::from_millis(self.group_min_session_timeout_ms),
+            max_session_timeout: Duration::from_millis(self.group_max_session_timeout_ms),
+            compact_min_records: self.group_offsets_compact_min_records.max(1),
+            lag: LagConfig {
+                interval: Duration::from_millis(self.group_lag_interval_ms),
+                per_partition: self.group_lag_per_partition,
+                max_partition_series: self.group_lag_max_partition_series,
+            },
+            consumer: ConsumerConfig {
+                session_timeout: Duration::from_millis(
+                    self.group_consumer_session_timeout_ms.max(1),
+                ),
+                heartbeat_interval: Duration::from_millis(
+                    self.group_consumer_heartbeat_interval_ms.max(1),
+                ),
+                default_assignor: if self.group_consumer_assignor == "range" {
+                    "range"
+                } else {
+                    "uniform"
+                },
+            },
+        }
+    }
+
     /// The server's configuration from the flags.
     pub fn into_config(self) -> ServerConfig {
+        let groups = self.coordinator_config();
         // `--cores 0` is taken as 1 by the server.
         let cores = self
             .cores
@@ -754,19 +796,7 @@ impl ServeArgs {
                     shared: self.view_sharing,
                     ..Default::default()
                 },
-                groups: CoordinatorConfig {
-                    initial_rebalance_delay: Duration::from_millis(
-                        self.group_initial_rebalance_delay_ms,
-                    ),
-                    min_session_timeout: Duration::from_millis(self.group_min_session_timeout_ms),
-                    max_session_timeout: Duration::from_millis(self.group_max_session_timeout_ms),
-                    compact_min_records: self.group_offsets_compact_min_records.max(1),
-                    lag: LagConfig {
-                        interval: Duration::from_millis(self.group_lag_interval_ms),
-                        per_partition: self.group_lag_per_partition,
-                        max_partition_series: self.group_lag_max_partition_series,
-                    },
-                },
+                groups,
                 transactions: TxnConfig {
                     max_timeout_ms: self.transaction_max_timeout_ms.max(1),
                     id_expiration: Duration::from_millis(self.transactional_id_expiration_ms),

@@ -1,5 +1,6 @@
 //! ListGroups: the groups this core coordinates (clients ask every broker, as with Kafka), filtered
-//! by state from v4 and by type from v5 (every group here is of the classic type).
+//! by state from v4 and by type from v5 (`classic`, or `consumer` for the consumer group
+//! protocol's groups, whose states are Empty, Assigning, Reconciling and Stable).
 
 use super::{frame, HandlerResult, Versions};
 use crate::cores::Core;
@@ -16,47 +17,56 @@ pub const VERSIONS: Versions = Versions {
     max: 5,
 };
 
-/// The one group type shoal serves (KIP-848's types: classic, consumer).
+/// The group types (KIP-848): the classic protocol's, and the consumer group protocol's.
 const CLASSIC: &str = "classic";
+const CONSUMER: &str = "consumer";
 
 pub fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult {
     let request: ListGroupsRequest = decode(req)?;
     let v = req.api_version;
     // DESCRIBE on the cluster lists every group; else those the client may describe.
     let all = who.may_cluster(core, Operation::Describe);
-    let classic_wanted = v < 5
-        || request.types_filter.is_empty()
-        || request
-            .types_filter
-            .iter()
-            .any(|t| t.eq_ignore_ascii_case(CLASSIC));
+    let wanted = |consumer_protocol: bool| {
+        let kind = if consumer_protocol { CONSUMER } else { CLASSIC };
+        v < 5
+            || request.types_filter.is_empty()
+            || request
+                .types_filter
+                .iter()
+                .any(|t| t.eq_ignore_ascii_case(kind))
+    };
     let groups = core
         .groups()
         .list()
         .into_iter()
-        .filter(|_| classic_wanted)
-        .filter(|(id, _, _)| all || who.may_group(core, Operation::Describe, id))
-        .filter(|(_, _, state)| {
+        .filter(|g| wanted(g.consumer_protocol))
+        .filter(|g| all || who.may_group(core, Operation::Describe, &g.id))
+        .filter(|g| {
             v < 4
                 || request.states_filter.is_empty()
                 || request
                     .states_filter
                     .iter()
-                    .any(|f| f.eq_ignore_ascii_case(state.name()))
+                    .any(|f| f.eq_ignore_ascii_case(g.state))
         })
-        .map(|(id, protocol_type, state)| {
-            let g = ListedGroup::default()
-                .with_group_id(GroupId(StrBytes::from_string(id)))
-                .with_protocol_type(StrBytes::from_string(protocol_type));
-            let g = if v >= 4 {
-                g.with_group_state(StrBytes::from_static_str(state.name()))
+        .map(|g| {
+            let kind = if g.consumer_protocol {
+                CONSUMER
             } else {
-                g
+                CLASSIC
+            };
+            let listed = ListedGroup::default()
+                .with_group_id(GroupId(StrBytes::from_string(g.id)))
+                .with_protocol_type(StrBytes::from_string(g.protocol_type));
+            let listed = if v >= 4 {
+                listed.with_group_state(StrBytes::from_static_str(g.state))
+            } else {
+                listed
             };
             if v >= 5 {
-                g.with_group_type(StrBytes::from_static_str(CLASSIC))
+                listed.with_group_type(StrBytes::from_static_str(kind))
             } else {
-                g
+                listed
             }
         })
         .collect();
