@@ -8,11 +8,13 @@ use crate::table::acl::Operation;
 use crate::wire::header::{decode, encode, Request};
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ApiKey, DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
-    DescribeGroupsResponse, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
-    JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsResponse,
-    OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse,
-    OffsetFetchRequest, OffsetFetchResponse, ResponseHeader, SyncGroupRequest, SyncGroupResponse,
+    ApiKey, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, DeleteGroupsRequest,
+    DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, HeartbeatRequest,
+    HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
+    ListGroupsResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest,
+    OffsetDeleteResponse, OffsetFetchRequest, OffsetFetchResponse, ResponseHeader,
+    SyncGroupRequest, SyncGroupResponse,
 };
 use kafka_protocol::protocol::Decodable;
 
@@ -56,6 +58,8 @@ impl EdgeCore {
             | ApiKey::OffsetFetch
             | ApiKey::DescribeGroups
             | ApiKey::OffsetDelete
+            | ApiKey::ConsumerGroupHeartbeat
+            | ApiKey::ConsumerGroupDescribe
             | ApiKey::DeleteGroups => forward_group(self, req, who, key).await,
             ApiKey::ListGroups if who.rights.may_cluster(Operation::Describe) => {
                 Some(Ok(list_groups(self, req, who).await))
@@ -83,6 +87,14 @@ fn groups_of(key: ApiKey, req: &Request) -> Result<Vec<String>, String> {
             }
         }
         ApiKey::OffsetDelete => one(&decode::<OffsetDeleteRequest>(req)?.group_id),
+        ApiKey::ConsumerGroupHeartbeat => {
+            one(&decode::<ConsumerGroupHeartbeatRequest>(req)?.group_id)
+        }
+        ApiKey::ConsumerGroupDescribe => decode::<ConsumerGroupDescribeRequest>(req)?
+            .group_ids
+            .iter()
+            .map(|g| g.0.to_string())
+            .collect(),
         ApiKey::DescribeGroups => decode::<DescribeGroupsRequest>(req)?
             .groups
             .iter()
@@ -112,7 +124,7 @@ async fn forward_group(
         Err(why) => return Some(Err(why)),
     };
     let op = match key {
-        ApiKey::DescribeGroups => Operation::Describe,
+        ApiKey::DescribeGroups | ApiKey::ConsumerGroupDescribe => Operation::Describe,
         ApiKey::DeleteGroups | ApiKey::OffsetDelete => Operation::Delete,
         _ => Operation::Read,
     };
@@ -224,6 +236,16 @@ fn top_errors(key: ApiKey, version: i16, frame: &Bytes) -> Vec<i16> {
         ApiKey::OffsetDelete => decode_frame::<OffsetDeleteResponse>(key, version, frame)
             .map(|r| vec![r.error_code])
             .unwrap_or_default(),
+        ApiKey::ConsumerGroupHeartbeat => {
+            decode_frame::<ConsumerGroupHeartbeatResponse>(key, version, frame)
+                .map(|r| vec![r.error_code])
+                .unwrap_or_default()
+        }
+        ApiKey::ConsumerGroupDescribe => {
+            decode_frame::<ConsumerGroupDescribeResponse>(key, version, frame)
+                .map(|r| r.groups.iter().map(|g| g.error_code).collect())
+                .unwrap_or_default()
+        }
         _ => Vec::new(),
     }
 }

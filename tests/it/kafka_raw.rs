@@ -256,8 +256,8 @@ fn expected_ranges() -> Vec<(i16, i16, i16)> {
         (ApiKey::SyncGroup as i16, 0, 5),
         (ApiKey::Heartbeat as i16, 0, 4),
         (ApiKey::LeaveGroup as i16, 0, 5),
-        (ApiKey::OffsetCommit as i16, 2, 8),
-        (ApiKey::OffsetFetch as i16, 1, 8),
+        (ApiKey::OffsetCommit as i16, 2, 9),
+        (ApiKey::OffsetFetch as i16, 1, 9),
         (ApiKey::OffsetDelete as i16, 0, 0),
         (ApiKey::ListGroups as i16, 0, 5),
         (ApiKey::DescribeGroups as i16, 0, 5),
@@ -276,6 +276,8 @@ fn expected_ranges() -> Vec<(i16, i16, i16)> {
         (ApiKey::EndTxn as i16, 0, 4),
         (ApiKey::DescribeTransactions as i16, 0, 0),
         (ApiKey::ListTransactions as i16, 0, 1),
+        (ApiKey::ConsumerGroupHeartbeat as i16, 0, 1),
+        (ApiKey::ConsumerGroupDescribe as i16, 0, 1),
     ];
     v.sort_unstable();
     v

@@ -26,6 +26,7 @@ mod fuzz;
 mod fuzz_found;
 mod group_lag;
 mod groups;
+mod groups_kip848;
 mod groups_raw;
 mod handler_panic;
 mod http;

@@ -206,12 +206,15 @@ impl ConsumerGroup {
     }
 
     /// Whether `member_id` may commit or fetch offsets at `epoch` (OffsetCommit v9+, OffsetFetch
-    /// v9+): an unknown member is `UNKNOWN_MEMBER_ID`, another epoch `STALE_MEMBER_EPOCH`.
+    /// v9+): an unknown member is `UNKNOWN_MEMBER_ID`, another epoch `STALE_MEMBER_EPOCH`. The
+    /// epoch before its current one is still taken: a member commits what it read before the
+    /// answer that moved it on arrived, and partitions only ever leave it at its current epoch
+    /// (revocation keeps the epoch), so nothing it commits at the previous one is another's.
     pub fn check_member_epoch(&self, member_id: &str, epoch: i32) -> Result<(), ResponseError> {
         match self.members.get(member_id) {
             None => Err(ResponseError::UnknownMemberId),
-            Some(m) if m.epoch != epoch => Err(ResponseError::StaleMemberEpoch),
-            Some(_) => Ok(()),
+            Some(m) if epoch == m.epoch || (epoch >= 0 && epoch == m.previous_epoch) => Ok(()),
+            Some(_) => Err(ResponseError::StaleMemberEpoch),
         }
     }
 

@@ -1,5 +1,8 @@
 //! DescribeGroups: state, protocol and members (with their metadata and assignments) of groups this
-//! core coordinates. An unknown group is described as `Dead` with no error, as Kafka does.
+//! core coordinates. An unknown group is described as `Dead` with no error, as Kafka does. A
+//! consumer-protocol group (KIP-848) is described as a classic consumer group would be: protocol
+//! type `consumer`, its assignor as the protocol, each member's subscription and assignment in the
+//! consumer protocol's encoding.
 
 use super::{count_errors, frame, HandlerResult, Versions};
 use crate::cores::Core;
@@ -34,6 +37,12 @@ pub fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult {
                 return base
                     .with_error_code(e.code())
                     .with_group_state(StrBytes::from_static_str(GroupState::Dead.name()));
+            }
+            if let Some(g) = core
+                .groups()
+                .with_consumer_group(id, |g| consumer_group(core, base.clone(), g, v))
+            {
+                return g;
             }
             core.groups()
                 .with_group(id, |g| {
@@ -76,4 +85,69 @@ pub fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult {
         req,
         &DescribeGroupsResponse::default().with_groups(groups),
     ))
+}
+
+/// A consumer-protocol group in DescribeGroups' terms.
+fn consumer_group(
+    core: &Core,
+    base: DescribedGroup,
+    g: &crate::groups::consumer::ConsumerGroup,
+    v: i16,
+) -> DescribedGroup {
+    use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition;
+    use kafka_protocol::messages::{
+        ConsumerProtocolAssignment, ConsumerProtocolSubscription, TopicName,
+    };
+    use kafka_protocol::protocol::Encodable;
+    /// The consumer protocol's version of both encodings here.
+    const VERSION: i16 = 3;
+    let encode = |body: &dyn Fn(&mut bytes::BytesMut)| {
+        let mut b = bytes::BytesMut::new();
+        bytes::BufMut::put_i16(&mut b, VERSION);
+        body(&mut b);
+        b.freeze()
+    };
+    let members = g
+        .members()
+        .map(|m| {
+            let subscription = ConsumerProtocolSubscription::default().with_topics(
+                m.names
+                    .iter()
+                    .map(|n| StrBytes::from_string(n.clone()))
+                    .collect(),
+            );
+            let assignment = ConsumerProtocolAssignment::default().with_assigned_partitions(
+                m.assigned
+                    .iter()
+                    .map(|(id, parts)| {
+                        TopicPartition::default()
+                            .with_topic(TopicName(
+                                core.topic_name(id.as_bytes()).unwrap_or_default(),
+                            ))
+                            .with_partitions(parts.iter().copied().collect())
+                    })
+                    .collect(),
+            );
+            DescribedGroupMember::default()
+                .with_member_id(StrBytes::from_string(m.id.clone()))
+                .with_group_instance_id(
+                    m.instance_id
+                        .clone()
+                        .filter(|_| v >= 4)
+                        .map(StrBytes::from_string),
+                )
+                .with_client_id(StrBytes::from_string(m.client_id.clone()))
+                .with_client_host(StrBytes::from_string(m.client_host.clone()))
+                .with_member_metadata(encode(&|b| {
+                    let _ = subscription.encode(b, VERSION);
+                }))
+                .with_member_assignment(encode(&|b| {
+                    let _ = assignment.encode(b, VERSION);
+                }))
+        })
+        .collect();
+    base.with_group_state(StrBytes::from_static_str(g.state().name()))
+        .with_protocol_type(StrBytes::from_static_str("consumer"))
+        .with_protocol_data(StrBytes::from_static_str(g.assignor))
+        .with_members(members)
 }

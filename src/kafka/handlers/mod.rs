@@ -16,6 +16,8 @@ pub mod add_partitions_to_txn;
 pub mod alter_configs;
 pub mod alter_user_scram_credentials;
 pub mod api_versions;
+pub mod consumer_group_describe;
+pub mod consumer_group_heartbeat;
 pub mod create_acls;
 pub mod create_partitions;
 pub mod create_topics;
@@ -121,6 +123,8 @@ pub const APIS: &[Versions] = &[
     describe_transactions::VERSIONS,
     list_transactions::VERSIONS,
     txn_offset_commit::VERSIONS,
+    consumer_group_heartbeat::VERSIONS,
+    consumer_group_describe::VERSIONS,
 ];
 
 /// Why ACL requests are refused on a broker that enforces none (`--authorizer none`): Kafka's
@@ -250,6 +254,8 @@ pub async fn handle(core: Rc<Core>, req: Request, session: Rc<Session>) -> Reply
         ApiKey::DescribeTransactions => describe_transactions::handle(&core, &req, s),
         ApiKey::ListTransactions => list_transactions::handle(&core, &req, s),
         ApiKey::TxnOffsetCommit => Box::pin(txn_offset_commit::handle(&core, &req, s)).await,
+        ApiKey::ConsumerGroupHeartbeat => consumer_group_heartbeat::handle(&core, &req, s),
+        ApiKey::ConsumerGroupDescribe => consumer_group_describe::handle(&core, &req, s),
         _ => unreachable!("supports() only admits the APIs above"),
     };
     finish(&core, &req, peer, key, result)

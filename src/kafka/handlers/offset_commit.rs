@@ -20,7 +20,7 @@ use shards::now_ms;
 pub const VERSIONS: Versions = Versions {
     key: ApiKey::OffsetCommit,
     min: 2,
-    max: 8,
+    max: 9,
 };
 
 /// Whether `topic`/`partition` exists (a view's partitions are its source's).

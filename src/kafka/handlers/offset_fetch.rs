@@ -10,6 +10,9 @@
 //! Pending transactional offsets (TxnOffsetCommit, transaction not yet ended) are never shown;
 //! with `require_stable` (v7+) a partition that has one answers `UNSTABLE_OFFSET_COMMIT`
 //! instead of its committed offset, and the client retries (KIP-447).
+//!
+//! From v9 a member of a consumer-protocol group (KIP-848) names itself and its epoch: an
+//! unknown member is `UNKNOWN_MEMBER_ID`, another epoch `STALE_MEMBER_EPOCH`.
 
 use super::{count_errors, frame, HandlerResult, Versions};
 use crate::cores::Core;
@@ -29,7 +32,7 @@ use std::collections::BTreeMap;
 pub const VERSIONS: Versions = Versions {
     key: ApiKey::OffsetFetch,
     min: 1,
-    max: 8,
+    max: 9,
 };
 
 /// One partition's answer: its committed offset (if any), or its error.
@@ -132,40 +135,7 @@ pub async fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult 
         let groups: Vec<OffsetFetchResponseGroup> = request
             .groups
             .iter()
-            .map(|g| {
-                let asked = g.topics.as_ref().map(|ts| {
-                    ts.iter()
-                        .map(|t| (t.name.clone(), t.partition_indexes.clone()))
-                        .collect()
-                });
-                let base = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
-                match lookup(core, who, &g.group_id, asked, request.require_stable) {
-                    Err(e) => base.with_error_code(e.code()),
-                    Ok(topics) => base.with_topics(
-                        topics
-                            .into_iter()
-                            .map(|(name, parts)| {
-                                OffsetFetchResponseTopics::default()
-                                    .with_name(name)
-                                    .with_partitions(
-                                        parts
-                                            .into_iter()
-                                            .map(|(p, c)| {
-                                                let (offset, epoch, meta, e) = fields(c, v);
-                                                OffsetFetchResponsePartitions::default()
-                                                    .with_partition_index(p)
-                                                    .with_committed_offset(offset)
-                                                    .with_committed_leader_epoch(epoch)
-                                                    .with_metadata(meta)
-                                                    .with_error_code(e)
-                                            })
-                                            .collect(),
-                                    )
-                            })
-                            .collect(),
-                    ),
-                }
-            })
+            .map(|g| group_answer(core, who, g, request.require_stable, v))
             .collect();
         count_errors(core, req, groups.iter().map(|g| g.error_code));
         OffsetFetchResponse::default().with_groups(groups)
@@ -222,4 +192,51 @@ pub async fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult 
         }
     };
     Ok(frame(ApiKey::OffsetFetch, req, &response))
+}
+
+/// One group's answer (v8+), for the member (v9+) it names.
+fn group_answer(
+    core: &Core,
+    who: &Session,
+    g: &kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup,
+    require_stable: bool,
+    v: i16,
+) -> OffsetFetchResponseGroup {
+    let asked = g.topics.as_ref().map(|ts| {
+        ts.iter()
+            .map(|t| (t.name.clone(), t.partition_indexes.clone()))
+            .collect()
+    });
+    let base = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
+    // v9: a consumer-protocol group's member fetches at its current epoch.
+    let member =
+        core.groups()
+            .check_fetch_member(&g.group_id, g.member_id.as_deref(), g.member_epoch);
+    let found = member.and_then(|()| lookup(core, who, &g.group_id, asked, require_stable));
+    match found {
+        Err(e) => base.with_error_code(e.code()),
+        Ok(topics) => base.with_topics(
+            topics
+                .into_iter()
+                .map(|(name, parts)| {
+                    OffsetFetchResponseTopics::default()
+                        .with_name(name)
+                        .with_partitions(
+                            parts
+                                .into_iter()
+                                .map(|(p, c)| {
+                                    let (offset, epoch, meta, e) = fields(c, v);
+                                    OffsetFetchResponsePartitions::default()
+                                        .with_partition_index(p)
+                                        .with_committed_offset(offset)
+                                        .with_committed_leader_epoch(epoch)
+                                        .with_metadata(meta)
+                                        .with_error_code(e)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        ),
+    }
 }

@@ -1,0 +1,50 @@
+//! Consumer groups of the consumer group protocol (KIP-848, `group.protocol=consumer`) with real
+//! clients: confluent-kafka's members join, leave and die while the group reads a topic, and every
+//! record is read exactly once; the group is listed and described as a consumer group.
+
+use crate::common;
+
+use common::python::run_script;
+use common::Shoal;
+
+/// Quick sessions, so that a member that dies is noticed within the test.
+const FLAGS: &[&str] = &[
+    "--group-consumer-session-timeout-ms",
+    "6000",
+    "--group-consumer-heartbeat-interval-ms",
+    "500",
+];
+
+/// Four members over 12 partitions, then a fifth joins, one leaves and one dies (no leave: its
+/// session times out): each record is read exactly once, since members commit each record before
+/// reporting it and a partition moves only after its owner released it.
+#[test]
+fn confluent_kafka_members_join_leave_and_die_and_every_record_is_read_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 2, FLAGS);
+    let bootstrap = shoal.bootstrap();
+    common::create_topics(&bootstrap, &[("kip848", 12)]);
+    let records = 3000;
+    let stdout = run_script(
+        "kip848_group.py",
+        &[&bootstrap, "kip848", &records.to_string(), "g848"],
+    );
+    let line = stdout.lines().last().unwrap_or_default();
+    let summary: serde_json::Value = serde_json::from_str(line).expect(&stdout);
+    let n = |k: &str| summary[k].as_u64().unwrap_or_else(|| panic!("{stdout}"));
+    assert_eq!(n("missing"), 0, "{line}");
+    assert_eq!(n("distinct"), records, "{line}");
+    assert_eq!(n("records"), records, "no record read twice: {line}");
+    let by_worker = summary["by_worker"].as_object().expect("by worker");
+    assert!(by_worker.len() >= 4, "the members shared the work: {line}");
+    assert!(
+        shoal.metric("shoal_group_rebalances_total") >= 4,
+        "the group epoch moved as members came and went"
+    );
+    // The members are gone; the group stays, of the consumer protocol, for its offsets.
+    assert_eq!(
+        shoal.metric_with("shoal_consumer_protocol_groups", "state=\"Empty\""),
+        1
+    );
+    shoal.stop();
+}
