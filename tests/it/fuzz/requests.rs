@@ -48,6 +48,8 @@ pub const KNOWN: &[ApiKey] = &[
     ApiKey::OffsetCommit,
     ApiKey::OffsetFetch,
     ApiKey::OffsetDelete,
+    ApiKey::ConsumerGroupHeartbeat,
+    ApiKey::ConsumerGroupDescribe,
     ApiKey::ListGroups,
     ApiKey::DescribeGroups,
     ApiKey::DeleteGroups,
@@ -1029,6 +1031,35 @@ pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: 
                     })
                     .collect(),
             )),
+        ApiKey::ConsumerGroupHeartbeat => frame!(ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(s(group(rng, index))))
+            .with_member_id(s(member(rng)))
+            .with_member_epoch(*rng.pick(&[-2, -1, 0, 0, 1, 7, i32::MAX]))
+            .with_instance_id(rng.one_in(3).then(|| s("fz-instance")))
+            .with_rebalance_timeout_ms(*rng.pick(&[-1, 0, 30_000]))
+            .with_subscribed_topic_names(
+                rng.one_in(4)
+                    .then_some(None)
+                    .unwrap_or_else(|| Some((0..rng.below(3)).map(|_| name(rng)).collect()))
+            )
+            .with_subscribed_topic_regex(
+                (v >= 1 && rng.one_in(3)).then(|| s(*rng.pick(&["fz.*", "(", ""])))
+            )
+            .with_server_assignor(rng.one_in(3).then(|| s(*rng.pick(&["uniform", "range", "x"]))))
+            .with_topic_partitions(rng.one_in(3).then_some(None).unwrap_or_else(|| {
+                Some(
+                    (0..rng.below(3))
+                        .map(|_| {
+                            consumer_group_heartbeat_request::TopicPartitions::default()
+                                .with_topic_id(topic_id(rng))
+                                .with_partitions(vec![partition(rng)])
+                        })
+                        .collect(),
+                )
+            }))),
+        ApiKey::ConsumerGroupDescribe => frame!(ConsumerGroupDescribeRequest::default()
+            .with_group_ids((0..rng.below(3)).map(|_| GroupId(s(group(rng, index)))).collect())
+            .with_include_authorized_operations(rng.one_in(2))),
         ApiKey::DeleteGroups => frame!(DeleteGroupsRequest::default().with_groups_names(
             (0..rng.below(3))
                 .map(|_| GroupId(s(group(rng, index))))

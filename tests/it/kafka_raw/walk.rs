@@ -396,6 +396,23 @@ impl Walk {
                         ]),
                 )
             }
+            ApiKey::ConsumerGroupHeartbeat => {
+                // A member of a consumer-protocol group of its own joins (v0: the coordinator
+                // names it; v1: it names itself).
+                let member = if v == 0 { "" } else { "walk-member-v1" };
+                Body::from(
+                    ConsumerGroupHeartbeatRequest::default()
+                        .with_group_id(group_id(&format!("walk-consumer-group-v{v}")))
+                        .with_member_id(s(member))
+                        .with_rebalance_timeout_ms(30_000)
+                        .with_subscribed_topic_names(Some(vec![topic_name(TOPIC)]))
+                        .with_topic_partitions(Some(vec![])),
+                )
+            }
+            ApiKey::ConsumerGroupDescribe => Body::from(
+                ConsumerGroupDescribeRequest::default()
+                    .with_group_ids(vec![group_id(&format!("walk-consumer-group-v{v}"))]),
+            ),
             // Offset 0 moves nothing: the walk's topic keeps its records for the other requests.
             ApiKey::DeleteRecords => Body::from(
                 DeleteRecordsRequest::default()
