@@ -1037,16 +1037,18 @@ pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: 
             .with_member_epoch(*rng.pick(&[-2, -1, 0, 0, 1, 7, i32::MAX]))
             .with_instance_id(rng.one_in(3).then(|| s("fz-instance")))
             .with_rebalance_timeout_ms(*rng.pick(&[-1, 0, 30_000]))
-            .with_subscribed_topic_names(
-                rng.one_in(4)
-                    .then_some(None)
-                    .unwrap_or_else(|| Some((0..rng.below(3)).map(|_| name(rng)).collect()))
-            )
+            .with_subscribed_topic_names(if rng.one_in(4) {
+                None
+            } else {
+                Some((0..rng.below(3)).map(|_| name(rng)).collect())
+            })
             .with_subscribed_topic_regex(
                 (v >= 1 && rng.one_in(3)).then(|| s(*rng.pick(&["fz.*", "(", ""])))
             )
             .with_server_assignor(rng.one_in(3).then(|| s(*rng.pick(&["uniform", "range", "x"]))))
-            .with_topic_partitions(rng.one_in(3).then_some(None).unwrap_or_else(|| {
+            .with_topic_partitions(if rng.one_in(3) {
+                None
+            } else {
                 Some(
                     (0..rng.below(3))
                         .map(|_| {
@@ -1056,7 +1058,7 @@ pub fn build(rng: &mut Rng, key: ApiKey, version: i16, correlation: i32, index: 
                         })
                         .collect(),
                 )
-            }))),
+            })),
         ApiKey::ConsumerGroupDescribe => frame!(ConsumerGroupDescribeRequest::default()
             .with_group_ids((0..rng.below(3)).map(|_| GroupId(s(group(rng, index)))).collect())
             .with_include_authorized_operations(rng.one_in(2))),
