@@ -48,3 +48,28 @@ fn confluent_kafka_members_join_leave_and_die_and_every_record_is_read_once() {
     );
     shoal.stop();
 }
+
+/// What the consumer protocol offers besides sharing partitions, through confluent-kafka: a
+/// regular expression picks up a topic created later; a static member that leaves and comes back
+/// (a new member with the same instance id) gets its partitions again without a new assignment; a
+/// classic group and a consumer group read one topic side by side and are listed with their
+/// types; a classic group without members is taken over by the consumer protocol and resumes
+/// from its committed offset.
+#[test]
+fn confluent_kafka_regex_static_members_side_by_side_and_conversion() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 2, FLAGS);
+    let stdout = run_script("kip848_features.py", &[&shoal.bootstrap()]);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            r#"{"regex": [4, ["rx-b"]]}"#,
+            r#"{"static": [true, 2]}"#,
+            r#"{"side_by_side": [30, 30], "types": {"g-classic": "CLASSIC", "g-modern": "CONSUMER"}}"#,
+            r#"{"converted": [6, 7, 8, 9]}"#,
+        ],
+        "{stdout}"
+    );
+    shoal.stop();
+}

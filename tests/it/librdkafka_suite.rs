@@ -102,6 +102,31 @@ const CONSUMER_GROUPS: &[&str] = &[
     "0140_commit_metadata",
 ];
 
+/// [`CONSUMER_GROUPS`] but 0132 (classic assignors only, skipped by the suite under the consumer
+/// protocol), and the tests of static members and of commits during rebalances.
+const CONSUMER_PROTOCOL_GROUPS: &[&str] = &[
+    "0018_cgrp_term",
+    "0019_list_groups",
+    "0020_destroy_hang",
+    "0030_offset_commit",
+    "0033_regex_subscribe",
+    "0050_subscribe_adds",
+    "0051_assign_adds",
+    "0056_balanced_group_mt",
+    "0069_consumer_add_parts",
+    "0093_holb_consumer",
+    "0099_commit_metadata",
+    "0122_buffer_cleaning_after_rebalance",
+    "0123_connections_max_idle",
+    "0130_store_offsets",
+    "0140_commit_metadata",
+    "0102_static_group_rebalance",
+    "0118_commit_rebalance",
+];
+
+/// The theme that runs [`CONSUMER_PROTOCOL_GROUPS`] with the consumer group protocol (KIP-848).
+const CONSUMER_PROTOCOL_THEME: &str = "consumer_protocol_groups";
+
 /// Consumer-group tests of a minute or more each (session and poll timeouts waited out, many
 /// rebalances; 0113 about 6 minutes), with Kafka's 3 s initial rebalance delay, which 0113 needs
 /// as 0102 does: run with `--ignored`, outside the default run's time budget.
@@ -188,6 +213,15 @@ fn librdkafka_consumer_groups() {
     run_theme("consumer_groups", NO_REBALANCE_DELAY, CONSUMER_GROUPS);
 }
 
+/// The same consumer-group tests with `group.protocol=consumer` (the suite's
+/// `TEST_CONSUMER_GROUP_PROTOCOL=consumer`): members heartbeat with ConsumerGroupHeartbeat and the
+/// broker assigns.
+#[test]
+fn librdkafka_consumer_protocol_groups() {
+    let quick = ["--group-consumer-heartbeat-interval-ms", "500"];
+    run_theme(CONSUMER_PROTOCOL_THEME, &quick, CONSUMER_PROTOCOL_GROUPS);
+}
+
 /// Consumer-group tests that count on Kafka's 3 s initial rebalance delay, which gathers the
 /// members that subscribe together into the first generation: 0102's two static members must
 /// both be in it; 0118 expects the first revocation to come from closing a consumer (whose commit
@@ -257,6 +291,12 @@ fn run_theme(theme: &str, extra: &[&str], cases: &[&str]) {
 /// [`run_theme`], killing a test-runner after `limit`.
 fn run_theme_within(theme: &str, extra: &[&str], cases: &[&str], limit: Duration) {
     let test = format!("librdkafka_suite::{theme}");
+    // The suite's switch between the classic group protocol and KIP-848's.
+    let protocol = if theme == CONSUMER_PROTOCOL_THEME {
+        "consumer"
+    } else {
+        "classic"
+    };
     let runner = runner();
     let data = tempfile::tempdir().unwrap();
     let mut flags = vec!["--default-partitions", "4"];
@@ -290,7 +330,7 @@ fn run_theme_within(theme: &str, extra: &[&str], cases: &[&str], limit: Duration
                     return;
                 };
                 let t = Instant::now();
-                let outcomes = run_job(runner, &cwd, &conf, &job, &logs, limit);
+                let outcomes = run_job(runner, &cwd, &conf, &job, &logs, limit, protocol);
                 let took = t.elapsed().as_secs_f64();
                 for (case, outcome) in outcomes {
                     say(&format!(
@@ -396,6 +436,7 @@ fn run_job(
     (key, cases): &(String, Vec<&str>),
     logs: &Path,
     limit: Duration,
+    protocol: &str,
 ) -> Vec<(String, Outcome)> {
     let subtest = cases[0].split_once('/').map(|(_, sub)| sub);
     let log = log_path(logs, key);
@@ -409,7 +450,7 @@ fn run_job(
         .env_remove("CI")
         .env_remove("TEST_DEBUG")
         .env_remove("TEST_LEVEL")
-        .env_remove("TEST_CONSUMER_GROUP_PROTOCOL")
+        .env("TEST_CONSUMER_GROUP_PROTOCOL", protocol)
         .args(["-L", "-p1"])
         .stdin(Stdio::null())
         .stdout(out.try_clone().unwrap())
