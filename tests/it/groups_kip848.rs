@@ -73,3 +73,69 @@ fn confluent_kafka_regex_static_members_side_by_side_and_conversion() {
     );
     shoal.stop();
 }
+
+/// A member of a consumer-protocol group (librdkafka through `rdkafka`) reads half a topic,
+/// committing as it goes; the broker restarts on the same ports; the member carries on (it joins
+/// again: the broker does not keep members across a restart) and reads exactly the other half.
+#[test]
+fn a_consumer_protocol_member_resumes_from_its_commits_after_a_broker_restart() {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use rdkafka::Message;
+    use std::collections::BTreeSet;
+    use std::time::{Duration, Instant};
+
+    let dir = tempfile::tempdir().unwrap();
+    let port = common::free_port_run(2);
+    let listen = format!("127.0.0.1:{port}");
+    let shoal = Shoal::start_on(dir.path(), 2, &listen, FLAGS);
+    let bootstrap = shoal.bootstrap();
+    common::create_topics(&bootstrap, &[("resume", 4)]);
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .create()
+        .unwrap();
+    for i in 0..200 {
+        let v = i.to_string();
+        producer
+            .send(BaseRecord::<(), _>::to("resume").partition(i % 4).payload(&v))
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("group.id", "resumer")
+        .set("group.protocol", "consumer")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    consumer.subscribe(&["resume"]).unwrap();
+    let mut read = Vec::new();
+    let mut poll_until = |n: usize, read: &mut Vec<String>| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while read.len() < n && Instant::now() < deadline {
+            let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) else {
+                continue;
+            };
+            // Committed before it counts as read, so a restart cannot lose or repeat it.
+            if consumer.commit_message(&m, CommitMode::Sync).is_ok() {
+                read.push(String::from_utf8(m.payload().unwrap().to_vec()).unwrap());
+            }
+        }
+    };
+    poll_until(100, &mut read);
+    assert_eq!(read.len(), 100);
+    shoal.stop();
+    let shoal = Shoal::start_on(dir.path(), 2, &listen, FLAGS);
+    poll_until(200, &mut read);
+    let distinct: BTreeSet<&String> = read.iter().collect();
+    assert_eq!(
+        (read.len(), distinct.len()),
+        (200, 200),
+        "every record once, across the restart"
+    );
+    drop(consumer);
+    shoal.stop();
+}
