@@ -75,7 +75,8 @@ fn confluent_kafka_regex_static_members_side_by_side_and_conversion() {
 }
 
 /// A member of a consumer-protocol group (librdkafka through `rdkafka`) reads half a topic,
-/// committing as it goes; the broker restarts on the same ports; the member carries on (it joins
+/// committing as it goes (`shoal group describe` shows its epochs and assignment); the broker
+/// restarts on the same ports; the member carries on (it joins
 /// again: the broker does not keep members across a restart) and reads exactly the other half.
 #[test]
 fn a_consumer_protocol_member_resumes_from_its_commits_after_a_broker_restart() {
@@ -99,7 +100,11 @@ fn a_consumer_protocol_member_resumes_from_its_commits_after_a_broker_restart() 
     for i in 0..200 {
         let v = i.to_string();
         producer
-            .send(BaseRecord::<(), _>::to("resume").partition(i % 4).payload(&v))
+            .send(
+                BaseRecord::<(), _>::to("resume")
+                    .partition(i % 4)
+                    .payload(&v),
+            )
             .unwrap();
     }
     producer.flush(Duration::from_secs(10)).unwrap();
@@ -113,7 +118,7 @@ fn a_consumer_protocol_member_resumes_from_its_commits_after_a_broker_restart() 
         .unwrap();
     consumer.subscribe(&["resume"]).unwrap();
     let mut read = Vec::new();
-    let mut poll_until = |n: usize, read: &mut Vec<String>| {
+    let poll_until = |n: usize, read: &mut Vec<String>| {
         let deadline = Instant::now() + Duration::from_secs(60);
         while read.len() < n && Instant::now() < deadline {
             let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) else {
@@ -127,6 +132,20 @@ fn a_consumer_protocol_member_resumes_from_its_commits_after_a_broker_restart() 
     };
     poll_until(100, &mut read);
     assert_eq!(read.len(), 100);
+    // `shoal group describe` shows the group's epochs and the member's assignment.
+    let described = common::cli::group(&bootstrap, &["describe", "resumer"]).json();
+    let epochs = &described["epochs"];
+    assert_eq!(described["protocol_type"], "consumer", "{described}");
+    assert!(epochs["group_epoch"].as_i64() >= Some(1), "{described}");
+    assert_eq!(
+        epochs["members"][0]["member_epoch"],
+        epochs["assignment_epoch"]
+    );
+    assert_eq!(
+        epochs["members"][0]["assignment"]["resume"],
+        serde_json::json!([0, 1, 2, 3]),
+        "{described}"
+    );
     shoal.stop();
     let shoal = Shoal::start_on(dir.path(), 2, &listen, FLAGS);
     poll_until(200, &mut read);
@@ -138,4 +157,207 @@ fn a_consumer_protocol_member_resumes_from_its_commits_after_a_broker_restart() 
     );
     drop(consumer);
     shoal.stop();
+}
+
+/// The figure for the consumer group protocol: 63 members of a group share 64 partitions that a
+/// producer writes to every 100 ms; a 64th joins. Over the 20 s after it joins: when the new member
+/// reads its first record, and how long records wait between their send and their read, per
+/// partition, with the classic protocol (librdkafka's default eager assignors:
+/// every member gives up every partition) and with the consumer protocol (only the partitions
+/// that move wait), same broker, same load, same run. Prints both, with fast heartbeats and with
+/// each protocol's default. About two minutes: `cargo test --test it kip848_figure -- --ignored
+/// --nocapture`.
+#[test]
+#[ignore = "a figure, about two minutes"]
+fn kip848_figure_a_member_joining_a_64_member_group() {
+    // Heartbeats every 500 ms (both protocols), then each protocol's default (librdkafka's
+    // heartbeat.interval.ms of 3 s for the classic one, the broker's 5 s for the consumer one).
+    for (name, heartbeat_ms) in [
+        ("500 ms heartbeats", Some(500)),
+        ("default heartbeats", None),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut flags = vec!["--group-initial-rebalance-delay-ms", "0"];
+        if heartbeat_ms.is_some() {
+            flags.extend(["--group-consumer-heartbeat-interval-ms", "500"]);
+        }
+        let shoal = Shoal::start(dir.path(), 2, &flags);
+        let bootstrap = shoal.bootstrap();
+        common::create_topics(&bootstrap, &[("figure", 64)]);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let producing = figure::produce(&bootstrap, "figure", 64, stop.clone());
+        for protocol in ["classic", "consumer"] {
+            let f = figure::join_64th(&bootstrap, "figure", protocol, heartbeat_ms);
+            println!(
+                "{name}, group.protocol={protocol}: the 64th member read its first record \
+                 {:.2} s after it joined; {} of 64 partitions had records held up over 250 ms, \
+                 the longest wait {:.2} s, {:.1} s summed over those partitions",
+                f.first_read.as_secs_f64(),
+                f.paused,
+                f.longest.as_secs_f64(),
+                f.paused_total.as_secs_f64()
+            );
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        producing.join().unwrap();
+        shoal.stop();
+    }
+}
+
+mod figure {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use rdkafka::Message;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{mpsc, Arc};
+    use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+    fn now_ms() -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    }
+
+    /// A record to every partition every 100 ms.
+    pub fn produce(
+        bootstrap: &str,
+        topic: &str,
+        partitions: i32,
+        stop: Arc<AtomicBool>,
+    ) -> std::thread::JoinHandle<()> {
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("linger.ms", "5")
+            .create()
+            .unwrap();
+        let topic = topic.to_string();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let v = now_ms().to_string();
+                for p in 0..partitions {
+                    let _ = producer.send(BaseRecord::<(), _>::to(&topic).partition(p).payload(&v));
+                }
+                producer.poll(Duration::ZERO);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            producer.flush(Duration::from_secs(5)).unwrap();
+        })
+    }
+
+    /// What a member reports of each record: (member, partition, sent ms, read ms).
+    type Read = (usize, i32, u64, u64);
+
+    /// A record read later than this after it was sent was held up by the rebalance (the
+    /// producer sends every 100 ms; members poll every 50 ms).
+    const SLOW_MS: u64 = 250;
+
+    /// What a member joining did to the group: when it read its first record, how many
+    /// partitions had a record held up (read more than [`SLOW_MS`] after it was sent), the
+    /// longest wait of any record, and the sum over the held-up partitions of their longest.
+    pub struct Figure {
+        pub first_read: Duration,
+        pub paused: usize,
+        pub longest: Duration,
+        pub paused_total: Duration,
+    }
+
+    /// Starts member `me` polling in a thread of its own, reporting each record it reads.
+    fn member(
+        me: usize,
+        (bootstrap, topic, group, protocol): (&str, &str, &str, &str),
+        heartbeat_ms: Option<u64>,
+        tx: mpsc::Sender<Read>,
+        stop: Arc<AtomicBool>,
+    ) -> std::thread::JoinHandle<()> {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", bootstrap)
+            .set("group.id", group)
+            .set("group.protocol", protocol)
+            .set("auto.offset.reset", "earliest")
+            .set("enable.auto.commit", "true");
+        if let (Some(ms), "classic") = (heartbeat_ms, protocol) {
+            config
+                .set("heartbeat.interval.ms", ms.to_string())
+                .set("session.timeout.ms", "6000");
+        }
+        let consumer: BaseConsumer = config.create().unwrap();
+        consumer.subscribe(&[topic]).unwrap();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                if let Some(Ok(m)) = consumer.poll(Duration::from_millis(50)) {
+                    let sent = std::str::from_utf8(m.payload().unwrap_or_default())
+                        .ok()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0);
+                    let _ = tx.send((me, m.partition(), sent, now_ms()));
+                }
+            }
+            drop(consumer);
+        })
+    }
+
+    /// 63 members of a new group of `protocol` settle on the 64 partitions, a 64th joins; what
+    /// the 20 s after that show.
+    pub fn join_64th(
+        bootstrap: &str,
+        topic: &str,
+        protocol: &str,
+        heartbeat_ms: Option<u64>,
+    ) -> Figure {
+        let group = format!("figure-{protocol}");
+        let at = (bootstrap, topic, group.as_str(), protocol);
+        let (tx, rx) = mpsc::channel::<Read>();
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut members: Vec<_> = (0..63)
+            .map(|i| member(i, at, heartbeat_ms, tx.clone(), stop.clone()))
+            .collect();
+        // Settled: every partition read within the last 300 ms, for 5 s in a row.
+        let mut last = [0u64; 64];
+        let mut steady_since = None;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while steady_since.is_none_or(|s: Instant| s.elapsed() < Duration::from_secs(5)) {
+            assert!(Instant::now() < deadline, "the 63 members never settled");
+            while let Ok((_, p, _, read)) = rx.try_recv() {
+                last[p as usize] = read;
+            }
+            let now = now_ms();
+            let steady = last.iter().all(|&t| now.saturating_sub(t) <= 300);
+            steady_since = match (steady, steady_since) {
+                (true, None) => Some(Instant::now()),
+                (true, s) => s,
+                (false, _) => None,
+            };
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let joined = now_ms();
+        members.push(member(63, at, heartbeat_ms, tx, stop.clone()));
+        // Each partition's longest wait from a record's send to its read, over records sent
+        // after the join (and records read again after a rebalance, sent before it).
+        let (mut first_read, mut waits) = (None, vec![0u64; 64]);
+        let end = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < end {
+            let Ok((who, p, sent, read)) = rx.recv_timeout(Duration::from_millis(100)) else {
+                continue;
+            };
+            if who == 63 && first_read.is_none() {
+                first_read = Some(read - joined);
+            }
+            let wait = &mut waits[p as usize];
+            *wait = (*wait).max(read.saturating_sub(sent));
+        }
+        stop.store(true, Ordering::Relaxed);
+        for m in members {
+            m.join().unwrap();
+        }
+        let slow: Vec<u64> = waits.iter().copied().filter(|&w| w > SLOW_MS).collect();
+        Figure {
+            first_read: Duration::from_millis(first_read.unwrap_or(20_000)),
+            paused: slow.len(),
+            longest: Duration::from_millis(waits.iter().copied().max().unwrap_or(0)),
+            paused_total: Duration::from_millis(slow.iter().sum()),
+        }
+    }
 }

@@ -5,6 +5,7 @@
 use crate::tools::failure::Failure;
 use crate::tools::session::{topic_name, Session};
 use bytes::Buf;
+use kafka_protocol::messages::consumer_group_describe_response::DescribedGroup as ConsumerGroup;
 use kafka_protocol::messages::consumer_protocol_assignment::ConsumerProtocolAssignment;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::list_groups_response::ListedGroup;
@@ -12,10 +13,10 @@ use kafka_protocol::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
 };
 use kafka_protocol::messages::{
-    ApiKey, DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
-    DescribeGroupsResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
-    ListGroupsRequest, ListGroupsResponse, OffsetCommitRequest, OffsetCommitResponse,
-    OffsetFetchRequest, OffsetFetchResponse,
+    ApiKey, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, DeleteGroupsRequest,
+    DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, FindCoordinatorRequest,
+    FindCoordinatorResponse, GroupId, ListGroupsRequest, ListGroupsResponse, OffsetCommitRequest,
+    OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
 };
 use kafka_protocol::protocol::{Decodable, StrBytes};
 use std::collections::BTreeMap;
@@ -108,6 +109,24 @@ pub fn describe(s: &Session, addr: SocketAddr, group: &str) -> Result<DescribedG
         g.error_message.as_deref(),
     )?;
     Ok(g)
+}
+
+/// ConsumerGroupDescribe of a consumer-protocol group at its coordinator: `None` where the broker
+/// does not serve it or the group is not of that protocol.
+pub fn describe_consumer(
+    s: &Session,
+    addr: SocketAddr,
+    group: &str,
+) -> Result<Option<ConsumerGroup>, Failure> {
+    let Ok(version) = s.version(ApiKey::ConsumerGroupDescribe, 0, 1) else {
+        return Ok(None);
+    };
+    let req = ConsumerGroupDescribeRequest::default().with_group_ids(vec![group_id(group)]);
+    let r: ConsumerGroupDescribeResponse =
+        s.call(addr, ApiKey::ConsumerGroupDescribe, version, &req)?;
+    Ok(r.groups
+        .into_iter()
+        .find(|g| g.group_id.0.as_str() == group && g.error_code == 0))
 }
 
 /// Whether a described group has no members: `Empty`, or `Dead` (it does not exist).

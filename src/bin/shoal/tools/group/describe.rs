@@ -55,6 +55,24 @@ struct TopicLag {
     lag_committed: i64,
 }
 
+/// A consumer-protocol group's epochs (KIP-848): the group's, the target assignment's, and each
+/// member's with its assignment and target.
+#[derive(Debug, Serialize)]
+struct Epochs {
+    group_epoch: i32,
+    assignment_epoch: i32,
+    assignor: String,
+    members: Vec<MemberEpoch>,
+}
+
+#[derive(Debug, Serialize)]
+struct MemberEpoch {
+    member_id: String,
+    member_epoch: i32,
+    assignment: BTreeMap<String, Vec<i32>>,
+    target: BTreeMap<String, Vec<i32>>,
+}
+
 #[derive(Debug, Serialize)]
 struct GroupInfo {
     group: String,
@@ -68,6 +86,9 @@ struct GroupInfo {
     topics: Vec<TopicLag>,
     total_lag: i64,
     total_lag_committed: i64,
+    /// Of a consumer-protocol group only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    epochs: Option<Epochs>,
 }
 
 /// `end - committed`, or `end - log_start` where nothing is committed; `None` where the leader
@@ -77,10 +98,15 @@ fn lag(committed: Option<i64>, log_start: Option<i64>, end: Option<i64>) -> Opti
 }
 
 pub fn describe(s: &Session, group: &str) -> Result<Report, Failure> {
-    let (node, g, committed) = coordinator::retrying(s, || {
+    let (node, g, committed, consumer) = coordinator::retrying(s, || {
         let (node, addr) = coordinator::find(s, group)?;
         let g = coordinator::describe(s, addr, group)?;
-        Ok((node, g, coordinator::committed(s, addr, group)?))
+        let consumer = if g.protocol_type.as_str() == "consumer" {
+            coordinator::describe_consumer(s, addr, group)?
+        } else {
+            None
+        };
+        Ok((node, g, coordinator::committed(s, addr, group)?, consumer))
     })?;
     if g.group_state.as_str() == "Dead" && committed.is_empty() {
         return Err(Failure::kafka(
@@ -114,11 +140,40 @@ pub fn describe(s: &Session, group: &str) -> Result<Report, Failure> {
         total_lag_committed: topics.iter().map(|t| t.lag_committed).sum(),
         partitions,
         topics,
+        epochs: consumer.map(|c| epochs(&c)),
     };
     Ok(Report {
         tables: tables(&info),
         json: serde_json::to_value(&info).expect("plain data serializes"),
     })
+}
+
+/// The epochs ConsumerGroupDescribe gave.
+fn epochs(
+    c: &kafka_protocol::messages::consumer_group_describe_response::DescribedGroup,
+) -> Epochs {
+    use kafka_protocol::messages::consumer_group_describe_response::Assignment;
+    let by_name = |a: &Assignment| -> BTreeMap<String, Vec<i32>> {
+        a.topic_partitions
+            .iter()
+            .map(|t| (t.topic_name.to_string(), t.partitions.clone()))
+            .collect()
+    };
+    Epochs {
+        group_epoch: c.group_epoch,
+        assignment_epoch: c.assignment_epoch,
+        assignor: c.assignor_name.to_string(),
+        members: c
+            .members
+            .iter()
+            .map(|m| MemberEpoch {
+                member_id: m.member_id.to_string(),
+                member_epoch: m.member_epoch,
+                assignment: by_name(&m.assignment),
+                target: by_name(&m.target_assignment),
+            })
+            .collect(),
+    }
 }
 
 /// Every partition of the topics the group has committed in or a member is assigned, with its
@@ -295,10 +350,42 @@ fn tables(info: &GroupInfo) -> Vec<Table> {
             assigned.join(" "),
         ]);
     }
-    if members.rows.is_empty() {
-        return vec![summary, parts, topics];
+    let mut out = vec![summary, parts, topics];
+    if !members.rows.is_empty() {
+        out.push(members);
     }
-    vec![summary, parts, topics, members]
+    out.extend(info.epochs.as_ref().map(epochs_table));
+    out
+}
+
+/// A consumer-protocol group's epochs, member by member.
+fn epochs_table(e: &Epochs) -> Table {
+    let list = |a: &BTreeMap<String, Vec<i32>>| -> String {
+        let topics: Vec<String> = a
+            .iter()
+            .map(|(t, ps)| {
+                let ps: Vec<String> = ps.iter().map(i32::to_string).collect();
+                format!("{t}:{}", ps.join(","))
+            })
+            .collect();
+        topics.join(" ")
+    };
+    let mut t = Table::new(
+        Some(format!(
+            "consumer protocol: group epoch {}, assignment epoch {}, assignor {}",
+            e.group_epoch, e.assignment_epoch, e.assignor
+        )),
+        vec!["MEMBER", "MEMBER-EPOCH", "ASSIGNED", "TARGET"],
+    );
+    for m in &e.members {
+        t.rows.push(vec![
+            m.member_id.clone(),
+            m.member_epoch.to_string(),
+            list(&m.assignment),
+            list(&m.target),
+        ]);
+    }
+    t
 }
 
 #[cfg(test)]
