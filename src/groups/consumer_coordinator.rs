@@ -2,11 +2,18 @@
 //! move of an empty group from one protocol to the other, and what the offset APIs check of a
 //! consumer group's members. A group id names at most one group of either kind on its core.
 
-use super::consumer::{Answer, ConsumerConfig, ConsumerGroup, Heartbeat, Refusal, Topics};
+use super::consumer::{
+    Answer, ConsumerConfig, ConsumerGroup, Heartbeat, Refusal, SavedGroups, Topics,
+};
 use super::group::GroupState;
-use super::Coordinator;
+use super::{coordinator_core, Coordinator};
 use kafka_protocol::error::ResponseError;
+use std::path::Path;
 use std::time::Instant;
+
+/// The file in a core's groups directory that holds its consumer-protocol groups between a clean
+/// stop and the next start.
+const SAVED: &str = "consumer-groups.json";
 
 impl Coordinator {
     /// ConsumerGroupHeartbeat. A classic group without members becomes a consumer group (its
@@ -152,5 +159,79 @@ impl Coordinator {
     /// The consumer-protocol settings.
     pub fn consumer_config(&self) -> ConsumerConfig {
         self.config.consumer
+    }
+
+    /// Loads the consumer-protocol groups the last clean stop saved in `dir` (this core's groups
+    /// directory), those this core still coordinates, and removes the file: after a crash later
+    /// on, members rejoin rather than find a stale state. Blocking; at start-up.
+    pub(super) fn load_consumer_groups(&self, dir: &Path) {
+        let path = dir.join(SAVED);
+        *self.saved_path.borrow_mut() = Some(path.clone());
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            return;
+        };
+        let saved: SavedGroups = match serde_json::from_str(&text) {
+            Ok(s) => s,
+            Err(e) => {
+                log::warn!("core {}: ignoring {}: {e}", self.core, path.display());
+                Vec::new()
+            }
+        };
+        let now = Instant::now();
+        let timeout = self.config.consumer.session_timeout;
+        let mut restored = 0;
+        for g in saved {
+            let Some(g) = ConsumerGroup::restore(g, timeout, now) else {
+                continue;
+            };
+            if coordinator_core(&g.id, self.cores) != self.core {
+                continue;
+            }
+            self.groups.borrow_mut().remove(&g.id);
+            self.mark_active(&g.id);
+            self.consumer.borrow_mut().insert(g.id.clone(), g);
+            restored += 1;
+        }
+        if restored > 0 {
+            log::info!(
+                "core {}: {restored} consumer-protocol groups carry on from the last stop",
+                self.core
+            );
+        }
+        if let Err(e) = std::fs::remove_file(&path) {
+            log::warn!(
+                "core {}: could not remove {}: {e}",
+                self.core,
+                path.display()
+            );
+        }
+        *self.saved_path.borrow_mut() = Some(path);
+    }
+
+    /// Saves the consumer-protocol groups with members for the next start (a clean stop).
+    pub(super) async fn save_consumer_groups(&self) {
+        let Some(path) = self.saved_path.borrow().clone() else {
+            return;
+        };
+        let saved: SavedGroups = self
+            .consumer
+            .borrow()
+            .values()
+            .filter(|g| !g.is_empty())
+            .map(ConsumerGroup::save)
+            .collect();
+        if saved.is_empty() {
+            return;
+        }
+        let text = serde_json::to_vec(&saved).expect("plain data serializes");
+        let written = glommio::executor()
+            .spawn_blocking(move || shards::files::write_atomically(&path, &text).map(|()| path))
+            .await;
+        if let Err(e) = written {
+            log::warn!(
+                "core {}: could not save its consumer groups: {e}",
+                self.core
+            );
+        }
     }
 }

@@ -92,6 +92,8 @@ pub struct Coordinator {
     groups: RefCell<HashMap<String, Group>>,
     /// Groups of the consumer group protocol (never the id of one in `groups`).
     consumer: RefCell<HashMap<String, consumer::ConsumerGroup>>,
+    /// Where a clean stop saves the consumer-protocol groups (set once the store is loaded).
+    saved_path: RefCell<Option<PathBuf>>,
     /// Groups the tick must visit: those that are not idle (see [`Coordinator::tick`]).
     active: RefCell<HashSet<String>>,
     offsets: RefCell<Option<Rc<OffsetStore>>>,
@@ -112,6 +114,7 @@ impl Coordinator {
             config,
             groups: RefCell::new(HashMap::new()),
             consumer: RefCell::new(HashMap::new()),
+            saved_path: RefCell::new(None),
             active: RefCell::new(HashSet::new()),
             offsets: RefCell::new(None),
             retired_rebalances: Cell::new(0),
@@ -149,7 +152,9 @@ impl Coordinator {
                 .entry(g.clone())
                 .or_insert_with(|| Group::new(&g, self.group_config(), now));
         }
+        drop(groups);
         *self.offsets.borrow_mut() = Some(Rc::new(store));
+        self.load_consumer_groups(&store_dir(data_dir, self.core));
         Ok(())
     }
 
@@ -758,6 +763,7 @@ impl Coordinator {
     }
 
     pub async fn close(&self) {
+        self.save_consumer_groups().await;
         let store = self.offsets.borrow_mut().take();
         if let Some(s) = store {
             s.close().await;

@@ -12,14 +12,17 @@
 //! without a new assignment.
 //!
 //! ## Layout, top layer first
+//! - `saved`     — a group as a clean stop saves it and the next start loads it.
 //! - `reconcile` — one member's way to its target: revoke, then assign what others released.
 //! - `assign`    — the server-side assignors, `uniform` and `range`.
 
 mod assign;
 mod reconcile;
+mod saved;
 
 pub use assign::ASSIGNORS;
 pub use reconcile::MemberState;
+pub use saved::{SavedGroup, SavedGroups};
 
 use kafka_protocol::error::ResponseError;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};

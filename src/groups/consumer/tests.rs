@@ -255,3 +255,40 @@ fn an_unknown_assignor_is_refused_and_range_is_used_when_asked() {
     g.heartbeat(hb, &t, &config(), Instant::now()).unwrap();
     assert_eq!(g.assignor, "range");
 }
+
+#[test]
+fn a_saved_group_comes_back_as_it_was() {
+    let t = topics(&[("orders", 1, 6), ("metrics-a", 2, 2)]);
+    let mut g = ConsumerGroup::new("g");
+    let mut clients = vec![
+        Client {
+            instance: Some("i-a".into()),
+            ..Client::new("a")
+        },
+        Client::new("b"),
+    ];
+    rounds(&mut g, &mut clients, &t, &["orders"], 3);
+    let json = serde_json::to_string(&g.save()).unwrap();
+    let back = ConsumerGroup::restore(
+        serde_json::from_str(&json).unwrap(),
+        Duration::from_secs(45),
+        Instant::now(),
+    )
+    .expect("restored");
+    assert_eq!(
+        (back.group_epoch, back.assignment_epoch),
+        (g.group_epoch, g.assignment_epoch)
+    );
+    let members = |g: &ConsumerGroup| -> Vec<(String, i32, Assignment)> {
+        g.members()
+            .map(|m| (m.id.clone(), m.epoch, m.assigned.clone()))
+            .collect()
+    };
+    assert_eq!(members(&back), members(&g));
+    assert_eq!(back.target_of("a"), g.target_of("a"));
+    // The members carry on heartbeating at their epochs, with no new assignment.
+    let mut back = back;
+    let epoch = back.group_epoch;
+    rounds(&mut back, &mut clients, &t, &["orders"], 1);
+    assert_eq!(back.group_epoch, epoch);
+}
