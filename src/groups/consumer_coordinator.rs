@@ -30,6 +30,13 @@ impl Coordinator {
         }
         self.check_membership(group_id)
             .map_err(|e| (e, String::new()))?;
+        // Only a joining member (epoch 0) creates a group or takes over a classic one.
+        if hb.member_epoch != 0 && !self.consumer.borrow().contains_key(group_id) {
+            return Err((
+                ResponseError::UnknownMemberId,
+                format!("group {group_id} has no member {}", hb.member_id),
+            ));
+        }
         let leaving = hb.member_epoch < 0;
         {
             let mut classic = self.groups.borrow_mut();
@@ -53,12 +60,6 @@ impl Coordinator {
             }
         }
         let mut groups = self.consumer.borrow_mut();
-        if leaving && !groups.contains_key(group_id) {
-            return Err((
-                ResponseError::UnknownMemberId,
-                format!("group {group_id} has no member {}", hb.member_id),
-            ));
-        }
         let g = groups
             .entry(group_id.to_string())
             .or_insert_with(|| ConsumerGroup::new(group_id));
@@ -109,7 +110,8 @@ impl Coordinator {
         epoch: i32,
     ) -> Option<Result<(), ResponseError>> {
         self.with_consumer_group(group_id, |g| {
-            if member_id.is_empty() && epoch < 0 {
+            // An admin's commit (no epoch) only to a group without members.
+            if epoch < 0 {
                 return if g.is_empty() {
                     Ok(())
                 } else {
@@ -118,6 +120,21 @@ impl Coordinator {
             }
             g.check_member_epoch(member_id, epoch)
         })
+    }
+
+    /// [`Self::consumer_commit_check`] for a TxnOffsetCommit: one without member fields (clients
+    /// before KIP-447, `sendOffsetsToTransaction` with a group id alone) is taken, as Kafka
+    /// takes it.
+    pub(super) fn consumer_txn_commit_check(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        epoch: i32,
+    ) -> Option<Result<(), ResponseError>> {
+        if member_id.is_empty() && epoch == -1 {
+            return self.with_consumer_group(group_id, |_| Ok(()));
+        }
+        self.consumer_commit_check(group_id, member_id, epoch)
     }
 
     /// OffsetFetch v9+ of a member: its epoch must be current (no member id: no check).

@@ -364,7 +364,7 @@ impl Coordinator {
         if producer_id < 0 || producer_epoch < 0 {
             return Err(ResponseError::InvalidProducerIdMapping);
         }
-        if let Some(checked) = self.consumer_commit_check(group_id, member_id, generation) {
+        if let Some(checked) = self.consumer_txn_commit_check(group_id, member_id, generation) {
             checked?;
             let newer = store.pending_epoch(group_id, producer_id);
             if newer.is_some_and(|e| e > producer_epoch) {
@@ -433,6 +433,9 @@ impl Coordinator {
         self.check(group_id)?;
         let store = self.store()?;
         let live = || {
+            if self.consumer.borrow().contains_key(group_id) {
+                return true;
+            }
             let mut groups = self.groups.borrow_mut();
             match groups.get(group_id) {
                 Some(g) => g.state() != GroupState::Dead,
@@ -589,20 +592,25 @@ impl Coordinator {
     pub async fn delete(&self, group_id: &str) -> Result<(), ResponseError> {
         self.check(group_id)?;
         let store = self.store()?;
-        match self.consumer.borrow().get(group_id).map(|g| g.is_empty()) {
+        let consumer_empty = self.consumer.borrow().get(group_id).map(|g| g.is_empty());
+        match consumer_empty {
             Some(false) => return Err(ResponseError::NonEmptyGroup),
             Some(true) => {
-                // Dead while its offsets are deleted: a placeholder of the classic kind refuses
-                // commits below.
-                let mut g = Group::new(group_id, self.group_config(), Instant::now());
-                g.mark_dead();
-                self.groups.borrow_mut().insert(group_id.to_string(), g);
+                // An empty classic placeholder in its place: marked dead below, it refuses
+                // commits while the offsets are deleted.
+                let g = self
+                    .consumer
+                    .borrow_mut()
+                    .remove(group_id)
+                    .expect("present");
+                self.retired_rebalances
+                    .set(self.retired_rebalances.get() + g.rebalances);
+                let placeholder = Group::new(group_id, self.group_config(), Instant::now());
+                self.groups
+                    .borrow_mut()
+                    .insert(group_id.to_string(), placeholder);
             }
             None => {}
-        }
-        if let Some(g) = self.consumer.borrow_mut().remove(group_id) {
-            self.retired_rebalances
-                .set(self.retired_rebalances.get() + g.rebalances);
         }
         {
             let mut groups = self.groups.borrow_mut();
@@ -939,6 +947,71 @@ mod tests {
             assert_eq!(c.fetch("", "t", 0), Some(committed(4, 1)));
             assert_eq!(c.delete("").await, Ok(()));
             assert_eq!(c.fetch("", "t", 0), None);
+            c.close().await;
+        });
+    }
+
+    /// A consumer-protocol heartbeat that joins `member` to `group`, subscribed to topic `t`.
+    fn consumer_join(member: &str) -> consumer::Heartbeat {
+        consumer::Heartbeat {
+            version: 1,
+            member_id: member.into(),
+            rebalance_timeout_ms: 30_000,
+            subscribed_names: Some(vec!["t".into()]),
+            owned: Some(consumer::Assignment::new()),
+            ..consumer::Heartbeat::default()
+        }
+    }
+
+    #[test]
+    fn a_consumer_group_commits_by_epoch_is_deleted_once_empty_and_a_marker_leaves_it_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().to_path_buf();
+        run(move || async move {
+            let c = Coordinator::new(0, 1, config());
+            c.load(&data, cache()).await.unwrap();
+            let topics: consumer::Topics =
+                [("t".to_string(), (uuid::Uuid::from_bytes([1; 16]), 2))]
+                    .into_iter()
+                    .collect();
+            let joined = c
+                .consumer_heartbeat("g", consumer_join("m"), &topics)
+                .unwrap();
+            // A heartbeat of another epoch to a group that does not exist creates nothing.
+            let mut stray = consumer_join("x");
+            stray.member_epoch = 3;
+            let e = c.consumer_heartbeat("h", stray, &topics).unwrap_err();
+            assert_eq!(e.0, ResponseError::UnknownMemberId);
+            assert!(!c.exists("h"));
+            // Commits: at the member's epoch; an admin's commit or another epoch is refused.
+            let store = c.check_commit("g", "m", None, joined.member_epoch).unwrap();
+            c.commit(&store, "g", vec![(("t".into(), 0), committed(4, 1))])
+                .await
+                .unwrap();
+            assert_eq!(
+                c.check_commit("g", "", None, -1).err(),
+                Some(ResponseError::UnknownMemberId)
+            );
+            assert_eq!(
+                c.check_commit("g", "m", None, joined.member_epoch + 7)
+                    .err(),
+                Some(ResponseError::StaleMemberEpoch)
+            );
+            // A transactional commit without member fields is taken, and its marker creates no
+            // classic group beside the consumer group.
+            assert!(c.check_txn_commit("g", "", None, -1, (5, 0)).is_ok());
+            c.end_transaction("g", 5, 0, true).await.unwrap();
+            assert_eq!(c.list().len(), 1);
+            assert_eq!(c.delete("g").await, Err(ResponseError::NonEmptyGroup));
+            let mut leave = consumer_join("m");
+            leave.member_epoch = -1;
+            c.consumer_heartbeat("g", leave, &topics).unwrap();
+            assert_eq!(c.delete("g").await, Ok(()));
+            assert!(!c.exists("g"));
+            assert_eq!(c.fetch("g", "t", 0), None);
+            // The id is free again, for either protocol.
+            c.consumer_heartbeat("g", consumer_join("m2"), &topics)
+                .unwrap();
             c.close().await;
         });
     }

@@ -358,3 +358,66 @@ fn compression_type_recompresses_batches_on_append() {
     );
     shoal.stop();
 }
+
+/// DeleteRecords through librdkafka's admin client: a topic of `cleanup.policy=delete` moves its
+/// start; a compacted one refuses (POLICY_VIOLATION, as Kafka refuses it) and keeps every record.
+#[test]
+fn delete_records_moves_a_deleting_topic_and_is_refused_for_a_compacted_one() {
+    use rdkafka::admin::{NewTopic, TopicReplication};
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::{Offset, TopicPartitionList};
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 1, &[]);
+    let bootstrap = shoal.bootstrap();
+    let admin = admin(&bootstrap);
+    let topics = [
+        NewTopic::new("deleting", 1, TopicReplication::Fixed(1)),
+        NewTopic::new("compacted", 1, TopicReplication::Fixed(1)).set("cleanup.policy", "compact"),
+    ];
+    for r in futures_lite::future::block_on(admin.create_topics(&topics, &opts())).unwrap() {
+        r.expect("topic created");
+    }
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .create()
+        .unwrap();
+    for topic in ["deleting", "compacted"] {
+        for i in 0..10 {
+            let k = format!("k{i}");
+            producer
+                .send(BaseRecord::to(topic).partition(0).key(&k).payload("v"))
+                .unwrap();
+        }
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+    let mut asked = TopicPartitionList::new();
+    asked
+        .add_partition_offset("deleting", 0, Offset::Offset(4))
+        .unwrap();
+    asked
+        .add_partition_offset("compacted", 0, Offset::Offset(4))
+        .unwrap();
+    let done = futures_lite::future::block_on(admin.delete_records(&asked, &opts())).unwrap();
+    let deleting = done.find_partition("deleting", 0).unwrap();
+    assert_eq!(
+        (deleting.offset(), deleting.error()),
+        (Offset::Offset(4), Ok(()))
+    );
+    let compacted = done.find_partition("compacted", 0).unwrap();
+    assert_eq!(
+        compacted.error().unwrap_err().rdkafka_error_code(),
+        Some(RDKafkaErrorCode::PolicyViolation)
+    );
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .create()
+        .unwrap();
+    let marks = |t: &str| {
+        consumer
+            .fetch_watermarks(t, 0, Duration::from_secs(10))
+            .unwrap()
+    };
+    assert_eq!(marks("deleting"), (4, 10));
+    assert_eq!(marks("compacted"), (0, 10));
+    shoal.stop();
+}

@@ -250,7 +250,15 @@ impl Log {
             first_dirty,
             false,
         );
-        // A start past what recovery kept (the records above it were never made durable) is the end.
+        // A start past what recovery kept (a disk that lost fsynced data) is the end; the file goes,
+        // so that records written from here on are not hidden by it after another restart.
+        if start > next {
+            log::warn!(
+                "{}: the saved log start {start} is past the recovered end {next}; starting at {next}",
+                inner.dir.display()
+            );
+            start::forget(&inner.dir).await;
+        }
         inner.start_floor.set(start.min(next));
         spawn_background(Rc::downgrade(&inner));
         OPEN_LOGS.with(|logs| {

@@ -16,6 +16,14 @@ pub(super) fn read_start(dir: &Path) -> i64 {
         .unwrap_or(0)
 }
 
+/// Removes the saved log start.
+pub(super) async fn forget(dir: &Path) {
+    let path = dir.join(START_FILE);
+    if let Err(e) = glommio::io::remove(&path).await {
+        log::warn!("could not remove {}: {e}", path.display());
+    }
+}
+
 impl Log {
     /// Moves the log start offset to `offset` (Kafka's DeleteRecords; `-1`: the high watermark):
     /// reads and ListOffsets' earliest start there at once, the start is saved before this returns,
@@ -38,6 +46,9 @@ impl Log {
         if target <= inner.log_start_offset() {
             return Ok(inner.log_start_offset());
         }
+        // The records below a saved start are durable first: a crash can then not recover an
+        // end below the start (which would hide the records written after the restart).
+        inner.sync_to(target).await?;
         let path = inner.dir.join(START_FILE);
         let (file, text) = (path.clone(), target.to_string());
         glommio::executor()
@@ -51,7 +62,14 @@ impl Log {
         inner.start_floor.set(target);
         // The change reaches read replicas before any segment file goes.
         inner.segments_changed();
-        inner.wait_sealed().await?;
+        // The start has moved; should the segments not go now, retention takes them later.
+        if let Err(e) = inner.wait_sealed().await {
+            log::warn!(
+                "{}: whole segments below {target} stay for now: {e}",
+                inner.dir.display()
+            );
+            return Ok(inner.log_start_offset());
+        }
         let deleted = inner
             .delete_leading("records deleted", |s| s.next_offset.get() <= target)
             .await;

@@ -94,6 +94,9 @@ pub struct Member {
     pub assignor: Option<String>,
     pub epoch: i32,
     previous_epoch: i32,
+    /// Whether the member still has every partition it had at `previous_epoch` (it moved on
+    /// without revoking).
+    kept_all: bool,
     pub state: MemberState,
     pub assigned: Assignment,
     pub revoking: Assignment,
@@ -210,13 +213,15 @@ impl ConsumerGroup {
 
     /// Whether `member_id` may commit or fetch offsets at `epoch` (OffsetCommit v9+, OffsetFetch
     /// v9+): an unknown member is `UNKNOWN_MEMBER_ID`, another epoch `STALE_MEMBER_EPOCH`. The
-    /// epoch before its current one is still taken: a member commits what it read before the
-    /// answer that moved it on arrived, and partitions only ever leave it at its current epoch
-    /// (revocation keeps the epoch), so nothing it commits at the previous one is another's.
+    /// epoch before its current one is still taken when the member only gained partitions on the
+    /// way (a member commits what it read before the answer that moved it on arrived): every
+    /// partition it had then is still its own. After a revocation it is not: the old epoch is the
+    /// one it owned the revoked partitions at.
     pub fn check_member_epoch(&self, member_id: &str, epoch: i32) -> Result<(), ResponseError> {
         match self.members.get(member_id) {
             None => Err(ResponseError::UnknownMemberId),
-            Some(m) if epoch == m.epoch || (epoch >= 0 && epoch == m.previous_epoch) => Ok(()),
+            Some(m) if epoch >= 0 && epoch == m.epoch => Ok(()),
+            Some(m) if epoch >= 0 && epoch == m.previous_epoch && m.kept_all => Ok(()),
             Some(_) => Err(ResponseError::StaleMemberEpoch),
         }
     }
@@ -234,15 +239,16 @@ impl ConsumerGroup {
         config: &ConsumerConfig,
         now: Instant,
     ) -> Result<Answer, Refusal> {
-        let member_id = match hb.member_epoch {
+        let (member_id, created) = match hb.member_epoch {
             -1 => return self.leave(&hb),
             -2 => return self.leave_for_now(&hb),
             0 => self.join(&hb, now)?,
-            e if e > 0 => self.check_epoch(&hb)?,
+            e if e > 0 => (self.check_epoch(&hb)?, false),
             e => return Err(invalid(format!("member epoch {e} is not valid"))),
         };
         let joined = hb.member_epoch == 0;
-        if self.update_member(&member_id, &hb, config, now)? {
+        // A new member, or a changed subscription, moves the group epoch (once).
+        if self.update_member(&member_id, &hb, config, now)? || created {
             self.bump();
         }
         let subscribed = self.subscribed_topics(topics);
@@ -268,8 +274,9 @@ impl ConsumerGroup {
     }
 
     /// A member joins (epoch 0): a new one, one that joins again (its partitions are freed), or a
-    /// static member taking over the partitions its instance had.
-    fn join(&mut self, hb: &Heartbeat, now: Instant) -> Result<String, Refusal> {
+    /// static member taking over the partitions its instance had. Returns its id and whether it
+    /// is a new member.
+    fn join(&mut self, hb: &Heartbeat, now: Instant) -> Result<(String, bool), Refusal> {
         if hb.rebalance_timeout_ms <= 0 {
             return Err(invalid(
                 "a joining member must give its rebalance timeout".into(),
@@ -285,71 +292,67 @@ impl ConsumerGroup {
                 "a joining member must give the partitions it owns".into(),
             ));
         }
+        if hb.instance_id.as_deref() == Some("") || hb.rack_id.as_deref() == Some("") {
+            return Err(invalid("an instance or rack id must not be empty".into()));
+        }
         let id = match (hb.version, hb.member_id.is_empty()) {
+            // v0: the coordinator names a new member; one fenced earlier keeps its id.
             (0, true) => uuid::Builder::from_random_bytes(rand::random())
                 .into_uuid()
                 .to_string(),
-            (0, false) => {
-                return Err(invalid(
-                    "a joining member gets its id from the coordinator".into(),
-                ))
-            }
             (_, true) => return Err(invalid("a member must give its member id".into())),
             (_, false) if hb.member_id.len() > 255 => {
                 return Err(invalid("the member id is too long".into()))
             }
             (_, false) => hb.member_id.clone(),
         };
-        if let Some(instance) = &hb.instance_id {
-            if let Some(old) = self.statics.get(instance).cloned() {
-                if old != id {
-                    return self.replace_static(&old, &id, instance).map(|()| id);
-                }
+        if let Some(m) = self.members.get(&id) {
+            if hb.instance_id.is_some() && m.instance_id != hb.instance_id {
+                return Err(fenced_instance(&id));
             }
         }
-        let fresh = Member {
-            id: id.clone(),
-            instance_id: hb.instance_id.clone(),
-            rack_id: None,
-            client_id: String::new(),
-            client_host: String::new(),
-            rebalance_timeout: Duration::ZERO,
-            names: Vec::new(),
-            regex: None,
-            compiled: None,
-            assignor: None,
-            epoch: 0,
-            previous_epoch: -1,
-            state: MemberState::Stable,
-            assigned: Assignment::new(),
-            revoking: Assignment::new(),
-            session_deadline: now,
-            revoke_deadline: None,
-        };
+        if let Some(instance) = &hb.instance_id {
+            match self.statics.get(instance).cloned() {
+                Some(old) if old != id && self.members.contains_key(&old) => {
+                    return self
+                        .replace_static(&old, &id, instance)
+                        .map(|()| (id, false));
+                }
+                // A stale entry (its member is gone): the instance starts over.
+                Some(old) if old != id => {
+                    self.statics.remove(instance);
+                }
+                _ => {}
+            }
+        }
         match self.members.get_mut(&id) {
             // Joining again: it starts over (what it had is free for others).
             Some(m) => {
                 m.epoch = 0;
                 m.previous_epoch = -1;
+                m.kept_all = false;
                 m.state = MemberState::Stable;
                 m.assigned.clear();
                 m.revoking.clear();
                 m.revoke_deadline = None;
+                Ok((id, false))
             }
             None => {
-                self.members.insert(id.clone(), fresh);
+                self.members.insert(id.clone(), fresh_member(&id, hb, now));
                 if let Some(instance) = &hb.instance_id {
                     self.statics.insert(instance.clone(), id.clone());
                 }
-                self.bump();
+                Ok((id, true))
             }
         }
-        Ok(id)
     }
 
     /// A static member's new incarnation (`id`) takes over the old one's partitions, epoch and
     /// target, if the old one left (epoch -2); while it is still there: `UNRELEASED_INSTANCE_ID`.
     fn replace_static(&mut self, old: &str, id: &str, instance: &str) -> Result<(), Refusal> {
+        if self.members.contains_key(id) {
+            return Err(fenced_instance(id));
+        }
         let left = self.members.get(old).is_none_or(|m| m.epoch == -2);
         if !left {
             return Err((
@@ -378,6 +381,16 @@ impl ConsumerGroup {
                 format!("member {} is not in group {}", hb.member_id, self.id),
             ));
         };
+        // Fields that did not change are left out (null) of later heartbeats.
+        if hb.instance_id.is_some() && m.instance_id != hb.instance_id {
+            return Err(fenced_instance(&m.id));
+        }
+        if m.epoch == -2 {
+            return Err((
+                ResponseError::FencedMemberEpoch,
+                format!("static member {} left; it must join again", m.id),
+            ));
+        }
         let lost_answer = hb.member_epoch == m.previous_epoch
             && hb.owned.as_ref().is_some_and(|o| {
                 o.iter()
@@ -517,9 +530,11 @@ impl ConsumerGroup {
             .flat_map(|(t, ps)| ps.iter().map(move |p| (*t, *p)))
             .collect();
         let m = self.members.get_mut(id).expect("a member");
+        let revoked = m.state == MemberState::UnrevokedPartitions;
         let step = reconcile::next_step(m.epoch, &m.assigned, &target, target_epoch, &others);
         if step.epoch != m.epoch {
             m.previous_epoch = m.epoch;
+            m.kept_all = !revoked;
         }
         m.revoke_deadline = match step.state {
             MemberState::UnrevokedPartitions => Some(now + m.rebalance_timeout),
@@ -533,10 +548,14 @@ impl ConsumerGroup {
 
     /// A member leaves (epoch -1): its partitions are free, and the group epoch moves.
     fn leave(&mut self, hb: &Heartbeat) -> Result<Answer, Refusal> {
-        let id = match (&hb.instance_id, self.members.contains_key(&hb.member_id)) {
-            (_, true) => hb.member_id.clone(),
-            (Some(i), false) => self.statics.get(i).cloned().ok_or_else(|| unknown(hb))?,
-            (None, false) => return Err(unknown(hb)),
+        let id = match &hb.instance_id {
+            Some(i) => match self.statics.get(i) {
+                Some(m) if *m == hb.member_id => m.clone(),
+                Some(_) => return Err(fenced_instance(&hb.member_id)),
+                None => return Err(unknown(hb)),
+            },
+            None if self.members.contains_key(&hb.member_id) => hb.member_id.clone(),
+            None => return Err(unknown(hb)),
         };
         self.remove(&id);
         Ok(Answer {
@@ -569,6 +588,12 @@ impl ConsumerGroup {
             m.previous_epoch = m.epoch;
         }
         m.epoch = -2;
+        // What it was giving up is released: it owns nothing it was revoking any more.
+        m.revoking.clear();
+        m.revoke_deadline = None;
+        if m.state == MemberState::UnrevokedPartitions {
+            m.state = MemberState::Stable;
+        }
         Ok(Answer {
             member_id: hb.member_id.clone(),
             member_epoch: -2,
@@ -612,6 +637,37 @@ impl ConsumerGroup {
 
 fn invalid(why: String) -> Refusal {
     (ResponseError::InvalidRequest, why)
+}
+
+fn fenced_instance(member_id: &str) -> Refusal {
+    (
+        ResponseError::FencedInstanceId,
+        format!("member {member_id} does not hold that instance id"),
+    )
+}
+
+/// A member as its first heartbeat makes it (the heartbeat's fields are taken next).
+fn fresh_member(id: &str, hb: &Heartbeat, now: Instant) -> Member {
+    Member {
+        id: id.to_string(),
+        instance_id: hb.instance_id.clone(),
+        rack_id: None,
+        client_id: String::new(),
+        client_host: String::new(),
+        rebalance_timeout: Duration::ZERO,
+        names: Vec::new(),
+        regex: None,
+        compiled: None,
+        assignor: None,
+        epoch: 0,
+        previous_epoch: -1,
+        kept_all: false,
+        state: MemberState::Stable,
+        assigned: Assignment::new(),
+        revoking: Assignment::new(),
+        session_deadline: now,
+        revoke_deadline: None,
+    }
 }
 
 fn unknown(hb: &Heartbeat) -> Refusal {

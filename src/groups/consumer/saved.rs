@@ -139,6 +139,8 @@ impl ConsumerGroup {
                 assignor: m.assignor,
                 epoch: m.epoch,
                 previous_epoch: m.previous_epoch,
+                // Commits at the previous epoch wait for the next move on.
+                kept_all: false,
                 state: state_named(&m.state)?,
                 assigned: load(&m.assigned)?,
                 revoking: load(&m.revoking)?,

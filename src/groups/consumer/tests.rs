@@ -292,3 +292,47 @@ fn a_saved_group_comes_back_as_it_was() {
     rounds(&mut back, &mut clients, &t, &["orders"], 1);
     assert_eq!(back.group_epoch, epoch);
 }
+
+#[test]
+fn a_zombie_incarnation_cannot_remove_its_replacement_and_commits_after_a_revocation_are_stale() {
+    let t = topics(&[("orders", 1, 4)]);
+    let mut g = ConsumerGroup::new("g");
+    let mut a = Client {
+        instance: Some("i".into()),
+        ..Client::new("a")
+    };
+    a.take(
+        g.heartbeat(a.heartbeat(&["orders"]), &t, &config(), Instant::now())
+            .unwrap(),
+    );
+    let mut bye = a.heartbeat(&["orders"]);
+    bye.member_epoch = -2;
+    g.heartbeat(bye, &t, &config(), Instant::now()).unwrap();
+    let mut a2 = Client {
+        instance: Some("i".into()),
+        ..Client::new("a2")
+    };
+    a2.take(
+        g.heartbeat(a2.heartbeat(&["orders"]), &t, &config(), Instant::now())
+            .unwrap(),
+    );
+    // The old incarnation leaves: it is not the instance's member any more.
+    let mut zombie = a.heartbeat(&["orders"]);
+    zombie.member_epoch = -1;
+    let e = g
+        .heartbeat(zombie, &t, &config(), Instant::now())
+        .unwrap_err();
+    assert_eq!(e.0, ResponseError::FencedInstanceId);
+    assert_eq!(g.member_count(), 1);
+
+    // A second member takes half: a2 revokes, then moves on; its old epoch no longer commits.
+    let mut clients = vec![a2, Client::new("b")];
+    let before = clients[0].epoch;
+    rounds(&mut g, &mut clients, &t, &["orders"], 4);
+    assert!(clients[0].epoch > before);
+    assert_eq!(g.check_member_epoch("a2", clients[0].epoch), Ok(()));
+    assert_eq!(
+        g.check_member_epoch("a2", before),
+        Err(ResponseError::StaleMemberEpoch)
+    );
+}

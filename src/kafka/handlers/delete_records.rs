@@ -2,8 +2,9 @@
 //! watermark), on the partition's owner core, as Kafka's leader does. Reads, ListOffsets' earliest,
 //! read replicas and views follow at once; whole segments below go. The answer is the log start
 //! offset after it (`low_watermark`). `timeout_ms` bounds a wait for followers, which shoal has
-//! none of. A view's records are its source's: deleting through a view is refused
-//! (POLICY_VIOLATION), as is any deletion at the edge, which only mirrors its upstream.
+//! none of. Refused with POLICY_VIOLATION, as Kafka refuses it, on a topic whose `cleanup.policy`
+//! lacks `delete`; and through a view (its records are its source's) or at the edge (which only
+//! mirrors its upstream).
 
 use super::{count_errors, frame, HandlerResult, Versions};
 use crate::cores::Core;
@@ -73,6 +74,13 @@ async fn delete_one(
     peer: &str,
 ) -> Result<i64, i16> {
     let (part, view) = core.local_partition(topic, index).map_err(|e| e.code())?;
+    if !part.log.config().cleanup_delete {
+        log::warn!(
+            "refused DeleteRecords of {topic}/{index} from {peer}: a compacted topic \
+             (cleanup.policy without delete) keeps its records"
+        );
+        return Err(ResponseError::PolicyViolation.code());
+    }
     if view.is_some() || core.is_edge() {
         log::warn!(
             "refused DeleteRecords of {topic}/{index} from {peer}: {}",

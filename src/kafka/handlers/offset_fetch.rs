@@ -208,10 +208,14 @@ fn group_answer(
             .collect()
     });
     let base = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
-    // v9: a consumer-protocol group's member fetches at its current epoch.
-    let member =
+    // v9: a consumer-protocol group's member fetches at its current epoch; checked after the
+    // group's authorization, as the check tells who is a member.
+    let member = if who.may_group(core, Operation::Describe, &g.group_id) {
         core.groups()
-            .check_fetch_member(&g.group_id, g.member_id.as_deref(), g.member_epoch);
+            .check_fetch_member(&g.group_id, g.member_id.as_deref(), g.member_epoch)
+    } else {
+        Err(ResponseError::GroupAuthorizationFailed)
+    };
     let found = member.and_then(|()| lookup(core, who, &g.group_id, asked, require_stable));
     match found {
         Err(e) => base.with_error_code(e.code()),
