@@ -11,10 +11,6 @@ use kafka_protocol::error::ResponseError;
 use std::path::Path;
 use std::time::Instant;
 
-/// The file in a core's groups directory that holds its consumer-protocol groups between a clean
-/// stop and the next start.
-const SAVED: &str = "consumer-groups.json";
-
 impl Coordinator {
     /// ConsumerGroupHeartbeat. A classic group without members becomes a consumer group (its
     /// committed offsets stay); one with members refuses (`GROUP_ID_NOT_FOUND`, as Kafka's
@@ -182,7 +178,7 @@ impl Coordinator {
     /// directory), those this core still coordinates, and removes the file: after a crash later
     /// on, members rejoin rather than find a stale state. Blocking; at start-up.
     pub(super) fn load_consumer_groups(&self, dir: &Path) {
-        let path = dir.join(SAVED);
+        let path = dir.join(super::consumer::SAVED_FILE);
         *self.saved_path.borrow_mut() = Some(path.clone());
         let Ok(text) = std::fs::read_to_string(&path) else {
             return;

@@ -9,6 +9,7 @@
 //!
 //! Pending transactional offsets move with their group the same way (the old coordinator's copy
 //! wins), so a transaction that ends after the restart finds them at the group's new coordinator.
+//! So do the consumer-protocol groups a clean stop saved (`core-<i>/consumer-groups.json`).
 
 use super::offsets::{self, Committed, OffsetStore, PendingOffset, TopicPartition};
 use super::{coordinator_core, store_dir};
@@ -20,6 +21,7 @@ use std::rc::Rc;
 /// were written (see the module docs). Runs before the cores start, on an executor of its own.
 pub fn reshard(data_dir: &Path, cores: usize) -> std::io::Result<()> {
     let root = data_dir.join("__groups");
+    move_saved_groups(&root, cores)?;
     let data_dir = data_dir.to_path_buf();
     shards::internal_log::reshard(
         &root,
@@ -28,6 +30,57 @@ pub fn reshard(data_dir: &Path, cores: usize) -> std::io::Result<()> {
         "committed offsets",
         move |on_disk, old| async move { reshard_on_executor(&data_dir, on_disk, old, cores).await },
     )
+}
+
+/// Moves the consumer-protocol groups a clean stop saved (`core-<i>/consumer-groups.json`) into
+/// the files of their coordinators under `cores`, when any is in another's (the core count
+/// changed). Blocking; before the cores start.
+fn move_saved_groups(root: &Path, cores: usize) -> std::io::Result<()> {
+    use super::consumer::SavedGroup;
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return Ok(());
+    };
+    let mut files = Vec::new();
+    for entry in entries {
+        let path = entry?.path().join(super::consumer::SAVED_FILE);
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            files.push((path, text));
+        }
+    }
+    let mut by_core: HashMap<usize, Vec<SavedGroup>> = HashMap::new();
+    let mut misplaced = false;
+    for (path, text) in &files {
+        let Ok(groups) = serde_json::from_str::<Vec<SavedGroup>>(text) else {
+            log::warn!("ignoring {}: it does not read back", path.display());
+            continue;
+        };
+        for g in groups {
+            let core = coordinator_core(g.id(), cores);
+            misplaced |= path.parent() != Some(store_dir_of(root, core).as_path());
+            by_core.entry(core).or_default().push(g);
+        }
+    }
+    if !misplaced {
+        return Ok(());
+    }
+    for (path, _) in &files {
+        std::fs::remove_file(path)?;
+    }
+    for (core, groups) in by_core {
+        let dir = store_dir_of(root, core);
+        std::fs::create_dir_all(&dir)?;
+        let text = serde_json::to_vec(&groups).map_err(std::io::Error::other)?;
+        shards::files::write_atomically(&dir.join(super::consumer::SAVED_FILE), &text)?;
+    }
+    log::info!(
+        "moved the saved consumer-protocol groups to their coordinators under {cores} cores"
+    );
+    Ok(())
+}
+
+/// `root/core-<c>`.
+fn store_dir_of(root: &Path, core: usize) -> std::path::PathBuf {
+    root.join(format!("core-{core}"))
 }
 
 /// One store's copy of a group's offsets: (store's core, offsets).

@@ -383,3 +383,61 @@ mod figure {
         }
     }
 }
+
+/// A clean stop saves consumer-protocol groups, and a start with another `--cores` moves them to
+/// their new coordinators: the member carries on at the same group epoch.
+#[test]
+fn a_consumer_protocol_group_survives_a_cores_change() {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use std::time::{Duration, Instant};
+
+    let dir = tempfile::tempdir().unwrap();
+    let port = common::free_port_run(3);
+    let listen = format!("127.0.0.1:{port}");
+    let shoal = Shoal::start_on(dir.path(), 2, &listen, FLAGS);
+    let bootstrap = shoal.bootstrap();
+    common::create_topics(&bootstrap, &[("moving", 3)]);
+    let member = |group: &str| -> BaseConsumer {
+        let c: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .set("group.id", group)
+            .set("group.protocol", "consumer")
+            .create()
+            .unwrap();
+        c.subscribe(&["moving"]).unwrap();
+        c
+    };
+    // Epochs past what a group formed anew would have: a second member came and went.
+    let consumer = member("mover");
+    let passing = member("mover");
+    std::thread::sleep(Duration::from_secs(2));
+    drop(passing);
+    let describe = || common::cli::group(&bootstrap, &["describe", "mover"]).json();
+    let settled = |want_epoch: Option<i64>| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            consumer.poll(Duration::from_millis(100));
+            let d = describe();
+            let e = &d["epochs"];
+            let stable =
+                d["state"] == "Stable" && e["members"].as_array().is_some_and(|m| m.len() == 1);
+            if stable && want_epoch.is_none_or(|w| e["group_epoch"].as_i64() == Some(w)) {
+                return d;
+            }
+            assert!(Instant::now() < deadline, "never settled: {d}");
+        }
+    };
+    let before = settled(None);
+    let epoch = before["epochs"]["group_epoch"].as_i64().unwrap();
+    assert!(epoch >= 4, "{before}");
+    shoal.stop();
+    let shoal = Shoal::start_on(dir.path(), 3, &listen, FLAGS);
+    let after = settled(Some(epoch));
+    assert_eq!(
+        after["epochs"]["members"][0]["member_id"],
+        before["epochs"]["members"][0]["member_id"]
+    );
+    drop(consumer);
+    shoal.stop();
+}

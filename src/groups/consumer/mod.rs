@@ -22,7 +22,7 @@ mod saved;
 
 pub use assign::ASSIGNORS;
 pub use reconcile::MemberState;
-pub use saved::{SavedGroup, SavedGroups};
+pub use saved::{SavedGroup, SavedGroups, SAVED_FILE};
 
 use kafka_protocol::error::ResponseError;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};

@@ -1,12 +1,17 @@
 //! A consumer group as a clean stop saves it and the next start loads it: members keep their ids,
 //! epochs and partitions, so that after a restart they carry on heartbeating with no new
-//! assignment. Kept as JSON in the core's groups directory, written at a clean stop and removed
-//! once loaded: after a crash (no file) members rejoin and resume from their committed offsets.
+//! assignment. Kept as JSON in the core's groups directory, written at a clean stop, moved to the
+//! new coordinators' directories when `--cores` changed (`reshard`), and removed once loaded:
+//! after a crash (no file) members rejoin and resume from their committed offsets.
 
 use super::{Assignment, ConsumerGroup, Member, MemberState, TopicId, Topics};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+
+/// The file in a core's groups directory that holds its consumer-protocol groups between a clean
+/// stop and the next start.
+pub const SAVED_FILE: &str = "consumer-groups.json";
 
 /// An assignment as saved: topic id (text) -> partitions.
 type SavedAssignment = BTreeMap<String, Vec<i32>>;
@@ -62,6 +67,12 @@ fn state_named(name: &str) -> Option<MemberState> {
     ]
     .into_iter()
     .find(|s| s.name() == name)
+}
+
+impl SavedGroup {
+    pub fn id(&self) -> &str {
+        &self.id
+    }
 }
 
 impl ConsumerGroup {
