@@ -276,7 +276,8 @@ fn partitions_json(layout: &Layout, table: &TopicTable, topic: &str, q: &Console
     out
 }
 
-/// Every group with its coordinator core, state, members and lag as last computed (`null` where
+/// Every group with its coordinator core, protocol (`classic`, or `consumer` with its group
+/// epoch), state, members and lag as last computed (`null` where
 /// lag is not computed: no commits yet, lag turned off, or edge mode); the busiest lag first, at
 /// most [`MAX_GROUPS`].
 fn groups_json(stats: &[CoreSnapshot]) -> Value {
@@ -289,6 +290,8 @@ fn groups_json(stats: &[CoreSnapshot]) -> Value {
                     "group": g.group,
                     "core": s.core,
                     "state": g.state,
+                    "protocol": if g.epoch.is_some() { "consumer" } else { "classic" },
+                    "epoch": g.epoch,
                     "members": g.members,
                     "lag_sum": lag.map(|l| l.lag_sum),
                     "lag_max": lag.map(|l| l.lag_max),

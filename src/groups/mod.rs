@@ -572,12 +572,14 @@ impl Coordinator {
                 group: g.id.clone(),
                 state: g.state().name(),
                 members: g.member_count() as u64,
+                epoch: None,
             })
             .collect();
         v.extend(self.consumer.borrow().values().map(|g| GroupSummary {
             group: g.id.clone(),
             state: g.state().name(),
             members: g.member_count() as u64,
+            epoch: Some(g.group_epoch),
         }));
         v.sort_by(|a, b| a.group.cmp(&b.group));
         v

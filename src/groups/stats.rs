@@ -10,6 +10,8 @@ pub struct GroupSummary {
     pub group: String,
     pub state: &'static str,
     pub members: u64,
+    /// The group epoch of a group of the consumer group protocol (KIP-848); `None`: classic.
+    pub epoch: Option<i32>,
 }
 
 /// The consumer groups a core coordinates.

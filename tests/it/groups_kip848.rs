@@ -385,7 +385,7 @@ mod figure {
 }
 
 /// A clean stop saves consumer-protocol groups, and a start with another `--cores` moves them to
-/// their new coordinators: the member carries on at the same group epoch.
+/// their new coordinators: the member carries on at the same group epoch, which the console shows.
 #[test]
 fn a_consumer_protocol_group_survives_a_cores_change() {
     use rdkafka::config::ClientConfig;
@@ -437,6 +437,18 @@ fn a_consumer_protocol_group_survives_a_cores_change() {
     assert_eq!(
         after["epochs"]["members"][0]["member_id"],
         before["epochs"]["members"][0]["member_id"]
+    );
+    // The console shows the group with its protocol and epoch.
+    let (_, body) = shoal.admin_get("/v1/console");
+    let console: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let row = console["groups"]
+        .as_array()
+        .and_then(|g| g.iter().find(|g| g["group"] == "mover"))
+        .cloned()
+        .unwrap_or_else(|| panic!("{body}"));
+    assert_eq!(
+        (row["protocol"].as_str(), row["epoch"].as_i64()),
+        (Some("consumer"), Some(epoch))
     );
     drop(consumer);
     shoal.stop();
