@@ -1,8 +1,9 @@
 //! ConsumerGroupHeartbeat (KIP-848): a member of a consumer-protocol group joins, heartbeats,
 //! reconciles and leaves through it; the group coordinator core decides (see
 //! [`crate::groups::consumer`]). READ on the group, and DESCRIBE on every topic subscribed to by
-//! name (`TOPIC_AUTHORIZATION_FAILED` otherwise, as Kafka answers). Assignments name topics by id,
-//! as the topic table has them.
+//! name (`TOPIC_AUTHORIZATION_FAILED` otherwise, as Kafka answers); a regular expression matches
+//! only topics the member may describe. Assignments name topics by id, as the topic table has
+//! them.
 
 use super::{count_errors, frame, HandlerResult, Versions};
 use crate::cores::Core;
@@ -28,11 +29,14 @@ pub const VERSIONS: Versions = Versions {
 /// Most partitions a member may report owning in one heartbeat: more than any assignment gets.
 const MAX_OWNED: usize = 1 << 20;
 
-/// Every topic of the table, by name, as subscriptions and assignments see them.
-pub fn topics_view(core: &Core) -> Topics {
+/// Every topic of the table the member may describe, by name, as subscriptions (regular
+/// expressions too) and assignments see them.
+pub fn topics_view(core: &Core, who: &Session) -> Topics {
+    let checked = core.config().authorizer.enabled;
     core.topics()
         .topics
         .iter()
+        .filter(|(name, _)| !checked || who.may_topic(core, Operation::Describe, name))
         .map(|(name, meta)| {
             (
                 name.clone(),
@@ -61,7 +65,7 @@ pub fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult {
         match heartbeat_of(req, who, r) {
             Ok(hb) => core
                 .groups()
-                .consumer_heartbeat(&group, hb, &topics_view(core)),
+                .consumer_heartbeat(&group, hb, &topics_view(core, who)),
             Err(why) => Err((ResponseError::InvalidRequest, why)),
         }
     };
