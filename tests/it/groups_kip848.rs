@@ -41,6 +41,23 @@ fn confluent_kafka_members_join_leave_and_die_and_every_record_is_read_once() {
         shoal.metric("shoal_group_rebalances_total") >= 4,
         "the group epoch moved as members came and went"
     );
+    // Lag covers the group: once computed after the last commits, nothing is left to read.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (_, body) = shoal.admin_get("/metrics");
+        let lag = body
+            .lines()
+            .find(|l| l.starts_with("shoal_group_lag_sum{group=\"g848\"}"))
+            .map(|l| l.rsplit(' ').next().unwrap().to_string());
+        if lag.as_deref() == Some("0") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "g848's lag is {lag:?}, not 0"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
     // The members are gone; the group stays, of the consumer protocol, for its offsets.
     assert_eq!(
         shoal.metric_with("shoal_consumer_protocol_groups", "state=\"Empty\""),
