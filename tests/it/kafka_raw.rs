@@ -2107,7 +2107,7 @@ fn describe_log_dirs_answers_for_the_partitions_each_core_leads() {
 }
 
 #[test]
-fn zstd_needs_produce_v7_and_a_created_topic_has_no_error_message() {
+fn zstd_needs_produce_v7_and_fetch_v10_and_a_created_topic_has_no_error_message() {
     let dir = tempfile::tempdir().unwrap();
     let shoal = Shoal::start(dir.path(), 1, &[]);
     let mut s = connect(shoal.ports[0]);
@@ -2132,6 +2132,26 @@ fn zstd_needs_produce_v7_and_a_created_topic_has_no_error_message() {
         );
         let p = &r.responses[0].partition_responses[0];
         assert_eq!(p.error_code, want, "v{version}: {:?}", p.error_message);
+    }
+    // And for Fetch v10 and later: an older fetch of the zstd batches gets the same error.
+    for (version, want) in [(4, 76), (9, 76), (10, 0), (12, 0)] {
+        let req = kafka_protocol::messages::FetchRequest::default()
+            .with_max_bytes(1 << 20)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(common::wire::topic_name("z"))
+                .with_partitions(vec![
+                    FetchPartition::default().with_partition_max_bytes(1 << 20)
+                ])]);
+        let r: kafka_protocol::messages::FetchResponse = call(
+            &mut s,
+            ApiKey::Fetch,
+            version,
+            30 + i32::from(version),
+            &req,
+        );
+        let p = &r.responses[0].partitions[0];
+        assert_eq!(p.error_code, want, "Fetch v{version}");
+        assert_eq!(p.records.as_ref().is_some_and(|r| !r.is_empty()), want == 0);
     }
     shoal.stop();
 }

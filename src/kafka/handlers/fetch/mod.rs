@@ -423,6 +423,25 @@ fn ok_result(partition: i32, part: &Partition, records: shards::Records) -> Part
     }
 }
 
+/// zstd in a batch's compression bits.
+const ZSTD: u8 = 4;
+
+/// A client of Fetch below v10 cannot read zstd (KIP-110): a partition whose records hold a zstd
+/// batch is answered `UNSUPPORTED_COMPRESSION_TYPE` instead, as Kafka answers it.
+fn refuse_zstd_below_v10(version: i16, topics: &mut [TopicResult]) {
+    if version >= 10 {
+        return;
+    }
+    for p in topics.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
+        if p.records.batch_headers().any(|h| h.compression() == ZSTD) {
+            *p = PartitionResult::error(
+                p.partition,
+                ResponseError::UnsupportedCompressionType.code(),
+            );
+        }
+    }
+}
+
 /// Kafka answers `KAFKA_STORAGE_ERROR` only from Fetch v6 on; older clients get
 /// `NOT_LEADER_OR_FOLLOWER`, which they know to retry.
 fn down_convert_errors(version: i16, topics: &mut [TopicResult]) {
@@ -467,6 +486,7 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
         }
         pace(core, &plan, Before::ReadAfterWait).await;
     };
+    refuse_zstd_below_v10(req.api_version, &mut done.topics);
     let session_id = session::finish(core, scope, req.api_version, &asked, &mut done.topics);
     down_convert_errors(req.api_version, &mut done.topics);
     let endpoints = current_leaders(core, who, req.api_version, &mut done.topics);
