@@ -250,6 +250,28 @@ fn librdkafka_slow_consumer_groups() {
     run_theme_within("slow_consumer_groups", &[], SLOW_GROUPS, SLOW_RUN_LIMIT);
 }
 
+/// The slow consumer-group tests with the consumer group protocol (KIP-848), but the two of 0045
+/// that are known gaps under it (docs/librdkafka-suite.md): `_resubscribe_with_regex` expects
+/// Kafka's asynchronous resolution of regular expressions (literal topics assigned one heartbeat
+/// before the matched ones), and `_subscribe_many_updates` was not investigated.
+#[test]
+#[ignore = "slow: about 8 minutes of consumer-group timeouts"]
+fn librdkafka_slow_consumer_protocol_groups() {
+    let quick = ["--group-consumer-heartbeat-interval-ms", "500"];
+    let gaps = ["0045_resubscribe_with_regex", "0045_subscribe_many_updates"];
+    let cases: Vec<&str> = SLOW_GROUPS
+        .iter()
+        .copied()
+        .filter(|t| !gaps.contains(t))
+        .collect();
+    run_theme_within(
+        &format!("slow_{CONSUMER_PROTOCOL_THEME}"),
+        &quick,
+        &cases,
+        SLOW_RUN_LIMIT,
+    );
+}
+
 /// librdkafka's transaction tests that run against a real broker.
 #[test]
 fn librdkafka_transaction_tests() {
@@ -281,7 +303,7 @@ fn run_theme(theme: &str, extra: &[&str], cases: &[&str]) {
 fn run_theme_within(theme: &str, extra: &[&str], cases: &[&str], limit: Duration) {
     let test = format!("librdkafka_suite::{theme}");
     // The suite's switch between the classic group protocol and KIP-848's.
-    let protocol = if theme == CONSUMER_PROTOCOL_THEME {
+    let protocol = if theme.contains(CONSUMER_PROTOCOL_THEME) {
         "consumer"
     } else {
         "classic"
