@@ -65,6 +65,10 @@ pub struct Heartbeat {
     pub server_assignor: Option<String>,
     /// The partitions the member owns now (`None`: unchanged since its last heartbeat).
     pub owned: Option<Assignment>,
+    /// The revision of the topic table `topics` shows, when every member sees the same one: the
+    /// subscriptions are then matched against it again only when it or the group epoch moved.
+    /// `None` (a view filtered by this member's ACLs): matched at every heartbeat.
+    pub topics_revision: Option<u64>,
     pub client_id: String,
     pub client_host: String,
 }
@@ -158,6 +162,9 @@ pub struct ConsumerGroup {
     target: BTreeMap<String, Assignment>,
     /// The subscribed topics (name -> id, partitions) the target was computed for.
     subscribed: Topics,
+    /// The topic table revision and group epoch `subscribed` was matched at (see
+    /// [`Heartbeat::topics_revision`]).
+    subscribed_at: Option<(u64, i32)>,
     /// The assignor the target was computed with.
     pub assignor: &'static str,
     /// Times the group epoch moved, for metrics.
@@ -176,6 +183,7 @@ impl ConsumerGroup {
             subscribed: Topics::new(),
             assignor: ASSIGNORS[0],
             rebalances: 0,
+            subscribed_at: None,
         }
     }
 
@@ -251,10 +259,16 @@ impl ConsumerGroup {
         if self.update_member(&member_id, &hb, config, now)? || created {
             self.bump();
         }
-        let subscribed = self.subscribed_topics(topics);
-        if subscribed != self.subscribed {
-            self.subscribed = subscribed;
-            self.bump();
+        // Every member's subscription against every topic: only when something it depends on
+        // moved, not at each heartbeat of each member.
+        let at = hb.topics_revision.map(|r| (r, self.group_epoch));
+        if at.is_none() || at != self.subscribed_at {
+            let subscribed = self.subscribed_topics(topics);
+            if subscribed != self.subscribed {
+                self.subscribed = subscribed;
+                self.bump();
+            }
+            self.subscribed_at = hb.topics_revision.map(|r| (r, self.group_epoch));
         }
         if self.group_epoch > self.assignment_epoch {
             self.compute_target(config);

@@ -161,6 +161,7 @@ fn a_regular_expression_picks_up_topics_as_they_come() {
     let mut hb = c.heartbeat(&[]);
     hb.subscribed_names = None;
     hb.subscribed_regex = Some("metrics-.*".into());
+    hb.topics_revision = Some(1);
     let t1 = topics(&[("metrics-a", 1, 2), ("other", 2, 3)]);
     c.take(
         g.heartbeat(hb.clone(), &t1, &config(), Instant::now())
@@ -172,6 +173,14 @@ fn a_regular_expression_picks_up_topics_as_they_come() {
     hb.member_epoch = c.epoch;
     hb.owned = Some(c.owned.clone());
     hb.subscribed_regex = None;
+    // Matched again only once the table's revision moved.
+    c.take(
+        g.heartbeat(hb.clone(), &t2, &config(), Instant::now())
+            .unwrap(),
+    );
+    assert_eq!(g.group_epoch, epoch, "the same revision: not matched again");
+    hb.member_epoch = c.epoch;
+    hb.topics_revision = Some(2);
     c.take(g.heartbeat(hb, &t2, &config(), Instant::now()).unwrap());
     assert!(
         g.group_epoch > epoch,

@@ -63,9 +63,13 @@ pub fn handle(core: &Core, req: &Request, who: &Session) -> HandlerResult {
         ))
     } else {
         match heartbeat_of(req, who, r) {
-            Ok(hb) => core
-                .groups()
-                .consumer_heartbeat(&group, hb, &topics_view(core, who)),
+            Ok(mut hb) => {
+                // Without ACLs every member sees the whole table, known by its revision.
+                hb.topics_revision =
+                    (!core.config().authorizer.enabled).then(|| core.topics().revision);
+                core.groups()
+                    .consumer_heartbeat(&group, hb, &topics_view(core, who))
+            }
             Err(why) => Err((ResponseError::InvalidRequest, why)),
         }
     };
@@ -130,6 +134,7 @@ fn heartbeat_of(
         subscribed_regex: s(r.subscribed_topic_regex),
         server_assignor: s(r.server_assignor),
         owned,
+        topics_revision: None,
         client_id: req
             .header
             .client_id
