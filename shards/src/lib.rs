@@ -82,8 +82,8 @@ pub use crate::fast_map::{FastMap, FastSet};
 pub use crate::latency::{device_latency, DeviceLatency, DurationHistogram, DurationSnapshot};
 pub use crate::log::segment::now_ms;
 pub use crate::log::{
-    AppendOptions, AppendResult, Appended, CompactionStats, Handover, Log, LogEvent, LogSnapshot,
-    LogStats, WeakLog,
+    open_files, set_open_files_limit, AppendOptions, AppendResult, Appended, CompactionStats,
+    Handover, Log, LogEvent, LogSnapshot, LogStats, OpenFiles, WeakLog,
 };
 pub use crate::monitor::OffsetMonitor;
 pub use crate::records::{LogRead, Records, UpstreamTxns};

@@ -145,7 +145,7 @@ struct Cleaned {
     /// The group's transaction index (written only when not empty).
     txn_index_path: PathBuf,
     txns: crate::transactions::SegmentTxns,
-    file: glommio::io::BufferedFile,
+    file: crate::log::open_files::Counted<glommio::io::BufferedFile>,
     index: SparseIndex,
     meta: SegmentMeta,
 }
@@ -545,6 +545,7 @@ impl Inner {
             txns.aborted.extend_from_slice(&t.aborted);
             txns.open_at_end = t.open_at_end.clone();
         }
+        let permit = crate::log::open_files::permit(&path).await?;
         let file = glommio::io::OpenOptions::new()
             .read(true)
             .write(true)
@@ -553,6 +554,7 @@ impl Inner {
             .buffered_open(&path)
             .await
             .map_err(|e| Error::storage(&path, e))?;
+        let file = crate::log::open_files::Counted::new(file, permit);
         let mut out = Cleaned {
             path,
             index_path,
@@ -677,6 +679,14 @@ impl Inner {
             discard(&cleaned).await;
             return Ok(false);
         }
+        // Readers still holding the group's segments go on reading their files once the paths
+        // name the new one: their handles are opened now and kept.
+        for s in group {
+            if let Err(e) = s.files.pin(true).await {
+                discard(&cleaned).await;
+                return Err(e);
+            }
+        }
         let base = group[0].base_offset;
         let swap_path = self.dir.join(format!("{base:020}.{end:020}.swap"));
         let io = |p: &Path| {
@@ -712,9 +722,11 @@ impl Inner {
             )
             .await
             .is_ok();
+        let files =
+            crate::log::open_files::Handles::with_buffered(final_path.clone(), cleaned.file);
         let seg = Segment::with_meta(
             final_path,
-            cleaned.file,
+            files,
             base,
             cleaned.index,
             cleaned.meta,

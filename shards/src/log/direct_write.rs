@@ -405,6 +405,8 @@ impl DirectWriter {
 thread_local! {
     /// Devices (`st_dev`) whose I/O polling support glommio has probed on this thread.
     static PROBED: RefCell<std::collections::HashSet<u64>> = RefCell::default();
+    /// Devices whose file system refused `O_DIRECT` at the probe.
+    static REFUSED: RefCell<std::collections::HashSet<u64>> = RefCell::default();
 }
 
 /// Makes sure glommio's first Direct I/O open on this thread for `device` (the one holding `dir`,
@@ -415,9 +417,15 @@ thread_local! {
 /// Direct I/O read then fails with `EOPNOTSUPP` on devices without poll queues. The probe file is
 /// 4 KiB in `dir`, removed at once. If it cannot be made the device is probed again at the next
 /// log's open (a failing directory fails its writes anyway).
-pub(crate) async fn probe_device(dir: &Path, dev: u64) {
+///
+/// Returns whether the file system takes `O_DIRECT` there (a log then writes its active segment
+/// so, opening the writer at its first append).
+pub(crate) async fn probe_device(dir: &Path, dev: u64) -> bool {
     if PROBED.with(|p| p.borrow().contains(&dev)) {
-        return;
+        return true;
+    }
+    if REFUSED.with(|p| p.borrow().contains(&dev)) {
+        return false;
     }
     let probe = dir.join(".shoal-direct-io-probe");
     let made = async {
@@ -437,7 +445,19 @@ pub(crate) async fn probe_device(dir: &Path, dev: u64) {
     match made {
         Ok(()) => {
             PROBED.with(|p| p.borrow_mut().insert(dev));
+            true
         }
-        Err(e) => log::debug!("direct I/O probe in {}: {e}", dir.display()),
+        Err(glommio::GlommioError::IoError(e)) if e.kind() == std::io::ErrorKind::InvalidInput => {
+            log::warn!(
+                "{}: the file system refuses O_DIRECT ({e}); writing through the page cache",
+                dir.display()
+            );
+            REFUSED.with(|p| p.borrow_mut().insert(dev));
+            false
+        }
+        Err(e) => {
+            log::debug!("direct I/O probe in {}: {e}", dir.display());
+            true
+        }
     }
 }

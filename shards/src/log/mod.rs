@@ -14,6 +14,8 @@
 //!   the last partial block rewritten, zero padding cut when the segment is sealed.
 //! - `readahead`    — windows read ahead of a sequential Direct I/O reader of a segment.
 //! - `replica`      — a read replica of the log on another core, fed by the owner's hand-overs.
+//! - `open_files`   — the core's budget of open files: segment handles opened on demand, those
+//!   used least recently closed when it is full.
 //! - `group_bytes`  — the bytes of one write of grouped appends: the producers' batches with their
 //!   final offsets, copied into a DMA buffer or handed to a page cache `pwritev` as they lie.
 
@@ -41,6 +43,7 @@ mod compact;
 pub(crate) mod direct_write;
 mod group_bytes;
 mod index;
+pub mod open_files;
 mod readahead;
 mod recovery;
 mod replica;
@@ -50,6 +53,7 @@ mod writer;
 
 use compact::{finish_interrupted, read_checkpoint, CompactionState};
 pub use compact::{CompactionStats, MAP_BYTES};
+pub use open_files::{open_files, set_open_files_limit, OpenFiles};
 use recovery::{list_segments, recover};
 use replica::Replication;
 pub use replica::{Appended, Handover, LogEvent, LogSnapshot, ReplicationHook};
@@ -221,14 +225,14 @@ impl Log {
                 .await
         }
         .map_err(|e| Error::storage(&dir, e))?;
-        if config.direct_io {
-            // Before any Direct I/O open in this directory (recovery may create a segment).
-            crate::log::direct_write::probe_device(&dir, device).await;
-        }
+        // Before any Direct I/O open in this directory (recovery may create a segment).
+        let direct_ok =
+            config.direct_io && crate::log::direct_write::probe_device(&dir, device).await;
         let (segments, transactions) = recover(&dir, &config, listing).await?;
         let active = segments.last().expect("recover leaves a segment");
-        if let Some(options) = config.direct_options() {
-            active.start_direct(options).await?;
+        if let Some(options) = config.direct_options().filter(|_| direct_ok) {
+            // Opened at the first append: an idle partition holds no descriptor.
+            active.defer_direct(options);
         }
         // Where the file system took Direct I/O for writes, reads use it too.
         let direct = active.writes_direct();
@@ -834,9 +838,7 @@ impl Log {
                     inner.storage.index_write_failed(&e);
                 }
             }
-            if let Ok(seg) = Rc::try_unwrap(seg) {
-                let _ = seg.file.close().await;
-            }
+            seg.files.close();
         }
         inner.cache.forget(inner.cache_id);
         inner.high_watermark.close();
@@ -989,6 +991,7 @@ impl Inner {
 }
 
 async fn sync_dir(dir: &Path) -> Result<()> {
+    let _permit = open_files::permit(dir).await?;
     let d = glommio::io::Directory::open(dir)
         .await
         .map_err(|e| Error::storage(dir, e))?;

@@ -5,6 +5,7 @@
 //! also rebuilds that segment's aborted index.
 
 use super::*;
+use crate::log::open_files::{self, Handles};
 use crate::transactions::{txn_index_file_name, SegmentTxns};
 
 /// A segment file found at open.
@@ -95,7 +96,18 @@ pub(super) async fn recover(
             set_aside(std::iter::once(f).chain(rest.map(|(_, f)| f))).await;
             break;
         }
-        let file = match Segment::open_file(&f.path).await {
+        let trusted = f.index.take().filter(|(_, m)| !is_last && m.size == f.len);
+        if let (Some((index, meta)), Some(txns)) = (trusted, f.txns.take()) {
+            // A clean segment is opened when it is first read.
+            let files = Handles::new(f.path.clone());
+            let seg = Segment::with_meta(f.path, files, f.base_offset, index, meta, f.mtime_ms);
+            seg.sealed.set(true);
+            open = txns.open_at_end.clone();
+            *seg.txns.borrow_mut() = txns;
+            segments.push(Rc::new(seg));
+            continue;
+        }
+        let file = match open_files::open_buffered(&f.path).await {
             Ok(file) => file,
             Err(e) => {
                 log::error!(
@@ -106,15 +118,6 @@ pub(super) async fn recover(
                 break;
             }
         };
-        let trusted = f.index.take().filter(|(_, m)| !is_last && m.size == f.len);
-        if let (Some((index, meta)), Some(txns)) = (trusted, f.txns.take()) {
-            let seg = Segment::with_meta(f.path, file, f.base_offset, index, meta, f.mtime_ms);
-            seg.sealed.set(true);
-            open = txns.open_at_end.clone();
-            *seg.txns.borrow_mut() = txns;
-            segments.push(Rc::new(seg));
-            continue;
-        }
         let scan = Segment::scan(&file, &f.path, f.base_offset, interval, open.clone()).await;
         let scan = match scan {
             Ok(scan) => scan,
@@ -123,7 +126,7 @@ pub(super) async fn recover(
                     "{}: cannot be read ({e}); setting it and later segments aside",
                     f.path.display()
                 );
-                let _ = file.close().await;
+                drop(file);
                 set_aside(std::iter::once(f).chain(rest.map(|(_, f)| f))).await;
                 break;
             }
@@ -153,9 +156,10 @@ pub(super) async fn recover(
         file.fdatasync()
             .await
             .map_err(|e| Error::storage(&f.path, e))?;
+        let files = Handles::with_buffered(f.path.clone(), file);
         let seg = Segment::with_meta(
             f.path,
-            file,
+            files,
             f.base_offset,
             scan.index,
             scan.meta,
@@ -175,7 +179,7 @@ pub(super) async fn recover(
     }
     if segments.is_empty() {
         segments.push(Rc::new(
-            Segment::create(dir, first_base, interval, config.direct_options()).await?,
+            Segment::create(dir, first_base, interval, None).await?,
         ));
         sync_dir(dir).await?;
     }

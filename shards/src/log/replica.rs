@@ -17,6 +17,7 @@
 //! the tail touch no disk. A replica never writes, never fsyncs and never deletes a file.
 
 use super::*;
+use crate::log::open_files::{self, Handles};
 use std::os::fd::{AsRawFd, BorrowedFd, IntoRawFd, OwnedFd};
 
 /// What the owner's log tells its replication hook as it changes.
@@ -173,10 +174,22 @@ impl Log {
             .borrow()
             .iter()
             .map(|seg| {
-                // SAFETY: the segment's file stays open while it is borrowed here.
-                let fd = unsafe { BorrowedFd::borrow_raw(seg.file.as_raw_fd()) }
-                    .try_clone_to_owned()
-                    .map_err(|e| Error::storage(&seg.path, e))?;
+                let fd = match seg.files.buffered_if_open() {
+                    // SAFETY: the segment's file stays open while it is borrowed here.
+                    Some(f) => {
+                        unsafe { BorrowedFd::borrow_raw(f.as_raw_fd()) }.try_clone_to_owned()
+                    }
+                    // Closed by the open files budget: its path names its file (compaction
+                    // opens and keeps the handles of segments it replaces), opened here for the
+                    // replica only (a short blocking open; the snapshot is sent at once).
+                    None if !seg.files.is_pinned() => {
+                        std::fs::File::open(&seg.path).map(OwnedFd::from)
+                    }
+                    None => Err(std::io::Error::other(
+                        "closed, and its path names another file",
+                    )),
+                }
+                .map_err(|e| Error::storage(&seg.path, e))?;
                 Ok(SharedSegment {
                     base_offset: seg.base_offset,
                     path: seg.path.clone(),
@@ -311,6 +324,8 @@ fn borrowed_segments(snapshot: LogSnapshot) -> Result<Vec<Rc<Segment>>> {
         .map(|s| {
             let (index, meta) = SparseIndex::decode(&s.index)
                 .ok_or_else(|| Error::storage(&s.path, "a snapshot's index does not decode"))?;
+            // The descriptor counts in this core's budget; without room the replica is not made.
+            let permit = open_files::try_permits(&s.path, 1)?;
             // SAFETY: the descriptor is ours (a duplicate made for this snapshot) and is handed
             // to the file, which closes it.
             let file = unsafe {
@@ -318,9 +333,17 @@ fn borrowed_segments(snapshot: LogSnapshot) -> Result<Vec<Rc<Segment>>> {
                     s.fd.into_raw_fd(),
                 )
             };
-            let seg =
-                Segment::with_meta(s.path, file, s.base_offset, index, meta, s.last_modified_ms)
-                    .borrowed();
+            let files =
+                Handles::with_buffered(s.path.clone(), open_files::Counted::new(file, permit));
+            let seg = Segment::with_meta(
+                s.path,
+                files,
+                s.base_offset,
+                index,
+                meta,
+                s.last_modified_ms,
+            )
+            .borrowed();
             seg.sealed.set(s.sealed);
             *seg.txns.borrow_mut() = s.txns;
             Ok(Rc::new(seg))

@@ -6,6 +6,9 @@
 //! segment written with Direct I/O use Direct I/O too, with read-ahead (`readahead`); the others,
 //! a segment retired by compaction and another core's replica read through the page cache.
 //! Fsyncs and recovery go through the `BufferedFile`. Nothing here blocks the executor thread.
+//!
+//! Every descriptor is opened on first use and counts in the core's open files budget, which
+//! closes those of segments used least recently (`open_files`).
 
 use crate::batch::{self, BatchHeader, HEADER_LEN, LOG_OVERHEAD};
 use crate::config::DirectOptions;
@@ -13,11 +16,13 @@ use crate::error::{Error, Result};
 use crate::log::direct_write::DirectWriter;
 use crate::log::group_bytes::GroupBytes;
 use crate::log::index::{SegmentMeta, SparseIndex};
+use crate::log::open_files::{self, Counted, Handles};
 use crate::log::readahead::{self, ReadAhead};
 use crate::records::Records;
 use crate::transactions::{parse_marker, txn_index_file_name, OpenTransactions, SegmentTxns};
 use bytes::Bytes;
 use glommio::io::{BufferedFile, DmaFile, OpenOptions};
+use glommio::sync::StaticPermit;
 use std::cell::{Cell, RefCell};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -44,7 +49,8 @@ pub(crate) fn index_file_name(base_offset: i64) -> String {
 pub(crate) struct Segment {
     pub base_offset: i64,
     pub path: PathBuf,
-    pub file: BufferedFile,
+    /// Its descriptors, opened on demand (see `open_files`).
+    pub files: Rc<Handles>,
     /// Bytes of whole, written batches; the file may be longer after a failed write.
     pub size: Cell<u64>,
     pub next_offset: Cell<i64>,
@@ -62,16 +68,17 @@ pub(crate) struct Segment {
     /// The Direct I/O write handle while this is the active segment and the log writes with Direct
     /// I/O; `None`: writes go through `file` (the page cache).
     direct: RefCell<Option<Rc<DirectWriter>>>,
+    /// The budget's permits of the Direct I/O writer's descriptors (its handle and its `O_DSYNC`
+    /// one), held while it is open.
+    direct_permits: RefCell<Option<StaticPermit>>,
+    /// How the writer was opened, kept while the budget has it closed: the next append opens it
+    /// again.
+    direct_options: Cell<Option<DirectOptions>>,
     /// Read from disk with Direct I/O too (the log writes with it, so the page cache does not hold
     /// what was written: a buffered read would add a copy into it, and page-cache work, per byte).
     direct_reads: Cell<bool>,
-    /// The Direct I/O read handle, opened at the first read from disk.
-    dma_reader: RefCell<Option<Rc<DmaFile>>>,
     /// Windows read ahead of a sequential reader (Direct I/O reads have no kernel read-ahead).
     readahead: ReadAhead,
-    /// Compaction replaced this segment: its path now names another file, so nothing may be
-    /// opened by path any more; reads still in flight finish on the handles already open.
-    retired: Cell<bool>,
     /// The transactions its markers aborted, and those open at its end (once rolled).
     pub txns: RefCell<SegmentTxns>,
 }
@@ -99,6 +106,7 @@ impl Segment {
         direct: Option<DirectOptions>,
     ) -> Result<Self> {
         let path = dir.join(segment_file_name(base_offset));
+        let permit = open_files::permit(&path).await?;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -107,9 +115,10 @@ impl Segment {
             .buffered_open(&path)
             .await
             .map_err(|e| Error::storage(&path, e))?;
+        let files = Handles::with_buffered(path.clone(), Counted::new(file, permit));
         let seg = Self::with_meta(
             path,
-            file,
+            files,
             base_offset,
             SparseIndex::new(index_interval),
             SegmentMeta {
@@ -135,6 +144,7 @@ impl Segment {
             return Ok(());
         }
         let size = self.size.get();
+        let permits = open_files::permits(&self.path, 2).await?;
         let mut writer = DirectWriter::open(&self.path, options).await?;
         if let Some(w) = &mut writer {
             let start = size - size % w.alignment();
@@ -142,19 +152,56 @@ impl Segment {
                 .read_exact(start, (size - start) as usize, false)
                 .await?;
             let file_len = self
-                .file
+                .files
+                .buffered()
+                .await?
                 .file_size()
                 .await
                 .map_err(|e| Error::storage(&self.path, e))?;
             w.set_tail(tail.to_vec(), file_len);
         }
+        if writer.is_some() {
+            *self.direct_permits.borrow_mut() = Some(permits);
+            self.direct_options.set(Some(options));
+        }
         *self.direct.borrow_mut() = writer.map(Rc::new);
         Ok(())
     }
 
-    /// Whether writes go through Direct I/O (asked for, and the file system takes it).
-    pub(crate) fn writes_direct(&self) -> bool {
+    /// Opens the Direct I/O writer again if the open files budget closed it (an append is about
+    /// to write); a failure leaves the append to the page cache.
+    pub(crate) async fn reopen_direct(&self) {
+        let Some(options) = self.direct_options.get() else {
+            return;
+        };
+        if self.direct.borrow().is_some() {
+            return;
+        }
+        match self.start_direct(options).await {
+            Err(e) => log::debug!(
+                "{}: Direct I/O writer not reopened: {e}",
+                self.path.display()
+            ),
+            // The file system refused O_DIRECT: the page cache from now on.
+            Ok(()) if self.direct.borrow().is_none() => self.direct_options.set(None),
+            Ok(()) => {}
+        }
+    }
+
+    /// Writes with Direct I/O from the next append on, which opens the writer.
+    pub(crate) fn defer_direct(&self, options: DirectOptions) {
+        self.direct_options.set(Some(options));
+    }
+
+    /// Whether the writer is open and `release` (how the budget asks for it back) is to be set.
+    pub(crate) fn writer_open(&self) -> bool {
         self.direct.borrow().is_some()
+    }
+
+    /// Whether writes go through Direct I/O (asked for, and the file system takes it), the
+    /// writer open or closed by the open files budget for now.
+    pub(crate) fn writes_direct(&self) -> bool {
+        self.direct_options.get().is_some()
     }
 
     /// Reads from disk with Direct I/O from now on (or through the page cache).
@@ -162,10 +209,11 @@ impl Segment {
         self.direct_reads.set(on);
     }
 
-    /// Marks the segment replaced by compaction (see `retired`): reads from now on go through the
-    /// open buffered handle.
+    /// Marks the segment replaced by compaction (its path now names another file, so nothing may
+    /// be opened by path any more; reads still in flight finish on the handles already open):
+    /// reads from now on go through the open buffered handle.
     pub(crate) fn retire(&self) {
-        self.retired.set(true);
+        self.files.pin_open();
         self.direct_reads.set(false);
     }
 
@@ -177,47 +225,29 @@ impl Segment {
         self
     }
 
-    /// The Direct I/O read handle, opened on first use; `None` once the segment is retired and
-    /// none was open (its path names the file that replaced it).
-    async fn dma_reader(&self) -> Result<Option<Rc<DmaFile>>> {
-        if let Some(f) = &*self.dma_reader.borrow() {
-            return Ok(Some(f.clone()));
-        }
-        if self.retired.get() {
-            return Ok(None);
-        }
-        let f = OpenOptions::new()
-            .read(true)
-            .dma_open(&self.path)
-            .await
-            .map_err(|e| Error::storage(&self.path, e))?;
-        let f = Rc::new(f);
-        *self.dma_reader.borrow_mut() = Some(f.clone());
-        Ok(Some(f))
-    }
-
     /// Ends Direct I/O writes (the segment is sealed or the log closes): the zero padding after the
     /// last batch is cut, so the file holds exactly the batches.
     pub(crate) async fn stop_direct(&self) -> Result<()> {
-        let writer = self.direct.borrow_mut().take();
-        match writer {
-            Some(w) => w.finish(self.size.get()).await,
-            None => Ok(()),
-        }
+        self.direct_options.set(None);
+        self.pause_direct().await
     }
 
-    pub(crate) async fn open_file(path: &Path) -> Result<BufferedFile> {
-        OpenOptions::new()
-            .read(true)
-            .write(true)
-            .buffered_open(path)
-            .await
-            .map_err(|e| Error::storage(path, e))
+    /// Ends Direct I/O writes for now (the open files budget wants the descriptors back): as
+    /// [`Self::stop_direct`], but the next append opens the writer again.
+    pub(crate) async fn pause_direct(&self) -> Result<()> {
+        let writer = self.direct.borrow_mut().take();
+        self.files.set_writer(None);
+        let res = match writer {
+            Some(w) => w.finish(self.size.get()).await,
+            None => Ok(()),
+        };
+        self.direct_permits.borrow_mut().take();
+        res
     }
 
     pub(crate) fn with_meta(
         path: PathBuf,
-        file: BufferedFile,
+        files: Rc<Handles>,
         base_offset: i64,
         index: SparseIndex,
         meta: SegmentMeta,
@@ -226,7 +256,7 @@ impl Segment {
         Self {
             base_offset,
             path,
-            file,
+            files,
             size: Cell::new(meta.size),
             next_offset: Cell::new(meta.next_offset),
             max_timestamp: Cell::new(meta.max_timestamp),
@@ -236,10 +266,10 @@ impl Segment {
             index: RefCell::new(index),
             sealed: Cell::new(false),
             direct: RefCell::new(None),
+            direct_permits: RefCell::new(None),
+            direct_options: Cell::new(None),
             direct_reads: Cell::new(false),
-            dma_reader: RefCell::new(None),
             readahead: ReadAhead::default(),
-            retired: Cell::new(false),
             txns: RefCell::default(),
         }
     }
@@ -288,7 +318,8 @@ impl Segment {
         let pos = self.size.get();
         let len = bytes.len();
         let direct = self.direct.borrow().clone();
-        let fd = self.file.as_raw_fd();
+        let file = self.files.buffered().await?;
+        let fd = file.as_raw_fd();
         let res = match (&direct, sync) {
             (Some(w), true) => match w.write(pos, len, |b| bytes.fill(b), true).await {
                 Ok(n) if n == len => Ok(()),
@@ -304,7 +335,7 @@ impl Segment {
                 .map_err(|e| Error::storage(&self.path, e)),
         };
         if let Err(e) = res {
-            if let Err(t) = self.file.truncate(pos).await {
+            if let Err(t) = file.truncate(pos).await {
                 log::warn!(
                     "could not cut {} back to {pos} after a failed write: {t}",
                     self.path.display()
@@ -317,10 +348,13 @@ impl Segment {
     }
 
     /// `fdatasync`s the file (what was written through either handle).
-    pub(crate) async fn fdatasync(&self) -> std::result::Result<(), glommio::GlommioError<()>> {
+    pub(crate) async fn fdatasync(&self) -> Result<()> {
         let direct = self.direct.borrow().clone();
         let mark = direct.as_ref().map(|w| w.page_cache_mark());
-        self.file.fdatasync().await?;
+        let file = self.files.buffered().await?;
+        file.fdatasync()
+            .await
+            .map_err(|e| Error::storage(&self.path, e))?;
         if let (Some(w), Some(mark)) = (direct, mark) {
             w.synced_page_cache(mark);
         }
@@ -348,7 +382,11 @@ impl Segment {
     /// full disk: ENOSPC) only when asked again, so the rest is written once more, as zeros: the
     /// append fails and is cut back either way, and the operator gets the OS error.
     async fn short_write(&self, pos: u64, n: usize, len: usize) -> Error {
-        let why = match self.file.write_at(vec![0; len - n], pos + n as u64).await {
+        let file = match self.files.buffered().await {
+            Ok(f) => f,
+            Err(e) => return e,
+        };
+        let why = match file.write_at(vec![0; len - n], pos + n as u64).await {
             Err(e) => e.to_string(),
             Ok(_) => "the disk may be full".to_string(),
         };
@@ -393,11 +431,11 @@ impl Segment {
 
     /// [`Self::read_exact`] through the page cache.
     async fn read_buffered(&self, pos: u64, len: usize) -> Result<Bytes> {
+        let file = self.files.buffered().await?;
         let mut out = Vec::with_capacity(len);
         while out.len() < len {
             let at = pos + out.len() as u64;
-            let r = self
-                .file
+            let r = file
                 .read_at(at, len - out.len())
                 .await
                 .map_err(|e| Error::storage(&self.path, e))?;
@@ -430,7 +468,7 @@ impl Segment {
                     parts.push(part);
                 }
                 None => {
-                    let Some(file) = self.dma_reader().await? else {
+                    let Some(file) = self.files.dma().await? else {
                         parts.push(self.read_buffered(at, (end - at) as usize).await?);
                         break;
                     };
@@ -452,7 +490,7 @@ impl Segment {
             if stop <= start {
                 break;
             }
-            let Some(file) = self.dma_reader().await? else {
+            let Some(file) = self.files.dma().await? else {
                 break;
             };
             let read = direct_read(file, self.path.clone(), start, (stop - start) as usize);
@@ -693,7 +731,12 @@ impl Segment {
 }
 
 /// Exactly `pos..pos + len` of `file` (below the segment's size), read with Direct I/O.
-async fn direct_read(file: Rc<DmaFile>, path: PathBuf, pos: u64, len: usize) -> Result<Bytes> {
+async fn direct_read(
+    file: Rc<Counted<DmaFile>>,
+    path: PathBuf,
+    pos: u64,
+    len: usize,
+) -> Result<Bytes> {
     let r = file
         .read_at(pos, len)
         .await

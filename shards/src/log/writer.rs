@@ -131,7 +131,7 @@ impl Inner {
     }
 
     /// Assigns offsets to a group of appends, writes them with one write and completes each.
-    pub(super) async fn write_group(&self, group: Vec<PendingAppend>) {
+    pub(super) async fn write_group(self: &Rc<Self>, group: Vec<PendingAppend>) {
         if let Err(e) = self.check_writable() {
             fail_all(group, &e);
             return;
@@ -178,7 +178,9 @@ impl Inner {
         // A durable append makes the write itself durable (Direct I/O, O_DSYNC): no fsync of its
         // own, and every append in the group shares it. Others go through the page cache.
         let sync = group.iter().any(|p| p.durable);
-        let written = crate::latency::write(self.active().append(&bytes, sync)).await;
+        let active = self.active();
+        self.open_writer(&active).await;
+        let written = crate::latency::write(active.append(&bytes, sync)).await;
         drop(bytes);
         let synced = match written {
             Ok(synced) => synced,
@@ -260,6 +262,34 @@ impl Inner {
             s.append_writes += 1;
         });
         self.appended(from, first, next);
+    }
+
+    /// Opens the active segment's Direct I/O writer again if the open files budget closed it, and
+    /// tells the budget how to ask for it back: a task that takes the append permit (after the
+    /// write in progress) and finishes the writer, if that segment is still the active one.
+    pub(super) async fn open_writer(self: &Rc<Self>, active: &Segment) {
+        active.reopen_direct().await;
+        if !active.writer_open() || active.files.watches_writer() {
+            return;
+        }
+        let weak = Rc::downgrade(self);
+        let base = active.base_offset;
+        active.files.set_writer(Some(Rc::new(move || {
+            let weak = weak.clone();
+            glommio::spawn_local(async move {
+                let Some(inner) = weak.upgrade() else { return };
+                let Ok(_permit) = inner.permit().await else {
+                    return;
+                };
+                let active = inner.active();
+                if active.base_offset == base {
+                    if let Err(e) = active.pause_direct().await {
+                        inner.storage.failed(&inner.dir, e, false);
+                    }
+                }
+            })
+            .detach();
+        })));
     }
 
     /// Answers every queued append with `e`.
@@ -492,6 +522,7 @@ pub(super) async fn write_index(seg: &Segment) -> Result<()> {
 
 /// Writes a whole small file and fdatasyncs it.
 pub(super) async fn write_file(path: &Path, bytes: Vec<u8>) -> Result<()> {
+    let _permit = super::open_files::permit(path).await?;
     let res = async {
         let f = glommio::io::OpenOptions::new()
             .write(true)
