@@ -38,6 +38,10 @@ pub struct BrokerConfig {
     pub fetch_response_budget_bytes: usize,
     /// Incremental fetch sessions per core and their eviction.
     pub fetch_sessions: FetchSessionConfig,
+    /// Descriptors each core's logs may hold open (segment files, Direct I/O writers, the small
+    /// files they write); `None`: a share of the process's open files limit (see
+    /// `server::data_dir`).
+    pub max_open_files_per_core: Option<u64>,
     pub views: ViewConfig,
     /// Read replicas of hot partitions on the other cores (policy switchable live).
     pub replicas: crate::replicas::ReplicaConfig,

@@ -670,6 +670,7 @@ impl Core {
             device: shards::device_latency(),
             storage: shards::storage_health(),
             tail_cache: self.reads.tail_cache.stats(),
+            open_files: shards::open_files(),
             coalescing: self.reads.coalescer.is_enabled(),
             coalescer: self.reads.coalescer.stats(),
             view_sharing: self.reads.views.config().shared,

@@ -3,23 +3,23 @@
 
 use std::path::{Path, PathBuf};
 
-/// Most open files asked for: every partition holds two or three (its directory, its active
-/// segment, sealed segments being read), every connection one, so 10,000 partitions and their
-/// consumers need more than the usual default of 1,024 (or a hard limit of 20,000).
+/// Most open files asked for: partitions being read or written hold one to three each (idle ones
+/// none), every connection one.
 const OPEN_FILES_WANTED: u64 = 1 << 20;
 
 /// Raises this process's open-files limit as far as it may: the soft limit to the hard one, and
 /// both to [`OPEN_FILES_WANTED`] where the process may raise its hard limit (root) and the kernel
 /// allows it (`fs.nr_open`). Logs what it ends with, so a refused partition (`Too many open
 /// files`) can be matched to it.
-pub(super) fn raise_open_files_limit() {
+/// Returns the soft limit it ends with.
+pub(super) fn raise_open_files_limit() -> u64 {
     let mut now = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: getrlimit and setrlimit read or write the one struct passed.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut now) } != 0 {
-        return;
+        return 1024;
     }
     let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
         .ok()
@@ -40,7 +40,22 @@ pub(super) fn raise_open_files_limit() {
     } else {
         now.rlim_cur
     };
-    log::info!("open files limit: {limit} (partitions take two or three each, connections one)");
+    log::info!("open files limit: {limit}");
+    limit
+}
+
+/// Each core's open files budget for its logs: `asked`, else half of the process's `limit`
+/// shared among `cores` (the other half is left to connections, sockets and the runtime).
+pub(super) fn open_files_per_core(asked: Option<u64>, limit: u64, cores: usize) -> u64 {
+    let budget = asked.unwrap_or(limit / 2 / cores.max(1) as u64).max(8);
+    let total = budget.saturating_mul(cores as u64);
+    if total > limit {
+        log::warn!(
+            "--max-open-files-per-core {budget} x {cores} cores is more than the process's open              files limit ({limit}): opens may fail with 'Too many open files'"
+        );
+    }
+    log::info!("open files budget: {budget} per core");
+    budget
 }
 
 /// Locks the data directory (`LOCK`, an advisory lock the kernel drops when the process dies), so

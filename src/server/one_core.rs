@@ -53,6 +53,10 @@ pub(super) async fn run_core(
     if let Some(r) = receivers {
         spawn_receivers(&core, r, control::decide);
     }
+    if let Some(budget) = core.config().max_open_files_per_core {
+        // Core 0's budget also covers the data directory's LOCK, which the process holds.
+        shards::set_open_files_limit(budget - u64::from(id == 0));
+    }
     open_core(&core, table).await;
     // Compacted topics' partitions on this core are compacted in the background from now on.
     shards::compactor::start();

@@ -22,12 +22,16 @@ const DEVICE: [(&str, &str, DeviceHistogram); 2] = [
     ),
 ];
 
-const STORAGE: [Family<CoreSnapshot>; 5] = [
+const STORAGE: [Family<CoreSnapshot>; 9] = [
     ("storage_errors_total", "counter", "Storage operations that failed (log writes, fsyncs, segment rolls, index writes).", |c| c.storage.errors),
     ("partitions_storage_failing", "gauge", "Logs (partitions, group stores) whose last storage operation failed: appends fail until one succeeds.", |c| c.storage.failing_logs),
     ("tail_cache_bytes", "gauge", "Memory held by the tail cache.", |c| c.tail_cache.used_bytes as u64),
     ("tail_cache_hits_total", "counter", "Reads served from the tail cache.", |c| c.tail_cache.hits),
     ("tail_cache_misses_total", "counter", "Reads that went to disk.", |c| c.tail_cache.misses),
+    ("open_files", "gauge", "Files the core's logs hold open (segments, Direct I/O writers, files being written); idle partitions hold none.", |c| c.open_files.open),
+    ("open_files_limit", "gauge", "The core's open files budget (--max-open-files-per-core).", |c| c.open_files.limit),
+    ("open_file_evictions_total", "counter", "Segments whose files the core closed to stay within its budget (the least recently used first).", |c| c.open_files.evictions),
+    ("open_file_refusals_total", "counter", "Opens that failed because the core's budget stayed in use (raise --max-open-files-per-core).", |c| c.open_files.refusals),
 ];
 
 const COALESCER: [Family<CoreSnapshot>; 8] = [

@@ -32,6 +32,8 @@ pub struct CoreSnapshot {
     /// Storage failures of every log on the core (partitions and group stores).
     pub storage: shards::StorageHealth,
     pub tail_cache: shards::TailCacheStats,
+    /// The core's open files budget and its use.
+    pub open_files: shards::OpenFiles,
     pub coalescing: bool,
     pub coalescer: shards::coalescer::CoalescerStats,
     pub view_sharing: bool,
@@ -193,6 +195,12 @@ mod tests {
                         misses: 27 * n,
                         evicted_chunks: 0,
                         reused_chunks: 0,
+                    },
+                    open_files: shards::OpenFiles {
+                        limit: 89 * n,
+                        open: 90 * n,
+                        evictions: 91 * n,
+                        refusals: 92 * n,
                     },
                     coalescing: core == 0,
                     view_sharing: core == 0,

@@ -81,7 +81,7 @@ thread_local! {
 }
 
 /// The open files budget of this core (thread) and how it is used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OpenFiles {
     pub limit: u64,
     /// Descriptors held now.

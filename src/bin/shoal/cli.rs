@@ -495,6 +495,13 @@ pub struct ServeArgs {
     /// max.incremental.fetch.session.cache.slots; a consumer without one sends full fetches. 0: none.
     #[arg(long, default_value_t = 1000)]
     pub max_fetch_sessions_per_core: usize,
+    /// Files each core's partitions may hold open (segments being read or written, Direct I/O
+    /// writers; the data directory's LOCK and the groups' and transactions' logs count too).
+    /// Idle partitions hold none; the least recently used are closed when it is reached.
+    /// Default: half the process's open files limit (raised as far as allowed at start),
+    /// shared among the cores; the other half is left to connections.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(8..))]
+    pub max_open_files_per_core: Option<u64>,
     /// A fetch session unused for this long (ms) is the first evicted when a new session needs
     /// its slot; otherwise a new session may evict only a session with fewer partitions.
     #[arg(long, default_value_t = 120_000)]
@@ -785,6 +792,7 @@ impl ServeArgs {
                 fetch_cache_bytes: self.fetch_cache_bytes,
                 fetch_response_budget_bytes: self.fetch_response_budget_bytes,
                 fetch_sessions,
+                max_open_files_per_core: self.max_open_files_per_core,
                 fetch_pacing: PacingConfig {
                     max_delay: Duration::from_millis(self.fetch_pacing_max_ms),
                     target_busy: f64::from(self.fetch_pacing_target_busy_percent) / 100.0,
