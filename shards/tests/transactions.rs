@@ -534,3 +534,50 @@ fn compaction_removes_markers_of_transactions_with_nothing_left() {
         log.close().await.unwrap();
     });
 }
+
+#[test]
+fn a_crash_after_a_checkpoint_recovers_the_transactions_from_it_and_the_tail() {
+    run(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        // One large segment: the active one passes several checkpoints.
+        let config = LogConfig {
+            segment_bytes: 64 << 20,
+            ..small_config()
+        };
+        let log = Log::open(dir.path(), config.clone(), cache())
+            .await
+            .unwrap();
+        let mut model = Model::default();
+        // 1 opens before the first checkpoint and ends after it; 2 aborts before it; 3 stays open.
+        model.data(&log, 1, 2).await;
+        model.data(&log, 2, 2).await;
+        model.end(&log, 2, false).await;
+        model.data(&log, 3, 1).await;
+        let mut seq = 0;
+        while log.stats().size_bytes < 20 << 20 {
+            let b = batch(50, 1000, seq);
+            log.append(b, NON_DURABLE).await.unwrap();
+            seq += 1;
+        }
+        model.end(&log, 1, true).await;
+        model.data(&log, 4, 3).await;
+        log.append(batch(5, 100, 7), NON_DURABLE).await.unwrap();
+        model.check(&log, "before the crash");
+        let hw = log.high_watermark();
+        let index = dir.path().join("00000000000000000000.index");
+        assert!(index.exists(), "the active segment has a checkpoint");
+        // No close: a crash. What was written is in the page cache or on the device.
+        drop(log);
+        glommio::timer::sleep(std::time::Duration::from_millis(50)).await;
+        let log = Log::open(dir.path(), config, cache()).await.unwrap();
+        assert_eq!(log.high_watermark(), hw);
+        model.check(&log, "after the crash");
+        // Every batch reads back whole.
+        let mut at = 0;
+        while at < hw {
+            let r = log.read(at, 1 << 20, true).await.unwrap();
+            at = r.records.last_offset + 1;
+        }
+        log.close().await.unwrap();
+    });
+}

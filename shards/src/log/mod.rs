@@ -139,6 +139,9 @@ struct Inner {
     /// directory fsync covered.
     dir_changes: Cell<u64>,
     dir_synced: Cell<u64>,
+    /// (base offset, size) of the active segment at its last checkpoint (see
+    /// [`writer::CHECKPOINT_BYTES`]).
+    checkpointed: Cell<(i64, u64)>,
     /// Set when an fsync failed: the page cache may have dropped data, so appends stop until restart.
     failure: RefCell<Option<String>>,
     /// Storage failures, logged once per episode and counted.
@@ -833,7 +836,13 @@ impl Log {
         let segments = std::mem::take(&mut *inner.segments.borrow_mut());
         let last = segments.len().saturating_sub(1);
         for (i, seg) in segments.into_iter().enumerate() {
-            if i < last && !seg.sealed.get() {
+            // The active segment's index too, once all of it is durable: the next open trusts
+            // it and scans nothing.
+            let clean_end = i == last && result.is_ok() && inner.failure.borrow().is_none();
+            if clean_end {
+                seg.txns.borrow_mut().open_at_end = inner.transactions.borrow().clone();
+            }
+            if (i < last || clean_end) && !seg.sealed.get() {
                 if let Err(e) = write_index(&seg).await {
                     inner.storage.index_write_failed(&e);
                 }
@@ -902,6 +911,7 @@ impl Inner {
             unsealed: RefCell::new(Vec::new()),
             dir_changes: Cell::new(0),
             dir_synced: Cell::new(0),
+            checkpointed: Cell::new((-1, 0)),
             failure: RefCell::new(None),
             storage: StorageEpisode::default(),
             closed: Cell::new(false),

@@ -6,6 +6,7 @@
 
 use super::*;
 use crate::log::open_files::{self, Handles};
+use crate::log::segment::ScanFrom;
 use crate::transactions::{txn_index_file_name, SegmentTxns};
 
 /// A segment file found at open.
@@ -49,8 +50,11 @@ pub(super) fn list_segments(dir: &Path) -> std::io::Result<(Vec<Found>, u64)> {
         let index = std::fs::read(dir.join(index_file_name(base_offset)))
             .ok()
             .and_then(|b| SparseIndex::decode(&b));
+        // Written with the index, for the same size (the whole segment, or a prefix of the
+        // active one).
+        let size = index.as_ref().map_or(md.len(), |(_, m)| m.size);
         let txns = match std::fs::read(dir.join(txn_index_file_name(base_offset))) {
-            Ok(b) => SegmentTxns::decode(&b, base_offset, md.len()),
+            Ok(b) => SegmentTxns::decode(&b, base_offset, size),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(SegmentTxns::default()),
             Err(_) => None,
         };
@@ -96,17 +100,29 @@ pub(super) async fn recover(
             set_aside(std::iter::once(f).chain(rest.map(|(_, f)| f))).await;
             break;
         }
-        let trusted = f.index.take().filter(|(_, m)| !is_last && m.size == f.len);
-        if let (Some((index, meta)), Some(txns)) = (trusted, f.txns.take()) {
+        // An index file describes the segment up to its size, fsynced before it was written: the
+        // whole of a sealed segment (or of the active one at a clean close), a prefix of the
+        // active one at a checkpoint. Only what follows is scanned.
+        let prefix = match (f.index.take(), f.txns.take()) {
+            (Some((index, meta)), Some(txns)) if meta.size <= f.len => Some((index, meta, txns)),
+            _ => None,
+        };
+        if let Some((index, meta, txns)) = prefix.as_ref().filter(|p| p.1.size == f.len) {
             // A clean segment is opened when it is first read.
             let files = Handles::new(f.path.clone());
+            let (index, meta, txns) = (index.clone(), *meta, txns.clone());
             let seg = Segment::with_meta(f.path, files, f.base_offset, index, meta, f.mtime_ms);
-            seg.sealed.set(true);
+            // The active segment is written on: its index file no longer matches it then.
+            seg.sealed.set(!is_last);
             open = txns.open_at_end.clone();
             *seg.txns.borrow_mut() = txns;
             segments.push(Rc::new(seg));
             continue;
         }
+        let from = match prefix {
+            Some((index, meta, txns)) => ScanFrom { index, meta, txns },
+            None => ScanFrom::start(f.base_offset, interval, open.clone()),
+        };
         let file = match open_files::open_buffered(&f.path).await {
             Ok(file) => file,
             Err(e) => {
@@ -118,7 +134,7 @@ pub(super) async fn recover(
                 break;
             }
         };
-        let scan = Segment::scan(&file, &f.path, f.base_offset, interval, open.clone()).await;
+        let scan = Segment::scan(&file, &f.path, f.base_offset, from).await;
         let scan = match scan {
             Ok(scan) => scan,
             Err(e) => {

@@ -83,6 +83,34 @@ pub(crate) struct Segment {
     pub txns: RefCell<SegmentTxns>,
 }
 
+/// Where a recovery scan starts: at the beginning of the file, or after a prefix an index file
+/// (written once that prefix was fsynced) describes.
+#[derive(Debug)]
+pub(crate) struct ScanFrom {
+    pub index: SparseIndex,
+    pub meta: SegmentMeta,
+    pub txns: SegmentTxns,
+}
+
+impl ScanFrom {
+    /// The beginning of a segment, with the transactions `open` at its start.
+    pub(crate) fn start(base_offset: i64, index_interval: u32, open: OpenTransactions) -> Self {
+        Self {
+            index: SparseIndex::new(index_interval),
+            meta: SegmentMeta {
+                size: 0,
+                next_offset: base_offset,
+                max_timestamp: -1,
+                first_timestamp: -1,
+            },
+            txns: SegmentTxns {
+                aborted: Vec::new(),
+                open_at_end: open,
+            },
+        }
+    }
+}
+
 /// What a recovery scan found.
 #[derive(Debug)]
 pub(crate) struct Scan {
@@ -620,33 +648,26 @@ impl Segment {
         Ok(h)
     }
 
-    /// Reads the file batch by batch, checking each CRC and that offsets grow from `base_offset`,
-    /// and rebuilds the index and the transaction state (from the transactions `open` at its
-    /// start). Stops at the first torn or corrupt batch.
+    /// Reads the file batch by batch from where `from` ends, checking each CRC and that offsets
+    /// grow, and goes on with `from`'s index and transaction state. Stops at the first torn or
+    /// corrupt batch.
     pub(crate) async fn scan(
         file: &BufferedFile,
         path: &Path,
         base_offset: i64,
-        index_interval: u32,
-        open: OpenTransactions,
+        from: ScanFrom,
     ) -> Result<Scan> {
         let file_len = file
             .file_size()
             .await
             .map_err(|e| Error::storage(path, e))?;
-        let mut index = SparseIndex::new(index_interval);
-        let mut meta = SegmentMeta {
-            size: 0,
-            next_offset: base_offset,
-            max_timestamp: -1,
-            first_timestamp: -1,
-        };
-        let mut txns = SegmentTxns {
-            aborted: Vec::new(),
-            open_at_end: open,
-        };
-        let mut pos = 0u64;
-        let mut buf_start = 0u64;
+        let ScanFrom {
+            mut index,
+            mut meta,
+            mut txns,
+        } = from;
+        let mut pos = meta.size;
+        let mut buf_start = pos;
         let mut buf: Vec<u8> = Vec::new();
         let damage = loop {
             if pos == file_len {

@@ -201,6 +201,9 @@ impl Inner {
         }
         // Nothing awaits from here on: readers see the new watermark and the cached batches together.
         self.high_watermark.advance(next);
+        if self.checkpoint_due(&active) {
+            self.request_sync(next);
+        }
         self.last_stable.advance(self.stable_offset());
         // Durable with everything before it in this segment; earlier segments and the new file's
         // directory entry are the sync task's, and while any waits, `durable` waits with them.
@@ -451,15 +454,71 @@ impl Inner {
             }
             self.dir_synced.set(self.dir_synced.get().max(dir_changes));
         }
+        // What a checkpoint would record is taken before the fsync, which makes all of it durable.
+        let checkpoint = self
+            .checkpoint_due(active)
+            .then(|| self.checkpoint_of(active));
         match crate::latency::fsync(active.fdatasync()).await {
             Ok(()) => {
                 self.bump(|s| s.fsyncs += 1);
+                if let Some(c) = checkpoint {
+                    self.write_checkpoint(active, c).await;
+                }
                 true
             }
             Err(e) => {
                 self.fail(&active.path, e);
                 false
             }
+        }
+    }
+}
+
+/// Bytes the active segment grows by between checkpoints: after a crash, recovery scans at most
+/// about this much of it (and a sealed segment not at all).
+pub(super) const CHECKPOINT_BYTES: u64 = 8 << 20;
+
+/// The active segment's state at a checkpoint: its index and size, and the transactions in it.
+pub(super) struct Checkpoint {
+    index: crate::log::index::SparseIndex,
+    meta: crate::log::index::SegmentMeta,
+    txns: crate::transactions::SegmentTxns,
+}
+
+impl Inner {
+    /// Whether the active segment grew by [`CHECKPOINT_BYTES`] since its last checkpoint.
+    pub(super) fn checkpoint_due(&self, active: &Segment) -> bool {
+        let (base, size) = self.checkpointed.get();
+        let since = if base == active.base_offset { size } else { 0 };
+        active.size.get() >= since + CHECKPOINT_BYTES
+    }
+
+    fn checkpoint_of(&self, active: &Segment) -> Checkpoint {
+        Checkpoint {
+            index: active.index.borrow().clone(),
+            meta: active.meta(),
+            txns: crate::transactions::SegmentTxns {
+                aborted: active.txns.borrow().aborted.clone(),
+                open_at_end: self.transactions.borrow().clone(),
+            },
+        }
+    }
+
+    /// Writes the active segment's index file for the prefix `c` describes (fsynced now): what
+    /// recovery trusts after a crash, scanning only what follows. A failure only costs a longer
+    /// scan.
+    async fn write_checkpoint(&self, active: &Segment, c: Checkpoint) {
+        self.checkpointed.set((active.base_offset, c.meta.size));
+        let res = async {
+            if !c.txns.is_empty() {
+                let txns = c.txns.encode(active.base_offset, c.meta.size);
+                write_file(&active.txn_index_path(), txns).await?;
+            }
+            write_file(&active.index_path(), c.index.encode(&c.meta)).await
+        }
+        .await;
+        if let Err(e) = res {
+            self.storage.index_write_failed(&e);
         }
     }
 }
