@@ -103,6 +103,7 @@ pub(super) async fn recover(
         // An index file describes the segment up to its size, fsynced before it was written: the
         // whole of a sealed segment (or of the active one at a clean close), a prefix of the
         // active one at a checkpoint. Only what follows is scanned.
+        let had_index = f.index.is_some();
         let prefix = match (f.index.take(), f.txns.take()) {
             (Some((index, meta)), Some(txns)) if meta.size <= f.len => Some((index, meta, txns)),
             _ => None,
@@ -119,6 +120,9 @@ pub(super) async fn recover(
             segments.push(Rc::new(seg));
             continue;
         }
+        // An index file not taken may describe bytes a cut removed, which appends would replace:
+        // it is written again once the scan is done.
+        let stale_index = had_index && prefix.is_none();
         let from = match prefix {
             Some((index, meta, txns)) => ScanFrom { index, meta, txns },
             None => ScanFrom::start(f.base_offset, interval, open.clone()),
@@ -183,6 +187,13 @@ pub(super) async fn recover(
         );
         open = scan.txns.open_at_end.clone();
         *seg.txns.borrow_mut() = scan.txns;
+        if stale_index {
+            if let Err(e) = super::writer::write_index(&seg).await {
+                log::warn!("recovery: {e}; removing the stale index");
+                let _ = glommio::io::remove(seg.index_path()).await;
+            }
+            seg.sealed.set(!is_last);
+        }
         segments.push(Rc::new(seg));
         if damaged && !is_last {
             log::error!(

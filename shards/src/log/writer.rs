@@ -572,6 +572,12 @@ pub(super) async fn write_index(seg: &Segment) -> Result<()> {
             txns.encode(seg.base_offset, seg.size.get()),
         )
         .await?;
+    } else if let Err(e) = glommio::io::remove(seg.txn_index_path()).await {
+        // One written at a checkpoint, when transactions were open, is stale now.
+        if !matches!(&e, glommio::GlommioError::IoError(io) if io.kind() == std::io::ErrorKind::NotFound)
+        {
+            return Err(Error::storage(seg.txn_index_path(), e));
+        }
     }
     let bytes = seg.index.borrow().encode(&seg.meta());
     write_file(&seg.index_path(), bytes).await?;
