@@ -22,6 +22,10 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
+/// Partitions a core opens at once at start (or when a topic is created): their recoveries'
+/// reads, opens and fsyncs overlap.
+const OPEN_AT_ONCE: usize = 64;
+
 /// The task queues a core's request handlers run in (with the writes of their responses), so that
 /// a flood of fetches cannot starve the rest: every queue but fetch is latency-sensitive, and
 /// glommio preempts a run of fetch tasks within [`PREEMPT_FETCH_WITHIN`] when one of them has work.
@@ -472,6 +476,7 @@ impl Core {
                 log::error!("deleting partition {}-{}: {e}", p.topic, p.index);
             }
         }
+        let mut to_open = Vec::new();
         for (topic, index) in table.owned_by(self.id, self.cores) {
             let meta = table.get(&topic).expect("owned topic exists");
             let config = apply_topic_configs(&self.config.log, &meta.configs).unwrap_or_else(|e| {
@@ -485,28 +490,44 @@ impl Core {
                 p.log.set_config(config);
                 continue;
             }
-            let opened = Partition::open(
-                &self.config.data_dir,
-                &topic,
-                index,
-                meta.id,
-                config,
-                self.config.producers,
-                self.reads.tail_cache.clone(),
-            )
-            .await;
-            match opened {
-                Ok(p) => {
-                    self.partitions
-                        .borrow_mut()
-                        .entry(topic)
-                        .or_default()
-                        .insert(index, Rc::new(p));
+            to_open.push((topic, index, meta.id, config));
+        }
+        self.open_partitions(to_open).await;
+    }
+
+    /// Opens partitions (recovering their logs) [`OPEN_AT_ONCE`] at a time, so that their I/O
+    /// overlaps; each is served as soon as its group of opens is done.
+    async fn open_partitions(&self, to_open: Vec<(String, i32, [u8; 16], shards::LogConfig)>) {
+        let mut rest = to_open.into_iter().peekable();
+        while rest.peek().is_some() {
+            let tasks: Vec<_> = rest
+                .by_ref()
+                .take(OPEN_AT_ONCE)
+                .map(|(topic, index, id, config)| {
+                    let (dir, producers) = (self.config.data_dir.clone(), self.config.producers);
+                    let cache = self.reads.tail_cache.clone();
+                    glommio::spawn_local(async move {
+                        let opened =
+                            Partition::open(&dir, &topic, index, id, config, producers, cache)
+                                .await;
+                        (topic, index, opened)
+                    })
+                })
+                .collect();
+            for task in tasks {
+                match task.await {
+                    (topic, index, Ok(p)) => {
+                        self.partitions
+                            .borrow_mut()
+                            .entry(topic)
+                            .or_default()
+                            .insert(index, Rc::new(p));
+                    }
+                    (topic, index, Err(e)) => log::error!(
+                        "core {}: cannot open partition {topic}-{index}: {e}",
+                        self.id
+                    ),
                 }
-                Err(e) => log::error!(
-                    "core {}: cannot open partition {topic}-{index}: {e}",
-                    self.id
-                ),
             }
         }
     }

@@ -339,6 +339,9 @@ fn spawn_cores(
         );
         let h = LocalExecutorBuilder::new(placement)
             .name(&format!("shoal-core-{i}"))
+            // Blocking calls (listing a partition's files at open, small whole-file writes) run
+            // there: a few threads let the partitions a core opens at once overlap them.
+            .blocking_thread_pool_placement(glommio::PoolPlacement::Unbound(4))
             .spawn(move || async move {
                 let _stop_all = StopOnPanic(stop.clone());
                 run_core(
