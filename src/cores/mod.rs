@@ -21,6 +21,7 @@
 //! - [`config`]      — the broker settings every core runs with ([`config::BrokerConfig`]),
 //!   composed of each layer's own settings (log, groups, ACLs, auth, pacing, edge).
 //! - [`mesh`]        — the messages cores send each other and a core's end of the channels.
+//! - [`opening`]     — the partitions a core is still opening, those requests wait for first.
 //! - [`load`]        — how busy a core is, and the fetch pacing derived from it.
 //! - [`fetch_sessions`] — the core's incremental fetch sessions (KIP-227): ids, epochs, each
 //!   session's partitions and what it last answered, the bounded cache and its evictions.
@@ -31,6 +32,7 @@ pub mod fetch_sessions;
 pub mod group_lag;
 pub mod load;
 pub mod mesh;
+pub mod opening;
 pub mod receive;
 pub mod replica_link;
 pub mod state;

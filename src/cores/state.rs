@@ -26,6 +26,38 @@ use std::time::Duration;
 /// reads, opens and fsyncs overlap.
 const OPEN_AT_ONCE: usize = 64;
 
+/// The partitions holding the data of `partitions` (a view's are its source's).
+fn sources(partitions: impl Iterator<Item = (String, i32)>) -> impl Iterator<Item = (String, i32)> {
+    partitions.map(|(topic, index)| {
+        let source = crate::table::source_topic(&topic).map(str::to_string);
+        (source.unwrap_or(topic), index)
+    })
+}
+
+/// Runs `futures` together on this task until all are done.
+async fn join_all<F: std::future::Future<Output = ()>>(futures: impl Iterator<Item = F>) {
+    let mut futures: Vec<Option<std::pin::Pin<Box<F>>>> =
+        futures.map(|f| Some(Box::pin(f))).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for slot in &mut futures {
+            if let Some(f) = slot {
+                if f.as_mut().poll(cx).is_ready() {
+                    *slot = None;
+                } else {
+                    pending = true;
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+}
+
 /// The task queues a core's request handlers run in (with the writes of their responses), so that
 /// a flood of fetches cannot starve the rest: every queue but fetch is latency-sensitive, and
 /// glommio preempts a run of fetch tasks within [`PREEMPT_FETCH_WITHIN`] when one of them has work.
@@ -155,6 +187,8 @@ pub struct Core {
     shutdown: OffsetMonitor,
     /// How far this core and the others have come since the process started.
     start_up: StartUp,
+    /// The partitions this core owns and is still opening.
+    opening: crate::cores::opening::OpenQueue,
     pub security: Security,
     /// Edge mode: the upstream cluster as this core sees it, and its partitions' fetchers.
     edge: Option<Rc<crate::edge::EdgeCore>>,
@@ -223,6 +257,7 @@ impl Core {
             metrics: FrontEndStats::default(),
             shutdown,
             start_up: StartUp::default(),
+            opening: Default::default(),
             http: Default::default(),
             stream_inbox: RefCell::new(None),
         }
@@ -496,39 +531,48 @@ impl Core {
     }
 
     /// Opens partitions (recovering their logs) [`OPEN_AT_ONCE`] at a time, so that their I/O
-    /// overlaps; each is served as soon as its group of opens is done.
-    async fn open_partitions(&self, to_open: Vec<(String, i32, [u8; 16], shards::LogConfig)>) {
-        let mut rest = to_open.into_iter().peekable();
-        while rest.peek().is_some() {
-            let tasks: Vec<_> = rest
-                .by_ref()
-                .take(OPEN_AT_ONCE)
-                .map(|(topic, index, id, config)| {
-                    let (dir, producers) = (self.config.data_dir.clone(), self.config.producers);
-                    let cache = self.reads.tail_cache.clone();
-                    glommio::spawn_local(async move {
-                        let opened =
-                            Partition::open(&dir, &topic, index, id, config, producers, cache)
-                                .await;
-                        (topic, index, opened)
-                    })
-                })
-                .collect();
-            for task in tasks {
-                match task.await {
-                    (topic, index, Ok(p)) => {
+    /// overlaps, those requests wait for first (see [`crate::cores::opening`]); each is served
+    /// as soon as it is open.
+    async fn open_partitions(&self, to_open: Vec<crate::cores::opening::ToOpen>) {
+        self.opening.push(to_open);
+        let worker = || async {
+            while let Some((topic, index, id, config)) = self.opening.next() {
+                let (dir, producers) = (&self.config.data_dir, self.config.producers);
+                let cache = self.reads.tail_cache.clone();
+                match Partition::open(dir, &topic, index, id, config, producers, cache).await {
+                    Ok(p) => {
                         self.partitions
                             .borrow_mut()
-                            .entry(topic)
+                            .entry(topic.clone())
                             .or_default()
                             .insert(index, Rc::new(p));
                     }
-                    (topic, index, Err(e)) => log::error!(
+                    Err(e) => log::error!(
                         "core {}: cannot open partition {topic}-{index}: {e}",
                         self.id
                     ),
                 }
+                self.opening.done(&topic, index);
             }
+        };
+        join_all((0..OPEN_AT_ONCE).map(|_| worker())).await;
+    }
+
+    /// Waits until none of `partitions` (topic, index; a view's are its source's) is still being
+    /// opened by this core, having them opened first; at once when none is. At most
+    /// [`crate::cores::opening::OPEN_WAIT`].
+    pub async fn wait_opening(&self, partitions: impl Iterator<Item = (String, i32)>) {
+        if self.opening.is_busy() {
+            self.opening.wait_for(sources(partitions)).await;
+        }
+    }
+
+    /// Has those of `partitions` this core is still opening opened first, without waiting: a
+    /// request that must not wait (a produce, whose order matters) finds them missing
+    /// (`NOT_LEADER_OR_FOLLOWER`, retriable) and its client asks again.
+    pub fn want_opened(&self, partitions: impl Iterator<Item = (String, i32)>) {
+        if self.opening.is_busy() {
+            self.opening.want(sources(partitions));
         }
     }
 

@@ -21,6 +21,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// A segment file unused for this long is closed, whatever the open files budget.
+const IDLE_FILES: Duration = Duration::from_secs(30);
+
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn run_core(
     id: usize,
@@ -57,9 +60,32 @@ pub(super) async fn run_core(
         // Core 0's budget also covers the data directory's LOCK, which the process holds.
         shards::set_open_files_limit(budget - u64::from(id == 0));
     }
-    open_core(&core, table).await;
+    // Connections are served while the partitions open: a request waits for those it needs,
+    // which are opened first (see `Core::wait_opening`).
+    let opening = glommio::spawn_local({
+        let core = core.clone();
+        async move { open_core(&core, table).await }
+    });
+    let accepts: Vec<_> = fds
+        .into_iter()
+        .enumerate()
+        .map(|(k, fd)| {
+            // SAFETY: `fd` is a listening socket this process owns, handed over by
+            // `Server::start`.
+            let listener = unsafe { TcpListener::from_raw_fd(fd) };
+            glommio::spawn_local(accept_until_shutdown(core.clone(), listener, k))
+        })
+        .collect();
+    let streams = http.map(|(fd, config, spread)| {
+        // SAFETY: as for the Kafka listeners above.
+        let listener = unsafe { TcpListener::from_raw_fd(fd) };
+        glommio::spawn_local(crate::http::serve(core.clone(), listener, config, spread))
+    });
+    let admin = admin_inbox.map(|inbox| glommio::spawn_local(serve_admin(core.clone(), inbox)));
+    opening.await;
     // Compacted topics' partitions on this core are compacted in the background from now on.
     shards::compactor::start();
+    shards::log::open_files::close_idle_files(IDLE_FILES);
     let ticker = glommio::spawn_local({
         let core = core.clone();
         async move { core.groups().run_ticker(core.shutdown()).await }
@@ -79,22 +105,6 @@ pub(super) async fn run_core(
         core.reads.load.clone(),
         core.shutdown().clone(),
     ));
-    let accepts: Vec<_> = fds
-        .into_iter()
-        .enumerate()
-        .map(|(k, fd)| {
-            // SAFETY: `fd` is a listening socket this process owns, handed over by
-            // `Server::start`.
-            let listener = unsafe { TcpListener::from_raw_fd(fd) };
-            glommio::spawn_local(accept_until_shutdown(core.clone(), listener, k))
-        })
-        .collect();
-    let streams = http.map(|(fd, config, spread)| {
-        // SAFETY: as for the Kafka listeners above.
-        let listener = unsafe { TcpListener::from_raw_fd(fd) };
-        glommio::spawn_local(crate::http::serve(core.clone(), listener, config, spread))
-    });
-    let admin = admin_inbox.map(|inbox| glommio::spawn_local(serve_admin(core.clone(), inbox)));
     let mirror =
         (id == 0 && core.is_edge()).then(|| glommio::spawn_local(mirror_upstream(core.clone())));
     while !stop.load(Ordering::SeqCst) {

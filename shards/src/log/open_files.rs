@@ -63,7 +63,7 @@ struct Budget {
     permits: Rc<Semaphore>,
     limit: Cell<u64>,
     /// Segments holding handles the budget may close, by their last use (oldest first).
-    lru: RefCell<BTreeMap<u64, Weak<Handles>>>,
+    lru: RefCell<BTreeMap<u64, (Weak<Handles>, Instant)>>,
     clock: Cell<u64>,
     evictions: Cell<u64>,
     refusals: Cell<u64>,
@@ -199,11 +199,42 @@ fn make_room(units: u64) {
             }
             b.lru.borrow_mut().pop_first()
         });
-        let Some((_, weak)) = next else { return };
+        let Some((_, (weak, _))) = next else { return };
         let Some(h) = weak.upgrade() else { continue };
         h.listed.set(None);
         BUDGET.with(|b| b.evictions.set(b.evictions.get() + 1));
         coming += h.evict();
+    }
+}
+
+/// Closes the handles of segments unused for `idle`, every `idle / 4`, for as long as the core
+/// runs: a partition nobody reads or writes holds no file for long, whatever the budget.
+pub fn close_idle_files(idle: Duration) {
+    glommio::spawn_local(async move {
+        loop {
+            glommio::timer::sleep(idle / 4).await;
+            close_unused_for(idle);
+        }
+    })
+    .detach();
+}
+
+fn close_unused_for(idle: Duration) {
+    let now = Instant::now();
+    loop {
+        let next = BUDGET.with(|b| {
+            let mut lru = b.lru.borrow_mut();
+            let (_, (_, used)) = lru.first_key_value()?;
+            if now.duration_since(*used) < idle {
+                return None;
+            }
+            lru.pop_first()
+        });
+        let Some((_, (weak, _))) = next else { return };
+        if let Some(h) = weak.upgrade() {
+            h.listed.set(None);
+            h.evict();
+        }
     }
 }
 
@@ -345,7 +376,7 @@ impl Handles {
             if let Some(old) = self.listed.replace(Some(tick)) {
                 lru.remove(&old);
             }
-            lru.insert(tick, Rc::downgrade(self));
+            lru.insert(tick, (Rc::downgrade(self), Instant::now()));
         });
     }
 
@@ -437,11 +468,16 @@ mod tests {
             assert_eq!(&f.read_at(0, 10).await.unwrap()[..], &[0u8; 10]);
             assert!(all[2].buffered_if_open().is_none());
             assert_eq!(open_files().open, 3);
+            drop(f);
+            // Handles unused for a while close whatever the budget.
+            all[1].buffered().await.unwrap();
+            close_unused_for(Duration::ZERO);
+            assert!(all[1].buffered_if_open().is_none());
+            assert_eq!(open_files().open, 0);
             // A pinned one is never closed; with all three pinned an open is refused, not a crash.
             for h in [&all[0], &all[3], &all[4]] {
                 h.pin(true).await.unwrap();
             }
-            drop(f);
             let err = try_permits(tmp.path(), 1).unwrap_err();
             assert!(
                 err.to_string().contains("--max-open-files-per-core"),

@@ -33,6 +33,14 @@ const LATEST_TIERED: i64 = -5;
 
 pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
     let request: ListOffsetsRequest = decode(req)?;
+    // Just after a start, partitions this core is still opening are opened first and waited for.
+    core.wait_opening(request.topics.iter().flat_map(|t| {
+        let name = t.name.0.to_string();
+        t.partitions
+            .iter()
+            .map(move |p| (name.clone(), p.partition_index))
+    }))
+    .await;
     let mut topics = Vec::new();
     for t in &request.topics {
         let name = t.name.0.to_string();

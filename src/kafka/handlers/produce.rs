@@ -52,6 +52,20 @@ fn error_response(index: i32, code: i16, message: Option<String>) -> PartitionPr
 
 pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
     let request: ProduceRequest = decode(req)?;
+    // Just after a start, partitions this core is still opening are opened first; not waited for
+    // (a later produce could overtake this one): they are answered NOT_LEADER_OR_FOLLOWER until
+    // open.
+    core.want_opened(request.topic_data.iter().flat_map(|t| {
+        let name = match req.api_version >= 13 {
+            true => core
+                .topic_name(t.topic_id.as_bytes())
+                .map_or_else(String::new, |n| n.to_string()),
+            false => t.name.0.to_string(),
+        };
+        t.partition_data
+            .iter()
+            .map(move |p| (name.clone(), p.index))
+    }));
     if request.transactional_id.is_some() {
         // Just after a start, a partition may not know yet that an open transaction had added
         // it: its coordinator registers it again first.

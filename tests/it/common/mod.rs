@@ -349,7 +349,9 @@ pub fn shoal_command(
     listen: &str,
     extra: &[&str],
 ) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shoal"));
+    // A benchmark may run another build against this one (`SHOAL_BIN`).
+    let bin = std::env::var_os("SHOAL_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_shoal").into());
+    let mut cmd = Command::new(bin);
     cmd.args([
         command,
         "--listen",

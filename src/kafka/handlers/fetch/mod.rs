@@ -463,6 +463,17 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
         Ok(begun) => begun,
         Err(e) => return Ok(refused(core, req, e)),
     };
+    // Just after a start, partitions this core is still opening are opened first and waited for.
+    core.wait_opening(asked.iter().flat_map(|t| {
+        let name = match t.name.is_empty() {
+            true => core
+                .topic_name(&t.id)
+                .map_or_else(String::new, |n| n.to_string()),
+            false => String::from_utf8_lossy(&t.name).into_owned(),
+        };
+        t.partitions.iter().map(move |p| (name.clone(), p.index))
+    }))
+    .await;
     let plan = plan(core, &request, &asked, req.api_version, who);
     pace(core, &plan, Before::Read).await;
     let mut done = loop {
