@@ -46,6 +46,32 @@ fn process_figures(pid: u32) -> (usize, u64) {
     (fds, rss)
 }
 
+/// CPU seconds process `pid` has used (user and system).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name (which may hold spaces) start after the last ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after the name.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// The share of one CPU process `pid` uses over `d`, idle as it is.
+fn idle_cpu(pid: u32, d: Duration) -> f64 {
+    let before = cpu_seconds(pid);
+    std::thread::sleep(d);
+    (cpu_seconds(pid) - before) / d.as_secs_f64()
+}
+
 fn send(p: &BaseProducer, partition: i32, value: &[u8]) {
     let mut record = BaseRecord::<(), [u8]>::to(TOPIC)
         .partition(partition)
@@ -130,17 +156,19 @@ fn run(root: &Path, partitions: i32) {
     }
     p.flush(Duration::from_secs(300)).unwrap();
     drop(p);
+    let idle = idle_cpu(shoal.pid(), Duration::from_secs(5));
     let (fds, rss) = process_figures(shoal.pid());
     let open = gauge(&shoal, "shoal_open_files");
     let limit = gauge(&shoal, "shoal_open_files_limit");
     println!(
         "{partitions} partitions: created in {}; written, idle: {open} files held by the logs \
          (budget {limit} over both cores), {fds} descriptors in all, RSS {} MiB ({:.1} KiB per \
-         partition over the empty broker's {} MiB)",
+         partition over the empty broker's {} MiB), idle CPU {:.1}% of a core",
         ms(created),
         rss / 1024,
         (rss.saturating_sub(empty_rss)) as f64 / partitions as f64,
         empty_rss / 1024,
+        idle * 100.0,
     );
     shoal.stop();
     let (shoal, [listening, fetched, served]) = timed_start(dir.path(), &listen, partitions as u64);

@@ -342,18 +342,28 @@ impl Partition {
 /// the limit apply to the result.
 async fn load_producer_state(log: &Log, config: ProducerConfig) -> crate::Result<ProducerStates> {
     let path = log.dir().join(SNAPSHOT);
-    let snapshot = glommio::executor()
-        .spawn_blocking(move || {
-            let b = std::fs::read(&path).ok();
-            let _ = std::fs::remove_file(&path); // stale as soon as the log moves on
-            b
-        })
-        .await
-        .and_then(|b| ProducerStates::decode(&b));
+    let snapshot = {
+        let path = path.clone();
+        glommio::executor()
+            .spawn_blocking(move || std::fs::read(&path).ok())
+            .await
+            .and_then(|b| ProducerStates::decode(&b))
+    };
     let hw = log.high_watermark();
+    // The state at `end`, kept across crashes: the log below `end` was fsynced at the clean close
+    // that wrote it and never changes, so replaying from there gives the state a replay from the
+    // start would. A snapshot past the end (a disk that lost data) or below the start goes: once
+    // the log grew past it again, it would describe other batches.
     let (mut states, mut at) = match snapshot {
         Some((s, end)) if end <= hw && end >= log.log_start_offset() => (s, end),
-        _ => (ProducerStates::default(), log.log_start_offset()),
+        found => {
+            if found.is_some() {
+                let _ = glommio::executor()
+                    .spawn_blocking(move || std::fs::remove_file(&path))
+                    .await;
+            }
+            (ProducerStates::default(), log.log_start_offset())
+        }
     };
     states.set_config(config);
     let now = crate::now_ms();
@@ -452,6 +462,37 @@ mod tests {
             // Nothing refused changed the state: the next sequence is still accepted.
             let third = appending(p.produce(batch(7, 2), false));
             assert_eq!(third.finished().await.unwrap().unwrap().base_offset, 2);
+        });
+    }
+
+    #[test]
+    fn a_clean_close_snapshot_outlives_a_crash_and_the_batches_after_it_are_replayed() {
+        run(|| async {
+            let dir = tempfile::tempdir().unwrap();
+            let p = open(dir.path()).await;
+            for seq in 0..3 {
+                let a = appending(p.produce(batch(7, seq), false));
+                a.finished().await.unwrap().unwrap();
+            }
+            p.close().await.unwrap();
+            let snapshot = dir.path().join("topics/t/0").join(SNAPSHOT);
+            let p = open(dir.path()).await;
+            assert!(snapshot.exists(), "kept for a crash to start from");
+            for seq in 3..5 {
+                let a = appending(p.produce(batch(7, seq), false));
+                a.finished().await.unwrap().unwrap();
+            }
+            // A crash: no close, the snapshot is the one of offset 3.
+            drop(p);
+            let p = open(dir.path()).await;
+            // The last batch, from the replay after the snapshot, is a duplicate; the next is next.
+            match p.produce(batch(7, 4), false) {
+                Ok(Produced::Duplicate { base_offset: 4 }) => {}
+                other => panic!("expected a duplicate at 4, got {other:?}"),
+            }
+            let a = appending(p.produce(batch(7, 5), false));
+            assert_eq!(a.finished().await.unwrap().unwrap().base_offset, 5);
+            p.close().await.unwrap();
         });
     }
 

@@ -42,6 +42,7 @@ mod read_replicas;
 mod runtime;
 mod sasl;
 mod storage_errors;
+mod storage_scale;
 mod tls;
 mod tools;
 mod tools_group;
