@@ -70,6 +70,13 @@ pub enum Error {
     /// refuses appends until restart, since the kernel may have dropped the dirty pages.
     #[error("storage error on {path}: {message}")]
     Storage { path: PathBuf, message: String },
+    /// The core's open files budget stayed in use (Kafka: `KAFKA_STORAGE_ERROR`, retriable):
+    /// nothing failed on the disk, and the log carries on.
+    #[error(
+        "cannot open {path}: the core's {limit} open files are all in use (raise \
+         --max-open-files-per-core, and the process's open files limit with it)"
+    )]
+    OpenFiles { path: PathBuf, limit: u64 },
     /// The log was closed or deleted while the operation waited.
     #[error("log is closed")]
     Closed,

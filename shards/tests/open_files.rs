@@ -97,3 +97,57 @@ fn many_logs_stay_within_the_budget_and_read_back_exactly() {
         set_open_files_limit(1 << 40);
     });
 }
+
+#[test]
+fn logs_whose_writers_the_budget_closed_recover_every_record_after_a_crash() {
+    run(|| async {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap();
+        set_open_files_limit(BUDGET);
+        let cache = no_cache();
+        let config = shards::LogConfig {
+            segment_bytes: 64 << 20,
+            ..small_config()
+        };
+        let mut logs = Vec::new();
+        for i in 0..LOGS {
+            let dir = root.join(i.to_string());
+            logs.push(Log::open(dir, config.clone(), cache.clone()).await.unwrap());
+        }
+        let mut expected: Vec<Vec<u8>> = vec![Vec::new(); LOGS];
+        for round in 0..8u64 {
+            for (i, log) in logs.iter().enumerate() {
+                // Log 0 is hot: written in every round several times.
+                let times = if i == 0 { 5 } else { 1 };
+                for k in 0..times {
+                    let b = batch(2, 300, round * 10_000 + i as u64 * 10 + k);
+                    let durable = (i + round as usize + k as usize) % 3 == 0;
+                    let r = log
+                        .append(b.clone(), AppendOptions { durable })
+                        .await
+                        .unwrap();
+                    expected[i].extend(with_offset(&b, r.base_offset));
+                }
+            }
+        }
+        // A crash: nothing closed.
+        drop(logs);
+        glommio::timer::sleep(std::time::Duration::from_millis(50)).await;
+        for (i, want) in expected.iter().enumerate() {
+            let log = Log::open(root.join(i.to_string()), config.clone(), cache.clone())
+                .await
+                .unwrap();
+            let mut got = Vec::new();
+            let mut at = 0;
+            while at < log.high_watermark() {
+                let r = log.read(at, 1 << 20, true).await.unwrap();
+                got.extend(r.records.to_vec());
+                at = r.records.last_offset + 1;
+            }
+            assert_eq!(got.len(), want.len(), "log {i}");
+            assert!(got == *want, "log {i}");
+            log.close().await.unwrap();
+        }
+        set_open_files_limit(1 << 40);
+    });
+}

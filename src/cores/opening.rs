@@ -17,19 +17,30 @@ pub const OPEN_WAIT: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub struct OpenQueue {
     queue: RefCell<VecDeque<ToOpen>>,
-    /// Partitions listed and not opened yet (in the queue or being opened).
-    pending: RefCell<FastMap<(String, i32), ()>>,
+    /// Partitions listed and not yet open, or open with requests that waited for them still to
+    /// resume.
+    partitions: RefCell<FastMap<(String, i32), Listed>>,
     /// Partitions a request waits for, to be opened before the rest of the queue.
     wanted: RefCell<VecDeque<(String, i32)>>,
     /// Counts the partitions opened (or failed): what waiting requests wake on.
     progress: OffsetMonitor,
 }
 
+#[derive(Debug, Default)]
+struct Listed {
+    open: bool,
+    /// Tickets of the requests that waited for it, in the order they came, and how many of
+    /// them have resumed: they resume in that order (produces must keep theirs), and one that
+    /// comes while any has not resumed waits behind them.
+    tickets: u64,
+    resumed: u64,
+}
+
 impl Default for OpenQueue {
     fn default() -> Self {
         Self {
             queue: RefCell::default(),
-            pending: RefCell::default(),
+            partitions: RefCell::default(),
             wanted: RefCell::default(),
             progress: OffsetMonitor::new(0),
         }
@@ -39,10 +50,10 @@ impl Default for OpenQueue {
 impl OpenQueue {
     /// Lists partitions to open.
     pub fn push(&self, to_open: impl IntoIterator<Item = ToOpen>) {
-        let mut pending = self.pending.borrow_mut();
+        let mut partitions = self.partitions.borrow_mut();
         let mut queue = self.queue.borrow_mut();
         for t in to_open {
-            pending.insert((t.0.clone(), t.1), ());
+            partitions.insert((t.0.clone(), t.1), Listed::default());
             queue.push_back(t);
         }
     }
@@ -61,50 +72,101 @@ impl OpenQueue {
 
     /// `topic`-`index` is open (or could not be).
     pub fn done(&self, topic: &str, index: i32) {
-        self.pending
-            .borrow_mut()
-            .remove(&(topic.to_string(), index));
+        let key = (topic.to_string(), index);
+        let mut partitions = self.partitions.borrow_mut();
+        match partitions.get_mut(&key) {
+            Some(l) if l.resumed < l.tickets => l.open = true,
+            _ => {
+                partitions.remove(&key);
+            }
+        }
         self.progress.advance(self.progress.value() + 1);
     }
 
-    /// Whether any listed partition is not open yet.
+    /// Whether any listed partition is not open yet, or has requests still to resume.
     pub fn is_busy(&self) -> bool {
-        !self.pending.borrow().is_empty()
+        !self.partitions.borrow().is_empty()
     }
 
-    /// Moves those of `partitions` still to be opened to the front of the queue; returns them.
-    pub fn want(&self, partitions: impl Iterator<Item = (String, i32)>) -> Vec<(String, i32)> {
-        if !self.is_busy() {
-            return Vec::new();
-        }
-        let waiting: Vec<(String, i32)> = partitions
-            .filter(|p| self.pending.borrow().contains_key(p))
-            .collect();
-        self.wanted.borrow_mut().extend(waiting.iter().cloned());
-        waiting
-    }
-
-    /// Waits until none of `partitions` is still to be opened, moving them to the front of the
-    /// queue; at most [`OPEN_WAIT`]. Returns at once while nothing is being opened.
+    /// Waits until each of `partitions` still listed is open and the requests that waited for
+    /// it before this one have resumed (in the order they came), moving those not open to the
+    /// front of the queue; at most [`OPEN_WAIT`]. Returns at once while nothing is listed.
     pub async fn wait_for(&self, partitions: impl Iterator<Item = (String, i32)>) {
-        let mut waiting = self.want(partitions);
+        if !self.is_busy() {
+            return;
+        }
+        let mut waiting: Vec<((String, i32), u64)> = Vec::new();
+        {
+            let mut listed = self.partitions.borrow_mut();
+            let mut wanted = self.wanted.borrow_mut();
+            for p in partitions {
+                if let Some(l) = listed.get_mut(&p) {
+                    if !l.open {
+                        wanted.push_back(p.clone());
+                    }
+                    waiting.push((p, l.tickets));
+                    l.tickets += 1;
+                }
+            }
+        }
+        if waiting.is_empty() {
+            return;
+        }
+        // Resumed when this returns or is dropped (its request gone).
+        let waiting = Turn {
+            queue: self,
+            waiting,
+        };
         let deadline = std::time::Instant::now() + OPEN_WAIT;
-        while !waiting.is_empty() {
+        // Each partition open, and this request next in line for each.
+        let turn = |listed: &FastMap<(String, i32), Listed>| {
+            waiting
+                .waiting
+                .iter()
+                .all(|(p, ticket)| listed.get(p).is_none_or(|l| l.open && l.resumed == *ticket))
+        };
+        while !turn(&self.partitions.borrow()) {
+            if std::time::Instant::now() >= deadline {
+                log::warn!(
+                    "a request waited {OPEN_WAIT:?} for partitions being opened (of {}, e.g. {:?})",
+                    waiting.waiting.len(),
+                    waiting.waiting.first()
+                );
+                break;
+            }
             let seen = self.progress.value();
             let left = deadline.saturating_duration_since(std::time::Instant::now());
-            let woke = futures_lite::future::or(
-                async { Some(self.progress.wait_for(seen + 1).await) },
+            futures_lite::future::or(
                 async {
-                    glommio::timer::sleep(left).await;
-                    None
+                    self.progress.wait_for(seen + 1).await;
                 },
+                glommio::timer::sleep(left),
             )
             .await;
-            if woke.is_none() {
-                return;
-            }
-            waiting.retain(|p| self.pending.borrow().contains_key(p));
         }
+    }
+}
+
+/// A request's place in line for its partitions; leaving it lets the next one go.
+struct Turn<'a> {
+    queue: &'a OpenQueue,
+    waiting: Vec<((String, i32), u64)>,
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        let mut listed = self.queue.partitions.borrow_mut();
+        for (p, _) in &self.waiting {
+            if let Some(l) = listed.get_mut(p) {
+                l.resumed += 1;
+                if l.open && l.resumed >= l.tickets {
+                    listed.remove(p);
+                }
+            }
+        }
+        drop(listed);
+        let progress = &self.queue.progress;
+        progress.advance(progress.value() + 1);
     }
 }
 

@@ -22,8 +22,8 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
-/// Partitions a core opens at once at start (or when a topic is created): their recoveries'
-/// reads, opens and fsyncs overlap.
+/// Partitions a core opens (or closes) at once at start (or when a topic is created): their
+/// recoveries' reads, opens and fsyncs overlap.
 const OPEN_AT_ONCE: usize = 64;
 
 /// The partitions holding the data of `partitions` (a view's are its source's).
@@ -567,15 +567,6 @@ impl Core {
         }
     }
 
-    /// Has those of `partitions` this core is still opening opened first, without waiting: a
-    /// request that must not wait (a produce, whose order matters) finds them missing
-    /// (`NOT_LEADER_OR_FOLLOWER`, retriable) and its client asks again.
-    pub fn want_opened(&self, partitions: impl Iterator<Item = (String, i32)>) {
-        if self.opening.is_busy() {
-            self.opening.want(sources(partitions));
-        }
-    }
-
     /// Closes every partition cleanly (flush, clean marks, producer snapshots), and the replicas
     /// this core holds.
     pub async fn close_partitions(&self) {
@@ -586,11 +577,19 @@ impl Core {
             .flat_map(|(_, parts)| parts.into_values())
             .chain(self.replicas.take_held())
             .collect();
-        for p in parts {
-            if let Err(e) = p.close().await {
-                log::error!("closing partition {}-{}: {e}", p.topic, p.index);
+        // [`OPEN_AT_ONCE`] at a time: each close ends in fsyncs (index, producer snapshot).
+        let parts = RefCell::new(parts);
+        let worker = || async {
+            loop {
+                let Some(p) = parts.borrow_mut().pop() else {
+                    break;
+                };
+                if let Err(e) = p.close().await {
+                    log::error!("closing partition {}-{}: {e}", p.topic, p.index);
+                }
             }
-        }
+        };
+        join_all((0..OPEN_AT_ONCE).map(|_| worker())).await;
     }
 
     pub fn apply_setting(&self, setting: crate::cores::mesh::Setting) {

@@ -17,7 +17,7 @@ pub fn code_of(e: &Error) -> ResponseError {
         ) => ResponseError::InvalidRecord,
         Error::InvalidBatch(_) => ResponseError::CorruptMessage,
         Error::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
-        Error::Storage { .. } => ResponseError::KafkaStorageError,
+        Error::Storage { .. } | Error::OpenFiles { .. } => ResponseError::KafkaStorageError,
         // The partition went away (topic deleted) while the request ran.
         Error::Closed | Error::ReadReplica => ResponseError::NotLeaderOrFollower,
     }

@@ -76,13 +76,15 @@ pub(super) async fn run_core(
             glommio::spawn_local(accept_until_shutdown(core.clone(), listener, k))
         })
         .collect();
+    opening.await;
+    // The admin API (and /metrics) answers once this core holds what it owns.
+    let admin = admin_inbox.map(|inbox| glommio::spawn_local(serve_admin(core.clone(), inbox)));
+    // Streams to browsers start once every partition is open (a stream asks for its topic's).
     let streams = http.map(|(fd, config, spread)| {
-        // SAFETY: as for the Kafka listeners above.
+        // SAFETY: as for the Kafka listeners.
         let listener = unsafe { TcpListener::from_raw_fd(fd) };
         glommio::spawn_local(crate::http::serve(core.clone(), listener, config, spread))
     });
-    let admin = admin_inbox.map(|inbox| glommio::spawn_local(serve_admin(core.clone(), inbox)));
-    opening.await;
     // Compacted topics' partitions on this core are compacted in the background from now on.
     shards::compactor::start();
     shards::log::open_files::close_idle_files(IDLE_FILES);

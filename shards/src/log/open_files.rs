@@ -179,13 +179,10 @@ fn refused(path: &Path) -> Error {
         b.refusals.set(b.refusals.get() + 1);
         b.limit.get()
     });
-    Error::storage(
-        path,
-        format!(
-            "the core's {limit} open files are all in use (raise --max-open-files-per-core, \
-             and the process's open files limit with it)"
-        ),
-    )
+    Error::OpenFiles {
+        path: path.to_path_buf(),
+        limit,
+    }
 }
 
 /// Closes the handles of the segments used least recently until `units` permits are free or
@@ -295,6 +292,34 @@ impl Handles {
         self.check_reopen()?;
         let f = Rc::new(open_buffered(&self.path).await?);
         // Another task may have opened it meanwhile: keep one.
+        let f = self.buffered.borrow_mut().get_or_insert(f).clone();
+        self.touch();
+        Ok(f)
+    }
+
+    /// The buffered handle, opened if it is closed with `permit` (taken beforehand), else with a
+    /// permit free now: what a log's writer does while it holds its append permit, on which other
+    /// logs' writers (finishing to give their permits back) may wait.
+    pub(crate) async fn buffered_with(
+        self: &Rc<Self>,
+        permit: Option<StaticPermit>,
+    ) -> Result<Rc<Counted<BufferedFile>>> {
+        if let Some(f) = self.buffered.borrow().clone() {
+            self.touch();
+            return Ok(f);
+        }
+        self.check_reopen()?;
+        let permit = match permit {
+            Some(p) => p,
+            None => try_permits(&self.path, 1)?,
+        };
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .buffered_open(&self.path)
+            .await
+            .map_err(|e| Error::storage(&self.path, e))?;
+        let f = Rc::new(Counted::new(f, permit));
         let f = self.buffered.borrow_mut().get_or_insert(f).clone();
         self.touch();
         Ok(f)

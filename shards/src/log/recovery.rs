@@ -129,6 +129,8 @@ pub(super) async fn recover(
         };
         let file = match open_files::open_buffered(&f.path).await {
             Ok(file) => file,
+            // No room in the open files budget says nothing of the file: the open fails.
+            Err(e @ Error::OpenFiles { .. }) => return Err(e),
             Err(e) => {
                 log::error!(
                     "{}: cannot be opened ({e}); setting it and later segments aside",

@@ -111,6 +111,13 @@ impl ScanFrom {
     }
 }
 
+/// Permits of the open files budget taken for a write ([`Segment::reserve_write_files`]).
+#[derive(Debug, Default)]
+pub(crate) struct WriteFiles {
+    buffered: Option<StaticPermit>,
+    writer: Option<StaticPermit>,
+}
+
 /// What a recovery scan found.
 #[derive(Debug)]
 pub(crate) struct Scan {
@@ -168,17 +175,30 @@ impl Segment {
     /// unless the file system refuses it. The partial block at the end is read back for the next
     /// write to rewrite. The file is allocated ahead in steps no larger than the segment size.
     pub(crate) async fn start_direct(&self, options: DirectOptions) -> Result<()> {
+        self.start_direct_with(options, None).await
+    }
+
+    /// [`Self::start_direct`] with the budget's permits for the writer's two descriptors taken
+    /// beforehand (else waited for).
+    async fn start_direct_with(
+        &self,
+        options: DirectOptions,
+        permits: Option<StaticPermit>,
+    ) -> Result<()> {
         if self.direct.borrow().is_some() {
             return Ok(());
         }
         let size = self.size.get();
-        let permits = open_files::permits(&self.path, 2).await?;
+        let permits = match permits {
+            Some(p) => p,
+            None => open_files::permits(&self.path, 2).await?,
+        };
         let mut writer = DirectWriter::open(&self.path, options).await?;
         if let Some(w) = &mut writer {
             let start = size - size % w.alignment();
-            let tail = self
-                .read_exact(start, (size - start) as usize, false)
-                .await?;
+            // Through the buffered handle the writer's caller has open (a Direct I/O read
+            // handle would want a permit of its own).
+            let tail = self.read_buffered(start, (size - start) as usize).await?;
             let file_len = self
                 .files
                 .buffered()
@@ -196,16 +216,41 @@ impl Segment {
         Ok(())
     }
 
-    /// Opens the Direct I/O writer again if the open files budget closed it (an append is about
-    /// to write); a failure leaves the append to the page cache.
-    pub(crate) async fn reopen_direct(&self) {
+    /// The budget's permits for what the next write of this segment must open (its buffered
+    /// handle, its Direct I/O writer), taken by the writer task before it takes the append
+    /// permit: it never waits for the budget while holding that (see `open_files`).
+    pub(crate) async fn reserve_write_files(&self) -> WriteFiles {
+        let buffered = match self.files.buffered_if_open() {
+            Some(_) => None,
+            None => open_files::permit(&self.path).await.ok(),
+        };
+        let writer_closed = self.direct_options.get().is_some() && self.direct.borrow().is_none();
+        let writer = match writer_closed {
+            true => open_files::permits(&self.path, 2).await.ok(),
+            false => None,
+        };
+        WriteFiles { buffered, writer }
+    }
+
+    /// Opens what a write needs with `reserved` permits, or permits free now, never waiting:
+    /// the buffered handle (else an error) and the Direct I/O writer (else this write goes
+    /// through the page cache).
+    pub(crate) async fn open_for_write(&self, reserved: WriteFiles) -> Result<()> {
+        self.files.buffered_with(reserved.buffered).await?;
         let Some(options) = self.direct_options.get() else {
-            return;
+            return Ok(());
         };
         if self.direct.borrow().is_some() {
-            return;
+            return Ok(());
         }
-        match self.start_direct(options).await {
+        let permits = match reserved.writer {
+            Some(p) => p,
+            None => match open_files::try_permits(&self.path, 2) {
+                Ok(p) => p,
+                Err(_) => return Ok(()),
+            },
+        };
+        match self.start_direct_with(options, Some(permits)).await {
             Err(e) => log::debug!(
                 "{}: Direct I/O writer not reopened: {e}",
                 self.path.display()
@@ -214,6 +259,7 @@ impl Segment {
             Ok(()) if self.direct.borrow().is_none() => self.direct_options.set(None),
             Ok(()) => {}
         }
+        Ok(())
     }
 
     /// Writes with Direct I/O from the next append on, which opens the writer.
@@ -771,16 +817,15 @@ async fn direct_read(
     Ok(Bytes::copy_from_slice(&r[..len]))
 }
 
-/// Most zeros after the last batch that recovery reads to tell padding (of a Direct I/O write, or
-/// space allocated ahead) from damage.
-const MAX_PADDING: u64 = 2 * crate::log::direct_write::ALLOCATE_STEP;
+/// Zeros after the last batch that recovery reads to tell padding (of a Direct I/O write, or
+/// space allocated ahead) from damage. Past the blocks the last write touched, a log only ever
+/// has zeros (allocated ahead, or written ahead of the data), so a window of them is enough: a
+/// crash with thousands of partitions' files allocated megabytes ahead reads this much of each.
+const PADDING_CHECK: u64 = 64 << 10;
 
-/// Whether the file holds nothing but zeros from `pos` to `file_len` (at most [`MAX_PADDING`] of them).
+/// Whether the file holds zeros from `pos` on, to its end or for [`PADDING_CHECK`] bytes.
 async fn zeros_to_end(file: &BufferedFile, path: &Path, pos: u64, file_len: u64) -> Result<bool> {
-    let len = file_len - pos;
-    if len > MAX_PADDING {
-        return Ok(false);
-    }
+    let len = (file_len - pos).min(PADDING_CHECK);
     let rest = file
         .read_at(pos, len as usize)
         .await

@@ -41,6 +41,8 @@ impl Inner {
         glommio::spawn_local(async move {
             // The permit is taken per group, so retention and close get their turn under load.
             while !inner.queue.borrow().is_empty() {
+                // Outside the append permit: see `Segment::reserve_write_files`.
+                let reserved = inner.active().reserve_write_files().await;
                 let Ok(permit) = inner.append_permit.acquire_permit(1).await else {
                     inner.fail_queued(&Error::Closed);
                     break;
@@ -49,7 +51,7 @@ impl Inner {
                 if group.is_empty() {
                     break;
                 }
-                inner.write_group(group).await;
+                inner.write_group(group, reserved).await;
                 drop(permit);
                 // Let a waiting retention or close take the permit before the next group.
                 futures_lite::future::yield_now().await;
@@ -131,7 +133,11 @@ impl Inner {
     }
 
     /// Assigns offsets to a group of appends, writes them with one write and completes each.
-    pub(super) async fn write_group(self: &Rc<Self>, group: Vec<PendingAppend>) {
+    pub(super) async fn write_group(
+        self: &Rc<Self>,
+        group: Vec<PendingAppend>,
+        reserved: crate::log::segment::WriteFiles,
+    ) {
         if let Err(e) = self.check_writable() {
             fail_all(group, &e);
             return;
@@ -179,8 +185,10 @@ impl Inner {
         // own, and every append in the group shares it. Others go through the page cache.
         let sync = group.iter().any(|p| p.durable);
         let active = self.active();
-        self.open_writer(&active).await;
-        let written = crate::latency::write(active.append(&bytes, sync)).await;
+        let written = match self.open_writer(&active, reserved).await {
+            Ok(()) => crate::latency::write(active.append(&bytes, sync)).await,
+            Err(e) => Err(e),
+        };
         drop(bytes);
         let synced = match written {
             Ok(synced) => synced,
@@ -270,10 +278,14 @@ impl Inner {
     /// Opens the active segment's Direct I/O writer again if the open files budget closed it, and
     /// tells the budget how to ask for it back: a task that takes the append permit (after the
     /// write in progress) and finishes the writer, if that segment is still the active one.
-    pub(super) async fn open_writer(self: &Rc<Self>, active: &Segment) {
-        active.reopen_direct().await;
+    pub(super) async fn open_writer(
+        self: &Rc<Self>,
+        active: &Segment,
+        reserved: crate::log::segment::WriteFiles,
+    ) -> Result<()> {
+        active.open_for_write(reserved).await?;
         if !active.writer_open() || active.files.watches_writer() {
-            return;
+            return Ok(());
         }
         let weak = Rc::downgrade(self);
         let base = active.base_offset;
@@ -293,6 +305,7 @@ impl Inner {
             })
             .detach();
         })));
+        Ok(())
     }
 
     /// Answers every queued append with `e`.
@@ -422,10 +435,15 @@ impl Inner {
                 let sealing = inner.unsealed.borrow().clone();
                 let dir_changes = inner.dir_changes.get();
                 let seg = inner.active();
-                if inner.sync_once(&sealing, dir_changes, &seg).await {
+                let synced = inner.sync_once(&sealing, dir_changes, &seg).await;
+                if synced {
                     inner.durable.advance(written);
                 }
                 inner.sync_rounds.advance(inner.sync_rounds.value() + 1);
+                if !synced && inner.failure.borrow().is_none() {
+                    // The open files budget had no room this round: try again shortly.
+                    glommio::timer::sleep(Duration::from_millis(20)).await;
+                }
             }
             inner.syncing.set(false);
         })
@@ -434,11 +452,12 @@ impl Inner {
 
     /// One round of the sync task: seals the segments rolled since the last round (fsync, index
     /// file), makes new directory entries durable, then fsyncs the active segment. False when a step
-    /// failed (the log is then failed).
+    /// failed (the log is then failed), or found no room in the open files budget (nothing failed:
+    /// the next round tries again).
     async fn sync_once(&self, sealing: &[Rc<Segment>], dir_changes: u64, active: &Segment) -> bool {
         for old in sealing {
             if let Err(e) = crate::latency::fsync(old.fdatasync()).await {
-                self.fail(&old.path, e);
+                self.fail_sync(&old.path, e);
                 return false;
             }
             self.bump(|s| s.fsyncs += 1);
@@ -449,7 +468,7 @@ impl Inner {
         }
         if dir_changes > self.dir_synced.get() {
             if let Err(e) = crate::latency::fsync(sync_dir(&self.dir)).await {
-                self.fail(&self.dir, e);
+                self.fail_sync(&self.dir, e);
                 return false;
             }
             self.dir_synced.set(self.dir_synced.get().max(dir_changes));
@@ -467,8 +486,19 @@ impl Inner {
                 true
             }
             Err(e) => {
-                self.fail(&active.path, e);
+                self.fail_sync(&active.path, e);
                 false
+            }
+        }
+    }
+
+    /// A sync step failed: the log fails, unless the open files budget had no room for the file
+    /// (logged once in a while; the step is tried again).
+    fn fail_sync(&self, path: &Path, e: Error) {
+        match e {
+            Error::OpenFiles { .. } => log::debug!("sync deferred: {e}"),
+            e => {
+                self.fail(path, e);
             }
         }
     }

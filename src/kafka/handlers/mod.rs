@@ -207,6 +207,24 @@ pub async fn handle(core: Rc<Core>, req: Request, session: Rc<Session>) -> Reply
         });
         return finish(&core, &req, peer, key, result);
     }
+    // Just after a start, the requests of partitions' data wait only for their own partitions,
+    // which are opened first (see `Core::wait_opening`); Metadata and FindCoordinator answer from
+    // the topic table; the others wait until the core has opened everything and loaded its
+    // groups and transactions.
+    let at_once = matches!(
+        key,
+        ApiKey::Produce
+            | ApiKey::Fetch
+            | ApiKey::ListOffsets
+            | ApiKey::Metadata
+            | ApiKey::ApiVersions
+            | ApiKey::FindCoordinator
+            | ApiKey::SaslHandshake
+            | ApiKey::SaslAuthenticate
+    );
+    if !at_once && !core.until_opened().await {
+        return Reply::Close;
+    }
     // Produce and fetch are awaited in place; every other handler (rare, some with large
     // futures) is boxed, so that the task of every request does not carry the largest of them.
     let result = match key {

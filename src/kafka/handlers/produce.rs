@@ -52,10 +52,9 @@ fn error_response(index: i32, code: i16, message: Option<String>) -> PartitionPr
 
 pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
     let request: ProduceRequest = decode(req)?;
-    // Just after a start, partitions this core is still opening are opened first; not waited for
-    // (a later produce could overtake this one): they are answered NOT_LEADER_OR_FOLLOWER until
-    // open.
-    core.want_opened(request.topic_data.iter().flat_map(|t| {
+    // Just after a start, partitions this core is still opening are opened first and waited for;
+    // produces that waited for a partition resume in the order they came.
+    core.wait_opening(request.topic_data.iter().flat_map(|t| {
         let name = match req.api_version >= 13 {
             true => core
                 .topic_name(t.topic_id.as_bytes())
@@ -65,7 +64,8 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
         t.partition_data
             .iter()
             .map(move |p| (name.clone(), p.index))
-    }));
+    }))
+    .await;
     if request.transactional_id.is_some() {
         // Just after a start, a partition may not know yet that an open transaction had added
         // it: its coordinator registers it again first.
