@@ -71,7 +71,13 @@ fn the_console_shows_the_brokers_numbers_in_a_browser() {
     let shoal = Shoal::start(
         dir.path(),
         2,
-        &["--read-replicas", "all", "--group-lag-interval-ms", "200"],
+        &[
+            "--read-replicas",
+            "all",
+            "--group-lag-interval-ms",
+            "200",
+            "--metrics-per-partition",
+        ],
     );
     let b = shoal.bootstrap();
     common::create_topics(&b, &[("hot", 1), ("wide", 3), ("orders", 2)]);
