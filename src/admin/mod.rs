@@ -62,6 +62,9 @@ pub struct Cores {
     /// Serve only `GET /metrics`, to anyone (`--metrics-listen`: an address of its own for
     /// scrapers, beside a guarded admin endpoint).
     pub metrics_only: bool,
+    /// `/metrics` lists each partition's log figures (`--metrics-per-partition`), not only their
+    /// sums per core.
+    pub metrics_per_partition: bool,
 }
 
 /// Starts the admin thread on `listener` (bound by the caller, so bind errors are reported at
@@ -201,7 +204,7 @@ fn route(request: &Request, cores: &Cores) -> Response {
             Ok(stats) => (
                 "200 OK",
                 "text/plain; version=0.0.4",
-                render_prometheus(&stats),
+                render_prometheus(&stats, cores.metrics_per_partition),
             ),
             Err(unanswered) => unanswered,
         },
@@ -288,6 +291,7 @@ mod tests {
             token: None,
             tls: None,
             metrics_only: false,
+            metrics_per_partition: false,
         };
         let stop = Arc::new(AtomicBool::new(false));
         let thread = spawn(listener, cores, stop.clone()).unwrap();

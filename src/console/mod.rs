@@ -9,7 +9,8 @@
 //! name), partitions are listed for one topic at a time (`topic`, `from`, `limit`), and the edge's
 //! upstream streams are capped.
 
-pub mod sample;
+#[cfg(test)]
+mod sample;
 
 use crate::stats::{CoreSnapshot, PartitionSnapshot};
 use crate::table::TopicTable;

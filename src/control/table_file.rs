@@ -1,4 +1,5 @@
-//! The topic table on disk: `DATA/topics.json`, written atomically.
+//! The topic table on disk: `DATA/topics.json`, written atomically (compact: core 0 writes it
+//! whole at every change).
 
 use crate::table::TopicTable;
 use shards::files::write_atomically;
@@ -10,7 +11,7 @@ fn table_path(data_dir: &Path) -> std::path::PathBuf {
 
 pub(super) async fn persist_table(data_dir: &Path, table: &TopicTable) -> std::io::Result<()> {
     let path = table_path(data_dir);
-    let bytes = serde_json::to_vec_pretty(table).map_err(std::io::Error::other)?;
+    let bytes = serde_json::to_vec(table).map_err(std::io::Error::other)?;
     glommio::executor()
         .spawn_blocking(move || write_atomically(&path, &bytes))
         .await

@@ -469,7 +469,9 @@ impl Core {
     }
 
     /// Installs a new topic table: deletes partitions of topics that are gone (or were re-created),
-    /// opens the ones this core now owns.
+    /// opens the ones this core now owns, and gives changed topic configs to their partitions. A
+    /// topic the previous table had the same, with its partitions here all open, is not visited: a
+    /// change costs what it changed, not what the table holds.
     pub async fn apply_table(&self, table: TopicTable) {
         let Ok(_one_at_a_time) = self.applying.acquire_permit(1).await else {
             return;
@@ -478,7 +480,7 @@ impl Core {
             return;
         }
         let table = Rc::new(table);
-        *self.topics.borrow_mut() = table.clone();
+        let previous = std::mem::replace(&mut *self.topics.borrow_mut(), table.clone());
         *self.topic_ids.borrow_mut() = TopicIds::of(&table);
         let gone: Vec<Rc<Partition>> = {
             let mut topics = self.partitions.borrow_mut();
@@ -512,20 +514,28 @@ impl Core {
             }
         }
         let mut to_open = Vec::new();
-        for (topic, index) in table.owned_by(self.id, self.cores) {
-            let meta = table.get(&topic).expect("owned topic exists");
+        for (topic, meta) in &table.topics {
+            let owned: Vec<i32> = (0..meta.partitions)
+                .filter(|&p| table.owner(meta, p, self.cores) == self.id)
+                .collect();
+            let open = self.partitions.borrow().get(topic).map_or(0, HashMap::len);
+            if owned.is_empty() || (previous.get(topic) == Some(meta) && open == owned.len()) {
+                continue;
+            }
             let config = apply_topic_configs(&self.config.log, &meta.configs).unwrap_or_else(|e| {
                 log::warn!("topic {topic}: {e}; using server defaults");
                 self.config.log.clone()
             });
-            if let Some(p) = self.partition(&topic, index) {
-                // Changed topic configs (AlterConfigs) apply from the partition's next append or
-                // check, without reopening it.
-                self.replicas.set_log_config(p.log.id(), &config);
-                p.log.set_config(config);
-                continue;
+            for index in owned {
+                if let Some(p) = self.partition(topic, index) {
+                    // Changed topic configs (AlterConfigs) apply from the partition's next append
+                    // or check, without reopening it.
+                    self.replicas.set_log_config(p.log.id(), &config);
+                    p.log.set_config(config.clone());
+                    continue;
+                }
+                to_open.push((topic.clone(), index, meta.id, config.clone()));
             }
-            to_open.push((topic, index, meta.id, config));
         }
         self.open_partitions(to_open).await;
     }

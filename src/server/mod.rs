@@ -52,6 +52,8 @@ pub struct ServerConfig {
     pub admin_tls: bool,
     /// An address of its own where `GET /metrics` is served to anyone, over plain HTTP.
     pub metrics_listen: Option<SocketAddr>,
+    /// `/metrics` has each partition's log figures, not only their sums per core.
+    pub metrics_per_partition: bool,
     /// A file holding the admin HTTP endpoint's bearer token (every request but `GET /metrics`
     /// then needs it).
     pub admin_token_file: Option<PathBuf>,
@@ -152,6 +154,7 @@ impl Server {
             token: admin_token,
             tls: admin_tls,
             metrics_only: false,
+            metrics_per_partition: config.metrics_per_partition,
         };
         let metrics_cores = admin::Cores {
             token: None,

@@ -56,8 +56,9 @@ pub struct CoreSnapshot {
     pub edge: Option<EdgeStats>,
 }
 
-/// Renders all cores' snapshots as Prometheus text exposition.
-pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
+/// Renders all cores' snapshots as Prometheus text exposition; the partitions' log figures one
+/// series per partition with `per_partition` (`--metrics-per-partition`), else summed per core.
+pub fn render_prometheus(cores: &[CoreSnapshot], per_partition: bool) -> String {
     let mut out = Exposition::default();
     let kafka: Vec<_> = cores.iter().map(|c| (c.core, &c.kafka)).collect();
     FrontEndSnapshot::write_prometheus(&mut out, &kafka);
@@ -81,14 +82,15 @@ pub fn render_prometheus(cores: &[CoreSnapshot]) -> String {
     crate::transactions::coordinator::TxnStats::write_prometheus(&mut out, &txns);
     let lag: Vec<_> = cores.iter().flat_map(|c| &c.group_lag).collect();
     crate::groups::lag::write_prometheus(&mut out, &lag);
-    partitions::write_prometheus(&mut out, cores);
+    partitions::write_prometheus(&mut out, cores, per_partition);
     let replicas: Vec<_> = cores.iter().map(|c| (c.core, &c.replicas)).collect();
     crate::replicas::ReplicaStats::write_prometheus(&mut out, &replicas);
     out.into_text()
 }
 
 /// A populated snapshot of two cores (every figure non-zero on core 0; core 1 without edge mode)
-/// and the text the renderer gave for it before the rendering was split by component.
+/// and the text the renderer gives for it by default (`metrics_golden.txt`), and with each
+/// partition's log figures.
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -288,7 +290,7 @@ mod tests {
 
     #[test]
     fn metrics_text_is_unchanged() {
-        let text = render_prometheus(&populated());
+        let text = render_prometheus(&populated(), false);
         if std::env::var_os("SHOAL_BLESS_METRICS").is_some() {
             std::fs::write(
                 concat!(env!("CARGO_MANIFEST_DIR"), "/src/metrics_golden.txt"),
@@ -305,9 +307,51 @@ mod tests {
     #[test]
     fn edge_families_only_when_a_core_is_in_edge_mode() {
         let mut cores = populated();
-        assert!(render_prometheus(&cores).contains("\nshoal_edge_cache_bytes{core=\"1\"} "));
+        assert!(render_prometheus(&cores, false).contains("\nshoal_edge_cache_bytes{core=\"1\"} "));
         cores[0].edge = None;
-        assert!(!render_prometheus(&cores).contains("shoal_edge_"));
+        assert!(!render_prometheus(&cores, false).contains("shoal_edge_"));
+    }
+
+    #[test]
+    fn log_families_are_per_partition_only_when_asked_and_sum_alike() {
+        let cores = populated();
+        let sum = |text: &str, family: &str| -> (usize, u64) {
+            let samples: Vec<u64> = text
+                .lines()
+                .filter(|l| l.starts_with(&format!("{family}{{")))
+                .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+                .collect();
+            (samples.len(), samples.iter().sum())
+        };
+        let (by_core, by_partition) = (
+            render_prometheus(&cores, false),
+            render_prometheus(&cores, true),
+        );
+        let per_partition = |l: &&str| l.starts_with("shoal_log_") && l.contains("topic=");
+        assert_eq!(by_core.lines().filter(per_partition).count(), 0);
+        assert_eq!(by_partition.lines().filter(per_partition).count(), 12 * 4);
+        assert!(by_partition
+            .contains("\nshoal_log_size_bytes{core=\"0\",topic=\"a\",partition=\"0\"} 4096\n"));
+        // Core 0: partitions of n = 1 and 11; core 1: of n = 2 and 12.
+        assert!(by_core.contains("\nshoal_log_size_bytes{core=\"0\"} 49152\n"));
+        for family in [
+            "shoal_log_size_bytes",
+            "shoal_log_high_watermark",
+            "shoal_log_fsyncs_total",
+        ] {
+            let (cores_n, core_sum) = sum(&by_core, family);
+            let (partitions_n, partition_sum) = sum(&by_partition, family);
+            assert_eq!((cores_n, partitions_n), (2, 4), "{family}");
+            assert_eq!(core_sum, partition_sum, "{family}");
+        }
+        // Everything else is the same text.
+        let others = |text: &str| -> Vec<String> {
+            families(text)
+                .into_iter()
+                .filter(|f| !f.starts_with("# HELP shoal_log_") || f.contains("_duration_seconds"))
+                .collect()
+        };
+        assert_eq!(others(&by_core), others(&by_partition));
     }
 
     /// The text's metric families (each its HELP and TYPE lines and samples, in order), sorted by

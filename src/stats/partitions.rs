@@ -72,10 +72,24 @@ const PER_PARTITION: [Family<PartitionSnapshot>; 12] = [
     ("first_dirty_offset", "gauge", "First offset of a partition not compacted yet (the start offset for topics that are not compacted).", |p| p.first_dirty_offset.max(0) as u64),
 ];
 
-pub(super) fn write_prometheus(out: &mut Exposition, cores: &[CoreSnapshot]) {
+/// The per-core families, and the log families: with `per_partition` one sample per partition
+/// (`{core,topic,partition}`: a dozen series per partition), else one per core, summed over its
+/// partitions, so that `/metrics` stays small with any number of partitions and sums over the
+/// family agree either way.
+pub(super) fn write_prometheus(out: &mut Exposition, cores: &[CoreSnapshot], per_partition: bool) {
     let per_core: Vec<_> = cores.iter().map(|c| (c.core, c)).collect();
     out.per_core("shoal_", &PER_CORE, &per_core);
     for (name, kind, help, read) in PER_PARTITION {
+        let name = format!("shoal_log_{name}");
+        if !per_partition {
+            let help = format!("{help} Summed over the core's partitions (each partition's with --metrics-per-partition).");
+            let sums = cores.iter().map(|c| {
+                let sum = c.partitions.iter().map(read).sum();
+                (core_label(c.core), sum)
+            });
+            out.family(&name, kind, &help, sums);
+            continue;
+        }
         let samples = cores.iter().flat_map(|c| {
             c.partitions.iter().map(move |p| {
                 let labels = format!(
@@ -87,6 +101,6 @@ pub(super) fn write_prometheus(out: &mut Exposition, cores: &[CoreSnapshot]) {
                 (labels, read(p))
             })
         });
-        out.family(&format!("shoal_log_{name}"), kind, help, samples);
+        out.family(&name, kind, help, samples);
     }
 }

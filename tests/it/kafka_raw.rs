@@ -2029,7 +2029,7 @@ fn describe_log_dirs_answers_for_the_partitions_each_core_leads() {
     use kafka_protocol::messages::describe_log_dirs_request::DescribableLogDirTopic;
     use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse};
     let dir = tempfile::tempdir().unwrap();
-    let shoal = Shoal::start(dir.path(), 2, &[]);
+    let shoal = Shoal::start(dir.path(), 2, &["--metrics-per-partition"]);
     create_topic(&shoal, "sized", 4);
     let leaders: Vec<usize> = (0..4).map(|p| leader(&shoal, "sized", p)).collect();
     assert!(leaders.contains(&0) && leaders.contains(&1), "{leaders:?}");

@@ -14,6 +14,7 @@ mod bench;
 mod compaction;
 mod configs;
 mod console;
+mod control_plane;
 mod crash_restart;
 mod dashboards;
 mod edge;

@@ -928,7 +928,8 @@ fn sixty_four_consumers_of_one_partition_are_spread_over_both_cores_and_get_ever
     const RECORDS: usize = 3000;
     const MORE: usize = 500;
     let dir = tempfile::tempdir().unwrap();
-    let shoal = start_broker(dir.path(), "all", &["--segment-bytes", "32KiB"]);
+    let flags = ["--segment-bytes", "32KiB", "--metrics-per-partition"];
+    let shoal = start_broker(dir.path(), "all", &flags);
     let bootstrap = shoal.bootstrap();
     let cores = create_replicated(&shoal, TOPIC, &[]);
     let hot = [(TOPIC, 0, Offset::Beginning)];
@@ -1252,7 +1253,7 @@ fn a_compaction_swap_under_replica_readers_keeps_every_keys_latest_record() {
     const KEYS: usize = 40;
     const RECORDS: usize = 4000;
     let dir = tempfile::tempdir().unwrap();
-    let shoal = start_broker(dir.path(), "all", &[]);
+    let shoal = start_broker(dir.path(), "all", &["--metrics-per-partition"]);
     let bootstrap = shoal.bootstrap();
     let configs = [
         ("cleanup.policy", "compact"),
@@ -1317,7 +1318,8 @@ fn retention_under_replica_readers_moves_the_log_start_on_both_cores() {
     const RECORDS: usize = 3000;
     const CHUNK: usize = 250;
     let dir = tempfile::tempdir().unwrap();
-    let shoal = start_broker(dir.path(), "all", &["--retention-check-ms", "100"]);
+    let flags = ["--retention-check-ms", "100", "--metrics-per-partition"];
+    let shoal = start_broker(dir.path(), "all", &flags);
     let bootstrap = shoal.bootstrap();
     let configs = [("segment.bytes", "16384"), ("retention.bytes", "65536")];
     let cores = create_replicated(&shoal, TOPIC, &configs);

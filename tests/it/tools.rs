@@ -25,7 +25,8 @@ fn config<'a>(described: &'a Value, name: &str) -> &'a Value {
 #[test]
 fn topics_made_with_the_cli_are_the_topics_librdkafka_sees() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Shoal::start(dir.path(), 2, &["--auto-create-topics", "false"]);
+    let flags = ["--auto-create-topics", "false", "--metrics-per-partition"];
+    let server = Shoal::start(dir.path(), 2, &flags);
     let b = server.bootstrap();
 
     let created = topic(

@@ -415,6 +415,10 @@ pub struct ServeArgs {
     /// scrapers, when the admin endpoint is guarded.
     #[arg(long)]
     pub metrics_listen: Option<SocketAddr>,
+    /// Also export each partition's log figures on /metrics (shoal_log_*{topic,partition}: a
+    /// dozen series per partition); without it, each is summed per core.
+    #[arg(long)]
+    pub metrics_per_partition: bool,
     #[command(flatten)]
     pub http: HttpArgs,
     /// A file holding a bearer token (at least 16 characters) that admin HTTP requests must carry
@@ -772,6 +776,7 @@ impl ServeArgs {
             admin_token_file: self.admin_token_file,
             admin_tls: self.admin_tls,
             metrics_listen: self.metrics_listen,
+            metrics_per_partition: self.metrics_per_partition,
             broker: BrokerConfig {
                 data_dir: self.data_dir,
                 advertised_host,

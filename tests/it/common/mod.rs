@@ -263,20 +263,30 @@ pub fn add_user(data_dir: &Path, name: &str, password: &str) {
 
 /// Creates topics with librdkafka's admin client and checks each was created.
 pub fn create_topics(bootstrap: &str, topics: &[(&str, i32)]) {
+    create_topics_in_batches(bootstrap, topics, topics.len().max(1));
+}
+
+/// Same, `batch` topics per CreateTopics request, one request at a time, as an admin client
+/// creates many; each request may take a minute (thousands of partitions are created in seconds).
+pub fn create_topics_in_batches(bootstrap: &str, topics: &[(&str, i32)], batch: usize) {
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
     let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .create()
         .expect("admin client");
-    let new: Vec<NewTopic> = topics
-        .iter()
-        .map(|(t, p)| NewTopic::new(t, *p, TopicReplication::Fixed(1)))
-        .collect();
-    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    for r in futures_lite::future::block_on(admin.create_topics(&new, &opts))
-        .expect("CreateTopics answered")
-    {
-        r.expect("topic created");
+    let opts = AdminOptions::new()
+        .request_timeout(Some(Duration::from_secs(60)))
+        .operation_timeout(Some(Duration::from_secs(60)));
+    for some in topics.chunks(batch) {
+        let new: Vec<NewTopic> = some
+            .iter()
+            .map(|(t, p)| NewTopic::new(t, *p, TopicReplication::Fixed(1)))
+            .collect();
+        for r in futures_lite::future::block_on(admin.create_topics(&new, &opts))
+            .expect("CreateTopics answered")
+        {
+            r.expect("topic created");
+        }
     }
 }
 

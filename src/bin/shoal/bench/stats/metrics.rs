@@ -183,7 +183,7 @@ mod tests {
                     }
                 })
                 .collect();
-            parse_metrics(&shoal::stats::render_prometheus(&cores))
+            parse_metrics(&shoal::stats::render_prometheus(&cores, false))
         };
         let (a, b) = (render(10, 0), render(110, 2));
         let d = DeviceMetrics::between(&a, &b);
