@@ -44,9 +44,11 @@ pub(super) fn raise_open_files_limit() -> u64 {
     limit
 }
 
-/// Each core's open files budget for its logs: `asked`, else half of the process's `limit`
-/// shared among `cores` (the other half is left to connections, sockets and the runtime).
-pub(super) fn open_files_per_core(asked: Option<u64>, limit: u64, cores: usize) -> u64 {
+/// Raises the process's open files limit ([`raise_open_files_limit`]) and returns each core's
+/// budget for its logs: `asked`, else half of that limit shared among `cores` (the other half is
+/// left to connections, sockets and the runtime).
+pub(super) fn open_files_per_core(asked: Option<u64>, cores: usize) -> u64 {
+    let limit = raise_open_files_limit();
     let budget = asked.unwrap_or(limit / 2 / cores.max(1) as u64).max(8);
     let total = budget.saturating_mul(cores as u64);
     if total > limit {

@@ -97,12 +97,8 @@ impl Server {
         let broker = &mut config.broker;
         broker.data_dir = resolve_data_dir(&broker.data_dir)?;
         log::info!("data directory: {}", broker.data_dir.display());
-        let files_limit = raise_open_files_limit();
-        broker.max_open_files_per_core = Some(data_dir::open_files_per_core(
-            broker.max_open_files_per_core,
-            files_limit,
-            cores,
-        ));
+        let asked = broker.max_open_files_per_core;
+        broker.max_open_files_per_core = Some(open_files_per_core(asked, cores));
         let data_dir_lock = lock_data_dir(&broker.data_dir)?;
         claim_data_dir(
             &broker.data_dir,

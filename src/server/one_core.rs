@@ -57,8 +57,7 @@ pub(super) async fn run_core(
         spawn_receivers(&core, r, control::decide);
     }
     if let Some(budget) = core.config().max_open_files_per_core {
-        // Core 0's budget also covers the data directory's LOCK, which the process holds.
-        shards::set_open_files_limit(budget - u64::from(id == 0));
+        shards::set_open_files_limit(budget - u64::from(id == 0)); // core 0's covers the LOCK
     }
     // Connections are served while the partitions open: a request waits for those it needs,
     // which are opened first (see `Core::wait_opening`).
@@ -66,16 +65,7 @@ pub(super) async fn run_core(
         let core = core.clone();
         async move { open_core(&core, table).await }
     });
-    let accepts: Vec<_> = fds
-        .into_iter()
-        .enumerate()
-        .map(|(k, fd)| {
-            // SAFETY: `fd` is a listening socket this process owns, handed over by
-            // `Server::start`.
-            let listener = unsafe { TcpListener::from_raw_fd(fd) };
-            glommio::spawn_local(accept_until_shutdown(core.clone(), listener, k))
-        })
-        .collect();
+    let accepts = spawn_accepts(&core, fds);
     opening.await;
     // The admin API (and /metrics) answers once this core holds what it owns.
     let admin = admin_inbox.map(|inbox| glommio::spawn_local(serve_admin(core.clone(), inbox)));
@@ -134,6 +124,19 @@ pub(super) async fn run_core(
     }
     close_core(&core).await;
     log::info!("core {id}: stopped");
+}
+
+/// Accepts Kafka connections on each of `fds` (listening sockets this process owns, handed over
+/// by `Server::start`) until the core stops.
+fn spawn_accepts(core: &Rc<Core>, fds: Vec<RawFd>) -> Vec<glommio::Task<()>> {
+    fds.into_iter()
+        .enumerate()
+        .map(|(k, fd)| {
+            // SAFETY: as above.
+            let listener = unsafe { TcpListener::from_raw_fd(fd) };
+            glommio::spawn_local(accept_until_shutdown(core.clone(), listener, k))
+        })
+        .collect()
 }
 
 /// Opens what a core holds at start: the partitions of `table` it owns, its groups' offsets and

@@ -545,16 +545,7 @@ impl Inner {
             txns.aborted.extend_from_slice(&t.aborted);
             txns.open_at_end = t.open_at_end.clone();
         }
-        let permit = crate::log::open_files::permit(&path).await?;
-        let file = glommio::io::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .buffered_open(&path)
-            .await
-            .map_err(|e| Error::storage(&path, e))?;
-        let file = crate::log::open_files::Counted::new(file, permit);
+        let file = create_counted(&path).await?;
         let mut out = Cleaned {
             path,
             index_path,
@@ -772,6 +763,22 @@ async fn next_batches(seg: &Segment, at: &mut i64) -> Result<Option<Records>> {
         }
         None => Ok(None),
     }
+}
+
+/// Creates (or empties) the cleaned file at `path`, holding a permit of the open files budget.
+async fn create_counted(
+    path: &Path,
+) -> Result<crate::log::open_files::Counted<glommio::io::BufferedFile>> {
+    let permit = crate::log::open_files::permit(path).await?;
+    let file = glommio::io::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .buffered_open(path)
+        .await
+        .map_err(|e| Error::storage(path, e))?;
+    Ok(crate::log::open_files::Counted::new(file, permit))
 }
 
 /// Writes `buf` at `pos` of the cleaned file; returns its length.

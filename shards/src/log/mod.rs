@@ -4,8 +4,8 @@
 //! Design notes: `docs/engine.md`.
 //!
 //! ## Layout, top layer first
-//! - `writer`       — the writer task: appends grouped into one write and one fsync (group commit).
 //! - `recovery`     — recovery at open: the last segment scanned, the index rebuilt where needed.
+//! - `writer`       — the writer task: appends grouped into one write and one fsync (group commit).
 //! - `compact`      — compaction of a compacted log: a pass over its sealed segments.
 //! - `start`        — the log start offset DeleteRecords moves, and the segments it deletes.
 //! - `segment`      — one segment file (`<base_offset:020>.log`): writes, reads, the recovery scan.

@@ -100,32 +100,13 @@ pub(super) async fn recover(
             set_aside(std::iter::once(f).chain(rest.map(|(_, f)| f))).await;
             break;
         }
-        // An index file describes the segment up to its size, fsynced before it was written: the
-        // whole of a sealed segment (or of the active one at a clean close), a prefix of the
-        // active one at a checkpoint. Only what follows is scanned.
-        let had_index = f.index.is_some();
-        let prefix = match (f.index.take(), f.txns.take()) {
-            (Some((index, meta)), Some(txns)) if meta.size <= f.len => Some((index, meta, txns)),
-            _ => None,
-        };
-        if let Some((index, meta, txns)) = prefix.as_ref().filter(|p| p.1.size == f.len) {
-            // A clean segment is opened when it is first read.
-            let files = Handles::new(f.path.clone());
-            let (index, meta, txns) = (index.clone(), *meta, txns.clone());
-            let seg = Segment::with_meta(f.path, files, f.base_offset, index, meta, f.mtime_ms);
-            // The active segment is written on: its index file no longer matches it then.
-            seg.sealed.set(!is_last);
-            open = txns.open_at_end.clone();
-            *seg.txns.borrow_mut() = txns;
-            segments.push(Rc::new(seg));
-            continue;
-        }
-        // An index file not taken may describe bytes a cut removed, which appends would replace:
-        // it is written again once the scan is done.
-        let stale_index = had_index && prefix.is_none();
-        let from = match prefix {
-            Some((index, meta, txns)) => ScanFrom { index, meta, txns },
-            None => ScanFrom::start(f.base_offset, interval, open.clone()),
+        let (from, stale_index) = match trusted(&mut f, is_last, interval, &open) {
+            Trusted::Whole(seg) => {
+                open = seg.txns.borrow().open_at_end.clone();
+                segments.push(Rc::new(seg));
+                continue;
+            }
+            Trusted::From(from, stale_index) => (from, stale_index),
         };
         let file = match open_files::open_buffered(&f.path).await {
             Ok(file) => file,
@@ -162,22 +143,7 @@ pub(super) async fn recover(
                 scan.valid_len
             );
         }
-        if scan.valid_len < f.len {
-            if !damaged {
-                log::debug!(
-                    "recovery: cutting {} bytes of zero padding from {}",
-                    f.len - scan.valid_len,
-                    f.path.display()
-                );
-            }
-            file.truncate(scan.valid_len)
-                .await
-                .map_err(|e| Error::storage(&f.path, e))?;
-        }
-        // Whatever survived a crash may sit only in the page cache: make it durable before counting it so.
-        file.fdatasync()
-            .await
-            .map_err(|e| Error::storage(&f.path, e))?;
+        cut_and_sync(&file, &f, scan.valid_len, damaged).await?;
         let files = Handles::with_buffered(f.path.clone(), file);
         let seg = Segment::with_meta(
             f.path,
@@ -213,6 +179,73 @@ pub(super) async fn recover(
         sync_dir(dir).await?;
     }
     Ok((segments, open))
+}
+
+/// What recovery takes from a segment's index file (see [`recover`]).
+enum Trusted {
+    /// The whole segment, opened when it is first read.
+    Whole(Segment),
+    /// Where its scan starts; with `true`, an index file was there and not taken.
+    From(ScanFrom, bool),
+}
+
+/// An index file describes the segment up to its size, fsynced before it was written: the whole
+/// of a sealed segment (or of the active one at a clean close), a prefix of the active one at a
+/// checkpoint. Only what follows is scanned. An index file not taken may describe bytes a cut
+/// removed, which appends would replace: it is written again once the scan is done.
+fn trusted(f: &mut Found, is_last: bool, interval: u32, open: &OpenTransactions) -> Trusted {
+    let had_index = f.index.is_some();
+    let prefix = match (f.index.take(), f.txns.take()) {
+        (Some((index, meta)), Some(txns)) if meta.size <= f.len => Some((index, meta, txns)),
+        _ => None,
+    };
+    match prefix {
+        Some((index, meta, txns)) if meta.size == f.len => {
+            let files = Handles::new(f.path.clone());
+            let seg = Segment::with_meta(
+                f.path.clone(),
+                files,
+                f.base_offset,
+                index,
+                meta,
+                f.mtime_ms,
+            );
+            // The active segment is written on: its index file no longer matches it then.
+            seg.sealed.set(!is_last);
+            *seg.txns.borrow_mut() = txns;
+            Trusted::Whole(seg)
+        }
+        Some((index, meta, txns)) => Trusted::From(ScanFrom { index, meta, txns }, false),
+        None => Trusted::From(
+            ScanFrom::start(f.base_offset, interval, open.clone()),
+            had_index,
+        ),
+    }
+}
+
+/// Cuts `file` (found as `f`) to `valid_len` if it is longer (damage, or zero padding), then
+/// makes it durable: whatever survived a crash may sit only in the page cache.
+async fn cut_and_sync(
+    file: &glommio::io::BufferedFile,
+    f: &Found,
+    valid_len: u64,
+    damaged: bool,
+) -> Result<()> {
+    if valid_len < f.len {
+        if !damaged {
+            log::debug!(
+                "recovery: cutting {} bytes of zero padding from {}",
+                f.len - valid_len,
+                f.path.display()
+            );
+        }
+        file.truncate(valid_len)
+            .await
+            .map_err(|e| Error::storage(&f.path, e))?;
+    }
+    file.fdatasync()
+        .await
+        .map_err(|e| Error::storage(&f.path, e))
 }
 
 pub(super) async fn set_aside(found: impl Iterator<Item = Found>) {

@@ -145,31 +145,7 @@ impl Inner {
         let stamp = self.config.borrow().log_append_time;
         let now = now_ms();
         let from = self.high_watermark.value();
-        let mut next = from;
-        // Mirrored batches that would land below what is written are refused (checked in order:
-        // each append's batches already rise among themselves).
-        let mut kept = Vec::with_capacity(group.len());
-        for mut p in group {
-            if p.keep_offsets && p.headers[0].base_offset < next {
-                p.done
-                    .send(Err(Error::InvalidBatch(InvalidBatch::OffsetsOverlap {
-                        base_offset: p.headers[0].base_offset,
-                        previous_last: next - 1,
-                    })));
-                continue;
-            }
-            for h in &mut p.headers {
-                if !p.keep_offsets {
-                    h.base_offset = next;
-                }
-                if stamp {
-                    h.max_timestamp = now;
-                }
-                next = h.base_offset + h.offset_count();
-            }
-            kept.push(p);
-        }
-        let group = kept;
+        let (group, next) = number(group, from, stamp.then_some(now));
         if group.is_empty() {
             return;
         }
@@ -185,10 +161,7 @@ impl Inner {
         // own, and every append in the group shares it. Others go through the page cache.
         let sync = group.iter().any(|p| p.durable);
         let active = self.active();
-        let written = match self.open_writer(&active, reserved).await {
-            Ok(()) => crate::latency::write(active.append(&bytes, sync)).await,
-            Err(e) => Err(e),
-        };
+        let written = self.write_bytes(&active, reserved, &bytes, sync).await;
         drop(bytes);
         let synced = match written {
             Ok(synced) => synced,
@@ -209,9 +182,7 @@ impl Inner {
         }
         // Nothing awaits from here on: readers see the new watermark and the cached batches together.
         self.high_watermark.advance(next);
-        if self.checkpoint_due(&active) {
-            self.request_sync(next);
-        }
+        self.request_checkpoint(&active, next);
         self.last_stable.advance(self.stable_offset());
         // Durable with everything before it in this segment; earlier segments and the new file's
         // directory entry are the sync task's, and while any waits, `durable` waits with them.
@@ -273,6 +244,18 @@ impl Inner {
             s.append_writes += 1;
         });
         self.appended(from, first, next);
+    }
+
+    /// Writes a group's bytes at the end of `active`, opening what the write needs first.
+    async fn write_bytes(
+        self: &Rc<Self>,
+        active: &Segment,
+        reserved: crate::log::segment::WriteFiles,
+        bytes: &GroupBytes<'_>,
+        sync: bool,
+    ) -> Result<bool> {
+        self.open_writer(active, reserved).await?;
+        crate::latency::write(active.append(bytes, sync)).await
     }
 
     /// Opens the active segment's Direct I/O writer again if the open files budget closed it, and
@@ -504,6 +487,36 @@ impl Inner {
     }
 }
 
+/// Gives a group's batches their offsets from `from` (mirrored ones keep theirs) and, with
+/// `stamp`, their LogAppendTime; returns the appends kept and the next offset. Mirrored batches
+/// that would land below what is written are refused (checked in order: each append's batches
+/// already rise among themselves).
+fn number(group: Vec<PendingAppend>, from: i64, stamp: Option<i64>) -> (Vec<PendingAppend>, i64) {
+    let mut next = from;
+    let mut kept = Vec::with_capacity(group.len());
+    for mut p in group {
+        if p.keep_offsets && p.headers[0].base_offset < next {
+            p.done
+                .send(Err(Error::InvalidBatch(InvalidBatch::OffsetsOverlap {
+                    base_offset: p.headers[0].base_offset,
+                    previous_last: next - 1,
+                })));
+            continue;
+        }
+        for h in &mut p.headers {
+            if !p.keep_offsets {
+                h.base_offset = next;
+            }
+            if let Some(now) = stamp {
+                h.max_timestamp = now;
+            }
+            next = h.base_offset + h.offset_count();
+        }
+        kept.push(p);
+    }
+    (kept, next)
+}
+
 /// Bytes the active segment grows by between checkpoints: after a crash, recovery scans at most
 /// about this much of it (and a sealed segment not at all).
 pub(super) const CHECKPOINT_BYTES: u64 = 8 << 20;
@@ -516,6 +529,13 @@ pub(super) struct Checkpoint {
 }
 
 impl Inner {
+    /// Has the sync task run (and checkpoint the active segment) once it grew enough.
+    fn request_checkpoint(self: &Rc<Self>, active: &Segment, written: i64) {
+        if self.checkpoint_due(active) {
+            self.request_sync(written);
+        }
+    }
+
     /// Whether the active segment grew by [`CHECKPOINT_BYTES`] since its last checkpoint.
     pub(super) fn checkpoint_due(&self, active: &Segment) -> bool {
         let (base, size) = self.checkpointed.get();

@@ -31,9 +31,9 @@ const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 const LATEST_TIERED: i64 = -5;
 
-pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
-    let request: ListOffsetsRequest = decode(req)?;
-    // Just after a start, partitions this core is still opening are opened first and waited for.
+/// `request`, once the partitions it asks for that this core is still opening (just after a
+/// start) are open: they are opened first.
+async fn opened(core: &Core, request: ListOffsetsRequest) -> ListOffsetsRequest {
     core.wait_opening(request.topics.iter().flat_map(|t| {
         let name = t.name.0.to_string();
         t.partitions
@@ -41,6 +41,11 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
             .map(move |p| (name.clone(), p.partition_index))
     }))
     .await;
+    request
+}
+
+pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
+    let request = opened(core, decode(req)?).await;
     let mut topics = Vec::new();
     for t in &request.topics {
         let name = t.name.0.to_string();

@@ -50,12 +50,11 @@ fn error_response(index: i32, code: i16, message: Option<String>) -> PartitionPr
         .with_error_message(message.map(StrBytes::from_string))
 }
 
-pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
-    let request: ProduceRequest = decode(req)?;
-    // Just after a start, partitions this core is still opening are opened first and waited for;
-    // produces that waited for a partition resume in the order they came.
+/// Just after a start, the partitions written that this core is still opening are opened first
+/// and waited for; produces that waited for a partition resume in the order they came.
+async fn wait_opening(core: &Core, request: &ProduceRequest, version: i16) {
     core.wait_opening(request.topic_data.iter().flat_map(|t| {
-        let name = match req.api_version >= 13 {
+        let name = match version >= 13 {
             true => core
                 .topic_name(t.topic_id.as_bytes())
                 .map_or_else(String::new, |n| n.to_string()),
@@ -66,6 +65,11 @@ pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerRes
             .map(move |p| (name.clone(), p.index))
     }))
     .await;
+}
+
+pub async fn handle(core: &Rc<Core>, req: &Request, who: &Session) -> HandlerResult {
+    let request: ProduceRequest = decode(req)?;
+    wait_opening(core, &request, req.api_version).await;
     if request.transactional_id.is_some() {
         // Just after a start, a partition may not know yet that an open transaction had added
         // it: its coordinator registers it again first.
