@@ -24,24 +24,26 @@
 //! log that was closed, or by a new process.
 //!
 //! Writes that need not be durable (acks=0/1) are complete once the broker process no longer holds
-//! the bytes (Kafka's acks=1 promise: they outlive a `kill -9`), and go where that costs least while
-//! the device keeps up: with Direct I/O on the plain handle, without `O_DSYNC` (one copy, no
+//! the bytes (Kafka's acks=1 promise: they outlive a `kill -9`), and go where that costs least
+//! while the device keeps up: with Direct I/O on the plain handle, without `O_DSYNC` (one copy, no
 //! page-cache insertion, no write-back; the data is on the device when the write completes, and no
 //! flush is waited for). A device that stalls (a VM disk holding writes behind a cache flush) would
 //! hold them for the stall, so while it stalls they go through the page cache
-//! ([`DirectWriter::write_buffered`]: a `pwritev`, complete once the kernel holds the bytes). The
-//! rule is a [`DeviceWatch`]'s, one per core and device: page cache while an `fdatasync` of an active
-//! segment there is in flight (a flush is what a stalling device stalls behind) or a Direct I/O data
-//! write has been in flight past its limit, and for a hold of [`HOLD_MIN`] after a stall was seen: a
-//! Direct I/O write slower than its limit ([`WRITE_STALL`], [`FLUSH_STALL`] with `O_DSYNC`), or an
-//! `fdatasync` slower than [`FLUSH_STALL`] that had at most [`FLUSH_EVIDENCE_BYTES`] of page cache
-//! to write back (else its time is the write-back's). A stall within a hold of the return to Direct
-//! I/O doubles the next hold, up to [`HOLD_MAX`]. The same file then holds both kinds of write: a
-//! Direct I/O write first writes back and drops the page cache over its range (the kernel keeps the
-//! two coherent), the partial block kept in `tail` follows either kind of write, zero writes never
-//! start below the end of either, and an `O_DSYNC` write is taken as making the file durable only if
-//! no page cache write since the last `fdatasync` may still be unwritten
-//! ([`DirectWriter::unsynced_page_cache`]).
+//! ([`DirectWriter::write_buffered`]: one `pwrite` of whole blocks, complete once the kernel holds
+//! the bytes). The rule is a [`DeviceWatch`]'s, one per core and device: page cache while an
+//! `fdatasync` of an active segment there is in flight (a flush is what a stalling device stalls
+//! behind) or a Direct I/O write (data or zeros) has been in flight past its limit, and for a hold
+//! of [`HOLD_MIN`] after a stall was seen: a Direct I/O write slower than its limit
+//! ([`WRITE_STALL`], [`FLUSH_STALL`] with `O_DSYNC`), or an `fdatasync` slower than [`FLUSH_STALL`]
+//! that had at most [`FLUSH_EVIDENCE_BYTES`] of page cache to write back (else its time is the
+//! write-back's). A stall within a hold of the return to Direct I/O doubles the next hold, up to
+//! [`HOLD_MAX`]. A page cache write, or an `fdatasync` in flight, stops the zeros written ahead
+//! until the next Direct I/O write (a data write reaching a zero write stuck in a stall would wait
+//! for it). The same file then holds both kinds of write: a Direct I/O write first writes back and
+//! drops the page cache over its range (the kernel keeps the two coherent), the partial block kept
+//! in `tail` follows either kind of write, zero writes never start below the end of either, and an
+//! `O_DSYNC` write is taken as making the file durable only if no page cache write since the last
+//! `fdatasync` may still be unwritten ([`DirectWriter::unsynced_page_cache`]).
 //!
 //! Reads are the segment's (`Segment::read_exact`): Direct I/O with read-ahead on a segment written
 //! this way, and the tail cache serves what was just written anyway.
@@ -169,7 +171,7 @@ impl DeviceWatch {
 
     /// Whether a write that need not be durable goes with Direct I/O at `now`.
     pub(crate) fn takes_direct(&self, now: Instant) -> bool {
-        if !self.flushes.borrow().is_empty() {
+        if self.flushing() {
             return false;
         }
         let overdue = self
@@ -181,6 +183,11 @@ impl DeviceWatch {
             self.stall(now);
         }
         !self.stalled(now)
+    }
+
+    /// Whether an `fdatasync` of an active segment is in flight.
+    fn flushing(&self) -> bool {
+        !self.flushes.borrow().is_empty()
     }
 
     /// Whether a hold is on at `now` (noting when one ended).
@@ -196,7 +203,8 @@ impl DeviceWatch {
         }
     }
 
-    /// A stall was seen at `now`: a hold starts, or the one on is extended to a whole hold from now.
+    /// A stall was seen at `now`: a hold starts, or the one on is extended to a whole hold from
+    /// now.
     pub(crate) fn stall(&self, now: Instant) {
         let hold = if self.stalled(now) {
             self.hold.get()
@@ -245,7 +253,8 @@ impl DeviceWatch {
         id
     }
 
-    /// The `fdatasync` `id` ended after `took`; `telling`: its time tells a stall (little write-back).
+    /// The `fdatasync` `id` ended after `took`; `telling`: its time tells a stall (it had little
+    /// to write back).
     pub(crate) fn flush_ended(&self, id: u64, took: Duration, telling: bool, now: Instant) {
         self.flushes.borrow_mut().remove(&id);
         if telling && took >= FLUSH_STALL {
@@ -346,12 +355,16 @@ impl ZeroAhead {
     }
 
     /// Writes zeros up to `target` (one chunk at a time, each after the data's end) until there
-    /// is nothing left to do.
-    async fn run(self: Rc<Self>, file: Rc<DmaFile>) {
+    /// is nothing left to do, or an `fdatasync` is in flight (`watch`): a device stalls behind its
+    /// flush, and a data write reaching a zero write stuck there would wait for it.
+    async fn run(self: Rc<Self>, file: Rc<DmaFile>, watch: Rc<DeviceWatch>) {
         while self.on.get() {
             let Some(from) = self.next_chunk() else {
                 break;
             };
+            if watch.flushing() {
+                break;
+            }
             let buf = ZERO_BUFFER.with(|z| {
                 z.borrow_mut()
                     .get_or_insert_with(|| {
@@ -362,7 +375,12 @@ impl ZeroAhead {
                     .clone()
             });
             self.in_flight.set(Some(from));
+            let in_flight = WriteInFlight {
+                key: watch.write_started(Instant::now(), WRITE_STALL),
+                watch: watch.clone(),
+            };
             let written = file.write_rc_at(buf, from).await;
+            drop(in_flight);
             self.in_flight.set(None);
             match written {
                 Ok(n) if n as u64 == ZERO_CHUNK => self.zeroed.set(from + ZERO_CHUNK),
@@ -523,24 +541,41 @@ impl DirectWriter {
 
     /// Writes `bytes` at logical position `pos` (the segment's end) through the page cache, on
     /// `fd` (a descriptor of the same file without `O_DIRECT`): complete once the kernel holds them.
-    /// A zero write in flight over these blocks is waited for first.
+    /// Like a Direct I/O write it covers whole blocks, the partial one before the batches (`tail`)
+    /// and zeros after them, copied into one buffer first: a write of part of a page whose block is
+    /// on the device (written by Direct I/O, or zeros written ahead) has the kernel read that block
+    /// first, on the executor thread, and a stalling device would hold the read. A zero write in
+    /// flight over these blocks is waited for first.
     pub(crate) async fn write_buffered(
         &self,
         fd: std::os::fd::RawFd,
         pos: u64,
         bytes: &GroupBytes<'_>,
     ) -> std::io::Result<()> {
+        use std::os::fd::FromRawFd;
+        use std::os::unix::fs::FileExt;
         let align = self.alignment();
         let start = pos - pos % align;
-        let end = pos + bytes.len() as u64;
+        let tail_len = (pos - start) as usize;
+        let len = bytes.len();
+        let end = pos + len as u64;
         let block_end = end.next_multiple_of(align);
         let z = &self.zeros;
         z.data_end.set(z.data_end.get().max(block_end));
+        // No more zeros until the next Direct I/O write: the device may stall, and a data write
+        // reaching a zero write stuck in the stall would wait for it.
+        z.target.set(0);
         z.settle(start, block_end).await;
         self.page_cache_writes.set(self.page_cache_writes.get() + 1);
-        let written = self.page_cache_bytes.get() + bytes.len() as u64;
+        let written = self.page_cache_bytes.get() + len as u64;
         self.page_cache_bytes.set(written);
-        if let Err(e) = bytes.write_at(fd, pos) {
+        let mut buf = vec![0; (block_end - start) as usize];
+        buf[..tail_len].copy_from_slice(&self.tail.borrow());
+        bytes.fill(&mut buf[tail_len..tail_len + len]);
+        // SAFETY: `fd` is the segment's descriptor, open for the whole call; `ManuallyDrop` never
+        // closes it.
+        let file = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) });
+        if let Err(e) = file.write_all_at(&buf, start) {
             self.forget_after_failed_write().await;
             return Err(e);
         }
@@ -610,7 +645,7 @@ impl DirectWriter {
         z.target.set((end + ZEROS_AHEAD).min(self.allocated.get()));
         if !z.running.get() && z.next_chunk().is_some() {
             z.running.set(true);
-            let task = z.clone().run(self.file.clone());
+            let task = z.clone().run(self.file.clone(), self.watch.clone());
             glommio::spawn_local(task).detach();
         }
     }
@@ -816,6 +851,61 @@ mod tests {
         assert!(!w.takes_direct(Instant::now()));
         drop(mark);
         assert!(w.takes_direct(Instant::now() + SEC));
+    }
+
+    /// One batch of one record of `value_len` bytes of `seed`.
+    fn one_batch(value_len: usize, seed: u8) -> Vec<u8> {
+        let mut b = BatchBuilder::new(1_000);
+        b.push(1_000, None, Some(&vec![seed; value_len]), &[]);
+        b.finish(0)
+    }
+
+    #[test]
+    fn a_page_cache_write_covers_whole_blocks_and_finish_cuts_the_padding() {
+        crate::testing::run(|| async {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("segment.log");
+            std::fs::File::create(&path).unwrap();
+            let options = DirectOptions {
+                segment_bytes: 1 << 20,
+                zero_ahead: false,
+            };
+            let Some(mut w) = DirectWriter::open(&path, options).await.unwrap() else {
+                crate::testing::skipped(
+                    "a_page_cache_write_covers_whole_blocks_and_finish_cuts_the_padding",
+                    "page cache writes of a Direct I/O segment",
+                    "the temporary directory's file system refuses O_DIRECT",
+                );
+                return;
+            };
+            w.set_tail(Vec::new(), 0);
+            let fd = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            let mut expected = Vec::new();
+            for (i, value_len) in [900, 5000, 10].into_iter().enumerate() {
+                let blob = one_batch(value_len, i as u8);
+                let mut headers = [crate::batch::BatchHeader::parse(&blob).unwrap()];
+                headers[0].base_offset = i as i64;
+                let group = GroupBytes {
+                    parts: vec![(&blob, &headers)],
+                    stamp: None,
+                };
+                let pos = expected.len() as u64;
+                w.write_buffered(fd.as_raw_fd(), pos, &group).await.unwrap();
+                let at = expected.len();
+                expected.resize(at + group.len(), 0);
+                group.fill(&mut expected[at..]);
+                let on_disk = std::fs::read(&path).unwrap();
+                assert_eq!(on_disk.len() % 4096, 0, "whole blocks");
+                assert_eq!(on_disk.len(), expected.len().next_multiple_of(4096));
+                assert_eq!(on_disk[..expected.len()], expected[..]);
+                assert!(
+                    on_disk[expected.len()..].iter().all(|&b| b == 0),
+                    "zeros after"
+                );
+            }
+            w.finish(expected.len() as u64).await.unwrap();
+            assert_eq!(std::fs::read(&path).unwrap(), expected);
+        });
     }
 
     /// Whether each 4 KiB page of `path` is in the page cache (`mincore` over a mapping of it).
