@@ -25,9 +25,10 @@
 //!
 //! A third floor writes what one read of a producer's connection brought with one Direct I/O
 //! `O_DSYNC` write (copied into a DMA buffer, padded to whole blocks, into a file written with zeros
-//! first) before answering: what acks=all costs, as shoal writes it.
+//! first) before answering: what acks=all costs, as shoal writes it. A fourth does the same without
+//! `O_DSYNC`: what acks=1 costs where shoal writes it with Direct I/O (a device that keeps up).
 //!
-//! `cargo bench --bench ingest_floor` (about 45 s); `-- --quick` for a smoke run; `-- --batch-bytes
+//! `cargo bench --bench ingest_floor` (about 55 s); `-- --quick` for a smoke run; `-- --batch-bytes
 //! N` for another request size (the bench's `--batch-bytes`).
 
 use bytes::{Bytes, BytesMut};
@@ -225,7 +226,7 @@ fn bulk(secs: f64) -> Window {
 struct Partition {
     /// Its file and where its end is (the page cache floor only).
     file: Option<(std::fs::File, std::cell::Cell<u64>)>,
-    /// Its file written with Direct I/O `O_DSYNC`, and where the next write goes (the device floor).
+    /// Its file written with Direct I/O, and where the next write goes (the device floors).
     device: Option<(glommio::io::DmaFile, std::cell::Cell<u64>)>,
     unfetched: RefCell<BytesMut>,
     arrived: local_channel::LocalSender<()>,
@@ -234,19 +235,20 @@ struct Partition {
 
 /// The ingest floor: see the module's documentation. Connections 0..4 are producers (producer `i`
 /// writes partition `i`), 4..8 consumers (consumer `i - 4` reads partition `i - 4`). With `files`
-/// (one per partition), each payload is also written to its partition's file.
+/// (one per partition), each payload is also written to its partition's file; with `device` (one
+/// path per partition, and whether `O_DSYNC`), each read's payloads are written with Direct I/O.
 fn ingest(
     secs: f64,
     batch: usize,
     files: Option<Vec<std::fs::File>>,
-    device: Option<Vec<std::path::PathBuf>>,
+    device: Option<(Vec<std::path::PathBuf>, bool)>,
 ) -> Window {
     measure(
         secs,
         move |l, sh| async move {
             let mut files = files.map(|f| f.into_iter());
             let mut device = match device {
-                Some(paths) => Some(open_device_files(paths).await.into_iter()),
+                Some((paths, dsync)) => Some(open_device_files(paths, dsync).await.into_iter()),
                 None => None,
             };
             let parts: Rc<Vec<Partition>> = Rc::new(
@@ -317,7 +319,7 @@ async fn produce_side(mut s: TcpStream, part: &Partition, batch: usize) {
         }
         if !frames.has_frame() {
             if let Some((file, at)) = &part.device {
-                write_durably(file, at, &payloads).await;
+                write_direct(file, at, &payloads).await;
                 payloads.clear();
             }
             let _ = part.arrived.try_send(());
@@ -334,15 +336,18 @@ async fn produce_side(mut s: TcpStream, part: &Partition, batch: usize) {
 /// writes wrap around within them.
 const DEVICE_FILE: u64 = 1 << 30;
 
-/// Opens one file per path for Direct I/O `O_DSYNC` writes and fills it with zeros.
-async fn open_device_files(paths: Vec<std::path::PathBuf>) -> Vec<glommio::io::DmaFile> {
+/// Opens one file per path for Direct I/O writes (`O_DSYNC` with `dsync`) and fills it with zeros.
+async fn open_device_files(
+    paths: Vec<std::path::PathBuf>,
+    dsync: bool,
+) -> Vec<glommio::io::DmaFile> {
     let mut files = Vec::new();
     for path in paths {
         let f = glommio::io::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
-            .custom_flags(libc::O_DSYNC)
+            .custom_flags(if dsync { libc::O_DSYNC } else { 0 })
             .dma_open(&path)
             .await
             .unwrap();
@@ -359,9 +364,9 @@ async fn open_device_files(paths: Vec<std::path::PathBuf>) -> Vec<glommio::io::D
     files
 }
 
-/// The payloads one read brought, copied into one DMA buffer padded to whole blocks and written
-/// `O_DSYNC` at `at` (as shoal writes a group holding an acks=all append).
-async fn write_durably(file: &glommio::io::DmaFile, at: &std::cell::Cell<u64>, payloads: &[Bytes]) {
+/// The payloads one read brought, copied into one DMA buffer padded to whole blocks and written at
+/// `at` (as shoal writes a group of appends with Direct I/O).
+async fn write_direct(file: &glommio::io::DmaFile, at: &std::cell::Cell<u64>, payloads: &[Bytes]) {
     let len: usize = payloads.iter().map(|p| p.len()).sum();
     let padded = len.next_multiple_of(4096);
     let mut buf = file.alloc_dma_buffer(padded);
@@ -495,12 +500,17 @@ fn main() {
     print_floor("ingest floor", &a, &floor, &wire);
     let page_cache = with_files(|files| ingest(a.secs, a.batch, Some(files), None));
     print_floor("ingest floor + page cache write", &a, &page_cache, &wire);
-    let dir = tempfile::tempdir().unwrap();
-    let paths = (0..PARTITIONS)
-        .map(|i| dir.path().join(format!("{i}.log")))
-        .collect();
-    let device = ingest(a.secs, a.batch, None, Some(paths));
-    print_floor("ingest floor + O_DSYNC device write", &a, &device, &wire);
+    for (dsync, name) in [
+        (true, "ingest floor + O_DSYNC device write"),
+        (false, "ingest floor + Direct I/O device write (no O_DSYNC)"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = (0..PARTITIONS)
+            .map(|i| dir.path().join(format!("{i}.log")))
+            .collect();
+        let device = ingest(a.secs, a.batch, None, Some((paths, dsync)));
+        print_floor(name, &a, &device, &wire);
+    }
 }
 
 fn print_floor(name: &str, a: &Args, floor: &Window, wire: &Window) {

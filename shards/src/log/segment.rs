@@ -387,7 +387,8 @@ impl Segment {
     ///
     /// With `sync` and Direct I/O the write goes to the device `O_DSYNC`: then `true` if it made
     /// the file durable up to its end (no page cache write before it is still unwritten). Without
-    /// `sync` the batches are written through the page cache, complete once the kernel holds them.
+    /// `sync` it goes to the device too (not flushed) while the device keeps up, else through the
+    /// page cache, complete once the kernel holds the batches (`direct_write`'s rule).
     pub(crate) async fn append(&self, bytes: &GroupBytes<'_>, sync: bool) -> Result<bool> {
         let pos = self.size.get();
         let len = bytes.len();
@@ -395,12 +396,14 @@ impl Segment {
         let file = self.files.buffered().await?;
         let fd = file.as_raw_fd();
         let res = match (&direct, sync) {
-            (Some(w), true) => match w.write(pos, len, |b| bytes.fill(b), true).await {
-                Ok(n) if n == len => Ok(()),
-                Ok(n) => Err(self.short_write(pos, n, len).await),
-                Err(e) => Err(Error::storage(&self.path, e)),
-            },
-            (Some(w), false) => w
+            (Some(w), sync) if sync || w.unsynced_goes_direct() => {
+                match w.write(pos, len, |b| bytes.fill(b), sync).await {
+                    Ok(n) if n == len => Ok(()),
+                    Ok(n) => Err(self.short_write(pos, n, len).await),
+                    Err(e) => Err(Error::storage(&self.path, e)),
+                }
+            }
+            (Some(w), _) => w
                 .write_buffered(fd, pos, bytes)
                 .await
                 .map_err(|e| Error::storage(&self.path, e)),

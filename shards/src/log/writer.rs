@@ -158,7 +158,8 @@ impl Inner {
             stamp: stamp.then_some(now),
         };
         // A durable append makes the write itself durable (Direct I/O, O_DSYNC): no fsync of its
-        // own, and every append in the group shares it. Others go through the page cache.
+        // own, and every append in the group shares it. Others are written with Direct I/O too
+        // while the device keeps up, through the page cache while it stalls (`direct_write`).
         let sync = group.iter().any(|p| p.durable);
         let active = self.active();
         let written = self.write_bytes(&active, reserved, &bytes, sync).await;
