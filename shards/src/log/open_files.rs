@@ -3,11 +3,11 @@
 //! descriptors, the small files a log writes whole) holds a permit of the core's budget while it
 //! is open, so a core with many partitions stays within the process's open files limit.
 //!
-//! A segment's handles ([`Handles`]) are opened on first use (through io_uring, like every other
+//! A segment's handles (`Handles`) are opened on first use (through io_uring, like every other
 //! open) and kept while they are used. When a permit is wanted and none is left, the segments
 //! used least recently give theirs back: read handles close at once, and an active segment's
 //! Direct I/O writer is finished by its log, which first waits for the write it may be doing (the
-//! next append opens it again). An open that finds no permit within [`WAIT`] fails with an error
+//! next append opens it again). An open that finds no permit within `WAIT` fails with an error
 //! that names the budget; the log and the core carry on.
 //!
 //! Descriptors that cannot be opened again by path are pinned and never closed by the budget: a
