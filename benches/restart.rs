@@ -23,7 +23,15 @@ use rdkafka::{Offset, TopicPartitionList};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-const TOPIC: &str = "restart";
+/// Topics of at most this many partitions (the most one topic may have): `restart-0`, ...
+const PER_TOPIC: i32 = 10_000;
+
+/// The topics holding `partitions` partitions: (name, partitions).
+fn topics(partitions: i32) -> Vec<(String, i32)> {
+    (0..(partitions + PER_TOPIC - 1) / PER_TOPIC)
+        .map(|t| (format!("restart-{t}"), (partitions - t * PER_TOPIC).min(PER_TOPIC)))
+        .collect()
+}
 
 /// The sum of `name`'s per-core samples, 0 while a starting broker's cores do not all answer yet.
 fn gauge(shoal: &Shoal, name: &str) -> u64 {
@@ -72,8 +80,8 @@ fn idle_cpu(pid: u32, d: Duration) -> f64 {
     (cpu_seconds(pid) - before) / d.as_secs_f64()
 }
 
-fn send(p: &BaseProducer, partition: i32, value: &[u8]) {
-    let mut record = BaseRecord::<(), [u8]>::to(TOPIC)
+fn send(p: &BaseProducer, topic: &str, partition: i32, value: &[u8]) {
+    let mut record = BaseRecord::<(), [u8]>::to(topic)
         .partition(partition)
         .payload(value);
     loop {
@@ -101,7 +109,7 @@ fn first_fetch(bootstrap: &str) -> Duration {
         .create()
         .unwrap();
     let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(TOPIC, 0, Offset::Beginning)
+    tpl.add_partition_offset("restart-0", 0, Offset::Beginning)
         .unwrap();
     c.assign(&tpl).unwrap();
     let deadline = Instant::now() + Duration::from_secs(300);
@@ -141,7 +149,9 @@ fn run(root: &Path, partitions: i32) {
     std::thread::sleep(Duration::from_millis(500));
     let (_, empty_rss) = process_figures(shoal.pid());
     let t = Instant::now();
-    common::create_topics(&listen, &[(TOPIC, partitions)]);
+    let topics = topics(partitions);
+    let named: Vec<(&str, i32)> = topics.iter().map(|(t, n)| (t.as_str(), *n)).collect();
+    common::create_topics(&listen, &named);
     let created = t.elapsed();
     let p: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", &listen)
@@ -151,8 +161,10 @@ fn run(root: &Path, partitions: i32) {
         .create()
         .unwrap();
     let value = vec![b'x'; 1024];
-    for i in 0..partitions {
-        send(&p, i, &value);
+    for (topic, n) in &topics {
+        for i in 0..*n {
+            send(&p, topic, i, &value);
+        }
     }
     p.flush(Duration::from_secs(300)).unwrap();
     drop(p);

@@ -57,7 +57,7 @@ pub use open_files::{open_files, set_open_files_limit, OpenFiles};
 use recovery::{list_segments, recover};
 use replica::Replication;
 pub use replica::{Appended, Handover, LogEvent, LogSnapshot, ReplicationHook};
-use writer::{spawn_background, write_index, PendingAppend};
+use writer::{start_housekeeping, write_index, PendingAppend};
 
 /// How an append wants to be acknowledged.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -139,6 +139,8 @@ struct Inner {
     /// directory fsync covered.
     dir_changes: Cell<u64>,
     dir_synced: Cell<u64>,
+    /// When the housekeeping task last flushed the log and checked its retention.
+    housekept: Cell<(Instant, Instant)>,
     /// (base offset, size) of the active segment at its last checkpoint (see
     /// [`writer::CHECKPOINT_BYTES`]).
     checkpointed: Cell<(i64, u64)>,
@@ -267,12 +269,15 @@ impl Log {
             start::forget(&inner.dir).await;
         }
         inner.start_floor.set(start.min(next));
-        spawn_background(Rc::downgrade(&inner));
         OPEN_LOGS.with(|logs| {
             let mut logs = logs.borrow_mut();
-            logs.retain(WeakLog::is_alive);
+            // Now and then, not at every open: a core opens many thousands at start.
+            if logs.len().is_power_of_two() {
+                logs.retain(WeakLog::is_alive);
+            }
             logs.push(WeakLog(Rc::downgrade(&inner)));
         });
+        start_housekeeping();
         Ok(Log { inner })
     }
 
@@ -912,6 +917,7 @@ impl Inner {
             dir_changes: Cell::new(0),
             dir_synced: Cell::new(0),
             checkpointed: Cell::new((-1, 0)),
+            housekept: Cell::new((Instant::now(), Instant::now())),
             failure: RefCell::new(None),
             storage: StorageEpisode::default(),
             closed: Cell::new(false),

@@ -574,42 +574,86 @@ impl Inner {
     }
 }
 
-/// Flushes on `flush_interval` and checks retention on `retention_check_interval`, until the log closes.
-pub(super) fn spawn_background(weak: Weak<Inner>) {
-    glommio::spawn_local(async move {
-        let start = Instant::now();
-        let mut last_flush = start;
-        let mut last_retention = start;
+thread_local! {
+    /// Whether this core's housekeeping task runs.
+    static HOUSEKEEPING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Longest the housekeeping task sleeps between rounds.
+const HOUSEKEEPING_MAX_TICK: Duration = Duration::from_secs(1);
+
+/// Starts this core's housekeeping task unless it runs: it flushes each open log on its
+/// `flush_interval` and checks its retention on its `retention_check_interval`. One task goes
+/// through the core's logs (a task and a timer per log would wake as many times a second as
+/// there are partitions).
+pub(super) fn start_housekeeping() {
+    if HOUSEKEEPING.with(|h| h.replace(true)) {
+        return;
+    }
+    glommio::spawn_local(async {
         loop {
-            let tick = {
-                let Some(inner) = weak.upgrade() else { return };
-                let c = inner.config.borrow();
-                c.flush_interval
-                    .unwrap_or(c.retention_check_interval)
-                    .min(c.retention_check_interval)
-            };
-            glommio::timer::sleep(tick.max(Duration::from_millis(1))).await;
-            let Some(inner) = weak.upgrade() else { return };
-            if inner.closed.get() {
-                return;
-            }
-            let (flush, retention) = {
-                let c = inner.config.borrow();
-                (c.flush_interval, c.retention_check_interval)
-            };
-            if flush.is_some_and(|f| last_flush.elapsed() >= f) {
-                last_flush = Instant::now();
-                inner.request_sync(inner.high_watermark.value());
-            }
-            if last_retention.elapsed() >= retention {
-                last_retention = Instant::now();
-                if let Err(e) = (Log { inner }).enforce_retention().await {
-                    log::warn!("retention check failed: {e}");
-                }
-            }
+            let tick = housekeeping_round();
+            glommio::timer::sleep(tick).await;
         }
     })
     .detach();
+}
+
+/// One round: flushes and retention checks of the logs due; how long until the next is due.
+fn housekeeping_round() -> Duration {
+    let now = Instant::now();
+    let mut next = HOUSEKEEPING_MAX_TICK;
+    let (mut flush, mut retention) = (Vec::new(), Vec::new());
+    OPEN_LOGS.with(|logs| {
+        for weak in logs.borrow().iter() {
+            let Some(inner) = weak.0.upgrade() else {
+                continue;
+            };
+            if inner.closed.get() {
+                continue;
+            }
+            let (flush_every, retention_every) = {
+                let c = inner.config.borrow();
+                (c.flush_interval, c.retention_check_interval)
+            };
+            let (flushed, checked) = inner.housekept.get();
+            let mut due = |last: Instant, every: Duration, list: &mut Vec<Rc<Inner>>| {
+                let at = last + every.max(Duration::from_millis(1));
+                if at <= now {
+                    list.push(inner.clone());
+                    next = next.min(every);
+                    true
+                } else {
+                    next = next.min(at - now);
+                    false
+                }
+            };
+            let flushed = match flush_every {
+                Some(every) if due(flushed, every, &mut flush) => now,
+                _ => flushed,
+            };
+            let checked = match due(checked, retention_every, &mut retention) {
+                true => now,
+                false => checked,
+            };
+            inner.housekept.set((flushed, checked));
+        }
+    });
+    for inner in flush {
+        let hw = inner.high_watermark.value();
+        if inner.durable.value() < hw {
+            inner.request_sync(hw);
+        }
+    }
+    for inner in retention {
+        glommio::spawn_local(async move {
+            if let Err(e) = (Log { inner }).enforce_retention().await {
+                log::warn!("retention check failed: {e}");
+            }
+        })
+        .detach();
+    }
+    next.max(Duration::from_millis(1))
 }
 
 /// Saves a sealed segment's transaction index (when it has something to say) and then its index,
