@@ -200,12 +200,15 @@ fn run(root: &Path, partitions: i32) {
         ms(fetched),
         ms(served)
     );
+    std::thread::sleep(Duration::from_secs(2));
+    let idle = idle_cpu(shoal.pid(), Duration::from_secs(5));
     let (fds, rss) = process_figures(shoal.pid());
     println!(
         "{partitions} partitions after the restart: {} files held by the logs, {fds} descriptors \
-         in all, RSS {} MiB",
+         in all, RSS {} MiB, idle CPU {:.1}% of a core",
         gauge(&shoal, "shoal_open_files"),
-        rss / 1024
+        rss / 1024,
+        idle * 100.0
     );
     shoal.stop();
 }

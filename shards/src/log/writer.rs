@@ -581,6 +581,9 @@ thread_local! {
 
 /// Longest the housekeeping task sleeps between rounds.
 const HOUSEKEEPING_MAX_TICK: Duration = Duration::from_secs(1);
+/// Shortest it sleeps, unless a log asks to be flushed more often: logs that come due within it
+/// wait for the same round (a round goes through every log of the core).
+const HOUSEKEEPING_MIN_TICK: Duration = Duration::from_millis(100);
 
 /// Starts this core's housekeeping task unless it runs: it flushes each open log on its
 /// `flush_interval` and checks its retention on its `retention_check_interval`. One task goes
@@ -603,6 +606,7 @@ pub(super) fn start_housekeeping() {
 fn housekeeping_round() -> Duration {
     let now = Instant::now();
     let mut next = HOUSEKEEPING_MAX_TICK;
+    let mut shortest = HOUSEKEEPING_MIN_TICK;
     let (mut flush, mut retention) = (Vec::new(), Vec::new());
     OPEN_LOGS.with(|logs| {
         for weak in logs.borrow().iter() {
@@ -617,6 +621,7 @@ fn housekeeping_round() -> Duration {
                 (c.flush_interval, c.retention_check_interval)
             };
             let (flushed, checked) = inner.housekept.get();
+            shortest = shortest.min(flush_every.unwrap_or(shortest));
             let mut due = |last: Instant, every: Duration, list: &mut Vec<Rc<Inner>>| {
                 let at = last + every.max(Duration::from_millis(1));
                 if at <= now {
@@ -653,7 +658,7 @@ fn housekeeping_round() -> Duration {
         })
         .detach();
     }
-    next.max(Duration::from_millis(1))
+    next.max(shortest).max(Duration::from_millis(1))
 }
 
 /// Saves a sealed segment's transaction index (when it has something to say) and then its index,
