@@ -29,7 +29,12 @@ const PER_TOPIC: i32 = 10_000;
 /// The topics holding `partitions` partitions: (name, partitions).
 fn topics(partitions: i32) -> Vec<(String, i32)> {
     (0..(partitions + PER_TOPIC - 1) / PER_TOPIC)
-        .map(|t| (format!("restart-{t}"), (partitions - t * PER_TOPIC).min(PER_TOPIC)))
+        .map(|t| {
+            (
+                format!("restart-{t}"),
+                (partitions - t * PER_TOPIC).min(PER_TOPIC),
+            )
+        })
         .collect()
 }
 
