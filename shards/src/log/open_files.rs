@@ -285,16 +285,12 @@ impl Handles {
 
     /// The buffered handle, opened if it is closed.
     pub(crate) async fn buffered(self: &Rc<Self>) -> Result<Rc<Counted<BufferedFile>>> {
-        if let Some(f) = self.buffered.borrow().clone() {
-            self.touch();
+        if let Some(f) = self.buffered_in_use() {
             return Ok(f);
         }
         self.check_reopen()?;
-        let f = Rc::new(open_buffered(&self.path).await?);
-        // Another task may have opened it meanwhile: keep one.
-        let f = self.buffered.borrow_mut().get_or_insert(f).clone();
-        self.touch();
-        Ok(f)
+        let permit = permit(&self.path).await?;
+        self.buffered_with(Some(permit)).await
     }
 
     /// The buffered handle, opened if it is closed with `permit` (taken beforehand), else with a
@@ -304,8 +300,7 @@ impl Handles {
         self: &Rc<Self>,
         permit: Option<StaticPermit>,
     ) -> Result<Rc<Counted<BufferedFile>>> {
-        if let Some(f) = self.buffered.borrow().clone() {
-            self.touch();
+        if let Some(f) = self.buffered_in_use() {
             return Ok(f);
         }
         self.check_reopen()?;
@@ -313,16 +308,18 @@ impl Handles {
             Some(p) => p,
             None => try_permits(&self.path, 1)?,
         };
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .buffered_open(&self.path)
-            .await
-            .map_err(|e| Error::storage(&self.path, e))?;
-        let f = Rc::new(Counted::new(f, permit));
+        let f = Rc::new(open_buffered_with(&self.path, permit).await?);
+        // Another task may have opened it meanwhile: keep one.
         let f = self.buffered.borrow_mut().get_or_insert(f).clone();
         self.touch();
         Ok(f)
+    }
+
+    /// The buffered handle if it is open, marked used.
+    fn buffered_in_use(self: &Rc<Self>) -> Option<Rc<Counted<BufferedFile>>> {
+        let f = self.buffered.borrow().clone()?;
+        self.touch();
+        Some(f)
     }
 
     /// The Direct I/O read handle, opened if it is closed; `None` for a pinned segment without
@@ -456,7 +453,11 @@ impl Drop for Handles {
 
 /// Opens `path` for reading and writing through the page cache, holding a permit.
 pub(crate) async fn open_buffered(path: &Path) -> Result<Counted<BufferedFile>> {
-    let permit = permit(path).await?;
+    open_buffered_with(path, permit(path).await?).await
+}
+
+/// [`open_buffered`] with a permit taken beforehand.
+async fn open_buffered_with(path: &Path, permit: StaticPermit) -> Result<Counted<BufferedFile>> {
     let f = OpenOptions::new()
         .read(true)
         .write(true)
