@@ -22,6 +22,8 @@ pub enum AdminRequest {
     Status(crossbeam_channel::Sender<(Vec<CoreSnapshot>, TopicTable)>),
     /// A live setting, answered once every core has applied it.
     Set(Setting, crossbeam_channel::Sender<()>),
+    /// The live settings in effect (core 0's: every core applies each change).
+    Settings(crossbeam_channel::Sender<Vec<Setting>>),
 }
 
 /// The admin thread's end of its link to core 0: requests on a crossbeam channel, each followed by
@@ -104,6 +106,9 @@ async fn answer_admin(core: &Rc<Core>, request: AdminRequest) {
         AdminRequest::Set(setting, reply) => {
             set_everywhere(core, setting).await;
             let _ = reply.try_send(());
+        }
+        AdminRequest::Settings(reply) => {
+            let _ = reply.try_send(core.settings());
         }
     }
 }

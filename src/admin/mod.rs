@@ -1,9 +1,11 @@
 //! Admin HTTP on its own thread (`shoal-admin`): `GET /metrics` (Prometheus text, every core's
 //! figures), `GET /v1/status` (JSON), the live console (`GET /` or `/console`, polling
-//! `GET /v1/console`; see [`crate::console`]), and live settings: `PUT` or `POST /v1/config/<name>` with the
-//! value as body (or `?value=`): `fetch_coalescing` on|off, `view_sharing` on|off, `read_replicas`
-//! all|auto|off,
-//! `max_delta_for_fanout` offsets; answered once every core has applied it.
+//! `GET /v1/console`; see [`crate::console`]), and live settings: `PUT` or `POST
+//! /v1/config/<name>` with the value as body (or `?value=`): `fetch_coalescing` on|off,
+//! `view_sharing` on|off, `read_replicas` all|auto|off, `max_delta_for_fanout` offsets,
+//! `group_lag_interval_ms`; answered once every core has applied it, as JSON in the words of the
+//! request (`{"read_replicas":"all"}`). `GET /v1/config` (all) and `GET /v1/config/<name>` read
+//! them back the same way.
 //!
 //! The thread never touches a core's state: it asks core 0 by message ([`AdminRequest`] on a
 //! crossbeam channel) and renders the plain snapshots it gets back, so core 0's executor only
@@ -20,7 +22,7 @@ use crate::stats::render_prometheus;
 use http::*;
 pub use link::{admin_link, serve_admin, AdminInbox, AdminRequest, AdminSender};
 pub use settings::parse_on_off;
-use settings::parse_setting;
+use settings::{parse_setting, settings_json, unknown_setting, NAMES};
 use std::io::ErrorKind;
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -194,10 +196,32 @@ fn route(request: &Request, cores: &Cores) -> Response {
                 .unwrap_or_default();
             match parse_setting(&setting["/v1/config/".len()..], value.trim()) {
                 Ok(s) => match cores.ask(|reply| AdminRequest::Set(s, reply)) {
-                    Ok(()) => ("200 OK", "text/plain", format!("{s:?}\n")),
+                    Ok(()) => ("200 OK", "application/json", settings_json([&s])),
                     Err(unanswered) => unanswered,
                 },
                 Err(e) => ("400 Bad Request", "text/plain", format!("{e}\n")),
+            }
+        }
+        ("GET", "/v1/config") => match cores.ask(AdminRequest::Settings) {
+            Ok(settings) => ("200 OK", "application/json", settings_json(&settings)),
+            Err(unanswered) => unanswered,
+        },
+        ("GET", setting) if setting.starts_with("/v1/config/") => {
+            let name = &setting["/v1/config/".len()..];
+            if !NAMES.contains(&name) {
+                return ("404 Not Found", "text/plain", unknown_setting(name) + "\n");
+            }
+            match cores.ask(AdminRequest::Settings) {
+                Ok(settings) => (
+                    "200 OK",
+                    "application/json",
+                    settings_json(
+                        settings
+                            .iter()
+                            .filter(|s| settings::name_and_value(s).0 == name),
+                    ),
+                ),
+                Err(unanswered) => unanswered,
             }
         }
         ("GET", "/metrics") => match cores.ask(AdminRequest::Stats) {
@@ -233,12 +257,12 @@ fn route(request: &Request, cores: &Cores) -> Response {
         ("GET", _) => (
             "404 Not Found",
             "text/plain",
-            "not found: try /console, /metrics or /v1/status\n".to_string(),
+            "not found: try /console, /metrics, /v1/status or /v1/config\n".to_string(),
         ),
         _ => (
             "405 Method Not Allowed",
             "text/plain",
-            "only GET is served\n".to_string(),
+            "only GET is served (PUT or POST on /v1/config/<name>)\n".to_string(),
         ),
     }
 }

@@ -602,6 +602,19 @@ impl Core {
         join_all((0..OPEN_AT_ONCE).map(|_| worker())).await;
     }
 
+    /// The live settings in effect on this core, in the order the admin API lists them.
+    pub fn settings(&self) -> Vec<crate::cores::mesh::Setting> {
+        use crate::cores::mesh::Setting;
+        let views = self.reads.views.config();
+        vec![
+            Setting::FetchCoalescing(self.reads.coalescer.is_enabled()),
+            Setting::ViewSharing(views.shared),
+            Setting::MaxDeltaForFanout(views.max_delta_for_fanout),
+            Setting::ReadReplicas(self.replicas.config().policy),
+            Setting::GroupLagInterval(self.groups.lag().config().interval),
+        ]
+    }
+
     pub fn apply_setting(&self, setting: crate::cores::mesh::Setting) {
         match setting {
             crate::cores::mesh::Setting::ViewSharing(shared) => {

@@ -53,7 +53,8 @@ pub(super) fn open_files_per_core(asked: Option<u64>, cores: usize) -> u64 {
     let total = budget.saturating_mul(cores as u64);
     if total > limit {
         log::warn!(
-            "--max-open-files-per-core {budget} x {cores} cores is more than the process's open              files limit ({limit}): opens may fail with 'Too many open files'"
+            "--max-open-files-per-core {budget} x {cores} cores is more than the process's open \
+             files limit ({limit}): opens may fail with 'Too many open files'"
         );
     }
     log::info!("open files budget: {budget} per core");
@@ -142,6 +143,58 @@ pub(super) fn resolve_data_dir(dir: &Path) -> std::io::Result<PathBuf> {
     let context = |e: std::io::Error| {
         std::io::Error::new(e.kind(), format!("data directory {}: {e}", dir.display()))
     };
+    refuse_files_on_the_way(dir)?;
     shards::files::create_dir_all_durable(&dir.join("topics")).map_err(context)?;
     std::fs::canonicalize(dir).map_err(context)
+}
+
+/// Refuses a data directory that is a file, or whose path goes through one (where creating it
+/// would only say "File exists" or "Not a directory").
+fn refuse_files_on_the_way(dir: &Path) -> std::io::Result<()> {
+    for (i, path) in dir.ancestors().enumerate() {
+        let Ok(meta) = std::fs::metadata(path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            return Ok(());
+        }
+        let what = if i == 0 {
+            "is a file".to_string()
+        } else {
+            format!("is under {}, which is a file", path.display())
+        };
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            format!(
+                "data directory {} {what}, not a directory: give --data-dir a directory (it is \
+                 created if missing)",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_data_directory_that_is_or_goes_through_a_file_is_refused_by_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("plain");
+        std::fs::write(&file, "x").unwrap();
+        let e = resolve_data_dir(&file).unwrap_err().to_string();
+        assert!(e.contains("is a file, not a directory"), "{e}");
+        let e = resolve_data_dir(&file.join("data")).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("is under {}, which is a file", file.display())),
+            "{e}"
+        );
+        let fresh = tmp.path().join("a/b");
+        assert_eq!(
+            resolve_data_dir(&fresh).unwrap(),
+            std::fs::canonicalize(&fresh).unwrap()
+        );
+    }
 }

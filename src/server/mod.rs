@@ -111,8 +111,6 @@ impl Server {
         let admin_tls = admin_tls(config.admin_tls, config.broker.auth.tls.as_ref())?;
         config.http.tls = http_tls(config.http_tls, config.broker.auth.tls.as_ref())?;
         let table = crate::control::load_table(&config.broker.data_dir)?;
-        crate::groups::reshard(&config.broker.data_dir, cores)?;
-        crate::transactions::reshard(&config.broker.data_dir, cores)?;
         let retry = config.bind_retry;
         let (sockets, listeners) = bind_listeners(&wanted, cores, retry)?;
         let ports = listeners[0].ports.clone();
@@ -123,6 +121,10 @@ impl Server {
             .map(|addr| bind_named(addr, "the metrics address", retry))
             .transpose()?;
         let http_sockets = bind_streams(&config, cores, retry)?;
+        // The internal logs are renumbered for this many cores only once every port is held: a
+        // start that fails leaves the data directory as the last run left it.
+        crate::groups::reshard(&config.broker.data_dir, cores)?;
+        crate::transactions::reshard(&config.broker.data_dir, cores)?;
         let http = match &http_sockets {
             Some(sockets) => Some(sockets[0].local_addr()?),
             None => None,

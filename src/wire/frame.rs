@@ -9,8 +9,9 @@ use futures_lite::{AsyncRead, AsyncReadExt};
 pub enum FrameError {
     /// The peer closed the connection between frames.
     Eof,
-    /// The size field is negative, too small for a header, or above the limit. TLS handshake bytes
-    /// on the plaintext port land here (0x16 0x03 reads as a huge size).
+    /// The size field is negative, too small for a header, or above the limit. Another protocol's
+    /// bytes land here (a TLS record's 0x16 0x03 or an HTTP request's `GET ` reads as a huge size):
+    /// the message names it.
     BadSize {
         size: i32,
         min: i32,
@@ -30,11 +31,8 @@ impl std::fmt::Display for FrameError {
                 limit,
                 first_bytes,
             } => {
-                let hint = if first_bytes[0] == 0x16 && first_bytes[1] == 0x03 {
-                    " (this looks like a TLS handshake: the port speaks plaintext Kafka)"
-                } else {
-                    ""
-                };
+                let hint = other_protocol(*first_bytes, *min == MIN_REQUEST)
+                    .map_or(String::new(), |what| format!(" ({what})"));
                 write!(f, "frame size {size} outside {min}..={limit}{hint}")
             }
             FrameError::Io(e) => write!(f, "{e}"),
@@ -49,6 +47,30 @@ impl From<FrameError> for std::io::Error {
             FrameError::Io(e) => e,
             bad => std::io::Error::other(bad.to_string()),
         }
+    }
+}
+
+/// What a frame's first four bytes say when they are another protocol's, not a Kafka size: on a
+/// request (`request`, the broker reading), what the client sent; on a response (a client reading),
+/// what the port it connected to speaks.
+pub fn other_protocol(first: [u8; 4], request: bool) -> Option<&'static str> {
+    let tls_record = matches!(first[0], 0x14..=0x17) && first[1] == 0x03 && first[2] <= 0x04;
+    let http_request = [&b"GET "[..], b"POST", b"PUT ", b"HEAD", b"DELE", b"OPTI", b"PATC"]
+        .contains(&&first[..]);
+    match (request, tls_record, &first) {
+        (true, true, _) => {
+            Some("a TLS handshake: this port speaks plaintext Kafka; the client's TLS is for an SSL listener")
+        }
+        (true, false, _) if http_request => Some(
+            "an HTTP request: this port speaks Kafka; the console and admin API are on the --admin address",
+        ),
+        (false, true, _) => Some(
+            "a TLS record: this port speaks TLS; give the client the CA to trust (--tls-ca) or use a PLAINTEXT listener",
+        ),
+        (false, false, b"HTTP") => Some(
+            "an HTTP response: this port speaks HTTP (the admin or streams address?), not Kafka",
+        ),
+        _ => None,
     }
 }
 
@@ -225,6 +247,26 @@ impl FrameReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn another_protocols_bytes_are_named() {
+        let says = |first: [u8; 4], request| other_protocol(first, request).unwrap_or("");
+        // A plaintext client on a TLS port reads the server's alert; on the admin port, HTTP.
+        assert!(says(352518912i32.to_be_bytes(), false).contains("this port speaks TLS"));
+        assert!(says(*b"HTTP", false).contains("speaks HTTP"));
+        // A TLS client or a browser on a plaintext Kafka port.
+        assert!(says([0x16, 0x03, 0x01, 0x02], true).contains("speaks plaintext Kafka"));
+        assert!(says(*b"GET ", true).contains("--admin address"));
+        assert_eq!(other_protocol([0, 0x40, 0, 0], true), None);
+        assert_eq!(other_protocol(*b"HTTP", true), None);
+        let e = FrameError::BadSize {
+            size: 1213486160,
+            min: MIN_RESPONSE,
+            limit: 64 << 20,
+            first_bytes: *b"HTTP",
+        };
+        assert!(e.to_string().ends_with("not Kafka)"), "{e}");
+    }
 
     /// A reader that hands out its bytes in the given pieces, one piece (or less) per read.
     struct Pieces {

@@ -90,18 +90,37 @@ fn admin_answers_every_path_as_before() {
     let shoal = Shoal::start(dir.path(), 2, &[]);
     let (status, body) = shoal.admin_get("/nope");
     assert_eq!(status, "HTTP/1.1 404 Not Found");
-    assert_eq!(body, "not found: try /console, /metrics or /v1/status\n");
+    assert_eq!(
+        body,
+        "not found: try /console, /metrics, /v1/status or /v1/config\n"
+    );
     let (status, body) = shoal.admin_request("DELETE", "/v1/status", "");
     assert_eq!(status, "HTTP/1.1 405 Method Not Allowed");
-    assert_eq!(body, "only GET is served\n");
+    assert_eq!(body, "only GET is served (PUT or POST on /v1/config/<name>)\n");
     let (status, body) = shoal.admin_request("POST", "/v1/config/view_sharing?value=off", "");
     assert_eq!(status, "HTTP/1.1 200 OK");
-    assert_eq!(body, "ViewSharing(false)\n");
+    assert_eq!(body, "{\"view_sharing\":\"off\"}\n");
     assert_eq!(
         shoal.metric("shoal_view_sharing_enabled"),
         0,
         "off on both cores"
     );
+    // Live settings read back as JSON, in the words a request uses.
+    shoal.admin_request("PUT", "/v1/config/read_replicas", "all");
+    let (status, body) = shoal.admin_get("/v1/config");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    let all: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(all["view_sharing"], "off");
+    assert_eq!(all["read_replicas"], "all");
+    assert_eq!(all["fetch_coalescing"], "on");
+    assert!(all["max_delta_for_fanout"].is_u64(), "{body}");
+    assert!(all["group_lag_interval_ms"].is_u64(), "{body}");
+    let (status, body) = shoal.admin_get("/v1/config/read_replicas");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert_eq!(body, "{\"read_replicas\":\"all\"}\n");
+    let (status, body) = shoal.admin_get("/v1/config/nonsense");
+    assert_eq!(status, "HTTP/1.1 404 Not Found");
+    assert!(body.contains("read_replicas"), "{body}");
     let (status, body) = shoal.admin_get(&format!("/metrics?{}", "x".repeat(20 << 10)));
     assert_eq!(status, "HTTP/1.1 431 Request Header Fields Too Large");
     assert_eq!(body, "request too large\n");

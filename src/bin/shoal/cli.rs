@@ -333,16 +333,19 @@ pub fn run_user(cmd: UserCommand) -> Result<(), String> {
                 return protocol(crate::tools::UserAction::List(l));
             };
             let (_, store) = load(&data_dir)?;
-            for (user, creds) in store.list() {
-                let creds: Vec<String> = creds
-                    .iter()
-                    .map(|(m, i)| format!("{}(iterations={i})", m.name()))
-                    .collect();
-                println!("{user}\t{}", creds.join(" "));
-            }
+            crate::tools::user::list_offline(store.list()).print(l.client.format);
         }
     }
     Ok(())
+}
+
+/// `--cores`: a count of at least one.
+fn parse_cores(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("at least 1 core runs a broker (leave --cores out to use every CPU)".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{s:?} is not a number of cores")),
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -402,8 +405,8 @@ pub struct ServeArgs {
     /// Host name advertised to clients in Metadata (default: the --listen address).
     #[arg(long)]
     pub advertised_host: Option<String>,
-    /// Number of cores (executors, brokers) to run; default: all available.
-    #[arg(long)]
+    /// Number of cores (executors, brokers) to run, at least 1; default: all available.
+    #[arg(long, value_parser = parse_cores)]
     pub cores: Option<usize>,
     /// Admin HTTP address (the console at /, /metrics, /v1/status, live settings).
     #[arg(long, default_value = "127.0.0.1:9644")]
@@ -752,7 +755,6 @@ impl ServeArgs {
     /// The server's configuration from the flags.
     pub fn into_config(self) -> ServerConfig {
         let groups = self.coordinator_config();
-        // `--cores 0` is taken as 1 by the server.
         let cores = self
             .cores
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));

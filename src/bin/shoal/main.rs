@@ -30,6 +30,17 @@ fn main() {
         Command::Serve(_) | Command::Edge(_) => "info",
     };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
+    if !matches!(
+        cli.command,
+        Command::Serve(_) | Command::Edge(_) | Command::Bench(_)
+    ) {
+        // A command whose reader has gone (`shoal topic list | head`) ends as `cat` would, by
+        // SIGPIPE, rather than panicking in `println!`. Its sockets are unaffected: the standard
+        // library sends with MSG_NOSIGNAL. Brokers (serve, edge, the bench's embedded one) keep
+        // the signal ignored.
+        // SAFETY: no other thread runs yet, and SIG_DFL is a valid disposition.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let result = match cli.command {
         Command::Serve(args) => shoal::server::run(args.into_config()),
         Command::Edge(args) => shoal::server::run(args.into_config()),

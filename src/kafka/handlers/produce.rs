@@ -226,7 +226,14 @@ fn start_partition(
         ),
         Err(Refused::Batch(e)) => {
             log::debug!("produce to {topic}-{index} refused: {e}");
-            let mut answer = error_response(index, code_of(&e).code(), Some(e.to_string()));
+            let mut message = e.to_string();
+            if let shards::Error::InvalidBatch(InvalidBatch::TooLarge { .. }) = &e {
+                message += &format!(
+                    " (the topic's max.message.bytes: `shoal topic alter-config {topic} -c \
+                     max.message.bytes=N`; --max-batch-bytes is the server's default)"
+                );
+            }
+            let mut answer = error_response(index, code_of(&e).code(), Some(message));
             // Which records (KIP-467): clients fail those with INVALID_RECORD and the rest of the
             // batch with a retriable error of their own.
             if let shards::Error::InvalidBatch(InvalidBatch::MissingKey { indexes }) = &e {

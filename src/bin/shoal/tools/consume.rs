@@ -1,5 +1,6 @@
 //! `shoal consume TOPIC`: fetches partitions from their leaders (Fetch, decoded by
-//! [`super::records`]) from the beginning, the end, an offset or a timestamp, or from a group's
+//! [`super::records`]), or from the read replica a leader names (`preferred_read_replica`, back to
+//! the leader when the replica answers with an error), from the beginning, the end, an offset or a timestamp, or from a group's
 //! committed offsets (committing as it goes, as a simple consumer with every partition assigned, no
 //! rebalancing); prints each record by a kcat-style template or as a JSON line; stops after
 //! --count records or, with --exit, at the end of every partition.
@@ -145,6 +146,8 @@ impl FromArgMatches for ConsumeCommand {
 #[derive(Debug)]
 struct Position {
     leader: SocketAddr,
+    /// Where it is fetched from: the leader, or the replica the leader named.
+    reader: SocketAddr,
     next: i64,
     /// Reached the end (with --exit).
     at_end: bool,
@@ -157,6 +160,8 @@ struct Consumer<'a> {
     printer: Printer,
     positions: BTreeMap<i32, Position>,
     conns: HashMap<SocketAddr, SyncConn>,
+    /// Every broker's address by id, for `preferred_read_replica`.
+    brokers: HashMap<i32, SocketAddr>,
     group: Option<Group>,
     version: i16,
     printed: u64,
@@ -241,11 +246,18 @@ impl<'a> Consumer<'a> {
                     p,
                     Position {
                         leader,
+                        reader: leader,
                         next,
                         at_end: false,
                     },
                 )
             })
+            .collect();
+        let m = s.metadata(Some(&[]))?;
+        let brokers = m
+            .brokers
+            .iter()
+            .filter_map(|b| Some((b.node_id.0, s.broker(&m, b.node_id.0)?)))
             .collect();
         Ok(Consumer {
             s,
@@ -253,10 +265,10 @@ impl<'a> Consumer<'a> {
             printer,
             positions,
             conns: HashMap::new(),
+            brokers,
             group,
-            // v11+ lets a broker send a partition's reader to another replica
-            // (preferred_read_replica); this reader stays with the leader.
-            version: s.version(ApiKey::Fetch, 4, 10)?,
+            // v11+ lets a leader send the reader to another replica (preferred_read_replica).
+            version: s.version(ApiKey::Fetch, 4, 11)?,
             printed: 0,
         })
     }
@@ -271,16 +283,16 @@ impl<'a> Consumer<'a> {
             return Ok(());
         }
         loop {
-            let mut leaders: Vec<SocketAddr> = self.positions.values().map(|p| p.leader).collect();
-            leaders.sort();
-            leaders.dedup();
+            let mut readers: Vec<SocketAddr> = self.positions.values().map(|p| p.reader).collect();
+            readers.sort();
+            readers.dedup();
             let before: BTreeMap<i32, i64> = self
                 .positions
                 .iter()
                 .map(|(p, pos)| (*p, pos.next))
                 .collect();
-            for leader in leaders {
-                self.fetch(leader, out)?;
+            for reader in readers {
+                self.fetch(reader, out)?;
                 if self.args.count.is_some_and(|c| self.printed >= c) {
                     break;
                 }
@@ -301,12 +313,12 @@ impl<'a> Consumer<'a> {
         }
     }
 
-    /// One Fetch of the partitions `leader` leads (those not at their end yet), printed.
-    fn fetch(&mut self, leader: SocketAddr, out: &mut impl Write) -> Result<(), Stop> {
+    /// One Fetch of the partitions read from `reader` (those not at their end yet), printed.
+    fn fetch(&mut self, reader: SocketAddr, out: &mut impl Write) -> Result<(), Stop> {
         let partitions: Vec<FetchPartition> = self
             .positions
             .iter()
-            .filter(|(_, pos)| pos.leader == leader && !pos.at_end)
+            .filter(|(_, pos)| pos.reader == reader && !pos.at_end)
             .map(|(p, pos)| {
                 FetchPartition::default()
                     .with_partition(*p)
@@ -337,9 +349,9 @@ impl<'a> Consumer<'a> {
             .with_topics(vec![FetchTopic::default()
                 .with_topic(topic_name(&self.args.topic))
                 .with_partitions(partitions)]);
-        let conn = match self.conns.entry(leader) {
+        let conn = match self.conns.entry(reader) {
             std::collections::hash_map::Entry::Occupied(c) => c.into_mut(),
-            std::collections::hash_map::Entry::Vacant(v) => v.insert(self.s.connect(leader)?),
+            std::collections::hash_map::Entry::Vacant(v) => v.insert(self.s.connect(reader)?),
         };
         let r: FetchResponse = conn
             .call(ApiKey::Fetch, self.version, &req)
@@ -348,11 +360,23 @@ impl<'a> Consumer<'a> {
         Failure::check(r.error_code, &format!("fetching topic {topic}"), None)?;
         for pd in r.responses.iter().flat_map(|t| &t.partitions) {
             let p = pd.partition_index;
-            let what = format!("fetching topic {topic} partition {p}");
-            Failure::check(pd.error_code, &what, None)?;
             let Some(pos) = self.positions.get_mut(&p) else {
                 continue;
             };
+            let what = format!("fetching topic {topic} partition {p} at offset {}", pos.next);
+            if pd.error_code != 0 && pos.reader != pos.leader {
+                // A replica that cannot serve it (stopped, behind, moved): back to the leader.
+                pos.reader = pos.leader;
+                continue;
+            }
+            if pd.error_code == OFFSET_OUT_OF_RANGE {
+                let leader = pos.leader;
+                return Err(Stop::Failed(self.out_of_range(leader, p, &what)));
+            }
+            Failure::check(pd.error_code, &what, None)?;
+            if let Some(replica) = self.brokers.get(&pd.preferred_read_replica.0) {
+                pos.reader = *replica;
+            }
             let bytes = pd.records.as_deref().unwrap_or_default();
             let decoded =
                 decode(bytes, pos.next, pd.aborted_transactions.as_deref()).map_err(|e| {
@@ -380,6 +404,34 @@ impl<'a> Consumer<'a> {
             pos.at_end = self.args.exit && pos.next >= end;
         }
         Ok(())
+    }
+}
+
+/// The Kafka error code OFFSET_OUT_OF_RANGE.
+const OFFSET_OUT_OF_RANGE: i16 = 1;
+
+impl Consumer<'_> {
+    /// OFFSET_OUT_OF_RANGE for `partition`, naming the offsets the partition holds.
+    fn out_of_range(&self, leader: SocketAddr, partition: i32, what: &str) -> Failure {
+        let (topic, isolation) = (
+            self.args.topic.as_str(),
+            super::offsets::Isolation::ReadUncommitted,
+        );
+        let bound = |at| {
+            super::offsets::at(self.s, leader, topic, &[partition], at, isolation)
+                .ok()
+                .and_then(|m| m.get(&partition).copied())
+        };
+        let mut failure = Failure::kafka(OFFSET_OUT_OF_RANGE, what, None);
+        if let (Some(first), Some(end)) = (bound(EARLIEST), bound(LATEST)) {
+            failure.message += &if first < end {
+                format!(" (the partition holds offsets {first} to {})", end - 1)
+            } else {
+                format!(" (the partition is empty; its next offset is {end})")
+            };
+        }
+        failure.hint = "start from --offset beginning, end, or an offset in that range";
+        failure
     }
 }
 

@@ -264,9 +264,30 @@ fn describe(s: &Session, user: Option<&str>) -> Result<Vec<UserInfo>, Failure> {
 }
 
 fn list(s: &Session) -> Result<Report, Failure> {
-    let users = describe(s, None)?;
+    Ok(users_report(&describe(s, None)?))
+}
+
+/// `shoal user list --data-dir`: the users file's users, as the broker would list them.
+pub fn list_offline(users: Vec<(String, Vec<(Mechanism, u32)>)>) -> Report {
+    let users: Vec<UserInfo> = users
+        .into_iter()
+        .map(|(user, creds)| UserInfo {
+            user,
+            credentials: creds
+                .into_iter()
+                .map(|(m, iterations)| CredentialInfo {
+                    mechanism: m.name().into(),
+                    iterations: iterations.try_into().unwrap_or(i32::MAX),
+                })
+                .collect(),
+        })
+        .collect();
+    users_report(&users)
+}
+
+fn users_report(users: &[UserInfo]) -> Report {
     let mut t = Table::new(None, vec!["USER", "MECHANISM", "ITERATIONS"]);
-    for u in &users {
+    for u in users {
         for c in &u.credentials {
             t.rows.push(vec![
                 u.user.clone(),
@@ -275,8 +296,8 @@ fn list(s: &Session) -> Result<Report, Failure> {
             ]);
         }
     }
-    Ok(Report {
+    Report {
         tables: vec![t],
-        json: serde_json::to_value(&users).expect("plain data serializes"),
-    })
+        json: serde_json::to_value(users).expect("plain data serializes"),
+    }
 }

@@ -47,13 +47,19 @@ pub enum GroupAction {
         .args(["to_earliest", "to_latest", "to_offset", "to_datetime", "by_duration"])
         .multiple(false)
 ))]
+#[command(group(
+    clap::ArgGroup::new("partitions")
+        .args(["topics", "all_topics"])
+        .required(true)
+        .multiple(false)
+))]
 pub struct SeekArgs {
     pub group: String,
     /// A topic, or some of its partitions (`clicks:0,2`); repeat for more.
-    #[arg(long = "topic", value_parser = parse_topic_partitions, required_unless_present = "all_topics")]
+    #[arg(long = "topic", value_parser = parse_topic_partitions)]
     pub topics: Vec<TopicPartitions>,
     /// Every partition of the topics the group has committed offsets in.
-    #[arg(long, conflicts_with = "topics")]
+    #[arg(long)]
     pub all_topics: bool,
     /// To each partition's log start.
     #[arg(long)]
