@@ -154,6 +154,23 @@ pub async fn accept(
     })
 }
 
+/// What a failed handshake's error means for the client's owner, where it is one a user meets
+/// when setting TLS up ("" otherwise).
+pub fn handshake_hint(e: &io::Error) -> &'static str {
+    let text = e.to_string();
+    if text.contains("UnsupportedCertVersion") {
+        " (the client's certificate is X.509 v1, as `openssl x509 -req` makes it without \
+         -extfile: TLS needs v3; sign it with extensions, see docs/security.md)"
+    } else if text.contains("InvalidContentType") || text.contains("corrupt message") {
+        " (the client did not start with a TLS handshake: it speaks plaintext to a TLS port; \
+         give it security.protocol=SSL, or use a PLAINTEXT listener)"
+    } else if text.contains("UnknownIssuer") {
+        " (the client's certificate is not signed by a CA in --tls-client-ca)"
+    } else {
+        ""
+    }
+}
+
 /// The principal a verified client certificate chain's leaf names.
 fn leaf_principal(chain: Option<&[CertificateDer<'_>]>) -> Option<String> {
     chain

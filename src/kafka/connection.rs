@@ -41,7 +41,8 @@ pub async fn serve(core: Rc<Core>, stream: TcpStream, listener: usize) {
         Some(Ok(tls)) => match tls_handshake(&core, tls, stream).await {
             Ok(accepted) => accepted,
             Err(e) => {
-                log::warn!("TLS handshake with {peer} failed: {e}");
+                let hint = crate::auth::tls::handshake_hint(&e);
+                log::warn!("TLS handshake with {peer} failed: {e}{hint}");
                 add(&core.metrics.tls_handshake_failures, 1);
                 return;
             }

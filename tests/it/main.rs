@@ -22,6 +22,7 @@ mod exactly_once;
 mod fanout;
 mod fetch_errors;
 mod fetch_sessions;
+mod first_hour;
 mod first_start;
 mod fuzz;
 mod fuzz_found;
