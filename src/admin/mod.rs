@@ -330,6 +330,7 @@ mod tests {
                 AdminRequest::Stats(reply) => drop(reply.send(stats)),
                 AdminRequest::Status(reply) => drop(reply.send((stats, TopicTable::default()))),
                 AdminRequest::Set(_, reply) => drop(reply.send(())),
+                AdminRequest::Settings(reply) => drop(reply.send(Vec::new())),
             }
         }
     }
@@ -379,12 +380,12 @@ mod tests {
             b"POST /v1/config/view_sharing?value=off HTTP/1.1\r\n\r\n",
         );
         assert_eq!(status_line(&set), "HTTP/1.1 200 OK");
-        assert!(set.ends_with("\r\n\r\nViewSharing(false)\n"), "{set}");
+        assert!(set.ends_with("\r\n\r\n{\"view_sharing\":\"off\"}\n"), "{set}");
         let set = exchange(
             addr,
             b"PUT /v1/config/max_delta_for_fanout HTTP/1.1\r\nContent-Length: 4\r\n\r\n 12\n",
         );
-        assert!(set.ends_with("\r\n\r\nMaxDeltaForFanout(12)\n"), "{set}");
+        assert!(set.ends_with("\r\n\r\n{\"max_delta_for_fanout\":12}\n"), "{set}");
         let bad = exchange(
             addr,
             b"PUT /v1/config/view_sharing HTTP/1.1\r\nContent-Length: 5\r\n\r\nmaybe",
