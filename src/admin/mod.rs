@@ -380,12 +380,18 @@ mod tests {
             b"POST /v1/config/view_sharing?value=off HTTP/1.1\r\n\r\n",
         );
         assert_eq!(status_line(&set), "HTTP/1.1 200 OK");
-        assert!(set.ends_with("\r\n\r\n{\"view_sharing\":\"off\"}\n"), "{set}");
+        assert!(
+            set.ends_with("\r\n\r\n{\"view_sharing\":\"off\"}\n"),
+            "{set}"
+        );
         let set = exchange(
             addr,
             b"PUT /v1/config/max_delta_for_fanout HTTP/1.1\r\nContent-Length: 4\r\n\r\n 12\n",
         );
-        assert!(set.ends_with("\r\n\r\n{\"max_delta_for_fanout\":12}\n"), "{set}");
+        assert!(
+            set.ends_with("\r\n\r\n{\"max_delta_for_fanout\":12}\n"),
+            "{set}"
+        );
         let bad = exchange(
             addr,
             b"PUT /v1/config/view_sharing HTTP/1.1\r\nContent-Length: 5\r\n\r\nmaybe",

@@ -122,7 +122,13 @@ mod tests {
             assert_eq!(text, value);
             assert_eq!(parse_setting(written_name, &text), Ok(setting));
         }
-        let all = settings_json(&[Setting::FetchCoalescing(true), Setting::MaxDeltaForFanout(7)]);
-        assert_eq!(all, "{\"fetch_coalescing\":\"on\",\"max_delta_for_fanout\":7}\n");
+        let all = settings_json(&[
+            Setting::FetchCoalescing(true),
+            Setting::MaxDeltaForFanout(7),
+        ]);
+        assert_eq!(
+            all,
+            "{\"fetch_coalescing\":\"on\",\"max_delta_for_fanout\":7}\n"
+        );
     }
 }

@@ -39,6 +39,24 @@ pub fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     Ok(certs)
 }
 
+/// The certificate chain of a PEM file whose first certificate (the one presented) is X.509 v3:
+/// TLS refuses a v1 certificate, which `openssl x509 -req` makes when no extensions are given.
+pub fn presented_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let chain = certs(path)?;
+    if let Ok((_, leaf)) = x509_parser::parse_x509_certificate(chain[0].as_ref()) {
+        if leaf.version() != x509_parser::x509::X509Version::V3 {
+            return Err(format!(
+                "{}: an X.509 v{} certificate (openssl makes one when `openssl x509 -req` is given \
+                 no -extfile); TLS needs v3: sign it again with extensions (docs/security.md has \
+                 the commands)",
+                path.display(),
+                leaf.version().0 + 1
+            ));
+        }
+    }
+    Ok(chain)
+}
+
 /// Whether clients must present a certificate where `--tls-client-ca` is set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClientCerts {
@@ -59,7 +77,7 @@ pub fn server_config_with(
     clients: ClientCerts,
 ) -> Result<Arc<ServerConfig>, String> {
     let provider = Arc::new(futures_rustls::rustls::crypto::ring::default_provider());
-    let chain = certs(&c.cert)?;
+    let chain = presented_certs(&c.cert)?;
     let key =
         PrivateKeyDer::from_pem_file(&c.key).map_err(|e| format!("{}: {e}", c.key.display()))?;
     let builder = ServerConfig::builder_with_provider(provider.clone())

@@ -186,7 +186,9 @@ mod tests {
         std::fs::write(&file, "x").unwrap();
         let e = resolve_data_dir(&file).unwrap_err().to_string();
         assert!(e.contains("is a file, not a directory"), "{e}");
-        let e = resolve_data_dir(&file.join("data")).unwrap_err().to_string();
+        let e = resolve_data_dir(&file.join("data"))
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains(&format!("is under {}, which is a file", file.display())),
             "{e}"

@@ -55,8 +55,16 @@ impl From<FrameError> for std::io::Error {
 /// what the port it connected to speaks.
 pub fn other_protocol(first: [u8; 4], request: bool) -> Option<&'static str> {
     let tls_record = matches!(first[0], 0x14..=0x17) && first[1] == 0x03 && first[2] <= 0x04;
-    let http_request = [&b"GET "[..], b"POST", b"PUT ", b"HEAD", b"DELE", b"OPTI", b"PATC"]
-        .contains(&&first[..]);
+    let http_request = [
+        &b"GET "[..],
+        b"POST",
+        b"PUT ",
+        b"HEAD",
+        b"DELE",
+        b"OPTI",
+        b"PATC",
+    ]
+    .contains(&&first[..]);
     match (request, tls_record, &first) {
         (true, true, _) => {
             Some("a TLS handshake: this port speaks plaintext Kafka; the client's TLS is for an SSL listener")

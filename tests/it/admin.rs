@@ -96,7 +96,10 @@ fn admin_answers_every_path_as_before() {
     );
     let (status, body) = shoal.admin_request("DELETE", "/v1/status", "");
     assert_eq!(status, "HTTP/1.1 405 Method Not Allowed");
-    assert_eq!(body, "only GET is served (PUT or POST on /v1/config/<name>)\n");
+    assert_eq!(
+        body,
+        "only GET is served (PUT or POST on /v1/config/<name>)\n"
+    );
     let (status, body) = shoal.admin_request("POST", "/v1/config/view_sharing?value=off", "");
     assert_eq!(status, "HTTP/1.1 200 OK");
     assert_eq!(body, "{\"view_sharing\":\"off\"}\n");

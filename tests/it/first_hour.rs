@@ -18,7 +18,15 @@ use std::time::{Duration, Instant};
 /// `shoal topic create TOPIC --partitions N` against `bootstrap`, which must succeed.
 fn create_topic(bootstrap: &str, topic: &str, partitions: &str) {
     let run = shoal(
-        &["topic", "create", topic, "--partitions", partitions, "-b", bootstrap],
+        &[
+            "topic",
+            "create",
+            topic,
+            "--partitions",
+            partitions,
+            "-b",
+            bootstrap,
+        ],
         &[],
     );
     assert!(run.ok, "topic create: {}", run.stderr);
@@ -97,7 +105,12 @@ fn zero_cores_and_a_data_directory_that_is_a_file_are_refused_by_name() {
             &[],
         );
         assert!(!run.ok);
-        assert!(run.stderr.contains(&says), "{}: {}", data_dir.display(), run.stderr);
+        assert!(
+            run.stderr.contains(&says),
+            "{}: {}",
+            data_dir.display(),
+            run.stderr
+        );
         assert!(!run.stderr.contains("File exists"), "{}", run.stderr);
     }
 }
@@ -130,7 +143,14 @@ fn a_start_that_fails_on_a_port_leaves_the_groups_as_the_last_run_left_them() {
     produce_lines(&bootstrap, "clicks", "0", 5);
     let run = shoal(
         &[
-            "consume", "clicks", "--group", "readers", "--offset", "beginning", "--exit", "-b",
+            "consume",
+            "clicks",
+            "--group",
+            "readers",
+            "--offset",
+            "beginning",
+            "--exit",
+            "-b",
             &bootstrap,
         ],
         &[],
@@ -163,7 +183,11 @@ fn a_start_that_fails_on_a_port_leaves_the_groups_as_the_last_run_left_them() {
         &[],
     );
     assert!(!run.ok, "core 1's port is taken");
-    assert!(run.stderr.contains(&(port + 1).to_string()), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&(port + 1).to_string()),
+        "{}",
+        run.stderr
+    );
     assert_eq!(
         files_under(&groups),
         before,
@@ -173,7 +197,10 @@ fn a_start_that_fails_on_a_port_leaves_the_groups_as_the_last_run_left_them() {
     // The last run's core count serves the group's offsets as they were.
     let shoal1 = Shoal::start(&data, 1, &[]);
     let described = common::cli::group(&shoal1.bootstrap(), &["describe", "readers"]).json();
-    assert!(described.to_string().contains("\"committed\":5"), "{described}");
+    assert!(
+        described.to_string().contains("\"committed\":5"),
+        "{described}"
+    );
     shoal1.stop();
 }
 
@@ -199,10 +226,21 @@ fn clients_on_the_wrong_port_are_told_what_the_port_speaks() {
     let tls_addr = format!("127.0.0.1:{tls_port}");
     let run = shoal(&["topic", "list", "-b", &tls_addr, "--timeout", "5s"], &[]);
     assert!(!run.ok);
-    assert!(run.stderr.contains("this port speaks TLS"), "{}", run.stderr);
-    let run = shoal(&["topic", "list", "-b", &shoal1.admin, "--timeout", "5s"], &[]);
+    assert!(
+        run.stderr.contains("this port speaks TLS"),
+        "{}",
+        run.stderr
+    );
+    let run = shoal(
+        &["topic", "list", "-b", &shoal1.admin, "--timeout", "5s"],
+        &[],
+    );
     assert!(!run.ok);
-    assert!(run.stderr.contains("this port speaks HTTP"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("this port speaks HTTP"),
+        "{}",
+        run.stderr
+    );
     // The broker's log says the same of the plaintext client on its TLS port.
     let deadline = Instant::now() + Duration::from_secs(10);
     while !shoal1
@@ -253,7 +291,10 @@ fn shoal_consume_reads_from_the_replica_the_leader_names() {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         use std::io::BufRead;
-        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
             let _ = tx.send(line);
         }
     });
@@ -309,7 +350,9 @@ fn out_of_range_names_the_range_and_too_large_names_the_setting() {
     create_topic(&bootstrap, "small", "1");
     produce_lines(&bootstrap, "small", "0", 3);
     let run = shoal(
-        &["consume", "small", "--offset", "10", "--exit", "-b", &bootstrap],
+        &[
+            "consume", "small", "--offset", "10", "--exit", "-b", &bootstrap,
+        ],
         &[],
     );
     assert!(!run.ok);

@@ -75,7 +75,10 @@ fn users_authenticate_with_scram_and_plain_through_python_clients_and_librdkafka
         .collect();
     assert!(ok, "{out}");
     assert_eq!(rows[0], ["USER", "MECHANISM", "ITERATIONS"], "{out}");
-    assert!(rows.contains(&vec!["alice", "SCRAM-SHA-512", "4096"]), "{out}");
+    assert!(
+        rows.contains(&vec!["alice", "SCRAM-SHA-512", "4096"]),
+        "{out}"
+    );
     let (ok, out) = user(dir.path(), &["list", "--format", "json"], None);
     let json: serde_json::Value = serde_json::from_str(out.trim()).expect("JSON");
     assert!(ok);

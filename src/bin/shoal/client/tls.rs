@@ -36,7 +36,7 @@ pub fn enable(ca: &Path, client: Option<(&Path, &Path)>) -> io::Result<()> {
             let key = PrivateKeyDer::from_pem_file(key)
                 .map_err(|e| other(format!("{}: {e}", key.display())))?;
             builder
-                .with_client_auth_cert(certs(cert)?, key)
+                .with_client_auth_cert(shoal::auth::tls::presented_certs(cert).map_err(other)?, key)
                 .map_err(other)?
         }
     };

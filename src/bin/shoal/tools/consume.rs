@@ -363,7 +363,10 @@ impl<'a> Consumer<'a> {
             let Some(pos) = self.positions.get_mut(&p) else {
                 continue;
             };
-            let what = format!("fetching topic {topic} partition {p} at offset {}", pos.next);
+            let what = format!(
+                "fetching topic {topic} partition {p} at offset {}",
+                pos.next
+            );
             if pd.error_code != 0 && pos.reader != pos.leader {
                 // A replica that cannot serve it (stopped, behind, moved): back to the leader.
                 pos.reader = pos.leader;
