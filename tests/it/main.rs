@@ -17,6 +17,7 @@ mod console;
 mod control_plane;
 mod crash_restart;
 mod dashboards;
+mod docs;
 mod edge;
 mod exactly_once;
 mod fanout;
