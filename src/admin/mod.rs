@@ -232,14 +232,21 @@ fn route(request: &Request, cores: &Cores) -> Response {
             ),
             Err(unanswered) => unanswered,
         },
-        ("GET", "/v1/status") => match cores.ask(AdminRequest::Status) {
-            Ok((stats, table)) => (
-                "200 OK",
-                "application/json",
-                cores.status_json(&stats, &table),
-            ),
-            Err(unanswered) => unanswered,
-        },
+        ("GET", "/v1/status") => {
+            let asked = cores.ask(AdminRequest::Status).and_then(|status| {
+                cores
+                    .ask(AdminRequest::Settings)
+                    .map(|settings| (status, settings))
+            });
+            match asked {
+                Ok(((stats, table), settings)) => (
+                    "200 OK",
+                    "application/json",
+                    cores.status_json(&stats, &table, &settings),
+                ),
+                Err(unanswered) => unanswered,
+            }
+        }
         ("GET", "/" | "/console") => ("200 OK", HTML, crate::console::PAGE.to_string()),
         ("GET", "/v1/console") => match cores.ask(AdminRequest::Status) {
             Ok((stats, table)) => (

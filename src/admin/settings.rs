@@ -26,8 +26,8 @@ pub(super) fn name_and_value(setting: &Setting) -> (&'static str, Value) {
     }
 }
 
-/// The settings as one JSON object, `{"name": value, ...}`, with a newline.
-pub(super) fn settings_json<'a>(settings: impl IntoIterator<Item = &'a Setting>) -> String {
+/// The settings as one JSON object, `{"name": value, ...}`.
+pub(super) fn settings_value<'a>(settings: impl IntoIterator<Item = &'a Setting>) -> Value {
     let object: Map<String, Value> = settings
         .into_iter()
         .map(|s| {
@@ -35,7 +35,12 @@ pub(super) fn settings_json<'a>(settings: impl IntoIterator<Item = &'a Setting>)
             (name.to_string(), value)
         })
         .collect();
-    Value::Object(object).to_string() + "\n"
+    Value::Object(object)
+}
+
+/// [`settings_value`] as text, with a newline.
+pub(super) fn settings_json<'a>(settings: impl IntoIterator<Item = &'a Setting>) -> String {
+    settings_value(settings).to_string() + "\n"
 }
 
 /// The refusal of a name that is not a live setting.

@@ -9,7 +9,12 @@ type Json = serde_json::Value;
 impl Cores {
     /// The document: version, topics, every core's figures, the partitions that stand out and
     /// the groups' lag.
-    pub(super) fn status_json(&self, stats: &[CoreSnapshot], table: &TopicTable) -> String {
+    pub(super) fn status_json(
+        &self,
+        stats: &[CoreSnapshot],
+        table: &TopicTable,
+        settings: &[crate::cores::mesh::Setting],
+    ) -> String {
         let topics = self.topics_json(stats, table);
         let per_core: Vec<serde_json::Value> = stats
             .iter()
@@ -51,6 +56,7 @@ impl Cores {
             .collect();
         serde_json::json!({
             "version": env!("CARGO_PKG_VERSION"),
+            "settings": super::settings::settings_value(settings),
             "group_lag": group_lag,
             "replicated_partitions": replicated,
             "upstream_partitions": upstream,

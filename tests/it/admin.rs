@@ -131,6 +131,7 @@ fn admin_answers_every_path_as_before() {
     assert_eq!(status, "HTTP/1.1 200 OK");
     let json: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(json["cores"][1]["port"], shoal.ports[1]);
+    assert_eq!(json["settings"]["read_replicas"], "all", "{body}");
     shoal.stop();
 }
 
