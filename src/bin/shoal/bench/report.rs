@@ -18,6 +18,18 @@ pub fn switch_enabled(admin: Option<SocketAddr>, c: Compare) -> Option<bool> {
     metrics.get(gauge).map(|v| *v > 0.0)
 }
 
+/// The unit of every byte figure printed, `--rate` in bytes included.
+pub const BYTE_UNIT: &str = "record-batch bytes as sent and received (after --compression, batch \
+     and record headers included, request framing not); MB = 10^6 bytes, MiB and GiB powers of 2";
+
+/// The line that says which bytes the report and `--rate` count.
+pub fn units_line() -> String {
+    format!(
+        "{:<16} {BYTE_UNIT}; --rate in bytes paces in these",
+        "units"
+    )
+}
+
 fn rate_label(rate: Rate) -> String {
     match rate {
         Rate::Unlimited => "as fast as possible".to_string(),
@@ -58,7 +70,7 @@ pub fn describe_workload(w: &Workload, args: &FanoutArgs) -> String {
         format!(
             "{} msg/s ({:.1} MB/s)",
             stats::thousands(w.rate as u64),
-            stats::mb(w.rate * w.message_bytes as f64)
+            stats::mb(w.rate * w.wire_bytes_per_message)
         )
     } else {
         "as fast as possible".into()
@@ -142,6 +154,7 @@ fn summary_lines(s: &RunSummary) -> Vec<String> {
         lines.push(latency_line("publish latency", &s.publish_latency_us));
         lines.push(latency_line("e2e latency", &s.e2e_latency_us));
         lines.extend(correctness_lines(s));
+        lines.extend(s.cautions.iter().map(|c| format!("{:<16} {c}", "caution")));
     }
     lines.push(errors_line(s));
     lines.push(generator_line(s));
@@ -274,7 +287,7 @@ fn correctness_lines(s: &RunSummary) -> Vec<String> {
     let c = &s.correctness;
     if c.all_received {
         return vec![format!(
-            "{:<16} OK: all {} consumers received every record produced after they started ({} records in all, {} produced; drained in {:.2} s)",
+            "{:<16} OK: all {} consumers received every record the run produced ({} records in all, {} produced; drained in {:.2} s)",
             "correctness",
             c.consumers,
             stats::thousands(c.received_records),
@@ -291,6 +304,19 @@ fn correctness_lines(s: &RunSummary) -> Vec<String> {
         stats::thousands(c.expected_records),
         c.gaps
     )];
+    if !c.log_is_the_runs {
+        lines.push(format!(
+            "{:<16}   the partitions hold {} records from the consumers' start offsets to the final offsets, the run produced {}: {}",
+            "",
+            stats::thousands(c.log_records),
+            stats::thousands(c.produced_records),
+            if c.log_records > c.produced_records {
+                "the consumers read records that are not the run's (another producer, or an earlier run's)"
+            } else {
+                "records the broker acknowledged are missing"
+            }
+        ));
+    }
     for i in &c.incomplete {
         lines.push(format!(
             "{:<16}   consumer {} (partition {}): from {} reached {} of {}, {} records received, {} offsets missing between batches",
@@ -454,6 +480,55 @@ fn views_line(s: &RunSummary) -> Option<String> {
     ))
 }
 
+/// What makes a run's figures other than they seem: producers short of `--rate`, or not paced
+/// at all, and a generator using every core it has.
+pub fn cautions(s: &RunSummary, w: &Workload) -> Vec<String> {
+    let mut out = Vec::new();
+    if s.producers > 0 && w.rate > 0.0 && s.produced.msg_per_s < SHORT_OF_RATE * w.rate {
+        out.push(format!(
+            "the producers reached {} msg/s ({:.1} MB/s), {:.0}% of the {} msg/s asked (--rate): \
+             the broker or the generator could not keep up, so the figures are of a lower rate \
+             than asked, and latency includes the producers' own queue",
+            stats::thousands(s.produced.msg_per_s as u64),
+            s.produced.mb_per_s,
+            100.0 * s.produced.msg_per_s / w.rate,
+            stats::thousands(w.rate as u64),
+        ));
+    }
+    if s.producers > 0 && w.rate == 0.0 {
+        out.push(format!(
+            "the producers are not paced (--rate 0): each sends as fast as acknowledgements come \
+             back, {} requests in flight per connection, so latency measures the queue in front \
+             of the broker, not the broker; give --rate below the {:.1} MB/s produced here for a \
+             latency that means something",
+            w.max_in_flight, s.produced.mb_per_s
+        ));
+    }
+    let threads = w.client_threads.max(1) as f64;
+    if s.generator.cores >= SATURATED * threads {
+        out.push(format!(
+            "the generator used {:.2} cores with {} client thread{}: it is saturated, and the \
+             figures may be its limits rather than the broker's (more --client-threads, fewer \
+             consumers, or a lower --rate)",
+            s.generator.cores,
+            w.client_threads,
+            plural(w.client_threads)
+        ));
+    }
+    out
+}
+
+/// Producers below this share of `--rate` fell short of it.
+const SHORT_OF_RATE: f64 = 0.9;
+/// A generator using this share of its client threads' cores is saturated.
+const SATURATED: f64 = 0.9;
+
+/// The caution under a comparison of single runs.
+pub const SINGLE_RUN_CAUTION: &str =
+    "one run each: single runs of the same build differ by 10-20% \
+     on a shared machine, tail latency far more; trust a ratio only from the medians of --repeat 3 \
+     or more";
+
 fn fmt_ratio(r: Option<f64>) -> String {
     r.map_or_else(|| "-".into(), |r| format!("{r:.2}x"))
 }
@@ -566,6 +641,9 @@ pub fn print_comparison(compared: Compare, on: &RunSummary, off: &RunSummary, re
             b.map_or_else(|| "-".into(), &f),
             fmt_ratio(ratio(a, b))
         );
+    }
+    if repeat == 1 {
+        println!("{:<20} {SINGLE_RUN_CAUTION}", "caution");
     }
 }
 
@@ -866,6 +944,7 @@ mod tests {
         let mut complete = RunSummary::sample();
         complete.correctness.all_received = true;
         complete.errors = Default::default();
+        complete.cautions = Vec::new();
         complete.publish_latency_us = None;
         complete.generator.cpu_s_per_delivered_gb = None;
         complete.generator.unattributed_cpu_s = 0.0;

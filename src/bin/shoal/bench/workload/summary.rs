@@ -175,7 +175,8 @@ pub struct IncompleteConsumer {
 pub struct Correctness {
     /// False for the raw baseline (nothing was produced).
     pub checked: bool,
-    /// Every consumer received every record produced after its start offset, in order, no gaps.
+    /// Every consumer received every record from its start offset to the final offset, in order,
+    /// no gaps, and those records are the ones the run produced (`log_is_the_runs`).
     pub all_received: bool,
     pub consumers: usize,
     pub complete_consumers: usize,
@@ -189,6 +190,14 @@ pub struct Correctness {
     pub drain_s: f64,
     /// Up to 10 consumers that did not receive everything.
     pub incomplete: Vec<IncompleteConsumer>,
+    /// The records the partitions hold from the consumers' start offsets to the final offsets
+    /// (transaction markers left out).
+    pub log_records: u64,
+    /// The records the run's producers sent (the backlog's included).
+    pub produced_records: u64,
+    /// `log_records` is `produced_records` (with acks=0, at most that: a request may be lost):
+    /// the consumers read the run's records and no others.
+    pub log_is_the_runs: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -341,6 +350,8 @@ pub struct RunSummary {
     /// "kafka" or "raw-baseline".
     pub kind: &'static str,
     pub topic: Option<String>,
+    /// Whether the run's topic was deleted after it (None: the raw baseline, which has none).
+    pub topic_deleted: Option<bool>,
     pub partitions: i32,
     pub producers: usize,
     pub producer_mode: ProducerModeFigures,
@@ -375,6 +386,9 @@ pub struct RunSummary {
     pub raw_cpu_ratio: Option<f64>,
     /// Produced MB/s over the disk baseline's write rate (`--disk-baseline`), when it ran.
     pub disk_baseline_fraction: Option<f64>,
+    /// What makes the figures other than they seem (producers short of `--rate` or not paced, a
+    /// saturated generator), a sentence each.
+    pub cautions: Vec<String>,
 }
 
 #[cfg(test)]
@@ -417,6 +431,7 @@ impl RunSummary {
             label: "consumers=4x2 producers=1 coalescing=on".into(),
             kind: "kafka",
             topic: Some("fanout".into()),
+            topic_deleted: Some(true),
             partitions: 2,
             producers: 1,
             producer_mode: ProducerModeFigures {
@@ -473,6 +488,9 @@ impl RunSummary {
                 final_offsets: vec![1_000, 1_000],
                 drain_s: 0.125,
                 incomplete: vec![incomplete(3), incomplete(6)],
+                log_records: 1_301_024,
+                produced_records: 1_300_000,
+                log_is_the_runs: false,
             },
             generator: GeneratorCpu {
                 cpu_s: 4.321,
@@ -529,6 +547,11 @@ impl RunSummary {
             raw_baseline_fraction: Some(0.456),
             raw_cpu_ratio: None,
             disk_baseline_fraction: None,
+            cautions: vec![
+                "the producers reached 235,155 msg/s (235.2 MB/s), 47% of the \
+                            500,000 msg/s asked (--rate)"
+                    .into(),
+            ],
         }
     }
 }
