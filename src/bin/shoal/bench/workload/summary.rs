@@ -420,13 +420,6 @@ impl RunSummary {
             cpu_s: Some(cpu_s),
             io_uring_workers_cpu_s: Some(cpu_s / 8.0),
         };
-        let ops = |count: u64, slowest: Option<f64>| stats::DeviceOps {
-            count,
-            mean_us: Some(123.4),
-            over_10ms: 3,
-            over_100ms: 1,
-            slowest_within_s: slowest,
-        };
         RunSummary {
             label: "consumers=4x2 producers=1 coalescing=on".into(),
             kind: "kafka",
@@ -498,45 +491,7 @@ impl RunSummary {
                 cpu_s_per_delivered_gb: Some(0.4375),
                 unattributed_cpu_s: 0.25,
             },
-            server: ServerFigures {
-                observed: Some("threads".into()),
-                cpu_method: Some(
-                    "the process CPU clock (ns) of pid 4242, exited threads included".into(),
-                ),
-                cpu_s: Some(6.5),
-                cores: Some(1.238),
-                cpu_s_per_delivered_gb: Some(0.658),
-                cpu_us_per_fetch: Some(14.23),
-                peak_rss_bytes: Some(512 << 20),
-                peak_rss_includes_generator: true,
-                rss_at_consumers_start_bytes: Some(300 << 20),
-                peak_rss_since_consumers_start: true,
-                peak_rss_growth_bytes: Some(212 << 20),
-                fetch: Some(stats::FetchMetrics {
-                    coalescer_reads: 1_000,
-                    coalescer_inflight_hits: 2_000,
-                    coalescer_ready_hits: 5_000,
-                    coalescer_hit_ratio: Some(0.875),
-                    log_read_bytes: 1_234_567_000,
-                    response_bytes: 9_876_543_000,
-                    fan_out_saving: Some(8.0),
-                }),
-                device: Some(DeviceMetrics {
-                    writes: ops(45_678, Some(0.25)),
-                    fsyncs: ops(321, None),
-                }),
-                views: Some(ViewMetrics {
-                    source_batches: 77_160,
-                    source_batches_decoded: 77_161,
-                    shard_batches_encoded: 154_320,
-                    fetches_served: 456_789,
-                    catch_up_reads: 42,
-                    catch_up_reads_shared: 17,
-                    decode_errors: 0,
-                    decompressions_saved: 1_234,
-                    decodes_per_source_batch: Some(1.0000129),
-                }),
-            },
+            server: ServerFigures::sample(),
             per_broker: vec![core(0, 5, 4.0), core(1, 3, 2.25), core(2, 0, 0.25)],
             read_replicas: ReadReplicas {
                 follow: true,
@@ -548,10 +503,63 @@ impl RunSummary {
             raw_cpu_ratio: None,
             disk_baseline_fraction: None,
             cautions: vec![
-                "the producers reached 235,155 msg/s (235.2 MB/s), 47% of the \
-                            500,000 msg/s asked (--rate)"
+                "the producers reached 235,155 msg/s (235.2 MB/s), 47% of the 500,000 \
+                            msg/s asked (--rate)"
                     .into(),
             ],
+        }
+    }
+}
+
+#[cfg(test)]
+impl ServerFigures {
+    /// A shoal's figures, every one set, for [`RunSummary::sample`].
+    fn sample() -> ServerFigures {
+        let ops = |count: u64, slowest: Option<f64>| stats::DeviceOps {
+            count,
+            mean_us: Some(123.4),
+            over_10ms: 3,
+            over_100ms: 1,
+            slowest_within_s: slowest,
+        };
+        ServerFigures {
+            observed: Some("threads".into()),
+            cpu_method: Some(
+                "the process CPU clock (ns) of pid 4242, exited threads included".into(),
+            ),
+            cpu_s: Some(6.5),
+            cores: Some(1.238),
+            cpu_s_per_delivered_gb: Some(0.658),
+            cpu_us_per_fetch: Some(14.23),
+            peak_rss_bytes: Some(512 << 20),
+            peak_rss_includes_generator: true,
+            rss_at_consumers_start_bytes: Some(300 << 20),
+            peak_rss_since_consumers_start: true,
+            peak_rss_growth_bytes: Some(212 << 20),
+            fetch: Some(stats::FetchMetrics {
+                coalescer_reads: 1_000,
+                coalescer_inflight_hits: 2_000,
+                coalescer_ready_hits: 5_000,
+                coalescer_hit_ratio: Some(0.875),
+                log_read_bytes: 1_234_567_000,
+                response_bytes: 9_876_543_000,
+                fan_out_saving: Some(8.0),
+            }),
+            device: Some(DeviceMetrics {
+                writes: ops(45_678, Some(0.25)),
+                fsyncs: ops(321, None),
+            }),
+            views: Some(ViewMetrics {
+                source_batches: 77_160,
+                source_batches_decoded: 77_161,
+                shard_batches_encoded: 154_320,
+                fetches_served: 456_789,
+                catch_up_reads: 42,
+                catch_up_reads_shared: 17,
+                decode_errors: 0,
+                decompressions_saved: 1_234,
+                decodes_per_source_batch: Some(1.0000129),
+            }),
         }
     }
 }
