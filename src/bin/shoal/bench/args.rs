@@ -183,7 +183,7 @@ pub struct FanoutArgs {
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
     /// Topic to use (created with --partitions if missing; later runs of a series use NAME-2,
-    /// NAME-3, ...). Default: a fresh topic per run, shoal-bench-<series>-<run>. A named topic that
+    /// NAME-3, ...). Default: a fresh topic per run, shoal-bench-SERIES-RUN. A named topic that
     /// already holds records is refused when the consumers start at the earliest offset (--start
     /// earliest, --backlog): the run would read and count records it did not produce.
     #[arg(long)]
@@ -240,7 +240,8 @@ pub struct FanoutArgs {
     #[arg(long)]
     pub json: Option<PathBuf>,
     /// Run the workload twice, with a shoal setting on and then off, side by side: fetch
-    /// coalescing, or view-sharing (with --views).
+    /// coalescing, or view-sharing (with --views). Single runs vary: compare with --repeat 3 or
+    /// more.
     #[arg(long, value_enum)]
     pub compare: Option<Compare>,
     /// Also run a plain TCP fan-out from memory to the same number of consumers (same batches, same
@@ -264,7 +265,8 @@ pub struct FanoutArgs {
     /// Run a series over KEY (consumers, producers or partitions), e.g. consumers=1,8,64,256.
     #[arg(long, value_parser = parse_sweep)]
     pub sweep: Option<Sweep>,
-    /// Draw delivered MB/s and p99 end-to-end latency against the swept value into FILE.svg.
+    /// Draw delivered MB/s, p99 end-to-end latency, the broker's CPU-s per delivered GB and the
+    /// MB/s read from its log against the swept value into FILE.svg.
     #[arg(long)]
     pub plot: Option<PathBuf>,
     /// Client executors (threads) for producers and consumers (default: the CPUs the embedded

@@ -14,13 +14,13 @@
 //!   sse|ws`).
 //! - [`baseline`] — the raw TCP fan-out from memory (`--raw-baseline`).
 //! - [`report`]   — what is printed: summaries, comparisons, tables, the plot of a sweep.
+//! - [`topic`]    — each run's topic: a fresh one (or a named one checked), deleted after the run.
 //! - [`args`]     — the command line: flags, value parsers, checks.
 //! - [`client`]   — its own Kafka client: blocking set-up calls and request templates; fetch
 //!   responses are read by `shoal::wire::fetch::decode` without copying or decoding records.
 //! - [`disk`]     — the embedded broker's device: Direct I/O writes, with and without flushes
 //!   (`--disk-baseline`).
 //! - [`repeat`]   — `--repeat`: the median of each figure over a point's repeated runs.
-//! - [`topic`]    — each run's topic: a fresh one (or a named one checked), deleted after the run.
 //! - [`workload`] — one run: producers and consumers on glommio executors, phases, the summary.
 //! - [`stats`]    — what a run measures, a file each: counters, latency histograms, `/proc` CPU and
 //!   memory, finding the broker's process, shoal's admin API and `/metrics`, formatting.
