@@ -93,3 +93,42 @@ pub(super) fn check(
     c.all_received = c.complete_consumers == c.consumers && c.log_is_the_runs;
     c
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::stats::ConsumerStats;
+
+    /// Two consumers of each of two partitions, each from offset 10 to 110, every record received.
+    fn everyone_read_everything() -> Shared {
+        let consumers = [0, 0, 1, 1]
+            .into_iter()
+            .map(|p| {
+                let s = ConsumerStats::new(p, 10);
+                s.position.store(110, Relaxed);
+                s.records.store(100, Relaxed);
+                s
+            })
+            .collect();
+        Shared::new(1, consumers, 2, 1, 0)
+    }
+
+    #[test]
+    fn the_log_must_hold_the_runs_records_and_no_others() {
+        let shared = everyone_read_everything();
+        let ends = [110, 110];
+        let c = check(&shared, &ends, 0.1, Some(200), false);
+        assert!(c.all_received && c.log_is_the_runs, "{c:?}");
+        assert_eq!((c.log_records, c.produced_records), (200, 200));
+        // Every consumer got every record between its offsets, but 50 of them were not the run's.
+        let c = check(&shared, &ends, 0.1, Some(150), false);
+        assert_eq!(c.complete_consumers, 4);
+        assert!(!c.log_is_the_runs && !c.all_received, "{c:?}");
+        // acks=0: requests may be lost on the way, never records added.
+        assert!(check(&shared, &ends, 0.1, Some(250), true).all_received);
+        assert!(!check(&shared, &ends, 0.1, Some(250), false).all_received);
+        assert!(!check(&shared, &ends, 0.1, Some(150), true).all_received);
+        // The raw baseline is not checked.
+        assert!(!check(&shared, &ends, 0.1, None, false).checked);
+    }
+}
