@@ -3,9 +3,12 @@
 //! record, byte counts must fit the records (and the codec), latencies must be ordered and spread
 //! and within the run; the raw baseline (compared with unpaced runs only), the coalescing
 //! comparison, the catch-up workload (compressed and not) and the sweep's SVG plot are exercised
-//! too.
+//! too. Each run's topic is its own (fresh, deleted after it unless kept; a named one holding
+//! records refused where the consumers would read them), cautions say when figures mislead, byte
+//! rates are in one unit, and the embedded broker's ports can be chosen.
 
 use crate::common;
+use crate::common::cli::topic;
 
 use serde_json::Value;
 use std::io::Read;
@@ -183,6 +186,11 @@ fn check_run(b: &Bench, run: &Value) {
         "correctness.final_offsets",
         "correctness.drain_s",
         "correctness.incomplete",
+        "correctness.log_records",
+        "correctness.produced_records",
+        "correctness.log_is_the_runs",
+        "topic_deleted",
+        "cautions",
         "generator.cpu_s",
         "generator.cores",
         "generator.cpu_s_per_delivered_gb",
@@ -239,6 +247,14 @@ fn check_run(b: &Bench, run: &Value) {
     assert_eq!(
         num(run, "correctness.received_records"),
         num(run, "correctness.expected_records")
+    );
+    // The consumers read the run's records and no others.
+    assert_eq!(run["correctness"]["log_is_the_runs"], true);
+    assert_eq!(
+        num(run, "correctness.log_records"),
+        num(run, "totals.produced_records"),
+        "{:#}",
+        run["correctness"]
     );
     assert_eq!(num(run, "errors.count"), 0.0, "{:#}", run["errors"]);
     assert!(num(run, "produced.records") > 0.0);
@@ -412,6 +428,18 @@ fn raw_baseline_is_the_ceiling_of_an_unpaced_run() {
         "{fraction} vs {expected}"
     );
     assert!(stdout.contains("of the raw baseline"), "{stdout}");
+    // Unpaced producers: the latency is the producers' queue's, and the report says so.
+    let cautions = run["cautions"].as_array().unwrap();
+    assert!(
+        cautions
+            .iter()
+            .any(|c| c.as_str().unwrap().contains("not paced (--rate 0)")),
+        "{cautions:?}"
+    );
+    assert!(
+        stdout.contains("caution          the producers are not paced"),
+        "{stdout}"
+    );
 }
 
 /// Two consumers paced at 2 MB/s for a second, with the raw baseline after them.
@@ -506,7 +534,19 @@ fn coalescing_on_and_off_side_by_side() {
         assert!(num(c, field) > 0.0, "{field}: {c}");
     }
     assert!(stdout.contains("on/off"), "{stdout}");
+    // One run each: the ratios come with a caution.
+    assert!(
+        c["caution"]
+            .as_str()
+            .is_some_and(|t| t.contains("--repeat 3")),
+        "{c}"
+    );
+    assert!(stdout.contains(SINGLE_RUN_CAUTION), "{stdout}");
 }
+
+/// The caution under a comparison of single runs.
+const SINGLE_RUN_CAUTION: &str =
+    "caution              one run each: single runs of the same build differ by 10-20%";
 
 /// `--repeat 3`: on, off and the raw server in turn, three times; the comparison, the table and the
 /// JSON's medians are the medians of the three.
@@ -618,6 +658,9 @@ fn repeated_runs_are_compared_by_their_medians() {
         stdout.contains("== all runs, medians of 3 runs =="),
         "{stdout}"
     );
+    // Medians: no caution.
+    assert!(c["caution"].is_null(), "{c}");
+    assert!(!stdout.contains(SINGLE_RUN_CAUTION), "{stdout}");
 }
 
 /// `--views 4`: 2 consumers on each of 4 shard views, readers shared and then not.
@@ -1016,7 +1059,11 @@ fn sweep_draws_a_valid_svg() {
     check_svg(&svg);
     assert!(svg.contains("consumers per partition"));
     assert!(svg.contains("delivered throughput") && svg.contains("p99"));
-    assert_eq!(svg.matches("<polyline").count(), 2, "one line per panel");
+    // The broker's cost beside them: CPU per delivered GB and the log bytes read.
+    assert!(svg.contains("broker CPU per delivered GB"), "{svg}");
+    assert!(svg.contains("CPU-s per delivered GB"));
+    assert!(svg.contains("log bytes read") && svg.contains("MB/s read from the log"));
+    assert_eq!(svg.matches("<polyline").count(), 4, "one line per panel");
 }
 
 #[test]
@@ -1152,4 +1199,211 @@ fn stream_consumers_read_sse_and_websocket_against_a_raw_stream_sender() {
             "{protocol}: {stdout}"
         );
     }
+}
+
+/// The topics `shoal topic list` shows at `bootstrap`.
+fn topic_names(bootstrap: &str) -> Vec<String> {
+    let listed = topic(bootstrap, &["list"]).json();
+    listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// `shoal bench fanout ARGS` expected to stop before any run: its exit status and what it said.
+fn refused(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["bench", "fanout"])
+        .args(args)
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    (out.status.success(), said)
+}
+
+/// Against a broker: each run of a pair writes a fresh topic of its own, deleted after it;
+/// `--keep-topic` keeps it.
+#[test]
+fn each_run_gets_a_fresh_topic_deleted_after_it_unless_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = common::Shoal::start(&dir.path().join("data"), 1, &[]);
+    let bootstrap = shoal.bootstrap();
+    let mut args = vec!["--bootstrap", &bootstrap, "--admin", &shoal.admin];
+    args.extend(["--compare", "coalescing"]);
+    args.extend(SHORT_RUN);
+    let b = bench(dir.path(), &args);
+    assert!(b.ok, "{}", b.stdout);
+    let runs = b.summary["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    let names: Vec<&str> = runs.iter().map(|r| r["topic"].as_str().unwrap()).collect();
+    assert_ne!(names[0], names[1], "each run has its own topic");
+    for (r, name) in runs.iter().zip(&names) {
+        check_run(&b, r);
+        assert!(name.starts_with("shoal-bench-"), "{name}");
+        assert_eq!(r["topic_deleted"], true, "{name}");
+        assert!(
+            b.stdout
+                .contains(&format!("topic            {name} deleted after the run")),
+            "{}",
+            b.stdout
+        );
+    }
+    let left = topic_names(&bootstrap);
+    assert!(
+        names.iter().all(|n| !left.iter().any(|l| l == n)),
+        "topics left behind: {left:?}"
+    );
+
+    let mut args = vec!["--bootstrap", &bootstrap, "--admin", &shoal.admin];
+    args.push("--keep-topic");
+    args.extend(SHORT_RUN);
+    let b = bench(dir.path(), &args);
+    assert!(b.ok, "{}", b.stdout);
+    let run = &b.summary["runs"][0];
+    check_run(&b, run);
+    let kept = run["topic"].as_str().unwrap();
+    assert_eq!(run["topic_deleted"], false);
+    assert!(
+        b.stdout.contains(&format!("{kept} kept: --keep-topic")),
+        "{}",
+        b.stdout
+    );
+    assert!(topic_names(&bootstrap).iter().any(|t| t == kept));
+}
+
+/// A named topic that already holds records: consumers starting at the earliest offset would read
+/// them too, so the bench refuses it; starting at the latest offset, it is used and kept.
+#[test]
+fn a_named_topic_holding_records_is_refused_where_consumers_would_read_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = common::Shoal::start(&dir.path().join("data"), 1, &[]);
+    let bootstrap = shoal.bootstrap();
+    let on_broker = |extra: &[&str]| {
+        let mut args = vec!["--bootstrap", bootstrap.as_str(), "--admin", &shoal.admin];
+        args.extend(["--topic", "held"]);
+        args.extend(extra);
+        args.extend(SHORT_RUN);
+        args.iter().map(|a| a.to_string()).collect::<Vec<_>>()
+    };
+    // The first run creates it: it is the run's, and kept as asked.
+    let b = bench(dir.path(), &strs(&on_broker(&["--keep-topic"])));
+    assert!(b.ok, "{}", b.stdout);
+    check_run(&b, &b.summary["runs"][0]);
+    assert_eq!(b.summary["runs"][0]["topic"], "held");
+    assert_eq!(b.summary["runs"][0]["topic_deleted"], false);
+    for earliest in [&["--start", "earliest"][..], &["--backlog", "64KiB"]] {
+        let (ok, said) = refused(&strs(&on_broker(earliest)));
+        assert!(!ok, "{earliest:?}: {said}");
+        assert!(
+            said.contains("topic held already holds") && said.contains("--start earliest"),
+            "{earliest:?}: {said}"
+        );
+    }
+    // At the latest offset the consumers read only the run's records.
+    let b = bench(dir.path(), &strs(&on_broker(&[])));
+    assert!(b.ok, "{}", b.stdout);
+    let run = &b.summary["runs"][0];
+    check_run(&b, run);
+    assert_eq!(run["topic_deleted"], false, "it existed before the run");
+    assert!(
+        b.stdout.contains("held kept: it existed before the run"),
+        "{}",
+        b.stdout
+    );
+    assert!(topic_names(&bootstrap).iter().any(|t| t == "held"));
+}
+
+/// Producers paced far beyond what they reach: the summary says they fell short.
+#[test]
+fn producers_short_of_the_rate_are_cautioned() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec!["--rate", "20GB/s"];
+    args.extend(SHORT_RUN.iter().filter(|a| !["--rate", "3000"].contains(a)));
+    let b = bench(dir.path(), &args);
+    assert!(b.ok, "{}", b.stdout);
+    let run = &b.summary["runs"][0];
+    check_run(&b, run);
+    let cautions = run["cautions"].as_array().unwrap();
+    assert!(
+        cautions.iter().any(|c| {
+            let c = c.as_str().unwrap();
+            c.starts_with("the producers reached") && c.contains("asked (--rate)")
+        }),
+        "{cautions:?}"
+    );
+    assert!(
+        b.stdout.contains("caution          the producers reached"),
+        "{}",
+        b.stdout
+    );
+}
+
+/// `--rate` in bytes paces the bytes the report counts, record batches as sent: compressed, the
+/// produced MB/s is the rate asked (not the rate of the values before compression).
+#[test]
+fn a_byte_rate_is_in_the_reports_unit() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = bench(
+        dir.path(),
+        &[
+            "--consumers",
+            "1",
+            "--rate",
+            "2MB/s",
+            "--compression",
+            "lz4",
+            "--duration",
+            "2s",
+            "--warmup",
+            "300ms",
+            "--quiet",
+        ],
+    );
+    assert!(b.ok, "{}", b.stdout);
+    let run = &b.summary["runs"][0];
+    check_run(&b, run);
+    let produced = num(run, "produced.mb_per_s");
+    assert!((1.6..2.4).contains(&produced), "{produced} MB/s produced");
+    // The values alone came at a higher rate: compression shrank them.
+    let values = num(run, "produced.msg_per_s") * num(run, "message_bytes") / 1e6;
+    assert!(values > 1.5 * produced, "{values} MB/s of values");
+    let unit = b.summary["byte_unit"].as_str().unwrap();
+    assert!(unit.starts_with("record-batch bytes as sent"), "{unit}");
+    assert!(
+        b.stdout.contains(&format!(
+            "units            {unit}; --rate in bytes paces in these"
+        )),
+        "{}",
+        b.stdout
+    );
+}
+
+/// `--broker-arg=--listen=...` and `--admin=...` put the embedded broker on those ports; its data
+/// directory and cores stay the bench's own flags.
+#[test]
+fn the_embedded_brokers_ports_can_be_chosen() {
+    let dir = tempfile::tempdir().unwrap();
+    let _ports = common::ports_lock();
+    let port = common::free_port_run(2);
+    let (listen, admin) = (
+        format!("--broker-arg=--listen=127.0.0.1:{port}"),
+        format!("--broker-arg=--admin=127.0.0.1:{}", port + 1),
+    );
+    let mut args = vec![listen.as_str(), admin.as_str()];
+    args.extend(SHORT_RUN);
+    let b = bench(dir.path(), &args);
+    assert!(b.ok, "{}", b.stdout);
+    check_run(&b, &b.summary["runs"][0]);
+    let on = format!("on 127.0.0.1:{port}, admin 127.0.0.1:{}", port + 1);
+    assert!(b.stdout.contains(&on), "{}", b.stdout);
+    assert!(b.summary["broker"].as_str().unwrap().contains(&on));
+    let (ok, said) = refused(&["--broker-arg=--cores=2", "--duration", "1s"]);
+    assert!(!ok && said.contains("--broker-cores"), "{said}");
 }

@@ -106,11 +106,12 @@ pub enum Rate {
 }
 
 impl Rate {
-    pub fn messages_per_sec(self, message_bytes: usize) -> f64 {
+    /// Messages per second, where a message takes `bytes_per_message` record-batch bytes as sent.
+    pub fn messages_per_sec(self, bytes_per_message: f64) -> f64 {
         match self {
             Rate::Unlimited => 0.0,
             Rate::MessagesPerSec(m) => m,
-            Rate::BytesPerSec(b) => b / message_bytes.max(1) as f64,
+            Rate::BytesPerSec(b) => b / bytes_per_message.max(1.0),
         }
     }
 }
@@ -173,15 +174,24 @@ pub struct FanoutArgs {
     #[serde(skip)]
     pub sasl_password: Option<String>,
     /// Extra `shoal serve` flag for the embedded shoal, e.g. --broker-arg=--flush-ms=0 (repeatable).
+    /// Its --listen, --admin and --http-listen replace the bench's (free loopback ports), e.g.
+    /// --broker-arg=--listen=127.0.0.1:19092 --broker-arg=--admin=127.0.0.1:19644.
     #[arg(long = "broker-arg", allow_hyphen_values = true, value_name = "FLAG")]
     pub broker_args: Vec<String>,
     /// Data directory of the embedded shoal (default: a new directory under the system temporary
     /// directory, removed at the end; note that it may be tmpfs, where fsync costs nothing).
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
-    /// Topic name. Created with --partitions if missing; later runs of a series use NAME-2, NAME-3...
-    #[arg(long, default_value = "shoal-bench")]
-    pub topic: String,
+    /// Topic to use (created with --partitions if missing; later runs of a series use NAME-2,
+    /// NAME-3, ...). Default: a fresh topic per run, shoal-bench-SERIES-RUN. A named topic that
+    /// already holds records is refused when the consumers start at the earliest offset (--start
+    /// earliest, --backlog): the run would read and count records it did not produce.
+    #[arg(long)]
+    pub topic: Option<String>,
+    /// Keep each run's topic after it (default: the topics a run created are deleted after it; a
+    /// topic that existed before is never deleted).
+    #[arg(long)]
+    pub keep_topic: bool,
     #[arg(long, default_value_t = 1)]
     pub partitions: i32,
     #[arg(long, default_value_t = 1)]
@@ -200,7 +210,8 @@ pub struct FanoutArgs {
     #[arg(long, default_value = "16KiB", value_parser = parse_size)]
     pub batch_bytes: u64,
     /// Total produce rate: messages per second (e.g. 50000, 50k) or bytes per second with a unit
-    /// (e.g. 100MB/s, 64MiB/s); 0 is as fast as possible.
+    /// (e.g. 100MB/s, 64MiB/s); 0 is as fast as possible. Bytes are record-batch bytes as sent,
+    /// after --compression (the unit of every MB/s the report prints).
     #[arg(long, default_value = "0", value_parser = parse_rate)]
     pub rate: Rate,
     /// Produce acks: 0, 1, or -1/all.
@@ -229,7 +240,8 @@ pub struct FanoutArgs {
     #[arg(long)]
     pub json: Option<PathBuf>,
     /// Run the workload twice, with a shoal setting on and then off, side by side: fetch
-    /// coalescing, or view-sharing (with --views).
+    /// coalescing, or view-sharing (with --views). Single runs vary: compare with --repeat 3 or
+    /// more.
     #[arg(long, value_enum)]
     pub compare: Option<Compare>,
     /// Also run a plain TCP fan-out from memory to the same number of consumers (same batches, same
@@ -253,7 +265,8 @@ pub struct FanoutArgs {
     /// Run a series over KEY (consumers, producers or partitions), e.g. consumers=1,8,64,256.
     #[arg(long, value_parser = parse_sweep)]
     pub sweep: Option<Sweep>,
-    /// Draw delivered MB/s and p99 end-to-end latency against the swept value into FILE.svg.
+    /// Draw delivered MB/s, p99 end-to-end latency, the broker's CPU-s per delivered GB and the
+    /// MB/s read from its log against the swept value into FILE.svg.
     #[arg(long)]
     pub plot: Option<PathBuf>,
     /// Client executors (threads) for producers and consumers (default: the CPUs the embedded
@@ -555,7 +568,7 @@ mod tests {
         assert_eq!(parse_rate("50k"), Ok(Rate::MessagesPerSec(50_000.0)));
         assert_eq!(parse_rate("100MB/s"), Ok(Rate::BytesPerSec(1e8)));
         assert_eq!(
-            parse_rate("100MB/s").unwrap().messages_per_sec(1000),
+            parse_rate("100MB/s").unwrap().messages_per_sec(1000.0),
             100_000.0
         );
         assert_eq!(parse_acks("all"), Ok(-1));

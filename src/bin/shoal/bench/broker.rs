@@ -80,27 +80,7 @@ impl Broker {
             Some(d) => (d.clone(), None),
             None => fresh_under(std::env::temp_dir()),
         };
-        let cores = args.broker_cores.max(1).to_string();
-        let data_dir = dir.to_string_lossy().to_string();
-        let mut argv: Vec<String> = [
-            "shoal",
-            "serve",
-            "--data-dir",
-            &data_dir,
-            "--listen",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-            "--cores",
-            &cores,
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        if args.protocol != crate::bench::args::Protocol::Kafka {
-            argv.extend(["--http-listen".to_string(), "127.0.0.1:0".to_string()]);
-        }
-        argv.extend(args.broker_args.iter().cloned());
+        let argv = serve_argv(args, &dir)?;
         let config =
             serve_config(&argv[2..]).map_err(|e| io::Error::other(format!("--broker-arg: {e}")))?;
         let cores = Some(args.broker_cores.max(1));
@@ -212,6 +192,44 @@ impl Broker {
             }
         }
     }
+}
+
+/// The `shoal serve` command line of the embedded broker on `dir`: the bench's flags, then the
+/// `--broker-arg`s. The bench's listeners (`--listen`, `--admin`, `--http-listen` on free
+/// loopback ports) are left out where a `--broker-arg` gives its own; the data directory and the
+/// cores are the bench's own flags (`--data-dir`, `--broker-cores`), which the run's set-up and
+/// figures depend on.
+fn serve_argv(args: &FanoutArgs, dir: &std::path::Path) -> io::Result<Vec<String>> {
+    let given = |flag: &str| {
+        args.broker_args
+            .iter()
+            .any(|a| a == flag || a.strip_prefix(flag).is_some_and(|v| v.starts_with('=')))
+    };
+    for (flag, ours) in [("--data-dir", "--data-dir"), ("--cores", "--broker-cores")] {
+        if given(flag) {
+            return Err(io::Error::other(format!(
+                "--broker-arg={flag}: give the bench's {ours} instead (the bench sets it up and \
+                 measures with it)"
+            )));
+        }
+    }
+    let mut argv: Vec<String> = vec![
+        "shoal".into(),
+        "serve".into(),
+        "--data-dir".into(),
+        dir.to_string_lossy().into_owned(),
+        "--cores".into(),
+        args.broker_cores.max(1).to_string(),
+    ];
+    let mut listeners = vec!["--listen", "--admin"];
+    if args.protocol != crate::bench::args::Protocol::Kafka {
+        listeners.push("--http-listen");
+    }
+    for flag in listeners.into_iter().filter(|f| !given(f)) {
+        argv.extend([flag.to_string(), "127.0.0.1:0".to_string()]);
+    }
+    argv.extend(args.broker_args.iter().cloned());
+    Ok(argv)
 }
 
 /// Stops the embedded shoal however the generator ends (an error, a panic).

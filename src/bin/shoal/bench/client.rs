@@ -2,7 +2,7 @@
 //!
 //! Two halves:
 //! - a blocking client on `std::net::TcpStream` for the few set-up calls (ApiVersions, Metadata,
-//!   CreateTopics, ListOffsets), with bodies encoded and decoded by `kafka-protocol`;
+//!   CreateTopics, ListOffsets, DeleteTopics), with bodies encoded and decoded by `kafka-protocol`;
 //! - the hot path's requests: Fetch requests are encoded once and only their offset and correlation
 //!   id are patched ([`FetchTemplate`]); uncompressed produce requests likewise ([`ProduceFrame`]):
 //!   the batch sits in the request frame and only its timestamps (with an idempotent producer, its
@@ -14,13 +14,15 @@
 use crate::client::{pick_version, request_frame, resolve, SyncConn};
 use bytes::Bytes;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, CreateTopicsRequest,
-    CreateTopicsResponse, FetchRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse,
-    ProduceRequest, TopicName, TransactionalId,
+    CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, FetchRequest,
+    ListOffsetsResponse, MetadataRequest, MetadataResponse, ProduceRequest, TopicName,
+    TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 use shards::batch::{self, BatchHeader, HEADER_LEN};
@@ -55,6 +57,8 @@ pub struct Negotiated {
     pub metadata: i16,
     pub list_offsets: i16,
     pub create_topics: i16,
+    /// None where the broker does not serve DeleteTopics: the bench's topics then stay.
+    pub delete_topics: Option<i16>,
     /// What idempotent and transactional producers need; None where the broker does not serve it.
     pub producer_ids: ProducerIdVersions,
 }
@@ -113,6 +117,7 @@ impl Negotiated {
             metadata: chosen[&(ApiKey::Metadata as i16)],
             list_offsets: chosen[&(ApiKey::ListOffsets as i16)],
             create_topics: chosen[&(ApiKey::CreateTopics as i16)],
+            delete_topics: pick_version(r, ApiKey::DeleteTopics, 1, 6).ok(),
         })
     }
 }
@@ -167,47 +172,89 @@ impl Cluster {
     /// every partition to have a leader, and returns the leaders. An existing topic must have
     /// `partitions` partitions.
     pub fn ensure_topic(&self, topic: &str, partitions: i32) -> io::Result<Vec<PartitionLeader>> {
+        let created = self.create_topic(topic, partitions)?;
+        self.await_topic(topic, partitions, !created)
+    }
+
+    /// Creates the topic unless it exists; true if this call created it.
+    pub fn create_topic(&self, topic: &str, partitions: i32) -> io::Result<bool> {
         let m = self.metadata(topic)?;
         let exists = m
             .topics
             .first()
             .is_some_and(|t| t.error_code == 0 && !t.partitions.is_empty());
-        if !exists {
-            let controller = m
-                .brokers
-                .iter()
-                .find(|b| b.node_id == m.controller_id)
-                .map(|b| resolve(&format!("{}:{}", b.host, b.port)))
-                .transpose()?
-                .unwrap_or(self.bootstrap);
-            let mut c = SyncConn::connect(controller)?;
-            // v4+ take -1 for "the broker's default replication factor" (KIP-464).
-            let rf = if self.versions.create_topics >= 4 {
-                -1
-            } else {
-                1
-            };
-            let r: CreateTopicsResponse = c.call(
-                ApiKey::CreateTopics,
-                self.versions.create_topics,
-                &CreateTopicsRequest::default()
-                    .with_timeout_ms(30_000)
-                    .with_topics(vec![CreatableTopic::default()
-                        .with_name(name(topic))
-                        .with_num_partitions(partitions)
-                        .with_replication_factor(rf)]),
-            )?;
-            for t in &r.topics {
-                if t.error_code != 0 && t.error_code != TOPIC_ALREADY_EXISTS {
+        if exists {
+            return Ok(false);
+        }
+        let mut c = SyncConn::connect(self.controller(&m)?)?;
+        // v4+ take -1 for "the broker's default replication factor" (KIP-464).
+        let rf = if self.versions.create_topics >= 4 {
+            -1
+        } else {
+            1
+        };
+        let r: CreateTopicsResponse = c.call(
+            ApiKey::CreateTopics,
+            self.versions.create_topics,
+            &CreateTopicsRequest::default()
+                .with_timeout_ms(30_000)
+                .with_topics(vec![CreatableTopic::default()
+                    .with_name(name(topic))
+                    .with_num_partitions(partitions)
+                    .with_replication_factor(rf)]),
+        )?;
+        let mut created = true;
+        for t in &r.topics {
+            match t.error_code {
+                0 => {}
+                TOPIC_ALREADY_EXISTS => created = false,
+                code => {
                     return Err(other(format!(
-                        "creating topic {topic}: error {} {}",
-                        t.error_code,
+                        "creating topic {topic}: error {code} {}",
                         t.error_message.as_deref().unwrap_or("")
-                    )));
+                    )))
                 }
             }
         }
-        self.await_topic(topic, partitions, exists)
+        Ok(created)
+    }
+
+    /// Deletes the topic (asked of the controller).
+    pub fn delete_topic(&self, topic: &str) -> io::Result<()> {
+        let version = self
+            .versions
+            .delete_topics
+            .ok_or_else(|| other("the broker does not serve DeleteTopics"))?;
+        let mut req = DeleteTopicsRequest::default().with_timeout_ms(30_000);
+        // v6 names topics in `topics` (by name or id); before, in `topic_names`.
+        if version >= 6 {
+            req = req.with_topics(vec![
+                DeleteTopicState::default().with_name(Some(name(topic)))
+            ]);
+        } else {
+            req = req.with_topic_names(vec![name(topic)]);
+        }
+        let m = self.metadata(topic)?;
+        let mut c = SyncConn::connect(self.controller(&m)?)?;
+        let r: DeleteTopicsResponse = c.call(ApiKey::DeleteTopics, version, &req)?;
+        match r.responses.iter().find(|t| t.error_code != 0) {
+            Some(t) => Err(other(format!(
+                "deleting topic {topic}: error {} {}",
+                t.error_code,
+                t.error_message.as_deref().unwrap_or("")
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// The controller the metadata `m` names (the bootstrap broker if it names none).
+    fn controller(&self, m: &MetadataResponse) -> io::Result<SocketAddr> {
+        Ok(m.brokers
+            .iter()
+            .find(|b| b.node_id == m.controller_id)
+            .map(|b| resolve(&format!("{}:{}", b.host, b.port)))
+            .transpose()?
+            .unwrap_or(self.bootstrap))
     }
 
     /// Waits (30 s at most) until the topic has `partitions` partitions, each with a leader, and

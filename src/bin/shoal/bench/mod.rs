@@ -14,6 +14,7 @@
 //!   sse|ws`).
 //! - [`baseline`] — the raw TCP fan-out from memory (`--raw-baseline`).
 //! - [`report`]   — what is printed: summaries, comparisons, tables, the plot of a sweep.
+//! - [`topic`]    — each run's topic: a fresh one (or a named one checked), deleted after the run.
 //! - [`args`]     — the command line: flags, value parsers, checks.
 //! - [`client`]   — its own Kafka client: blocking set-up calls and request templates; fetch
 //!   responses are read by `shoal::wire::fetch::decode` without copying or decoding records.
@@ -42,6 +43,7 @@ mod repeat;
 mod report;
 pub mod stats;
 mod stream_baseline;
+mod topic;
 pub mod workload;
 
 pub use args::BenchCommand;
@@ -53,7 +55,7 @@ use broker::Broker;
 use client::Cluster;
 use repeat::Repeats;
 use report::{
-    describe_workload, plural, print_comparison, print_disk, print_medians, print_raw,
+    cautions, describe_workload, plural, print_comparison, print_disk, print_medians, print_raw,
     print_summary, print_table, render_plot, run_label, switch_enabled,
 };
 use serde::Serialize;
@@ -75,6 +77,8 @@ struct Report {
     tool: &'static str,
     version: &'static str,
     broker: String,
+    /// What every byte figure counts (`--rate` in bytes too).
+    byte_unit: &'static str,
     config: FanoutArgs,
     runs: Vec<RunSummary>,
     raw_baselines: Vec<RunSummary>,
@@ -108,12 +112,15 @@ struct Comparison {
     peak_rss_ratio: Option<f64>,
     /// Of the resident memory added while serving the consumers.
     peak_rss_growth_ratio: Option<f64>,
+    /// Set where the ratios are of single runs, not of medians.
+    caution: Option<&'static str>,
 }
 
 impl Comparison {
-    /// `on` against `off` (the medians at `on_run` and `on_run + 1`).
-    fn of(on: &RunSummary, off: &RunSummary, on_run: usize) -> Comparison {
+    /// `on` against `off` (the medians of `repeat` runs at `on_run` and `on_run + 1`).
+    fn of(on: &RunSummary, off: &RunSummary, on_run: usize, repeat: usize) -> Comparison {
         Comparison {
+            caution: (repeat == 1).then_some(report::SINGLE_RUN_CAUTION),
             consumers_per_partition: on.consumers_per_partition,
             partitions: on.partitions,
             producers: on.producers,
@@ -168,6 +175,13 @@ fn workload_for(args: &FanoutArgs, point: Option<(SweepKey, u64)>, cpus: usize) 
         None => {}
     }
     let message_bytes = args.message_bytes as usize;
+    let records_per_batch = (args.batch_bytes as usize / message_bytes.max(1)).max(1);
+    let wire_bytes_per_message = workload::wire_bytes_per_message(
+        message_bytes,
+        records_per_batch,
+        args.compression,
+        args.views,
+    );
     let broker_cpus = if args.bootstrap.is_none() {
         args.broker_cores.max(1)
     } else {
@@ -185,14 +199,15 @@ fn workload_for(args: &FanoutArgs, point: Option<(SweepKey, u64)>, cpus: usize) 
         })
         .collect();
     Workload {
-        topic: args.topic.clone(),
+        topic: String::new(),
         partitions,
         producers,
         consumers_per_partition: consumers,
         views: args.views,
         message_bytes,
-        records_per_batch: (args.batch_bytes as usize / message_bytes.max(1)).max(1),
-        rate: args.rate.messages_per_sec(message_bytes),
+        records_per_batch,
+        wire_bytes_per_message,
+        rate: args.rate.messages_per_sec(wire_bytes_per_message),
         acks: args.acks,
         duration: args.duration,
         warmup: args.warmup.unwrap_or(if args.backlog.unwrap_or(0) > 0 {
@@ -255,6 +270,8 @@ struct Plan {
     /// `--compare`: on, then off; without it, the broker as it is.
     modes: Vec<Option<bool>>,
     repeat: usize,
+    /// In the names of the series' fresh topics.
+    series: String,
 }
 
 impl Plan {
@@ -270,6 +287,7 @@ impl Plan {
                 vec![None]
             },
             repeat: args.repeat.max(1) as usize,
+            series: topic::series_id(),
         }
     }
 
@@ -309,6 +327,7 @@ impl Report {
             tool: "shoal bench fanout",
             version: env!("CARGO_PKG_VERSION"),
             broker: String::new(),
+            byte_unit: report::BYTE_UNIT,
             config: args.clone(),
             runs: Vec::new(),
             raw_baselines: Vec::new(),
@@ -329,6 +348,7 @@ fn series(args: &FanoutArgs, broker: &mut Broker, cpus: usize) -> io::Result<Rep
     };
     let obs = broker.observer();
     println!("shoal bench fanout: {}", broker.describe());
+    println!("{}", report::units_line());
     let mut ut = UnderTest {
         broker,
         cluster,
@@ -413,11 +433,7 @@ fn run_one(
     if let (Some(on), Some(admin), Some(c)) = (mode, ut.broker.admin, args.compare) {
         stats::set_switch(admin, c.setting(), on)?;
     }
-    w.topic = if index == 0 {
-        args.topic.clone()
-    } else {
-        format!("{}-{}", args.topic, index + 1)
-    };
+    w.topic = topic::name(args, &plan.series, index);
     let label = run_label(w, args.compare.zip(mode));
     let of_repeats = match plan.repeat {
         1 => String::new(),
@@ -447,8 +463,16 @@ fn run_one(
         }
     };
     let endpoint = Endpoint::Kafka(&ut.cluster, ut.upstream.as_ref());
-    let s = workload::run(w, &endpoint, &ut.obs, &label, settings)?;
+    // The topic lives where the producers write.
+    let owner = ut.upstream.as_ref().unwrap_or(&ut.cluster);
+    let run_topic = topic::RunTopic::prepare(owner, w, args.topic.is_some())?;
+    let result = workload::run(w, &endpoint, &ut.obs, &label, settings);
+    let (deleted, topic_line) = run_topic.finish(owner, args.keep_topic);
+    let mut s = result?;
+    s.topic_deleted = Some(deleted);
+    s.cautions = cautions(&s, w);
     print_summary(&s);
+    println!("{topic_line}");
     Ok(s)
 }
 
@@ -493,7 +517,7 @@ fn add_medians(
         );
         report
             .comparisons
-            .push(Comparison::of(on, off, first_median));
+            .push(Comparison::of(on, off, first_median, plan.repeat));
         let compared = args.compare.expect("two modes only with --compare");
         print_comparison(compared, on, off, plan.repeat);
     }

@@ -1,6 +1,7 @@
-//! A standalone SVG of a sweep: one panel per figure (delivered MB/s, p99 end-to-end latency)
-//! against the swept value on a log-2 axis, one line per series (coalescing on/off, raw baseline),
-//! with axes, ticks, labels and a legend. Hand-written: no dependencies, opens in any browser.
+//! A standalone SVG of a sweep: one panel per figure (delivered MB/s, p99 end-to-end latency, the
+//! broker's CPU per delivered GB, log bytes read), two to a row, against the swept value on a
+//! log-2 axis, one line per series (coalescing on/off, raw baseline), with axes, ticks, labels and
+//! a legend. Hand-written: no dependencies, opens in any browser.
 
 use std::fmt::Write;
 
@@ -32,6 +33,11 @@ const MARGIN_L: f64 = 80.0;
 const MARGIN_R: f64 = 30.0;
 const MARGIN_T: f64 = 90.0;
 const MARGIN_B: f64 = 90.0;
+/// Panels side by side in a row.
+const PER_ROW: usize = 2;
+/// From the bottom of one row's panels to the top of the next's: the axis label and legend, then
+/// the next panel's title.
+const ROW_GAP: f64 = MARGIN_B + 50.0;
 
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -72,16 +78,19 @@ fn label(v: f64) -> String {
 
 /// Renders the whole figure: `xs` are the swept values (ticks on the x axis).
 pub fn render(title: &str, subtitle: &str, x_label: &str, xs: &[f64], panels: &[Panel]) -> String {
-    let width = MARGIN_L + panels.len() as f64 * (PANEL_W + MARGIN_L + MARGIN_R);
-    let height = MARGIN_T + PANEL_H + MARGIN_B;
+    let columns = panels.len().clamp(1, PER_ROW);
+    let rows = panels.len().div_ceil(PER_ROW).max(1);
+    let width = MARGIN_L + columns as f64 * (PANEL_W + MARGIN_L + MARGIN_R);
+    let height = MARGIN_T + PANEL_H + MARGIN_B + (rows - 1) as f64 * (PANEL_H + ROW_GAP);
     let mut s = String::new();
     write_heading(&mut s, width, height, title, subtitle);
     let x_range = log2_range(xs);
     for (pi, panel) in panels.iter().enumerate() {
         let (y_range, ticks) = y_scale(panel);
+        let (row, column) = (pi / PER_ROW, pi % PER_ROW);
         let frame = Frame {
-            ox: MARGIN_L + pi as f64 * (PANEL_W + MARGIN_L + MARGIN_R),
-            oy: MARGIN_T,
+            ox: MARGIN_L + column as f64 * (PANEL_W + MARGIN_L + MARGIN_R),
+            oy: MARGIN_T + row as f64 * (PANEL_H + ROW_GAP),
             x_range,
             y_range,
             log_y: panel.log_y,
@@ -460,6 +469,53 @@ mod tests {
     fn renders_the_golden_svg() {
         let svg = sample() + &lone_point();
         assert_eq!(svg, include_str!("plot_golden.svg"));
+    }
+
+    /// Four panels: two rows of two, the second row below the first's legends.
+    #[test]
+    fn panels_go_two_to_a_row() {
+        let panel = |title: &str| Panel {
+            title: title.into(),
+            y_label: "y".into(),
+            series: vec![Series {
+                name: "s".into(),
+                points: vec![(1.0, 1.0), (2.0, 2.0)],
+                dash: None,
+            }],
+            log_y: false,
+        };
+        let panels: Vec<Panel> = ["a", "b", "c", "d"].into_iter().map(panel).collect();
+        let svg = render("t", "s", "x", &[1.0, 2.0], &panels);
+        let width = MARGIN_L + 2.0 * (PANEL_W + MARGIN_L + MARGIN_R);
+        let height = MARGIN_T + 2.0 * PANEL_H + ROW_GAP + MARGIN_B;
+        assert!(
+            svg.contains(&format!(r#"width="{width:.0}" height="{height:.0}""#)),
+            "{}",
+            svg.lines().next().unwrap()
+        );
+        let second_row = MARGIN_T + PANEL_H + ROW_GAP;
+        let frames: Vec<(f64, f64)> = svg
+            .lines()
+            .filter(|l| l.contains(r##"fill="none" stroke="#444444""##))
+            .map(|l| {
+                let attr = |name: &str| -> f64 {
+                    let at = l.find(&format!(r#" {name}=""#)).unwrap() + name.len() + 3;
+                    l[at..].split('"').next().unwrap().parse().unwrap()
+                };
+                (attr("x"), attr("y"))
+            })
+            .collect();
+        let right = MARGIN_L + PANEL_W + MARGIN_L + MARGIN_R;
+        assert_eq!(
+            frames,
+            vec![
+                (MARGIN_L, MARGIN_T),
+                (right, MARGIN_T),
+                (MARGIN_L, second_row),
+                (right, second_row)
+            ]
+        );
+        assert_eq!(svg.matches("<polyline").count(), 4);
     }
 
     #[test]

@@ -18,6 +18,18 @@ pub fn switch_enabled(admin: Option<SocketAddr>, c: Compare) -> Option<bool> {
     metrics.get(gauge).map(|v| *v > 0.0)
 }
 
+/// The unit of every byte figure printed, `--rate` in bytes included.
+pub const BYTE_UNIT: &str = "record-batch bytes as sent and received (after --compression, batch \
+     and record headers included, request framing not); MB = 10^6 bytes, MiB and GiB powers of 2";
+
+/// The line that says which bytes the report and `--rate` count.
+pub fn units_line() -> String {
+    format!(
+        "{:<16} {BYTE_UNIT}; --rate in bytes paces in these",
+        "units"
+    )
+}
+
 fn rate_label(rate: Rate) -> String {
     match rate {
         Rate::Unlimited => "as fast as possible".to_string(),
@@ -58,7 +70,7 @@ pub fn describe_workload(w: &Workload, args: &FanoutArgs) -> String {
         format!(
             "{} msg/s ({:.1} MB/s)",
             stats::thousands(w.rate as u64),
-            stats::mb(w.rate * w.message_bytes as f64)
+            stats::mb(w.rate * w.wire_bytes_per_message)
         )
     } else {
         "as fast as possible".into()
@@ -142,6 +154,7 @@ fn summary_lines(s: &RunSummary) -> Vec<String> {
         lines.push(latency_line("publish latency", &s.publish_latency_us));
         lines.push(latency_line("e2e latency", &s.e2e_latency_us));
         lines.extend(correctness_lines(s));
+        lines.extend(s.cautions.iter().map(|c| format!("{:<16} {c}", "caution")));
     }
     lines.push(errors_line(s));
     lines.push(generator_line(s));
@@ -274,7 +287,7 @@ fn correctness_lines(s: &RunSummary) -> Vec<String> {
     let c = &s.correctness;
     if c.all_received {
         return vec![format!(
-            "{:<16} OK: all {} consumers received every record produced after they started ({} records in all, {} produced; drained in {:.2} s)",
+            "{:<16} OK: all {} consumers received every record the run produced ({} records in all, {} produced; drained in {:.2} s)",
             "correctness",
             c.consumers,
             stats::thousands(c.received_records),
@@ -291,6 +304,19 @@ fn correctness_lines(s: &RunSummary) -> Vec<String> {
         stats::thousands(c.expected_records),
         c.gaps
     )];
+    if !c.log_is_the_runs {
+        lines.push(format!(
+            "{:<16}   the partitions hold {} records from the consumers' start offsets to the final offsets, the run produced {}: {}",
+            "",
+            stats::thousands(c.log_records),
+            stats::thousands(c.produced_records),
+            if c.log_records > c.produced_records {
+                "the consumers read records that are not the run's (another producer, or an earlier run's)"
+            } else {
+                "records the broker acknowledged are missing"
+            }
+        ));
+    }
     for i in &c.incomplete {
         lines.push(format!(
             "{:<16}   consumer {} (partition {}): from {} reached {} of {}, {} records received, {} offsets missing between batches",
@@ -454,6 +480,55 @@ fn views_line(s: &RunSummary) -> Option<String> {
     ))
 }
 
+/// What makes a run's figures other than they seem: producers short of `--rate`, or not paced
+/// at all, and a generator using every core it has.
+pub fn cautions(s: &RunSummary, w: &Workload) -> Vec<String> {
+    let mut out = Vec::new();
+    if s.producers > 0 && w.rate > 0.0 && s.produced.msg_per_s < SHORT_OF_RATE * w.rate {
+        out.push(format!(
+            "the producers reached {} msg/s ({:.1} MB/s), {:.0}% of the {} msg/s asked (--rate): \
+             the broker or the generator could not keep up, so the figures are of a lower rate \
+             than asked, and latency includes the producers' own queue",
+            stats::thousands(s.produced.msg_per_s as u64),
+            s.produced.mb_per_s,
+            100.0 * s.produced.msg_per_s / w.rate,
+            stats::thousands(w.rate as u64),
+        ));
+    }
+    if s.producers > 0 && w.rate == 0.0 {
+        out.push(format!(
+            "the producers are not paced (--rate 0): each sends as fast as acknowledgements come \
+             back, {} requests in flight per connection, so latency measures the queue in front \
+             of the broker, not the broker; give --rate below the {:.1} MB/s produced here for a \
+             latency that means something",
+            w.max_in_flight, s.produced.mb_per_s
+        ));
+    }
+    let threads = w.client_threads.max(1) as f64;
+    if s.generator.cores >= SATURATED * threads {
+        out.push(format!(
+            "the generator used {:.2} cores with {} client thread{}: it is saturated, and the \
+             figures may be its limits rather than the broker's (more --client-threads, fewer \
+             consumers, or a lower --rate)",
+            s.generator.cores,
+            w.client_threads,
+            plural(w.client_threads)
+        ));
+    }
+    out
+}
+
+/// Producers below this share of `--rate` fell short of it.
+const SHORT_OF_RATE: f64 = 0.9;
+/// A generator using this share of its client threads' cores is saturated.
+const SATURATED: f64 = 0.9;
+
+/// The caution under a comparison of single runs.
+pub const SINGLE_RUN_CAUTION: &str =
+    "one run each: single runs of the same build differ by 10-20% \
+     on a shared machine, tail latency far more; trust a ratio only from the medians of --repeat 3 \
+     or more";
+
 fn fmt_ratio(r: Option<f64>) -> String {
     r.map_or_else(|| "-".into(), |r| format!("{r:.2}x"))
 }
@@ -466,13 +541,31 @@ pub fn print_comparison(compared: Compare, on: &RunSummary, off: &RunSummary, re
         on.consumers,
         of_repeats(repeat)
     );
-    type Row<'a> = (
-        &'a str,
-        Option<f64>,
-        Option<f64>,
-        Box<dyn Fn(f64) -> String>,
-    );
-    let rows: Vec<Row> = vec![
+    println!("{:<20} {:>14} {:>14} {:>10}", "", "on", "off", "on/off");
+    for (name, a, b, f) in comparison_rows(on, off) {
+        println!(
+            "{name:<20} {:>14} {:>14} {:>10}",
+            a.map_or_else(|| "-".into(), &f),
+            b.map_or_else(|| "-".into(), &f),
+            fmt_ratio(ratio(a, b))
+        );
+    }
+    if repeat == 1 {
+        println!("{:<20} {SINGLE_RUN_CAUTION}", "caution");
+    }
+}
+
+/// A row of a comparison: its name, the figure on and off, and how a figure is written.
+type Row = (
+    &'static str,
+    Option<f64>,
+    Option<f64>,
+    Box<dyn Fn(f64) -> String>,
+);
+
+/// The figures compared, on and off.
+fn comparison_rows(on: &RunSummary, off: &RunSummary) -> Vec<Row> {
+    vec![
         (
             "delivered MB/s",
             Some(on.delivered.mb_per_s),
@@ -557,16 +650,7 @@ pub fn print_comparison(compared: Compare, on: &RunSummary, off: &RunSummary, re
             off.server.views.and_then(|v| v.decodes_per_source_batch),
             Box::new(|v| format!("{v:.2}")),
         ),
-    ];
-    println!("{:<20} {:>14} {:>14} {:>10}", "", "on", "off", "on/off");
-    for (name, a, b, f) in rows {
-        println!(
-            "{name:<20} {:>14} {:>14} {:>10}",
-            a.map_or_else(|| "-".into(), &f),
-            b.map_or_else(|| "-".into(), &f),
-            fmt_ratio(ratio(a, b))
-        );
-    }
+    ]
 }
 
 /// ", medians of N runs" after a heading, for N > 1.
@@ -724,6 +808,55 @@ pub fn print_table(runs: &[&RunSummary], raws: &[&RunSummary], rate: Rate, repea
     }
 }
 
+/// A figure of a sweep's plot: its panel's title and y axis, its value in a run, whether the raw
+/// baseline has it, and whether its panel is drawn when no run has it (a broker other than shoal
+/// has no log figures, one on another host no CPU).
+struct Plotted {
+    title: &'static str,
+    y_label: &'static str,
+    of: fn(&RunSummary) -> Option<f64>,
+    raw: bool,
+    always: bool,
+}
+
+const PLOTTED: [Plotted; 4] = [
+    Plotted {
+        title: "delivered throughput",
+        y_label: "MB/s delivered (all consumers)",
+        of: |r| Some(r.delivered.mb_per_s),
+        raw: true,
+        always: true,
+    },
+    Plotted {
+        title: "end-to-end latency, p99",
+        y_label: "p99 e2e latency (ms)",
+        of: |r| r.e2e_latency_us.map(|l| l.p99 as f64 / 1e3),
+        raw: false,
+        always: true,
+    },
+    Plotted {
+        title: "broker CPU per delivered GB",
+        y_label: "CPU-s per delivered GB",
+        of: |r| r.server.cpu_s_per_delivered_gb,
+        raw: true,
+        always: false,
+    },
+    Plotted {
+        title: "log bytes read",
+        y_label: "MB/s read from the log (all cores)",
+        of: |r| {
+            r.server
+                .fetch
+                .map(|f| stats::mb(f.log_read_bytes as f64) / r.measured_s.max(1e-6))
+        },
+        raw: false,
+        always: false,
+    },
+];
+
+/// The SVG of a sweep: each figure of [`PLOTTED`] against the swept value, a line per setting
+/// of the compared switch (the medians of the repeats), and the raw baseline's where it has the
+/// figure.
 pub fn render_plot(report: &Report, sweep: &Sweep) -> String {
     let x_of = |r: &RunSummary| -> f64 {
         match sweep.key {
@@ -732,86 +865,120 @@ pub fn render_plot(report: &Report, sweep: &Sweep) -> String {
             SweepKey::Partitions => r.partitions as f64,
         }
     };
-    // One line per setting of the compared switch (coalescing without --compare), in the order
-    // the runs met them.
-    let compared = report.config.compare;
+    let runs: Vec<&RunSummary> = report.medians.iter().map(|m| &m.median).collect();
+    let lines = plot_lines(&runs, report.config.compare);
+    let panels = PLOTTED
+        .iter()
+        .map(|fig| {
+            let mut series: Vec<plot::Series> = lines
+                .iter()
+                .map(|(name, runs_of_line, dash)| plot::Series {
+                    name: name.clone(),
+                    points: runs_of_line
+                        .iter()
+                        .filter_map(|r| (fig.of)(r).map(|y| (x_of(r), y)))
+                        .collect(),
+                    dash: *dash,
+                })
+                .collect();
+            if fig.raw && !report.raw_baseline_medians.is_empty() {
+                series.push(plot::Series {
+                    name: "raw TCP baseline".into(),
+                    points: report
+                        .raw_baseline_medians
+                        .iter()
+                        .filter_map(|m| (fig.of)(&m.median).map(|y| (x_of(&m.median), y)))
+                        .collect(),
+                    dash: Some("8,4"),
+                });
+            }
+            plot::Panel {
+                title: fig.title.into(),
+                y_label: fig.y_label.into(),
+                log_y: spans_decades(&series),
+                series,
+            }
+        })
+        .zip(&PLOTTED)
+        .filter(|(p, fig)| fig.always || p.series.iter().any(|s| !s.points.is_empty()))
+        .map(|(p, _)| p)
+        .collect::<Vec<_>>();
+    let xs: Vec<f64> = sweep.values.iter().map(|v| *v as f64).collect();
+    let x_label = match sweep.key {
+        SweepKey::Consumers => "consumers per partition",
+        SweepKey::Producers => "producers",
+        SweepKey::Partitions => "partitions",
+    };
+    plot::render(
+        &plot_title(runs.first().copied()),
+        &plot_subtitle(report),
+        x_label,
+        &xs,
+        &panels,
+    )
+}
+
+/// The lines of each panel: per setting of the compared switch (coalescing without --compare),
+/// in the order the runs met them, its name, its runs and its dashes ("off" is dashed so that it
+/// stays visible where it lies on top of "on").
+fn plot_lines<'a>(
+    runs: &[&'a RunSummary],
+    compared: Option<Compare>,
+) -> Vec<(String, Vec<&'a RunSummary>, Option<&'static str>)> {
     let mode_of = |r: &RunSummary| match compared {
         Some(Compare::ViewSharing) => r.view_sharing,
         _ => r.coalescing,
     };
     let mut modes: Vec<Option<bool>> = Vec::new();
-    // The medians of the repeats (with one repeat, the runs).
-    let runs: Vec<&RunSummary> = report.medians.iter().map(|m| &m.median).collect();
-    for r in &runs {
+    for r in runs {
         if !modes.contains(&mode_of(r)) {
             modes.push(mode_of(r));
         }
     }
-    let mut throughput = Vec::new();
-    let mut latency = Vec::new();
-    for mode in modes {
-        let name = match (mode, compared) {
-            (Some(on), Some(c)) => {
-                format!("shoal, {} {}", c.label(), if on { "on" } else { "off" })
-            }
-            (Some(true), None) => "shoal".into(),
-            (Some(false), None) => "shoal (coalescing off)".into(),
-            (None, _) => "broker".into(),
-        };
-        let pick = |f: &dyn Fn(&RunSummary) -> Option<f64>| -> Vec<(f64, f64)> {
-            runs.iter()
-                .filter(|r| mode_of(r) == mode)
-                .filter_map(|r| f(r).map(|y| (x_of(r), y)))
-                .collect()
-        };
-        // "off" is drawn dashed so that it stays visible where it lies on top of "on".
-        let dash = (mode == Some(false)).then_some("3,3");
-        throughput.push(plot::Series {
-            name: name.clone(),
-            points: pick(&|r| Some(r.delivered.mb_per_s)),
-            dash,
-        });
-        latency.push(plot::Series {
-            name,
-            points: pick(&|r| r.e2e_latency_us.map(|l| l.p99 as f64 / 1e3)),
-            dash,
-        });
-    }
-    if !report.raw_baseline_medians.is_empty() {
-        throughput.push(plot::Series {
-            name: "raw TCP baseline".into(),
-            points: report
-                .raw_baseline_medians
+    modes
+        .into_iter()
+        .map(|mode| {
+            let name = match (mode, compared) {
+                (Some(on), Some(c)) => {
+                    format!("shoal, {} {}", c.label(), if on { "on" } else { "off" })
+                }
+                (Some(true), None) => "shoal".into(),
+                (Some(false), None) => "shoal (coalescing off)".into(),
+                (None, _) => "broker".into(),
+            };
+            let of_mode = runs
                 .iter()
-                .map(|m| (x_of(&m.median), m.median.delivered.mb_per_s))
-                .collect(),
-            dash: Some("8,4"),
-        });
-    }
-    // A log axis where the values span more than 20x (the raw baseline beside a paced workload).
-    let spans_decades = |series: &[plot::Series]| {
-        let ys = series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
-        let (lo, hi) = ys.fold((f64::MAX, 0.0f64), |(lo, hi), y| (lo.min(y), hi.max(y)));
-        lo > 0.0 && hi / lo > 20.0
-    };
-    let (log_throughput, log_latency) = (spans_decades(&throughput), spans_decades(&latency));
-    let xs: Vec<f64> = sweep.values.iter().map(|v| *v as f64).collect();
-    let first = runs.first();
-    let title = format!(
+                .copied()
+                .filter(|r| mode_of(r) == mode)
+                .collect();
+            (name, of_mode, (mode == Some(false)).then_some("3,3"))
+        })
+        .collect()
+}
+
+/// A log axis where the values span more than 20x (the raw baseline beside a paced workload).
+fn spans_decades(series: &[plot::Series]) -> bool {
+    let ys = series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
+    let (lo, hi) = ys.fold((f64::MAX, 0.0f64), |(lo, hi), y| (lo.min(y), hi.max(y)));
+    lo > 0.0 && hi / lo > 20.0
+}
+
+/// The plot's title: the workload of its first run.
+fn plot_title(first: Option<&RunSummary>) -> String {
+    format!(
         "shoal bench fanout: {} B messages, {} partition{}, {} producer{}",
         first.map_or(0, |r| r.message_bytes),
         first.map_or(0, |r| r.partitions),
         plural(first.map_or(0, |r| r.partitions as usize)),
         first.map_or(0, |r| r.producers),
         plural(first.map_or(0, |r| r.producers)),
-    );
-    let x_label = match sweep.key {
-        SweepKey::Consumers => "consumers per partition",
-        SweepKey::Producers => "producers",
-        SweepKey::Partitions => "partitions",
-    };
+    )
+}
+
+/// The plot's subtitle: the settings every run shares, and the broker.
+fn plot_subtitle(report: &Report) -> String {
     let c = &report.config;
-    let subtitle = format!(
+    format!(
         "produce rate {}, acks={}, {} from {}, compression {}; {}; {} s measured per run",
         rate_label(c.rate),
         if c.acks == -1 {
@@ -832,26 +999,6 @@ pub fn render_plot(report: &Report, sweep: &Sweep) -> String {
         format!("{:?}", c.compression).to_lowercase(),
         report.broker.split(" on ").next().unwrap_or_default(),
         c.duration.as_secs_f64(),
-    );
-    plot::render(
-        &title,
-        &subtitle,
-        x_label,
-        &xs,
-        &[
-            plot::Panel {
-                title: "delivered throughput".into(),
-                y_label: "MB/s delivered (all consumers)".into(),
-                series: throughput,
-                log_y: log_throughput,
-            },
-            plot::Panel {
-                title: "end-to-end latency, p99".into(),
-                y_label: "p99 e2e latency (ms)".into(),
-                series: latency,
-                log_y: log_latency,
-            },
-        ],
     )
 }
 
@@ -866,6 +1013,7 @@ mod tests {
         let mut complete = RunSummary::sample();
         complete.correctness.all_received = true;
         complete.errors = Default::default();
+        complete.cautions = Vec::new();
         complete.publish_latency_us = None;
         complete.generator.cpu_s_per_delivered_gb = None;
         complete.generator.unattributed_cpu_s = 0.0;

@@ -48,7 +48,7 @@ use executors::{assign, spawn_clients};
 use live::{CpuClocks, Live, Snap};
 pub use plan::ProducerMode;
 use plan::{ClientCfg, ConsumerPlan};
-pub(crate) use producer::template_batch;
+pub(crate) use producer::{template_batch, wire_bytes_per_message};
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::SocketAddr;
@@ -73,6 +73,9 @@ pub struct Workload {
     pub views: Option<u32>,
     pub message_bytes: usize,
     pub records_per_batch: usize,
+    /// Record-batch bytes per message as sent (after compression): the unit of `--rate` in bytes
+    /// and of the report's MB/s.
+    pub wire_bytes_per_message: f64,
     /// Messages per second over all producers; 0: as fast as possible.
     pub rate: f64,
     pub acks: i16,
@@ -587,10 +590,15 @@ impl<'a> Run<'a> {
         })
     }
 
-    /// The end offsets after the producers stopped. acks=0 requests may still be on their way in:
-    /// then wait until the end offsets settle.
+    /// The end offsets after the producers stopped, where they wrote (behind an edge, the
+    /// upstream's: the consumers read until the edge has them all). acks=0 requests may still be
+    /// on their way in: then wait until the end offsets settle.
     fn settled_end_offsets(&self, cluster: &Cluster) -> io::Result<Vec<i64>> {
-        let (topic, leaders) = (&self.w.topic, &self.leaders);
+        let (cluster, leaders) = match self.endpoint {
+            Endpoint::Kafka(_, Some(upstream)) => (*upstream, &self.produce_leaders),
+            _ => (cluster, &self.leaders),
+        };
+        let topic = &self.w.topic;
         let mut last = cluster.offsets(topic, leaders, client::LATEST)?;
         if self.w.acks == 0 {
             loop {
@@ -626,7 +634,13 @@ impl<'a> Run<'a> {
         let (publish, e2e) = shared.totals();
         let totals = Totals::of(shared, backlog);
         let errors = Errors::of(shared);
-        let correctness = check(shared, &drained.final_offsets, drained.secs, !raw);
+        let correctness = check(
+            shared,
+            &drained.final_offsets,
+            drained.secs,
+            (!raw).then_some(totals.produced_records),
+            w.acks == 0,
+        );
         let gb = delivered.bytes as f64 / 1e9;
         let views = clients.views_before.as_ref().zip(views_after.as_ref());
         let batches = totals.produced_records / w.records_per_batch.max(1) as u64;
@@ -648,6 +662,7 @@ impl<'a> Run<'a> {
             label: self.label.to_string(),
             kind: if raw { "raw-baseline" } else { "kafka" },
             topic: (!raw).then(|| w.topic.clone()),
+            topic_deleted: None,
             partitions: w.partitions,
             producers: self.producers,
             producer_mode: ProducerModeFigures::of(shared, w.producer_mode),
@@ -678,6 +693,7 @@ impl<'a> Run<'a> {
             raw_baseline_fraction: None,
             raw_cpu_ratio: None,
             disk_baseline_fraction: None,
+            cautions: Vec::new(),
         }
     }
 

@@ -70,6 +70,19 @@ pub(crate) fn template_batch(
     b.finish(0)
 }
 
+/// The record-batch bytes one message takes as sent: a producer's batch of `records` messages
+/// compressed with `codec`, over its records (batch and record headers included, keys with
+/// `views`). What `--rate` in bytes paces, and what every MB/s of the report counts.
+pub(crate) fn wire_bytes_per_message(
+    message_bytes: usize,
+    records: usize,
+    codec: client::Codec,
+    views: Option<u32>,
+) -> f64 {
+    let batch = template_batch(message_bytes, records, 1, views);
+    codec.compress_batch(&batch).len() as f64 / records.max(1) as f64
+}
+
 /// The key of record `i` of producer `seed`'s batches when `n` shard views are read: for i < n,
 /// the first such key that maps to shard i.
 pub(super) fn template_key(seed: u64, i: usize, n: u32) -> Vec<u8> {

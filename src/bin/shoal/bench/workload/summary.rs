@@ -175,7 +175,8 @@ pub struct IncompleteConsumer {
 pub struct Correctness {
     /// False for the raw baseline (nothing was produced).
     pub checked: bool,
-    /// Every consumer received every record produced after its start offset, in order, no gaps.
+    /// Every consumer received every record from its start offset to the final offset, in order,
+    /// no gaps, and those records are the ones the run produced (`log_is_the_runs`).
     pub all_received: bool,
     pub consumers: usize,
     pub complete_consumers: usize,
@@ -189,6 +190,14 @@ pub struct Correctness {
     pub drain_s: f64,
     /// Up to 10 consumers that did not receive everything.
     pub incomplete: Vec<IncompleteConsumer>,
+    /// The records the partitions hold from the consumers' start offsets to the final offsets
+    /// (transaction markers left out).
+    pub log_records: u64,
+    /// The records the run's producers sent (the backlog's included).
+    pub produced_records: u64,
+    /// `log_records` is `produced_records` (with acks=0, at most that: a request may be lost):
+    /// the consumers read the run's records and no others.
+    pub log_is_the_runs: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -341,6 +350,8 @@ pub struct RunSummary {
     /// "kafka" or "raw-baseline".
     pub kind: &'static str,
     pub topic: Option<String>,
+    /// Whether the run's topic was deleted after it (None: the raw baseline, which has none).
+    pub topic_deleted: Option<bool>,
     pub partitions: i32,
     pub producers: usize,
     pub producer_mode: ProducerModeFigures,
@@ -375,6 +386,9 @@ pub struct RunSummary {
     pub raw_cpu_ratio: Option<f64>,
     /// Produced MB/s over the disk baseline's write rate (`--disk-baseline`), when it ran.
     pub disk_baseline_fraction: Option<f64>,
+    /// What makes the figures other than they seem (producers short of `--rate` or not paced, a
+    /// saturated generator), a sentence each.
+    pub cautions: Vec<String>,
 }
 
 #[cfg(test)]
@@ -406,17 +420,11 @@ impl RunSummary {
             cpu_s: Some(cpu_s),
             io_uring_workers_cpu_s: Some(cpu_s / 8.0),
         };
-        let ops = |count: u64, slowest: Option<f64>| stats::DeviceOps {
-            count,
-            mean_us: Some(123.4),
-            over_10ms: 3,
-            over_100ms: 1,
-            slowest_within_s: slowest,
-        };
         RunSummary {
             label: "consumers=4x2 producers=1 coalescing=on".into(),
             kind: "kafka",
             topic: Some("fanout".into()),
+            topic_deleted: Some(true),
             partitions: 2,
             producers: 1,
             producer_mode: ProducerModeFigures {
@@ -473,6 +481,9 @@ impl RunSummary {
                 final_offsets: vec![1_000, 1_000],
                 drain_s: 0.125,
                 incomplete: vec![incomplete(3), incomplete(6)],
+                log_records: 1_301_024,
+                produced_records: 1_300_000,
+                log_is_the_runs: false,
             },
             generator: GeneratorCpu {
                 cpu_s: 4.321,
@@ -480,45 +491,7 @@ impl RunSummary {
                 cpu_s_per_delivered_gb: Some(0.4375),
                 unattributed_cpu_s: 0.25,
             },
-            server: ServerFigures {
-                observed: Some("threads".into()),
-                cpu_method: Some(
-                    "the process CPU clock (ns) of pid 4242, exited threads included".into(),
-                ),
-                cpu_s: Some(6.5),
-                cores: Some(1.238),
-                cpu_s_per_delivered_gb: Some(0.658),
-                cpu_us_per_fetch: Some(14.23),
-                peak_rss_bytes: Some(512 << 20),
-                peak_rss_includes_generator: true,
-                rss_at_consumers_start_bytes: Some(300 << 20),
-                peak_rss_since_consumers_start: true,
-                peak_rss_growth_bytes: Some(212 << 20),
-                fetch: Some(stats::FetchMetrics {
-                    coalescer_reads: 1_000,
-                    coalescer_inflight_hits: 2_000,
-                    coalescer_ready_hits: 5_000,
-                    coalescer_hit_ratio: Some(0.875),
-                    log_read_bytes: 1_234_567_000,
-                    response_bytes: 9_876_543_000,
-                    fan_out_saving: Some(8.0),
-                }),
-                device: Some(DeviceMetrics {
-                    writes: ops(45_678, Some(0.25)),
-                    fsyncs: ops(321, None),
-                }),
-                views: Some(ViewMetrics {
-                    source_batches: 77_160,
-                    source_batches_decoded: 77_161,
-                    shard_batches_encoded: 154_320,
-                    fetches_served: 456_789,
-                    catch_up_reads: 42,
-                    catch_up_reads_shared: 17,
-                    decode_errors: 0,
-                    decompressions_saved: 1_234,
-                    decodes_per_source_batch: Some(1.0000129),
-                }),
-            },
+            server: ServerFigures::sample(),
             per_broker: vec![core(0, 5, 4.0), core(1, 3, 2.25), core(2, 0, 0.25)],
             read_replicas: ReadReplicas {
                 follow: true,
@@ -529,6 +502,64 @@ impl RunSummary {
             raw_baseline_fraction: Some(0.456),
             raw_cpu_ratio: None,
             disk_baseline_fraction: None,
+            cautions: vec![
+                "the producers reached 235,155 msg/s (235.2 MB/s), 47% of the 500,000 \
+                            msg/s asked (--rate)"
+                    .into(),
+            ],
+        }
+    }
+}
+
+#[cfg(test)]
+impl ServerFigures {
+    /// A shoal's figures, every one set, for [`RunSummary::sample`].
+    fn sample() -> ServerFigures {
+        let ops = |count: u64, slowest: Option<f64>| stats::DeviceOps {
+            count,
+            mean_us: Some(123.4),
+            over_10ms: 3,
+            over_100ms: 1,
+            slowest_within_s: slowest,
+        };
+        ServerFigures {
+            observed: Some("threads".into()),
+            cpu_method: Some(
+                "the process CPU clock (ns) of pid 4242, exited threads included".into(),
+            ),
+            cpu_s: Some(6.5),
+            cores: Some(1.238),
+            cpu_s_per_delivered_gb: Some(0.658),
+            cpu_us_per_fetch: Some(14.23),
+            peak_rss_bytes: Some(512 << 20),
+            peak_rss_includes_generator: true,
+            rss_at_consumers_start_bytes: Some(300 << 20),
+            peak_rss_since_consumers_start: true,
+            peak_rss_growth_bytes: Some(212 << 20),
+            fetch: Some(stats::FetchMetrics {
+                coalescer_reads: 1_000,
+                coalescer_inflight_hits: 2_000,
+                coalescer_ready_hits: 5_000,
+                coalescer_hit_ratio: Some(0.875),
+                log_read_bytes: 1_234_567_000,
+                response_bytes: 9_876_543_000,
+                fan_out_saving: Some(8.0),
+            }),
+            device: Some(DeviceMetrics {
+                writes: ops(45_678, Some(0.25)),
+                fsyncs: ops(321, None),
+            }),
+            views: Some(ViewMetrics {
+                source_batches: 77_160,
+                source_batches_decoded: 77_161,
+                shard_batches_encoded: 154_320,
+                fetches_served: 456_789,
+                catch_up_reads: 42,
+                catch_up_reads_shared: 17,
+                decode_errors: 0,
+                decompressions_saved: 1_234,
+                decodes_per_source_batch: Some(1.0000129),
+            }),
         }
     }
 }
