@@ -316,10 +316,10 @@ pub struct FanoutArgs {
     /// The HTTP stream address of an external broker (its --http-listen), for --protocol sse|ws.
     #[arg(long)]
     pub http: Option<std::net::SocketAddr>,
-    /// Consumers follow a fetch response's preferred read replica (KIP-392), as librdkafka and
-    /// the Java client do: they move their partition's fetching to that broker (a shoal core) and
-    /// go back to the leader when it refuses them. off: they stay with the leader, as clients
-    /// without KIP-392 do (kafka-python, kafkajs).
+    /// Consumers follow a fetch response's preferred read replica (KIP-392), as librdkafka, the
+    /// Java client and kafka-python 3 do: they move their partition's fetching to that broker (a
+    /// shoal core) and go back to the leader when it refuses them. off: they stay with the
+    /// leader, as clients without KIP-392 do (kafka-python 2, kafkajs).
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub follow_replicas: OnOff,
     /// No live lines, only the summaries.
