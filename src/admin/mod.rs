@@ -12,6 +12,12 @@
 //! gathers. Requests are parsed by `httparse`; one request per connection, a bounded head, a deadline
 //! per connection, and each connection on its own short-lived thread, so a slow client holds up
 //! neither Kafka nor other admin requests.
+//!
+//! ## Layout, top layer first
+//! - `status`   — `/v1/status`'s JSON from the cores' snapshots and the topic table.
+//! - `settings` — live settings by name: parsed from a request, written back as JSON.
+//! - `link`     — the channel and doorbell to core 0, and core 0's side of it.
+//! - `http`     — requests read and responses written, over plain TCP or TLS.
 
 mod http;
 mod link;
@@ -191,38 +197,11 @@ fn route(request: &Request, cores: &Cores) -> Response {
     }
     match (request.method.as_str(), path) {
         ("PUT" | "POST", setting) if setting.starts_with("/v1/config/") => {
-            let value = query_value(target)
-                .or_else(|| body_text(&request.body))
-                .unwrap_or_default();
-            match parse_setting(&setting["/v1/config/".len()..], value.trim()) {
-                Ok(s) => match cores.ask(|reply| AdminRequest::Set(s, reply)) {
-                    Ok(()) => ("200 OK", "application/json", settings_json([&s])),
-                    Err(unanswered) => unanswered,
-                },
-                Err(e) => ("400 Bad Request", "text/plain", format!("{e}\n")),
-            }
+            set_setting(request, &setting["/v1/config/".len()..], cores)
         }
-        ("GET", "/v1/config") => match cores.ask(AdminRequest::Settings) {
-            Ok(settings) => ("200 OK", "application/json", settings_json(&settings)),
-            Err(unanswered) => unanswered,
-        },
+        ("GET", "/v1/config") => get_settings(None, cores),
         ("GET", setting) if setting.starts_with("/v1/config/") => {
-            let name = &setting["/v1/config/".len()..];
-            if !NAMES.contains(&name) {
-                return ("404 Not Found", "text/plain", unknown_setting(name) + "\n");
-            }
-            match cores.ask(AdminRequest::Settings) {
-                Ok(settings) => (
-                    "200 OK",
-                    "application/json",
-                    settings_json(
-                        settings
-                            .iter()
-                            .filter(|s| settings::name_and_value(s).0 == name),
-                    ),
-                ),
-                Err(unanswered) => unanswered,
-            }
+            get_settings(Some(&setting["/v1/config/".len()..]), cores)
         }
         ("GET", "/metrics") => match cores.ask(AdminRequest::Stats) {
             Ok(stats) => (
@@ -271,6 +250,36 @@ fn route(request: &Request, cores: &Cores) -> Response {
             "text/plain",
             "only GET is served (PUT or POST on /v1/config/<name>)\n".to_string(),
         ),
+    }
+}
+
+/// `PUT /v1/config/<name>`: the value from `?value=` or the body, applied on every core.
+fn set_setting(request: &Request, name: &str, cores: &Cores) -> Response {
+    let value = query_value(&request.target)
+        .or_else(|| body_text(&request.body))
+        .unwrap_or_default();
+    match parse_setting(name, value.trim()) {
+        Ok(s) => match cores.ask(|reply| AdminRequest::Set(s, reply)) {
+            Ok(()) => ("200 OK", "application/json", settings_json([&s])),
+            Err(unanswered) => unanswered,
+        },
+        Err(e) => ("400 Bad Request", "text/plain", format!("{e}\n")),
+    }
+}
+
+/// `GET /v1/config` (`name` none: every live setting) or `GET /v1/config/<name>`.
+fn get_settings(name: Option<&str>, cores: &Cores) -> Response {
+    if let Some(name) = name.filter(|n| !NAMES.contains(n)) {
+        return ("404 Not Found", "text/plain", unknown_setting(name) + "\n");
+    }
+    match cores.ask(AdminRequest::Settings) {
+        Ok(settings) => {
+            let asked = settings
+                .iter()
+                .filter(|s| name.is_none_or(|n| settings::name_and_value(s).0 == n));
+            ("200 OK", "application/json", settings_json(asked))
+        }
+        Err(unanswered) => unanswered,
     }
 }
 

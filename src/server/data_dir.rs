@@ -148,6 +148,13 @@ pub(super) fn resolve_data_dir(dir: &Path) -> std::io::Result<PathBuf> {
     std::fs::canonicalize(dir).map_err(context)
 }
 
+/// Renumbers the groups' and transactions' internal logs for `cores` cores. Called once every port
+/// is held: a start that fails leaves the data directory as the last run left it.
+pub(super) fn reshard_internal_logs(dir: &Path, cores: usize) -> std::io::Result<()> {
+    crate::groups::reshard(dir, cores)?;
+    crate::transactions::reshard(dir, cores)
+}
+
 /// Refuses a data directory that is a file, or whose path goes through one (where creating it
 /// would only say "File exists" or "Not a directory").
 fn refuse_files_on_the_way(dir: &Path) -> std::io::Result<()> {

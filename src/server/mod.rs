@@ -121,10 +121,7 @@ impl Server {
             .map(|addr| bind_named(addr, "the metrics address", retry))
             .transpose()?;
         let http_sockets = bind_streams(&config, cores, retry)?;
-        // The internal logs are renumbered for this many cores only once every port is held: a
-        // start that fails leaves the data directory as the last run left it.
-        crate::groups::reshard(&config.broker.data_dir, cores)?;
-        crate::transactions::reshard(&config.broker.data_dir, cores)?;
+        reshard_internal_logs(&config.broker.data_dir, cores)?;
         let http = match &http_sockets {
             Some(sockets) => Some(sockets[0].local_addr()?),
             None => None,
