@@ -384,3 +384,70 @@ fn out_of_range_names_the_range_and_too_large_names_the_setting() {
     );
     shoal1.stop();
 }
+
+#[test]
+fn shoal_produce_sends_lines_that_come_slowly_as_they_come() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let shoal1 = Shoal::start(dir.path(), 1, &[]);
+    let bootstrap = shoal1.bootstrap();
+    create_topic(&bootstrap, "slow", "1");
+    // `tail -f | shoal produce`: the input stays open.
+    let mut producer = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["produce", "slow", "-b", &bootstrap])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = producer.stdin.take().unwrap();
+    writeln!(input, "first").unwrap();
+    input.flush().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let run = shoal(
+            &[
+                "consume",
+                "slow",
+                "--offset",
+                "beginning",
+                "--exit",
+                "-b",
+                &bootstrap,
+            ],
+            &[],
+        );
+        assert!(run.ok, "{}", run.stderr);
+        if run.stdout == "first\n" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a line read 10 s ago is not in the topic: {:?}",
+            run.stdout
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    writeln!(input, "second").unwrap();
+    drop(input);
+    let out = producer.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = shoal(
+        &[
+            "consume",
+            "slow",
+            "--offset",
+            "beginning",
+            "--exit",
+            "-b",
+            &bootstrap,
+        ],
+        &[],
+    );
+    assert_eq!(run.stdout, "first\nsecond\n");
+    shoal1.stop();
+}

@@ -1,7 +1,9 @@
 //! `shoal produce TOPIC`: one record per line of standard input (`key<DELIMITER>value` with
 //! --key-delimiter), partitioned as Kafka's default partitioner does (murmur2 of the key; records
 //! without a key stick to one partition per request, round-robin), batched per partition in
-//! RecordBatch v2 (`shards::batch`, CRC-32C), compressed, and sent to each partition's leader.
+//! RecordBatch v2 (`shards::batch`, CRC-32C), compressed, and sent to each partition's leader:
+//! once a request is full, and at most --linger-ms after a line was read (input that comes slowly,
+//! `tail -f`, is sent as it comes).
 
 use super::args::ClientArgs;
 use super::failure::Failure;
@@ -16,6 +18,7 @@ use serde::Serialize;
 use shards::batch::BatchBuilder;
 use std::collections::{BTreeMap, HashMap};
 use std::io::BufRead;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 
 /// A request holds at most this many bytes of records ...
 const MAX_REQUEST_BYTES: usize = 1 << 20;
@@ -46,6 +49,10 @@ pub struct ProduceCommand {
     /// ... and at most this many records.
     #[arg(long, default_value_t = 1000)]
     pub batch_records: usize,
+    /// Send what was read at most this long after its first line (ms), even if more could join
+    /// it: lines that come slowly (`tail -f`) are sent as they come.
+    #[arg(long, default_value_t = 100)]
+    pub linger_ms: u64,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -111,8 +118,26 @@ pub fn run(s: &Session, cmd: &ProduceCommand) -> Result<Report, Failure> {
         .map(|(k, v)| (k.as_bytes(), Some(v.as_bytes())))
         .collect();
     let mut sticky = 0usize;
-    for line in std::io::stdin().lock().split(b'\n') {
-        let line = line.map_err(|e| Failure::other("ReadFailed", e.to_string(), "stdin"))?;
+    let lines = read_lines();
+    let linger = std::time::Duration::from_millis(cmd.linger_ms);
+    // When the oldest pending record was read.
+    let mut oldest: Option<std::time::Instant> = None;
+    loop {
+        let line = match oldest {
+            None => lines.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            Some(t) => lines.recv_timeout(linger.saturating_sub(t.elapsed())),
+        };
+        let line = match line {
+            Ok(line) => line.map_err(|e| Failure::other("ReadFailed", e.to_string(), "stdin"))?,
+            Err(RecvTimeoutError::Timeout) => {
+                p.flush()?;
+                sticky += 1;
+                oldest = None;
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        oldest.get_or_insert_with(std::time::Instant::now);
         let (key, value) = split(&line, delimiter.as_deref());
         let partition = match (cmd.partition, key) {
             (Some(n), _) => n,
@@ -135,10 +160,26 @@ pub fn run(s: &Session, cmd: &ProduceCommand) -> Result<Report, Failure> {
         if p.pending_records >= cmd.batch_records.max(1) || p.pending_bytes >= MAX_REQUEST_BYTES {
             p.flush()?;
             sticky += 1;
+            oldest = None;
         }
     }
     p.flush()?;
     Ok(p.report())
+}
+
+/// Standard input's lines, read by a thread of their own so that the sender can stop waiting for
+/// the next one when --linger-ms has passed.
+fn read_lines() -> Receiver<std::io::Result<Vec<u8>>> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(4096);
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().split(b'\n') {
+            let failed = line.is_err();
+            if tx.send(line).is_err() || failed {
+                return;
+            }
+        }
+    });
+    rx
 }
 
 /// A line's key and value: split at the first `delimiter`, else no key.

@@ -88,7 +88,10 @@ fn create(
         t.error_message.as_deref(),
     )?;
     Ok(done(
-        format!("created topic {name} with {partitions} partitions"),
+        format!(
+            "created topic {name} with {partitions} partition{}",
+            if partitions == 1 { "" } else { "s" }
+        ),
         json!({"topic": name, "partitions": partitions, "created": true}),
     ))
 }
@@ -193,7 +196,10 @@ fn add_partitions(s: &Session, name: &str, partitions: i32) -> Result<Report, Fa
         )?;
     }
     Ok(done(
-        format!("topic {name} now has {partitions} partitions"),
+        format!(
+            "topic {name} now has {partitions} partition{}",
+            if partitions == 1 { "" } else { "s" }
+        ),
         json!({"topic": name, "partitions": partitions}),
     ))
 }
