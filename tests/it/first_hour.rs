@@ -43,6 +43,22 @@ fn produce_lines(bootstrap: &str, topic: &str, partition: &str, lines: usize) {
     assert!(run.ok, "produce: {}", run.stderr);
 }
 
+/// `shoal consume TOPIC --offset beginning --exit`.
+fn read_all(bootstrap: &str, topic: &str) -> common::cli::Run {
+    shoal(
+        &[
+            "consume",
+            topic,
+            "--offset",
+            "beginning",
+            "--exit",
+            "-b",
+            bootstrap,
+        ],
+        &[],
+    )
+}
+
 #[test]
 fn an_operator_command_whose_reader_goes_away_ends_without_a_panic() {
     use std::os::unix::process::ExitStatusExt;
@@ -405,18 +421,7 @@ fn shoal_produce_sends_lines_that_come_slowly_as_they_come() {
     input.flush().unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let run = shoal(
-            &[
-                "consume",
-                "slow",
-                "--offset",
-                "beginning",
-                "--exit",
-                "-b",
-                &bootstrap,
-            ],
-            &[],
-        );
+        let run = read_all(&bootstrap, "slow");
         assert!(run.ok, "{}", run.stderr);
         if run.stdout == "first\n" {
             break;
@@ -436,18 +441,7 @@ fn shoal_produce_sends_lines_that_come_slowly_as_they_come() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let run = shoal(
-        &[
-            "consume",
-            "slow",
-            "--offset",
-            "beginning",
-            "--exit",
-            "-b",
-            &bootstrap,
-        ],
-        &[],
-    );
+    let run = read_all(&bootstrap, "slow");
     assert_eq!(run.stdout, "first\nsecond\n");
     shoal1.stop();
 }

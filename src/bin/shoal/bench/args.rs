@@ -518,19 +518,24 @@ fn parse_sasl_mechanism(s: &str) -> Result<String, String> {
     shoal::auth::SaslMechanism::parse(s).map(|m| m.name().to_string())
 }
 
+/// `shoal bench fanout ARGS`' flags, for tests.
 #[cfg(test)]
-mod tests {
-    use super::*;
-
+pub(super) fn parse_fanout(args: &[&str]) -> FanoutArgs {
     #[derive(clap::Parser)]
     struct Cli {
         #[command(flatten)]
         fanout: FanoutArgs,
     }
+    let argv = std::iter::once("fanout").chain(args.iter().copied());
+    <Cli as clap::Parser>::try_parse_from(argv).unwrap().fanout
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
 
     fn parse(args: &[&str]) -> FanoutArgs {
-        let argv = std::iter::once("fanout").chain(args.iter().copied());
-        <Cli as clap::Parser>::try_parse_from(argv).unwrap().fanout
+        parse_fanout(args)
     }
 
     #[test]

@@ -112,16 +112,7 @@ fn refusal(topic: &str, held: i64) -> String {
 mod tests {
     use super::*;
 
-    #[derive(clap::Parser)]
-    struct Cli {
-        #[command(flatten)]
-        fanout: FanoutArgs,
-    }
-
-    fn args(argv: &[&str]) -> FanoutArgs {
-        let argv = std::iter::once("fanout").chain(argv.iter().copied());
-        <Cli as clap::Parser>::try_parse_from(argv).unwrap().fanout
-    }
+    use crate::bench::args::parse_fanout as args;
 
     #[test]
     fn each_run_of_a_series_has_a_topic_of_its_own() {
