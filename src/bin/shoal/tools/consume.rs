@@ -314,7 +314,8 @@ impl<'a> Consumer<'a> {
     }
 
     /// One Fetch of the partitions read from `reader` (those not at their end yet), printed.
-    fn fetch(&mut self, reader: SocketAddr, out: &mut impl Write) -> Result<(), Stop> {
+    /// The Fetch of the partitions read from `reader` that are not at their end (none: `None`).
+    fn request(&self, reader: SocketAddr) -> Option<FetchRequest> {
         let partitions: Vec<FetchPartition> = self
             .positions
             .iter()
@@ -330,7 +331,7 @@ impl<'a> Consumer<'a> {
             })
             .collect();
         if partitions.is_empty() {
-            return Ok(());
+            return None;
         }
         // With --exit, no waiting for records that may never come; else a short long poll, well
         // within --timeout.
@@ -339,23 +340,50 @@ impl<'a> Consumer<'a> {
         } else {
             (self.args.client.timeout.as_millis() / 2).min(500) as i32
         };
-        let req = FetchRequest::default()
-            .with_replica_id(BrokerId(-1))
-            .with_max_wait_ms(wait_ms)
-            .with_min_bytes(1)
-            .with_max_bytes(16 << 20)
-            .with_isolation_level(self.args.isolation as i8)
-            .with_session_epoch(-1)
-            .with_topics(vec![FetchTopic::default()
-                .with_topic(topic_name(&self.args.topic))
-                .with_partitions(partitions)]);
+        Some(
+            FetchRequest::default()
+                .with_replica_id(BrokerId(-1))
+                .with_max_wait_ms(wait_ms)
+                .with_min_bytes(1)
+                .with_max_bytes(16 << 20)
+                .with_isolation_level(self.args.isolation as i8)
+                .with_session_epoch(-1)
+                .with_topics(vec![FetchTopic::default()
+                    .with_topic(topic_name(&self.args.topic))
+                    .with_partitions(partitions)]),
+        )
+    }
+
+    /// A fetch from `reader` failed with `e`: the partitions it served as a replica go back to
+    /// their leaders; a leader's failure ends the command.
+    fn unreachable(&mut self, reader: SocketAddr, e: std::io::Error) -> Result<(), Stop> {
+        self.conns.remove(&reader);
+        let mut moved = false;
+        for pos in self.positions.values_mut() {
+            if pos.reader == reader && pos.leader != reader {
+                pos.reader = pos.leader;
+                moved = true;
+            }
+        }
+        if moved {
+            Ok(())
+        } else {
+            Err(Failure::from(e).into())
+        }
+    }
+
+    fn fetch(&mut self, reader: SocketAddr, out: &mut impl Write) -> Result<(), Stop> {
+        let Some(req) = self.request(reader) else {
+            return Ok(());
+        };
         let conn = match self.conns.entry(reader) {
             std::collections::hash_map::Entry::Occupied(c) => c.into_mut(),
             std::collections::hash_map::Entry::Vacant(v) => v.insert(self.s.connect(reader)?),
         };
-        let r: FetchResponse = conn
-            .call(ApiKey::Fetch, self.version, &req)
-            .map_err(Failure::from)?;
+        let r: FetchResponse = match conn.call(ApiKey::Fetch, self.version, &req) {
+            Ok(r) => r,
+            Err(e) => return self.unreachable(reader, e),
+        };
         let topic = self.args.topic.as_str();
         Failure::check(r.error_code, &format!("fetching topic {topic}"), None)?;
         for pd in r.responses.iter().flat_map(|t| &t.partitions) {
