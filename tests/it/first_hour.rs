@@ -131,6 +131,17 @@ fn zero_cores_and_a_data_directory_that_is_a_file_are_refused_by_name() {
     }
 }
 
+#[test]
+fn a_seek_without_partitions_names_both_ways_to_give_them() {
+    let run = shoal(&["group", "seek", "readers", "--to-earliest"], &[]);
+    assert!(!run.ok);
+    assert!(
+        run.stderr.contains("--topic") && run.stderr.contains("--all-topics"),
+        "{}",
+        run.stderr
+    );
+}
+
 /// Every file under `root` with its bytes.
 fn files_under(root: &Path) -> BTreeMap<String, Vec<u8>> {
     let mut out = BTreeMap::new();
