@@ -4,7 +4,8 @@
 //! plaintext client on a TLS port and a Kafka client on the admin port (told what the port
 //! speaks); `shoal consume` on a partition with a read replica (it must fetch from the replica the
 //! leader names); an offset out of range (the range named) and a batch too large (the setting
-//! named).
+//! named); a seek without partitions (both ways to give them named); `tail -f | shoal produce`
+//! (each line sent as it comes).
 
 use crate::common;
 
