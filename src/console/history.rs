@@ -104,7 +104,7 @@ impl History {
         }
     }
 
-    /// A history fed by a thread (`shoal-console`) that calls `gather` every [`SAMPLE_EVERY`],
+    /// A history fed by a thread (`shoal-console`) that calls `gather` every `SAMPLE_EVERY`,
     /// the first time one interval after the start (a `None` answer skips the sample), until
     /// `stop` is set.
     pub fn spawn(
@@ -241,10 +241,11 @@ impl CoreSample {
             let scale = 10f64.powi(places);
             v.map(|v| (v * scale).round() / scale)
         };
+        let whole = |v: Option<f64>| v.map(|v| v.round() as u64);
         json!([
             self.core,
-            round(self.bytes_in, 0),
-            round(self.bytes_out, 0),
+            whole(self.bytes_in),
+            whole(self.bytes_out),
             round(self.fetch_responses, 1),
             self.fetch_connections,
             round(self.produce_p99_ms, 3),
@@ -332,7 +333,7 @@ mod tests {
         );
         let second = &samples[1]["cores"][0];
         assert_eq!(second[0], 0);
-        assert_eq!(second[1], 5000.0);
+        assert_eq!(second[1], 5000);
         assert_eq!(second[4], 3);
         // The 99th of 100 durations lies in the first bucket (up to 0.1 ms).
         let p99 = second[5].as_f64().unwrap();
