@@ -3,7 +3,7 @@
 //! groups' lag) in a ring of [`KEPT`] samples, so a page opened now draws the last 15 minutes at
 //! once. A sample holds numbers only, so the ring's memory is bounded by the cores and
 //! [`MAX_GROUPS`]: 96 bytes per core and 32 plus the name per group, times [`KEPT`] (with 2 cores
-//! and 10 groups about 120 KiB; with 64 cores about 1.1 MiB).
+//! and 10 groups about 120 KB; with 64 cores about 1.1 MB).
 
 use crate::metrics::{DurationSnapshot, DURATION_BUCKETS_US};
 use crate::stats::CoreSnapshot;
