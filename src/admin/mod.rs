@@ -11,7 +11,8 @@
 //! crossbeam channel) and renders the plain snapshots it gets back, so core 0's executor only
 //! gathers. Requests are parsed by `httparse`; one request per connection, a bounded head, a deadline
 //! per connection, and each connection on its own short-lived thread, so a slow client holds up
-//! neither Kafka nor other admin requests.
+//! neither Kafka nor other admin requests. A thread of the console's samples the cores' figures
+//! for its charts ([`crate::console::History`]) the same way.
 //!
 //! ## Layout, top layer first
 //! - `status`   — `/v1/status`'s JSON from the cores' snapshots and the topic table.
@@ -24,6 +25,7 @@ mod link;
 mod settings;
 mod status;
 
+use crate::console::History;
 use crate::stats::render_prometheus;
 use http::*;
 pub use link::{admin_link, serve_admin, AdminInbox, AdminRequest, AdminSender};
@@ -83,12 +85,18 @@ pub fn spawn(
     cores: Cores,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<JoinHandle<()>> {
+    let history = if cores.metrics_only {
+        Arc::new(History::new())
+    } else {
+        let asking = cores.clone();
+        History::spawn(move || asking.ask(AdminRequest::Stats).ok(), stop.clone())?
+    };
     std::thread::Builder::new()
         .name("shoal-admin".into())
-        .spawn(move || serve(listener, cores, stop))
+        .spawn(move || serve(listener, cores, history, stop))
 }
 
-fn serve(listener: TcpListener, cores: Cores, stop: Arc<AtomicBool>) {
+fn serve(listener: TcpListener, cores: Cores, history: Arc<History>, stop: Arc<AtomicBool>) {
     let open = Arc::new(AtomicUsize::new(0));
     while !stop.load(Ordering::SeqCst) {
         if !readable(&listener, STOP_POLL) {
@@ -111,12 +119,12 @@ fn serve(listener: TcpListener, cores: Cores, stop: Arc<AtomicBool>) {
             let _ = respond(stream, &busy, BUSY_LINGER);
             continue;
         }
-        let (cores, done) = (cores.clone(), OpenGuard(open.clone()));
+        let (cores, history, done) = (cores.clone(), history.clone(), OpenGuard(open.clone()));
         let spawned = std::thread::Builder::new()
             .name("shoal-admin-conn".into())
             .spawn(move || {
                 let _done = done;
-                serve_connection(stream, &cores);
+                serve_connection(stream, &cores, &history);
             });
         if let Err(e) = spawned {
             log::warn!("admin: cannot start a connection thread: {e}");
@@ -144,21 +152,21 @@ fn readable(listener: &TcpListener, timeout: Duration) -> bool {
     unsafe { libc::poll(&mut fd, 1, timeout.as_millis() as libc::c_int) > 0 }
 }
 
-fn serve_connection(stream: TcpStream, cores: &Cores) {
+fn serve_connection(stream: TcpStream, cores: &Cores, history: &History) {
     let _ = stream.set_nonblocking(false);
     match &cores.tls {
-        None => serve_stream(stream, cores),
+        None => serve_stream(stream, cores, history),
         Some(tls) => match futures_rustls::rustls::ServerConnection::new(tls.clone()) {
-            Ok(conn) => serve_stream(TlsStream::new(conn, stream), cores),
+            Ok(conn) => serve_stream(TlsStream::new(conn, stream), cores, history),
             Err(e) => log::warn!("admin: TLS: {e}"),
         },
     }
 }
 
-fn serve_stream(mut stream: impl AdminStream, cores: &Cores) {
+fn serve_stream(mut stream: impl AdminStream, cores: &Cores, history: &History) {
     let deadline = Instant::now() + cores.request_deadline;
     let response = match read_request(&mut stream, deadline) {
-        Ok(Some(request)) => route(&request, cores),
+        Ok(Some(request)) => route(&request, cores, history),
         Ok(None) => return,
         Err(response) => response,
     };
@@ -166,7 +174,7 @@ fn serve_stream(mut stream: impl AdminStream, cores: &Cores) {
     let _ = respond(stream, &response, LINGER);
 }
 
-fn route(request: &Request, cores: &Cores) -> Response {
+fn route(request: &Request, cores: &Cores, history: &History) -> Response {
     let target = request.target.as_str();
     let path = target.split('?').next().unwrap_or("");
     if cores.metrics_only && !(request.method == "GET" && path == "/metrics") {
@@ -234,7 +242,11 @@ fn route(request: &Request, cores: &Cores) -> Response {
                 crate::console::console_json(
                     &stats,
                     &table,
-                    &cores.ports,
+                    &crate::console::Broker {
+                        ports: &cores.ports,
+                        data_dir: &cores.data_dir,
+                        history,
+                    },
                     &crate::console::ConsoleQuery::parse(target),
                 ),
             ),

@@ -4,18 +4,25 @@
 //! and the topic table.
 //!
 //! The JSON carries counters and gauges as they are; the page turns counters into rates between
-//! two polls and keeps each group's lag history for its sparkline. It stays small with many
+//! two polls. The charts' last 15 minutes are kept here ([`History`], sampled by a thread of its
+//! own) and sent from a time on (`history_since`). It stays small with many
 //! partitions: topics are aggregated and paged (`topics_from`, `topics_limit`, `q` to filter by
 //! name), partitions are listed for one topic at a time (`topic`, `from`, `limit`), and the edge's
-//! upstream streams are capped.
+//! upstream streams are capped. `docs/console.md` describes the page and the JSON.
+//!
+//! - `history` — the charts' samples: a bounded ring fed every few seconds.
+//! - `sample`  — a large made-up cluster for the tests.
 
+mod history;
 #[cfg(test)]
 mod sample;
 
 use crate::stats::{CoreSnapshot, PartitionSnapshot};
 use crate::table::TopicTable;
+pub use history::History;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
 
 /// The page: HTML, CSS and script in one document.
 pub const PAGE: &str = include_str!("page.html");
@@ -41,6 +48,8 @@ pub struct ConsoleQuery {
     pub topic: Option<String>,
     pub from: usize,
     pub limit: usize,
+    /// The charts' samples taken after this time (ms since the epoch; 0 for all), if asked.
+    pub history_since: Option<u64>,
 }
 
 impl ConsoleQuery {
@@ -63,6 +72,7 @@ impl ConsoleQuery {
                 "topics_limit" => q.topics_limit = number().unwrap_or(DEFAULT_LIMIT),
                 "from" => q.from = number().unwrap_or(0),
                 "limit" => q.limit = number().unwrap_or(DEFAULT_LIMIT),
+                "history_since" => q.history_since = value.parse::<u64>().ok().or(Some(0)),
                 _ => {}
             }
         }
@@ -78,27 +88,66 @@ pub fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&crate::http::request::percent_decode_bytes(s)).into_owned()
 }
 
-/// The console's JSON for the cores' snapshots, the topic table and the cores' Kafka ports.
+/// What the console shows of the broker beside its cores' snapshots and the topic table.
+#[derive(Debug, Clone, Copy)]
+pub struct Broker<'a> {
+    /// Kafka port of each core.
+    pub ports: &'a [u16],
+    /// The data directory, whose file system's free space is shown.
+    pub data_dir: &'a Path,
+    /// The charts' samples, and when the broker started.
+    pub history: &'a History,
+}
+
+/// The console's JSON for the cores' snapshots and the topic table.
 pub fn console_json(
     stats: &[CoreSnapshot],
     table: &TopicTable,
-    ports: &[u16],
+    broker: &Broker,
     query: &ConsoleQuery,
 ) -> String {
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
-    let layout = Layout::new(stats, table, ports.len());
+    let layout = Layout::new(stats, table, broker.ports.len());
     json!({
         "version": env!("CARGO_PKG_VERSION"),
         "time_ms": now_ms,
-        "cores": stats.iter().map(|s| core_json(s, ports)).collect::<Vec<_>>(),
+        "started_ms": broker.history.started_ms(),
+        "uptime_seconds": broker.history.uptime().as_secs(),
+        "disk": disk_json(broker.data_dir),
+        "errors": errors_json(stats),
+        "cores": stats.iter().map(|s| core_json(s, broker.ports)).collect::<Vec<_>>(),
         "topics": topics_json(&layout, table, query),
         "partitions": query.topic.as_deref().map(|t| partitions_json(&layout, table, t, query)),
         "groups": groups_json(stats),
         "edge": edge_json(stats),
+        "history": query.history_since.map(|since| broker.history.json_since(since)),
     })
     .to_string()
+}
+
+/// The data directory's file system: its size and the bytes the broker may still write.
+fn disk_json(dir: &Path) -> Value {
+    let sizes = crate::kafka::handlers::describe_log_dirs::file_system_bytes(dir);
+    json!({
+        "path": dir,
+        "total_bytes": sizes.map(|s| s.0),
+        "free_bytes": sizes.map(|s| s.1),
+    })
+}
+
+/// The errors counted since start, summed over the cores.
+fn errors_json(stats: &[CoreSnapshot]) -> Value {
+    let sum = |read: fn(&CoreSnapshot) -> u64| stats.iter().map(read).sum::<u64>();
+    json!({
+        "storage_errors": sum(|s| s.storage.errors),
+        "failing_logs": sum(|s| s.storage.failing_logs),
+        "handler_panics": sum(|s| s.kafka.handler_panics),
+        "authentication_failures": sum(|s| s.kafka.authentication_failures),
+        "tls_handshake_failures": sum(|s| s.kafka.tls_handshake_failures),
+        "protocol_errors": sum(|s| s.kafka.protocol_errors),
+    })
 }
 
 /// One core's figures: gauges as they are, counters for the page to turn into rates.
@@ -140,6 +189,11 @@ fn core_json(s: &CoreSnapshot, ports: &[u16]) -> Value {
         "view_fetches": s.views.fetches_served,
         "view_batches_decoded": s.views.source_batches_decoded,
         "storage_errors": s.storage.errors,
+        "failing_logs": s.storage.failing_logs,
+        "handler_panics": s.kafka.handler_panics,
+        "authentication_failures": s.kafka.authentication_failures,
+        "tls_handshake_failures": s.kafka.tls_handshake_failures,
+        "protocol_errors": s.kafka.protocol_errors,
         "groups_members": s.groups.members,
     })
 }
@@ -152,6 +206,8 @@ struct Layout<'a> {
     replicas: HashMap<(&'a str, i32), &'a [i32]>,
     /// Fetch connections per partition, by core.
     readers: HashMap<(&'a str, i32), BTreeMap<usize, u32>>,
+    /// Distinct fetch connections per topic, summed over the cores (a connection is on one core).
+    topic_readers: HashMap<&'a str, u64>,
     /// HTTP streams open per topic (its views' counted with it), over all cores.
     streams: HashMap<&'a str, u64>,
 }
@@ -163,6 +219,7 @@ impl<'a> Layout<'a> {
             owned: HashMap::new(),
             replicas: HashMap::new(),
             readers: HashMap::new(),
+            topic_readers: HashMap::new(),
             streams: HashMap::new(),
         };
         for s in stats {
@@ -186,6 +243,9 @@ impl<'a> Layout<'a> {
             for (topic, n) in &s.http.topics {
                 let source = crate::table::source_topic(topic).unwrap_or(topic);
                 *layout.streams.entry(source).or_default() += n;
+            }
+            for (topic, n) in &s.replicas.topic_fetch_connections {
+                *layout.topic_readers.entry(topic.as_str()).or_default() += u64::from(*n);
             }
             for (topic, partition, n) in &s.replicas.fetch_connections {
                 *layout
@@ -214,7 +274,7 @@ fn topics_json(layout: &Layout, table: &TopicTable, q: &ConsoleQuery) -> Value {
         .filter(|(name, _)| q.filter.as_ref().is_none_or(|f| name.contains(f.as_str())))
         .map(|(name, m)| {
             let mut leaders: BTreeMap<usize, u32> = BTreeMap::new();
-            let (mut hw, mut size, mut appended, mut consumers, mut replicated) = (0, 0, 0, 0, 0);
+            let (mut hw, mut size, mut appended, mut replicated) = (0, 0, 0, 0);
             for p in 0..m.partitions {
                 *leaders.entry(table.owner(m, p, layout.cores)).or_default() += 1;
                 if let Some((_, s)) = layout.owned.get(&(name.as_str(), p)) {
@@ -222,7 +282,6 @@ fn topics_json(layout: &Layout, table: &TopicTable, q: &ConsoleQuery) -> Value {
                     size += s.size_bytes;
                     appended += s.appended_bytes;
                 }
-                consumers += layout.consumers(name, p);
                 replicated += u32::from(layout.replicas.contains_key(&(name.as_str(), p)));
             }
             json!({
@@ -233,7 +292,7 @@ fn topics_json(layout: &Layout, table: &TopicTable, q: &ConsoleQuery) -> Value {
                 "high_watermark_sum": hw,
                 "size_bytes": size,
                 "appended_bytes": appended,
-                "consumers": consumers,
+                "consumers": layout.topic_readers.get(name.as_str()).copied().unwrap_or(0),
                 "stream_subscribers": layout.streams.get(name.as_str()).copied().unwrap_or(0),
             })
         })
@@ -358,8 +417,14 @@ mod tests {
     #[test]
     fn ten_thousand_partitions_make_a_small_page() {
         let (cores, table) = sample::many_partitions(100, 100, 4);
-        let ports = [9092, 9093, 9094, 9095];
-        let text = console_json(&cores, &table, &ports, &ConsoleQuery::parse("/v1/console"));
+        let history = History::new();
+        history.record(&cores, std::time::Instant::now(), 1);
+        let broker = Broker {
+            ports: &[9092, 9093, 9094, 9095],
+            data_dir: Path::new("/"),
+            history: &history,
+        };
+        let text = console_json(&cores, &table, &broker, &ConsoleQuery::parse("/v1/console"));
         assert!(text.len() < 32 << 10, "{} bytes", text.len());
         let v: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["topics"]["total"], 100);
@@ -374,8 +439,23 @@ mod tests {
         assert_eq!(first["high_watermark_sum"], 1000);
         assert_eq!(first["size_bytes"], 10_000);
         assert_eq!(v["partitions"], Value::Null);
-        let q = ConsoleQuery::parse("/v1/console?topic=topic-042&from=5&limit=3");
-        let v: Value = serde_json::from_str(&console_json(&cores, &table, &ports, &q)).unwrap();
+        assert_eq!(v["history"], Value::Null, "only when asked");
+        assert!(
+            v["disk"]["free_bytes"].as_i64().unwrap() > 0,
+            "{}",
+            v["disk"]
+        );
+        assert_eq!(v["errors"]["handler_panics"], 0);
+        let q = ConsoleQuery::parse("/v1/console?topic=topic-042&from=5&limit=3&history_since=0");
+        let text = console_json(&cores, &table, &broker, &q);
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            v["history"]["samples"][0]["cores"]
+                .as_array()
+                .unwrap()
+                .len(),
+            4
+        );
         let items = v["partitions"]["items"].as_array().unwrap();
         assert_eq!(items.len(), 3);
         assert_eq!(items[2]["partition"], 7);
@@ -395,6 +475,13 @@ mod tests {
         assert_eq!(q.from, 0);
         assert_eq!(q.topics_limit, DEFAULT_LIMIT);
         assert_eq!(ConsoleQuery::parse("/v1/console?limit=0").limit, 1);
+        assert_eq!(q.history_since, None);
+        let since = |t| ConsoleQuery::parse(t).history_since;
+        assert_eq!(
+            since("/v1/console?history_since=1700000000000"),
+            Some(1_700_000_000_000)
+        );
+        assert_eq!(since("/v1/console?history_since="), Some(0));
         assert_eq!(percent_decode("%e2%82%ac%"), "€%");
     }
 }

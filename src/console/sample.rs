@@ -62,6 +62,10 @@ pub fn many_partitions(
                 .replicas
                 .fetch_connections
                 .push(("topic-042".into(), 7, readers));
+            snapshots[core]
+                .replicas
+                .topic_fetch_connections
+                .push(("topic-042".into(), readers));
         }
     }
     (snapshots, table)

@@ -21,6 +21,10 @@ pub struct ReplicaStats {
     /// Fetch connections per partition on this core (open, and fetched it within
     /// [`FETCHING_WITHIN`](super::FETCHING_WITHIN)).
     pub fetch_connections: Vec<(String, i32, u32)>,
+    /// Fetch connections per topic on this core: distinct connections that fetched any of its
+    /// partitions within [`FETCHING_WITHIN`](super::FETCHING_WITHIN), each counted once however
+    /// many partitions it reads.
+    pub topic_fetch_connections: Vec<(String, u32)>,
     /// Held and fed replicas: (topic, partition, replica cores).
     pub replica_cores: Vec<(String, i32, Vec<i32>)>,
 }
@@ -43,6 +47,24 @@ impl Replicas {
             .filter(|f| f.2 > 0)
             .collect();
         fetch_connections.sort();
+        let mut by_topic: std::collections::BTreeMap<&str, std::collections::HashSet<u64>> =
+            std::collections::BTreeMap::new();
+        let fetchers = self.fetchers.borrow();
+        for f in fetchers.values() {
+            let active = f
+                .last
+                .iter()
+                .filter(|(_, &t)| now.duration_since(t) < super::FETCHING_WITHIN);
+            by_topic
+                .entry(f.topic.as_str())
+                .or_default()
+                .extend(active.map(|(conn, _)| *conn));
+        }
+        let topic_fetch_connections = by_topic
+            .into_iter()
+            .filter(|(_, conns)| !conns.is_empty())
+            .map(|(topic, conns)| (topic.to_string(), conns.len() as u32))
+            .collect();
         ReplicaStats {
             held: held.values().map(|p| p.len() as u64).sum(),
             fed: self.fed.borrow().len() as u64,
@@ -51,6 +73,7 @@ impl Replicas {
             snapshots: self.snapshots.get(),
             redirects: self.redirects.get(),
             fetch_connections,
+            topic_fetch_connections,
             replica_cores,
         }
     }

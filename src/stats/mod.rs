@@ -272,6 +272,7 @@ mod tests {
                         snapshots: 71 * n,
                         redirects: 72 * n,
                         fetch_connections: vec![("a".into(), 0, 73 * n as u32)],
+                        topic_fetch_connections: vec![("a".into(), 73 * n as u32)],
                         replica_cores: vec![("a".into(), 0, vec![1 - core as i32])],
                     },
                     edge: (core == 0).then(|| EdgeStats {

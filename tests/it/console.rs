@@ -494,3 +494,208 @@ fn an_edges_console_shows_its_upstream_streams() {
     edge.stop();
     upstream.stop();
 }
+
+/// A producer sending to `topic` all along until `stop`, so that every sample of the broker's
+/// history sees bytes come in.
+fn steady_producer(
+    bootstrap: &str,
+    topic: &str,
+    stop: &Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    let (b, topic, stop) = (bootstrap.to_string(), topic.to_string(), stop.clone());
+    std::thread::spawn(move || {
+        use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+        let p: BaseProducer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &b)
+            .set("linger.ms", "5")
+            .create()
+            .unwrap();
+        let payload = "x".repeat(200);
+        while !stop.load(Ordering::Relaxed) {
+            if p.send(BaseRecord::<(), str>::to(&topic).payload(&payload))
+                .is_err()
+            {
+                p.poll(Duration::from_millis(10));
+            }
+            p.poll(Duration::from_millis(1));
+        }
+        p.flush(Duration::from_secs(10))
+            .expect("the records are acknowledged");
+    })
+}
+
+/// The broker's history until it holds at least `n` samples, the last with bytes in on some core
+/// (bounded: 90 s).
+fn history_with(shoal: &Shoal, n: usize) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let c = console(shoal, "?history_since=0");
+        let samples = c["history"]["samples"].as_array().unwrap();
+        let bytes_in: f64 = samples.last().map_or(0.0, |s| {
+            s["cores"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|core| core[1].as_f64().unwrap_or(0.0))
+                .sum()
+        });
+        if samples.len() >= n && bytes_in > 0.0 {
+            return c;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {n} samples with bytes in: {}",
+            c["history"]
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The charts in a browser while a producer runs: the broker's samples appear in each chart, and
+/// a page dumped again some samples later has more points, a later last sample and bytes coming
+/// in; the summary shows the version, uptime and the data directory's free space.
+#[test]
+fn the_consoles_charts_grow_while_a_producer_runs() {
+    const TEST: &str = "the_consoles_charts_grow_while_a_producer_runs";
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 2, &[]);
+    let b = shoal.bootstrap();
+    common::create_topics(&b, &[("load", 4)]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let producing = steady_producer(&b, "load", &stop);
+    let c = history_with(&shoal, 3);
+    assert_eq!(c["history"]["interval_ms"], 5000);
+    let url = format!("http://{}/console", shoal.admin);
+    let first = dump_dom(TEST, &url, Duration::from_secs(3));
+    let samples = c["history"]["samples"].as_array().unwrap().len();
+    history_with(&shoal, samples + 2);
+    let second = dump_dom(TEST, &url, Duration::from_secs(3));
+    stop.store(true, Ordering::Relaxed);
+    producing.join().unwrap();
+    let (Some(first), Some(second)) = (first, second) else {
+        return;
+    };
+    let chart = |dom: &str, id: &str, what: &str| -> f64 {
+        attribute(dom, &format!("data-chart=\"{id}\""), what)
+            .parse()
+            .unwrap_or_else(|e| panic!("{id} {what}: {e}"))
+    };
+    for id in [
+        "bytes_in",
+        "bytes_out",
+        "fetch_responses",
+        "consumers",
+        "produce_p99",
+    ] {
+        let (before, after) = (
+            chart(&first, id, "data-points"),
+            chart(&second, id, "data-points"),
+        );
+        assert!(before >= 2.0, "{id}: {before} points at first");
+        assert!(after >= before + 2.0, "{id}: {before} then {after} points");
+        assert!(
+            chart(&second, id, "data-last-time") > chart(&first, id, "data-last-time"),
+            "{id}: the last sample did not move"
+        );
+    }
+    for dom in [&first, &second] {
+        assert!(
+            chart(dom, "bytes_in", "data-last") > 0.0,
+            "no bytes in shown"
+        );
+        assert!(
+            chart(dom, "produce_p99", "data-last") > 0.0,
+            "no produce p99"
+        );
+        let svg = &dom[dom.find("data-chart=\"bytes_in\"").unwrap()..];
+        let svg = &svg[..svg.find("</svg>").unwrap()];
+        assert!(svg.contains("<polyline"), "no line drawn: {svg}");
+        // The scale's labels carry their unit.
+        assert!(svg.contains(" B/s</text>"), "no unit on the scale: {svg}");
+    }
+    let summary = "id=\"summary\"";
+    assert_eq!(
+        attribute(&second, summary, "data-version"),
+        env!("CARGO_PKG_VERSION")
+    );
+    let uptime: u64 = attribute(&second, summary, "data-uptime").parse().unwrap();
+    assert!(uptime >= 15, "uptime {uptime} s");
+    let free: u64 = attribute(&second, summary, "data-disk-free")
+        .parse()
+        .unwrap();
+    assert!(free > 0);
+    assert_eq!(attribute(&second, summary, "data-errors"), "0");
+    shoal.stop();
+}
+
+/// One consumer reading all twelve partitions of a topic is one consumer of the topic (one
+/// connection), while each partition counts it once; the JSON carries the version, uptime, the
+/// data directory's space and the error counters.
+#[test]
+fn one_consumer_of_many_partitions_counts_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = Shoal::start(dir.path(), 1, &[]);
+    let b = shoal.bootstrap();
+    common::create_topics(&b, &[("many", 12)]);
+    produce(&b, "many", &[3; 12]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (b, stop) = (b.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let c: BaseConsumer = rdkafka::ClientConfig::new()
+                .set("bootstrap.servers", &b)
+                .set("group.id", "console-one-reader-unused")
+                .set("enable.auto.commit", "false")
+                .set("fetch.wait.max.ms", "100")
+                .create()
+                .unwrap();
+            let mut tpl = TopicPartitionList::new();
+            for p in 0..12 {
+                tpl.add_partition_offset("many", p, Offset::Beginning)
+                    .unwrap();
+            }
+            c.assign(&tpl).unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                let _ = c.poll(Duration::from_millis(50));
+            }
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let c = loop {
+        let c = console(&shoal, "?topic=many&limit=100");
+        let parts = c["partitions"]["items"].as_array().unwrap();
+        if parts.iter().all(|p| p["consumers"] == 1) {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "not every partition read: {c}");
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    stop.store(true, Ordering::Relaxed);
+    reader.join().unwrap();
+    assert_eq!(topic_row(&c, "many")["consumers"], 1, "{c}");
+    assert_eq!(c["cores"][0]["fetch_connections"], 1, "{c}");
+    assert_eq!(c["version"], env!("CARGO_PKG_VERSION"));
+    assert!(c["uptime_seconds"].is_u64(), "{c}");
+    assert!(c["started_ms"].as_u64().unwrap() <= c["time_ms"].as_u64().unwrap());
+    assert!(
+        c["disk"]["free_bytes"].as_u64().unwrap() > 0,
+        "{}",
+        c["disk"]
+    );
+    assert!(
+        c["disk"]["total_bytes"].as_u64().unwrap() >= c["disk"]["free_bytes"].as_u64().unwrap()
+    );
+    for counter in [
+        "storage_errors",
+        "failing_logs",
+        "handler_panics",
+        "authentication_failures",
+        "tls_handshake_failures",
+        "protocol_errors",
+    ] {
+        assert_eq!(c["errors"][counter], 0, "{counter}: {}", c["errors"]);
+        assert_eq!(c["cores"][0][counter], 0, "{counter}");
+    }
+    assert_eq!(c["history"], Value::Null, "the history only when asked");
+    shoal.stop();
+}

@@ -93,7 +93,7 @@ fn sizes(
 }
 
 /// The file system's size and the bytes an unprivileged writer may still use, from `statvfs`.
-fn file_system_bytes(dir: &Path) -> Option<(i64, i64)> {
+pub fn file_system_bytes(dir: &Path) -> Option<(i64, i64)> {
     use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
