@@ -14,7 +14,7 @@
 //! - [`admin`]       — admin HTTP on its own thread (`/metrics`, `/v1/status`, live settings), asking
 //!   core 0 by message over its link.
 //! - [`console`]     — the live console: its page (compiled in) and the JSON it polls, built from
-//!   the cores' snapshots and the topic table.
+//!   the cores' snapshots and the topic table, with the last 15 minutes sampled for its charts.
 //! - [`kafka`]       — the Kafka front end: connections, one handler per API.
 //! - [`http`]        — topics streamed to browsers and devices: Server-Sent Events and WebSocket
 //!   on every core, one encoded frame per batch shared by every subscriber on the core.
