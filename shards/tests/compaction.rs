@@ -1,8 +1,8 @@
 //! Compacted logs against a real file system: the latest record per key is kept at its offset,
 //! tombstones go after `delete.retention.ms`, records without keys are refused, compressed and
 //! idempotent batches are rewritten correctly, appends and reads go on during a pass, a swap
-//! interrupted at any step is finished or undone at the next open, and the core's compactor runs
-//! passes by itself.
+//! interrupted at any step is finished or undone at the next open, a log closed while a pass runs
+//! keeps every key's latest record, and the core's compactor runs passes by itself.
 
 mod common;
 
@@ -441,6 +441,44 @@ fn appends_and_reads_go_on_while_a_pass_runs() {
             "after the pass",
         );
         log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn a_log_closed_while_a_pass_runs_keeps_every_keys_latest_record() {
+    run(|| async {
+        // The close lands at different points of the pass: before it reads, while it writes,
+        // during its renames, at the swap, or after it.
+        for delay_us in [0u64, 100, 300, 1_000, 3_000, 10_000, 30_000] {
+            let dir = tempfile::tempdir().unwrap();
+            let log = Log::open(dir.path(), compacted(), no_cache())
+                .await
+                .unwrap();
+            let all = updates(&log, 600, 40, 0).await;
+            let compacting = glommio::spawn_local({
+                let log = log.clone();
+                async move { log.compact_now().await.map(|_| ()) }
+            });
+            glommio::timer::sleep(Duration::from_micros(delay_us)).await;
+            log.close().await.unwrap();
+            // Done or refused, never a panic.
+            let _ = compacting.await;
+            let log = Log::open(dir.path(), compacted(), no_cache())
+                .await
+                .unwrap();
+            let got = read_records(&log).await.0;
+            for want in latest(&all) {
+                assert!(
+                    got.contains(&want),
+                    "closed after {delay_us} us: {want:?} lost"
+                );
+            }
+            assert!(
+                got.iter().all(|r| all.contains(r)),
+                "closed after {delay_us} us: a record that was not written"
+            );
+            log.close().await.unwrap();
+        }
     });
 }
 

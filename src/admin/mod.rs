@@ -85,15 +85,24 @@ pub fn spawn(
     cores: Cores,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<JoinHandle<()>> {
-    let history = if cores.metrics_only {
-        Arc::new(History::new())
+    let (history, sampler) = if cores.metrics_only {
+        (Arc::new(History::new()), None)
     } else {
         let asking = cores.clone();
-        History::spawn(move || asking.ask(AdminRequest::Stats).ok(), stop.clone())?
+        let (history, thread) =
+            History::spawn(move || asking.ask(AdminRequest::Stats).ok(), stop.clone())?;
+        (history, Some(thread))
     };
     std::thread::Builder::new()
         .name("shoal-admin".into())
-        .spawn(move || serve(listener, cores, history, stop))
+        .spawn(move || {
+            serve(listener, cores, history, stop);
+            // The console's sampler sees the same flag: joined here, so that a joined admin
+            // thread leaves nothing asking core 0.
+            if let Some(thread) = sampler {
+                let _ = thread.join();
+            }
+        })
 }
 
 fn serve(listener: TcpListener, cores: Cores, history: Arc<History>, stop: Arc<AtomicBool>) {

@@ -104,16 +104,17 @@ impl History {
         }
     }
 
-    /// A history fed by a thread (`shoal-console`) that calls `gather` every `SAMPLE_EVERY`,
-    /// the first time one interval after the start (a `None` answer skips the sample), until
-    /// `stop` is set.
+    /// A history fed by a thread (`shoal-console`, returned for joining) that calls `gather`
+    /// every `SAMPLE_EVERY`, the first time one interval after the start (a `None` answer skips
+    /// the sample), until `stop` is set. A gather that takes longer than the interval (core 0
+    /// slow to answer) is followed by half an interval's rest, never by another at once.
     pub fn spawn(
         gather: impl Fn() -> Option<Vec<CoreSnapshot>> + Send + 'static,
         stop: Arc<AtomicBool>,
-    ) -> std::io::Result<Arc<History>> {
+    ) -> std::io::Result<(Arc<History>, std::thread::JoinHandle<()>)> {
         let history = Arc::new(History::new());
         let fed = history.clone();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("shoal-console".into())
             .spawn(move || {
                 let mut next = Instant::now() + SAMPLE_EVERY;
@@ -122,13 +123,14 @@ impl History {
                         std::thread::sleep(STOP_POLL.min(next - Instant::now()));
                         continue;
                     }
-                    next += SAMPLE_EVERY;
+                    let planned = next + SAMPLE_EVERY;
                     if let Some(stats) = gather() {
                         fed.record(&stats, Instant::now(), now_ms());
                     }
+                    next = planned.max(Instant::now() + SAMPLE_EVERY / 2);
                 }
             })?;
-        Ok(history)
+        Ok((history, thread))
     }
 
     pub fn uptime(&self) -> Duration {

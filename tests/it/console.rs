@@ -563,6 +563,7 @@ fn the_consoles_charts_grow_while_a_producer_runs() {
     common::create_topics(&b, &[("load", 4)]);
     let stop = Arc::new(AtomicBool::new(false));
     let producing = steady_producer(&b, "load", &stop);
+    let consuming = reading(&b, "load", 4, &stop);
     let c = history_with(&shoal, 3);
     assert_eq!(c["history"]["interval_ms"], 5000);
     let url = format!("http://{}/console", shoal.admin);
@@ -572,6 +573,7 @@ fn the_consoles_charts_grow_while_a_producer_runs() {
     let second = dump_dom(TEST, &url, Duration::from_secs(3));
     stop.store(true, Ordering::Relaxed);
     producing.join().unwrap();
+    consuming.join().unwrap();
     let (Some(first), Some(second)) = (first, second) else {
         return;
     };
@@ -607,6 +609,10 @@ fn the_consoles_charts_grow_while_a_producer_runs() {
             chart(dom, "produce_p99", "data-last") > 0.0,
             "no produce p99"
         );
+        // The reader's connections and its fetches.
+        for id in ["consumers", "fetch_responses", "bytes_out"] {
+            assert!(chart(dom, id, "data-last") > 0.0, "{id}: nothing shown");
+        }
         let svg = &dom[dom.find("data-chart=\"bytes_in\"").unwrap()..];
         let svg = &svg[..svg.find("</svg>").unwrap()];
         assert!(svg.contains("<polyline"), "no line drawn: {svg}");
@@ -628,6 +634,34 @@ fn the_consoles_charts_grow_while_a_producer_runs() {
     shoal.stop();
 }
 
+/// One librdkafka consumer of every partition of `topic` from the start, polling until `stop`.
+fn reading(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    stop: &Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    let (b, topic, stop) = (bootstrap.to_string(), topic.to_string(), stop.clone());
+    std::thread::spawn(move || {
+        let c: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &b)
+            .set("group.id", "console-reader-unused")
+            .set("enable.auto.commit", "false")
+            .set("fetch.wait.max.ms", "100")
+            .create()
+            .unwrap();
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition_offset(&topic, p, Offset::Beginning)
+                .unwrap();
+        }
+        c.assign(&tpl).unwrap();
+        while !stop.load(Ordering::Relaxed) {
+            let _ = c.poll(Duration::from_millis(50));
+        }
+    })
+}
+
 /// One consumer reading all twelve partitions of a topic is one consumer of the topic (one
 /// connection), while each partition counts it once; the JSON carries the version, uptime, the
 /// data directory's space and the error counters.
@@ -639,27 +673,7 @@ fn one_consumer_of_many_partitions_counts_once() {
     common::create_topics(&b, &[("many", 12)]);
     produce(&b, "many", &[3; 12]);
     let stop = Arc::new(AtomicBool::new(false));
-    let reader = {
-        let (b, stop) = (b.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let c: BaseConsumer = rdkafka::ClientConfig::new()
-                .set("bootstrap.servers", &b)
-                .set("group.id", "console-one-reader-unused")
-                .set("enable.auto.commit", "false")
-                .set("fetch.wait.max.ms", "100")
-                .create()
-                .unwrap();
-            let mut tpl = TopicPartitionList::new();
-            for p in 0..12 {
-                tpl.add_partition_offset("many", p, Offset::Beginning)
-                    .unwrap();
-            }
-            c.assign(&tpl).unwrap();
-            while !stop.load(Ordering::Relaxed) {
-                let _ = c.poll(Duration::from_millis(50));
-            }
-        })
-    };
+    let reader = reading(&b, "many", 12, &stop);
     let deadline = Instant::now() + Duration::from_secs(60);
     let c = loop {
         let c = console(&shoal, "?topic=many&limit=100");

@@ -2,7 +2,7 @@
 //! run literally (every command, in a fresh working directory, with the default ports and data
 //! directory, the console opened in a real browser), `docs/configuration.md` against `shoal serve
 //! --help` and `shoal edge --help` (regenerated with `SHOAL_BLESS_DOCS=1 cargo test --test it
-//! docs::`), and every flag the README gives `shoal serve` or `shoal edge`.
+//! docs::`), and every flag the README gives a `shoal` command against that command's `--help`.
 
 use crate::common;
 
@@ -132,32 +132,71 @@ fn the_configuration_reference_is_the_help_of_serve_and_edge() {
     );
 }
 
-#[test]
-fn every_flag_the_readme_gives_serve_or_edge_exists() {
-    let readme = std::fs::read_to_string(repo_file("README.md")).unwrap();
-    let known: BTreeSet<String> = [help(&["serve"]), help(&["edge"])]
+/// `shoal ARGS --help`, if ARGS is a command.
+fn try_help(args: &[&str]) -> Option<String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(args)
+        .arg("--help")
+        .output()
+        .unwrap();
+    out.status
+        .success()
+        .then(|| String::from_utf8(out.stdout).unwrap())
+}
+
+/// The command a README line's `shoal ...` names (`["topic", "create"]`), its help's long flags,
+/// and the words after the command (up to a pipe, a comment or the end of the inline code).
+fn command_of(words: &[&str]) -> Option<(Vec<String>, BTreeSet<String>)> {
+    let mut path: Vec<&str> = Vec::new();
+    let mut help = None;
+    for word in words {
+        let is_word = word.chars().all(|c| c.is_ascii_lowercase() || c == '-') && !word.starts_with('-');
+        // Deeper only while the command so far has subcommands.
+        if !is_word || help.as_deref().is_some_and(|h: &str| !h.contains("\nCommands:\n")) {
+            break;
+        }
+        let mut deeper = path.clone();
+        deeper.push(word);
+        match try_help(&deeper) {
+            Some(h) => {
+                path = deeper;
+                help = Some(h);
+            }
+            None => break,
+        }
+    }
+    let help = help?;
+    let known = flags(&help)
         .iter()
-        .flat_map(|h| flags(h))
         .map(|f| long_name(&f.header).to_string())
         .chain(["--help".to_string()])
         .collect();
+    Some((path.iter().map(|w| w.to_string()).collect(), known))
+}
+
+#[test]
+fn every_flag_the_readme_gives_a_shoal_command_exists() {
+    let readme = std::fs::read_to_string(repo_file("README.md")).unwrap();
     let mut unknown = Vec::new();
-    for line in readme
-        .lines()
-        .filter(|l| l.contains("shoal serve") || l.contains("shoal edge"))
-    {
-        let line = line.split(" # ").next().unwrap_or(line);
-        let after = line
-            .find("shoal serve")
-            .or_else(|| line.find("shoal edge"))
-            .unwrap();
-        for word in line[after..].split(|c: char| c.is_whitespace() || c == '`') {
-            let name = word.split('=').next().unwrap();
-            if name.starts_with("--") && name.len() > 2 && !known.contains(name) {
-                unknown.push(format!("{name} in: {line}"));
+    let mut checked = 0;
+    for line in readme.lines() {
+        for (at, _) in line.match_indices("shoal ") {
+            let rest = &line[at + "shoal ".len()..];
+            let rest = rest.split(['`', '|', ';', '#', '&']).next().unwrap_or("");
+            let words: Vec<&str> = rest.split_whitespace().collect();
+            let Some((path, known)) = command_of(&words) else {
+                continue;
+            };
+            checked += 1;
+            for word in &words[path.len()..] {
+                let name = word.split('=').next().unwrap();
+                if name.starts_with("--") && name.len() > 2 && !known.contains(name) {
+                    unknown.push(format!("shoal {} {name} in: {line}", path.join(" ")));
+                }
             }
         }
     }
+    assert!(checked >= 20, "only {checked} shoal commands found in the README");
     assert!(
         unknown.is_empty(),
         "README flags no binary has: {unknown:#?}"

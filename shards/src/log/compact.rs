@@ -725,14 +725,16 @@ impl Inner {
         );
         seg.sealed.set(index_in_place);
         *seg.txns.borrow_mut() = cleaned.txns;
-        seg.set_direct_reads(self.active().writes_direct());
         // In memory, in one step: readers see either the old segments or the new one.
         {
             let mut segs = self.segments.borrow_mut();
             let Some(i) = segs.iter().position(|s| Rc::ptr_eq(s, &group[0])) else {
-                // Only a closing log loses its segments; the disk holds the swap.
+                // Only a closing log loses its segments (all of them, the active one too); the
+                // disk holds the swap.
                 return Ok(false);
             };
+            let active = segs.last().expect("the log holds the group, so a segment");
+            seg.set_direct_reads(active.writes_direct());
             debug_assert!(group
                 .iter()
                 .enumerate()

@@ -454,9 +454,10 @@ pub struct ServeArgs {
     /// acks=all is always fsynced before the acknowledgement.
     #[arg(long, default_value_t = 1000)]
     pub flush_ms: u64,
-    /// Write acks=all appends with Direct I/O and O_DSYNC (on the device when the write completes)
-    /// where the file system allows it; acks=0/1 appends always go through the page cache. False:
-    /// everything through the page cache, acks=all acknowledged after an fdatasync.
+    /// Write appends with Direct I/O where the file system allows it: acks=all with O_DSYNC (on
+    /// stable storage when the write completes), acks=0/1 without (on the device, no flush waited
+    /// for; through the page cache while the device stalls). False: everything through the page
+    /// cache, acks=all acknowledged after an fdatasync.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub direct_io: bool,
     /// With Direct I/O, keep zeros written up to 4 MiB ahead of what it wrote in each active

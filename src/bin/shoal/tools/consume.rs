@@ -162,6 +162,8 @@ struct Consumer<'a> {
     conns: HashMap<SocketAddr, SyncConn>,
     /// Every broker's address by id, for `preferred_read_replica`.
     brokers: HashMap<i32, SocketAddr>,
+    /// Replicas that could not be reached: not followed again.
+    unreachable_replicas: std::collections::HashSet<SocketAddr>,
     group: Option<Group>,
     version: i16,
     printed: u64,
@@ -266,6 +268,7 @@ impl<'a> Consumer<'a> {
             positions,
             conns: HashMap::new(),
             brokers,
+            unreachable_replicas: Default::default(),
             group,
             // v11+ lets a leader send the reader to another replica (preferred_read_replica).
             version: s.version(ApiKey::Fetch, 4, 11)?,
@@ -354,9 +357,10 @@ impl<'a> Consumer<'a> {
         )
     }
 
-    /// A fetch from `reader` failed with `e`: the partitions it served as a replica go back to
-    /// their leaders; a leader's failure ends the command.
-    fn unreachable(&mut self, reader: SocketAddr, e: std::io::Error) -> Result<(), Stop> {
+    /// Connecting to or fetching from `reader` failed with `f`: the partitions it served as a
+    /// replica go back to their leaders, and a leader naming it again is not followed; a leader's
+    /// failure ends the command.
+    fn unreachable(&mut self, reader: SocketAddr, f: Failure) -> Result<(), Stop> {
         self.conns.remove(&reader);
         let mut moved = false;
         for pos in self.positions.values_mut() {
@@ -366,9 +370,10 @@ impl<'a> Consumer<'a> {
             }
         }
         if moved {
+            self.unreachable_replicas.insert(reader);
             Ok(())
         } else {
-            Err(Failure::from(e).into())
+            Err(f.into())
         }
     }
 
@@ -378,11 +383,14 @@ impl<'a> Consumer<'a> {
         };
         let conn = match self.conns.entry(reader) {
             std::collections::hash_map::Entry::Occupied(c) => c.into_mut(),
-            std::collections::hash_map::Entry::Vacant(v) => v.insert(self.s.connect(reader)?),
+            std::collections::hash_map::Entry::Vacant(v) => match self.s.connect(reader) {
+                Ok(conn) => v.insert(conn),
+                Err(f) => return self.unreachable(reader, f),
+            },
         };
         let r: FetchResponse = match conn.call(ApiKey::Fetch, self.version, &req) {
             Ok(r) => r,
-            Err(e) => return self.unreachable(reader, e),
+            Err(e) => return self.unreachable(reader, Failure::from(e)),
         };
         let topic = self.args.topic.as_str();
         Failure::check(r.error_code, &format!("fetching topic {topic}"), None)?;
@@ -406,7 +414,9 @@ impl<'a> Consumer<'a> {
             }
             Failure::check(pd.error_code, &what, None)?;
             if let Some(replica) = self.brokers.get(&pd.preferred_read_replica.0) {
-                pos.reader = *replica;
+                if !self.unreachable_replicas.contains(replica) {
+                    pos.reader = *replica;
+                }
             }
             let bytes = pd.records.as_deref().unwrap_or_default();
             let decoded =
