@@ -150,9 +150,14 @@ fn command_of(words: &[&str]) -> Option<(Vec<String>, BTreeSet<String>)> {
     let mut path: Vec<&str> = Vec::new();
     let mut help = None;
     for word in words {
-        let is_word = word.chars().all(|c| c.is_ascii_lowercase() || c == '-') && !word.starts_with('-');
+        let is_word =
+            word.chars().all(|c| c.is_ascii_lowercase() || c == '-') && !word.starts_with('-');
         // Deeper only while the command so far has subcommands.
-        if !is_word || help.as_deref().is_some_and(|h: &str| !h.contains("\nCommands:\n")) {
+        if !is_word
+            || help
+                .as_deref()
+                .is_some_and(|h: &str| !h.contains("\nCommands:\n"))
+        {
             break;
         }
         let mut deeper = path.clone();
@@ -196,7 +201,10 @@ fn every_flag_the_readme_gives_a_shoal_command_exists() {
             }
         }
     }
-    assert!(checked >= 20, "only {checked} shoal commands found in the README");
+    assert!(
+        checked >= 20,
+        "only {checked} shoal commands found in the README"
+    );
     assert!(
         unknown.is_empty(),
         "README flags no binary has: {unknown:#?}"
