@@ -18,6 +18,8 @@ use std::sync::Arc;
 pub enum AdminRequest {
     /// Every core's figures.
     Stats(crossbeam_channel::Sender<Vec<CoreSnapshot>>),
+    /// Every core's figures without each partition's: the console's samples.
+    Sample(crossbeam_channel::Sender<Vec<CoreSnapshot>>),
     /// Every core's figures and the topic table.
     Status(crossbeam_channel::Sender<(Vec<CoreSnapshot>, TopicTable)>),
     /// A live setting, answered once every core has applied it.
@@ -96,10 +98,13 @@ pub async fn serve_admin(core: Rc<Core>, inbox: AdminInbox) {
 async fn answer_admin(core: &Rc<Core>, request: AdminRequest) {
     match request {
         AdminRequest::Stats(reply) => {
-            let _ = reply.try_send(gather_stats(core).await);
+            let _ = reply.try_send(gather_stats(core, true).await);
+        }
+        AdminRequest::Sample(reply) => {
+            let _ = reply.try_send(gather_stats(core, false).await);
         }
         AdminRequest::Status(reply) => {
-            let stats = gather_stats(core).await;
+            let stats = gather_stats(core, true).await;
             let table = (*core.topics()).clone();
             let _ = reply.try_send((stats, table));
         }

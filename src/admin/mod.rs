@@ -90,7 +90,7 @@ pub fn spawn(
     } else {
         let asking = cores.clone();
         let (history, thread) =
-            History::spawn(move || asking.ask(AdminRequest::Stats).ok(), stop.clone())?;
+            History::spawn(move || asking.ask(AdminRequest::Sample).ok(), stop.clone())?;
         (history, Some(thread))
     };
     std::thread::Builder::new()
@@ -364,7 +364,7 @@ mod tests {
         for request in rx {
             let stats = vec![CoreSnapshot::default()];
             match request {
-                AdminRequest::Stats(reply) => drop(reply.send(stats)),
+                AdminRequest::Stats(reply) | AdminRequest::Sample(reply) => drop(reply.send(stats)),
                 AdminRequest::Status(reply) => drop(reply.send((stats, TopicTable::default()))),
                 AdminRequest::Set(_, reply) => drop(reply.send(())),
                 AdminRequest::Settings(reply) => drop(reply.send(Vec::new())),

@@ -8,7 +8,7 @@ use std::rc::Rc;
 use std::time::Instant;
 
 /// Every core's statistics, gathered on core 0 for the admin thread.
-pub async fn gather_stats(core: &Rc<Core>) -> Vec<CoreSnapshot> {
+pub async fn gather_stats(core: &Rc<Core>, partitions: bool) -> Vec<CoreSnapshot> {
     let mut asked = Vec::new();
     for peer in (0..core.cores()).filter(|&p| p != core.id()) {
         asked.extend(
@@ -16,11 +16,12 @@ pub async fn gather_stats(core: &Rc<Core>) -> Vec<CoreSnapshot> {
                 .ask(peer, |id| CoreMsg::Stats {
                     from: core.id(),
                     id,
+                    partitions,
                 })
                 .await,
         );
     }
-    let mut out = vec![core.snapshot()];
+    let mut out = vec![core.snapshot(partitions)];
     let deadline = Instant::now() + QUESTION_TIMEOUT;
     for a in asked {
         if let Some(CoreMsg::StatsReply { snapshot, .. }) = core.mesh().answer(a, deadline).await {

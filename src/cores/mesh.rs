@@ -132,9 +132,11 @@ pub enum CoreMsg {
     Applied {
         id: u64,
     },
+    /// The core's figures, with each partition's or not.
     Stats {
         from: usize,
         id: u64,
+        partitions: bool,
     },
     /// A live setting changed through the admin API.
     Set {

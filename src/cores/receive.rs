@@ -84,8 +84,12 @@ where
             core.apply_setting(setting);
             core.mesh().send(from, CoreMsg::Applied { id }).await;
         }
-        CoreMsg::Stats { from, id } => {
-            let snapshot = Box::new(core.snapshot());
+        CoreMsg::Stats {
+            from,
+            id,
+            partitions,
+        } => {
+            let snapshot = Box::new(core.snapshot(partitions));
             core.mesh()
                 .send(from, CoreMsg::StatsReply { id, snapshot })
                 .await;

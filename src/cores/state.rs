@@ -719,11 +719,14 @@ impl Core {
             .collect()
     }
 
-    pub fn snapshot(&self) -> CoreSnapshot {
+    /// The core's figures; with `partitions`, each partition's too (the costly part with many:
+    /// the console's charts go without).
+    pub fn snapshot(&self, partitions: bool) -> CoreSnapshot {
         let mut partitions: Vec<PartitionSnapshot> = self
             .partitions
             .borrow()
             .values()
+            .filter(|_| partitions)
             .flat_map(HashMap::values)
             .map(|p| {
                 let s = p.log.stats();
