@@ -18,7 +18,7 @@ mod common;
 use common::Shoal;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -83,21 +83,6 @@ fn idle_cpu(pid: u32, d: Duration) -> f64 {
     let before = cpu_seconds(pid);
     std::thread::sleep(d);
     (cpu_seconds(pid) - before) / d.as_secs_f64()
-}
-
-fn send(p: &BaseProducer, topic: &str, partition: i32, value: &[u8]) {
-    let mut record = BaseRecord::<(), [u8]>::to(topic)
-        .partition(partition)
-        .payload(value);
-    loop {
-        match p.send(record) {
-            Ok(()) => return,
-            Err((_, r)) => {
-                record = r;
-                p.poll(Duration::from_millis(10));
-            }
-        }
-    }
 }
 
 /// Reads partition 0 from its start until a record arrives; how long that took.
@@ -168,7 +153,7 @@ fn run(root: &Path, partitions: i32) {
     let value = vec![b'x'; 1024];
     for (topic, n) in &topics {
         for i in 0..*n {
-            send(&p, topic, i, &value);
+            common::send_polling(&p, topic, i, &value);
         }
     }
     p.flush(Duration::from_secs(300)).unwrap();

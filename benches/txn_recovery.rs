@@ -19,7 +19,7 @@ mod common;
 
 use common::Shoal;
 use rdkafka::config::ClientConfig;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::producer::{BaseProducer, Producer};
 use std::time::{Duration, Instant};
 
 const PARTITIONS: i32 = 1000;
@@ -52,21 +52,6 @@ fn gauge(shoal: &Shoal, name: &str) -> u64 {
         .sum()
 }
 
-fn send(p: &BaseProducer, partition: i32, value: &[u8]) {
-    let mut record = BaseRecord::<(), [u8]>::to("recovery")
-        .partition(partition)
-        .payload(value);
-    loop {
-        match p.send(record) {
-            Ok(()) => return,
-            Err((_, r)) => {
-                record = r;
-                p.poll(Duration::from_millis(10));
-            }
-        }
-    }
-}
-
 fn main() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-txn-recovery");
     let _ = std::fs::remove_dir_all(&root);
@@ -83,7 +68,7 @@ fn main() {
         .create()
         .unwrap();
     for p in 0..PARTITIONS {
-        send(&plain, p, &value);
+        common::send_polling(&plain, "recovery", p, &value);
     }
     plain.flush(Duration::from_secs(60)).unwrap();
     drop(plain);
@@ -107,7 +92,7 @@ fn main() {
             p.init_transactions(Duration::from_secs(60)).unwrap();
             p.begin_transaction().unwrap();
             for k in 0..PARTITIONS / PRODUCERS {
-                send(&p, i * (PARTITIONS / PRODUCERS) + k, &value);
+                common::send_polling(&p, "recovery", i * (PARTITIONS / PRODUCERS) + k, &value);
             }
             p.flush(Duration::from_secs(60)).unwrap();
             p

@@ -251,6 +251,28 @@ pub fn send_retrying<C, K, P>(
     }
 }
 
+/// Sends `value` to `topic`/`partition` through a polled producer, polling while its queue is
+/// full.
+pub fn send_polling(
+    producer: &rdkafka::producer::BaseProducer,
+    topic: &str,
+    partition: i32,
+    value: &[u8],
+) {
+    let mut record = rdkafka::producer::BaseRecord::<(), [u8]>::to(topic)
+        .partition(partition)
+        .payload(value);
+    loop {
+        match producer.send(record) {
+            Ok(()) => return,
+            Err((_, r)) => {
+                record = r;
+                producer.poll(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
 /// Adds a SASL user to `data_dir` with `shoal user add` (a running server picks it up).
 pub fn add_user(data_dir: &Path, name: &str, password: &str) {
     let out = Command::new(env!("CARGO_BIN_EXE_shoal"))
