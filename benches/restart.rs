@@ -38,15 +38,6 @@ fn topics(partitions: i32) -> Vec<(String, i32)> {
         .collect()
 }
 
-/// The sum of `name`'s per-core samples, 0 while a starting broker's cores do not all answer yet.
-fn gauge(shoal: &Shoal, name: &str) -> u64 {
-    let (_, body) = shoal.admin_get("/metrics");
-    body.lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with('{'))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
-}
-
 /// (descriptors, resident KiB) of process `pid`.
 fn process_figures(pid: u32) -> (usize, u64) {
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
@@ -119,7 +110,7 @@ fn timed_start(dir: &Path, listen: &str, partitions: u64) -> (Shoal, [Duration; 
     let bootstrap = shoal.bootstrap();
     let fetch = std::thread::spawn(move || first_fetch(&bootstrap));
     let deadline = Instant::now() + Duration::from_secs(600);
-    while gauge(&shoal, "shoal_partitions") < partitions {
+    while shoal.metric_or_zero("shoal_partitions", "") < partitions {
         assert!(Instant::now() < deadline, "partitions never opened");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -160,8 +151,8 @@ fn run(root: &Path, partitions: i32) {
     drop(p);
     let idle = idle_cpu(shoal.pid(), Duration::from_secs(5));
     let (fds, rss) = process_figures(shoal.pid());
-    let open = gauge(&shoal, "shoal_open_files");
-    let limit = gauge(&shoal, "shoal_open_files_limit");
+    let open = shoal.metric_or_zero("shoal_open_files", "");
+    let limit = shoal.metric_or_zero("shoal_open_files_limit", "");
     println!(
         "{partitions} partitions: created in {}; written, idle: {open} files held by the logs \
          (budget {limit} over both cores), {fds} descriptors in all, RSS {} MiB ({:.1} KiB per \
@@ -196,7 +187,7 @@ fn run(root: &Path, partitions: i32) {
     println!(
         "{partitions} partitions after the restart: {} files held by the logs, {fds} descriptors \
          in all, RSS {} MiB, idle CPU {:.1}% of a core",
-        gauge(&shoal, "shoal_open_files"),
+        shoal.metric_or_zero("shoal_open_files", ""),
         rss / 1024,
         idle * 100.0
     );

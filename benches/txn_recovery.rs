@@ -36,20 +36,11 @@ fn start(dir: &std::path::Path, listen: &str, partitions: i32) -> (Shoal, Durati
         &["--transaction-timeout-check-interval-ms", "100"],
     );
     let deadline = Instant::now() + Duration::from_secs(120);
-    while gauge(&shoal, "shoal_partitions") < partitions as u64 {
+    while shoal.metric_or_zero("shoal_partitions", "") < partitions as u64 {
         assert!(Instant::now() < deadline, "partitions never opened");
         std::thread::sleep(Duration::from_millis(5));
     }
     (shoal, t.elapsed())
-}
-
-/// The sum of `name`'s samples, 0 while a starting broker's cores do not all answer yet.
-fn gauge(shoal: &Shoal, name: &str) -> u64 {
-    let (_, body) = shoal.admin_get("/metrics");
-    body.lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with('{'))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
 }
 
 fn main() {
@@ -99,11 +90,11 @@ fn main() {
         })
         .collect();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while gauge(&shoal, "shoal_open_transactions") < PARTITIONS as u64 {
+    while shoal.metric_or_zero("shoal_open_transactions", "") < PARTITIONS as u64 {
         assert!(
             Instant::now() < deadline,
             "open transactions over the partitions: {} of {PARTITIONS}",
-            gauge(&shoal, "shoal_open_transactions")
+            shoal.metric_or_zero("shoal_open_transactions", "")
         );
         std::thread::sleep(Duration::from_millis(50));
     }

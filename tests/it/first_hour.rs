@@ -286,16 +286,6 @@ fn clients_on_the_wrong_port_are_told_what_the_port_speaks() {
     shoal1.stop();
 }
 
-/// The sum of `name`'s samples on `/metrics` that carry `label` (`core="1"`).
-fn metric_with(shoal: &Shoal, name: &str, labels: &[&str]) -> u64 {
-    let (_, body) = shoal.admin_get("/metrics");
-    body.lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
-        .filter(|l| labels.iter().all(|label| l.contains(label)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
-
 #[test]
 fn shoal_consume_reads_from_the_replica_the_leader_names() {
     let dir = tempfile::tempdir().unwrap();
@@ -337,20 +327,15 @@ fn shoal_consume_reads_from_the_replica_the_leader_names() {
     // Each partition fetched on both cores: at its owner (which names the other core as the
     // preferred read replica) and at the replica.
     let fetching = |core: usize, p: i32| {
-        metric_with(
-            &shoal1,
+        shoal1.metric_or_zero(
             "shoal_partition_fetch_connections",
-            &[
-                &format!("core=\"{core}\""),
-                "topic=\"hot\"",
-                &format!("partition=\"{p}\""),
-            ],
+            &format!("core=\"{core}\",topic=\"hot\",partition=\"{p}\""),
         )
     };
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let seen: Vec<(u64, u64)> = (0..2).map(|p| (fetching(0, p), fetching(1, p))).collect();
-        let redirected = metric_with(&shoal1, "shoal_fetch_redirects_total", &[]);
+        let redirected = shoal1.metric_or_zero("shoal_fetch_redirects_total", "");
         if redirected > 0 && seen.iter().all(|(a, b)| *a > 0 && *b > 0) {
             break;
         }

@@ -172,19 +172,29 @@ impl Shoal {
     /// Same, over the samples whose labels contain `label` (e.g. `api="Produce"`). Panics if no
     /// sample matches, so a renamed or missing metric cannot pass for a zero.
     pub fn metric_with(&self, name: &str, label: &str) -> u64 {
-        let (_, body) = self.admin_get("/metrics");
-        let samples: Vec<u64> = body
-            .lines()
-            .filter(|l| {
-                l.starts_with(name) && l[name.len()..].starts_with('{') && l.contains(label)
-            })
-            .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
-            .collect();
+        let samples = self.samples(name, label);
         assert!(
             !samples.is_empty(),
             "no sample of {name}{{{label}}} in /metrics"
         );
         samples.iter().sum()
+    }
+
+    /// Same, 0 where no sample matches (a gauge not exported yet, a starting broker whose cores
+    /// do not all answer).
+    pub fn metric_or_zero(&self, name: &str, label: &str) -> u64 {
+        self.samples(name, label).iter().sum()
+    }
+
+    /// The values of `name`'s samples on `/metrics` whose labels contain `label`.
+    fn samples(&self, name: &str, label: &str) -> Vec<u64> {
+        let (_, body) = self.admin_get("/metrics");
+        body.lines()
+            .filter(|l| {
+                l.starts_with(name) && l[name.len()..].starts_with('{') && l.contains(label)
+            })
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+            .collect()
     }
 
     /// GET on the admin server; returns (status line, body).
